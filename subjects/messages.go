@@ -1,0 +1,107 @@
+package subjects
+
+// Message schemas. Field names and JSON tags are the wire contract; every field is documented.
+
+// SchemaVersion is the "v" of every message this build writes. A consumer terminates (does not
+// retry) a message whose version it does not know.
+const SchemaVersion = 1
+
+// Reasons a location becomes a delete target (DESIGN §5).
+const (
+	ReasonOrphanWriting  = "orphan_writing"
+	ReasonStorageMissing = "storage_missing"
+)
+
+// Batch is one maintenance scan page of one instance (or one part of a page that was split so
+// no message exceeds the server's max payload). Subject: BatchSubject(instance).
+type Batch struct {
+	V         int          `json:"v"`                  // SchemaVersion
+	Cluster   string       `json:"cluster"`            // KVCM cluster name
+	Instance  string       `json:"instance"`           // KVCM instance id, verbatim
+	Group     string       `json:"group"`              // the instance's group
+	Store     string       `json:"store"`              // name of the metadata store that was scanned (no credentials)
+	Round     uint64       `json:"round"`              // scan round id, increasing
+	LeaseRev  uint64       `json:"lease_rev"`          // revision of the scanner's lease when it scanned (fencing)
+	Cursor    uint64       `json:"cursor"`             // SCAN cursor this page started at
+	Next      uint64       `json:"next"`               // cursor SCAN returned (0: instance done)
+	Part      int          `json:"part"`               // 0-based part number of a split page
+	Parts     int          `json:"parts"`              // number of parts of this page (>= 1)
+	ScannedAt int64        `json:"scanned_at_us"`      // wall clock when the page was read, µs since the epoch
+	BadKeys   int          `json:"bad_keys,omitempty"` // keys of this page skipped because they do not parse
+	Blocks    []BlockEntry `json:"blocks"`
+}
+
+// BlockEntry is one block as the scanner read it.
+type BlockEntry struct {
+	Key     int64   `json:"key,string"`    // block key (signed int64, as a decimal string)
+	URI     RawText `json:"uri"`           // the exact __uri__ bytes read
+	LRUTime string  `json:"lru,omitempty"` // the raw __lru_time__ field (µs), "" when absent
+}
+
+// DeleteRequest is the prober's verdict on one batch: the locations to delete, each with the
+// exact bytes it judged. Subject: DeleteSubject(instance).
+type DeleteRequest struct {
+	V        int      `json:"v"`
+	Cluster  string   `json:"cluster"`
+	Instance string   `json:"instance"`
+	Group    string   `json:"group"`
+	Store    string   `json:"store"`
+	Round    uint64   `json:"round"`
+	Source   Source   `json:"source"`       // the batch this request was derived from
+	JudgedAt int64    `json:"judged_at_us"` // when the prober decided, µs since the epoch
+	Targets  []Target `json:"targets"`
+}
+
+// Target is one location to delete.
+type Target struct {
+	Key      int64   `json:"key,string"` // block key
+	Location string  `json:"location"`   // location id (the __uri__ map key)
+	Reason   string  `json:"reason"`     // ReasonOrphanWriting | ReasonStorageMissing
+	Expected RawText `json:"expected"`   // the location's exact JSON value bytes as scanned
+}
+
+// Source identifies the stream message a message was derived from.
+type Source struct {
+	Stream string `json:"stream"`
+	Seq    uint64 `json:"seq"`
+	MsgID  string `json:"msg_id,omitempty"`
+}
+
+// Event is one entry of the audit trail. Subject: EventSubject(kind, instance).
+type Event struct {
+	V        int              `json:"v"`
+	Kind     string           `json:"kind"`  // one of the Event* kinds
+	Stage    string           `json:"stage"` // scanner | prober | deleter
+	Cluster  string           `json:"cluster"`
+	Instance string           `json:"instance,omitempty"`
+	Round    uint64           `json:"round,omitempty"`
+	Key      *int64           `json:"key,omitempty,string"` // block key when the event is about one location
+	Location string           `json:"location,omitempty"`
+	Reason   string           `json:"reason,omitempty"`  // why (candidate reason, skip reason, poison reason)
+	Outcome  string           `json:"outcome,omitempty"` // deleter outcome or decision
+	Detail   string           `json:"detail,omitempty"`  // free text (an error message, redacted)
+	DryRun   bool             `json:"dry_run,omitempty"`
+	Source   *Source          `json:"source,omitempty"` // the input message
+	Counts   map[string]int64 `json:"counts,omitempty"` // summaries (round end, batch verdict)
+	At       int64            `json:"at_us"`            // µs since the epoch
+}
+
+// Event kinds (the <kind> token of the event subject).
+const (
+	EventCandidate  = "candidate"  // prober: a location judged garbage (Reason)
+	EventSkip       = "skip"       // prober/scanner: something not judged (corrupt __uri__, bad key, bad location, probe unknown …)
+	EventDelete     = "delete"     // deleter: the outcome for one target (Outcome)
+	EventRound      = "round"      // scanner: round started / finished (Outcome "start"|"end", Counts)
+	EventPoison     = "poison"     // any stage: a message terminated as undecodable or invalid
+	EventDeadLetter = "deadletter" // a message that reached MaxDeliver
+)
+
+// Delete outcomes (Event.Outcome for EventDelete).
+const (
+	OutcomeDeleted      = "deleted"       // CAS, physical delete, CAD all done
+	OutcomePartial      = "partial"       // metadata removed; some physical delete failed or was skipped
+	OutcomeNoopMismatch = "noop_mismatch" // the location's bytes changed since the probe
+	OutcomeNoopGone     = "noop_gone"     // the location (or block) is gone already
+	OutcomeError        = "error"         // a transient failure; the request will be redelivered
+	OutcomeWouldDelete  = "would_delete"  // dry-run: every check passed, nothing written
+)
