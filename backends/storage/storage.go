@@ -67,3 +67,7 @@ type Set interface {
 	// Lookup returns the backend of a registered storage; ok is false when none is registered.
 	Lookup(name string) (Backend, bool)
 }
+
+// ErrShared: the object may hold other blocks (blkid parameter or key_count_per_file > 1) and is
+// never unlinked; the caller removes the location from metadata only and counts the skip.
+var ErrShared = errors.New("shared data object: not unlinked")
