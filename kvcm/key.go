@@ -1,0 +1,91 @@
+package kvcm
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+const (
+	blockKeyPrefix = "kvcache:instance_"
+	blockKeyInfix  = ":cache_"
+)
+
+// KeyPrefix returns "kvcache:instance_<id>:cache_".
+func KeyPrefix(instanceID string) string {
+	return blockKeyPrefix + instanceID + blockKeyInfix
+}
+
+// BlockKey returns the Redis key of a block: KeyPrefix(instanceID) + decimal(blockKey).
+func BlockKey(instanceID string, blockKey int64) string {
+	return KeyPrefix(instanceID) + strconv.FormatInt(blockKey, 10)
+}
+
+// ParseBlockKey parses the Redis key of a block of instanceID. The rest after the prefix must
+// be a canonical signed int64 decimal (what std::to_string writes: no '+', no leading zeros,
+// no "-0", no spaces); anything else wraps ErrBadKey.
+//
+// KVCM itself parses with strtoll and so would accept "+5" or "05"; it never writes such keys,
+// so a non-canonical key was written by someone else and is not ours to judge. Because the whole
+// prefix (including ":cache_") is matched, instance "inst1" never claims keys of "inst10", and
+// the ":metadata" key of an instance never parses.
+func ParseBlockKey(instanceID, key string) (int64, error) {
+	// Compare the prefix piecewise so the hot scan path does not build a string per key.
+	rest, ok := strings.CutPrefix(key, blockKeyPrefix)
+	if ok {
+		rest, ok = strings.CutPrefix(rest, instanceID)
+	}
+	if ok {
+		rest, ok = strings.CutPrefix(rest, blockKeyInfix)
+	}
+	if !ok {
+		return 0, fmt.Errorf("parse block key %q of instance %q: wrong prefix: %w", key, instanceID, ErrBadKey)
+	}
+	v, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || !canonicalInt(rest) {
+		return 0, fmt.Errorf("parse block key %q: %q is not a canonical int64: %w", key, rest, ErrBadKey)
+	}
+	return v, nil
+}
+
+// canonicalInt reports whether s (already known to parse as an int64) is exactly what
+// strconv.FormatInt would write: no '+', no leading zero, no "-0".
+func canonicalInt(s string) bool {
+	digits := s
+	if digits != "" && digits[0] == '-' {
+		digits = digits[1:]
+		if digits == "0" {
+			return false
+		}
+	}
+	if digits == "" || digits[0] < '0' || digits[0] > '9' {
+		return false // empty, "-", or a leading '+'
+	}
+	return digits == "0" || digits[0] != '0'
+}
+
+// ScanPattern returns the SCAN MATCH pattern for an instance's blocks, the id glob-escaped.
+// KVCM itself does not escape the id, so an id with glob characters makes its own scans match
+// other instances' keys; kvcm-gc escapes and still checks every key with ParseBlockKey.
+func ScanPattern(instanceID string) string {
+	return GlobEscape(KeyPrefix(instanceID)) + "*"
+}
+
+// GlobEscape escapes Redis glob metacharacters (\ * ? [ ]) with a backslash.
+func GlobEscape(s string) string {
+	if !strings.ContainsAny(s, `\*?[]`) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\', '*', '?', '[', ']':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
