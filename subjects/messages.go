@@ -50,6 +50,8 @@ type DeleteRequest struct {
 	Source   Source   `json:"source"`       // the batch this request was derived from
 	JudgedAt int64    `json:"judged_at_us"` // when the prober decided, µs since the epoch
 	Targets  []Target `json:"targets"`
+	// Storages describes every storage named by the targets' spec URIs (by global unique name).
+	Storages map[string]StorageInfo `json:"storages,omitempty"`
 }
 
 // Target is one location to delete.
