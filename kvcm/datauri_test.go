@@ -1,0 +1,219 @@
+package kvcm
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseDataURI(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want DataURI
+	}{
+		{
+			name: "nfs shared file",
+			in:   "file://nfs_01/tmp/nfs/inst0/tp0/499602d2_3c1a9f0e77d2b4a1?blkid=0&size=1024",
+			want: DataURI{Scheme: "file", Host: "nfs_01", Path: "/tmp/nfs/inst0/tp0/499602d2_3c1a9f0e77d2b4a1",
+				Params: map[string]string{"blkid": "0", "size": "1024"}, ParamOrder: []string{"blkid", "size"}},
+		},
+		{
+			name: "hf3fs",
+			in:   "hf3fs://hf3fs_01/3fs/stage/kvcm/inst0/tp0/499602d2?size=1024",
+			want: DataURI{Scheme: "hf3fs", Host: "hf3fs_01", Path: "/3fs/stage/kvcm/inst0/tp0/499602d2",
+				Params: map[string]string{"size": "1024"}, ParamOrder: []string{"size"}},
+		},
+		{
+			name: "mooncake key with slashes",
+			in:   "mooncake://mc_01/?key=inst0/tp0/ffffffffffffffff&size=4096",
+			want: DataURI{Scheme: "mooncake", Host: "mc_01", Path: "/",
+				Params: map[string]string{"key": "inst0/tp0/ffffffffffffffff", "size": "4096"}, ParamOrder: []string{"key", "size"}},
+		},
+		{
+			name: "query right after host, slash in query",
+			in:   "mooncake://mc_01?key=a/b",
+			want: DataURI{Scheme: "mooncake", Host: "mc_01",
+				Params: map[string]string{"key": "a/b"}, ParamOrder: []string{"key"}},
+		},
+		{
+			name: "redis with userinfo and port",
+			in:   "redis://test_redis_user:test_redis_password@localhost:6379/",
+			want: DataURI{Scheme: "redis", UserInfo: "test_redis_user:test_redis_password", Host: "localhost", Port: 6379, Path: "/"},
+		},
+		{
+			name: "userinfo up to the last @ of the authority",
+			in:   "redis://a@b:pw@h:1/x@y",
+			want: DataURI{Scheme: "redis", UserInfo: "a@b:pw", Host: "h", Port: 1, Path: "/x@y"},
+		},
+		{
+			name: "@ in path only",
+			in:   "file://nfs_01/tmp/inst@0/tp0/1",
+			want: DataURI{Scheme: "file", Host: "nfs_01", Path: "/tmp/inst@0/tp0/1"},
+		},
+		{
+			name: "port zero is absent",
+			in:   "redis://h:0",
+			want: DataURI{Scheme: "redis", Host: "h"},
+		},
+		{
+			name: "max port",
+			in:   "redis://h:65535",
+			want: DataURI{Scheme: "redis", Host: "h", Port: 65535},
+		},
+		{
+			name: "pace",
+			in:   "pace://pace_01/4096?media_type=1&node_id=n1&range_id=3&size=4096",
+			want: DataURI{Scheme: "pace", Host: "pace_01", Path: "/4096",
+				Params:     map[string]string{"media_type": "1", "node_id": "n1", "range_id": "3", "size": "4096"},
+				ParamOrder: []string{"media_type", "node_id", "range_id", "size"}},
+		},
+		{
+			name: "params: no value, empty, repeated, = in value, empty name",
+			in:   "file://h/p?a&&b=1=2&a=x&=v&",
+			want: DataURI{Scheme: "file", Host: "h", Path: "/p",
+				Params: map[string]string{"a": "x", "b": "1=2", "": "v"}, ParamOrder: []string{"a", "b", ""}},
+		},
+		{
+			name: "empty query",
+			in:   "file://h/p?",
+			want: DataURI{Scheme: "file", Host: "h", Path: "/p"},
+		},
+		{
+			name: "no percent decoding",
+			in:   "file://h/a%20b?k=%41",
+			want: DataURI{Scheme: "file", Host: "h", Path: "/a%20b",
+				Params: map[string]string{"k": "%41"}, ParamOrder: []string{"k"}},
+		},
+		{
+			name: "first :// ends the scheme",
+			in:   "x://h/a://b",
+			want: DataURI{Scheme: "x", Host: "h", Path: "/a://b"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseDataURI(tt.in)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+			again, err := ParseDataURI(got.String())
+			require.NoError(t, err)
+			require.Equal(t, got, again)
+		})
+	}
+}
+
+func TestParseDataURIRejects(t *testing.T) {
+	for _, in := range []string{
+		"",
+		"nfs_01/tmp/x",
+		"://h/x",
+		"file:/h/x",
+		"file://",
+		"file:///tmp/x",
+		"file://?a=1",
+		"file://user@/x",
+		"file://:80/x",
+		"redis://h:",
+		"redis://h:65536",
+		"redis://h:-1",
+		"redis://h:+1",
+		"redis://h: 1",
+		"redis://h:1:2",
+		"redis://h:0x10",
+	} {
+		_, err := ParseDataURI(in)
+		require.ErrorIs(t, err, ErrBadDataURI, in)
+	}
+}
+
+func TestDataURIUint(t *testing.T) {
+	u, err := ParseDataURI("file://h/p?size=1024&blkid=0&zero=007&max=18446744073709551615&over=18446744073709551616" +
+		"&neg=-1&plus=+1&sp=%201&hex=0x10&empty=&flag&frac=1.5&trail=12a")
+	require.NoError(t, err)
+	tests := []struct {
+		name    string
+		want    uint64
+		ok      bool
+		wantErr bool
+	}{
+		{name: "size", want: 1024, ok: true},
+		{name: "blkid", want: 0, ok: true},
+		{name: "zero", want: 7, ok: true},
+		{name: "max", want: math.MaxUint64, ok: true},
+		{name: "absent"},
+		{name: "over", ok: true, wantErr: true},
+		{name: "neg", ok: true, wantErr: true},
+		{name: "plus", ok: true, wantErr: true},
+		{name: "sp", ok: true, wantErr: true},
+		{name: "hex", ok: true, wantErr: true},
+		{name: "empty", ok: true, wantErr: true},
+		{name: "flag", ok: true, wantErr: true},
+		{name: "frac", ok: true, wantErr: true},
+		{name: "trail", ok: true, wantErr: true},
+	}
+	for _, tt := range tests {
+		v, ok, err := u.Uint(tt.name)
+		require.Equal(t, tt.ok, ok, tt.name)
+		if tt.wantErr {
+			require.ErrorIs(t, err, ErrBadDataURI, tt.name)
+			continue
+		}
+		require.NoError(t, err, tt.name)
+		require.Equal(t, tt.want, v, tt.name)
+	}
+}
+
+func TestDataURIShared(t *testing.T) {
+	for in, want := range map[string]bool{
+		"file://nfs_01/a?blkid=0&size=1": true,
+		"file://nfs_01/a?blkid":          true,
+		"file://nfs_01/a?size=1":         false,
+		"file://nfs_01/a":                false,
+		"file://nfs_01/a?BLKID=1":        false,
+	} {
+		u, err := ParseDataURI(in)
+		require.NoError(t, err)
+		require.Equal(t, want, u.Shared(), in)
+	}
+}
+
+func FuzzParseDataURI(f *testing.F) {
+	for _, s := range []string{
+		"file://nfs_01/tmp/nfs/inst0/tp0/499602d2_3c1a9f0e77d2b4a1?blkid=0&size=1024",
+		"hf3fs://hf3fs_01/3fs/stage/kvcm/inst0/tp0/499602d2?size=1024",
+		"mooncake://mc_01/?key=inst0/tp0/ffffffffffffffff&size=4096",
+		"redis://test_redis_user:test_redis_password@localhost:6379/",
+		"redis://h:0?timeout_ms=100&&x",
+		"a://@:",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := ParseDataURI(s)
+		if err != nil {
+			require.ErrorIs(t, err, ErrBadDataURI)
+			return
+		}
+		require.NotEmpty(t, u.Scheme)
+		require.NotEmpty(t, u.Host)
+		require.Len(t, u.ParamOrder, len(u.Params))
+		again, err := ParseDataURI(u.String())
+		require.NoError(t, err)
+		require.Equal(t, u, again)
+		for _, k := range u.ParamOrder {
+			_, _, _ = u.Uint(k)
+		}
+	})
+}
+
+func BenchmarkParseDataURI(b *testing.B) {
+	b.ReportAllocs()
+	const s = "file://nfs_01/tmp/nfs/inst0/tp0/499602d2_3c1a9f0e77d2b4a1?blkid=0&size=1024"
+	for b.Loop() {
+		if _, err := ParseDataURI(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package kvcm
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestStatusString(t *testing.T) {
+	for s, want := range map[Status]string{
+		StatusNotFound: "CLS_NOT_FOUND", StatusNew: "CLS_NEW", StatusWriting: "CLS_WRITING",
+		StatusServing: "CLS_SERVING", StatusDeleting: "CLS_DELETING", 5: "CLS_INVALID", -1: "CLS_INVALID",
+	} {
+		require.Equal(t, want, s.String())
+	}
+}
+
+func TestStorageTypeString(t *testing.T) {
+	names := []string{"unknown", "hf3fs", "mooncake", "pace", "file", "vcns_hf3fs"}
+	for i, name := range names {
+		st := StorageType(i)
+		require.Equal(t, name, st.String())
+		got, ok := ParseStorageType(name)
+		require.True(t, ok, name)
+		require.Equal(t, st, got)
+	}
+	require.Equal(t, "unknown", StorageType(6).String())
+	require.Equal(t, "unknown", StorageType(math.MaxUint64).String())
+	for _, bad := range []string{"", "FILE", "nfs", "hf3fs ", "3fs"} {
+		got, ok := ParseStorageType(bad)
+		require.False(t, ok, bad)
+		require.Equal(t, TypeUnknown, got)
+	}
+}
+
+func TestBlockKey(t *testing.T) {
+	require.Equal(t, "kvcache:instance_inst0:cache_", KeyPrefix("inst0"))
+	require.Equal(t, "kvcache:instance_inst0:cache_1", BlockKey("inst0", 1))
+	require.Equal(t, "kvcache:instance_inst0:cache_-7262535415567954716", BlockKey("inst0", -7262535415567954716))
+	require.Equal(t, "kvcache:instance_:cache_0", BlockKey("", 0))
+}
+
+func TestParseBlockKey(t *testing.T) {
+	tests := []struct {
+		name, id, key string
+		want          int64
+		wantErr       bool
+	}{
+		{name: "positive", id: "inst0", key: "kvcache:instance_inst0:cache_1", want: 1},
+		{name: "zero", id: "inst0", key: "kvcache:instance_inst0:cache_0", want: 0},
+		{name: "negative", id: "inst0", key: "kvcache:instance_inst0:cache_-7262535415567954716", want: -7262535415567954716},
+		{name: "max", id: "a", key: "kvcache:instance_a:cache_9223372036854775807", want: math.MaxInt64},
+		{name: "min", id: "a", key: "kvcache:instance_a:cache_-9223372036854775808", want: math.MinInt64},
+		{name: "id with colon", id: "a:cache_1", key: "kvcache:instance_a:cache_1:cache_5", want: 5},
+		{name: "id with glob chars", id: "a*[?]\\", key: "kvcache:instance_a*[?]\\:cache_-2", want: -2},
+		{name: "empty id", id: "", key: "kvcache:instance_:cache_7", want: 7},
+
+		{name: "overflow", id: "a", key: "kvcache:instance_a:cache_9223372036854775808", wantErr: true},
+		{name: "underflow", id: "a", key: "kvcache:instance_a:cache_-9223372036854775809", wantErr: true},
+		{name: "plus", id: "a", key: "kvcache:instance_a:cache_+5", wantErr: true},
+		{name: "leading zero", id: "a", key: "kvcache:instance_a:cache_05", wantErr: true},
+		{name: "negative leading zero", id: "a", key: "kvcache:instance_a:cache_-05", wantErr: true},
+		{name: "minus zero", id: "a", key: "kvcache:instance_a:cache_-0", wantErr: true},
+		{name: "minus only", id: "a", key: "kvcache:instance_a:cache_-", wantErr: true},
+		{name: "space", id: "a", key: "kvcache:instance_a:cache_ 5", wantErr: true},
+		{name: "trailing space", id: "a", key: "kvcache:instance_a:cache_5 ", wantErr: true},
+		{name: "empty rest", id: "a", key: "kvcache:instance_a:cache_", wantErr: true},
+		{name: "hex", id: "a", key: "kvcache:instance_a:cache_0x1f", wantErr: true},
+		{name: "underscore", id: "a", key: "kvcache:instance_a:cache_1_000", wantErr: true},
+		{name: "metadata key", id: "a", key: "kvcache:instance_a:metadata", wantErr: true},
+		{name: "other instance with longer id", id: "inst1", key: "kvcache:instance_inst10:cache_5", wantErr: true},
+		{name: "other instance with shorter id", id: "inst10", key: "kvcache:instance_inst1:cache_5", wantErr: true},
+		{name: "registry key", id: "a", key: "kvcache_registry:c1:instance", wantErr: true},
+		{name: "empty", id: "a", key: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseBlockKey(tt.id, tt.key)
+			if tt.wantErr {
+				require.ErrorIs(t, err, ErrBadKey)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+			require.Equal(t, tt.key, BlockKey(tt.id, got))
+		})
+	}
+}
+
+func TestGlobEscape(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", ""},
+		{"inst0", "inst0"},
+		{"a*b", `a\*b`},
+		{"a?b", `a\?b`},
+		{"[x]", `\[x\]`},
+		{`a\b`, `a\\b`},
+		{`*?[]\`, `\*\?\[\]\\`},
+		{"a-b^c", "a-b^c"},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, GlobEscape(tt.in), tt.in)
+	}
+	require.Equal(t, "kvcache:instance_inst0:cache_*", ScanPattern("inst0"))
+	require.Equal(t, `kvcache:instance_a\*\[1\]:cache_*`, ScanPattern("a*[1]"))
+}
+
+func FuzzParseBlockKey(f *testing.F) {
+	f.Add("inst0", "kvcache:instance_inst0:cache_1")
+	f.Add("inst0", "kvcache:instance_inst0:cache_-7262535415567954716")
+	f.Add("inst1", "kvcache:instance_inst10:cache_5")
+	f.Add("a", "kvcache:instance_a:cache_-0")
+	f.Add("a", "kvcache:instance_a:cache_+05")
+	f.Add("a", "kvcache:instance_a:metadata")
+	f.Fuzz(func(t *testing.T, id, key string) {
+		v, err := ParseBlockKey(id, key)
+		if err != nil {
+			require.ErrorIs(t, err, ErrBadKey)
+			return
+		}
+		// A key that parses is exactly the key BlockKey writes: canonical, one-to-one.
+		require.Equal(t, key, BlockKey(id, v))
+	})
+}
+
+func BenchmarkParseBlockKey(b *testing.B) {
+	b.ReportAllocs()
+	key := BlockKey("inst0", -7262535415567954716)
+	for b.Loop() {
+		if _, err := ParseBlockKey("inst0", key); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
