@@ -1,0 +1,497 @@
+package kvcm
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Spec is one LocationSpec: {"name":…,"uri":…}.
+type Spec struct {
+	Name string
+	URI  string
+}
+
+// Location is one value of the __uri__ object.
+type Location struct {
+	// ID is the map key (decoded JSON string).
+	ID string
+	// Raw is the exact bytes of the location's JSON value as stored (a sub-slice of the block's
+	// raw bytes; callers must not modify it).
+	Raw []byte
+	// Err is non-nil (wrapping ErrBadLocation) when the location cannot be judged. The
+	// fields below are then best effort and must not be used to decide anything.
+	Err error
+
+	InnerID  string // "id" member; "" when absent
+	Status   Status // "status"; 0 when absent
+	Type     StorageType
+	SpecSize uint64
+	Specs    []Spec
+	// CreateTimeUs is the optional "create_time" member (µs since the epoch), newer KVCMs only.
+	CreateTimeUs  int64
+	HasCreateTime bool
+}
+
+// Block is a decoded __uri__ field. Locations keep the stored member order.
+type Block struct {
+	Raw       []byte
+	Locations []Location
+
+	// doc is the immutable copy of Raw the spans index: re-encoding reads it, so a caller that
+	// (wrongly) modifies Raw cannot make kvcm-gc write bytes it never judged.
+	doc string
+	// spans[i] locates Locations[i] inside doc.
+	spans []locSpans
+}
+
+// locSpans is where one location sits in the block.
+type locSpans struct {
+	key    span // the member name token, quotes included, as stored
+	value  span // the location object
+	status span // the "status" number token; zero when absent
+	specs  span // indexes of the location's specs while decoding
+}
+
+// DecodeBlock decodes a __uri__ value. Invalid JSON, a non-object top level, a location value
+// that is not an object, a duplicated id or trailing non-space bytes give an error wrapping
+// ErrCorruptURI. An empty input is also ErrCorruptURI (callers treat a missing/empty field as
+// "block absent" before calling). Per-location problems are in Location.Err instead.
+//
+// A location is bad (Location.Err) when a known member (id, status, type, spec_size,
+// location_specs and its name/uri, create_time) has the wrong JSON type or range, when any
+// member name appears twice (names compare after decoding escapes, so "st\u0061tus" is
+// "status"), or when its inner id differs from its key. Missing members take KVCM's defaults;
+// an absent inner id is "" and so never equals a real key. Unknown members are skipped.
+func DecodeBlock(raw []byte) (*Block, error) {
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("decode __uri__: empty: %w", ErrCorruptURI)
+	}
+	b := &Block{Raw: raw, doc: string(raw)}
+	d := locationDecoder{s: jsonScanner{doc: b.doc}}
+	s := &d.s
+	s.ws()
+	if s.peek() != '{' {
+		return nil, fmt.Errorf("decode __uri__: top level is not an object: %w", ErrCorruptURI)
+	}
+	more, err := s.beginObject()
+	if more {
+		b.Locations = make([]Location, 0, 4)
+		b.spans = make([]locSpans, 0, 4)
+	}
+	for more && err == nil {
+		var k span
+		var esc bool
+		if k, esc, err = s.key(); err != nil {
+			break
+		}
+		id := unquote(b.doc, k, esc)
+		if s.peek() != '{' {
+			return nil, fmt.Errorf("decode __uri__: location %q is not an object: %w", id, ErrCorruptURI)
+		}
+		start := s.pos
+		loc := Location{ID: id}
+		var r locResult
+		if r, err = d.location(&loc); err != nil {
+			break
+		}
+		if r.bad == "" && loc.InnerID != id {
+			r.bad = fmt.Sprintf("inner id %q differs from its key", loc.InnerID)
+		}
+		if r.bad != "" {
+			loc.Err = fmt.Errorf("decode location %q: %s: %w", id, r.bad, ErrBadLocation)
+		}
+		loc.Raw = raw[start:s.pos:s.pos]
+		b.Locations = append(b.Locations, loc)
+		b.spans = append(b.spans, locSpans{key: k, value: span{start, s.pos}, status: r.status, specs: r.specs})
+		more, err = s.nextMember()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode __uri__: %v: %w", err, ErrCorruptURI)
+	}
+	s.ws()
+	if s.pos != len(b.doc) {
+		return nil, fmt.Errorf("decode __uri__: offset %d: trailing bytes after the object: %w", s.pos, ErrCorruptURI)
+	}
+	if id, dup := duplicateID(b.Locations); dup {
+		return nil, fmt.Errorf("decode __uri__: location %q appears twice: %w", id, ErrCorruptURI)
+	}
+	// Specs of all locations share one array; slice it only now that it no longer grows.
+	for i, sp := range b.spans {
+		if sp.specs.ok() {
+			b.Locations[i].Specs = d.specs[sp.specs.start:sp.specs.end:sp.specs.end]
+		}
+	}
+	return b, nil
+}
+
+// duplicateID reports a location id that appears twice (ids compare decoded). Which of the
+// two KVCM keeps depends on how it fills its map, so acting on either would be a guess.
+func duplicateID(locs []Location) (string, bool) {
+	if len(locs) <= 32 {
+		for i := range locs {
+			for j := i + 1; j < len(locs); j++ {
+				if locs[i].ID == locs[j].ID {
+					return locs[i].ID, true
+				}
+			}
+		}
+		return "", false
+	}
+	seen := make(map[string]struct{}, len(locs))
+	for i := range locs {
+		if _, dup := seen[locs[i].ID]; dup {
+			return locs[i].ID, true
+		}
+		seen[locs[i].ID] = struct{}{}
+	}
+	return "", false
+}
+
+// Find returns the location with map key id.
+func (b *Block) Find(id string) (*Location, bool) {
+	if i := b.index(id); i >= 0 {
+		return &b.Locations[i], true
+	}
+	return nil, false
+}
+
+func (b *Block) index(id string) int {
+	for i := range b.Locations {
+		if b.Locations[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// WithStatus re-encodes the block with location id's "status" value replaced by s. Every other
+// location's key and value bytes are written back unchanged; in the changed location only the
+// status number token differs (all other members, known or not, keep their bytes and order).
+// The output is compact: {"<key bytes>":<value bytes>,…} in stored order. Errors: ErrNoLocation,
+// or ErrBadLocation when the location has no top-level "status" member or is not an object.
+//
+// A location with Err set is refused too (its Err is returned): kvcm-gc never edits what it
+// could not judge.
+func (b *Block) WithStatus(id string, s Status) ([]byte, error) {
+	i := b.index(id)
+	if i < 0 {
+		return nil, fmt.Errorf("set status of location %q: %w", id, ErrNoLocation)
+	}
+	if err := b.Locations[i].Err; err != nil {
+		return nil, fmt.Errorf("set status: %w", err)
+	}
+	if i >= len(b.spans) {
+		return nil, fmt.Errorf("set status of location %q: block was not built by DecodeBlock: %w", id, ErrBadLocation)
+	}
+	if !b.spans[i].status.ok() {
+		return nil, fmt.Errorf("set status of location %q: no status member: %w", id, ErrBadLocation)
+	}
+	return b.encode(-1, i, s), nil
+}
+
+// Without re-encodes the block without location id (others byte-for-byte, stored order).
+// empty is true when no location remains (the caller then deletes the key). Error: ErrNoLocation.
+//
+// A bad location can be removed: the bytes that were judged are the caller's business.
+func (b *Block) Without(id string) (out []byte, empty bool, err error) {
+	i := b.index(id)
+	if i < 0 {
+		return nil, false, fmt.Errorf("remove location %q: %w", id, ErrNoLocation)
+	}
+	if len(b.spans) != len(b.Locations) {
+		return nil, false, fmt.Errorf("remove location %q: block was not built by DecodeBlock: %w", id, ErrBadLocation)
+	}
+	return b.encode(i, -1, 0), len(b.Locations) == 1, nil
+}
+
+// encode writes the block compactly in stored order, leaving out location skip and giving
+// location target the status st (-1: none). Whitespace between the block's members is
+// dropped; everything inside each member's key and value is copied as stored.
+func (b *Block) encode(skip, target int, st Status) []byte {
+	n := 2
+	for i, sp := range b.spans {
+		if i != skip {
+			n += sp.key.end - sp.key.start + sp.value.end - sp.value.start + 2
+		}
+	}
+	if target >= 0 {
+		n += 20 // the longest int64 decimal, "-9223372036854775808"
+	}
+	out := make([]byte, 0, n)
+	out = append(out, '{')
+	first := true
+	for i, sp := range b.spans {
+		if i == skip {
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, b.doc[sp.key.start:sp.key.end]...)
+		out = append(out, ':')
+		if i == target {
+			out = append(out, b.doc[sp.value.start:sp.status.start]...)
+			out = strconv.AppendInt(out, int64(st), 10)
+			out = append(out, b.doc[sp.status.end:sp.value.end]...)
+			continue
+		}
+		out = append(out, b.doc[sp.value.start:sp.value.end]...)
+	}
+	return append(out, '}')
+}
+
+// LocationWithStatus returns loc.Raw with its top-level "status" number token replaced by s
+// (the same edit WithStatus makes), so a deleter can recognise its own earlier CAS.
+//
+// raw must be one location object as DecodeBlock accepts it (whitespace around it is kept);
+// a location with a member problem gives ErrBadLocation, as WithStatus would refuse it. The
+// inner id cannot be checked against a key here.
+func LocationWithStatus(raw []byte, s Status) ([]byte, error) {
+	d := locationDecoder{s: jsonScanner{doc: string(raw)}}
+	d.s.ws()
+	if d.s.peek() != '{' {
+		return nil, fmt.Errorf("set status: location is not an object: %w", ErrBadLocation)
+	}
+	var loc Location
+	r, err := d.location(&loc)
+	if err != nil {
+		return nil, fmt.Errorf("set status: %v: %w", err, ErrBadLocation)
+	}
+	d.s.ws()
+	if d.s.pos != len(d.s.doc) {
+		return nil, fmt.Errorf("set status: offset %d: trailing bytes after the location: %w", d.s.pos, ErrBadLocation)
+	}
+	if r.bad != "" {
+		return nil, fmt.Errorf("set status of location %q: %s: %w", loc.InnerID, r.bad, ErrBadLocation)
+	}
+	if !r.status.ok() {
+		return nil, fmt.Errorf("set status of location %q: no status member: %w", loc.InnerID, ErrBadLocation)
+	}
+	doc := d.s.doc
+	out := make([]byte, 0, len(doc)+20)
+	out = append(out, doc[:r.status.start]...)
+	out = strconv.AppendInt(out, int64(s), 10)
+	return append(out, doc[r.status.end:]...), nil
+}
+
+// locationDecoder decodes location objects; its scratch space is reused across the
+// locations of one block.
+type locationDecoder struct {
+	s jsonScanner
+	// names and nameSet hold the member names seen in the current object.
+	names   []string
+	nameSet map[string]struct{}
+	// specs holds the specs of every location decoded so far, in order.
+	specs []Spec
+}
+
+// locResult is what location reports besides the decoded fields.
+type locResult struct {
+	status span   // the status token, zero when absent
+	specs  span   // the location's specs: indexes into locationDecoder.specs
+	bad    string // why the location cannot be judged; "" when it can
+}
+
+// setBad keeps the first reason.
+func (r *locResult) setBad(format string, args ...any) {
+	if r.bad == "" {
+		r.bad = fmt.Sprintf(format, args...)
+	}
+}
+
+// location decodes the object at s.pos into loc (all but ID, Raw and Err). err is a syntax
+// error (the whole block is corrupt); a member problem only makes the location bad.
+func (d *locationDecoder) location(loc *Location) (r locResult, err error) {
+	s := &d.s
+	d.names, d.nameSet = d.names[:0], nil
+	nspecs := len(d.specs)
+	more, err := s.beginObject()
+	for more && err == nil {
+		var k span
+		var esc bool
+		if k, esc, err = s.key(); err != nil {
+			return r, err
+		}
+		name := unquote(s.doc, k, esc)
+		if d.seen(name) {
+			r.setBad("member %q appears twice", name)
+		}
+		switch name {
+		case "id":
+			var isStr bool
+			if loc.InnerID, isStr, err = d.stringValue(); err == nil && !isStr {
+				r.setBad("member id is not a string")
+			}
+		case "status":
+			start := s.pos
+			var tok string
+			if tok, err = d.numberToken(); err != nil {
+				return r, err
+			}
+			v, ok := intToken(tok)
+			if !ok {
+				r.setBad("member status is not an int64")
+				break
+			}
+			loc.Status = Status(v)
+			r.status = span{start, s.pos}
+		case "type":
+			var v uint64
+			v, err = d.uintValue(&r, name)
+			loc.Type = StorageType(v)
+		case "spec_size":
+			loc.SpecSize, err = d.uintValue(&r, name)
+		case "create_time":
+			var tok string
+			if tok, err = d.numberToken(); err != nil {
+				return r, err
+			}
+			v, ok := intToken(tok)
+			if !ok {
+				r.setBad("member create_time is not an int64")
+			}
+			loc.CreateTimeUs, loc.HasCreateTime = v, true
+		case "location_specs":
+			err = d.locationSpecs(&r)
+		default:
+			err = s.skipValue()
+		}
+		if err != nil {
+			return r, err
+		}
+		more, err = s.nextMember()
+	}
+	r.specs = span{nspecs, len(d.specs)}
+	return r, err
+}
+
+// seen records a member name of the current object and reports whether it was already there.
+func (d *locationDecoder) seen(name string) bool {
+	if d.nameSet != nil {
+		_, dup := d.nameSet[name]
+		d.nameSet[name] = struct{}{}
+		return dup
+	}
+	for _, n := range d.names {
+		if n == name {
+			return true
+		}
+	}
+	d.names = append(d.names, name)
+	if len(d.names) > 32 { // a hostile object with many members must not cost O(n²)
+		d.nameSet = make(map[string]struct{}, 2*len(d.names))
+		for _, n := range d.names {
+			d.nameSet[n] = struct{}{}
+		}
+	}
+	return false
+}
+
+// stringValue scans the value at pos; isStr is false (and the value skipped) when it is not
+// a string.
+func (d *locationDecoder) stringValue() (v string, isStr bool, err error) {
+	s := &d.s
+	if s.peek() != '"' {
+		return "", false, s.skipValue()
+	}
+	start := s.pos
+	esc, err := s.str()
+	if err != nil {
+		return "", true, err
+	}
+	return unquote(s.doc, span{start, s.pos}, esc), true, nil
+}
+
+// numberToken scans the value at pos and returns its text when it is a number ("" and the
+// value skipped otherwise).
+func (d *locationDecoder) numberToken() (string, error) {
+	s := &d.s
+	if c := s.peek(); c != '-' && (c < '0' || c > '9') {
+		return "", s.skipValue()
+	}
+	start := s.pos
+	_, err := s.number()
+	return s.doc[start:s.pos], err
+}
+
+// uintValue scans an unsigned integer member; anything else makes the location bad.
+func (d *locationDecoder) uintValue(r *locResult, name string) (uint64, error) {
+	tok, err := d.numberToken()
+	if err != nil {
+		return 0, err
+	}
+	v, ok := uintToken(tok)
+	if !ok {
+		r.setBad("member %s is not a uint64", name)
+	}
+	return v, nil
+}
+
+// locationSpecs scans the location_specs array, appending to d.specs.
+func (d *locationDecoder) locationSpecs(r *locResult) error {
+	s := &d.s
+	if s.peek() != '[' {
+		r.setBad("member location_specs is not an array")
+		return s.skipValue()
+	}
+	more, err := s.beginArray()
+	for more && err == nil {
+		if s.peek() == '{' {
+			err = d.spec(r)
+		} else {
+			r.setBad("a location spec is not an object")
+			err = s.skipValue()
+		}
+		if err != nil {
+			return err
+		}
+		more, err = s.nextElement()
+	}
+	return err
+}
+
+// spec scans one {name, uri} object. Unknown members are tolerated; a repeated name or uri
+// makes the location bad.
+func (d *locationDecoder) spec(r *locResult) error {
+	s := &d.s
+	var sp Spec
+	var hasName, hasURI bool
+	more, err := s.beginObject()
+	for more && err == nil {
+		var k span
+		var esc bool
+		if k, esc, err = s.key(); err != nil {
+			return err
+		}
+		var isStr bool
+		switch name := unquote(s.doc, k, esc); name {
+		case "name":
+			if hasName {
+				r.setBad("spec member name appears twice")
+			}
+			hasName = true
+			if sp.Name, isStr, err = d.stringValue(); err == nil && !isStr {
+				r.setBad("spec member name is not a string")
+			}
+		case "uri":
+			if hasURI {
+				r.setBad("spec member uri appears twice")
+			}
+			hasURI = true
+			if sp.URI, isStr, err = d.stringValue(); err == nil && !isStr {
+				r.setBad("spec member uri is not a string")
+			}
+		default:
+			err = s.skipValue()
+		}
+		if err != nil {
+			return err
+		}
+		more, err = s.nextMember()
+	}
+	if err == nil {
+		d.specs = append(d.specs, sp)
+	}
+	return err
+}
