@@ -1,0 +1,3 @@
+// Package testenv starts the real servers kvcm-gc's integration tests run against, on free
+// loopback ports with their own temporary directories, and stops them when the test ends.
+package testenv
