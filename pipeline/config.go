@@ -1,0 +1,126 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+// MinOrphanWritingGrace is the smallest orphan_writing_grace accepted (DESIGN §8.2): it must
+// exceed every client's write session lifetime with a margin.
+const MinOrphanWritingGrace = time.Hour
+
+// ScannerConfig steers the scanner (DESIGN §4, §9).
+type ScannerConfig struct {
+	// ScanInterval is the least time between the end of one tick and the start of the next
+	// (no catch-up after a slow tick). Default 1s.
+	ScanInterval time.Duration
+	// RoundPause is the cooldown between the end of a round and the start of the next; it is
+	// stored in the state bucket so it survives restarts. Default 24h.
+	RoundPause time.Duration
+	// ScanBatchSize is SCAN's COUNT hint and the most delete targets one batch may produce. Default 256.
+	ScanBatchSize int
+	// MaxKeysPerSecond caps the scan rate (0: no cap beyond ScanInterval).
+	MaxKeysPerSecond float64
+	// HighWater: a tick is skipped while the prober's or the deleter's consumer has more than
+	// this many messages pending + unacknowledged. Default 100.
+	HighWater uint64
+	// LeaseRenew is how often the leader renews its lease (default a third of the lease TTL).
+	LeaseRenew time.Duration
+	// Holder identifies this replica in the lease (default host name + pid).
+	Holder string
+}
+
+// ProberConfig steers the prober (DESIGN §5).
+type ProberConfig struct {
+	// OrphanWritingGrace is the least age of a WRITING location before it is an orphan
+	// candidate. Default 24h, at least MinOrphanWritingGrace.
+	OrphanWritingGrace time.Duration
+	// ProbeChunkSize is the most URIs in one MightExist call. Default and maximum 512.
+	ProbeChunkSize int
+	// MaxTargets caps the targets of one delete request (scan_batch_size). Default 256.
+	MaxTargets int
+	// ExcludedTypes never enter the storage-missing rule.
+	ExcludedTypes []kvcm.StorageType
+	// RegistryRefresh is how long a registry snapshot (storage table) is reused. Default 30s.
+	RegistryRefresh time.Duration
+}
+
+// DeleterConfig steers the deleter (DESIGN §6).
+type DeleterConfig struct {
+	// DeleteDelay is the read lease between the CAS to DELETING and the physical delete. Default 0.
+	DeleteDelay time.Duration
+	// CASRetries is how many times a conflicting CAS/CAD re-reads and retries. Default 3.
+	CASRetries int
+	// AckWait must equal the consumer's AckWait: a delayed message is kept alive with
+	// InProgress at a third of it.
+	AckWait time.Duration
+}
+
+// Defaults.
+func DefaultScannerConfig() ScannerConfig {
+	return ScannerConfig{ScanInterval: time.Second, RoundPause: 24 * time.Hour, ScanBatchSize: 256, HighWater: 100}
+}
+
+func DefaultProberConfig() ProberConfig {
+	return ProberConfig{OrphanWritingGrace: 24 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256, RegistryRefresh: 30 * time.Second}
+}
+
+func DefaultDeleterConfig() DeleterConfig {
+	return DeleterConfig{CASRetries: 3, AckWait: 60 * time.Second}
+}
+
+// Validate names the offending key (configuration names of DESIGN §9).
+func (c ScannerConfig) Validate() error {
+	var errs []error
+	if c.ScanInterval <= 0 {
+		errs = append(errs, fmt.Errorf("scan_interval: must be > 0, got %s", c.ScanInterval))
+	}
+	if c.RoundPause < 0 {
+		errs = append(errs, fmt.Errorf("round_pause: must be >= 0, got %s", c.RoundPause))
+	}
+	if c.ScanBatchSize <= 0 {
+		errs = append(errs, fmt.Errorf("scan_batch_size: must be > 0, got %d", c.ScanBatchSize))
+	}
+	if c.MaxKeysPerSecond < 0 {
+		errs = append(errs, fmt.Errorf("max_keys_per_second: must be >= 0, got %g", c.MaxKeysPerSecond))
+	}
+	if c.HighWater == 0 {
+		errs = append(errs, errors.New("backpressure_high_water: must be > 0"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c ProberConfig) Validate() error {
+	var errs []error
+	if c.OrphanWritingGrace < MinOrphanWritingGrace {
+		errs = append(errs, fmt.Errorf("orphan_writing_grace: must be >= %s, got %s", MinOrphanWritingGrace, c.OrphanWritingGrace))
+	}
+	if c.ProbeChunkSize <= 0 || c.ProbeChunkSize > storage.MaxProbeChunk {
+		errs = append(errs, fmt.Errorf("probe_chunk_size: must be in 1..%d, got %d", storage.MaxProbeChunk, c.ProbeChunkSize))
+	}
+	if c.MaxTargets <= 0 {
+		errs = append(errs, fmt.Errorf("scan_batch_size: must be > 0, got %d", c.MaxTargets))
+	}
+	if c.RegistryRefresh <= 0 {
+		errs = append(errs, fmt.Errorf("registry_refresh: must be > 0, got %s", c.RegistryRefresh))
+	}
+	return errors.Join(errs...)
+}
+
+func (c DeleterConfig) Validate() error {
+	var errs []error
+	if c.DeleteDelay < 0 {
+		errs = append(errs, fmt.Errorf("delete_delay: must be >= 0, got %s", c.DeleteDelay))
+	}
+	if c.CASRetries < 1 {
+		errs = append(errs, fmt.Errorf("cas_retries: must be >= 1, got %d", c.CASRetries))
+	}
+	if c.AckWait <= 0 {
+		errs = append(errs, fmt.Errorf("deleter_ack_wait: must be > 0, got %s", c.AckWait))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,181 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Deleter is the deleter stage: it runs the delete protocol for every target of a request.
+// The number of requests in flight across all deleters is the consumer's MaxAckPending.
+type Deleter struct {
+	Config         DeleterConfig
+	Names          subjects.Names
+	Stores         meta.StoreResolver
+	StorageOptions storage.Options // local overrides, dry-run
+	Events         *EventLog
+	Metrics        *Metrics
+	Logger         *slog.Logger
+
+	mu       sync.Mutex
+	sets     map[string]*storage.StaticSet // by the request's storage table
+	inflight map[uint64]time.Time          // by stream sequence
+}
+
+// Handle processes one delete request message (a Handler).
+func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
+	req, err := subjects.DecodeDeleteRequest(msg.Data())
+	if err != nil {
+		return err
+	}
+	inst, err := d.Names.InstanceOf(msg.Subject())
+	if err != nil {
+		return fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
+	}
+	if inst != req.Instance || req.Cluster != d.Names.Cluster {
+		return fmt.Errorf("%w: request for instance %q of cluster %q on subject %q", subjects.ErrPoison, req.Instance, req.Cluster, msg.Subject())
+	}
+	set, err := d.storageSet(req.Storages)
+	if err != nil {
+		return fmt.Errorf("%w: storage table: %v", subjects.ErrPoison, err)
+	}
+	store, err := d.Stores.Store(req.Store)
+	if err != nil {
+		d.Metrics.opError(StageDeleter, "store")
+		return fmt.Errorf("open metadata store %q: %w", req.Store, err)
+	}
+
+	var seq uint64
+	var src subjects.Source
+	if md, err := msg.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+		src = subjects.Source{Stream: md.Stream, Seq: seq}
+	}
+	src.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
+	d.track(seq, true)
+	defer d.track(seq, false)
+
+	proto := Protocol{Config: d.Config, KeepAlive: func() { _ = msg.InProgress() }}
+	d.Metrics.DeleteTargets.Add(float64(len(req.Targets)))
+	var results []TargetResult
+	var marked []*Marked
+	var errs []error
+	for _, t := range req.Targets {
+		m, res, err := proto.Mark(ctx, store, req.Instance, t)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+			results = append(results, TargetResult{Target: t, Outcome: subjects.OutcomeError, Detail: err.Error()})
+		case m != nil:
+			marked = append(marked, m)
+		default:
+			results = append(results, res)
+		}
+	}
+	// One delete_delay per request, not per target.
+	if len(marked) > 0 {
+		if err := proto.Wait(ctx); err != nil {
+			errs = append(errs, err)
+			marked = nil // resumed from DELETING on the redelivery
+		}
+	}
+	for _, m := range marked {
+		res, err := proto.Finish(ctx, store, set, req.Instance, m)
+		if err != nil {
+			errs = append(errs, err)
+			res.Outcome, res.Detail = subjects.OutcomeError, err.Error()
+		}
+		results = append(results, res)
+	}
+
+	var fs []jetstream.PubAckFuture
+	for _, r := range results {
+		d.Metrics.DeleteResults.WithLabelValues(r.Outcome).Inc()
+		for reason, n := range r.PhysicalSkips {
+			d.Metrics.PhysicalSkips.WithLabelValues(reason).Add(float64(n))
+		}
+		if r.Outcome == subjects.OutcomeError {
+			d.Metrics.opError(StageDeleter, "delete")
+		}
+		if d.Events != nil {
+			key := r.Target.Key
+			detail := r.Detail
+			if len(r.PhysicalSkips) > 0 {
+				skips, _ := json.Marshal(r.PhysicalSkips)
+				detail = fmt.Sprintf("%s physical_skips=%s", detail, skips)
+			}
+			if r.Resumed {
+				detail += " (resumed from DELETING)"
+			}
+			fs = append(fs, d.Events.Emit(ctx, subjects.Event{Kind: subjects.EventDelete, Stage: StageDeleter, Instance: req.Instance,
+				Round: req.Round, Key: &key, Location: r.Target.Location, Reason: r.Target.Reason, Outcome: r.Outcome,
+				Detail: detail, Source: &src}))
+		}
+	}
+	if d.Events != nil {
+		if err := d.Events.Wait(ctx, fs); err != nil {
+			d.Logger.Warn("store deleter events", "instance", req.Instance, "err", err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("delete request %d of instance %q: %w", seq, req.Instance, err)
+	}
+	return nil
+}
+
+func (d *Deleter) storageSet(infos map[string]subjects.StorageInfo) (*storage.StaticSet, error) {
+	key, err := json.Marshal(infos) // map keys are sorted: a stable cache key
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s, ok := d.sets[string(key)]; ok {
+		return s, nil
+	}
+	s, err := storage.NewSet(StorageConfigs(infos), d.StorageOptions)
+	if err != nil {
+		return nil, err
+	}
+	if d.sets == nil || len(d.sets) > 1024 {
+		d.sets = map[string]*storage.StaticSet{}
+	}
+	d.sets[string(key)] = s
+	return s, nil
+}
+
+// track maintains the in-flight gauges of this process.
+func (d *Deleter) track(seq uint64, start bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inflight == nil {
+		d.inflight = map[uint64]time.Time{}
+	}
+	if start {
+		d.inflight[seq] = time.Now()
+	} else {
+		delete(d.inflight, seq)
+	}
+	d.Metrics.InflightDeletes.Set(float64(len(d.inflight)))
+	var oldest time.Time
+	for _, t := range d.inflight {
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	if oldest.IsZero() {
+		d.Metrics.InflightOldest.Set(0)
+	} else {
+		d.Metrics.InflightOldest.Set(time.Since(oldest).Seconds())
+	}
+}

@@ -1,0 +1,8 @@
+// Package pipeline holds the decisions of kvcm-gc's three stages — scanner, prober and
+// deleter (DESIGN §4–§6) — and the loops that run them on JetStream consumers. The rules are
+// plain functions over small interfaces (a metadata store, a storage set, a copy guard, a
+// publisher) so each can be tested with a table; the loops add leases, checkpoints,
+// backpressure and acknowledgement.
+//
+// Every rule fails closed: anything uncertain means keep.
+package pipeline

@@ -1,0 +1,89 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// EventLog publishes audit events to the EVENTS stream asynchronously. A stage that must not
+// acknowledge its input before its events are stored waits on what Emit returns.
+type EventLog struct {
+	JS      jetstream.JetStream
+	Names   subjects.Names
+	DryRun  bool
+	Logger  *slog.Logger
+	Metrics *Metrics
+	Now     func() time.Time
+}
+
+// Emit fills the envelope (version, cluster, time, dry-run) and publishes e with a
+// deterministic message id. It returns the publish future, or nil when the publish could
+// not even be queued (logged and counted: an audit gap never blocks deletion decisions).
+func (l *EventLog) Emit(ctx context.Context, e subjects.Event) jetstream.PubAckFuture {
+	e.V = subjects.SchemaVersion
+	e.Cluster = l.Names.Cluster
+	e.DryRun = e.DryRun || l.DryRun
+	now := time.Now
+	if l.Now != nil {
+		now = l.Now
+	}
+	if e.At == 0 {
+		e.At = now().UnixMicro()
+	}
+	data, err := subjects.Encode(e)
+	if err == nil {
+		var f jetstream.PubAckFuture
+		f, err = l.JS.PublishAsync(l.Names.EventSubject(e.Kind, e.Instance), data, jetstream.WithMsgID(subjects.EventMsgID(e)))
+		if err == nil {
+			return f
+		}
+	}
+	l.failed(e.Stage, err)
+	return nil
+}
+
+// Wait waits for the futures Emit returned; it returns the first failure.
+func (l *EventLog) Wait(ctx context.Context, fs []jetstream.PubAckFuture) error {
+	var first error
+	for _, f := range fs {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if first == nil {
+				first = fmt.Errorf("store event: %w", err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return first
+}
+
+func (l *EventLog) failed(stage string, err error) {
+	if l.Metrics != nil {
+		l.Metrics.opError(stage, "event")
+	}
+	if l.Logger != nil {
+		l.Logger.Warn("publish event", "stage", stage, "err", err)
+	}
+}
+
+// JSPublisher publishes through JetStream and waits for the server's acknowledgement.
+type JSPublisher struct{ JS jetstream.JetStream }
+
+// Publish stores data on subject with the given Nats-Msg-Id.
+func (p JSPublisher) Publish(ctx context.Context, subject string, data []byte, msgID string) error {
+	if _, err := p.JS.Publish(ctx, subject, data, jetstream.WithMsgID(msgID)); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return nil
+}

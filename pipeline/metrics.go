@@ -1,0 +1,151 @@
+package pipeline
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Closed label sets. Every value is pre-initialised so a dashboard sees zeros, not gaps.
+var (
+	candidateReasons = []string{subjects.ReasonOrphanWriting, subjects.ReasonStorageMissing}
+	deleteOutcomes   = []string{subjects.OutcomeDeleted, subjects.OutcomePartial, subjects.OutcomeNoopMismatch,
+		subjects.OutcomeNoopGone, subjects.OutcomeError, subjects.OutcomeWouldDelete}
+	stages = []string{StageScanner, StageProber, StageDeleter}
+)
+
+// Stage names (the "stage" label and Event.Stage).
+const (
+	StageScanner = "scanner"
+	StageProber  = "prober"
+	StageDeleter = "deleter"
+)
+
+// Skip reasons of the prober (the "reason" label of kvcm_gc_prober_skips_total and Event.Reason).
+const (
+	SkipCorruptURI          = "corrupt_uri"
+	SkipBadLocation         = "bad_location"
+	SkipAgeUnknown          = "age_unknown"
+	SkipGuardError          = "guard_error"
+	SkipCopyTarget          = "copy_target"
+	SkipBadSpecURI          = "bad_spec_uri"
+	SkipStorageNotFound     = "storage_not_found"
+	SkipStorageTypeMismatch = "storage_type_mismatch"
+	SkipProbeShape          = "probe_shape"
+	SkipProbeError          = "probe_error"
+	SkipExcludedType        = "excluded_type"
+	SkipNoSpec              = "no_spec"
+	SkipOverCap             = "over_target_cap"
+)
+
+var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown, SkipGuardError, SkipCopyTarget,
+	SkipBadSpecURI, SkipStorageNotFound, SkipStorageTypeMismatch, SkipProbeShape, SkipProbeError, SkipExcludedType,
+	SkipNoSpec, SkipOverCap}
+
+// Reasons a physical delete was not done (kvcm_gc_physical_delete_skips_total).
+const (
+	PhysSkipShared         = "shared"
+	PhysSkipUnsupported    = "unsupported"
+	PhysSkipDisabled       = "disabled"
+	PhysSkipUnknownStorage = "unknown_storage"
+	PhysSkipBadURI         = "bad_uri"
+	PhysSkipFailed         = "failed"
+)
+
+var physSkipReasons = []string{PhysSkipShared, PhysSkipUnsupported, PhysSkipDisabled, PhysSkipUnknownStorage,
+	PhysSkipBadURI, PhysSkipFailed}
+
+// Message results of a consumer (kvcm_gc_messages_total).
+const (
+	MsgAck  = "ack"
+	MsgNak  = "nak"
+	MsgTerm = "term"
+)
+
+// Metrics of every stage, on one injected registry (STYLE: nothing on the global registry).
+// A process registers all of them even when it runs one stage, so names stay stable.
+type Metrics struct {
+	ScanRounds        prometheus.Counter
+	ScannedKeys       prometheus.Counter
+	ScanBadKeys       prometheus.Counter
+	ScanPages         prometheus.Counter
+	PublishedBatches  prometheus.Counter
+	OversizedBlocks   prometheus.Counter
+	RoundDuration     prometheus.Gauge
+	RoundInstance     prometheus.Gauge
+	RoundInstances    prometheus.Gauge
+	RoundID           prometheus.Gauge
+	BackpressureSkips prometheus.Counter
+	LeaseHeld         prometheus.Gauge
+	LastRoundEnd      prometheus.Gauge
+
+	ProbedLocations prometheus.Counter
+	Candidates      *prometheus.CounterVec
+	ProberSkips     *prometheus.CounterVec
+	ProbeDuration   *prometheus.HistogramVec
+
+	DeleteTargets   prometheus.Counter
+	DeleteResults   *prometheus.CounterVec
+	PhysicalSkips   *prometheus.CounterVec
+	InflightDeletes prometheus.Gauge
+	InflightOldest  prometheus.Gauge
+
+	OperationErrors *prometheus.CounterVec
+	Messages        *prometheus.CounterVec
+}
+
+// NewMetrics registers kvcm-gc's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		ScanRounds:        f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_rounds_total", Help: "Completed full scan rounds."}),
+		ScannedKeys:       f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scanned_keys_total", Help: "Block keys read by the maintenance scan."}),
+		ScanBadKeys:       f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_bad_keys_total", Help: "Keys matching an instance pattern that are not canonical block keys (skipped)."}),
+		ScanPages:         f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_pages_total", Help: "SCAN pages read."}),
+		PublishedBatches:  f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_published_batches_total", Help: "Batch messages stored in the BATCHES stream."}),
+		OversizedBlocks:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_oversized_blocks_total", Help: "Blocks whose metadata exceeds the NATS max payload (not judged)."}),
+		RoundDuration:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_duration_seconds", Help: "Duration of the last completed round."}),
+		RoundInstance:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_instance_index", Help: "0-based position of the instance being scanned in the current round."}),
+		RoundInstances:    f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_instances", Help: "Instances in the current round's registry snapshot."}),
+		RoundID:           f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_id", Help: "Id of the current (or last) round."}),
+		BackpressureSkips: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_backpressure_skips_total", Help: "Scanner ticks skipped because a downstream consumer was above the high-water mark."}),
+		LeaseHeld:         f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_lease_held", Help: "1 while this scanner holds the leader lease."}),
+		LastRoundEnd:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_last_round_end_timestamp_seconds", Help: "Unix time the last round completed (0: none yet in this process)."}),
+
+		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
+		Candidates:      f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_candidates_total", Help: "Locations judged garbage, by reason."}, []string{"reason"}),
+		ProberSkips:     f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_prober_skips_total", Help: "Locations or blocks not judged (kept), by reason."}, []string{"reason"}),
+		ProbeDuration:   f.NewHistogramVec(prometheus.HistogramOpts{Name: "kvcm_gc_probe_duration_seconds", Help: "Latency of one MightExist chunk, by storage type.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"storage_type"}),
+
+		DeleteTargets:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_delete_targets_total", Help: "Targets received by the deleter."}),
+		DeleteResults:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_delete_results_total", Help: "Deleter outcomes per target."}, []string{"outcome"}),
+		PhysicalSkips:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_physical_delete_skips_total", Help: "Spec URIs whose data was not unlinked, by reason."}, []string{"reason"}),
+		InflightDeletes: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_inflight_delete_requests", Help: "Delete requests being handled by this process."}),
+		InflightOldest:  f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_inflight_delete_oldest_age_seconds", Help: "Age of the oldest delete request in flight in this process (0: none)."}),
+
+		OperationErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_operation_errors_total", Help: "Failed operations, by stage and operation."}, []string{"stage", "op"}),
+		Messages:        f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total", Help: "Consumed messages by stage and disposition (ack, nak, term)."}, []string{"stage", "result"}),
+	}
+	for _, r := range candidateReasons {
+		m.Candidates.WithLabelValues(r)
+	}
+	for _, r := range proberSkipReasons {
+		m.ProberSkips.WithLabelValues(r)
+	}
+	for _, o := range deleteOutcomes {
+		m.DeleteResults.WithLabelValues(o)
+	}
+	for _, r := range physSkipReasons {
+		m.PhysicalSkips.WithLabelValues(r)
+	}
+	for _, s := range stages {
+		for _, r := range []string{MsgAck, MsgNak, MsgTerm} {
+			m.Messages.WithLabelValues(s, r)
+		}
+	}
+	return m
+}
+
+// opError counts a failed operation.
+func (m *Metrics) opError(stage, op string) { m.OperationErrors.WithLabelValues(stage, op).Inc() }

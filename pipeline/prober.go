@@ -1,0 +1,251 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Verdict is the prober's decision on one batch.
+type Verdict struct {
+	// Targets are the delete targets, de-duplicated by (block key, location id), in batch order,
+	// at most ProberConfig.MaxTargets.
+	Targets []subjects.Target
+	// Hosts are the storage names the targets' spec URIs point at.
+	Hosts map[string]bool
+	// Judged counts the locations looked at.
+	Judged int
+	// Candidates counts targets by reason (before the cap).
+	Candidates map[string]int
+	// Skips counts what was kept because it could not be judged, by Skip* reason.
+	Skips map[string]int
+	// Notes are the notable skips (corrupt blocks, bad locations, probe failures) worth an
+	// audit event; never one per ordinary kept location.
+	Notes []Note
+}
+
+// Note is one notable skip.
+type Note struct {
+	Key      int64
+	Location string // "" for a whole block
+	Reason   string
+	Detail   string
+}
+
+func (v *Verdict) skip(reason string, n int) { v.Skips[reason] += n }
+
+func (v *Verdict) note(key int64, loc, reason, detail string) {
+	v.skip(reason, 1)
+	v.Notes = append(v.Notes, Note{Key: key, Location: loc, Reason: reason, Detail: detail})
+}
+
+// Rules are the prober's two rules (DESIGN §5) with what they consult.
+type Rules struct {
+	Config ProberConfig
+	// Storages resolves registered storages (the registry's storage table plus overrides).
+	Storages storage.Set
+	// Guard is the migration copy-target guard.
+	Guard guard.Guard
+	// ObserveProbe, when set, receives the latency of each MightExist chunk.
+	ObserveProbe func(t kvcm.StorageType, d time.Duration)
+}
+
+// Judge applies the rules to a batch at time now. It never fails on data it cannot judge:
+// that is kept and counted.
+func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdict {
+	cfg, storages, g := r.Config, r.Storages, r.Guard
+	v := Verdict{Candidates: map[string]int{}, Skips: map[string]int{}, Hosts: map[string]bool{}}
+	excluded := func(t kvcm.StorageType) bool { return slices.Contains(cfg.ExcludedTypes, t) }
+
+	type cand struct {
+		key    int64
+		loc    *kvcm.Location
+		reason string
+	}
+	var cands []cand
+	var serving []servingLoc
+
+	for i := range b.Blocks {
+		be := &b.Blocks[i]
+		if len(be.URI) == 0 {
+			continue // absent, as in KVCM
+		}
+		blk, err := kvcm.DecodeBlock(be.URI)
+		if err != nil {
+			v.note(be.Key, "", SkipCorruptURI, err.Error())
+			continue
+		}
+		for j := range blk.Locations {
+			loc := &blk.Locations[j]
+			v.Judged++
+			if loc.Err != nil {
+				v.note(be.Key, loc.ID, SkipBadLocation, loc.Err.Error())
+				continue
+			}
+			switch loc.Status {
+			case kvcm.StatusWriting:
+				if reason, ok := judgeWriting(ctx, cfg, b.Instance, be, loc, g, now, &v); ok {
+					cands = append(cands, cand{be.Key, loc, reason})
+				}
+			case kvcm.StatusServing:
+				if loc.Type == kvcm.TypeUnknown || loc.Type > kvcm.TypeVCNSHF3FS || excluded(loc.Type) {
+					v.skip(SkipExcludedType, 1)
+					continue
+				}
+				if len(loc.Specs) == 0 {
+					v.skip(SkipNoSpec, 1)
+					continue
+				}
+				serving = append(serving, servingLoc{key: be.Key, loc: loc})
+			}
+		}
+	}
+
+	for _, s := range r.probeServing(ctx, serving, storages, &v) {
+		cands = append(cands, cand{s.key, s.loc, subjects.ReasonStorageMissing})
+	}
+
+	// Keep batch order (blocks, then locations) so a replay gives the same request.
+	seen := map[string]bool{}
+	for _, c := range cands {
+		id := fmt.Sprintf("%d/%s", c.key, c.loc.ID)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		v.Candidates[c.reason]++
+		if len(v.Targets) >= cfg.MaxTargets {
+			// Left in Redis: the next round finds it again (seed §3.3).
+			v.skip(SkipOverCap, 1)
+			continue
+		}
+		v.Targets = append(v.Targets, subjects.Target{Key: c.key, Location: c.loc.ID, Reason: c.reason, Expected: subjects.RawText(c.loc.Raw)})
+		for _, spec := range c.loc.Specs {
+			if u, err := kvcm.ParseDataURI(spec.URI); err == nil {
+				v.Hosts[u.Host] = true
+			}
+		}
+	}
+	return v
+}
+
+// judgeWriting is rule 1 (orphan WRITING). Invariant 2: young, unknown-age or future WRITING
+// is never a candidate; a guard error keeps the location.
+func judgeWriting(ctx context.Context, cfg ProberConfig, instance string, be *subjects.BlockEntry, loc *kvcm.Location, g guard.Guard, now time.Time, v *Verdict) (string, bool) {
+	if loc.ID == "" {
+		v.skip(SkipBadLocation, 1)
+		return "", false
+	}
+	age, ok := kvcm.Age(loc, be.LRUTime, now)
+	if !ok {
+		v.skip(SkipAgeUnknown, 1)
+		return "", false
+	}
+	if age < cfg.OrphanWritingGrace {
+		return "", false
+	}
+	target, err := g.IsCopyTarget(ctx, instance, be.Key, loc.ID)
+	if err != nil {
+		v.note(be.Key, loc.ID, SkipGuardError, err.Error())
+		return "", false
+	}
+	if target {
+		v.skip(SkipCopyTarget, 1)
+		return "", false
+	}
+	return subjects.ReasonOrphanWriting, true
+}
+
+type servingLoc struct {
+	key int64
+	loc *kvcm.Location
+}
+
+// probeServing is rule 2 (storage-missing SERVING). A location is a candidate only when at
+// least one of its specs is definitively Missing (invariant 3); unknown or present alone never
+// is. URIs are grouped by (storage, type) and probed in chunks of at most cfg.ProbeChunkSize.
+func (r Rules) probeServing(ctx context.Context, locs []servingLoc, storages storage.Set, v *Verdict) []servingLoc {
+	cfg := r.Config
+	type ref struct {
+		loc int // index in locs
+		uri kvcm.DataURI
+	}
+	type group struct {
+		backend storage.Backend
+		refs    []ref
+	}
+	groups := map[string]*group{}
+	var order []string
+	for i, s := range locs {
+		for _, spec := range s.loc.Specs {
+			u, err := kvcm.ParseDataURI(spec.URI)
+			if err != nil {
+				v.skip(SkipBadSpecURI, 1)
+				continue
+			}
+			be, ok := storages.Lookup(u.Host)
+			if !ok {
+				v.skip(SkipStorageNotFound, 1)
+				continue
+			}
+			if be.Type() != s.loc.Type {
+				v.skip(SkipStorageTypeMismatch, 1)
+				continue
+			}
+			gk := fmt.Sprintf("%s\x00%d", u.Host, be.Type())
+			grp := groups[gk]
+			if grp == nil {
+				grp = &group{backend: be}
+				groups[gk] = grp
+				order = append(order, gk)
+			}
+			grp.refs = append(grp.refs, ref{loc: i, uri: u})
+		}
+	}
+
+	missing := make([]bool, len(locs))
+	for _, gk := range order {
+		grp := groups[gk]
+		for start := 0; start < len(grp.refs); start += cfg.ProbeChunkSize {
+			chunk := grp.refs[start:min(start+cfg.ProbeChunkSize, len(grp.refs))]
+			uris := make([]kvcm.DataURI, len(chunk))
+			for i, r := range chunk {
+				uris[i] = r.uri
+			}
+			started := time.Now()
+			res, err := grp.backend.MightExist(ctx, uris)
+			if r.ObserveProbe != nil {
+				r.ObserveProbe(grp.backend.Type(), time.Since(started))
+			}
+			if err != nil {
+				// This chunk and the rest of this storage are unknown; other storages go on.
+				v.note(locs[chunk[0].loc].key, "", SkipProbeError, fmt.Sprintf("probe %s: %v", grp.backend.Name(), err))
+				v.skip(SkipProbeError, len(grp.refs)-start-1)
+				break
+			}
+			if len(res) != len(chunk) {
+				v.note(locs[chunk[0].loc].key, "", SkipProbeShape,
+					fmt.Sprintf("probe %s: %d results for %d uris", grp.backend.Name(), len(res), len(chunk)))
+				continue
+			}
+			for i, r := range res {
+				if r == storage.Missing {
+					missing[chunk[i].loc] = true
+				}
+			}
+		}
+	}
+	var out []servingLoc
+	for i, s := range locs {
+		if missing[i] {
+			out = append(out, s)
+		}
+	}
+	return out
+}

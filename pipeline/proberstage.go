@@ -1,0 +1,164 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Prober is the prober stage: it judges batches and publishes delete requests.
+type Prober struct {
+	Config         ProberConfig
+	Names          subjects.Names
+	Registry       meta.RegistryReader // for the storage table
+	StorageOptions storage.Options     // local overrides, probe modes
+	Guard          guard.Guard
+	Publisher      Publisher
+	Events         *EventLog
+	Metrics        *Metrics
+	Logger         *slog.Logger
+	Now            func() time.Time
+
+	mu      sync.Mutex
+	set     *storage.StaticSet
+	tables  map[string]kvcm.StorageConfig
+	fetched time.Time
+}
+
+// storages returns the storage set, re-reading the registry at most every RegistryRefresh.
+func (p *Prober) storages(ctx context.Context) (*storage.StaticSet, map[string]kvcm.StorageConfig, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.set != nil && time.Since(p.fetched) < p.Config.RegistryRefresh {
+		return p.set, p.tables, nil
+	}
+	reg, err := p.Registry.ReadRegistry(ctx)
+	if err != nil {
+		if p.set != nil {
+			// Keep judging with the last table; a stale table can only make storages unknown.
+			p.Logger.Warn("refresh registry; using the previous storage table", "err", err)
+			return p.set, p.tables, nil
+		}
+		return nil, nil, fmt.Errorf("read registry: %w", err)
+	}
+	set, err := storage.NewSet(reg.Storages, p.StorageOptions)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build storage set: %w", err)
+	}
+	p.set, p.tables, p.fetched = set, reg.Storages, time.Now()
+	return set, reg.Storages, nil
+}
+
+// Handle judges one batch message (a Handler).
+func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
+	b, err := subjects.DecodeBatch(msg.Data())
+	if err != nil {
+		return err
+	}
+	// Invariant 4: the subject and the body must name the same instance and cluster.
+	inst, err := p.Names.InstanceOf(msg.Subject())
+	if err != nil {
+		return fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
+	}
+	if inst != b.Instance || b.Cluster != p.Names.Cluster {
+		return fmt.Errorf("%w: batch for instance %q of cluster %q on subject %q", subjects.ErrPoison, b.Instance, b.Cluster, msg.Subject())
+	}
+	set, tables, err := p.storages(ctx)
+	if err != nil {
+		p.Metrics.opError(StageProber, "registry")
+		return err
+	}
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	rules := Rules{Config: p.Config, Storages: set, Guard: p.Guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
+		p.Metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
+	}}
+	v := rules.Judge(ctx, b, now())
+
+	var src subjects.Source
+	if md, err := msg.Metadata(); err == nil {
+		src = subjects.Source{Stream: md.Stream, Seq: md.Sequence.Stream}
+	}
+	src.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
+	if len(v.Targets) > 0 {
+		req := subjects.DeleteRequest{
+			V: subjects.SchemaVersion, Cluster: b.Cluster, Instance: b.Instance, Group: b.Group, Store: b.Store,
+			Round: b.Round, Source: src, JudgedAt: now().UnixMicro(), Targets: v.Targets,
+			Storages: storageInfos(v.Hosts, tables),
+		}
+		data, err := subjects.Encode(req)
+		if err != nil {
+			return fmt.Errorf("encode delete request: %w", err)
+		}
+		// The batch is acknowledged only after the request is stored (DESIGN §5.3).
+		if err := p.Publisher.Publish(ctx, p.Names.DeleteSubject(b.Instance), data, subjects.DeleteMsgID(req)); err != nil {
+			p.Metrics.opError(StageProber, "publish")
+			return err
+		}
+	}
+
+	p.Metrics.ProbedLocations.Add(float64(v.Judged))
+	for r, n := range v.Candidates {
+		p.Metrics.Candidates.WithLabelValues(r).Add(float64(n))
+	}
+	for r, n := range v.Skips {
+		p.Metrics.ProberSkips.WithLabelValues(r).Add(float64(n))
+	}
+	if p.Events == nil {
+		return nil
+	}
+	var fs []jetstream.PubAckFuture
+	for _, t := range v.Targets {
+		key := t.Key
+		fs = append(fs, p.Events.Emit(ctx, subjects.Event{Kind: subjects.EventCandidate, Stage: StageProber, Instance: b.Instance,
+			Round: b.Round, Key: &key, Location: t.Location, Reason: t.Reason, Source: &src}))
+	}
+	for _, n := range v.Notes {
+		key := n.Key
+		fs = append(fs, p.Events.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: StageProber, Instance: b.Instance,
+			Round: b.Round, Key: &key, Location: n.Location, Reason: n.Reason, Detail: n.Detail, Source: &src}))
+	}
+	if err := p.Events.Wait(ctx, fs); err != nil {
+		p.Logger.Warn("store prober events", "instance", b.Instance, "err", err)
+	}
+	return nil
+}
+
+// storageInfos describes the storages the targets' specs name, for the deleter.
+func storageInfos(hosts map[string]bool, tables map[string]kvcm.StorageConfig) map[string]subjects.StorageInfo {
+	out := map[string]subjects.StorageInfo{}
+	for host := range hosts {
+		if sc, ok := tables[host]; ok {
+			out[host] = subjects.StorageInfo{Type: sc.TypeName, RootPath: sc.RootPath, Mountpoint: sc.Mountpoint,
+				RootDir: sc.RootDir, KeyCountPerFile: sc.KeyCountPerFile}
+		}
+	}
+	return out
+}
+
+// StorageConfigs turns a delete request's storage table back into registry records.
+func StorageConfigs(infos map[string]subjects.StorageInfo) map[string]kvcm.StorageConfig {
+	out := make(map[string]kvcm.StorageConfig, len(infos))
+	for name, in := range infos {
+		t, _ := kvcm.ParseStorageType(in.Type)
+		kc := in.KeyCountPerFile
+		if kc == 0 {
+			kc = 1
+		}
+		out[name] = kvcm.StorageConfig{Type: t, TypeName: in.Type, Available: true, Name: name, RootPath: in.RootPath,
+			Mountpoint: in.Mountpoint, RootDir: in.RootDir, KeyCountPerFile: kc}
+	}
+	return out
+}

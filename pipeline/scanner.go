@@ -1,0 +1,434 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// CheckpointKey is the key of the scanner's checkpoint in the state bucket.
+const CheckpointKey = "checkpoint"
+
+// Checkpoint is the scanner's durable position, written by revision after every page so a
+// new leader resumes the round instead of restarting it, and the round pause survives restarts.
+type Checkpoint struct {
+	Round   uint64 `json:"round"`
+	InRound bool   `json:"in_round"`
+	// Position in the round: the instance being scanned and the SCAN cursor to continue from.
+	Index     int    `json:"index"`
+	Instances int    `json:"instances"`
+	Group     string `json:"group"`
+	Instance  string `json:"instance"`
+	Cursor    uint64 `json:"cursor"`
+	// Progress of the current round.
+	RoundStartedUs int64  `json:"round_started_us"`
+	KeysScanned    uint64 `json:"keys_scanned"`
+	// Between rounds: when the next round may start.
+	NextRoundUs int64 `json:"next_round_us"`
+	// The last completed round.
+	LastRoundEndUs    int64  `json:"last_round_end_us,omitempty"`
+	LastRoundKeys     uint64 `json:"last_round_keys,omitempty"`
+	LastRoundDuration int64  `json:"last_round_duration_ms,omitempty"`
+	Holder            string `json:"holder,omitempty"`
+	SavedUs           int64  `json:"saved_us"`
+}
+
+// ReadCheckpoint returns the stored checkpoint (zero value and revision 0 when none).
+func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue) (Checkpoint, uint64, error) {
+	e, err := kv.Get(ctx, CheckpointKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Checkpoint{}, 0, nil
+	}
+	if err != nil {
+		return Checkpoint{}, 0, fmt.Errorf("read checkpoint: %w", err)
+	}
+	var c Checkpoint
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return Checkpoint{}, 0, fmt.Errorf("decode checkpoint: %w", err)
+	}
+	return c, e.Revision(), nil
+}
+
+// Backlog reports the downstream consumers' pending + unacknowledged messages.
+type Backlog func(ctx context.Context) (prober, deleter uint64, err error)
+
+// Publisher stores one message in a stream with a Nats-Msg-Id (synchronously: it returns once
+// the server has stored or deduplicated it).
+type Publisher interface {
+	Publish(ctx context.Context, subject string, data []byte, msgID string) error
+}
+
+// Scanner is the leader-elected scanner (DESIGN §4).
+type Scanner struct {
+	Config     ScannerConfig
+	Names      subjects.Names
+	Registry   meta.RegistryReader
+	Stores     meta.StoreResolver
+	Lease      *Lease
+	State      jetstream.KeyValue
+	Publisher  Publisher
+	Events     *EventLog
+	Backlog    Backlog
+	MaxPayload int // the server's max payload; batches are split below it
+	Metrics    *Metrics
+	Logger     *slog.Logger
+	Now        func() time.Time
+
+	ckpt     Checkpoint
+	ckptRev  uint64
+	loaded   bool
+	snapshot []meta.Instance
+	// waitPrinted avoids logging the same wait every tick.
+	lastSkip string
+}
+
+// Run ticks until ctx is done, then releases the lease.
+func (s *Scanner) Run(ctx context.Context) error {
+	if err := s.Config.Validate(); err != nil {
+		return err
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.DiscardHandler)
+	}
+	renewEvery := s.Config.LeaseRenew
+	if renewEvery <= 0 {
+		renewEvery = time.Second
+	}
+	go s.keepLease(ctx, renewEvery)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := s.Lease.Release(rctx); err != nil {
+			s.Logger.Warn("release lease", "err", err)
+		}
+		s.Metrics.LeaseHeld.Set(0)
+	}()
+
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		wait := s.Tick(ctx)
+		// No catch-up: the next tick starts at least scan_interval after this one ended.
+		timer.Reset(max(wait, s.Config.ScanInterval))
+	}
+}
+
+func (s *Scanner) keepLease(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		held, err := s.Lease.Refresh(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.Metrics.opError(StageScanner, "lease")
+			s.Logger.Warn("lease lost", "err", err)
+		}
+		if held {
+			s.Metrics.LeaseHeld.Set(1)
+		} else {
+			s.Metrics.LeaseHeld.Set(0)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Tick does at most one SCAN page. It returns the extra wait the keys-per-second cap asks for.
+// Every error path returns and is retried on a later tick: nothing spins (invariant 7).
+func (s *Scanner) Tick(ctx context.Context) time.Duration {
+	leaseRev, held := s.Lease.Held()
+	if !held {
+		s.loaded = false // a future leadership re-reads the checkpoint
+		return 0
+	}
+	if !s.loaded {
+		c, rev, err := ReadCheckpoint(ctx, s.State)
+		if err != nil {
+			s.Metrics.opError(StageScanner, "checkpoint")
+			s.Logger.Warn("read checkpoint", "err", err)
+			return 0
+		}
+		s.ckpt, s.ckptRev, s.loaded, s.snapshot = c, rev, true, nil
+		s.Logger.Info("leader", "round", c.Round, "in_round", c.InRound, "instance", c.Instance, "cursor", c.Cursor)
+	}
+	now := s.Now()
+	if !s.ckpt.InRound {
+		if now.UnixMicro() < s.ckpt.NextRoundUs {
+			return 0
+		}
+		return s.startRound(ctx, now)
+	}
+	if s.snapshot == nil && !s.resume(ctx) {
+		return 0
+	}
+	if s.Backlog != nil {
+		p, d, err := s.Backlog(ctx)
+		if err != nil {
+			s.Metrics.opError(StageScanner, "backlog")
+			s.Logger.Warn("read consumer backlog", "err", err)
+			return 0 // fail closed: no scanning without knowing the backlog
+		}
+		if p > s.Config.HighWater || d > s.Config.HighWater {
+			s.Metrics.BackpressureSkips.Inc()
+			return 0
+		}
+	}
+	if s.ckpt.Index >= len(s.snapshot) {
+		return s.endRound(ctx, now)
+	}
+	inst := s.snapshot[s.ckpt.Index]
+	store, err := s.Stores.Store(inst.Store)
+	if err != nil {
+		// A store that cannot even be opened: skip the instance this round.
+		s.Metrics.opError(StageScanner, "store")
+		s.Logger.Warn("open metadata store; instance skipped this round", "instance", inst.ID, "store", inst.Store, "err", err)
+		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: inst.ID, Round: s.ckpt.Round, Reason: "store_unavailable", Detail: err.Error()})
+		s.advance(inst, 0, 0)
+		s.save(ctx, now)
+		return 0
+	}
+	page, err := store.ScanPage(ctx, inst.ID, s.ckpt.Cursor, s.Config.ScanBatchSize)
+	if err != nil {
+		s.Metrics.opError(StageScanner, "scan")
+		s.Logger.Warn("scan page; cursor kept", "instance", inst.ID, "cursor", s.ckpt.Cursor, "err", err)
+		return 0
+	}
+	s.Metrics.ScanPages.Inc()
+	s.Metrics.ScannedKeys.Add(float64(len(page.Entries)))
+	s.Metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
+	batch := subjects.Batch{
+		V: subjects.SchemaVersion, Cluster: s.Names.Cluster, Instance: inst.ID, Group: inst.Group, Store: inst.Store,
+		Round: s.ckpt.Round, LeaseRev: leaseRev, Cursor: s.ckpt.Cursor, Next: page.Next,
+		ScannedAt: now.UnixMicro(), BadKeys: len(page.BadKeys),
+	}
+	for _, e := range page.Entries {
+		if len(e.URI) == 0 {
+			continue // absent block: nothing to judge
+		}
+		batch.Blocks = append(batch.Blocks, subjects.BlockEntry{Key: e.BlockKey, URI: subjects.RawText(e.URI), LRUTime: e.LRUTime})
+	}
+	if len(page.BadKeys) > 0 {
+		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: inst.ID, Round: s.ckpt.Round, Reason: "bad_key",
+			Detail: fmt.Sprintf("%d keys do not parse, e.g. %q", len(page.BadKeys), page.BadKeys[0])})
+	}
+	if len(batch.Blocks) > 0 {
+		if err := s.publish(ctx, batch); err != nil {
+			s.Metrics.opError(StageScanner, "publish")
+			s.Logger.Warn("publish batch; cursor kept", "instance", inst.ID, "cursor", s.ckpt.Cursor, "err", err)
+			return 0
+		}
+	}
+	// Fencing: never record progress after losing the lease.
+	if _, held := s.Lease.Held(); !held {
+		return 0
+	}
+	s.advance(inst, page.Next, uint64(len(page.Entries)))
+	if !s.save(ctx, now) {
+		return 0
+	}
+	if s.Config.MaxKeysPerSecond > 0 && len(page.Entries) > 0 {
+		return time.Duration(float64(len(page.Entries)) / s.Config.MaxKeysPerSecond * float64(time.Second))
+	}
+	return 0
+}
+
+func (s *Scanner) publish(ctx context.Context, b subjects.Batch) error {
+	maxBytes := s.MaxPayload - 4096 // headers and the subject travel too
+	if s.MaxPayload <= 0 {
+		maxBytes = 1<<20 - 4096
+	}
+	parts, oversized, err := subjects.SplitBatch(b, maxBytes)
+	if err != nil {
+		return fmt.Errorf("split batch: %w", err)
+	}
+	for _, o := range oversized {
+		s.Metrics.OversizedBlocks.Inc()
+		key := o.Key
+		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: b.Instance, Round: b.Round, Key: &key,
+			Reason: "oversized", Detail: fmt.Sprintf("__uri__ of %d bytes exceeds the max payload", len(o.URI))})
+	}
+	for _, p := range parts {
+		if len(p.Blocks) == 0 {
+			continue
+		}
+		data, err := subjects.Encode(p)
+		if err != nil {
+			return fmt.Errorf("encode batch: %w", err)
+		}
+		if err := s.Publisher.Publish(ctx, s.Names.BatchSubject(b.Instance), data, subjects.BatchMsgID(p)); err != nil {
+			return err
+		}
+		s.Metrics.PublishedBatches.Inc()
+	}
+	return nil
+}
+
+// advance moves the position after a page of inst that returned cursor next.
+func (s *Scanner) advance(inst meta.Instance, next uint64, keys uint64) {
+	s.ckpt.KeysScanned += keys
+	s.ckpt.Cursor = next
+	if next == 0 {
+		s.ckpt.Index++
+	}
+	s.setPosition()
+}
+
+func (s *Scanner) setPosition() {
+	if s.ckpt.Index < len(s.snapshot) {
+		in := s.snapshot[s.ckpt.Index]
+		s.ckpt.Group, s.ckpt.Instance = in.Group, in.ID
+	} else {
+		s.ckpt.Group, s.ckpt.Instance = "", ""
+	}
+	s.ckpt.Instances = len(s.snapshot)
+	s.Metrics.RoundInstance.Set(float64(s.ckpt.Index))
+	s.Metrics.RoundInstances.Set(float64(len(s.snapshot)))
+	s.Metrics.RoundID.Set(float64(s.ckpt.Round))
+}
+
+func (s *Scanner) startRound(ctx context.Context, now time.Time) time.Duration {
+	snap, err := s.readRegistry(ctx)
+	if err != nil {
+		return 0
+	}
+	prev := s.ckpt
+	s.snapshot = snap
+	s.ckpt.Round++
+	s.ckpt.InRound, s.ckpt.Index, s.ckpt.Cursor, s.ckpt.KeysScanned = true, 0, 0, 0
+	s.ckpt.RoundStartedUs = now.UnixMicro()
+	s.setPosition()
+	if !s.save(ctx, now) {
+		s.ckpt, s.snapshot = prev, nil
+		return 0
+	}
+	s.Logger.Info("round started", "round", s.ckpt.Round, "instances", len(snap))
+	s.event(ctx, subjects.Event{Kind: subjects.EventRound, Round: s.ckpt.Round, Outcome: "start",
+		Counts: map[string]int64{"instances": int64(len(snap))}})
+	return 0
+}
+
+// resume rebuilds the round's snapshot after a restart or a failover: the instance list is
+// read again and the checkpoint's instance located in it by (group, id); if it is gone, the
+// round goes on with the next one in order.
+func (s *Scanner) resume(ctx context.Context) bool {
+	snap, err := s.readRegistry(ctx)
+	if err != nil {
+		return false
+	}
+	s.snapshot = snap
+	c := &s.ckpt
+	i := sort.Search(len(snap), func(i int) bool {
+		return snap[i].Group > c.Group || (snap[i].Group == c.Group && snap[i].ID >= c.Instance)
+	})
+	if c.Instance == "" && c.Group == "" {
+		i = len(snap) // the round had passed its last instance
+	}
+	if i >= len(snap) || snap[i].Group != c.Group || snap[i].ID != c.Instance {
+		c.Cursor = 0 // a different instance: start it from the beginning
+	}
+	c.Index = i
+	s.setPosition()
+	s.Logger.Info("round resumed", "round", c.Round, "instance", c.Instance, "index", c.Index, "cursor", c.Cursor)
+	return true
+}
+
+func (s *Scanner) readRegistry(ctx context.Context) ([]meta.Instance, error) {
+	reg, err := s.Registry.ReadRegistry(ctx)
+	if err != nil {
+		s.Metrics.opError(StageScanner, "registry")
+		s.Logger.Warn("read registry", "err", err)
+		return nil, err
+	}
+	snap := append([]meta.Instance(nil), reg.Instances...)
+	sort.SliceStable(snap, func(i, j int) bool {
+		if snap[i].Group != snap[j].Group {
+			return snap[i].Group < snap[j].Group
+		}
+		return snap[i].ID < snap[j].ID
+	})
+	if len(reg.Skipped) > 0 {
+		s.Logger.Info("registry entries not collected", "count", len(reg.Skipped), "first", reg.Skipped[0].Instance, "reason", reg.Skipped[0].Reason)
+	}
+	return snap, nil
+}
+
+func (s *Scanner) endRound(ctx context.Context, now time.Time) time.Duration {
+	c := &s.ckpt
+	prev := *c
+	started := time.UnixMicro(c.RoundStartedUs)
+	c.InRound = false
+	c.NextRoundUs = now.Add(s.Config.RoundPause).UnixMicro()
+	c.LastRoundEndUs = now.UnixMicro()
+	c.LastRoundKeys = c.KeysScanned
+	c.LastRoundDuration = now.Sub(started).Milliseconds()
+	if !s.save(ctx, now) {
+		*c = prev
+		return 0
+	}
+	s.snapshot = nil
+	s.Metrics.ScanRounds.Inc()
+	s.Metrics.RoundDuration.Set(now.Sub(started).Seconds())
+	s.Metrics.LastRoundEnd.Set(float64(now.Unix()))
+	s.Logger.Info("round finished", "round", c.Round, "keys", c.KeysScanned, "duration", now.Sub(started))
+	s.event(ctx, subjects.Event{Kind: subjects.EventRound, Round: c.Round, Outcome: "end",
+		Counts: map[string]int64{"keys": int64(c.KeysScanned), "duration_ms": c.LastRoundDuration, "instances": int64(c.Instances)}})
+	return 0
+}
+
+// save writes the checkpoint by revision. A revision conflict means another scanner wrote it:
+// this one is no longer the leader and stops at once.
+func (s *Scanner) save(ctx context.Context, now time.Time) bool {
+	s.ckpt.Holder = s.Config.Holder
+	s.ckpt.SavedUs = now.UnixMicro()
+	val, err := json.Marshal(s.ckpt)
+	if err != nil {
+		s.Logger.Error("encode checkpoint", "err", err)
+		return false
+	}
+	var rev uint64
+	if s.ckptRev == 0 {
+		rev, err = s.State.Create(ctx, CheckpointKey, val)
+	} else {
+		rev, err = s.State.Update(ctx, CheckpointKey, val, s.ckptRev)
+	}
+	if err != nil {
+		s.Metrics.opError(StageScanner, "checkpoint")
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			s.Logger.Warn("checkpoint written by another scanner; stepping down", "err", err)
+			s.Lease.Drop()
+		} else {
+			s.Logger.Warn("save checkpoint", "err", err)
+		}
+		s.loaded = false // re-read before acting again
+		return false
+	}
+	s.ckptRev = rev
+	return true
+}
+
+func (s *Scanner) event(ctx context.Context, e subjects.Event) {
+	if s.Events == nil {
+		return
+	}
+	e.Stage = StageScanner
+	s.Events.Emit(ctx, e)
+}
