@@ -1,0 +1,247 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// fakeBackend answers probes from a table; it records every call.
+type fakeBackend struct {
+	name    string
+	typ     kvcm.StorageType
+	missing map[string]bool // path -> missing
+	unknown map[string]bool
+	err     error // returned by MightExist
+	short   bool  // return one result too few
+	calls   [][]kvcm.DataURI
+}
+
+func (f *fakeBackend) Name() string            { return f.name }
+func (f *fakeBackend) Type() kvcm.StorageType  { return f.typ }
+func (f *fakeBackend) KeyCountPerFile() uint64 { return 1 }
+func (f *fakeBackend) Delete(context.Context, kvcm.DataURI) error {
+	return errors.New("not in a prober test")
+}
+func (f *fakeBackend) MightExist(_ context.Context, uris []kvcm.DataURI) ([]storage.Result, error) {
+	f.calls = append(f.calls, uris)
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := make([]storage.Result, 0, len(uris))
+	for _, u := range uris {
+		switch {
+		case f.missing[u.Path]:
+			out = append(out, storage.Missing)
+		case f.unknown[u.Path]:
+			out = append(out, storage.Unknown)
+		default:
+			out = append(out, storage.Present)
+		}
+	}
+	if f.short {
+		out = out[:len(out)-1]
+	}
+	return out, nil
+}
+
+type fakeSet map[string]storage.Backend
+
+func (s fakeSet) Lookup(name string) (storage.Backend, bool) { b, ok := s[name]; return b, ok }
+
+type fakeGuard struct {
+	targets map[string]bool
+	err     error
+}
+
+func (g fakeGuard) IsCopyTarget(_ context.Context, inst string, key int64, loc string) (bool, error) {
+	return g.targets[fmt.Sprintf("%s/%d/%s", inst, key, loc)], g.err
+}
+
+var judgeNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func us(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
+
+func loc(id string, status, typ int, extra string, uris ...string) string {
+	specs := ""
+	for i, u := range uris {
+		if i > 0 {
+			specs += ","
+		}
+		specs += fmt.Sprintf(`{"name":"tp%d","uri":%q}`, i, u)
+	}
+	return fmt.Sprintf(`%q:{"id":%q,"status":%d,"type":%d,"spec_size":%d,"location_specs":[%s]%s}`, id, id, status, typ, len(uris), specs, extra)
+}
+
+func block(locs ...string) subjects.RawText {
+	s := "{"
+	for i, l := range locs {
+		if i > 0 {
+			s += ","
+		}
+		s += l
+	}
+	return subjects.RawText(s + "}")
+}
+
+func TestJudgeRules(t *testing.T) {
+	old := us(judgeNow.Add(-25 * time.Hour))
+	nfsURI := func(p string) string { return "file://nfs_01/data/" + p + "?size=1024" }
+	newNFS := func() *fakeBackend {
+		return &fakeBackend{name: "nfs_01", typ: kvcm.TypeFile, missing: map[string]bool{"/data/gone": true, "/data/gone2": true},
+			unknown: map[string]bool{"/data/unk": true}}
+	}
+	cases := []struct {
+		name   string
+		blocks []subjects.BlockEntry
+		set    func(nfs *fakeBackend) fakeSet
+		guard  guard.Guard
+		want   []string // "key/location/reason"
+		skips  map[string]int
+	}{
+		{name: "orphan writing past grace", blocks: []subjects.BlockEntry{{Key: -5, LRUTime: old, URI: block(loc("a", 2, 4, "", nfsURI("x")))}},
+			want: []string{"-5/a/orphan_writing"}},
+		{name: "writing exactly at grace is a candidate", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: us(judgeNow.Add(-24 * time.Hour)), URI: block(loc("a", 2, 4, ""))}},
+			want: []string{"1/a/orphan_writing"}},
+		{name: "writing just under grace kept", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: us(judgeNow.Add(-24*time.Hour + time.Second)), URI: block(loc("a", 2, 4, ""))}}},
+		{name: "lru in the future kept", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: us(judgeNow.Add(time.Hour)), URI: block(loc("a", 2, 4, ""))}},
+			skips: map[string]int{SkipAgeUnknown: 1}},
+		{name: "lru missing kept", blocks: []subjects.BlockEntry{{Key: 1, URI: block(loc("a", 2, 4, ""))}}, skips: map[string]int{SkipAgeUnknown: 1}},
+		{name: "lru garbage kept", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: "12abc", URI: block(loc("a", 2, 4, ""))}}, skips: map[string]int{SkipAgeUnknown: 1}},
+		{name: "create_time wins over an old lru: young", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old,
+			URI: block(loc("a", 2, 4, fmt.Sprintf(`,"create_time":%d`, judgeNow.Add(-time.Hour).UnixMicro())))}}},
+		{name: "create_time in the future kept", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old,
+			URI: block(loc("a", 2, 4, fmt.Sprintf(`,"create_time":%d`, judgeNow.Add(time.Hour).UnixMicro())))}}, skips: map[string]int{SkipAgeUnknown: 1}},
+		{name: "old create_time is a candidate", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: us(judgeNow),
+			URI: block(loc("a", 2, 4, fmt.Sprintf(`,"create_time":%d`, judgeNow.Add(-30*time.Hour).UnixMicro())))}}, want: []string{"1/a/orphan_writing"}},
+		{name: "copy target kept", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old, URI: block(loc("a", 2, 4, ""))}},
+			guard: fakeGuard{targets: map[string]bool{"inst1/1/a": true}}, skips: map[string]int{SkipCopyTarget: 1}},
+		{name: "guard error keeps", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old, URI: block(loc("a", 2, 4, ""))}},
+			guard: fakeGuard{err: errors.New("redis down")}, skips: map[string]int{SkipGuardError: 1}},
+		{name: "inner id differs from key", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old, URI: subjects.RawText(`{"a":{"id":"b","status":2,"type":4,"spec_size":0,"location_specs":[]}}`)}},
+			skips: map[string]int{SkipBadLocation: 1}},
+		{name: "corrupt uri", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old, URI: subjects.RawText(`{"a":{"id":"a","status":2,`)}},
+			skips: map[string]int{SkipCorruptURI: 1}},
+		{name: "deleting never judged", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old, URI: block(loc("a", 4, 4, "", nfsURI("gone")))}}},
+		{name: "serving missing", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", nfsURI("gone")))}},
+			want: []string{"7/s/storage_missing"}},
+		{name: "serving one of two specs missing", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", nfsURI("here"), nfsURI("gone")))}},
+			want: []string{"7/s/storage_missing"}},
+		{name: "serving present kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", nfsURI("here")))}}},
+		{name: "serving unknown kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", nfsURI("unk")))}}},
+		{name: "serving unknown type kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 9, "", nfsURI("gone")))}},
+			skips: map[string]int{SkipExcludedType: 1}},
+		{name: "serving without specs kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, ""))}}, skips: map[string]int{SkipNoSpec: 1}},
+		{name: "bad spec uri alone kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", "not a uri"))}},
+			skips: map[string]int{SkipBadSpecURI: 1}},
+		{name: "bad spec uri with a missing one is a candidate", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", "nope", nfsURI("gone")))}},
+			want: []string{"7/s/storage_missing"}, skips: map[string]int{SkipBadSpecURI: 1}},
+		{name: "storage not registered", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", "file://nfs_99/data/gone?size=1"))}},
+			skips: map[string]int{SkipStorageNotFound: 1}},
+		{name: "storage type mismatch", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 1, "", nfsURI("gone")))}},
+			skips: map[string]int{SkipStorageTypeMismatch: 1}},
+		{name: "probe error keeps", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", nfsURI("gone")))}},
+			set: func(nfs *fakeBackend) fakeSet { nfs.err = errors.New("eio"); return fakeSet{"nfs_01": nfs} }, skips: map[string]int{SkipProbeError: 1}},
+		{name: "probe shape mismatch keeps", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", nfsURI("gone")))}},
+			set: func(nfs *fakeBackend) fakeSet { nfs.short = true; return fakeSet{"nfs_01": nfs} }, skips: map[string]int{SkipProbeShape: 1}},
+		{name: "probe error on one storage, other storage goes on", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old,
+			URI: block(loc("s", 3, 4, "", nfsURI("gone")), loc("t", 3, 1, "", "hf3fs://h1/data/gone?size=1"))}},
+			set: func(nfs *fakeBackend) fakeSet {
+				nfs.err = errors.New("eio")
+				return fakeSet{"nfs_01": nfs, "h1": &fakeBackend{name: "h1", typ: kvcm.TypeHF3FS, missing: map[string]bool{"/data/gone": true}}}
+			}, want: []string{"7/t/storage_missing"}, skips: map[string]int{SkipProbeError: 1}},
+		{name: "duplicate block in a batch gives one target", blocks: []subjects.BlockEntry{
+			{Key: 3, LRUTime: old, URI: block(loc("a", 2, 4, ""))}, {Key: 3, LRUTime: old, URI: block(loc("a", 2, 4, ""))}},
+			want: []string{"3/a/orphan_writing"}},
+		{name: "absent block ignored", blocks: []subjects.BlockEntry{{Key: 3, LRUTime: old}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nfs := newNFS()
+			set := fakeSet{"nfs_01": nfs}
+			if tc.set != nil {
+				set = tc.set(nfs)
+			}
+			g := tc.guard
+			if g == nil {
+				g = guard.None{}
+			}
+			cfg := DefaultProberConfig()
+			v := Rules{Config: cfg, Storages: set, Guard: g}.Judge(context.Background(), subjects.Batch{Instance: "inst1", Blocks: tc.blocks}, judgeNow)
+			var got []string
+			for _, tg := range v.Targets {
+				got = append(got, fmt.Sprintf("%d/%s/%s", tg.Key, tg.Location, tg.Reason))
+			}
+			require.Equal(t, tc.want, got)
+			for r, n := range tc.skips {
+				require.Equal(t, n, v.Skips[r], "skip %s (all: %v)", r, v.Skips)
+			}
+			// The expected bytes are the location's exact JSON value.
+			for _, tg := range v.Targets {
+				for _, b := range tc.blocks {
+					if blk, err := kvcm.DecodeBlock(b.URI); err == nil && b.Key == tg.Key {
+						l, ok := blk.Find(tg.Location)
+						require.True(t, ok)
+						require.Equal(t, string(l.Raw), string(tg.Expected))
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestJudgeChunksAndCap(t *testing.T) {
+	nfs := &fakeBackend{name: "nfs_01", typ: kvcm.TypeFile, missing: map[string]bool{}}
+	var blocks []subjects.BlockEntry
+	for i := 0; i < 600; i++ {
+		p := fmt.Sprintf("/data/f%d", i)
+		if i%2 == 0 {
+			nfs.missing[p] = true
+		}
+		blocks = append(blocks, subjects.BlockEntry{Key: int64(i), LRUTime: us(judgeNow), URI: block(loc("s", 3, 4, "", "file://nfs_01"+p+"?size=1"))})
+	}
+	cfg := DefaultProberConfig()
+	cfg.MaxTargets = 100
+	v := Rules{Config: cfg, Storages: fakeSet{"nfs_01": nfs}, Guard: guard.None{}}.Judge(context.Background(), subjects.Batch{Instance: "i", Blocks: blocks}, judgeNow)
+	require.Len(t, nfs.calls, 2, "600 URIs → chunks of 512 and 88")
+	require.Len(t, nfs.calls[0], 512)
+	require.Len(t, nfs.calls[1], 88)
+	require.Len(t, v.Targets, 100)
+	require.Equal(t, 300, v.Candidates[subjects.ReasonStorageMissing])
+	require.Equal(t, 200, v.Skips[SkipOverCap])
+	require.Equal(t, int64(0), v.Targets[0].Key)
+	require.Equal(t, int64(2), v.Targets[1].Key, "targets keep batch order")
+
+	cfg.ProbeChunkSize = 7
+	nfs.calls = nil
+	Rules{Config: cfg, Storages: fakeSet{"nfs_01": nfs}, Guard: guard.None{}}.Judge(context.Background(), subjects.Batch{Instance: "i", Blocks: blocks[:20]}, judgeNow)
+	require.Len(t, nfs.calls, 3)
+	for _, c := range nfs.calls {
+		require.LessOrEqual(t, len(c), 7)
+	}
+}
+
+func TestProberConfigValidate(t *testing.T) {
+	c := DefaultProberConfig()
+	require.NoError(t, c.Validate())
+	c.OrphanWritingGrace = 59 * time.Minute
+	require.ErrorContains(t, c.Validate(), "orphan_writing_grace")
+	c = DefaultProberConfig()
+	c.ProbeChunkSize = 513
+	require.ErrorContains(t, c.Validate(), "probe_chunk_size")
+	c.ProbeChunkSize = 0
+	require.ErrorContains(t, c.Validate(), "probe_chunk_size")
+	s := DefaultScannerConfig()
+	s.ScanBatchSize = 0
+	require.ErrorContains(t, s.Validate(), "scan_batch_size")
+}
