@@ -1,0 +1,133 @@
+package kvcm
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func FuzzDecodeBlock(f *testing.F) {
+	for _, s := range []string{
+		exampleURI,
+		`{}`,
+		`{"a":{"id":"a","status":2,"create_time":1767225600000000,"future_field":{"x":[1,2]}}}`,
+		" { \"a\" : { \"status\" : 2 , \"id\" : \"a\" } } ",
+		`{"a\u0062":{"\u0069d":"ab","st\u0061tus":3,"location_specs":[{"n\u0061me":"t\"p","uri":"file://h/a\/b"}]}}`,
+		`{"a\u001Fb":{"id":"a\u001Fb","status":2,"location_specs":[{"name":"\b","uri":"x://h/\uD83D\uDE00"}]}}`,
+		`{"a":{"id":"b","status":2},"c":{"id":"c","status":-3,"type":18446744073709551615}}`,
+		`{"a":{"id":"a","status":2,"status":3}}`,
+		`{"a":{"id":"a"},"a":{"id":"a"}}`,
+		"{\"a\xff\":{\"id\":\"a\xff\",\"status\":3,\"n\":-0.5E+2,\"t\":[true,false,null]}}",
+	} {
+		f.Add([]byte(s), int64(StatusDeleting))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, newStatus int64) {
+		b, err := DecodeBlock(raw)
+		if err != nil {
+			require.ErrorIs(t, err, ErrCorruptURI)
+			require.Nil(t, b)
+			return
+		}
+		for i := range b.Locations {
+			loc := &b.Locations[i]
+			require.True(t, bytes.Contains(raw, loc.Raw))
+			if loc.Err != nil {
+				require.ErrorIs(t, loc.Err, ErrBadLocation)
+			}
+			// Without: the others survive unchanged.
+			out, empty, err := b.Without(loc.ID)
+			require.NoError(t, err)
+			require.Equal(t, len(b.Locations) == 1, empty)
+			rest, err := DecodeBlock(out)
+			require.NoError(t, err, "re-decode %q", out)
+			others := make([]Location, 0, len(b.Locations))
+			others = append(others, b.Locations[:i]...)
+			others = append(others, b.Locations[i+1:]...)
+			requireSameLocations(t, others, rest.Locations)
+
+			// WithStatus: only the target's status changes.
+			out, err = b.WithStatus(loc.ID, Status(newStatus))
+			if loc.Err != nil {
+				require.ErrorIs(t, err, ErrBadLocation)
+				continue
+			}
+			if err != nil {
+				require.ErrorIs(t, err, ErrBadLocation) // no status member
+				_, lerr := LocationWithStatus(loc.Raw, Status(newStatus))
+				require.ErrorIs(t, lerr, ErrBadLocation)
+				continue
+			}
+			nb, err := DecodeBlock(out)
+			require.NoError(t, err, "re-decode %q", out)
+			want := append([]Location(nil), b.Locations...)
+			changed := *loc
+			changed.Status = Status(newStatus)
+			changed.Raw, err = LocationWithStatus(loc.Raw, Status(newStatus))
+			require.NoError(t, err)
+			want[i] = changed
+			requireSameLocations(t, want, nb.Locations)
+		}
+	})
+}
+
+// requireSameLocations compares decoded locations, Raw byte for byte and Err by kind.
+func requireSameLocations(t *testing.T, want, got []Location) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range want {
+		w, g := want[i], got[i]
+		require.Equal(t, string(w.Raw), string(g.Raw))
+		require.Equal(t, errors.Is(w.Err, ErrBadLocation), errors.Is(g.Err, ErrBadLocation))
+		w.Raw, g.Raw, w.Err, g.Err = nil, nil, nil, nil
+		require.Equal(t, w, g)
+	}
+}
+
+func BenchmarkDecodeBlock(b *testing.B) {
+	b.ReportAllocs()
+	raw := []byte(exampleURI)
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if _, err := DecodeBlock(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkWithStatus(b *testing.B) {
+	b.ReportAllocs()
+	blk, err := DecodeBlock([]byte(exampleURI))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := blk.WithStatus("k3j9x0cd", StatusDeleting); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkWithout(b *testing.B) {
+	b.ReportAllocs()
+	blk, err := DecodeBlock([]byte(exampleURI))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, _, err := blk.Without("q0x7m2ab"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkLocationWithStatus(b *testing.B) {
+	b.ReportAllocs()
+	raw := []byte(exampleLocA)
+	for b.Loop() {
+		if _, err := LocationWithStatus(raw, StatusDeleting); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
