@@ -1,0 +1,255 @@
+// Package natsembed runs a NATS server with JetStream inside the process: the all-in-one
+// command's message bus, and the server of integration tests. It listens on TCP, so other
+// processes (the stages, the `nats` CLI) can connect to it as to any NATS deployment.
+package natsembed
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config describes an embedded server. The zero value of every field but StoreDir is usable.
+type Config struct {
+	// StoreDir is the JetStream file store directory (required). Restarting a server on the
+	// same directory keeps every stream, consumer and bucket.
+	StoreDir string
+	// Host to listen on; "" means 127.0.0.1 (loopback only).
+	Host string
+	// Port to listen on; 0 lets the system choose a free port (read it with Addr).
+	Port int
+	// ServerName, shown in server info and advisories; "" lets the server pick one.
+	ServerName string
+	// MaxPayload caps a message (headers and payload) in bytes; 0 keeps the server default
+	// of 1 MiB.
+	MaxPayload int32
+	// Accounts with their users and permissions. Empty: no authentication, every client in
+	// one account with JetStream.
+	Accounts []Account
+	// TLS, when set, makes clients connect with TLS.
+	TLS *tls.Config
+	// SyncAlways makes the file store fsync every write; by default it syncs periodically
+	// (writes still reach the OS at once and survive a kill of the process).
+	SyncAlways bool
+	// Logger receives the server's log lines; nil discards them.
+	Logger *slog.Logger
+	// ReadyTimeout bounds the wait for the server to accept connections; 0 means 10 s.
+	ReadyTimeout time.Duration
+}
+
+// Account is an isolated namespace of subjects and streams, with its users.
+type Account struct {
+	Name      string
+	JetStream bool // JetStream enabled for the account (unlimited)
+	Users     []User
+}
+
+// User is a user/password login bound to an account.
+type User struct {
+	Name     string
+	Password string
+	// Publish and Subscribe restrict the subjects the user may use; nil allows every subject.
+	Publish   *Permission
+	Subscribe *Permission
+	// AllowResponses lets the user publish to the reply subject of a request it received,
+	// whatever Publish says (what a service answering requests needs).
+	AllowResponses bool
+}
+
+// Permission lists subjects (wildcards allowed) a user may or may not use; Deny wins.
+type Permission struct {
+	Allow []string
+	Deny  []string
+}
+
+// Start starts a server and waits until it accepts connections. The caller stops it with
+// Shutdown and WaitForShutdown.
+func Start(cfg Config) (*server.Server, error) {
+	opts, err := Options(cfg)
+	if err != nil {
+		return nil, err
+	}
+	log := &logger{log: cfg.Logger}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("create nats server: %w", err)
+	}
+	debug := cfg.Logger != nil && cfg.Logger.Enabled(context.Background(), slog.LevelDebug)
+	s.SetLoggerV2(log, debug, false, false)
+	s.Start()
+
+	timeout := cfg.ReadyTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	// The server reports a failed start (a port in use, an unusable store) only through its
+	// logger's Fatalf, so wait in short steps and give up at the first fatal line.
+	deadline := time.Now().Add(timeout)
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		if err := log.fatal(); err != nil || time.Now().After(deadline) {
+			s.Shutdown()
+			s.WaitForShutdown()
+			if err == nil {
+				err = fmt.Errorf("not ready after %v", timeout)
+			}
+			return nil, fmt.Errorf("start nats server: %w", err)
+		}
+	}
+	if !s.JetStreamEnabled() {
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil, fmt.Errorf("start nats server: jetstream not enabled: %v", log.fatal())
+	}
+	return s, nil
+}
+
+// Addr returns the host:port the server listens on.
+func Addr(s *server.Server) (*net.TCPAddr, error) {
+	a, ok := s.Addr().(*net.TCPAddr)
+	if !ok {
+		return nil, errors.New("nats server has no TCP listener")
+	}
+	return a, nil
+}
+
+// Options translates cfg into server options.
+func Options(cfg Config) (*server.Options, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("nats server options: store dir is empty")
+	}
+	opts := &server.Options{}
+	if len(cfg.Accounts) > 0 {
+		// Accounts with JetStream cannot be enabled through exported Options fields; the
+		// configuration language (a superset of JSON) can.
+		conf, err := accountsConfig(cfg.Accounts)
+		if err != nil {
+			return nil, err
+		}
+		if err := opts.ProcessConfigString(conf); err != nil {
+			return nil, fmt.Errorf("nats server options: accounts: %w", err)
+		}
+	}
+	opts.ServerName = cfg.ServerName
+	opts.Host = cfg.Host
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	opts.Port = cfg.Port
+	if opts.Port == 0 {
+		opts.Port = server.RANDOM_PORT
+	}
+	opts.JetStream = true
+	opts.StoreDir = cfg.StoreDir
+	opts.SyncAlways = cfg.SyncAlways
+	opts.MaxPayload = cfg.MaxPayload
+	opts.NoSigs = true // the embedding process owns its signals
+	opts.NoLog = cfg.Logger == nil
+	opts.DisableJetStreamBanner = true
+	if cfg.TLS != nil {
+		opts.TLS = true
+		opts.TLSConfig = cfg.TLS
+		opts.TLSTimeout = 5
+	}
+	return opts, nil
+}
+
+func accountsConfig(accts []Account) (string, error) {
+	type perm struct {
+		Allow []string `json:"allow,omitempty"`
+		Deny  []string `json:"deny,omitempty"`
+	}
+	type perms struct {
+		Publish        *perm `json:"publish,omitempty"`
+		Subscribe      *perm `json:"subscribe,omitempty"`
+		AllowResponses bool  `json:"allow_responses,omitempty"`
+	}
+	type user struct {
+		User        string `json:"user"`
+		Password    string `json:"password"`
+		Permissions *perms `json:"permissions,omitempty"`
+	}
+	type account struct {
+		JetStream string `json:"jetstream"`
+		Users     []user `json:"users"`
+	}
+	conv := func(p *Permission) *perm {
+		if p == nil {
+			return nil
+		}
+		return &perm{Allow: p.Allow, Deny: p.Deny}
+	}
+	out := map[string]account{}
+	for _, a := range accts {
+		if a.Name == "" {
+			return "", errors.New("nats server options: account without a name")
+		}
+		if _, dup := out[a.Name]; dup {
+			return "", fmt.Errorf("nats server options: account %q twice", a.Name)
+		}
+		acc := account{JetStream: "disabled", Users: []user{}}
+		if a.JetStream {
+			acc.JetStream = "enabled"
+		}
+		for _, u := range a.Users {
+			uu := user{User: u.Name, Password: u.Password}
+			if u.Publish != nil || u.Subscribe != nil || u.AllowResponses {
+				uu.Permissions = &perms{Publish: conv(u.Publish), Subscribe: conv(u.Subscribe), AllowResponses: u.AllowResponses}
+			}
+			acc.Users = append(acc.Users, uu)
+		}
+		out[a.Name] = acc
+	}
+	b, err := json.Marshal(map[string]any{"accounts": out})
+	if err != nil {
+		return "", fmt.Errorf("nats server options: accounts: %w", err)
+	}
+	return string(b), nil
+}
+
+// logger adapts the server's printf logger to slog and remembers the first fatal line.
+type logger struct {
+	log *slog.Logger
+
+	mu        sync.Mutex
+	fatalText string
+}
+
+func (l *logger) fatal() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fatalText == "" {
+		return nil
+	}
+	return errors.New(l.fatalText)
+}
+
+func (l *logger) emit(level slog.Level, format string, v []any) {
+	if l.log != nil {
+		l.log.Log(context.Background(), level, "nats server", "line", fmt.Sprintf(format, v...))
+	}
+}
+
+func (l *logger) Noticef(format string, v ...any) { l.emit(slog.LevelInfo, format, v) }
+func (l *logger) Warnf(format string, v ...any)   { l.emit(slog.LevelWarn, format, v) }
+func (l *logger) Errorf(format string, v ...any)  { l.emit(slog.LevelError, format, v) }
+func (l *logger) Debugf(format string, v ...any)  { l.emit(slog.LevelDebug, format, v) }
+func (l *logger) Tracef(format string, v ...any)  { l.emit(slog.LevelDebug-4, format, v) }
+
+// Fatalf records the failure instead of exiting: the embedding process decides what a failed
+// server means.
+func (l *logger) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	if l.fatalText == "" {
+		l.fatalText = fmt.Sprintf(format, v...)
+	}
+	l.mu.Unlock()
+	l.emit(slog.LevelError, format, v)
+}

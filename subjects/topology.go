@@ -1,0 +1,186 @@
+package subjects
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Settings are the JetStream knobs of the topology (defaults from DefaultSettings).
+type Settings struct {
+	// Replicas of every stream and bucket (1 on a single server; 3 or 5 in a cluster).
+	Replicas int
+	// MaxAge bounds how long BATCHES and DELETES keep a message, acked or not: the replay
+	// horizon for debugging a decision. 0 keeps messages until MaxBytes discards them.
+	MaxAge time.Duration
+	// EventsMaxAge is MaxAge for the EVENTS audit trail, usually longer.
+	EventsMaxAge time.Duration
+	// MaxBytes caps each stream's size; the oldest messages are discarded first. -1: unlimited.
+	// It caps what is retained, not the backlog: backpressure comes from consumer info.
+	MaxBytes int64
+	// Duplicates is the Nats-Msg-Id window within which a re-published message is dropped by
+	// the server (a re-publish after a crash or failover). At most MaxAge and EventsMaxAge.
+	Duplicates time.Duration
+	// Storage of every stream and bucket; FileStorage survives a server restart.
+	Storage jetstream.StorageType
+	// ProberAckWait is how long a delivered batch may stay unacknowledged before it is
+	// redelivered to another prober; a prober working on a slow probe sends InProgress.
+	ProberAckWait time.Duration
+	// ProberMaxAckPending caps batches delivered and not yet acked across all probers.
+	ProberMaxAckPending int
+	// DeleterAckWait is the AckWait of delete requests; a deleter waiting out delete_delay
+	// sends InProgress.
+	DeleterAckWait time.Duration
+	// DeleterMaxAckPending = max_inflight_delete_requests: the global cap on delete requests in
+	// flight, whatever the number of deleter processes (DESIGN §8.7).
+	DeleterMaxAckPending int
+	// MaxDeliver bounds deliveries of one message on both consumers; the server then stops
+	// redelivering it and publishes a max-deliveries advisory (recorded as a deadletter event).
+	MaxDeliver int
+	// LeaseTTL is the LEASE bucket's TTL: a leader that does not renew within it loses the lease.
+	LeaseTTL time.Duration
+}
+
+// DefaultSettings returns the settings kvcm-gc runs with unless configured otherwise.
+func DefaultSettings() Settings {
+	return Settings{
+		Replicas:             1,
+		MaxAge:               72 * time.Hour,
+		EventsMaxAge:         7 * 24 * time.Hour,
+		MaxBytes:             -1,
+		Duplicates:           2 * time.Minute,
+		Storage:              jetstream.FileStorage,
+		ProberAckWait:        60 * time.Second,
+		ProberMaxAckPending:  64,
+		DeleterAckWait:       60 * time.Second,
+		DeleterMaxAckPending: 2,
+		MaxDeliver:           10,
+		LeaseTTL:             15 * time.Second,
+	}
+}
+
+// minWindow is the smallest MaxAge and duplicate window the server accepts.
+const minWindow = 100 * time.Millisecond
+
+// Validate checks s against what the server accepts, naming the offending setting.
+func (s Settings) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if s.Replicas < 1 || s.Replicas > 5 {
+		bad("replicas %d not in [1, 5]", s.Replicas)
+	}
+	for _, a := range []struct {
+		name string
+		v    time.Duration
+	}{{"max age", s.MaxAge}, {"events max age", s.EventsMaxAge}} {
+		if a.v != 0 && a.v < minWindow {
+			bad("%s %v must be 0 (unlimited) or at least %v", a.name, a.v, minWindow)
+		}
+		if a.v != 0 && s.Duplicates > a.v {
+			bad("duplicates window %v is longer than %s %v", s.Duplicates, a.name, a.v)
+		}
+	}
+	if s.MaxBytes != -1 && s.MaxBytes <= 0 {
+		bad("max bytes %d must be -1 (unlimited) or positive", s.MaxBytes)
+	}
+	if s.Duplicates < minWindow {
+		bad("duplicates window %v is shorter than %v", s.Duplicates, minWindow)
+	}
+	if s.Storage != jetstream.FileStorage && s.Storage != jetstream.MemoryStorage {
+		bad("unknown storage type %d", s.Storage)
+	}
+	if s.ProberAckWait <= 0 || s.DeleterAckWait <= 0 {
+		bad("ack waits must be positive (prober %v, deleter %v)", s.ProberAckWait, s.DeleterAckWait)
+	}
+	if s.ProberMaxAckPending < 1 || s.DeleterMaxAckPending < 1 {
+		bad("max ack pending must be at least 1 (prober %d, deleter %d)", s.ProberMaxAckPending, s.DeleterMaxAckPending)
+	}
+	if s.MaxDeliver < 1 {
+		bad("max deliver %d must be at least 1", s.MaxDeliver)
+	}
+	if s.LeaseTTL < minWindow {
+		bad("lease ttl %v is shorter than %v", s.LeaseTTL, minWindow)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("jetstream settings: %w", err)
+	}
+	return nil
+}
+
+// Topology is everything Ensure creates.
+type Topology struct {
+	Streams   []jetstream.StreamConfig
+	Consumers map[string]jetstream.ConsumerConfig // stream name -> durable consumer
+	Buckets   []jetstream.KeyValueConfig
+}
+
+// Topology returns the stream, consumer and bucket configs for these names and settings.
+//
+// Streams use limits retention: a message stays after it is acked, so an ordered consumer can
+// replay any stage's input to explain a decision. Work-queue retention would delete it on ack
+// and refuse a second consumer. Discard old keeps the newest messages when MaxBytes is reached.
+// AllowDirect lets a stage fetch a message by sequence (an advisory's stream_seq) from any
+// replica without going through the stream leader.
+func (n Names) Topology(s Settings) Topology {
+	stream := func(name, what, filter string, maxAge time.Duration) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:        name,
+			Description: fmt.Sprintf("kvcm-gc %s of KVCM cluster %q", what, n.Cluster),
+			Subjects:    []string{filter},
+			Retention:   jetstream.LimitsPolicy,
+			Discard:     jetstream.DiscardOld,
+			MaxAge:      maxAge,
+			MaxBytes:    s.MaxBytes,
+			MaxMsgs:     -1,
+			Duplicates:  s.Duplicates,
+			Storage:     s.Storage,
+			Replicas:    s.Replicas,
+			AllowDirect: true,
+		}
+	}
+	consumer := func(name, what, filter string, ackWait time.Duration, maxAckPending int) jetstream.ConsumerConfig {
+		return jetstream.ConsumerConfig{
+			Durable:       name,
+			Description:   fmt.Sprintf("kvcm-gc %s of KVCM cluster %q", what, n.Cluster),
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       ackWait,
+			MaxDeliver:    s.MaxDeliver,
+			MaxAckPending: maxAckPending,
+			FilterSubject: filter,
+			ReplayPolicy:  jetstream.ReplayInstantPolicy,
+		}
+	}
+	return Topology{
+		Streams: []jetstream.StreamConfig{
+			stream(n.BatchesStream(), "scan batches (scanner to prober)", n.BatchFilter(), s.MaxAge),
+			stream(n.DeletesStream(), "delete requests (prober to deleter)", n.DeleteFilter(), s.MaxAge),
+			stream(n.EventsStream(), "audit events", n.EventFilter(), s.EventsMaxAge),
+		},
+		Consumers: map[string]jetstream.ConsumerConfig{
+			n.BatchesStream(): consumer(n.ProberConsumer(), "probers judging scan batches",
+				n.BatchFilter(), s.ProberAckWait, s.ProberMaxAckPending),
+			n.DeletesStream(): consumer(n.DeleterConsumer(), "deleters executing delete requests",
+				n.DeleteFilter(), s.DeleterAckWait, s.DeleterMaxAckPending),
+		},
+		Buckets: []jetstream.KeyValueConfig{
+			{
+				Bucket:      n.StateBucket(),
+				Description: fmt.Sprintf("kvcm-gc scanner checkpoint and schedule of KVCM cluster %q", n.Cluster),
+				History:     1,
+				Storage:     s.Storage,
+				Replicas:    s.Replicas,
+			},
+			{
+				Bucket:      n.LeaseBucket(),
+				Description: fmt.Sprintf("kvcm-gc scanner leader lease of KVCM cluster %q", n.Cluster),
+				History:     1,
+				TTL:         s.LeaseTTL,
+				Storage:     s.Storage,
+				Replicas:    s.Replicas,
+			},
+		},
+	}
+}
