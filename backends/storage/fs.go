@@ -59,12 +59,14 @@ func newFSBackend(cfg kvcm.StorageConfig, name string, o Override, opts Options,
 	if b.bad != nil {
 		return b
 	}
+	// With validated path maps this cannot fail; it is checked because os.Root is opened there.
 	b.localPrefix = applyPathMap(b.pathMap, b.rootPrefix)
-	if err := checkPath(b.localPrefix); err != nil {
+	slash := strings.LastIndexByte(b.localPrefix, '/')
+	if err := checkPath(b.localPrefix[:slash+1]); err != nil {
 		b.bad = fmt.Errorf("root %q maps to %q: %w", b.rootPrefix, b.localPrefix, err)
 		return b
 	}
-	b.localDir = b.localPrefix[:strings.LastIndexByte(b.localPrefix, '/')]
+	b.localDir = b.localPrefix[:slash]
 	if b.localDir == "" {
 		b.localDir = "/"
 	}

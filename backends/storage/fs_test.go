@@ -1,0 +1,390 @@
+package storage_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage/storagetest"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+// remapBase is the URI-side directory of remapped storages. It does not exist locally: only a
+// working path map can reach the objects.
+const remapBase = "/kvcm-gc-conformance"
+
+// fsHarness builds file-system storages on a fresh temporary directory per case. rootOf
+// returns the storage config for a URI-side base directory.
+type fsHarness struct {
+	name   string
+	typ    kvcm.StorageType
+	rootOf func(base string) kvcm.StorageConfig
+}
+
+func fileRoot(suffix string) func(string) kvcm.StorageConfig {
+	return func(base string) kvcm.StorageConfig {
+		return kvcm.StorageConfig{RootPath: base + suffix}
+	}
+}
+
+func hf3fsRoot(mount, rootDir string) func(string) kvcm.StorageConfig {
+	return func(base string) kvcm.StorageConfig {
+		return kvcm.StorageConfig{Mountpoint: base + mount, RootDir: rootDir}
+	}
+}
+
+var harnesses = []fsHarness{
+	{"nfs_01", kvcm.TypeFile, fileRoot("/store/")},
+	// KVCM's own tests configure root_path without a trailing '/': data paths then extend the
+	// last name ("…/store/kv_inst_a/tp0/…").
+	{"nfs_02", kvcm.TypeFile, fileRoot("/store/kv_")},
+	{"hf3fs_01", kvcm.TypeHF3FS, hf3fsRoot("/mnt", "kvcm")},
+	{"hf3fs_02", kvcm.TypeHF3FS, hf3fsRoot("/mnt", "")},
+	{"vcns_01", kvcm.TypeVCNSHF3FS, hf3fsRoot("/mnt/", "vcns/")},
+}
+
+func TestConformance(t *testing.T) {
+	for _, h := range harnesses {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			storagetest.Run(t, h)
+		})
+	}
+}
+
+type fsFixture struct {
+	h       fsHarness
+	backend storage.Backend
+	base    string // local base directory
+	uriBase string // the same directory as URI paths name it
+	cfg     kvcm.StorageConfig
+}
+
+func (h fsHarness) NewBackend(t *testing.T, o storagetest.Options) storagetest.Fixture {
+	return h.newFixture(t, o)
+}
+
+func (h fsHarness) newFixture(t *testing.T, o storagetest.Options) *fsFixture {
+	t.Helper()
+	f := &fsFixture{h: h, base: t.TempDir()}
+	f.uriBase = f.base
+	var ov storage.Override
+	if o.Remap {
+		f.uriBase = remapBase
+		ov.PathMap = []storage.PathMap{{From: remapBase + "/", To: f.base + "/"}}
+	}
+	f.cfg = h.rootOf(f.uriBase)
+	f.cfg.Type, f.cfg.TypeName, f.cfg.Name = h.typ, h.typ.String(), h.name
+	f.cfg.KeyCountPerFile = max(o.KeyCountPerFile, 1)
+	// The storage's root directories exist, as a mounted storage's would.
+	require.NoError(t, os.MkdirAll(filepath.Dir(f.local(t, f.dataPath("x"))), 0o755))
+
+	ov.Probe = o.Probe
+	if ov.Probe == "" {
+		ov.Probe = storage.ProbeStat
+	}
+	if o.DeleteDisabled {
+		off := false
+		ov.Delete = &off
+	}
+	set, err := storage.NewSet(map[string]kvcm.StorageConfig{h.name: f.cfg}, storage.Options{
+		DryRun:    o.DryRun,
+		Overrides: map[string]storage.Override{h.name: ov},
+	})
+	require.NoError(t, err)
+	require.Empty(t, set.Unusable())
+	b, ok := set.Lookup(h.name)
+	require.True(t, ok)
+	f.backend = b
+	return f
+}
+
+// fsJoin joins like std::filesystem::path's operator/ for a relative right side.
+func fsJoin(a, b string) string {
+	if a == "" || strings.HasSuffix(a, "/") {
+		return a + b
+	}
+	return a + "/" + b
+}
+
+// dataPath is the path KVCM writes for object name.
+func (f *fsFixture) dataPath(name string) string {
+	if f.h.typ == kvcm.TypeFile {
+		return f.cfg.RootPath + name
+	}
+	base := f.cfg.Mountpoint
+	if f.cfg.RootDir != "" {
+		base = fsJoin(base, f.cfg.RootDir)
+	}
+	return fsJoin(base, name)
+}
+
+func (f *fsFixture) uri(t *testing.T, p string) kvcm.DataURI {
+	t.Helper()
+	u, err := kvcm.ParseDataURI(fmt.Sprintf("%s://%s%s?size=4096", f.h.typ, f.h.name, p))
+	require.NoError(t, err)
+	return u
+}
+
+// local maps a URI path to the local path, independently of the backend's path map.
+func (f *fsFixture) local(t *testing.T, p string) string {
+	t.Helper()
+	rest, ok := strings.CutPrefix(p, f.uriBase)
+	require.True(t, ok, "path %q outside the fixture", p)
+	return f.base + rest
+}
+
+func (f *fsFixture) Backend() storage.Backend { return f.backend }
+
+func (f *fsFixture) URIFor(name string) kvcm.DataURI {
+	u, err := kvcm.ParseDataURI(fmt.Sprintf("%s://%s%s?size=4096", f.h.typ, f.h.name, f.dataPath(name)))
+	if err != nil {
+		panic(err) // the fixture's own URIs always parse
+	}
+	return u
+}
+
+func (f *fsFixture) OutsideURI(name string) kvcm.DataURI {
+	u := f.URIFor("x")
+	u.Path = f.uriBase + "/outside/" + name
+	return u
+}
+
+func (f *fsFixture) CreateObject(t *testing.T, uri kvcm.DataURI) {
+	t.Helper()
+	p := f.local(t, uri.Path)
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte("kv"), 0o644))
+}
+
+func (f *fsFixture) RemoveObject(t *testing.T, uri kvcm.DataURI) {
+	t.Helper()
+	err := os.Remove(f.local(t, uri.Path))
+	if !os.IsNotExist(err) {
+		require.NoError(t, err)
+	}
+}
+
+func (f *fsFixture) ObjectExists(t *testing.T, uri kvcm.DataURI) bool {
+	t.Helper()
+	_, err := os.Lstat(f.local(t, uri.Path))
+	if os.IsNotExist(err) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// The cases below depend on file-system details the generic suite does not know.
+
+func TestFSUnknownAnswers(t *testing.T) {
+	ctx := context.Background()
+	for _, h := range harnesses {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			f := h.newFixture(t, storagetest.Options{})
+			b := f.Backend()
+			file := f.URIFor("inst_a/tp0/f")
+			f.CreateObject(t, file)
+
+			// ENOTDIR: a file where the layout has a directory. Not proof of absence.
+			under := f.URIFor("inst_a/tp0/f/g")
+			res, err := b.MightExist(ctx, []kvcm.DataURI{under})
+			require.NoError(t, err)
+			require.Equal(t, []storage.Result{storage.Unknown}, res)
+			require.Error(t, b.Delete(ctx, under), "ENOTDIR is not 'already absent'")
+			require.True(t, f.ObjectExists(t, file))
+
+			// A directory at a data path is present, and never removed.
+			dir := f.URIFor("inst_a/tp0/d")
+			require.NoError(t, os.MkdirAll(f.local(t, dir.Path), 0o755))
+			res, err = b.MightExist(ctx, []kvcm.DataURI{dir})
+			require.NoError(t, err)
+			require.Equal(t, []storage.Result{storage.Present}, res)
+			require.ErrorContains(t, b.Delete(ctx, dir), "is a directory")
+			require.DirExists(t, f.local(t, dir.Path))
+		})
+	}
+}
+
+// TestFSPermissionUnknown: a directory without search permission hides whether the object
+// exists, so the answer is Unknown and a delete fails. Root bypasses permission checks, so
+// the case cannot be built when the tests run as root.
+func TestFSPermissionUnknown(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("running as root: permission bits are not enforced, no EACCES to observe")
+	}
+	ctx := context.Background()
+	f := harnesses[0].newFixture(t, storagetest.Options{})
+	b := f.Backend()
+	u := f.URIFor("inst_a/tp0/f")
+	f.CreateObject(t, u)
+	dir := filepath.Dir(f.local(t, u.Path))
+	require.NoError(t, os.Chmod(dir, 0o600)) // read but no search
+	t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
+
+	res, err := b.MightExist(ctx, []kvcm.DataURI{u, f.URIFor("inst_a/tp0/absent")})
+	require.NoError(t, err)
+	require.Equal(t, []storage.Result{storage.Unknown, storage.Unknown}, res)
+	require.ErrorIs(t, b.Delete(ctx, u), os.ErrPermission)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	require.True(t, f.ObjectExists(t, u))
+}
+
+// TestFSSymlinks: a symbolic link below the root that leads out of it is never followed; a
+// symbolic link at the data path itself is the object (only the link is removed).
+func TestFSSymlinks(t *testing.T) {
+	ctx := context.Background()
+	f := harnesses[0].newFixture(t, storagetest.Options{})
+	b := f.Backend()
+	outside := f.OutsideURI("inst_x/tp0/1")
+	f.CreateObject(t, outside)
+	outsideDir := filepath.Dir(filepath.Dir(f.local(t, outside.Path))) // …/outside/inst_x
+
+	// inst_abs -> /abs/…/outside/inst_x, inst_rel -> ../outside/inst_x
+	require.NoError(t, os.Symlink(outsideDir, f.local(t, f.dataPath("inst_abs"))))
+	require.NoError(t, os.Symlink("../outside/inst_x", f.local(t, f.dataPath("inst_rel"))))
+	for _, inst := range []string{"inst_abs", "inst_rel"} {
+		u := f.URIFor(inst + "/tp0/1")
+		res, err := b.MightExist(ctx, []kvcm.DataURI{u})
+		require.NoError(t, err)
+		require.Equal(t, []storage.Result{storage.Unknown}, res, inst)
+		require.Error(t, b.Delete(ctx, u), inst)
+		require.True(t, f.ObjectExists(t, outside), inst)
+	}
+
+	link := f.URIFor("inst_a/tp0/link")
+	require.NoError(t, os.MkdirAll(filepath.Dir(f.local(t, link.Path)), 0o755))
+	require.NoError(t, os.Symlink(f.local(t, outside.Path), f.local(t, link.Path)))
+	require.NoError(t, b.Delete(ctx, link))
+	require.False(t, f.ObjectExists(t, link))
+	require.True(t, f.ObjectExists(t, outside), "unlink removes the link, not its target")
+}
+
+// TestFSRootPrefix: with KVCM's slash-less root_path, a sibling name in the same directory is
+// not the storage's, even though both live in one directory.
+func TestFSRootPrefix(t *testing.T) {
+	ctx := context.Background()
+	f := harnesses[1].newFixture(t, storagetest.Options{}) // root_path …/store/kv_
+	b := f.Backend()
+	sibling := f.URIFor("x")
+	sibling.Path = f.uriBase + "/store/other/tp0/1"
+	f.CreateObject(t, sibling)
+	rootItself := f.URIFor("")
+
+	res, err := b.MightExist(ctx, []kvcm.DataURI{sibling, rootItself})
+	require.NoError(t, err)
+	require.Equal(t, []storage.Result{storage.Unknown, storage.Unknown}, res)
+	require.ErrorIs(t, b.Delete(ctx, sibling), storage.ErrUnsafePath)
+	require.ErrorIs(t, b.Delete(ctx, rootItself), storage.ErrUnsafePath)
+	require.True(t, f.ObjectExists(t, sibling))
+}
+
+// TestFSRemap: the URI paths do not exist here; the objects are reached through the path map
+// only, and a map that sends a data path outside the root's local path is refused.
+func TestFSRemap(t *testing.T) {
+	ctx := context.Background()
+	f := harnesses[0].newFixture(t, storagetest.Options{Remap: true})
+	u := f.URIFor("inst_a/tp0/1")
+	f.CreateObject(t, u)
+	_, err := os.Lstat(u.Path)
+	require.ErrorIs(t, err, os.ErrNotExist, "the raw URI path must not exist locally")
+	res, err := f.Backend().MightExist(ctx, []kvcm.DataURI{u})
+	require.NoError(t, err)
+	require.Equal(t, []storage.Result{storage.Present}, res)
+
+	// A more specific first entry sends inst_b elsewhere than the root's local path.
+	elsewhere := t.TempDir()
+	cfg := f.cfg
+	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{
+		DefaultProbe: storage.ProbeStat,
+		Overrides: map[string]storage.Override{cfg.Name: {PathMap: []storage.PathMap{
+			{From: remapBase + "/store/inst_b/", To: elsewhere + "/"},
+			{From: remapBase + "/", To: f.base + "/"},
+		}}},
+	})
+	require.NoError(t, err)
+	b, _ := set.Lookup(cfg.Name)
+	ub := f.URIFor("inst_b/tp0/1")
+	require.NoError(t, os.MkdirAll(filepath.Join(elsewhere, "tp0"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(elsewhere, "tp0", "1"), nil, 0o644))
+	res, err = b.MightExist(ctx, []kvcm.DataURI{ub, u})
+	require.NoError(t, err)
+	require.Equal(t, []storage.Result{storage.Unknown, storage.Present}, res)
+	require.ErrorIs(t, b.Delete(ctx, ub), storage.ErrUnsafePath)
+	require.FileExists(t, filepath.Join(elsewhere, "tp0", "1"))
+}
+
+// TestFSRawRootCheck: the root check is made on the raw URI path, before remapping, so a path
+// map that folds another directory onto the storage's local root cannot widen what the
+// backend touches.
+func TestFSRawRootCheck(t *testing.T) {
+	ctx := context.Background()
+	f := harnesses[0].newFixture(t, storagetest.Options{Remap: true})
+	set, err := storage.NewSet(map[string]kvcm.StorageConfig{f.cfg.Name: f.cfg}, storage.Options{
+		DefaultProbe: storage.ProbeStat,
+		Overrides: map[string]storage.Override{f.cfg.Name: {PathMap: []storage.PathMap{
+			{From: remapBase + "/outside/", To: f.base + "/store/"},
+			{From: remapBase + "/", To: f.base + "/"},
+		}}},
+	})
+	require.NoError(t, err)
+	b, _ := set.Lookup(f.cfg.Name)
+	outside := f.OutsideURI("inst_a/tp0/1") // raw path outside the root…
+	inRoot := f.URIFor("inst_a/tp0/1")      // …mapped onto this object's local path
+	f.CreateObject(t, inRoot)
+	res, err := b.MightExist(ctx, []kvcm.DataURI{outside, inRoot})
+	require.NoError(t, err)
+	require.Equal(t, []storage.Result{storage.Unknown, storage.Present}, res)
+	require.ErrorIs(t, b.Delete(ctx, outside), storage.ErrUnsafePath)
+	require.True(t, f.ObjectExists(t, inRoot))
+}
+
+// TestFSMissingRoot: a storage root that is not there (an absent mount) makes the whole probe
+// fail instead of answering Missing for everything, and a delete is an error, not "absent".
+func TestFSMissingRoot(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	cfg := kvcm.StorageConfig{Type: kvcm.TypeHF3FS, Name: "hf3fs_01", Mountpoint: base + "/absent", RootDir: "kvcm"}
+	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{DefaultProbe: storage.ProbeStat})
+	require.NoError(t, err)
+	b, _ := set.Lookup(cfg.Name)
+	u, err := kvcm.ParseDataURI("hf3fs://hf3fs_01" + base + "/absent/kvcm/inst/tp0/1?size=1")
+	require.NoError(t, err)
+	_, err = b.MightExist(ctx, []kvcm.DataURI{u})
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.ErrorIs(t, b.Delete(ctx, u), os.ErrNotExist)
+}
+
+// BenchmarkStatProbe probes a full chunk of which half the objects exist.
+func BenchmarkStatProbe(b *testing.B) {
+	base := b.TempDir()
+	cfg := kvcm.StorageConfig{Type: kvcm.TypeFile, Name: "nfs_01", RootPath: base + "/", KeyCountPerFile: 1}
+	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{DefaultProbe: storage.ProbeStat})
+	require.NoError(b, err)
+	backend, _ := set.Lookup(cfg.Name)
+	uris := make([]kvcm.DataURI, storage.MaxProbeChunk)
+	for i := range uris {
+		p := fmt.Sprintf("%sinst_a/tp%d/%x", cfg.RootPath, i%4, uint64(i)*0x9e3779b97f4a7c15)
+		uris[i], err = kvcm.ParseDataURI("file://nfs_01" + p + "?size=4096")
+		require.NoError(b, err)
+		if i%2 == 0 {
+			require.NoError(b, os.MkdirAll(filepath.Dir(p), 0o755))
+			require.NoError(b, os.WriteFile(p, nil, 0o644))
+		}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := backend.MightExist(ctx, uris)
+		if err != nil || res[0] != storage.Present || res[1] != storage.Missing {
+			b.Fatalf("probe: %v %v", res[:2], err)
+		}
+	}
+}
