@@ -60,8 +60,9 @@ type locSpans struct {
 // A location is bad (Location.Err) when a known member (id, status, type, spec_size,
 // location_specs and its name/uri, create_time) has the wrong JSON type or range, when any
 // member name appears twice (names compare after decoding escapes, so "st\u0061tus" is
-// "status"), or when its inner id differs from its key. Missing members take KVCM's defaults;
-// an absent inner id is "" and so never equals a real key. Unknown members are skipped.
+// "status"), or when its inner id differs from its key. Missing members take KVCM's defaults,
+// except the inner id: without one the location is bad even under the key "" (KVCM always
+// writes it). Unknown members are skipped.
 func DecodeBlock(raw []byte) (*Block, error) {
 	if len(raw) == 0 {
 		return nil, fmt.Errorf("decode __uri__: empty: %w", ErrCorruptURI)
@@ -93,6 +94,9 @@ func DecodeBlock(raw []byte) (*Block, error) {
 		var r locResult
 		if r, err = d.location(&loc); err != nil {
 			break
+		}
+		if !r.hasID {
+			r.setBad("no id member")
 		}
 		if r.bad == "" && loc.InnerID != id {
 			r.bad = fmt.Sprintf("inner id %q differs from its key", loc.InnerID)
@@ -291,6 +295,7 @@ type locResult struct {
 	status span   // the status token, zero when absent
 	specs  span   // the location's specs: indexes into locationDecoder.specs
 	bad    string // why the location cannot be judged; "" when it can
+	hasID  bool   // an "id" member was present
 }
 
 // setBad keeps the first reason.
@@ -304,6 +309,9 @@ func (r *locResult) setBad(format string, args ...any) {
 // error (the whole block is corrupt); a member problem only makes the location bad.
 func (d *locationDecoder) location(loc *Location) (r locResult, err error) {
 	s := &d.s
+	if d.names == nil {
+		d.names = make([]string, 0, 8) // KVCM writes 5 members
+	}
 	d.names, d.nameSet = d.names[:0], nil
 	nspecs := len(d.specs)
 	more, err := s.beginObject()
@@ -319,6 +327,7 @@ func (d *locationDecoder) location(loc *Location) (r locResult, err error) {
 		}
 		switch name {
 		case "id":
+			r.hasID = true
 			var isStr bool
 			if loc.InnerID, isStr, err = d.stringValue(); err == nil && !isStr {
 				r.setBad("member id is not a string")
@@ -491,6 +500,9 @@ func (d *locationDecoder) spec(r *locResult) error {
 		more, err = s.nextMember()
 	}
 	if err == nil {
+		if d.specs == nil {
+			d.specs = make([]Spec, 0, 4)
+		}
 		d.specs = append(d.specs, sp)
 	}
 	return err

@@ -96,10 +96,16 @@ func TestDecodeBlockLocations(t *testing.T) {
 			bad: []bool{false},
 		},
 		{
-			name: "missing members take defaults; absent id is bad",
-			in:   `{"":{"status":3},"x":{}}`,
-			want: []Location{{ID: "", Status: StatusServing}, {ID: "x"}},
-			bad:  []bool{false, true},
+			name: "missing members take defaults; absent id is bad, even under the empty key",
+			in:   `{"":{"status":3},"x":{"id":"x"},"y":{}}`,
+			want: []Location{{ID: "", Status: StatusServing}, {ID: "x", InnerID: "x"}, {ID: "y"}},
+			bad:  []bool{true, false, true},
+		},
+		{
+			name: "empty key with empty id",
+			in:   `{"":{"id":"","status":3}}`,
+			want: []Location{{ID: "", Status: StatusServing}},
+			bad:  []bool{false},
 		},
 		{
 			name: "escaped keys and members compare decoded",
