@@ -1,0 +1,264 @@
+package redismeta_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+// The scanner's least privilege: what a read-only ACL user for kvcm-gc's scan needs.
+var scannerRules = []string{"~*", "+scan", "+hmget", "+hget", "+ping"}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// harness runs the conformance suite against srv, with stores built by conn from the
+// server's address (the admin client writes the fixtures).
+func harness(srv *testenv.Redis, conn func(t *testing.T) redismeta.ConnOptions, readOnly func(t *testing.T) redismeta.ConnOptions) metatest.Harness {
+	open := func(t *testing.T, c redismeta.ConnOptions, o redismeta.StoreOptions) meta.Store {
+		st, err := redismeta.OpenStore(testCtx(t), c, o)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, st.Close()) })
+		return st
+	}
+	h := metatest.Harness{
+		NewStore: func(t *testing.T, o metatest.Options) meta.Store {
+			require.NoError(t, srv.Client().FlushAll(testCtx(t)).Err())
+			return open(t, conn(t), redismeta.StoreOptions{DryRun: o.DryRun})
+		},
+		HSet: func(t *testing.T, key string, kv ...string) {
+			args := make([]any, len(kv))
+			for i, v := range kv {
+				args[i] = v
+			}
+			require.NoError(t, srv.Client().HSet(testCtx(t), key, args...).Err())
+		},
+		SetString: func(t *testing.T, key, value string) {
+			require.NoError(t, srv.Client().Set(testCtx(t), key, value, 0).Err())
+		},
+		HGetAll: func(t *testing.T, key string) map[string]string {
+			m, err := srv.Client().HGetAll(testCtx(t), key).Result()
+			require.NoError(t, err)
+			if len(m) == 0 {
+				return nil
+			}
+			return m
+		},
+		Keys: func(t *testing.T) []string {
+			keys, err := srv.Client().Keys(testCtx(t), "*").Result()
+			require.NoError(t, err)
+			return keys
+		},
+		CommandCalls: func(t *testing.T) map[string]int64 { return srv.CommandStats(t) },
+	}
+	if readOnly != nil {
+		h.ReadOnlyStore = func(t *testing.T) meta.Store { return open(t, readOnly(t), redismeta.StoreOptions{}) }
+	}
+	return h
+}
+
+func TestConformance(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	srv.AddUser(t, "scanner", "scan-pw", scannerRules...)
+	metatest.Run(t, harness(srv,
+		func(t *testing.T) redismeta.ConnOptions {
+			c, err := redismeta.ParseURI(srv.URI())
+			require.NoError(t, err)
+			return c
+		},
+		func(t *testing.T) redismeta.ConnOptions {
+			return redismeta.ConnOptions{Addr: srv.Addr(), Username: "scanner", Password: "scan-pw"}
+		}))
+}
+
+// TestConformanceKVCMAuth runs the whole suite through KVCM-style authentication: the
+// default user's password is "gc-user:gc-pw", and the store connects with the URI
+// redis://gc-user:gc-pw@host:port as KVCM would.
+func TestConformanceKVCMAuth(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	srv.AddUser(t, "scanner", "scan-pw", scannerRules...)
+	srv.RequirePass(t, "gc-user:gc-pw")
+	metatest.Run(t, harness(srv,
+		func(t *testing.T) redismeta.ConnOptions {
+			c, err := redismeta.ParseURI("redis://gc-user:gc-pw@" + srv.Addr() + "/?timeout_ms=3000")
+			require.NoError(t, err)
+			return c
+		},
+		func(t *testing.T) redismeta.ConnOptions {
+			return redismeta.ConnOptions{Addr: srv.Addr(), Username: "scanner", Password: "scan-pw"}
+		}))
+}
+
+func newStore(t *testing.T, srv *testenv.Redis, o redismeta.StoreOptions) *redismeta.Store {
+	t.Helper()
+	c, err := redismeta.ParseURI(srv.URI())
+	require.NoError(t, err)
+	st, err := redismeta.OpenStore(testCtx(t), c, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	return st
+}
+
+func TestScanPageArguments(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	st := newStore(t, srv, redismeta.StoreOptions{})
+	for _, count := range []int{0, -1} {
+		_, err := st.ScanPage(testCtx(t), "inst1", 0, count)
+		require.Error(t, err)
+	}
+}
+
+// TestScanErrorKeepsCursor: a SCAN the server refuses returns an error and no page; the same
+// cursor completes the keyspace once SCAN works again. (The failure is an ACL change rather
+// than a restart: a restarted server rebuilds its hash table, and SCAN's guarantee does not
+// span that.) A server that is down is an error too, and a new round from cursor 0 works
+// after it is back.
+func TestScanErrorKeepsCursor(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	srv.AddUser(t, "scanner", "scan-pw", scannerRules...)
+	ctx := testCtx(t)
+	for i := range 50 {
+		require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", int64(i)), "__uri__", `{}`, "__lru_time__", "1").Err())
+	}
+	st, err := redismeta.OpenStore(ctx, redismeta.ConnOptions{Addr: srv.Addr(), Username: "scanner", Password: "scan-pw"}, redismeta.StoreOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+
+	p, err := st.ScanPage(ctx, "i", 0, 5)
+	require.NoError(t, err)
+	require.NotZero(t, p.Next)
+	cursor := p.Next
+	seen := make(map[string]bool)
+	for _, e := range p.Entries {
+		seen[e.Key] = true
+	}
+
+	srv.AddUser(t, "scanner", "scan-pw", "~*", "+hmget", "+hget", "+ping") // no +scan
+	_, err = st.ScanPage(ctx, "i", cursor, 5)
+	require.ErrorContains(t, err, `scan instance "i"`)
+	require.ErrorContains(t, err, "NOPERM")
+
+	srv.AddUser(t, "scanner", "scan-pw", scannerRules...)
+	for cursor != 0 {
+		p, err := st.ScanPage(ctx, "i", cursor, 5)
+		require.NoError(t, err)
+		for _, e := range p.Entries {
+			seen[e.Key] = true
+		}
+		cursor = p.Next
+	}
+	require.Len(t, seen, 50, "the resumed scan completes the keyspace")
+
+	srv.Stop()
+	_, err = st.ScanPage(ctx, "i", 0, 5)
+	require.ErrorContains(t, err, `scan instance "i"`)
+	srv.Restart(t)
+	clear(seen)
+	for cursor = 0; ; {
+		p, err := st.ScanPage(ctx, "i", cursor, 5)
+		require.NoError(t, err)
+		for _, e := range p.Entries {
+			seen[e.Key] = true
+		}
+		if cursor = p.Next; cursor == 0 {
+			break
+		}
+	}
+	require.Empty(t, seen, "without persistence the restarted server is empty")
+}
+
+// TestScanPerKeyError: a key whose HMGET the server refuses goes to BadKeys and the rest of
+// the page is read normally.
+func TestScanPerKeyError(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", `{"a":{}}`).Err())
+	require.NoError(t, srv.Client().RPush(ctx, kvcm.BlockKey("i", 2), "x").Err())
+	require.NoError(t, srv.Client().SAdd(ctx, kvcm.BlockKey("i", 3), "x").Err())
+	st := newStore(t, srv, redismeta.StoreOptions{})
+	p, err := st.ScanPage(ctx, "i", 0, 100)
+	require.NoError(t, err)
+	require.Zero(t, p.Next)
+	require.Equal(t, []meta.Entry{{Key: kvcm.BlockKey("i", 1), BlockKey: 1, URI: []byte(`{"a":{}}`)}}, p.Entries)
+	require.ElementsMatch(t, []string{kvcm.BlockKey("i", 2), kvcm.BlockKey("i", 3)}, p.BadKeys)
+}
+
+// TestCASAfterScriptCacheLoss: after a server restart (or SCRIPT FLUSH) the scripts loaded at
+// construction are gone; EVALSHA's NOSCRIPT falls back to EVAL.
+func TestCASAfterScriptCacheLoss(t *testing.T) {
+	srv := testenv.StartRedis(t, testenv.WithRedisPersistence())
+	ctx := testCtx(t)
+	key := kvcm.BlockKey("i", 7)
+	require.NoError(t, srv.Client().HSet(ctx, key, "__uri__", "v0", "__lru_time__", "5").Err())
+	st := newStore(t, srv, redismeta.StoreOptions{})
+	require.NoError(t, st.CAS(ctx, "i", 7, []byte("v0"), []byte("v1")))
+
+	srv.Restart(t)
+	require.NoError(t, st.CAS(ctx, "i", 7, []byte("v1"), []byte("v2")))
+	require.NoError(t, srv.Client().ScriptFlush(ctx).Err())
+	require.NoError(t, st.CAD(ctx, "i", 7, []byte("v2"), []byte("v3")))
+	require.Equal(t, map[string]string{"__uri__": "v3", "__lru_time__": "5"}, srv.Client().HGetAll(ctx, key).Val())
+
+	// Data written before a SIGKILL survives too (appendfsync always).
+	srv.Kill()
+	srv.Restart(t)
+	require.NoError(t, st.CAD(ctx, "i", 7, []byte("v3"), nil))
+	require.Zero(t, srv.Client().Exists(ctx, key).Val())
+}
+
+func TestConditionalWriteArguments(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	key := kvcm.BlockKey("i", 1)
+	require.NoError(t, srv.Client().HSet(ctx, key, "__uri__", "", "__lru_time__", "5").Err())
+	st := newStore(t, srv, redismeta.StoreOptions{})
+	tests := []struct {
+		name     string
+		op       func(context.Context, string, int64, []byte, []byte) error
+		expected []byte
+		next     []byte
+	}{
+		{"cas empty expected matches no empty field", st.CAS, nil, []byte("x")},
+		{"cad empty expected", st.CAD, []byte{}, nil},
+		{"cas empty next", st.CAS, []byte("x"), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.op(ctx, "i", 1, tc.expected, tc.next)
+			require.Error(t, err)
+			require.False(t, errors.Is(err, meta.ErrConflict))
+			require.Equal(t, map[string]string{"__uri__": "", "__lru_time__": "5"}, srv.Client().HGetAll(ctx, key).Val())
+		})
+	}
+}
+
+// TestStoreWrongType: a conditional write on a key that is not a hash is an error, not a
+// conflict, and changes nothing.
+func TestStoreWrongType(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	key := kvcm.BlockKey("i", 1)
+	require.NoError(t, srv.Client().Set(ctx, key, "s", 0).Err())
+	st := newStore(t, srv, redismeta.StoreOptions{})
+	err := st.CAS(ctx, "i", 1, []byte("s"), []byte("x"))
+	require.Error(t, err)
+	require.False(t, errors.Is(err, meta.ErrConflict))
+	_, _, err = st.GetURI(ctx, "i", 1)
+	require.Error(t, err)
+	require.Equal(t, "s", srv.Client().Get(ctx, key).Val())
+}
+
+var _ redis.UniversalClient = (*redis.Client)(nil)
