@@ -133,6 +133,13 @@ func TestDecodeBlockLocations(t *testing.T) {
 			bad:  []bool{false},
 		},
 		{
+			name: "numeric and negative ids",
+			in:   `{"-7262535415567954716":{"id":"-7262535415567954716","status":3},"0":{"id":"0","status":2}}`,
+			want: []Location{{ID: "-7262535415567954716", InnerID: "-7262535415567954716", Status: StatusServing},
+				{ID: "0", InnerID: "0", Status: StatusWriting}},
+			bad: []bool{false, false},
+		},
+		{
 			name: "id mismatch is bad, neighbour fine",
 			in:   `{"a":{"id":"b","status":2},"c":{"id":"c","status":2}}`,
 			want: []Location{{ID: "a", InnerID: "b", Status: StatusWriting}, {ID: "c", InnerID: "c", Status: StatusWriting}},

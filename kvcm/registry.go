@@ -53,7 +53,7 @@ func DecodeStorageConfig(raw []byte) (StorageConfig, error) {
 	}
 	c.Type, _ = ParseStorageType(j.Type)
 	if len(j.StorageSpec) > 0 && string(j.StorageSpec) != "null" {
-		c.Spec = append(json.RawMessage(nil), j.StorageSpec...)
+		c.Spec = j.StorageSpec // Unmarshal already copied it out of raw
 		var s storageSpecJSON
 		if err := json.Unmarshal(j.StorageSpec, &s); err != nil {
 			return StorageConfig{}, fmt.Errorf("decode storage config %q: storage_spec: %w", j.Name, err)
