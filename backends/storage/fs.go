@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -53,7 +54,7 @@ func newFSBackend(cfg kvcm.StorageConfig, name string, o Override, opts Options,
 		probe:    probe,
 		deleteOn: o.Delete == nil || *o.Delete,
 		dryRun:   opts.DryRun,
-		pathMap:  o.PathMap,
+		pathMap:  slices.Clone(o.PathMap), // the caller keeps its slice
 	}
 	b.rootPrefix, b.bad = rootPrefix(cfg)
 	if b.bad != nil {
