@@ -74,8 +74,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			break
 		}
-		batch, err := c.Consumer.Fetch(free, jetstream.FetchMaxWait(fetchWait), jetstream.FetchContext(ctx))
+		fctx, fcancel := context.WithTimeout(ctx, fetchWait)
+		batch, err := c.Consumer.Fetch(free, jetstream.FetchContext(fctx))
 		if err != nil {
+			fcancel()
 			for range free {
 				<-slots
 			}
@@ -100,6 +102,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.process(ctx, hctx, msg)
 			}()
 		}
+		fcancel()
 		for range free - got {
 			<-slots
 		}

@@ -292,9 +292,10 @@ func (g *gen) block(inst string, key int64) ([]any, error) {
 	// __lru_time__ is the last write of the block: old enough for orphans unless a location
 	// needs a younger block.
 	lru := now.Add(-g.sp.Grace - 2*time.Hour)
+	youngBlock := false
 	for _, k := range kinds {
 		if k == KindYoungWriting {
-			lru = now.Add(-g.sp.Grace + time.Hour)
+			lru, youngBlock = now.Add(-g.sp.Grace+time.Hour), true
 		}
 	}
 	var b strings.Builder
@@ -348,7 +349,9 @@ func (g *gen) block(inst string, key int64) ([]any, error) {
 			status, typ = 3, 2
 			uris = []string{fmt.Sprintf("mooncake://%s/?key=%s/tp0/%s&size=1024", StorageMooncake, inst, hex)}
 		}
-		if kind == KindOrphanWriting && g.rng.IntN(2) == 0 {
+		// In a block written recently, only create_time can prove an orphan old enough: the
+		// block's __lru_time__ is a lower bound of every location's age.
+		if (kind == KindOrphanWriting || kind == KindSharedOrphan) && (youngBlock || g.rng.IntN(2) == 0) {
 			// A newer KVCM's create_time, older than the grace.
 			extra = fmt.Sprintf(`,"create_time":%d`, now.Add(-g.sp.Grace-3*time.Hour).UnixMicro())
 		}

@@ -12,8 +12,10 @@ import (
 
 // ConflictError reports an existing JetStream object that Ensure could not create or update to
 // the wanted configuration. Fields lists the managed fields whose existing value differs from
-// the wanted one, those the server never updates first (for example "retention: have
-// workqueue, want limits"); Err is the server's answer.
+// the wanted one, those the server never updates first and marked so (for example
+// "retention: have WorkQueue, want Limits (not updatable)"), and the other streams whose
+// subjects overlap; Err is the server's answer. The cure is an operator's: delete or fix the
+// object (after draining it), or change the prefix.
 type ConflictError struct {
 	Kind   string // "stream", "consumer" or "bucket"
 	Name   string // the stream or bucket name; "<stream>/<consumer>" for a consumer
@@ -177,7 +179,7 @@ func describe(fields []field) []string {
 		}
 		d := fmt.Sprintf("%s: have %s, want %s", f.name, f.have, f.want)
 		if f.immutable {
-			fixed = append(fixed, d)
+			fixed = append(fixed, d+" (not updatable)")
 		} else {
 			other = append(other, d)
 		}

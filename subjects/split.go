@@ -15,75 +15,114 @@ func PayloadLimit(maxPayload int64) int {
 // SplitBatch splits b's blocks into parts whose encodings are each at most maxBytes, setting
 // Part/Parts. Blocks too large to fit alone are left out and returned in oversized.
 //
-// Parts keep the blocks' order and share the bytes of b's block entries. The split is greedy and
-// deterministic, so re-splitting the same page after a crash gives the same parts and the same
-// message ids. A page always gives at least one part, even with no block (an empty page, or one
-// whose every block is oversized): the page's cursor progress is still published. BadKeys is
-// carried by part 0 only, so that summing over parts counts each bad key once.
+// Parts keep the blocks' order and share the bytes of b's block entries. The split is greedy
+// and deterministic, so re-splitting the same page after a crash gives the same parts and the
+// same message ids. A page always gives at least one part, even with no block (an empty page,
+// or one whose every block is oversized): the page's cursor progress is still published.
+// BadKeys is carried by part 0 only, so that summing over parts counts each bad key once.
 //
-// Each part's header is sized as if Part and Parts had the most digits they can have, so a
-// part may be a few bytes smaller than it could be; maxBytes is never exceeded. An error means
-// that even a part with no block does not fit.
+// A block is oversized when it does not fit beside the largest part header (the one with the
+// most digits in Part and Parts), so a block within a few bytes of the limit may be reported
+// oversized although it would fit in part 0. An error means that even a part with no block
+// does not fit.
 func SplitBatch(b Batch, maxBytes int) (parts []Batch, oversized []BlockEntry, err error) {
-	n := max(len(b.Blocks), 1)
+	// A part is its header, which ends in "blocks":[], filled with the blocks' encodings and
+	// a comma between two blocks. Headers differ only in the digits of Part and Parts and in
+	// bad_keys (part 0 only).
 	head := b
 	head.Blocks = []BlockEntry{}
-	head.Part, head.Parts = n-1, n
+	head.Part, head.Parts = 0, 1
 	enc, err := Encode(head)
 	if err != nil {
 		return nil, nil, fmt.Errorf("split batch: %w", err)
 	}
-	// A part is its header with "blocks":[] filled: each block's encoding plus a comma
-	// between two blocks.
-	headSize := len(enc)
-	if headSize > maxBytes {
-		return nil, nil, fmt.Errorf("split batch: an empty part needs %d bytes, more than the limit %d", headSize, maxBytes)
+	head0 := len(enc)
+	head.BadKeys = 0
+	if enc, err = Encode(head); err != nil {
+		return nil, nil, fmt.Errorf("split batch: %w", err)
+	}
+	headN := len(enc)
+	header := func(part, parts int) int {
+		h := headN
+		if part == 0 {
+			h = head0
+		}
+		return h + digits(part) - 1 + digits(parts) - 1
+	}
+	if header(0, 1) > maxBytes {
+		return nil, nil, fmt.Errorf("split batch: an empty part needs %d bytes, more than the limit %d", header(0, 1), maxBytes)
 	}
 	if len(b.Blocks) == 0 {
 		b.Part, b.Parts = 0, 1
 		return []Batch{b}, nil, nil
 	}
 
-	var (
-		kept   = make([]BlockEntry, 0, len(b.Blocks))
-		starts []int // index in kept of each part's first block
-		size   int   // encoded size of the current part
-	)
-	for _, blk := range b.Blocks {
+	sizes := make([]int, len(b.Blocks))
+	for i, blk := range b.Blocks {
 		enc, err := Encode(blk)
 		if err != nil {
 			return nil, nil, fmt.Errorf("split batch: block %d: %w", blk.Key, err)
 		}
-		bs := len(enc)
-		if headSize+bs > maxBytes {
-			oversized = append(oversized, blk)
+		sizes[i] = len(enc)
+	}
+	// Split assuming the number of parts has the digits of guess; when it turns out to have
+	// more, the headers were underestimated and the split is redone with the larger count.
+	// Guesses only grow, so this ends; a smaller count than guessed only wastes a few bytes.
+	for guess := 1; ; {
+		var starts []int // index in kept of each part's first block
+		kept := make([]BlockEntry, 0, len(b.Blocks))
+		oversized = oversized[:0]
+		// No part index has more digits than guess, so this bounds every header.
+		maxHeader := max(head0, headN) + 2*(digits(guess)-1)
+		size := 0 // encoded size of the current part
+		for i, blk := range b.Blocks {
+			bs := sizes[i]
+			if maxHeader+bs > maxBytes {
+				oversized = append(oversized, blk)
+				continue
+			}
+			if len(starts) == 0 || size+1+bs > maxBytes {
+				starts = append(starts, len(kept))
+				size = header(len(starts)-1, guess) + bs
+			} else {
+				size += 1 + bs
+			}
+			kept = append(kept, blk)
+		}
+		if len(starts) == 0 {
+			b.Part, b.Parts, b.Blocks = 0, 1, []BlockEntry{}
+			return []Batch{b}, oversized, nil
+		}
+		if digits(len(starts)) > digits(guess) {
+			guess = len(starts)
 			continue
 		}
-		if len(starts) == 0 || size+1+bs > maxBytes {
-			starts = append(starts, len(kept))
-			size = headSize + bs
-		} else {
-			size += 1 + bs
+		parts = make([]Batch, len(starts))
+		for i, start := range starts {
+			end := len(kept)
+			if i+1 < len(starts) {
+				end = starts[i+1]
+			}
+			p := b
+			p.Blocks = kept[start:end:end]
+			p.Part, p.Parts = i, len(starts)
+			if i > 0 {
+				p.BadKeys = 0
+			}
+			parts[i] = p
 		}
-		kept = append(kept, blk)
-	}
-	if len(starts) == 0 {
-		b.Part, b.Parts, b.Blocks = 0, 1, []BlockEntry{}
-		return []Batch{b}, oversized, nil
-	}
-	parts = make([]Batch, len(starts))
-	for i, start := range starts {
-		end := len(kept)
-		if i+1 < len(starts) {
-			end = starts[i+1]
+		if len(oversized) == 0 {
+			oversized = nil
 		}
-		p := b
-		p.Blocks = kept[start:end:end]
-		p.Part, p.Parts = i, len(starts)
-		if i > 0 {
-			p.BadKeys = 0
-		}
-		parts[i] = p
+		return parts, oversized, nil
 	}
-	return parts, oversized, nil
+}
+
+// digits is the decimal length of n >= 0.
+func digits(n int) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
 }

@@ -138,8 +138,8 @@ func NewFixture() Fixture {
 		`"create_time":1767225600000001,"x_future":{"a":[1,2,{"b":null}],"c":"\u001F\t<>&é漢"}}}`, "0")...)
 	// A corrupt __uri__ is still an entry: judging it is the caller's business.
 	block(inst1, 42, Block(`{"broken":{"id":"broken","status":`, "")...)
-	block(inst1, 43, "__uri__", "", "__lru_time__", FixtureLRUTime) // empty: block absent
-	block(inst1, 44, "__lru_time__", FixtureLRUTime, "_prev_key_", "")  // no __uri__ at all
+	block(inst1, 43, "__uri__", "", "__lru_time__", FixtureLRUTime)    // empty: block absent
+	block(inst1, 44, "__lru_time__", FixtureLRUTime, "_prev_key_", "") // no __uri__ at all
 	block(inst1, 45, "__uri__", URI(Location("nolrut00", kvcm.StatusServing, kvcm.TypeFile, "file://nfs_01/x?size=1")))
 	for i := range 150 {
 		k := int64(i)*7919 - 500000

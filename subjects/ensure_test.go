@@ -1,0 +1,310 @@
+package subjects_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestDefaultSettings(t *testing.T) {
+	s := subjects.DefaultSettings()
+	require.NoError(t, s.Validate())
+	require.Equal(t, subjects.Settings{
+		Replicas:             1,
+		MaxAge:               72 * time.Hour,
+		EventsMaxAge:         7 * 24 * time.Hour,
+		MaxBytes:             -1,
+		Duplicates:           2 * time.Minute,
+		Storage:              jetstream.FileStorage,
+		ProberAckWait:        60 * time.Second,
+		ProberMaxAckPending:  64,
+		DeleterAckWait:       60 * time.Second,
+		DeleterMaxAckPending: 2,
+		MaxDeliver:           10,
+		LeaseTTL:             15 * time.Second,
+	}, s)
+}
+
+func TestSettingsValidate(t *testing.T) {
+	for name, mut := range map[string]func(*subjects.Settings){
+		"replicas 0":          func(s *subjects.Settings) { s.Replicas = 0 },
+		"replicas 6":          func(s *subjects.Settings) { s.Replicas = 6 },
+		"max age tiny":        func(s *subjects.Settings) { s.MaxAge = time.Millisecond },
+		"dup over max age":    func(s *subjects.Settings) { s.MaxAge = time.Minute },
+		"dup over events age": func(s *subjects.Settings) { s.EventsMaxAge = time.Minute },
+		"max bytes 0":         func(s *subjects.Settings) { s.MaxBytes = 0 },
+		"dup 0":               func(s *subjects.Settings) { s.Duplicates = 0 },
+		"storage":             func(s *subjects.Settings) { s.Storage = 7 },
+		"ack wait":            func(s *subjects.Settings) { s.DeleterAckWait = 0 },
+		"max ack pending":     func(s *subjects.Settings) { s.DeleterMaxAckPending = 0 },
+		"max deliver":         func(s *subjects.Settings) { s.MaxDeliver = 0 },
+		"lease ttl":           func(s *subjects.Settings) { s.LeaseTTL = 0 },
+	} {
+		s := subjects.DefaultSettings()
+		mut(&s)
+		require.Error(t, s.Validate(), name)
+	}
+	s := subjects.DefaultSettings()
+	s.MaxAge, s.EventsMaxAge = 0, 0 // unlimited
+	require.NoError(t, s.Validate())
+}
+
+func TestTopology(t *testing.T) {
+	n := mustNames(t, "kvcmgc", "c1")
+	s := subjects.DefaultSettings()
+	top := n.Topology(s)
+	require.Len(t, top.Streams, 3)
+	for _, sc := range top.Streams {
+		require.Equal(t, jetstream.LimitsPolicy, sc.Retention, sc.Name)
+		require.Equal(t, jetstream.DiscardOld, sc.Discard, sc.Name)
+		require.True(t, sc.AllowDirect, sc.Name)
+		require.Equal(t, s.Duplicates, sc.Duplicates, sc.Name)
+	}
+	require.Equal(t, []string{n.BatchFilter()}, top.Streams[0].Subjects)
+	require.Equal(t, []string{n.DeleteFilter()}, top.Streams[1].Subjects)
+	require.Equal(t, []string{n.EventFilter()}, top.Streams[2].Subjects)
+	require.Equal(t, s.EventsMaxAge, top.Streams[2].MaxAge)
+	require.Equal(t, n.BatchFilter(), top.Consumers[n.BatchesStream()].FilterSubject)
+	require.Equal(t, n.DeleteFilter(), top.Consumers[n.DeletesStream()].FilterSubject)
+	require.Len(t, top.Buckets, 2)
+	require.Equal(t, s.LeaseTTL, top.Buckets[1].TTL)
+}
+
+func TestEnsure(t *testing.T) {
+	ctx := testCtx(t)
+	js := testenv.StartNATS(t).JetStream(t)
+	n := mustNames(t, "kvcmgc", "c1")
+	s := subjects.DefaultSettings()
+	s.ProberMaxAckPending, s.DeleterMaxAckPending, s.MaxDeliver = 7, 3, 5
+	s.ProberAckWait, s.DeleterAckWait = 45*time.Second, 90*time.Second
+	require.NoError(t, subjects.Ensure(ctx, js, n, s))
+
+	for _, name := range []string{n.BatchesStream(), n.DeletesStream(), n.EventsStream()} {
+		st, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		cfg := st.CachedInfo().Config
+		require.Equal(t, jetstream.LimitsPolicy, cfg.Retention, name)
+		require.Equal(t, jetstream.FileStorage, cfg.Storage, name)
+		require.Equal(t, 2*time.Minute, cfg.Duplicates, name)
+		require.True(t, cfg.AllowDirect, name)
+	}
+	for stream, want := range map[string]struct {
+		name, filter  string
+		maxAckPending int
+		ackWait       time.Duration
+	}{
+		n.BatchesStream(): {"prober", n.BatchFilter(), 7, 45 * time.Second},
+		n.DeletesStream(): {"deleter", n.DeleteFilter(), 3, 90 * time.Second},
+	} {
+		c, err := js.Consumer(ctx, stream, want.name)
+		require.NoError(t, err)
+		info, err := c.Info(ctx)
+		require.NoError(t, err)
+		cfg := info.Config
+		require.Equal(t, want.name, cfg.Durable)
+		require.Equal(t, want.filter, cfg.FilterSubject)
+		require.Equal(t, want.maxAckPending, cfg.MaxAckPending)
+		require.Equal(t, want.ackWait, cfg.AckWait)
+		require.Equal(t, 5, cfg.MaxDeliver)
+		require.Equal(t, jetstream.AckExplicitPolicy, cfg.AckPolicy)
+		require.Equal(t, jetstream.DeliverAllPolicy, cfg.DeliverPolicy)
+		require.NotEmpty(t, cfg.Description)
+	}
+	lease, err := js.KeyValue(ctx, n.LeaseBucket())
+	require.NoError(t, err)
+	st, err := lease.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 15*time.Second, st.TTL())
+	require.Equal(t, int64(1), st.History())
+	state, err := js.KeyValue(ctx, n.StateBucket())
+	require.NoError(t, err)
+	st, err = state.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(0), st.TTL())
+}
+
+// TestEnsureIdempotent runs Ensure twice and checks nothing was recreated or reset: the
+// consumer keeps its delivered position and the streams their messages.
+func TestEnsureIdempotent(t *testing.T) {
+	ctx := testCtx(t)
+	js := testenv.StartNATS(t).JetStream(t)
+	n := mustNames(t, "kvcmgc", "c1")
+	s := subjects.DefaultSettings()
+	require.NoError(t, subjects.Ensure(ctx, js, n, s))
+
+	_, err := js.Publish(ctx, n.BatchSubject("i"), []byte("x"))
+	require.NoError(t, err)
+	c, err := js.Consumer(ctx, n.BatchesStream(), n.ProberConsumer())
+	require.NoError(t, err)
+	msgs, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	for m := range msgs.Messages() {
+		require.NoError(t, m.DoubleAck(ctx))
+	}
+	before, err := c.Info(ctx)
+	require.NoError(t, err)
+	stBefore, err := js.Stream(ctx, n.BatchesStream())
+	require.NoError(t, err)
+
+	require.NoError(t, subjects.Ensure(ctx, js, n, s))
+
+	after, err := c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.Created, after.Created)
+	require.Equal(t, before.Config, after.Config)
+	require.Equal(t, uint64(1), after.AckFloor.Stream)
+	stAfter, err := js.Stream(ctx, n.BatchesStream())
+	require.NoError(t, err)
+	require.Equal(t, stBefore.CachedInfo().Created, stAfter.CachedInfo().Created)
+	require.Equal(t, stBefore.CachedInfo().Config, stAfter.CachedInfo().Config)
+	require.Equal(t, uint64(1), stAfter.CachedInfo().State.Msgs)
+
+	// Changed settings are applied to the existing objects.
+	s.DeleterMaxAckPending, s.MaxAge = 5, 24*time.Hour
+	require.NoError(t, subjects.Ensure(ctx, js, n, s))
+	dc, err := js.Consumer(ctx, n.DeletesStream(), n.DeleterConsumer())
+	require.NoError(t, err)
+	require.Equal(t, 5, dc.CachedInfo().Config.MaxAckPending)
+	st, err := js.Stream(ctx, n.DeletesStream())
+	require.NoError(t, err)
+	require.Equal(t, 24*time.Hour, st.CachedInfo().Config.MaxAge)
+}
+
+func TestEnsureConflicts(t *testing.T) {
+	n := mustNames(t, "kvcmgc", "c1")
+	for _, tc := range []struct {
+		name    string
+		prepare func(ctx context.Context, t *testing.T, js jetstream.JetStream)
+		object  string
+		fields  []string
+	}{
+		{
+			name: "work-queue stream",
+			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+				_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+					Name: n.BatchesStream(), Subjects: []string{n.BatchFilter()}, Retention: jetstream.WorkQueuePolicy,
+				})
+				require.NoError(t, err)
+			},
+			object: `stream "` + n.BatchesStream() + `"`,
+			fields: []string{"retention: have WorkQueue, want Limits"},
+		},
+		{
+			name: "memory stream",
+			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+				_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+					Name: n.DeletesStream(), Subjects: []string{n.DeleteFilter()}, Storage: jetstream.MemoryStorage,
+				})
+				require.NoError(t, err)
+			},
+			object: `stream "` + n.DeletesStream() + `"`,
+			fields: []string{"storage: have Memory, want File"},
+		},
+		{
+			name: "subjects taken by another stream",
+			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+				_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"kvcmgc.>"}})
+				require.NoError(t, err)
+			},
+			object: `stream "` + n.BatchesStream() + `"`,
+			fields: []string{`overlaps stream "OTHER"`},
+		},
+		{
+			name: "consumer with another deliver policy",
+			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+				require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
+				require.NoError(t, js.DeleteConsumer(ctx, n.DeletesStream(), "deleter"))
+				_, err := js.CreateConsumer(ctx, n.DeletesStream(), jetstream.ConsumerConfig{
+					Durable: "deleter", DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
+					FilterSubject: n.DeleteFilter() + ".x",
+				})
+				require.NoError(t, err)
+			},
+			object: `consumer "` + n.DeletesStream() + `/deleter"`,
+			fields: []string{"deliver_policy: have new, want all", "filter_subject: have"},
+		},
+		{
+			name: "consumer with ack none",
+			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+				require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
+				require.NoError(t, js.DeleteConsumer(ctx, n.BatchesStream(), "prober"))
+				_, err := js.CreateConsumer(ctx, n.BatchesStream(), jetstream.ConsumerConfig{
+					Durable: "prober", AckPolicy: jetstream.AckNonePolicy,
+				})
+				require.NoError(t, err)
+			},
+			object: `consumer "` + n.BatchesStream() + `/prober"`,
+			fields: []string{"ack_policy: have AckNone, want AckExplicit"},
+		},
+		{
+			name: "bucket in memory",
+			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+				_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: n.StateBucket(), Storage: jetstream.MemoryStorage})
+				require.NoError(t, err)
+			},
+			object: `bucket "` + n.StateBucket() + `"`,
+			fields: []string{"storage: have Memory, want File"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			js := testenv.StartNATS(t).JetStream(t)
+			tc.prepare(ctx, t, js)
+			err := subjects.Ensure(ctx, js, n, subjects.DefaultSettings())
+			require.Error(t, err)
+			var ce *subjects.ConflictError
+			require.True(t, errors.As(err, &ce), "%v", err)
+			require.Contains(t, err.Error(), tc.object)
+			for _, f := range tc.fields {
+				require.Contains(t, err.Error(), f)
+			}
+			var api *jetstream.APIError
+			require.True(t, errors.As(err, &api), "the server's answer is kept: %v", err)
+			t.Log(err)
+		})
+	}
+}
+
+func TestEnsureRejectsBadInput(t *testing.T) {
+	ctx := testCtx(t)
+	js := testenv.StartNATS(t).JetStream(t)
+	require.ErrorIs(t, subjects.Ensure(ctx, js, subjects.Names{Prefix: "a b", Cluster: "c"}, subjects.DefaultSettings()), subjects.ErrBadNames)
+	s := subjects.DefaultSettings()
+	s.MaxDeliver = 0
+	require.ErrorContains(t, subjects.Ensure(ctx, js, mustNames(t, "a", "c"), s), "max deliver")
+}
+
+// TestEnsureSurvivesRestart checks the topology is kept by the file store and a second Ensure
+// after a server restart changes nothing.
+func TestEnsureSurvivesRestart(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testenv.StartNATS(t)
+	js := srv.JetStream(t)
+	n := mustNames(t, "kvcmgc", "c1")
+	require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
+	_, err := js.Publish(ctx, n.DeleteSubject("i"), []byte("x"))
+	require.NoError(t, err)
+
+	srv.Restart(t)
+	js = srv.JetStream(t)
+	require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
+	st, err := js.Stream(ctx, n.DeletesStream())
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), st.CachedInfo().State.Msgs)
+	c, err := js.Consumer(ctx, n.DeletesStream(), n.DeleterConsumer())
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), c.CachedInfo().NumPending)
+}
