@@ -129,14 +129,31 @@ func (o ConnOptions) ApplyURI(uri string) (ConnOptions, error) {
 		}
 		hostPort = authority[at+1:]
 	}
-	host, port := hostPort, strconv.Itoa(DefaultPort)
-	if h, p, ok := strings.Cut(hostPort, ":"); ok {
-		n, err := strconv.ParseUint(p, 10, 16)
+	// KVCM splits host and port at the first ':'. A bracketed IPv6 literal, which KVCM cannot
+	// use, is accepted for kvcm-gc's own settings.
+	host, portStr, hasPort := hostPort, "", false
+	if strings.HasPrefix(hostPort, "[") {
+		i := strings.IndexByte(hostPort, ']')
+		if i < 0 {
+			return o, fmt.Errorf("parse %q: unterminated IPv6 literal: %w", red, ErrBadURI)
+		}
+		host = hostPort[1:i]
+		if tail := hostPort[i+1:]; tail != "" {
+			if portStr, hasPort = strings.CutPrefix(tail, ":"); !hasPort {
+				return o, fmt.Errorf("parse %q: junk after IPv6 literal: %w", red, ErrBadURI)
+			}
+		}
+	} else if h, p, ok := strings.Cut(hostPort, ":"); ok {
+		host, portStr, hasPort = h, p, true
+	}
+	port := strconv.Itoa(DefaultPort)
+	if hasPort {
+		n, err := strconv.ParseUint(portStr, 10, 16)
 		if err != nil || n == 0 {
 			// The port is not echoed: a mis-split URI may put part of a password here.
 			return o, fmt.Errorf("parse %q: bad port: %w", red, ErrBadURI)
 		}
-		host, port = h, p
+		port = strconv.FormatUint(n, 10) // canonical, so "h:01" and "h:1" name one store
 	}
 	if host == "" {
 		return o, fmt.Errorf("parse %q: empty host: %w", red, ErrBadURI)
