@@ -44,7 +44,7 @@ func (r *RawText) UnmarshalJSON(data []byte) error {
 		*r = nil
 		return nil
 	case len(data) > 0 && data[0] == '"':
-		out, err := appendUnquoted(make([]byte, 0, len(data)-2), data)
+		out, err := appendUnquoted(make([]byte, 0, max(len(data)-2, 0)), data)
 		if err != nil {
 			return fmt.Errorf("decode raw text: %w", err)
 		}

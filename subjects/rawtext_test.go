@@ -80,7 +80,7 @@ func TestRawTextDecodeForms(t *testing.T) {
 
 func TestRawTextDecodeRejects(t *testing.T) {
 	for _, in := range []string{
-		``, `1`, `[]`, `true`, `"abc`, `abc"`,
+		``, `"`, `1`, `[]`, `true`, `"abc`, `abc"`,
 		"\"\xff\"",            // invalid UTF-8 inside a string: bytes would be lost
 		`"\ud800"`,            // lone high surrogate
 		`"\udc00"`,            // lone low surrogate
