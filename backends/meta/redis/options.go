@@ -357,17 +357,29 @@ func kvcmAuth(userInfo, name string) func(context.Context, *redis.Conn) error {
 			return nil
 		}
 		if !strings.HasPrefix(err.Error(), "NOAUTH") {
-			return fmt.Errorf("ping redis %s: %w", name, err)
+			return &connectError{what: "ping redis " + name, err: err}
 		}
 		if err := cn.Auth(ctx, userInfo).Err(); err != nil {
-			return fmt.Errorf("authenticate to redis %s with the URI's userinfo: %w", name, err)
+			return &connectError{what: "authenticate to redis " + name + " with the URI's userinfo", err: err}
 		}
 		if err := cn.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("ping redis %s after auth: %w", name, err)
+			return &connectError{what: "ping redis " + name + " after auth", err: err}
 		}
 		return nil
 	}
 }
+
+// connectError carries what a connection hook was doing. go-redis hands a failed connection
+// set-up to the caller after one errors.Unwrap, which would strip an fmt.Errorf wrapper and
+// leave a bare "WRONGPASS"; this type exposes its cause through Unwrap() []error, which
+// errors.Is and errors.As follow and errors.Unwrap does not.
+type connectError struct {
+	what string
+	err  error
+}
+
+func (e *connectError) Error() string   { return e.what + ": " + e.err.Error() }
+func (e *connectError) Unwrap() []error { return []error{e.err} }
 
 // Redact returns uri with its userinfo replaced by "***" and the values of parameters whose
 // name suggests a secret (password, secret, token) hidden, for logs and errors. It never

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -104,8 +105,8 @@ func (s *Store) Close() error { return s.c.Close() }
 // ScanPage implements meta.Scanner: one SCAN page of the instance's block keys and one
 // pipelined HMGET __uri__ __lru_time__ for the keys it returned. Keys that do not parse as
 // canonical block keys of this instance (other instances whose id extends the pattern, junk
-// like "cache_05") and keys whose HMGET fails on the server (WRONGTYPE for a non-hash key)
-// are returned in BadKeys and never read further. A SCAN failure or a network failure of the
+// like "cache_05") and keys that are not hashes (HMGET answers WRONGTYPE) are returned in
+// BadKeys and never read further. A SCAN failure or a network failure of the
 // pipeline returns the error, and the caller keeps its cursor.
 func (s *Store) ScanPage(ctx context.Context, instanceID string, cursor uint64, count int) (meta.Page, error) {
 	if count <= 0 {
@@ -143,9 +144,11 @@ func (s *Store) ScanPage(ctx context.Context, instanceID string, cursor uint64, 
 	for _, r := range reads {
 		vals, err := r.cmd.Result()
 		if err != nil {
-			var rerr redis.Error
-			if errors.As(err, &rerr) {
-				page.BadKeys = append(page.BadKeys, r.key) // the server refused this key only
+			// Only WRONGTYPE is about this key alone. Anything else (network, auth, NOPERM,
+			// OOM, …) would hit every key alike and must fail the page, not empty it into
+			// BadKeys.
+			if isWrongType(err) {
+				page.BadKeys = append(page.BadKeys, r.key)
 				continue
 			}
 			return meta.Page{}, fmt.Errorf("read blocks of instance %q: %w", instanceID, err)
@@ -210,6 +213,11 @@ func (s *Store) run(ctx context.Context, op string, script *redis.Script, key st
 		return fmt.Errorf("%s %q: %w", op, key, meta.ErrConflict)
 	}
 	return nil
+}
+
+func isWrongType(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
 }
 
 func orDiscard(l *slog.Logger) *slog.Logger {

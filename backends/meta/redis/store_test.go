@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
@@ -261,4 +260,18 @@ func TestStoreWrongType(t *testing.T) {
 	require.Equal(t, "s", srv.Client().Get(ctx, key).Val())
 }
 
-var _ redis.UniversalClient = (*redis.Client)(nil)
+
+// TestScanReadRefused: a refusal that is not about one key (here NOPERM for HMGET) fails the
+// page instead of turning every key into a bad key.
+func TestScanReadRefused(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	srv.AddUser(t, "noread", "pw", "~*", "+scan", "+ping")
+	ctx := testCtx(t)
+	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v").Err())
+	st, err := redismeta.OpenStore(ctx, redismeta.ConnOptions{Addr: srv.Addr(), Username: "noread", Password: "pw"}, redismeta.StoreOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	_, err = st.ScanPage(ctx, "i", 0, 10)
+	require.ErrorContains(t, err, `read blocks of instance "i"`)
+	require.ErrorContains(t, err, "NOPERM")
+}

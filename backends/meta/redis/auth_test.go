@@ -1,0 +1,115 @@
+package redismeta_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+// useStore opens a store for uri (with base options) and runs one scan and one read.
+func useStore(t *testing.T, base redismeta.ConnOptions, uri string) error {
+	t.Helper()
+	conn, err := base.ApplyURI(uri)
+	if err != nil {
+		return err
+	}
+	st, err := redismeta.OpenStore(testCtx(t), conn, redismeta.StoreOptions{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if _, err := st.ScanPage(testCtx(t), "i", 0, 10); err != nil {
+		return err
+	}
+	_, _, err = st.GetURI(testCtx(t), "i", 1)
+	return err
+}
+
+// TestKVCMAuth: a KVCM deployment protects Redis with requirepass set to its URI's userinfo;
+// kvcm-gc must get in with the same URI, and fail clearly, without echoing secrets, otherwise.
+func TestKVCMAuth(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v", "__lru_time__", "1").Err())
+	srv.RequirePass(t, "kvcm-user:Pw0rd-42")
+
+	tests := []struct {
+		name    string
+		uri     string
+		wantErr []string // substrings of the error; nil means success
+	}{
+		{"userinfo as the password", "redis://kvcm-user:Pw0rd-42@" + srv.Addr() + "/", nil},
+		{"wrong password", "redis://kvcm-user:Wr0ngSecret@" + srv.Addr(), []string{"authenticate", srv.Addr(), "WRONGPASS"}},
+		{"user alone is not the password", "redis://Pw0rd-42@" + srv.Addr(), []string{"authenticate", "WRONGPASS"}},
+		{"no userinfo", "redis://" + srv.Addr(), []string{"NOAUTH"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := useStore(t, redismeta.ConnOptions{}, tc.uri)
+			if tc.wantErr == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			for _, s := range tc.wantErr {
+				require.ErrorContains(t, err, s)
+			}
+			for _, secret := range []string{"Wr0ngSecret", "Pw0rd-42", "kvcm-user"} {
+				require.NotContains(t, err.Error(), secret)
+			}
+		})
+	}
+}
+
+// TestKVCMAuthOnlyAfterNOAUTH: KVCM sends AUTH only when PING says NOAUTH; against an open
+// server the userinfo is never sent.
+func TestKVCMAuthOnlyAfterNOAUTH(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	before := srv.CommandStats(t)["auth"]
+	require.NoError(t, useStore(t, redismeta.ConnOptions{}, "redis://u:p@"+srv.Addr()))
+	require.Equal(t, before, srv.CommandStats(t)["auth"], "AUTH sent to a server that needs none")
+
+	srv.RequirePass(t, "u:p")
+	require.NoError(t, useStore(t, redismeta.ConnOptions{}, "redis://u:p@"+srv.Addr()))
+	require.Greater(t, srv.CommandStats(t)["auth"], before, "AUTH not sent after NOAUTH")
+}
+
+// TestACLAuth: kvcm-gc's own connections use an ACL user and password, given as options and
+// combined with a credential-free URI.
+func TestACLAuth(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	srv.AddUser(t, "gc-scan", "Sc4nPass", scannerRules...)
+	srv.AddUser(t, "gc-off", "0ffPass", "~*", "+@all")
+	require.NoError(t, srv.Client().Do(testCtx(t), "ACL", "SETUSER", "gc-off", "off").Err())
+	// With the default user disabled, nothing gets in without credentials. (The admin client's
+	// open connection stays authenticated; it is not used afterwards.)
+	require.NoError(t, srv.Client().Do(testCtx(t), "ACL", "SETUSER", "default", "off").Err())
+
+	tests := []struct {
+		name    string
+		base    redismeta.ConnOptions
+		wantErr string
+	}{
+		{"read-only user", redismeta.ConnOptions{Username: "gc-scan", Password: "Sc4nPass"}, ""},
+		{"wrong password", redismeta.ConnOptions{Username: "gc-scan", Password: "Wr0ngSecret"}, "WRONGPASS"},
+		{"disabled user", redismeta.ConnOptions{Username: "gc-off", Password: "0ffPass"}, "WRONGPASS"},
+		{"no credentials", redismeta.ConnOptions{}, "NOAUTH"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := useStore(t, tc.base, "redis://"+srv.Addr())
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+			for _, secret := range []string{"Wr0ngSecret", "0ffPass", "Sc4nPass"} {
+				require.NotContains(t, err.Error(), secret)
+			}
+		})
+	}
+}
