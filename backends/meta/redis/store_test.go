@@ -260,7 +260,6 @@ func TestStoreWrongType(t *testing.T) {
 	require.Equal(t, "s", srv.Client().Get(ctx, key).Val())
 }
 
-
 // TestScanReadRefused: a refusal that is not about one key (here NOPERM for HMGET) fails the
 // page instead of turning every key into a bad key.
 func TestScanReadRefused(t *testing.T) {

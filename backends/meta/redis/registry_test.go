@@ -1,0 +1,287 @@
+package redismeta_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+// What a registry reader needs, and nothing else.
+var registryRules = []string{"~kvcache_registry:*", "+hgetall", "+hget", "+ping"}
+
+// groupJSON is an InstanceGroup as KVCM writes it, including the quota_config item with the
+// key storage_type twice and max_key_count = 2^64-1.
+func groupJSON(name, metaBackend string) string {
+	return `{"name":"` + name + `","storage_candidates":["nfs_01","hf3fs_01"],"global_quota_group_name":"gq",` +
+		`"max_instance_count":100,"quota":{"capacity":1099511627776,"quota_config":[` +
+		`{"capacity":1073741824,"storage_type":"file","storage_type":4}]},` +
+		`"cache_config":{"reclaim_strategy":{"storage_unique_name":"nfs_01","reclaim_policy":1,` +
+		`"trigger_strategy":{"used_size":0,"used_percentage":0.8},"trigger_period_seconds":60,` +
+		`"reclaim_step_size":100,"reclaim_step_percentage":10,"delay_before_delete_ms":1500},` +
+		`"cache_prefer_strategy":0,"meta_indexer_config":{"max_key_count":18446744073709551615,` +
+		`"mutex_shard_num":16,"batch_key_size":16` + metaBackend +
+		`,"meta_cache_policy_config":{"capacity":1024}}},"user_data":"","version":3}`
+}
+
+func backend(typ, uri string) string {
+	return fmt.Sprintf(`,"meta_storage_backend_config":{"storage_type":%q,"storage_uri":%q}`, typ, uri)
+}
+
+func infoJSON(id, group string) string {
+	return `{"quota_group_name":"q1","instance_group_name":"` + group + `","instance_id":"` + id + `","block_size":16,` +
+		`"location_spec_infos":[{"name":"tp0","size":1024},{"name":"tp1","size":1024}],` +
+		`"model_deployment":{"model_name":"qwen","dtype":"bf16","use_mla":false,"tp_size":2,"dp_size":1,` +
+		`"lora_name":"","pp_size":1,"extra":"","user_data":""},"location_spec_groups":[{"name":"all","spec_names":["tp0","tp1"]}]}`
+}
+
+type registryEnv struct {
+	reg, meta1, meta2 *testenv.Redis
+	learned           map[string]string
+	mu                sync.Mutex
+}
+
+// startRegistry writes a realistic registry of cluster "c1" on its own Redis, whose groups
+// point at two metadata Redis servers protected KVCM-style.
+func startRegistry(t *testing.T) *registryEnv {
+	env := &registryEnv{
+		reg:     testenv.StartRedis(t),
+		meta1:   testenv.StartRedis(t),
+		meta2:   testenv.StartRedis(t),
+		learned: make(map[string]string),
+	}
+	env.meta1.RequirePass(t, "kvcm:Meta-Pw1")
+	env.meta2.RequirePass(t, "kvcm:Meta-Pw2")
+	env.reg.AddUser(t, "gc-registry", "Reg-Pw", registryRules...)
+	ctx := testCtx(t)
+	c := env.reg.Client()
+	p := "kvcache_registry:c1:"
+	require.NoError(t, c.HSet(ctx, p+"storage",
+		"nfs_01", `{"type":"file","is_available":true,"global_unique_name":"nfs_01","storage_spec":{"root_path":"/tmp/nfs/","key_count_per_file":8}}`,
+		"hf3fs_01", `{"type":"hf3fs","is_available":true,"global_unique_name":"hf3fs_01","storage_spec":{"cluster_name":"c","mountpoint":"/3fs","root_dir":"stage/kvcm/"}}`,
+		"broken_storage", `{"type":"file",`,
+	).Err())
+	require.NoError(t, c.HSet(ctx, p+"instance_group",
+		"g-redis", groupJSON("g-redis", backend("redis", "redis://kvcm:Meta-Pw1@"+env.meta1.Addr()+"/")),
+		// Overridden by configuration: the registry's address is never dialed.
+		"g-redis2", groupJSON("g-redis2", backend("redis", "redis://kvcm:Old-Pw@192.0.2.1:6379/")),
+		"g-local", groupJSON("g-local", backend("local", "file:///tmp/meta_storage")),
+		"g-default", groupJSON("g-default", ""),
+		"g-etcd", groupJSON("g-etcd", backend("etcd", "etcd://h:1")),
+		"g-nouri", groupJSON("g-nouri", backend("redis", "")),
+		"g-baduri", groupJSON("g-baduri", backend("redis", "redis://kvcm:Secret-Pw9@h:notaport")),
+		"g-bad", `{"name":"g-bad","cache_config":`,
+	).Err())
+	instances := map[string]string{
+		"inst-b":             infoJSON("inst-b", "g-redis"),
+		"inst-a":             infoJSON("inst-a", "g-redis"),
+		"inst-0":             infoJSON("inst-0", "g-redis2"),
+		"inst-c":             infoJSON("inst-c", "g-local"),
+		"inst-d":             infoJSON("inst-d", "g-default"),
+		"inst-etcd":          infoJSON("inst-etcd", "g-etcd"),
+		"inst-nouri":         infoJSON("inst-nouri", "g-nouri"),
+		"inst-baduri":        infoJSON("inst-baduri", "g-baduri"),
+		"inst-badgroup":      infoJSON("inst-badgroup", "g-bad"),
+		"inst-unknown-group": infoJSON("inst-unknown-group", "g-nope"),
+		"inst-mismatch":      infoJSON("inst-a", "g-redis"),
+		"inst-malformed":     `{"quota_group_name":"q1","instance_group_name":"g-redis","instance_id":"inst-malformed","block_size":"16"`,
+		"inst-empty":         "",
+	}
+	for id, info := range instances {
+		require.NoError(t, c.HSet(ctx, p+"instance", id, id).Err())
+		require.NoError(t, c.HSet(ctx, p+id, id, info).Err())
+	}
+	require.NoError(t, c.HSet(ctx, p+"instance", "inst-missing", "inst-missing").Err())
+	// Keys the reader must never read or touch.
+	require.NoError(t, c.HSet(ctx, p+"account", "u", `{"user":"u"}`).Err())
+	require.NoError(t, c.Set(ctx, "kvcm_lock:_TAIR_KVCM_LEADER_KEY", "node-1", 0).Err())
+	return env
+}
+
+func (env *registryEnv) reader(t *testing.T, o redismeta.RegistryOptions) *redismeta.RegistryReader {
+	t.Helper()
+	o.Learn = func(name, uri string) {
+		env.mu.Lock()
+		defer env.mu.Unlock()
+		env.learned[name] = uri
+	}
+	r, err := redismeta.OpenRegistryReader(redismeta.ConnOptions{Addr: env.reg.Addr(), Username: "gc-registry", Password: "Reg-Pw"}, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	return r
+}
+
+func TestRegistryReader(t *testing.T) {
+	env := startRegistry(t)
+	override := "redis://kvcm:Meta-Pw2@" + env.meta2.Addr()
+	r := env.reader(t, redismeta.RegistryOptions{Cluster: "c1", GroupStoreURIs: map[string]string{"g-redis2": override}})
+
+	before := env.reg.CommandStats(t)
+	reg, err := r.ReadRegistry(testCtx(t))
+	require.NoError(t, err)
+	sent := make(map[string]int64)
+	for cmd, n := range env.reg.CommandStats(t) {
+		if n > before[cmd] {
+			sent[cmd] = n - before[cmd]
+		}
+	}
+	for cmd := range sent {
+		require.Contains(t, []string{"hgetall", "hget", "ping", "hello", "auth", "info"}, cmd, "registry reader sent %v", sent)
+	}
+
+	type inst struct{ ID, Group, Store string }
+	var got []inst
+	for _, i := range reg.Instances {
+		got = append(got, inst{i.ID, i.Group, i.Store})
+		require.Equal(t, i.ID, i.Info.InstanceID)
+		require.Equal(t, []kvcm.LocationSpecInfo{{Name: "tp0", Size: 1024}, {Name: "tp1", Size: 1024}}, i.Info.LocationSpecs)
+	}
+	require.Equal(t, []inst{
+		{"inst-a", "g-redis", env.meta1.Addr()},
+		{"inst-b", "g-redis", env.meta1.Addr()},
+		{"inst-0", "g-redis2", env.meta2.Addr()},
+	}, got, "instances sorted by (group, id), stores named by address")
+
+	skipped := make(map[string]string)
+	var storageSkips []string
+	for _, s := range reg.Skipped {
+		require.NotContains(t, s.Reason, "Secret-Pw9")
+		require.NotContains(t, s.Reason, "Meta-Pw")
+		if s.Instance == "" {
+			storageSkips = append(storageSkips, s.Reason)
+			continue
+		}
+		skipped[s.Instance] = s.Reason
+	}
+	wantSkips := map[string]string{
+		"inst-c":             redismeta.SkipLocalStore,
+		"inst-d":             redismeta.SkipLocalStore,
+		"inst-etcd":          redismeta.SkipUnsupportedType,
+		"inst-nouri":         redismeta.SkipNoStoreURI,
+		"inst-baduri":        redismeta.SkipBadStoreURI,
+		"inst-badgroup":      redismeta.SkipBadGroup,
+		"inst-unknown-group": redismeta.SkipUnknownGroup,
+		"inst-mismatch":      redismeta.SkipInfoIDMismatch,
+		"inst-malformed":     redismeta.SkipBadInfo,
+		"inst-empty":         redismeta.SkipInfoMissing,
+		"inst-missing":       redismeta.SkipInfoMissing,
+	}
+	require.Len(t, skipped, len(wantSkips), "skipped: %v", skipped)
+	for id, prefix := range wantSkips {
+		require.True(t, strings.HasPrefix(skipped[id], prefix), "%s skipped for %q, want %q", id, skipped[id], prefix)
+	}
+	require.Len(t, storageSkips, 1)
+	require.Contains(t, storageSkips[0], `"broken_storage"`)
+
+	require.Equal(t, []string{"g-baduri", "g-default", "g-etcd", "g-local", "g-nouri", "g-redis", "g-redis2"}, sortedMapKeys(reg.Groups))
+	g := reg.Groups["g-redis"]
+	require.Equal(t, "redis", g.MetaStorageType)
+	require.Equal(t, int64(1500), g.DelayBeforeDeleteMs)
+	require.Equal(t, "local", reg.Groups["g-default"].MetaStorageType)
+	require.Equal(t, []string{"hf3fs_01", "nfs_01"}, sortedMapKeys(reg.Storages))
+	require.Equal(t, uint64(8), reg.Storages["nfs_01"].KeyCountPerFile)
+
+	// The URIs behind the store names, credentials included, went to Learn; the overridden
+	// registry URI did not.
+	require.Equal(t, map[string]string{
+		env.meta1.Addr(): "redis://kvcm:Meta-Pw1@" + env.meta1.Addr() + "/",
+		env.meta2.Addr(): override,
+	}, env.learned)
+}
+
+// TestRegistryToStores: a snapshot's store names open, through a pool that learned their
+// URIs, stores that authenticate KVCM-style and see the instances' blocks.
+func TestRegistryToStores(t *testing.T) {
+	env := startRegistry(t)
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		srv  *testenv.Redis
+		inst string
+	}{{env.meta1, "inst-a"}, {env.meta2, "inst-0"}} {
+		key := kvcm.BlockKey(tc.inst, -5)
+		require.NoError(t, tc.srv.Client().HSet(ctx, key, metatest.Block(`{"x":{}}`, "")).Err())
+	}
+	pool := redismeta.NewPool(redismeta.PoolOptions{})
+	t.Cleanup(func() { require.NoError(t, pool.Close()) })
+	r, err := redismeta.OpenRegistryReader(redismeta.ConnOptions{Addr: env.reg.Addr(), Username: "gc-registry", Password: "Reg-Pw"},
+		redismeta.RegistryOptions{
+			Cluster:        "c1",
+			GroupStoreURIs: map[string]string{"g-redis2": "redis://kvcm:Meta-Pw2@" + env.meta2.Addr()},
+			Learn:          pool.Learn,
+		})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	reg, err := r.ReadRegistry(ctx)
+	require.NoError(t, err)
+	require.Len(t, reg.Instances, 3)
+	for _, in := range reg.Instances {
+		st, err := pool.Store(in.Store)
+		require.NoError(t, err)
+		p, err := st.ScanPage(ctx, in.ID, 0, 100)
+		require.NoError(t, err)
+		if in.ID == "inst-b" {
+			require.Empty(t, p.Entries)
+			continue
+		}
+		require.Len(t, p.Entries, 1, in.ID)
+		require.Equal(t, int64(-5), p.Entries[0].BlockKey)
+	}
+}
+
+func TestRegistryReaderErrors(t *testing.T) {
+	env := startRegistry(t)
+	t.Run("no cluster", func(t *testing.T) {
+		_, err := redismeta.OpenRegistryReader(redismeta.ConnOptions{Addr: env.reg.Addr()}, redismeta.RegistryOptions{})
+		require.Error(t, err)
+	})
+	t.Run("bad override", func(t *testing.T) {
+		_, err := redismeta.OpenRegistryReader(redismeta.ConnOptions{Addr: env.reg.Addr()}, redismeta.RegistryOptions{
+			Cluster: "c1", GroupStoreURIs: map[string]string{"g": "redis://u:Secret-Pw9@h:x"},
+		})
+		require.ErrorIs(t, err, redismeta.ErrBadURI)
+		require.NotContains(t, err.Error(), "Secret-Pw9")
+	})
+	t.Run("empty cluster reads empty", func(t *testing.T) {
+		r := env.reader(t, redismeta.RegistryOptions{Cluster: "other"})
+		reg, err := r.ReadRegistry(testCtx(t))
+		require.NoError(t, err)
+		require.Empty(t, reg.Instances)
+		require.Empty(t, reg.Skipped)
+	})
+	t.Run("permission denied fails the snapshot", func(t *testing.T) {
+		env.reg.AddUser(t, "no-hget", "pw", "~*", "+hgetall")
+		r, err := redismeta.OpenRegistryReader(redismeta.ConnOptions{Addr: env.reg.Addr(), Username: "no-hget", Password: "pw"},
+			redismeta.RegistryOptions{Cluster: "c1"})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, r.Close()) })
+		_, err = r.ReadRegistry(testCtx(t))
+		require.ErrorContains(t, err, "NOPERM")
+	})
+	t.Run("server down fails the snapshot", func(t *testing.T) {
+		r := env.reader(t, redismeta.RegistryOptions{Cluster: "c1"})
+		env.reg.Stop()
+		_, err := r.ReadRegistry(testCtx(t))
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "Reg-Pw")
+	})
+}
+
+func sortedMapKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+var _ meta.RegistryReader = (*redismeta.RegistryReader)(nil)
