@@ -6,11 +6,11 @@ package natsembed
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,57 +161,81 @@ func Options(cfg Config) (*server.Options, error) {
 	return opts, nil
 }
 
+// accountsConfig writes accts in the server's configuration language. It is close to JSON,
+// but its strings know only the escapes \t \n \r \" \\ and \xXX, so they are quoted here
+// rather than with encoding/json (which writes \u escapes).
 func accountsConfig(accts []Account) (string, error) {
-	type perm struct {
-		Allow []string `json:"allow,omitempty"`
-		Deny  []string `json:"deny,omitempty"`
-	}
-	type perms struct {
-		Publish        *perm `json:"publish,omitempty"`
-		Subscribe      *perm `json:"subscribe,omitempty"`
-		AllowResponses bool  `json:"allow_responses,omitempty"`
-	}
-	type user struct {
-		User        string `json:"user"`
-		Password    string `json:"password"`
-		Permissions *perms `json:"permissions,omitempty"`
-	}
-	type account struct {
-		JetStream string `json:"jetstream"`
-		Users     []user `json:"users"`
-	}
-	conv := func(p *Permission) *perm {
-		if p == nil {
-			return nil
+	var b strings.Builder
+	list := func(subjects []string) {
+		b.WriteByte('[')
+		for i, s := range subjects {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(confQuote(s))
 		}
-		return &perm{Allow: p.Allow, Deny: p.Deny}
+		b.WriteByte(']')
 	}
-	out := map[string]account{}
+	perm := func(name string, p *Permission) {
+		if p == nil {
+			return
+		}
+		b.WriteString(name + ":{allow:")
+		list(p.Allow)
+		b.WriteString(",deny:")
+		list(p.Deny)
+		b.WriteString("},")
+	}
+	seen := map[string]bool{}
+	b.WriteString("accounts:{")
 	for _, a := range accts {
 		if a.Name == "" {
 			return "", errors.New("nats server options: account without a name")
 		}
-		if _, dup := out[a.Name]; dup {
+		if seen[a.Name] {
 			return "", fmt.Errorf("nats server options: account %q twice", a.Name)
 		}
-		acc := account{JetStream: "disabled", Users: []user{}}
+		seen[a.Name] = true
+		js := "disabled"
 		if a.JetStream {
-			acc.JetStream = "enabled"
+			js = "enabled"
 		}
-		for _, u := range a.Users {
-			uu := user{User: u.Name, Password: u.Password}
-			if u.Publish != nil || u.Subscribe != nil || u.AllowResponses {
-				uu.Permissions = &perms{Publish: conv(u.Publish), Subscribe: conv(u.Subscribe), AllowResponses: u.AllowResponses}
+		b.WriteString(confQuote(a.Name) + ":{jetstream:" + js + ",users:[")
+		for i, u := range a.Users {
+			if i > 0 {
+				b.WriteByte(',')
 			}
-			acc.Users = append(acc.Users, uu)
+			b.WriteString("{user:" + confQuote(u.Name) + ",password:" + confQuote(u.Password))
+			if u.Publish != nil || u.Subscribe != nil || u.AllowResponses {
+				b.WriteString(",permissions:{")
+				perm("publish", u.Publish)
+				perm("subscribe", u.Subscribe)
+				fmt.Fprintf(&b, "allow_responses:%t}", u.AllowResponses)
+			}
+			b.WriteByte('}')
 		}
-		out[a.Name] = acc
+		b.WriteString("]},")
 	}
-	b, err := json.Marshal(map[string]any{"accounts": out})
-	if err != nil {
-		return "", fmt.Errorf("nats server options: accounts: %w", err)
+	b.WriteString("}")
+	return b.String(), nil
+}
+
+func confQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c == 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		default:
+			b.WriteByte(c)
+		}
 	}
-	return string(b), nil
+	b.WriteByte('"')
+	return b.String()
 }
 
 // logger adapts the server's printf logger to slog and remembers the first fatal line.

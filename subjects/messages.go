@@ -41,12 +41,12 @@ type BlockEntry struct {
 // DeleteRequest is the prober's verdict on one batch: the locations to delete, each with the
 // exact bytes it judged. Subject: DeleteSubject(instance).
 type DeleteRequest struct {
-	V        int      `json:"v"`
-	Cluster  string   `json:"cluster"`
-	Instance string   `json:"instance"`
-	Group    string   `json:"group"`
-	Store    string   `json:"store"`
-	Round    uint64   `json:"round"`
+	V        int      `json:"v"`            // SchemaVersion
+	Cluster  string   `json:"cluster"`      // KVCM cluster name (of the source batch)
+	Instance string   `json:"instance"`     // KVCM instance id, verbatim; every target is a block of it
+	Group    string   `json:"group"`        // the instance's group (of the source batch)
+	Store    string   `json:"store"`        // metadata store the targets live in (of the source batch)
+	Round    uint64   `json:"round"`        // scan round of the source batch
 	Source   Source   `json:"source"`       // the batch this request was derived from
 	JudgedAt int64    `json:"judged_at_us"` // when the prober decided, µs since the epoch
 	Targets  []Target `json:"targets"`
@@ -64,24 +64,24 @@ type Target struct {
 
 // Source identifies the stream message a message was derived from.
 type Source struct {
-	Stream string `json:"stream"`
-	Seq    uint64 `json:"seq"`
-	MsgID  string `json:"msg_id,omitempty"`
+	Stream string `json:"stream"`           // stream name ("" when the producer read no stream)
+	Seq    uint64 `json:"seq"`              // stream sequence of the message (0 when unknown)
+	MsgID  string `json:"msg_id,omitempty"` // its Nats-Msg-Id, when it had one
 }
 
 // Event is one entry of the audit trail. Subject: EventSubject(kind, instance).
 type Event struct {
-	V        int              `json:"v"`
-	Kind     string           `json:"kind"`  // one of the Event* kinds
-	Stage    string           `json:"stage"` // scanner | prober | deleter
-	Cluster  string           `json:"cluster"`
-	Instance string           `json:"instance,omitempty"`
-	Round    uint64           `json:"round,omitempty"`
+	V        int              `json:"v"`                    // SchemaVersion
+	Kind     string           `json:"kind"`                 // one of the Event* kinds
+	Stage    string           `json:"stage"`                // scanner | prober | deleter
+	Cluster  string           `json:"cluster"`              // KVCM cluster name
+	Instance string           `json:"instance,omitempty"`   // KVCM instance id; "" when about no instance
+	Round    uint64           `json:"round,omitempty"`      // scan round, when known
 	Key      *int64           `json:"key,omitempty,string"` // block key when the event is about one location
-	Location string           `json:"location,omitempty"`
-	Reason   string           `json:"reason,omitempty"`  // why (candidate reason, skip reason, poison reason)
-	Outcome  string           `json:"outcome,omitempty"` // deleter outcome or decision
-	Detail   string           `json:"detail,omitempty"`  // free text (an error message, redacted)
+	Location string           `json:"location,omitempty"`   // location id when the event is about one location
+	Reason   string           `json:"reason,omitempty"`     // why (candidate reason, skip reason, poison reason)
+	Outcome  string           `json:"outcome,omitempty"`    // deleter outcome or decision
+	Detail   string           `json:"detail,omitempty"`     // free text (an error message, redacted)
 	DryRun   bool             `json:"dry_run,omitempty"`
 	Source   *Source          `json:"source,omitempty"` // the input message
 	Counts   map[string]int64 `json:"counts,omitempty"` // summaries (round end, batch verdict)

@@ -93,9 +93,11 @@ func TestEventMsgID(t *testing.T) {
 		"outcome":  func(e *subjects.Event) { e.Outcome = subjects.OutcomeNoopGone },
 		"dry run":  func(e *subjects.Event) { e.DryRun = true },
 		"seq":      func(e *subjects.Event) { e.Source = &subjects.Source{Stream: "KVCMGC_kvcmgc_c1_DELETES", Seq: 4} },
-		"msg id":   func(e *subjects.Event) { e.Source = &subjects.Source{Stream: "KVCMGC_kvcmgc_c1_DELETES", Seq: 3, MsgID: "x"} },
-		"no src":   func(e *subjects.Event) { e.Source = nil },
-		"shifted":  func(e *subjects.Event) { e.Location, e.Reason = "", "k3j9x0cd"+subjects.ReasonOrphanWriting },
+		"msg id": func(e *subjects.Event) {
+			e.Source = &subjects.Source{Stream: "KVCMGC_kvcmgc_c1_DELETES", Seq: 3, MsgID: "x"}
+		},
+		"no src":  func(e *subjects.Event) { e.Source = nil },
+		"shifted": func(e *subjects.Event) { e.Location, e.Reason = "", "k3j9x0cd"+subjects.ReasonOrphanWriting },
 	} {
 		x := sampleEvent()
 		x.Key = &k1

@@ -81,11 +81,11 @@ func TestRawTextDecodeForms(t *testing.T) {
 func TestRawTextDecodeRejects(t *testing.T) {
 	for _, in := range []string{
 		``, `"`, `1`, `[]`, `true`, `"abc`, `abc"`,
-		"\"\xff\"",            // invalid UTF-8 inside a string: bytes would be lost
-		`"\ud800"`,            // lone high surrogate
-		`"\udc00"`,            // lone low surrogate
-		`"\ud800\u0041"`,      // high surrogate without a low one
-		`"\ud800x"`,           //
+		"\"\xff\"",       // invalid UTF-8 inside a string: bytes would be lost
+		`"\ud800"`,       // lone high surrogate
+		`"\udc00"`,       // lone low surrogate
+		`"\ud800\u0041"`, // high surrogate without a low one
+		`"\ud800x"`,      //
 		`"\x"`, `"\u12"`, `"\u12g4"`, `"a\"`,
 		"\"a\nb\"", // raw control character
 		`"a"b"`,
