@@ -1,0 +1,108 @@
+package redismeta_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+func TestPoolResolution(t *testing.T) {
+	defaults := redismeta.ConnOptions{Username: "gc", Password: "Gc-Pw", Timeout: time.Second,
+		TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}
+	p := redismeta.NewPool(redismeta.PoolOptions{
+		Defaults: defaults,
+		URIs:     map[string]string{"m1:6379": "redis://kvcm:Pw1@m1-internal:7000/?timeout_ms=300"},
+	})
+	t.Cleanup(func() { require.NoError(t, p.Close()) })
+	p.Learn("m1:6379", "redis://kvcm:Learned@m1:6379/") // configuration wins
+	p.Learn("m2:6379", "redis://kvcm:Pw2@m2:6379/?retry_count=4")
+	p.Learn("m4:6379", "redis://kvcm:Secret-Pw9@m4:bad")
+
+	tests := []struct {
+		name string
+		want redismeta.ConnOptions
+	}{
+		{"m1:6379", redismeta.ConnOptions{Addr: "m1-internal:7000", UserInfo: "kvcm:Pw1", Timeout: 300 * time.Millisecond,
+			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
+		{"m2:6379", redismeta.ConnOptions{Addr: "m2:6379", UserInfo: "kvcm:Pw2", Timeout: time.Second, RetryCount: 4,
+			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
+		{"m3:6380", redismeta.ConnOptions{Addr: "m3:6380", Username: "gc", Password: "Gc-Pw", Timeout: time.Second,
+			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
+		{"m3:6380?db=2", redismeta.ConnOptions{Addr: "m3:6380", DB: 2, Username: "gc", Password: "Gc-Pw", Timeout: time.Second,
+			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := p.ConnOptions(tc.name)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+	for _, bad := range []string{"", "m4:6379", "h:port"} {
+		_, err := p.ConnOptions(bad)
+		require.Error(t, err, bad)
+		_, err = p.Store(bad)
+		require.Error(t, err, bad)
+		require.NotContains(t, err.Error(), "Secret-Pw9")
+	}
+
+	tlsPool := redismeta.NewPool(redismeta.PoolOptions{Defaults: redismeta.ConnOptions{TLS: redismeta.TLSOptions{Enabled: true}}})
+	got, err := tlsPool.ConnOptions("m5:6379")
+	require.NoError(t, err)
+	require.True(t, got.TLS.Enabled, "a TLS default reaches stores known by name only")
+	require.NoError(t, tlsPool.Close())
+}
+
+func TestPoolOpensOncePerName(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	srv.AddUser(t, "gc", "Gc-Pw", "~*", "+@all")
+	ctx := testCtx(t)
+	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v", "__lru_time__", "1").Err())
+	p := redismeta.NewPool(redismeta.PoolOptions{Defaults: redismeta.ConnOptions{Username: "gc", Password: "Gc-Pw"}})
+
+	const n = 8
+	stores := make([]meta.Store, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			st, err := p.Store(srv.Addr())
+			require.NoError(t, err)
+			stores[i] = st
+		})
+	}
+	wg.Wait()
+	for _, st := range stores {
+		require.Same(t, stores[0], st)
+	}
+	page, err := stores[0].ScanPage(ctx, "i", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, page.Entries, 1)
+	require.NoError(t, stores[0].CAS(ctx, "i", 1, []byte("v"), []byte("w")))
+
+	require.NoError(t, p.Close())
+	_, err = p.Store(srv.Addr())
+	require.Error(t, err)
+	_, err = stores[0].ScanPage(ctx, "i", 0, 10)
+	require.Error(t, err, "a closed pool's stores are closed")
+}
+
+func TestPoolDryRun(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	key := kvcm.BlockKey("i", 1)
+	require.NoError(t, srv.Client().HSet(ctx, key, "__uri__", "v").Err())
+	p := redismeta.NewPool(redismeta.PoolOptions{Store: redismeta.StoreOptions{DryRun: true}})
+	t.Cleanup(func() { require.NoError(t, p.Close()) })
+	st, err := p.Store(srv.Addr())
+	require.NoError(t, err)
+	require.ErrorIs(t, st.CAS(ctx, "i", 1, []byte("v"), []byte("w")), meta.ErrDryRun)
+	require.ErrorIs(t, st.CAD(ctx, "i", 1, []byte("v"), nil), meta.ErrDryRun)
+	require.Equal(t, "v", srv.Client().HGet(ctx, key, "__uri__").Val())
+}
