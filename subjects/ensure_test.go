@@ -308,3 +308,29 @@ func TestEnsureSurvivesRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), c.CachedInfo().NumPending)
 }
+
+// TestEnsureConcurrent starts several processes' worth of Ensure at once on a fresh server, as
+// replicas of every stage do when a deployment starts.
+func TestEnsureConcurrent(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testenv.StartNATS(t)
+	n := mustNames(t, "kvcmgc", "c1")
+	errs := make(chan error, 6)
+	for range cap(errs) {
+		js := srv.JetStream(t)
+		go func() { errs <- subjects.Ensure(ctx, js, n, subjects.DefaultSettings()) }()
+	}
+	for range cap(errs) {
+		require.NoError(t, <-errs)
+	}
+	js := srv.JetStream(t)
+	names := js.StreamNames(ctx)
+	var got []string
+	for name := range names.Name() {
+		got = append(got, name)
+	}
+	require.NoError(t, names.Err())
+	require.ElementsMatch(t, []string{
+		n.BatchesStream(), n.DeletesStream(), n.EventsStream(), "KV_" + n.StateBucket(), "KV_" + n.LeaseBucket(),
+	}, got)
+}
