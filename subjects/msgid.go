@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"hash"
 	"strconv"
 	"strings"
 
@@ -41,12 +42,27 @@ func BatchMsgID(b Batch) string {
 // DeleteMsgID identifies a delete request by its source: a prober derives exactly one request
 // from one batch message, so a prober re-judging a redelivered batch re-publishes under the
 // same id. The source is the batch's stream and sequence ("d:<stream>:<seq>"), or, for a
-// producer without one, the source message id ("dm:<msg id>").
+// producer without one, the source message id ("dm:<msg id>"). A request whose source names
+// neither (which DecodeDeleteRequest refuses) gets "dh:" and a hash of its cluster, instance,
+// round and targets, so that two such requests never share an id and one is silently dropped.
 func DeleteMsgID(r DeleteRequest) string {
-	if r.Source.Stream != "" && r.Source.Seq > 0 {
+	switch {
+	case r.Source.Stream != "" && r.Source.Seq > 0:
 		return "d:" + idPart(r.Source.Stream) + ":" + strconv.FormatUint(r.Source.Seq, 10)
+	case r.Source.MsgID != "":
+		return "dm:" + idPart(r.Source.MsgID)
 	}
-	return "dm:" + idPart(r.Source.MsgID)
+	h := newFieldHash()
+	h.field(r.Cluster)
+	h.field(r.Instance)
+	h.number(r.Round)
+	for _, t := range r.Targets {
+		h.number(uint64(t.Key))
+		h.field(t.Location)
+		h.field(t.Reason)
+		h.field(string(t.Expected))
+	}
+	return "dh:" + h.hex()
 }
 
 // EventMsgID identifies an event by stage, kind, round, instance, key, location, reason,
@@ -55,43 +71,55 @@ func DeleteMsgID(r DeleteRequest) string {
 // same outcome once; a different outcome is a different event. Example:
 // "e:deleter:delete:3f0c…" (the last part is 24 hex digits of a sha256 of those fields).
 func EventMsgID(e Event) string {
-	h := sha256.New()
-	var num [binary.MaxVarintLen64]byte
-	field := func(s string) {
-		h.Write(binary.AppendUvarint(num[:0], uint64(len(s))))
-		h.Write([]byte(s))
-	}
-	number := func(v uint64) { h.Write(binary.AppendUvarint(num[:0], v)) }
-	field(e.Cluster)
-	field(e.Instance)
-	field(e.Stage)
-	field(e.Kind)
-	number(e.Round)
+	h := newFieldHash()
+	h.field(e.Cluster)
+	h.field(e.Instance)
+	h.field(e.Stage)
+	h.field(e.Kind)
+	h.number(e.Round)
+	h.flag(e.Key != nil)
 	if e.Key != nil {
-		number(1)
-		number(uint64(*e.Key))
-	} else {
-		number(0)
+		h.number(uint64(*e.Key))
 	}
-	field(e.Location)
-	field(e.Reason)
-	field(e.Outcome)
-	if e.DryRun {
-		number(1)
-	} else {
-		number(0)
-	}
+	h.field(e.Location)
+	h.field(e.Reason)
+	h.field(e.Outcome)
+	h.flag(e.DryRun)
+	h.flag(e.Source != nil)
 	if e.Source != nil {
-		number(1)
-		field(e.Source.Stream)
-		number(e.Source.Seq)
-		field(e.Source.MsgID)
-	} else {
-		number(0)
+		h.field(e.Source.Stream)
+		h.number(e.Source.Seq)
+		h.field(e.Source.MsgID)
 	}
-	sum := h.Sum(nil)
-	return "e:" + idPart(e.Stage) + ":" + idPart(e.Kind) + ":" + hex.EncodeToString(sum[:12])
+	return "e:" + idPart(e.Stage) + ":" + idPart(e.Kind) + ":" + h.hex()
 }
+
+// fieldHash hashes a sequence of fields unambiguously: every string is preceded by its length,
+// so ("ab", "c") and ("a", "bc") differ.
+type fieldHash struct {
+	h   hash.Hash
+	num [binary.MaxVarintLen64]byte
+}
+
+func newFieldHash() *fieldHash { return &fieldHash{h: sha256.New()} }
+
+func (f *fieldHash) number(v uint64) { f.h.Write(binary.AppendUvarint(f.num[:0], v)) }
+
+func (f *fieldHash) field(s string) {
+	f.number(uint64(len(s)))
+	f.h.Write([]byte(s))
+}
+
+func (f *fieldHash) flag(b bool) {
+	if b {
+		f.number(1)
+	} else {
+		f.number(0)
+	}
+}
+
+// hex is 24 hex digits (96 bits) of the hash.
+func (f *fieldHash) hex() string { return hex.EncodeToString(f.h.Sum(nil)[:12]) }
 
 // idPart encodes s into a part of a message id with kvcm.EncodeToken (so ':' never appears in
 // it); an encoding longer than 32 bytes is cut to its first 12 bytes (never inside a %XX

@@ -146,3 +146,18 @@ func TestMsgIDDeduplication(t *testing.T) {
 		require.Equal(t, m.id, got.Header.Get(jetstream.MsgIDHeader))
 	}
 }
+
+// TestDeleteMsgIDWithoutSource checks requests whose source names nothing still get distinct,
+// deterministic ids instead of one shared id that would drop all but the first.
+func TestDeleteMsgIDWithoutSource(t *testing.T) {
+	a := sampleDelete()
+	a.Source = subjects.Source{}
+	b := a
+	b.Targets = a.Targets[:1]
+	idA, idB := subjects.DeleteMsgID(a), subjects.DeleteMsgID(b)
+	require.Regexp(t, `^dh:[0-9a-f]{24}$`, idA)
+	require.NotEqual(t, idA, idB)
+	require.Equal(t, idA, subjects.DeleteMsgID(a))
+	a.JudgedAt++
+	require.Equal(t, idA, subjects.DeleteMsgID(a))
+}
