@@ -195,8 +195,7 @@ func (r *Redis) args() []string {
 	return append(args, r.cfg.args...)
 }
 
-// startLocked starts the process and waits until it answers PING (any reply, NOAUTH
-// included, proves it is serving). r.mu is held.
+// startLocked starts the process and waits until it answers PING. r.mu is held.
 func (r *Redis) startLocked() error {
 	cmd := exec.Command(r.bin, r.args()...)
 	cmd.Dir = r.dir
@@ -210,24 +209,12 @@ func (r *Redis) startLocked() error {
 	}()
 	r.cmd, r.exited = cmd, exited
 
-	probe := redis.NewClient(&redis.Options{
-		Addr:            r.Addr(),
-		TLSConfig:       r.tlsConf,
-		Protocol:        2,
-		DisableIdentity: true,
-		MaxRetries:      -1,
-		DialTimeout:     time.Second,
-		ReadTimeout:     time.Second,
-		PoolSize:        1,
-	})
-	defer probe.Close()
 	deadline := time.Now().Add(redisReadyTimeout)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		err := probe.Ping(context.Background()).Err()
-		var rerr redis.Error
-		if err == nil || errors.As(err, &rerr) {
+		err := r.ping()
+		if err == nil {
 			return nil
 		}
 		select {
@@ -240,6 +227,38 @@ func (r *Redis) startLocked() error {
 			return fmt.Errorf("redis-server on port %d not ready after %s: %v; log: %s", r.port, redisReadyTimeout, err, r.logTail())
 		}
 	}
+}
+
+// ping sends one raw PING. Any reply line, an error such as NOAUTH included, proves the server
+// is serving. (A raw connection rather than a go-redis client: the client's own dial retries
+// would slow the wait down and log every refused attempt.)
+func (r *Redis) ping() error {
+	d := &net.Dialer{Timeout: time.Second}
+	var conn net.Conn
+	var err error
+	if r.tlsConf != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", r.Addr(), r.tlsConf.Clone())
+	} else {
+		conn, err = d.Dial("tcp", r.Addr())
+	}
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return err
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+") && !strings.HasPrefix(line, "-") {
+		return fmt.Errorf("unexpected reply to PING: %q", line)
+	}
+	return nil
 }
 
 // logTail returns the last lines of the server log, for startup errors.
