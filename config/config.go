@@ -1,0 +1,212 @@
+// Package config is kvcm-gc's configuration: one YAML file whose every key is also a
+// command-line flag and an environment variable, with the precedence flag > environment >
+// file > default. The Config struct is the single source of truth: its yaml tags name the
+// keys, its help tags document them, and Keys derives the flag and variable names from it, so
+// a key cannot exist in one form and be missing in another.
+package config
+
+import (
+	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Config is the whole configuration of a kvcm-gc process. A process reads all of it and uses
+// what its stages need, so one file can serve every stage of a deployment.
+//
+// Tags: yaml names the key (nested structs make dotted keys, e.g. nats.url), help documents it
+// for --help, and secret marks a value never to print: "true" hides it whole, "uri" hides the
+// credentials inside a URI.
+type Config struct {
+	Enabled bool   `yaml:"enabled" help:"run the stages; false keeps the process up serving /healthz and /metrics only"`
+	DryRun  bool   `yaml:"dry_run" help:"judge and report everything, write nothing (the Redis writer and storage deleter refuse every write)"`
+	Cluster string `yaml:"cluster" help:"KVCM cluster name (registry keys kvcache_registry:<cluster>:…); empty takes the cluster_name parameter of registry.uri"`
+	Prefix  string `yaml:"subject_prefix" help:"first tokens of every NATS subject, so several deployments can share a NATS server"`
+
+	// Scanner (DESIGN §4).
+	ScanInterval     time.Duration `yaml:"scan_interval" help:"least time between two SCAN pages (no catch-up after a slow page)"`
+	RoundPause       time.Duration `yaml:"round_pause" help:"pause between the end of a full scan round and the start of the next"`
+	ScanBatchSize    int           `yaml:"scan_batch_size" help:"SCAN COUNT hint, and the most delete targets one batch may produce"`
+	MaxKeysPerSecond float64       `yaml:"max_keys_per_second" help:"cap on the scan rate to protect a busy Redis (0: no cap beyond scan_interval)"`
+	HighWater        uint64        `yaml:"backpressure_high_water" help:"skip scanning while the prober's or the deleter's backlog (pending + unacknowledged messages) is above this"`
+
+	// Prober (DESIGN §5).
+	OrphanWritingGrace time.Duration `yaml:"orphan_writing_grace" help:"least age of a WRITING location before it is an orphan; at least 1h"`
+	ProbeChunkSize     int           `yaml:"probe_chunk_size" help:"most storage URIs in one existence probe, 1..512"`
+	RegistryRefresh    time.Duration `yaml:"registry_refresh" help:"how long the prober reuses a snapshot of the registry's storage table"`
+	ExcludedTypes      []string      `yaml:"excluded_storage_types" help:"storage types (hf3fs, mooncake, pace, file, vcns_hf3fs) never judged storage-missing"`
+
+	// Deleter (DESIGN §6).
+	MaxInflightDeletes int           `yaml:"max_inflight_delete_requests" help:"delete requests in flight across all deleters (the deleter consumer's MaxAckPending)"`
+	DeleteDelay        time.Duration `yaml:"delete_delay" help:"read lease between marking a location DELETING and deleting its data"`
+	CASRetries         int           `yaml:"cas_retries" help:"attempts of a compare-and-swap that lost to a concurrent write"`
+
+	Workers  Workers       `yaml:"workers"`
+	Registry RedisConn     `yaml:"registry"`
+	Meta     MetaConn      `yaml:"meta"`
+	Storage  StorageConfig `yaml:"storage"`
+	Guard    GuardConfig   `yaml:"guard"`
+	NATS     NATSConfig    `yaml:"nats"`
+	JS       JetStream     `yaml:"jetstream"`
+	HTTP     HTTPConfig    `yaml:"http"`
+	Log      LogConfig     `yaml:"log"`
+}
+
+// Workers are the concurrent message handlers of a process.
+type Workers struct {
+	Prober  int `yaml:"prober" help:"batches judged concurrently by this process"`
+	Deleter int `yaml:"deleter" help:"delete requests handled concurrently by this process (0: max_inflight_delete_requests)"`
+}
+
+// RedisTLS is the TLS material of a Redis connection. TLS itself is on for rediss:// URIs.
+// KVCM writes redis:// store URIs into its registry; to reach a store through TLS, give it a
+// rediss:// URI in meta.store_uris.
+type RedisTLS struct {
+	CAFile     string `yaml:"ca_file" help:"PEM bundle of CAs to trust (empty: the system roots)"`
+	CertFile   string `yaml:"cert_file" help:"PEM client certificate, for servers that require one"`
+	KeyFile    string `yaml:"key_file" help:"PEM key of cert_file"`
+	ServerName string `yaml:"server_name" help:"name checked in the server certificate (empty: the host)"`
+}
+
+// RedisConn is the connection to KVCM's registry Redis.
+type RedisConn struct {
+	URI      string   `yaml:"uri" secret:"uri" help:"KVCM's registry Redis, redis[s]://[userinfo@]host:port[?timeout_ms=…]; userinfo authenticates as KVCM does"`
+	Username string   `yaml:"username" help:"ACL user of kvcm-gc's own (exclusive with a URI userinfo)"`
+	Password string   `yaml:"password" secret:"true" help:"password of username (or of the default user)"`
+	TLS      RedisTLS `yaml:"tls"`
+}
+
+// MetaConn are the metadata stores: the connection defaults and the URI overrides.
+type MetaConn struct {
+	Username string   `yaml:"username" help:"ACL user for every metadata store (a store URI's userinfo wins)"`
+	Password string   `yaml:"password" secret:"true" help:"password of username (or of the default user)"`
+	TLS      RedisTLS `yaml:"tls"`
+	// StoreURIs and GroupStoreURIs override what the registry says.
+	StoreURIs      map[string]string `yaml:"store_uris" secret:"uri" help:"URI by metadata store name (host:port as in the registry), to reach a store another way"`
+	GroupStoreURIs map[string]string `yaml:"group_store_uris" secret:"uri" help:"URI by instance group name, replacing the group's meta_storage_backend_config.storage_uri"`
+}
+
+// StorageConfig are the local settings of the storage backends.
+type StorageConfig struct {
+	DefaultProbe string                     `yaml:"default_probe" help:"probe of file storages without an override: none (KVCM's own: data always exists) or stat"`
+	Overrides    map[string]StorageOverride `yaml:"overrides" help:"by storage name: probe (none|stat), delete (true|false: physical deletes), path_map ([{from, to}] prefix remaps)"`
+}
+
+// StorageOverride is the local configuration of one storage.
+type StorageOverride struct {
+	PathMap []PathMap `yaml:"path_map,omitempty"`
+	Probe   string    `yaml:"probe,omitempty"`
+	// Delete nil means on.
+	Delete *bool `yaml:"delete,omitempty"`
+}
+
+// PathMap replaces the URI path prefix From with the local path To.
+type PathMap struct {
+	From string `yaml:"from"`
+	To   string `yaml:"to"`
+}
+
+// GuardConfig selects the migration copy-target guard.
+type GuardConfig struct {
+	Kind   string `yaml:"kind" help:"none, or redis: hashes <prefix><instance> list copy targets that must never be collected"`
+	Prefix string `yaml:"prefix" help:"key prefix of the redis guard's hashes"`
+	URI    string `yaml:"uri" secret:"uri" help:"Redis of the guard (empty: the registry connection)"`
+}
+
+// NATSConfig is the connection to NATS, and the embedded server of the run command.
+type NATSConfig struct {
+	URL             string        `yaml:"url" secret:"uri" help:"NATS server(s), comma-separated (nats://, tls://); the run command starts an embedded server when empty"`
+	CredentialsFile string        `yaml:"credentials_file" help:"NATS credentials file (JWT and nkey seed)"`
+	NkeySeedFile    string        `yaml:"nkey_seed_file" help:"file holding an nkey seed to sign in with"`
+	User            string        `yaml:"user" help:"user name"`
+	Password        string        `yaml:"password" secret:"true" help:"password of user"`
+	Name            string        `yaml:"name" help:"connection name shown by the server (empty: kvcm-gc-<command>)"`
+	TLS             NATSTLS       `yaml:"tls"`
+	Embedded        EmbeddedJS    `yaml:"embedded"`
+	ConnectTimeout  time.Duration `yaml:"connect_timeout" help:"how long startup waits for the NATS server to accept the connection"`
+}
+
+// NATSTLS is the TLS material of the NATS connection.
+type NATSTLS struct {
+	CAFile   string `yaml:"ca_file" help:"PEM bundle of CAs to trust"`
+	CertFile string `yaml:"cert_file" help:"PEM client certificate"`
+	KeyFile  string `yaml:"key_file" help:"PEM key of cert_file"`
+}
+
+// EmbeddedJS is the NATS JetStream server the run command starts when nats.url is empty.
+type EmbeddedJS struct {
+	StoreDir string `yaml:"store_dir" help:"JetStream file store directory of the embedded server (run)"`
+	Listen   string `yaml:"listen" help:"host:port the embedded server listens on, for other processes and the nats CLI (run; port 0: any)"`
+}
+
+// JetStream are the stream, consumer and bucket settings.
+type JetStream struct {
+	Replicas            int           `yaml:"replicas" help:"replicas of every stream and bucket (1 on a single server, 3 or 5 in a cluster)"`
+	MaxAge              time.Duration `yaml:"max_age" help:"how long BATCHES and DELETES keep messages, acked or not: the replay horizon"`
+	EventsMaxAge        time.Duration `yaml:"events_max_age" help:"how long the EVENTS audit stream keeps events"`
+	MaxBytes            int64         `yaml:"max_bytes" help:"cap on each stream's size in bytes, oldest discarded first (-1: none)"`
+	Duplicates          time.Duration `yaml:"duplicate_window" help:"window in which a re-published message (same Nats-Msg-Id) is dropped"`
+	ProberAckWait       time.Duration `yaml:"prober_ack_wait" help:"time a batch may stay unacknowledged before it is redelivered"`
+	ProberMaxAckPending int           `yaml:"prober_max_ack_pending" help:"batches delivered and not yet acknowledged, across all probers"`
+	DeleterAckWait      time.Duration `yaml:"deleter_ack_wait" help:"time a delete request may stay unacknowledged before it is redelivered (kept alive during delete_delay)"`
+	MaxDeliver          int           `yaml:"max_deliver" help:"deliveries of one message before it is dead-lettered"`
+	LeaseTTL            time.Duration `yaml:"lease_ttl" help:"scanner leader lease TTL: a leader that cannot renew within it loses the lease"`
+	SkipEnsure          bool          `yaml:"skip_ensure" help:"do not create or update streams, consumers and buckets (for users without those permissions)"`
+}
+
+// HTTPConfig is the process's HTTP endpoint.
+type HTTPConfig struct {
+	Listen string `yaml:"listen" help:"host:port of /metrics, /healthz and /readyz (empty: no HTTP server; port 0: any)"`
+}
+
+// LogConfig is the process's log.
+type LogConfig struct {
+	Level  string `yaml:"level" help:"debug, info, warn or error"`
+	Format string `yaml:"format" help:"text or json"`
+}
+
+// Default returns the configuration used for every key nobody sets: DESIGN §9's defaults.
+func Default() Config {
+	sc := pipeline.DefaultScannerConfig()
+	pc := pipeline.DefaultProberConfig()
+	dc := pipeline.DefaultDeleterConfig()
+	js := subjects.DefaultSettings()
+	return Config{
+		Enabled:            true,
+		Prefix:             "kvcmgc",
+		ScanInterval:       sc.ScanInterval,
+		RoundPause:         sc.RoundPause,
+		ScanBatchSize:      sc.ScanBatchSize,
+		MaxKeysPerSecond:   sc.MaxKeysPerSecond,
+		HighWater:          sc.HighWater,
+		OrphanWritingGrace: pc.OrphanWritingGrace,
+		ProbeChunkSize:     pc.ProbeChunkSize,
+		RegistryRefresh:    pc.RegistryRefresh,
+		MaxInflightDeletes: js.DeleterMaxAckPending,
+		DeleteDelay:        dc.DeleteDelay,
+		CASRetries:         dc.CASRetries,
+		Workers:            Workers{Prober: 4},
+		Storage:            StorageConfig{DefaultProbe: storage.ProbeNone},
+		Guard:              GuardConfig{Kind: "none", Prefix: "kvcm_gc:copy:"},
+		NATS: NATSConfig{
+			ConnectTimeout: 10 * time.Second,
+			Embedded:       EmbeddedJS{StoreDir: "kvcm-gc-jetstream", Listen: "127.0.0.1:4222"},
+		},
+		JS: JetStream{
+			Replicas:            js.Replicas,
+			MaxAge:              js.MaxAge,
+			EventsMaxAge:        js.EventsMaxAge,
+			MaxBytes:            js.MaxBytes,
+			Duplicates:          js.Duplicates,
+			ProberAckWait:       js.ProberAckWait,
+			ProberMaxAckPending: js.ProberMaxAckPending,
+			DeleterAckWait:      js.DeleterAckWait,
+			MaxDeliver:          js.MaxDeliver,
+			LeaseTTL:            js.LeaseTTL,
+		},
+		HTTP: HTTPConfig{Listen: ":9090"},
+		Log:  LogConfig{Level: "info", Format: "text"},
+	}
+}

@@ -1,0 +1,170 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+
+	"github.com/kvcm-gc/kvcm-gc/app"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// RegistryConn returns the connection to the registry Redis.
+func (c Config) RegistryConn() (redismeta.ConnOptions, error) {
+	base := redismeta.ConnOptions{Username: c.Registry.Username, Password: c.Registry.Password, TLS: c.Registry.TLS.options()}
+	conn, err := base.ApplyURI(c.Registry.URI)
+	if err != nil {
+		return conn, fmt.Errorf("registry.uri: %w", err)
+	}
+	// ApplyURI lets a URI's userinfo win silently; configured ACL credentials that would be
+	// ignored are a mistake worth stopping for.
+	if conn.UserInfo != "" && (c.Registry.Username != "" || c.Registry.Password != "") {
+		return conn, errors.New("registry.username, registry.password: exclusive with a userinfo in registry.uri")
+	}
+	return conn, nil
+}
+
+func (t RedisTLS) options() redismeta.TLSOptions {
+	return redismeta.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
+}
+
+// metaDefaults are the connection defaults of every metadata store.
+func (c Config) metaDefaults() redismeta.ConnOptions {
+	return redismeta.ConnOptions{Username: c.Meta.Username, Password: c.Meta.Password, TLS: c.Meta.TLS.options()}
+}
+
+// StorageOptions returns the local storage settings.
+func (c Config) StorageOptions() storage.Options {
+	o := storage.Options{DryRun: c.DryRun, DefaultProbe: c.Storage.DefaultProbe}
+	if len(c.Storage.Overrides) > 0 {
+		o.Overrides = make(map[string]storage.Override, len(c.Storage.Overrides))
+		for name, ov := range c.Storage.Overrides {
+			so := storage.Override{Probe: ov.Probe, Delete: ov.Delete}
+			for _, pm := range ov.PathMap {
+				so.PathMap = append(so.PathMap, storage.PathMap{From: pm.From, To: pm.To})
+			}
+			o.Overrides[name] = so
+		}
+	}
+	return o
+}
+
+// Settings returns the JetStream settings.
+func (c Config) Settings() subjects.Settings {
+	s := subjects.DefaultSettings()
+	s.Replicas = c.JS.Replicas
+	s.MaxAge = c.JS.MaxAge
+	s.EventsMaxAge = c.JS.EventsMaxAge
+	s.MaxBytes = c.JS.MaxBytes
+	s.Duplicates = c.JS.Duplicates
+	s.ProberAckWait = c.JS.ProberAckWait
+	s.ProberMaxAckPending = c.JS.ProberMaxAckPending
+	s.DeleterAckWait = c.JS.DeleterAckWait
+	s.DeleterMaxAckPending = c.MaxInflightDeletes
+	s.MaxDeliver = c.JS.MaxDeliver
+	s.LeaseTTL = c.JS.LeaseTTL
+	return s
+}
+
+// Names returns the stream, subject and bucket names.
+func (c Config) Names() (subjects.Names, error) {
+	n, err := subjects.NewNames(c.Prefix, c.Cluster)
+	if err != nil {
+		return n, fmt.Errorf("subject_prefix, cluster: %w", err)
+	}
+	return n, nil
+}
+
+// AppOptions translates the configuration into what app.Run takes. Logger, Metrics, Reg and
+// Health are the caller's to fill.
+func (c Config) AppOptions() (app.Options, error) {
+	var reg redismeta.ConnOptions
+	if c.Registry.URI != "" {
+		var err error
+		if reg, err = c.RegistryConn(); err != nil {
+			return app.Options{}, err
+		}
+	}
+	guardConn := reg
+	if c.Guard.URI != "" {
+		var err error
+		if guardConn, err = redismeta.ParseURI(c.Guard.URI); err != nil {
+			return app.Options{}, fmt.Errorf("guard.uri: %w", err)
+		}
+	}
+	sc := pipeline.DefaultScannerConfig()
+	sc.ScanInterval = c.ScanInterval
+	sc.RoundPause = c.RoundPause
+	sc.ScanBatchSize = c.ScanBatchSize
+	sc.MaxKeysPerSecond = c.MaxKeysPerSecond
+	sc.HighWater = c.HighWater
+
+	pc := pipeline.DefaultProberConfig()
+	pc.OrphanWritingGrace = c.OrphanWritingGrace
+	pc.ProbeChunkSize = c.ProbeChunkSize
+	pc.MaxTargets = c.ScanBatchSize
+	pc.RegistryRefresh = c.RegistryRefresh
+	for _, t := range c.ExcludedTypes {
+		st, _ := kvcm.ParseStorageType(t)
+		pc.ExcludedTypes = append(pc.ExcludedTypes, st)
+	}
+
+	dc := pipeline.DefaultDeleterConfig()
+	dc.DeleteDelay = c.DeleteDelay
+	dc.CASRetries = c.CASRetries
+	dc.AckWait = c.JS.DeleterAckWait // the deleter keeps a delayed request alive within it
+
+	deleters := c.Workers.Deleter
+	if deleters == 0 {
+		deleters = c.MaxInflightDeletes
+	}
+	o := app.Options{
+		Cluster:        c.Cluster,
+		Prefix:         c.Prefix,
+		Registry:       reg,
+		Meta:           c.metaDefaults(),
+		MetaURIs:       maps.Clone(c.Meta.StoreURIs),
+		GroupStoreURIs: maps.Clone(c.Meta.GroupStoreURIs),
+		Storage:        c.StorageOptions(),
+		DryRun:         c.DryRun,
+		Guard:          c.Guard.Kind,
+		GuardConn:      guardConn,
+		GuardKeyPrefix: c.Guard.Prefix,
+		Scanner:        sc,
+		Prober:         pc,
+		Deleter:        dc,
+		JetStream:      c.Settings(),
+		ProberWorkers:  c.Workers.Prober,
+		DeleterWorkers: deleters,
+		SkipEnsure:     c.JS.SkipEnsure,
+	}
+	// The stages validate again; this catches a gap between the keys and the stages' rules
+	// at startup instead of inside a running stage.
+	if err := errors.Join(sc.Validate(), pc.Validate(), dc.Validate(), o.JetStream.Validate()); err != nil {
+		return app.Options{}, err
+	}
+	return o, nil
+}
+
+// LogValue summarises the configuration for the startup log line, without secrets.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("cluster", c.Cluster),
+		slog.String("subject_prefix", c.Prefix),
+		slog.Bool("enabled", c.Enabled),
+		slog.Bool("dry_run", c.DryRun),
+		slog.String("registry", redismeta.Redact(c.Registry.URI)),
+		slog.String("nats", Key{Secret: "uri"}.redact(c.NATS.URL)),
+		slog.Duration("scan_interval", c.ScanInterval),
+		slog.Duration("round_pause", c.RoundPause),
+		slog.Int("scan_batch_size", c.ScanBatchSize),
+		slog.Duration("orphan_writing_grace", c.OrphanWritingGrace),
+		slog.Int("max_inflight_delete_requests", c.MaxInflightDeletes),
+		slog.Duration("delete_delay", c.DeleteDelay),
+	)
+}

@@ -1,0 +1,278 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// minJetStreamWindow is the shortest max age, duplicate window and lease TTL the server takes.
+const minJetStreamWindow = 100 * time.Millisecond
+
+// Validate checks every key that does not depend on what the process runs; Require checks
+// the rest. Every error starts with the key at fault; all of them are reported at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+	}
+	if err := (subjects.Names{Prefix: c.Prefix, Cluster: "x"}).Validate(); err != nil {
+		bad("subject_prefix", "%q must be tokens of [A-Za-z0-9_-] joined by '.'", c.Prefix)
+	}
+
+	if c.ScanInterval <= 0 {
+		bad("scan_interval", "must be > 0, got %s", c.ScanInterval)
+	}
+	if c.RoundPause < 0 {
+		bad("round_pause", "must be >= 0, got %s", c.RoundPause)
+	}
+	if c.ScanBatchSize <= 0 {
+		bad("scan_batch_size", "must be > 0, got %d", c.ScanBatchSize)
+	}
+	if c.MaxKeysPerSecond < 0 {
+		bad("max_keys_per_second", "must be >= 0, got %g", c.MaxKeysPerSecond)
+	}
+	if c.HighWater == 0 {
+		bad("backpressure_high_water", "must be > 0")
+	}
+	if c.OrphanWritingGrace < pipeline.MinOrphanWritingGrace {
+		bad("orphan_writing_grace", "must be >= %s, got %s", pipeline.MinOrphanWritingGrace, c.OrphanWritingGrace)
+	}
+	if c.ProbeChunkSize < 1 || c.ProbeChunkSize > storage.MaxProbeChunk {
+		bad("probe_chunk_size", "must be in 1..%d, got %d", storage.MaxProbeChunk, c.ProbeChunkSize)
+	}
+	if c.RegistryRefresh <= 0 {
+		bad("registry_refresh", "must be > 0, got %s", c.RegistryRefresh)
+	}
+	for _, t := range c.ExcludedTypes {
+		if _, ok := kvcm.ParseStorageType(t); !ok {
+			bad("excluded_storage_types", "unknown storage type %q (hf3fs, mooncake, pace, file, vcns_hf3fs)", t)
+		}
+	}
+	if c.MaxInflightDeletes < 1 {
+		bad("max_inflight_delete_requests", "must be >= 1, got %d", c.MaxInflightDeletes)
+	}
+	if c.DeleteDelay < 0 {
+		bad("delete_delay", "must be >= 0, got %s", c.DeleteDelay)
+	}
+	if c.CASRetries < 1 {
+		bad("cas_retries", "must be >= 1, got %d", c.CASRetries)
+	}
+	if c.Workers.Prober < 1 {
+		bad("workers.prober", "must be >= 1, got %d", c.Workers.Prober)
+	}
+	if c.Workers.Deleter < 0 {
+		bad("workers.deleter", "must be >= 0, got %d", c.Workers.Deleter)
+	}
+
+	if c.Registry.URI != "" {
+		if _, err := c.RegistryConn(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, checkRedisTLS("registry.tls", c.Registry.TLS)...)
+	errs = append(errs, checkRedisTLS("meta.tls", c.Meta.TLS)...)
+	for _, key := range []struct {
+		name string
+		m    map[string]string
+	}{{"meta.store_uris", c.Meta.StoreURIs}, {"meta.group_store_uris", c.Meta.GroupStoreURIs}} {
+		for _, name := range slices.Sorted(maps.Keys(key.m)) {
+			if _, err := c.metaDefaults().ApplyURI(key.m[name]); err != nil {
+				bad(key.name, "%s: %v", name, err)
+			}
+		}
+	}
+
+	if !slices.Contains([]string{storage.ProbeNone, storage.ProbeStat}, c.Storage.DefaultProbe) {
+		bad("storage.default_probe", "%q is not none or stat", c.Storage.DefaultProbe)
+	}
+	// With no registry storages, NewSet checks what does not depend on the storage type:
+	// probe modes and the shape of every path map.
+	if _, err := storage.NewSet(nil, c.StorageOptions()); err != nil {
+		bad("storage.overrides", "%v", err)
+	}
+
+	switch c.Guard.Kind {
+	case "none":
+	case "redis":
+		if c.Guard.Prefix == "" {
+			bad("guard.prefix", "must not be empty with guard.kind redis")
+		}
+		if c.Guard.URI != "" {
+			if _, err := redismeta.ParseURI(c.Guard.URI); err != nil {
+				bad("guard.uri", "%v", err)
+			}
+		}
+	default:
+		bad("guard.kind", "%q is not none or redis", c.Guard.Kind)
+	}
+
+	errs = append(errs, c.checkNATS()...)
+	errs = append(errs, c.checkJetStream()...)
+
+	if c.HTTP.Listen != "" {
+		if err := checkListen(c.HTTP.Listen); err != nil {
+			bad("http.listen", "%v", err)
+		}
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		bad("log.level", "%q is not debug, info, warn or error", c.Log.Level)
+	}
+	if !slices.Contains([]string{"text", "json"}, c.Log.Format) {
+		bad("log.format", "%q is not text or json", c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) checkNATS() []error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+	}
+	n := c.NATS
+	for _, raw := range splitList(n.URL) {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" || !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme) {
+			bad("nats.url", "%q is not a nats://, tls://, ws:// or wss:// URL with a host", redismeta.Redact(raw))
+		}
+	}
+	auth := 0
+	for _, a := range []string{n.CredentialsFile, n.NkeySeedFile, n.User} {
+		if a != "" {
+			auth++
+		}
+	}
+	if auth > 1 {
+		bad("nats", "credentials_file, nkey_seed_file and user are exclusive")
+	}
+	if n.Password != "" && n.User == "" {
+		bad("nats.password", "given without nats.user")
+	}
+	errs = append(errs, checkFile("nats.credentials_file", n.CredentialsFile)...)
+	errs = append(errs, checkFile("nats.nkey_seed_file", n.NkeySeedFile)...)
+	errs = append(errs, checkFile("nats.tls.ca_file", n.TLS.CAFile)...)
+	errs = append(errs, checkFile("nats.tls.cert_file", n.TLS.CertFile)...)
+	errs = append(errs, checkFile("nats.tls.key_file", n.TLS.KeyFile)...)
+	if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
+		bad("nats.tls", "cert_file and key_file must be given together")
+	}
+	if n.ConnectTimeout <= 0 {
+		bad("nats.connect_timeout", "must be > 0, got %s", n.ConnectTimeout)
+	}
+	if err := checkListen(n.Embedded.Listen); err != nil {
+		bad("nats.embedded.listen", "%v", err)
+	}
+	return errs
+}
+
+func (c Config) checkJetStream() []error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("jetstream.%s: %s", key, fmt.Sprintf(format, a...)))
+	}
+	j := c.JS
+	if j.Replicas < 1 || j.Replicas > 5 {
+		bad("replicas", "must be in 1..5, got %d", j.Replicas)
+	}
+	for _, a := range []struct {
+		key string
+		v   time.Duration
+	}{{"max_age", j.MaxAge}, {"events_max_age", j.EventsMaxAge}} {
+		if a.v < 0 || (a.v != 0 && a.v < minJetStreamWindow) {
+			bad(a.key, "must be 0 (unlimited) or at least %s, got %s", minJetStreamWindow, a.v)
+		}
+		if a.v != 0 && j.Duplicates > a.v {
+			bad("duplicate_window", "%s is longer than jetstream.%s %s", j.Duplicates, a.key, a.v)
+		}
+	}
+	if j.MaxBytes != -1 && j.MaxBytes <= 0 {
+		bad("max_bytes", "must be -1 (unlimited) or > 0, got %d", j.MaxBytes)
+	}
+	if j.Duplicates < minJetStreamWindow {
+		bad("duplicate_window", "must be at least %s, got %s", minJetStreamWindow, j.Duplicates)
+	}
+	if j.ProberAckWait <= 0 {
+		bad("prober_ack_wait", "must be > 0, got %s", j.ProberAckWait)
+	}
+	if j.DeleterAckWait <= 0 {
+		bad("deleter_ack_wait", "must be > 0, got %s", j.DeleterAckWait)
+	}
+	if j.ProberMaxAckPending < 1 {
+		bad("prober_max_ack_pending", "must be >= 1, got %d", j.ProberMaxAckPending)
+	}
+	if j.MaxDeliver < 1 {
+		bad("max_deliver", "must be >= 1, got %d", j.MaxDeliver)
+	}
+	if j.LeaseTTL < minJetStreamWindow {
+		bad("lease_ttl", "must be at least %s, got %s", minJetStreamWindow, j.LeaseTTL)
+	}
+	return errs
+}
+
+func checkRedisTLS(key string, t RedisTLS) []error {
+	errs := checkFile(key+".ca_file", t.CAFile)
+	errs = append(errs, checkFile(key+".cert_file", t.CertFile)...)
+	errs = append(errs, checkFile(key+".key_file", t.KeyFile)...)
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		errs = append(errs, fmt.Errorf("%s: cert_file and key_file must be given together", key))
+	}
+	return errs
+}
+
+// checkFile fails on a file that is named but cannot be read, at startup rather than at the
+// first reconnect.
+func checkFile(key, path string) []error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return []error{fmt.Errorf("%s: %w", key, err)}
+	}
+	_ = f.Close()
+	return nil
+}
+
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
+		return fmt.Errorf("%q: port %q is not a number in 0..65535", addr, port)
+	}
+	return nil
+}
+
+// Needs are what a command requires beyond Validate.
+type Needs struct {
+	Registry bool // scanner, prober: registry.uri and the cluster
+	NATS     bool // nats.url (the run command's embedded server makes it optional)
+}
+
+// Require checks the keys a command cannot run without.
+func (c Config) Require(n Needs) error {
+	var errs []error
+	if c.Cluster == "" {
+		errs = append(errs, errors.New("cluster: required (or a cluster_name parameter in registry.uri)"))
+	}
+	if n.Registry && c.Registry.URI == "" {
+		errs = append(errs, errors.New("registry.uri: required by the scanner and the prober"))
+	}
+	if n.NATS && c.NATS.URL == "" {
+		errs = append(errs, errors.New("nats.url: required"))
+	}
+	return errors.Join(errs...)
+}
