@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -213,12 +214,13 @@ func (r *Redis) startLocked() error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		err := r.ping()
+		err := r.ping(cmd.Process.Pid)
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-exited:
+			r.cmd = nil
 			return fmt.Errorf("redis-server on port %d exited during startup: %s", r.port, r.logTail())
 		case <-tick.C:
 		}
@@ -229,10 +231,12 @@ func (r *Redis) startLocked() error {
 	}
 }
 
-// ping sends one raw PING. Any reply line, an error such as NOAUTH included, proves the server
+// ping asks the server on our port for INFO server and checks that it is our process: the
+// port was free when chosen, but another server may have taken it since, and our own process
+// then exits while the other one answers. An error reply (NOAUTH) proves only that a server
 // is serving. (A raw connection rather than a go-redis client: the client's own dial retries
 // would slow the wait down and log every refused attempt.)
-func (r *Redis) ping() error {
+func (r *Redis) ping(pid int) error {
 	d := &net.Dialer{Timeout: time.Second}
 	var conn net.Conn
 	var err error
@@ -248,18 +252,37 @@ func (r *Redis) ping() error {
 	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
 		return err
 	}
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+	if _, err := conn.Write([]byte("INFO server\r\n")); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	br := bufio.NewReader(conn)
+	line, err := br.ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "+") && !strings.HasPrefix(line, "-") {
-		return fmt.Errorf("unexpected reply to PING: %q", line)
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return nil
+	case !strings.HasPrefix(line, "$"):
+		return fmt.Errorf("unexpected reply to INFO: %q", line)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil || n < 0 {
+		return fmt.Errorf("unexpected reply to INFO: %q", line)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return err
+	}
+	want := "process_id:" + strconv.Itoa(pid) + "\r\n"
+	if !strings.Contains(string(body), want) {
+		return errRedisForeignServer
 	}
 	return nil
 }
+
+// errRedisForeignServer: the port answers, but not with the process just started.
+var errRedisForeignServer = errors.New("another server answers on the port")
 
 // logTail returns the last lines of the server log, for startup errors.
 func (r *Redis) logTail() string {

@@ -59,7 +59,8 @@ type ConnOptions struct {
 	// PoolTimeout bounds the wait for a free pooled connection. Default 1s.
 	PoolTimeout time.Duration
 	// RetryCount is the number of attempts of a command that failed on the network, the first
-	// included, as KVCM counts them (URI retry_count). Default 2.
+	// included, as KVCM counts them (URI retry_count); also the number of dial attempts of a
+	// connection, 50 ms apart. Default 2.
 	RetryCount int
 	// MaxPoolSize caps the pooled connections (URI client_max_pool_size). Default 16.
 	MaxPoolSize int
@@ -336,8 +337,11 @@ func NewClient(o ConnOptions) (*redis.Client, error) {
 		ContextTimeoutEnabled:    true,
 		PoolTimeout:              poolTimeout,
 		MaxRetries:               maxRetries,
-		PoolSize:                 o.maxPoolSize(),
-		MinIdleConns:             o.MinPoolSize,
+		// KVCM's Reconnect: retry_count attempts, 50 ms apart.
+		DialerRetries:      attempts,
+		DialerRetryTimeout: 50 * time.Millisecond,
+		PoolSize:           o.maxPoolSize(),
+		MinIdleConns:       o.MinPoolSize,
 	}
 	if o.UserInfo != "" {
 		ro.OnConnect = kvcmAuth(o.UserInfo, o.Name())
