@@ -1,8 +1,10 @@
 package redismeta_test
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
@@ -111,5 +113,35 @@ func TestACLAuth(t *testing.T) {
 				require.NotContains(t, err.Error(), secret)
 			}
 		})
+	}
+}
+
+// TestKVCMAuthWithDB: with a "db" parameter the database is selected after the AUTH a
+// protected server needs, and the scan sees that database only.
+func TestKVCMAuthWithDB(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 0), "__uri__", "db0").Err())
+	db2 := redis.NewClient(&redis.Options{Addr: srv.Addr(), DB: 2, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { require.NoError(t, db2.Close()) })
+	require.NoError(t, db2.HSet(ctx, kvcm.BlockKey("i", 2), "__uri__", "db2").Err())
+	srv.RequirePass(t, "u:pw")
+
+	for _, uri := range []string{"redis://u:pw@" + srv.Addr() + "?db=2", "redis://" + srv.Addr() + "?db=2"} {
+		base := redismeta.ConnOptions{}
+		if !strings.Contains(uri, "@") {
+			base.Password = "u:pw" // the same server through go-redis's native auth
+		}
+		conn, err := base.ApplyURI(uri)
+		require.NoError(t, err)
+		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
+		require.NoError(t, err)
+		p, err := st.ScanPage(ctx, "i", 0, 10)
+		require.NoError(t, err)
+		require.Len(t, p.Entries, 1, uri)
+		require.Equal(t, "db2", string(p.Entries[0].URI))
+		require.NoError(t, st.CAS(ctx, "i", 2, []byte("db2"), []byte("db2'")))
+		require.NoError(t, st.CAS(ctx, "i", 2, []byte("db2'"), []byte("db2")))
+		require.NoError(t, st.Close())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -230,6 +231,10 @@ func (o ConnOptions) String() string {
 // GoString keeps %#v from printing the credentials.
 func (o ConnOptions) GoString() string { return "redismeta.ConnOptions(" + o.String() + ")" }
 
+// LogValue keeps slog handlers (the JSON one marshals exported fields) from logging the
+// credentials.
+func (o ConnOptions) LogValue() slog.Value { return slog.StringValue(o.String()) }
+
 // Validate reports settings NewClient cannot use.
 func (o ConnOptions) Validate() error {
 	if o.Addr == "" {
@@ -344,30 +349,36 @@ func NewClient(o ConnOptions) (*redis.Client, error) {
 		MinIdleConns:       o.MinPoolSize,
 	}
 	if o.UserInfo != "" {
-		ro.OnConnect = kvcmAuth(o.UserInfo, o.Name())
+		// go-redis would SELECT before OnConnect, i.e. before the AUTH a protected server
+		// needs; the hook selects the database itself, after authenticating, as KVCM does.
+		ro.DB = 0
+		ro.OnConnect = kvcmAuth(o.UserInfo, o.Name(), o.DB)
 	}
 	return redis.NewClient(ro), nil
 }
 
 // kvcmAuth authenticates a new connection as KVCM's RedisClient::Connect does: PING first,
 // and only when the reply starts with NOAUTH, AUTH with the raw userinfo as one argument, then
-// PING again. (go-redis's own HELLO ran before without credentials; on a server that needs a
-// password it fails with NOAUTH and go-redis carries on in RESP2.) Errors name the server, never
-// the userinfo.
-func kvcmAuth(userInfo, name string) func(context.Context, *redis.Conn) error {
+// PING again; then SELECT db when db > 0. (go-redis's own HELLO ran before without
+// credentials; on a server that needs a password it fails with NOAUTH and go-redis carries on
+// in RESP2.) Errors name the server, never the userinfo.
+func kvcmAuth(userInfo, name string, db int) func(context.Context, *redis.Conn) error {
 	return func(ctx context.Context, cn *redis.Conn) error {
-		err := cn.Ping(ctx).Err()
-		if err == nil {
-			return nil
-		}
-		if !strings.HasPrefix(err.Error(), "NOAUTH") {
-			return &connectError{what: "ping redis " + name, err: err}
-		}
-		if err := cn.Auth(ctx, userInfo).Err(); err != nil {
-			return &connectError{what: "authenticate to redis " + name + " with the URI's userinfo", err: err}
-		}
 		if err := cn.Ping(ctx).Err(); err != nil {
-			return &connectError{what: "ping redis " + name + " after auth", err: err}
+			if !strings.HasPrefix(err.Error(), "NOAUTH") {
+				return &connectError{what: "ping redis " + name, err: err}
+			}
+			if err := cn.Auth(ctx, userInfo).Err(); err != nil {
+				return &connectError{what: "authenticate to redis " + name + " with the URI's userinfo", err: err}
+			}
+			if err := cn.Ping(ctx).Err(); err != nil {
+				return &connectError{what: "ping redis " + name + " after auth", err: err}
+			}
+		}
+		if db > 0 {
+			if err := cn.Select(ctx, db).Err(); err != nil {
+				return &connectError{what: "select database of redis " + name, err: err}
+			}
 		}
 		return nil
 	}

@@ -2,6 +2,7 @@ package redismeta_test
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -129,7 +130,12 @@ func TestConnOptionsNeverPrintCredentials(t *testing.T) {
 		{Addr: "h:1", Username: "gc", Password: "s3cr3t"},
 		{Addr: "h:1", Password: "s3cr3t", DB: 2},
 	} {
-		for _, s := range []string{o.String(), fmt.Sprintf("%v", o), fmt.Sprintf("%+v", o), fmt.Sprintf("%#v", o), fmt.Sprint(o)} {
+		var logs strings.Builder
+		slog.New(slog.NewJSONHandler(&logs, nil)).Info("m", "conn", o)
+		slog.New(slog.NewTextHandler(&logs, nil)).Info("m", "conn", o)
+		nested := struct{ Conn redismeta.ConnOptions }{o}
+		for _, s := range []string{o.String(), fmt.Sprintf("%v", o), fmt.Sprintf("%+v", o), fmt.Sprintf("%#v", o), fmt.Sprint(o),
+			fmt.Sprintf("%+v", nested), fmt.Sprintf("%#v", nested), logs.String()} {
 			require.NotContains(t, s, "s3cr3t")
 			require.Contains(t, s, "h:1")
 		}
