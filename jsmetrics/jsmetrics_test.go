@@ -1,0 +1,153 @@
+package jsmetrics_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
+	"github.com/kvcm-gc/kvcm-gc/ops"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+func setup(t *testing.T) (jetstream.JetStream, subjects.Names) {
+	t.Helper()
+	js := testenv.StartNATS(t).JetStream(t)
+	names, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	s := subjects.DefaultSettings()
+	s.Storage = jetstream.MemoryStorage
+	s.DeleterMaxAckPending = 3
+	require.NoError(t, subjects.Ensure(context.Background(), js, names, s))
+	return js, names
+}
+
+// gather returns the collector's samples as "name{label=value,…}" → value.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+func TestCollectorReadsConsumerInfoAndPause(t *testing.T) {
+	ctx := context.Background()
+	js, names := setup(t)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, jsmetrics.Register(reg, js, names, true, true, true))
+
+	// Five delete requests stored, two of them delivered and not acknowledged.
+	for i := range 5 {
+		_, err := js.Publish(ctx, names.DeleteSubject("inst1"), []byte(`{}`), jetstream.WithMsgID(string(rune('a'+i))))
+		require.NoError(t, err)
+	}
+	cons, err := js.Consumer(ctx, names.DeletesStream(), names.DeleterConsumer())
+	require.NoError(t, err)
+	b, err := cons.Fetch(2, jetstream.FetchMaxWait(2*time.Second))
+	require.NoError(t, err)
+	n := 0
+	for range b.Messages() {
+		n++
+	}
+	require.Equal(t, 2, n)
+
+	until := time.Now().Add(time.Hour).Truncate(time.Second)
+	_, err = ops.Pause(ctx, js, names, pipeline.StageDeleter, until)
+	require.NoError(t, err)
+	_, err = ops.Pause(ctx, js, names, pipeline.StageScanner, until)
+	require.NoError(t, err)
+
+	del := "consumer=deleter,stage=deleter,stream=" + names.DeletesStream()
+	prb := "consumer=prober,stage=prober,stream=" + names.BatchesStream()
+	got := gather(t, reg)
+	want := map[string]float64{
+		"kvcm_gc_consumer_pending_messages{" + del + "}":          3,
+		"kvcm_gc_consumer_ack_pending_messages{" + del + "}":      2,
+		"kvcm_gc_consumer_max_ack_pending_messages{" + del + "}":  3,
+		"kvcm_gc_consumer_redelivered_messages{" + del + "}":      0,
+		"kvcm_gc_consumer_pending_messages{" + prb + "}":          0,
+		"kvcm_gc_stage_paused{stage=deleter}":                     1,
+		"kvcm_gc_stage_paused{stage=prober}":                      0,
+		"kvcm_gc_stage_paused{stage=scanner}":                     1,
+		"kvcm_gc_stage_pause_end_timestamp_seconds{stage=prober}": 0,
+		"kvcm_gc_jetstream_stats_up{stage=deleter}":               1,
+		"kvcm_gc_jetstream_stats_up{stage=prober}":                1,
+		"kvcm_gc_jetstream_stats_up{stage=scanner}":               1,
+	}
+	for k, v := range want {
+		require.Contains(t, got, k)
+		require.Equal(t, v, got[k], k)
+	}
+	for _, stage := range []string{"deleter", "scanner"} {
+		end := got["kvcm_gc_stage_pause_end_timestamp_seconds{stage="+stage+"}"]
+		require.InDelta(t, float64(until.Unix()), end, 1, stage)
+	}
+
+	_, err = ops.Resume(ctx, js, names, ops.StageAll)
+	require.NoError(t, err)
+	got = gather(t, reg)
+	for _, stage := range []string{"scanner", "prober", "deleter"} {
+		require.Zero(t, got["kvcm_gc_stage_paused{stage="+stage+"}"], stage)
+	}
+}
+
+func TestCollectorReportsDownWhenConsumerMissing(t *testing.T) {
+	ctx := context.Background()
+	js, names := setup(t)
+	require.NoError(t, js.DeleteConsumer(ctx, names.BatchesStream(), names.ProberConsumer()))
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(jsmetrics.New(js, names, []string{pipeline.StageProber})))
+	got := gather(t, reg)
+	require.Equal(t, map[string]float64{"kvcm_gc_jetstream_stats_up{stage=prober}": 0}, got)
+}
+
+func TestRegisterNothing(t *testing.T) {
+	js, names := setup(t)
+	require.NoError(t, jsmetrics.Register(nil, js, names, true, true, true))
+	reg := prometheus.NewRegistry()
+	require.NoError(t, jsmetrics.Register(reg, js, names, false, false, false))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	require.Empty(t, mfs)
+}
+
+// TestMetricNamesLint runs the checks of `promtool check metrics` on every series a process
+// exports: the pipeline's metrics and this collector's.
+func TestMetricNamesLint(t *testing.T) {
+	js, names := setup(t)
+	reg := prometheus.NewRegistry()
+	pipeline.NewMetrics(reg)
+	require.NoError(t, jsmetrics.Register(reg, js, names, true, true, true))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	var gauges int
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "kvcm_gc_consumer_") || strings.HasPrefix(mf.GetName(), "kvcm_gc_stage_") {
+			require.Equal(t, dto.MetricType_GAUGE, mf.GetType(), mf.GetName())
+			gauges++
+		}
+	}
+	require.Equal(t, 7, gauges)
+}

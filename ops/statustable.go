@@ -1,0 +1,127 @@
+package ops
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable prints the report for a human: streams, consumers, scanner, last events.
+func (r StatusReport) WriteTable(w io.Writer) error {
+	ew := &errWriter{w: w}
+	now := r.At
+	fmt.Fprintf(ew, "kvcm-gc status of cluster %q (prefix %s) at %s\n", r.Cluster, r.Prefix, timeOnly(now))
+
+	fmt.Fprintln(ew, "\nSTREAMS")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMESSAGES\tBYTES\tFIRST SEQ\tFIRST\tLAST SEQ\tLAST\tCONSUMERS")
+	for _, s := range r.Streams {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\t%d\n", s.Name, s.Messages, humanBytes(s.Bytes),
+			s.FirstSeq, timeOnly(s.FirstTime), s.LastSeq, timeOnly(s.LastTime), s.Consumers)
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(ew, "\nSTAGES")
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STAGE\tCONSUMER\tPENDING\tACK PENDING\tREDELIVERED\tWAITING\tACK FLOOR\tPAUSED")
+	fmt.Fprintf(tw, "scanner\t-\t-\t-\t-\t-\t-\t%s\n", pausedCell(r.Scanner.Paused, r.Scanner.PausedUntil, now))
+	for _, c := range r.Consumers {
+		fmt.Fprintf(tw, "%s\t%s/%s\t%d\t%d/%d\t%d\t%d\t%d\t%s\n", c.Stage, c.Stream, c.Name, c.Pending,
+			c.AckPending, c.MaxAckPending, c.Redelivered, c.Waiting, c.AckFloorSeq,
+			pausedCell(c.Paused, c.PausedUntil, now))
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(ew, "\nSCANNER")
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	sc := r.Scanner
+	if l := sc.Leader; l != nil {
+		fmt.Fprintf(tw, "leader\t%s since %s, lease renewed %s ago, revision %d\n", l.Holder, timeOnly(l.Since),
+			humanDuration(secs(l.RenewedAgoSecs)), l.Revision)
+		fmt.Fprintf(tw, "\t(held for %s)\n", humanDuration(secs(l.HeldSeconds)))
+	} else {
+		fmt.Fprintln(tw, "leader\tnone (no replica holds the lease)")
+	}
+	if rd := sc.Round; rd != nil {
+		if rd.InProgress {
+			fmt.Fprintf(tw, "round\t%d in progress: instance %d of %d (%s), cursor %d\n", rd.ID, rd.Instance,
+				rd.Instances, orDash(rd.InstanceID), rd.Cursor)
+			fmt.Fprintf(tw, "\t%d keys scanned since %s, %.0f keys/s\n", rd.Keys, stamp(rd.Started, now), rd.KeysPerSecond)
+			if !rd.ETA.IsZero() {
+				fmt.Fprintf(tw, "\testimated end %s (by %s)\n", stamp(rd.ETA, now), rd.ETABasis)
+			} else {
+				fmt.Fprintln(tw, "\testimated end unknown")
+			}
+		} else {
+			fmt.Fprintf(tw, "round\t%d done: %d instances, %d keys, %.0f keys/s\n", rd.ID, rd.Instances, rd.Keys, rd.KeysPerSecond)
+		}
+	} else {
+		fmt.Fprintln(tw, "round\tnone yet")
+	}
+	if lr := sc.LastRound; lr != nil {
+		fmt.Fprintf(tw, "last round\tended %s, %d keys in %s\n", stamp(lr.Ended, now), lr.Keys, humanDuration(secs(lr.DurationSeconds)))
+	}
+	if !sc.NextRound.IsZero() {
+		fmt.Fprintf(tw, "next round\t%s\n", stamp(sc.NextRound, now))
+	}
+	if sc.Holder != "" {
+		fmt.Fprintf(tw, "checkpoint\tsaved by %s at %s\n", sc.Holder, stamp(sc.SavedAt, now))
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(ew, "\nLAST EVENTS")
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tSEQ\tTIME\tSTAGE\tINSTANCE\tKEY\tLOCATION\tREASON\tOUTCOME\tSOURCE")
+	for _, e := range r.LastEvents {
+		ev := e.Event
+		key := "-"
+		if ev.Key != nil {
+			key = strconv.FormatInt(*ev.Key, 10)
+		}
+		src := "-"
+		if ev.Source != nil && ev.Source.Stream != "" {
+			src = fmt.Sprintf("%s#%d", ev.Source.Stream, ev.Source.Seq)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Kind, e.Seq, stamp(e.Time, now), ev.Stage,
+			cell(orDash(ev.Instance), 24), key, cell(orDash(ev.Location), 24), cell(orDash(ev.Reason), 40),
+			orDash(ev.Outcome), src)
+	}
+	_ = tw.Flush()
+
+	if len(r.Problems) > 0 {
+		fmt.Fprintln(ew, "\nPROBLEMS")
+		for _, p := range r.Problems {
+			fmt.Fprintln(ew, "  "+p)
+		}
+	}
+	return ew.err
+}
+
+func pausedCell(paused bool, until, now time.Time) string {
+	if !paused {
+		return "no"
+	}
+	if until.IsZero() {
+		return "yes"
+	}
+	return "until " + stamp(until, now)
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// errWriter remembers the first write error, so a table is written without checking each line.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
