@@ -43,6 +43,10 @@ func sampleDelete() subjects.DeleteRequest {
 			{Key: -5, Location: "k3j9x0cd", Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(`{"id":"k3j9x0cd","status":2}`)},
 			{Key: 9, Location: "q0x7m2ab", Reason: subjects.ReasonStorageMissing, Expected: subjects.RawText("\xff\x00&")},
 		},
+		Storages: map[string]subjects.StorageInfo{
+			"nfs_01":   {Type: "file", RootPath: "/tmp/nfs/", KeyCountPerFile: 8},
+			"hf3fs_01": {Type: "hf3fs", Mountpoint: "/3fs/stage", RootDir: "kvcm/"},
+		},
 	}
 }
 
