@@ -26,6 +26,10 @@
 // token is never a prefix match, a consumer filtered on "kvcmgc.c1.batch.inst1" never receives
 // "inst10".
 //
+// Deployments sharing an account must not nest prefixes: with prefix "a" and cluster "b", the
+// events subjects "a.b.event.>" would overlap the batches "a.b.event.batch.*" of prefix "a.b"
+// and cluster "event". The server refuses overlapping streams, and Ensure names the other one.
+//
 // # Stream and bucket names
 //
 // A stream name becomes a directory in the server's store and a bucket name allows only
