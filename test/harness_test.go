@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ type env struct {
 	js    jetstream.JetStream
 	names subjects.Names
 	root  string
+	runs  int
 }
 
 func newEnv(t *testing.T) *env {
@@ -91,6 +93,11 @@ func testWriter() io.Writer {
 
 // run starts the stages in the background; the returned func stops them and waits.
 func (e *env) run(o app.Options, which app.Stages) (stop func()) {
+	if o.Reg != nil {
+		// Several runs may share one registry: each gets its own label set.
+		e.runs++
+		o.Reg = prometheus.WrapRegistererWith(prometheus.Labels{"run": strconv.Itoa(e.runs)}, o.Reg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx, e.nc, o, which) }()

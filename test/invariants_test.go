@@ -1,0 +1,604 @@
+package test
+
+// One test per safety invariant of DESIGN §8. Each can fail: it sets up the situation the
+// invariant forbids and checks what Redis and the files hold afterwards.
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/app"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+func (e *env) seed(sp seed.Spec) (*seed.Manifest, seed.Snapshot) {
+	e.t.Helper()
+	ctx := context.Background()
+	sp.Cluster, sp.Root, sp.MetaURI = cluster, e.root, e.redis.URI()
+	if len(sp.Instances) == 0 {
+		sp.Instances = []string{"inst1"}
+	}
+	m, err := seed.Generate(ctx, e.redis.Client(), sp)
+	require.NoError(e.t, err)
+	before, err := seed.Take(ctx, e.redis.Client(), "*")
+	require.NoError(e.t, err)
+	return m, before
+}
+
+func (e *env) verify(before seed.Snapshot, m *seed.Manifest) seed.Report {
+	e.t.Helper()
+	r, err := seed.Verify(context.Background(), e.redis.Client(), before, m, "*")
+	require.NoError(e.t, err)
+	require.True(e.t, r.OK(), "verification: %+v", r)
+	return r
+}
+
+// waitConsumer waits until a consumer has nothing pending or unacknowledged.
+func (e *env) waitConsumer(stream, consumer string, timeout time.Duration) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		c, err := e.js.Consumer(context.Background(), stream, consumer)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0
+	}, timeout, 20*time.Millisecond)
+}
+
+func (e *env) waitRoundEnded(n uint64, timeout time.Duration) pipeline.Checkpoint {
+	e.t.Helper()
+	var ck pipeline.Checkpoint
+	require.Eventually(e.t, func() bool {
+		kv, err := e.js.KeyValue(context.Background(), e.names.StateBucket())
+		if err != nil {
+			return false
+		}
+		ck, _, err = pipeline.ReadCheckpoint(context.Background(), kv)
+		return err == nil && (ck.Round > n || (ck.Round == n && !ck.InRound))
+	}, timeout, 20*time.Millisecond)
+	return ck
+}
+
+func (e *env) store() *redismeta.Store {
+	e.t.Helper()
+	conn, err := redismeta.ParseURI(e.redis.URI())
+	require.NoError(e.t, err)
+	s, err := redismeta.OpenStore(context.Background(), conn, redismeta.StoreOptions{})
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// finishWrite does what KVCM's FinishWriteCache does to one location: status → SERVING,
+// unconditionally, with a fresh __lru_time__.
+func finishWrite(t *testing.T, e *env, inst string, key int64, loc string) []byte {
+	ctx := context.Background()
+	k := kvcm.BlockKey(inst, key)
+	cur, err := e.redis.Client().HGet(ctx, k, "__uri__").Bytes()
+	require.NoError(t, err)
+	blk, err := kvcm.DecodeBlock(cur)
+	require.NoError(t, err)
+	next, err := blk.WithStatus(loc, kvcm.StatusServing)
+	require.NoError(t, err)
+	require.NoError(t, e.redis.Client().HSet(ctx, k, "__uri__", next, "__lru_time__", strconv.FormatInt(time.Now().UnixMicro(), 10)).Err())
+	return next
+}
+
+func firstGarbage(m *seed.Manifest, kind string, skip int) seed.Loc {
+	for _, l := range m.Locations {
+		if l.Kind == kind {
+			if skip == 0 {
+				return l
+			}
+			skip--
+		}
+	}
+	panic("no location of kind " + kind)
+}
+
+// Invariant 1: a location is deleted only if its bytes at CAS time equal the bytes the
+// prober judged. KVCM finishes one judged write and adds a location to another block after
+// the prober ran; the first survives, the second block keeps the new location byte for byte.
+func TestInvariant1ChangedAfterProbeSurvives(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, _ := e.seed(seed.Spec{Blocks: 400, GarbageFraction: 0.3, Seed: 1})
+	o := e.options(prometheus.NewRegistry())
+	stop := e.run(o, app.Stages{Scanner: true, Prober: true})
+	e.waitRoundEnded(1, time.Minute)
+	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
+	stop()
+
+	flipped := firstGarbage(m, seed.KindOrphanWriting, 0)
+	flippedBytes := finishWrite(t, e, flipped.Instance, flipped.Key, flipped.Location)
+	grown := firstGarbage(m, seed.KindOrphanWriting, 1)
+	gk := kvcm.BlockKey(grown.Instance, grown.Key)
+	cur, err := e.redis.Client().HGet(ctx, gk, "__uri__").Bytes()
+	require.NoError(t, err)
+	newLoc := `"zz9new00":{"id":"zz9new00","status":2,"type":4,"spec_size":0,"location_specs":[]}`
+	grownBytes := append([]byte(`{`+newLoc+`,`), cur[1:]...)
+	require.NoError(t, e.redis.Client().HSet(ctx, gk, "__uri__", grownBytes).Err())
+
+	for i := range m.Locations {
+		if m.Locations[i].Location == flipped.Location && m.Locations[i].Key == flipped.Key {
+			m.Locations[i].Garbage = false
+		}
+	}
+	before, err := seed.Take(ctx, e.redis.Client(), "*")
+	require.NoError(t, err)
+	e.run(o, app.Stages{Deleter: true})
+	e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
+	e.verify(before, m)
+
+	got, err := e.redis.Client().HGet(ctx, kvcm.BlockKey(flipped.Instance, flipped.Key), "__uri__").Bytes()
+	require.NoError(t, err)
+	require.Equal(t, string(flippedBytes), string(got), "the finished write is untouched")
+	got, err = e.redis.Client().HGet(ctx, gk, "__uri__").Bytes()
+	require.NoError(t, err)
+	require.Contains(t, string(got), newLoc, "the location added after the probe survives byte for byte")
+	require.NotContains(t, string(got), grown.Location)
+}
+
+// racingStore lets a KVCM-like writer change the block between the deleter's read (step 1)
+// and its CAS (step 2).
+type racingStore struct {
+	meta.Store
+	once   sync.Once
+	mutate func()
+}
+
+func (r *racingStore) GetURI(ctx context.Context, inst string, key int64) ([]byte, bool, error) {
+	b, ok, err := r.Store.GetURI(ctx, inst, key)
+	r.once.Do(r.mutate)
+	return b, ok, err
+}
+
+func TestInvariant1RaceBetweenReadAndCAS(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, _ := e.seed(seed.Spec{Blocks: 50, GarbageFraction: 0.5, Seed: 2, NoFiles: true})
+	l := firstGarbage(m, seed.KindOrphanWriting, 0)
+	k := kvcm.BlockKey(l.Instance, l.Key)
+	judged, err := e.redis.Client().HGet(ctx, k, "__uri__").Bytes()
+	require.NoError(t, err)
+	blk, err := kvcm.DecodeBlock(judged)
+	require.NoError(t, err)
+	loc, _ := blk.Find(l.Location)
+
+	var written []byte
+	st := &racingStore{Store: e.store(), mutate: func() { written = finishWrite(t, e, l.Instance, l.Key, l.Location) }}
+	p := pipeline.Protocol{Config: pipeline.DefaultDeleterConfig()}
+	res, err := p.Delete(ctx, st, fakeNoStorage{}, l.Instance, subjects.Target{Key: l.Key, Location: l.Location,
+		Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(loc.Raw)})
+	require.NoError(t, err)
+	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome, res.Detail)
+	got, err := e.redis.Client().HGet(ctx, k, "__uri__").Bytes()
+	require.NoError(t, err)
+	require.Equal(t, string(written), string(got))
+}
+
+type fakeNoStorage struct{}
+
+func (fakeNoStorage) Lookup(string) (storage.Backend, bool) { return nil, false }
+
+// Invariant 2: WRITING younger than the grace, or of unknown or future age, is never
+// deleted; a grace under one hour is refused at startup.
+func TestInvariant2YoungAndFutureWritingKept(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	now := time.Now()
+	c := e.redis.Client()
+	blocks := map[int64]string{
+		1: fmt.Sprintf(`{"y":{"id":"y","status":2,"type":4,"spec_size":0,"location_specs":[]}}`),
+		2: fmt.Sprintf(`{"f":{"id":"f","status":2,"type":4,"spec_size":0,"location_specs":[],"create_time":%d}}`, now.Add(time.Hour).UnixMicro()),
+		3: `{"u":{"id":"u","status":2,"type":4,"spec_size":0,"location_specs":[]}}`,
+		4: fmt.Sprintf(`{"o":{"id":"o","status":2,"type":4,"spec_size":0,"location_specs":[],"create_time":%d}}`, now.Add(-25*time.Hour).UnixMicro()),
+	}
+	lru := map[int64]string{1: strconv.FormatInt(now.Add(-23*time.Hour).UnixMicro(), 10), 2: strconv.FormatInt(now.Add(-48*time.Hour).UnixMicro(), 10),
+		3: "not-a-time", 4: strconv.FormatInt(now.Add(-30*time.Hour).UnixMicro(), 10)}
+	_, err := seed.Generate(ctx, c, seed.Spec{Cluster: cluster, Instances: []string{"inst1"}, Blocks: 0, Root: e.root, MetaURI: e.redis.URI()})
+	require.NoError(t, err)
+	for k, v := range blocks {
+		require.NoError(t, c.HSet(ctx, kvcm.BlockKey("inst1", k), "__uri__", v, "__lru_time__", lru[k]).Err())
+	}
+	o := e.options(prometheus.NewRegistry())
+	e.run(o, app.All)
+	e.waitRoundDone(1, time.Minute)
+	for k := int64(1); k <= 3; k++ {
+		got, err := c.HGet(ctx, kvcm.BlockKey("inst1", k), "__uri__").Result()
+		require.NoError(t, err)
+		require.Equal(t, blocks[k], got, "block %d", k)
+	}
+	require.Zero(t, c.Exists(ctx, kvcm.BlockKey("inst1", 4)).Val(), "the old orphan is collected, so the rule is live")
+
+	o.Prober.OrphanWritingGrace = 59 * time.Minute
+	o.Reg = prometheus.NewRegistry()
+	err = app.Run(ctx, e.nc, o, app.Stages{Prober: true})
+	require.ErrorContains(t, err, "orphan_writing_grace")
+}
+
+// Invariant 3: a SERVING location is deleted only on a definitive "missing". With KVCM's own
+// probe ("none": always might exist) no SERVING location goes, even with its files removed.
+func TestInvariant3NoDefinitiveMissingNoDelete(t *testing.T) {
+	e := newEnv(t)
+	m, before := e.seed(seed.Spec{Blocks: 300, GarbageFraction: 0.3, TrickyFraction: 0.2, Seed: 3})
+	for i := range m.Locations {
+		if m.Locations[i].Kind == seed.KindMissingServing {
+			m.Locations[i].Garbage = false
+		}
+	}
+	o := e.options(prometheus.NewRegistry())
+	o.Storage.DefaultProbe = storage.ProbeNone
+	e.run(o, app.All)
+	e.waitRoundDone(1, time.Minute)
+	r := e.verify(before, m)
+	require.Positive(t, r.GarbageGone, "orphans still go")
+	require.Positive(t, m.Counts[seed.KindMissingServing])
+}
+
+// Invariant 4: a batch or request whose subject names another instance than its body is
+// terminated as poison, never judged or executed.
+func TestInvariant4WrongInstanceIsPoison(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	_, before := e.seed(seed.Spec{Instances: []string{"inst1", "inst10"}, Blocks: 100, GarbageFraction: 0.5, Seed: 4, NoFiles: true})
+	o := e.options(prometheus.NewRegistry())
+	require.NoError(t, subjects.Ensure(ctx, e.js, e.names, o.JetStream))
+
+	// A real batch of inst10's garbage, published under inst1's subject.
+	st := e.store()
+	page, err := st.ScanPage(ctx, "inst10", 0, 1000)
+	require.NoError(t, err)
+	b := subjects.Batch{V: subjects.SchemaVersion, Cluster: cluster, Instance: "inst10", Group: seed.GroupRedis, Store: "x", Round: 1, Parts: 1}
+	for _, en := range page.Entries {
+		b.Blocks = append(b.Blocks, subjects.BlockEntry{Key: en.BlockKey, URI: subjects.RawText(en.URI), LRUTime: en.LRUTime})
+	}
+	data, err := subjects.Encode(b)
+	require.NoError(t, err)
+	_, err = e.js.Publish(ctx, e.names.BatchSubject("inst1"), data)
+	require.NoError(t, err)
+	req := subjects.DeleteRequest{V: subjects.SchemaVersion, Cluster: cluster, Instance: "inst10", Store: "x", Source: subjects.Source{Stream: "s", Seq: 1},
+		Targets: []subjects.Target{{Key: page.Entries[0].BlockKey, Location: "abcdefgh", Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(`{"id":"abcdefgh","status":2}`)}}}
+	data, err = subjects.Encode(req)
+	require.NoError(t, err)
+	_, err = e.js.Publish(ctx, e.names.DeleteSubject("inst1"), data)
+	require.NoError(t, err)
+
+	e.run(o, app.Stages{Prober: true, Deleter: true})
+	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
+	e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
+	poison := 0
+	for _, ev := range e.events() {
+		if ev.Kind == subjects.EventPoison {
+			poison++
+			require.Contains(t, ev.Reason, "inst10")
+		}
+		require.NotEqual(t, subjects.EventCandidate, ev.Kind)
+		require.NotEqual(t, subjects.EventDelete, ev.Kind)
+	}
+	require.Equal(t, 2, poison)
+	after, err := seed.Take(ctx, e.redis.Client(), "*")
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+}
+
+// Invariant 5: the scanner (and the prober) run as a Redis user that may not write, and the
+// whole round issues no write command; nothing but targets changes (checked byte for byte
+// by the full-round test).
+func TestInvariant5ScannerReadOnly(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	_, before := e.seed(seed.Spec{Blocks: 500, GarbageFraction: 0.2, TrickyFraction: 0.1, Seed: 5})
+	e.redis.AddUser(t, "gc-reader", "pw", "~*", "+@read", "+ping", "+hello", "+client", "+select", "-@write", "-@scripting")
+	o := e.options(prometheus.NewRegistry())
+	o.Registry.Username, o.Registry.Password = "gc-reader", "pw"
+	o.Meta.Username, o.Meta.Password = "gc-reader", "pw"
+	writes := func() int64 {
+		var n int64
+		for cmd, calls := range e.redis.CommandStats(t) {
+			switch cmd {
+			case "hset", "hdel", "del", "set", "unlink", "evalsha", "eval", "hsetnx", "expire", "rename":
+				n += calls
+			}
+		}
+		return n
+	}
+	w0 := writes()
+	e.run(o, app.Stages{Scanner: true, Prober: true})
+	ck := e.waitRoundEnded(1, time.Minute)
+	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
+	require.Equal(t, uint64(500), ck.LastRoundKeys)
+	require.Equal(t, w0, writes(), "no write command during a scan and probe round")
+	after, err := seed.Take(ctx, e.redis.Client(), "*")
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	// The delete requests exist: the round found garbage without writing anything.
+	s, err := e.js.Stream(ctx, e.names.DeletesStream())
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Positive(t, info.State.Msgs)
+}
+
+// Invariant 6: a deleter that dies after its CAS and before its CAD loses nothing: the
+// request is redelivered, the next delivery resumes from its own DELETING, and nothing is
+// left DELETING.
+func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, before := e.seed(seed.Spec{Blocks: 300, GarbageFraction: 0.3, Seed: 6})
+	o := e.options(prometheus.NewRegistry())
+	stop := e.run(o, app.Stages{Scanner: true, Prober: true})
+	e.waitRoundEnded(1, time.Minute)
+	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
+	stop()
+
+	// A deleter whose first delivery stops dead after step 2 (as a kill would): no CAD, no
+	// ack, no nak.
+	reg := prometheus.NewRegistry()
+	metrics := pipeline.NewMetrics(reg)
+	conn, err := redismeta.ParseURI(e.redis.URI())
+	require.NoError(t, err)
+	pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: conn})
+	t.Cleanup(func() { _ = pool.Close() })
+	d := &pipeline.Deleter{Config: o.Deleter, Names: e.names, Stores: pool, StorageOptions: o.Storage, Metrics: metrics,
+		Events: &pipeline.EventLog{JS: e.js, Names: e.names, Metrics: metrics}}
+	var crashed atomic.Bool
+	crashedKeys := make(chan subjects.DeleteRequest, 1)
+	handler := func(ctx context.Context, msg jetstream.Msg) error {
+		if crashed.CompareAndSwap(false, true) {
+			req, err := subjects.DecodeDeleteRequest(msg.Data())
+			require.NoError(t, err)
+			st, err := pool.Store(req.Store)
+			require.NoError(t, err)
+			for _, tg := range req.Targets {
+				_, _, err := pipeline.Protocol{Config: o.Deleter}.Mark(ctx, st, req.Instance, tg)
+				require.NoError(t, err)
+			}
+			crashedKeys <- req
+			runtime.Goexit()
+		}
+		return d.Handle(ctx, msg)
+	}
+	cons, err := e.js.Consumer(ctx, e.names.DeletesStream(), e.names.DeleterConsumer())
+	require.NoError(t, err)
+	c := &pipeline.Consumer{Stage: pipeline.StageDeleter, Consumer: cons, Workers: 1, Handle: handler, Metrics: metrics}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(cctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	req := <-crashedKeys
+	// The crash left our DELETING behind.
+	tg := req.Targets[0]
+	cur, err := e.redis.Client().HGet(ctx, kvcm.BlockKey(req.Instance, tg.Key), "__uri__").Bytes()
+	require.NoError(t, err)
+	blk, err := kvcm.DecodeBlock(cur)
+	require.NoError(t, err)
+	l, ok := blk.Find(tg.Location)
+	require.True(t, ok)
+	require.Equal(t, kvcm.StatusDeleting, l.Status)
+
+	// Redelivery after AckWait resumes and finishes.
+	e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
+	r := e.verify(before, m)
+	require.Zero(t, r.StrandedDeleting)
+	resumed := 0
+	for _, ev := range e.events() {
+		if ev.Kind == subjects.EventDelete && ev.Outcome == subjects.OutcomeDeleted && strings.Contains(ev.Detail, "resumed from DELETING") {
+			resumed++
+		}
+	}
+	require.Equal(t, len(req.Targets), resumed, "every target of the crashed request resumed from DELETING")
+}
+
+// Invariant 6, scanner side: the leader dies mid-round (its connection cut, lease not
+// released); the other scanner takes over after the lease TTL and resumes from the
+// checkpoint: every key of the round is counted exactly once and batches are fenced.
+func TestInvariant6ScannerFailoverResumes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, before := e.seed(seed.Spec{Instances: []string{"inst1", "inst2"}, Blocks: 1500, GarbageFraction: 0.1, Seed: 7})
+	o := e.options(prometheus.NewRegistry())
+	o.Scanner.ScanInterval = 15 * time.Millisecond
+	o.Scanner.ScanBatchSize = 32
+	require.NoError(t, subjects.Ensure(ctx, e.js, e.names, o.JetStream))
+	e.run(o, app.Stages{Prober: true, Deleter: true})
+
+	nc1, err := nats.Connect(e.srv.ClientURL())
+	require.NoError(t, err)
+	o1 := o
+	o1.Scanner.Holder = "scanner-a"
+	o1.Reg = prometheus.NewRegistry()
+	ctx1, cancel1 := context.WithCancel(ctx)
+	done1 := make(chan struct{})
+	go func() { defer close(done1); _ = app.Run(ctx1, nc1, o1, app.Stages{Scanner: true}) }()
+	t.Cleanup(func() { cancel1(); <-done1 })
+
+	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ck, _, err := pipeline.ReadCheckpoint(ctx, kv)
+		return err == nil && ck.KeysScanned > 600
+	}, time.Minute, 5*time.Millisecond)
+	o2 := o
+	o2.Scanner.Holder = "scanner-b"
+	e.run(o2, app.Stages{Scanner: true})
+	nc1.Close() // the leader is gone without releasing its lease
+
+	ck := e.waitRoundEnded(1, time.Minute)
+	require.Equal(t, "scanner-b", ck.Holder)
+	require.Equal(t, uint64(3000), ck.LastRoundKeys, "resumed, not restarted: each key counted once")
+
+	// Fencing: batches carry the lease revision, which never goes back in stream order.
+	s, err := e.js.Stream(ctx, e.names.BatchesStream())
+	require.NoError(t, err)
+	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	var last uint64
+	var revs = map[uint64]bool{}
+	for n := uint64(0); n < info.State.Msgs; {
+		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+		require.NoError(t, err)
+		for msg := range batch.Messages() {
+			n++
+			b, err := subjects.DecodeBatch(msg.Data())
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, b.LeaseRev, last)
+			last = b.LeaseRev
+			revs[b.LeaseRev] = true
+		}
+	}
+	require.GreaterOrEqual(t, len(revs), 2, "two leaders published")
+
+	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
+	e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
+	e.verify(before, m)
+}
+
+// Invariant 7: deletes in flight never exceed max_inflight_delete_requests across all
+// deleter replicas, a full window stops scanning, and an error path does not spin.
+func TestInvariant7InflightCap(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, before := e.seed(seed.Spec{Blocks: 400, GarbageFraction: 0.3, Seed: 8})
+	o := e.options(prometheus.NewRegistry())
+	o.Scanner.ScanBatchSize = 8 // many small requests: a burst
+	o.Prober.MaxTargets = 16 // two locations per block: no candidate is left over the cap
+	stop := e.run(o, app.Stages{Scanner: true, Prober: true})
+	e.waitRoundEnded(1, time.Minute)
+	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
+	stop()
+
+	o.Deleter.DeleteDelay = 150 * time.Millisecond
+	o.DeleterWorkers = 4
+	var maxAck, maxDeleting atomic.Int64
+	pollCtx, pollStop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for pollCtx.Err() == nil {
+			if c, err := e.js.Consumer(ctx, e.names.DeletesStream(), e.names.DeleterConsumer()); err == nil {
+				if info, err := c.Info(ctx); err == nil && int64(info.NumAckPending) > maxAck.Load() {
+					maxAck.Store(int64(info.NumAckPending))
+				}
+			}
+			n := int64(0)
+			for _, l := range m.Garbage() {
+				s, _ := e.redis.Client().HGet(ctx, kvcm.BlockKey(l.Instance, l.Key), "__uri__").Result()
+				if strings.Contains(s, fmt.Sprintf(`"%s":{"id":"%s","status":4`, l.Location, l.Location)) {
+					n++
+				}
+			}
+			if n > maxDeleting.Load() {
+				maxDeleting.Store(n)
+			}
+			time.Sleep(10 * time.Millisecond) // a sampling period, not a wait for a condition
+		}
+	}()
+	for i := 0; i < 3; i++ { // three deleter replicas with four workers each
+		nc, err := nats.Connect(e.srv.ClientURL())
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		ctxR, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		oi := o
+		oi.Reg = prometheus.NewRegistry()
+		go func() { defer close(done); _ = app.Run(ctxR, nc, oi, app.Stages{Deleter: true}) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), 2*time.Minute)
+	pollStop()
+	wg.Wait()
+	e.verify(before, m)
+	cap := int64(o.JetStream.DeleterMaxAckPending)
+	require.LessOrEqual(t, maxAck.Load(), cap)
+	require.Equal(t, cap, maxAck.Load(), "the burst fills the window")
+	// Each request carries up to MaxTargets targets, all DELETING during its delete_delay.
+	require.LessOrEqual(t, maxDeleting.Load(), cap*int64(o.Prober.MaxTargets), "locations in DELETING at once")
+	require.Positive(t, maxDeleting.Load())
+	t.Logf("max ack pending %d, max DELETING at once %d, cap %d", maxAck.Load(), maxDeleting.Load(), cap)
+}
+
+func TestInvariant7FullWindowStopsScanning(t *testing.T) {
+	e := newEnv(t)
+	e.seed(seed.Spec{Blocks: 2000, GarbageFraction: 0.5, Seed: 9, NoFiles: true})
+	reg := prometheus.NewRegistry()
+	o := e.options(reg)
+	o.Scanner.ScanBatchSize = 16
+	o.Scanner.HighWater = 5
+	e.run(o, app.Stages{Scanner: true, Prober: true}) // no deleter: the DELETES backlog only grows
+	require.Eventually(t, func() bool { return metricValue(t, reg, "kvcm_gc_backpressure_skips_total") > 20 }, time.Minute, 20*time.Millisecond)
+	k1 := metricValue(t, reg, "kvcm_gc_scanned_keys_total")
+	skips1 := metricValue(t, reg, "kvcm_gc_backpressure_skips_total")
+	require.Eventually(t, func() bool { return metricValue(t, reg, "kvcm_gc_backpressure_skips_total") > skips1+20 }, time.Minute, 20*time.Millisecond)
+	require.Equal(t, k1, metricValue(t, reg, "kvcm_gc_scanned_keys_total"), "no page scanned while the window is full")
+	require.Less(t, k1, float64(2000))
+}
+
+func TestInvariant7ErrorsDoNotSpin(t *testing.T) {
+	e := newEnv(t)
+	e.seed(seed.Spec{Blocks: 10, Seed: 10, NoFiles: true})
+	reg := prometheus.NewRegistry()
+	o := e.options(reg)
+	o.Scanner.ScanInterval = 50 * time.Millisecond
+	e.redis.Stop()
+	e.run(o, app.Stages{Scanner: true})
+	start := time.Now()
+	require.Eventually(t, func() bool { return metricValue(t, reg, "kvcm_gc_operation_errors_total") >= 5 }, time.Minute, 20*time.Millisecond)
+	time.Sleep(time.Second) // observe the error rate over a fixed window
+	elapsed := time.Since(start)
+	errs := metricValue(t, reg, "kvcm_gc_operation_errors_total")
+	require.LessOrEqual(t, errs, elapsed.Seconds()/0.05+5, "at most one failed tick per scan_interval")
+}
+
+// Invariant 8: a dry-run round writes nothing — Redis and the files stay byte-identical —
+// and emits a "would delete" event for every garbage location.
+func TestInvariant8DryRun(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, before := e.seed(seed.Spec{Blocks: 500, GarbageFraction: 0.2, TrickyFraction: 0.1, Seed: 11})
+	o := e.options(prometheus.NewRegistry())
+	o.DryRun = true
+	e.run(o, app.All)
+	e.waitRoundDone(1, time.Minute)
+	after, err := seed.Take(ctx, e.redis.Client(), "*")
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	for _, l := range m.Locations {
+		for _, f := range l.Files {
+			require.FileExists(t, f)
+		}
+	}
+	would := 0
+	for _, ev := range e.events() {
+		if ev.Kind == subjects.EventDelete {
+			require.Equal(t, subjects.OutcomeWouldDelete, ev.Outcome)
+			require.True(t, ev.DryRun)
+			would++
+		}
+	}
+	require.Equal(t, len(m.Garbage()), would)
+}
