@@ -59,10 +59,12 @@ const (
 	DecisionSkip      = "skip"      // not judged, kept (Reason: a pipeline.Skip* reason)
 	DecisionKept      = "kept"      // judged and kept (Reason says why)
 	// deleter, now
-	DecisionWouldDelete = subjects.OutcomeWouldDelete // the CAS would succeed: bytes equal the judged bytes
-	DecisionWouldResume = "would_resume"              // DELETING by an earlier delivery: it would finish
-	DecisionMismatch    = subjects.OutcomeNoopMismatch
-	DecisionGone        = subjects.OutcomeNoopGone
+	DecisionGone = "gone" // the location (or its block) no longer exists
+	// deleter, now: what its first step would find (the deleter's own outcome names)
+	DecisionWouldDelete  = subjects.OutcomeWouldDelete // the CAS would succeed: bytes equal the judged bytes
+	DecisionWouldResume  = "would_resume"              // DELETING by an earlier delivery: it would finish
+	DecisionNoopMismatch = subjects.OutcomeNoopMismatch
+	DecisionNoopGone     = subjects.OutcomeNoopGone
 	// deleter, then: the recorded outcome (subjects.Outcome*)
 	DecisionDelete = "delete"
 	// both
@@ -612,15 +614,15 @@ func (r *replayer) nowDeleter(ctx context.Context, req subjects.DeleteRequest, t
 		return Verdict{Decision: DecisionError, Detail: err.Error()}, false
 	}
 	if !found {
-		return Verdict{Decision: DecisionGone, Detail: "block no longer exists"}, true
+		return Verdict{Decision: DecisionNoopGone, Detail: "block no longer exists"}, true
 	}
 	blk, err := kvcm.DecodeBlock(cur)
 	if err != nil {
-		return Verdict{Decision: DecisionMismatch, Detail: "current __uri__ does not decode"}, true
+		return Verdict{Decision: DecisionNoopMismatch, Detail: "current __uri__ does not decode"}, true
 	}
 	l, ok := blk.Find(t.Location)
 	if !ok {
-		return Verdict{Decision: DecisionGone, Detail: "location no longer in the block"}, true
+		return Verdict{Decision: DecisionNoopGone, Detail: "location no longer in the block"}, true
 	}
 	expected := []byte(t.Expected)
 	if bytes.Equal(l.Raw, expected) {
@@ -629,7 +631,7 @@ func (r *replayer) nowDeleter(ctx context.Context, req subjects.DeleteRequest, t
 	if deleting, err := kvcm.LocationWithStatus(expected, kvcm.StatusDeleting); err == nil && bytes.Equal(l.Raw, deleting) {
 		return Verdict{Decision: DecisionWouldResume, Detail: "DELETING by an earlier delivery: a redelivery finishes it"}, true
 	}
-	return Verdict{Decision: DecisionMismatch, Detail: "bytes differ from the judged bytes (status now " + l.Status.String() + ")"}, true
+	return Verdict{Decision: DecisionNoopMismatch, Detail: "bytes differ from the judged bytes (status now " + l.Status.String() + ")"}, true
 }
 
 func joinDetail(a, b string) string {

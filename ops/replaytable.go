@@ -35,7 +35,7 @@ func WriteReplayMessage(w io.Writer, m ReplayMessage) error {
 			}
 			if rerun {
 				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Key, cell(orDash(l.Location), 32), l.Status,
-					cell(l.Then.String(), 60), cell(l.Rerun.String(), 40), cell(nowCell(l.Now), 40), cell(orDash(why), 100))
+					cell(l.Then.String(), 60), cell(l.Rerun.String(), 70), cell(nowCell(l.Now), 40), cell(orDash(why), 100))
 			} else {
 				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Key, cell(orDash(l.Location), 32), l.Status,
 					orDash(l.Reason), cell(l.Then.String(), 60), cell(nowCell(l.Now), 40), cell(orDash(why), 100))

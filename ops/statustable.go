@@ -38,9 +38,8 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	sc := r.Scanner
 	if l := sc.Leader; l != nil {
-		fmt.Fprintf(tw, "leader\t%s since %s, lease renewed %s ago, revision %d\n", l.Holder, timeOnly(l.Since),
-			humanDuration(secs(l.RenewedAgoSecs)), l.Revision)
-		fmt.Fprintf(tw, "\t(held for %s)\n", humanDuration(secs(l.HeldSeconds)))
+		fmt.Fprintf(tw, "leader\t%s since %s (held %s), lease renewed %s ago, revision %d\n", l.Holder, timeOnly(l.Since),
+			humanDuration(secs(l.HeldSeconds)), humanDuration(secs(l.RenewedAgoSecs)), l.Revision)
 	} else {
 		fmt.Fprintln(tw, "leader\tnone (no replica holds the lease)")
 	}

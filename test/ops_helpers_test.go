@@ -1,0 +1,101 @@
+package test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/app"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/ops"
+	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Helpers of the operations tests. Their names start with "ops" so they stay apart from the
+// helpers of other test files in this package.
+
+// opsSeed writes a small KVCM deployment and returns its manifest and a snapshot of Redis.
+func opsSeed(t *testing.T, e *env, instances []string, blocks int, seedNo uint64) (*seed.Manifest, seed.Snapshot) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := seed.Generate(ctx, e.redis.Client(), seed.Spec{Cluster: cluster, Instances: instances, Blocks: blocks,
+		GarbageFraction: 0.3, TrickyFraction: 0.1, Root: e.root, MetaURI: e.redis.URI(), Seed: seedNo})
+	require.NoError(t, err)
+	before, err := seed.Take(ctx, e.redis.Client(), "*")
+	require.NoError(t, err)
+	return m, before
+}
+
+// opsEnv is the operator commands' environment on the test servers.
+func opsEnv(t *testing.T, e *env, o app.Options) ops.Env {
+	t.Helper()
+	return ops.Env{NC: e.nc, JS: e.js, Names: e.names, OpenReplay: func(ctx context.Context) (*ops.ReplayDeps, error) {
+		return ops.OpenReplayDeps(ctx, opsReplaySetup(t, e, o))
+	}}
+}
+
+func opsReplaySetup(t *testing.T, e *env, o app.Options) ops.ReplaySetup {
+	t.Helper()
+	conn, err := redismeta.ParseURI(e.redis.URI())
+	require.NoError(t, err)
+	return ops.ReplaySetup{Cluster: cluster, Registry: conn, Meta: conn, Storage: o.Storage, Prober: o.Prober}
+}
+
+// opsEvents returns the events of one kind.
+func opsEvents(t *testing.T, e *env, kind string) []subjects.Event {
+	t.Helper()
+	var out []subjects.Event
+	for _, ev := range e.events() {
+		if ev.Kind == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// opsConsumerNames lists every consumer of kvcm-gc's streams, durable or not.
+func opsConsumerNames(t *testing.T, e *env) map[string]bool {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]bool{}
+	for _, stream := range []string{e.names.BatchesStream(), e.names.DeletesStream(), e.names.EventsStream()} {
+		s, err := e.js.Stream(ctx, stream)
+		require.NoError(t, err)
+		l := s.ConsumerNames(ctx)
+		for n := range l.Name() {
+			out[stream+"/"+n] = true
+		}
+		require.NoError(t, l.Err())
+	}
+	return out
+}
+
+// opsConsumerInfo reads a durable consumer's info.
+func opsConsumerInfo(t *testing.T, e *env, stream, name string) *jetstream.ConsumerInfo {
+	t.Helper()
+	c, err := e.js.Consumer(context.Background(), stream, name)
+	require.NoError(t, err)
+	return c.CachedInfo()
+}
+
+// opsWaitCheckpoint waits until cond holds for the stored checkpoint.
+func opsWaitCheckpoint(t *testing.T, e *env, timeout time.Duration, cond func(ckRound uint64, inRound bool) bool) {
+	t.Helper()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
+		if err != nil {
+			return false
+		}
+		rep, err := ops.Status(ctx, e.js, e.names)
+		_ = kv
+		if err != nil || rep.Scanner.Round == nil {
+			return false
+		}
+		return cond(rep.Scanner.Round.ID, rep.Scanner.Round.InProgress)
+	}, timeout, 20*time.Millisecond)
+}
