@@ -252,10 +252,11 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 }
 
 func (s *Scanner) publish(ctx context.Context, b subjects.Batch) error {
-	maxBytes := s.MaxPayload - 4096 // headers and the subject travel too
-	if s.MaxPayload <= 0 {
-		maxBytes = 1<<20 - 4096
+	maxPayload := int64(s.MaxPayload)
+	if maxPayload <= 0 {
+		maxPayload = 1 << 20 // the server's default
 	}
+	maxBytes := subjects.PayloadLimit(maxPayload) // headers travel too
 	parts, oversized, err := subjects.SplitBatch(b, maxBytes)
 	if err != nil {
 		return fmt.Errorf("split batch: %w", err)
