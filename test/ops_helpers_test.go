@@ -2,8 +2,8 @@ package test
 
 import (
 	"context"
+	"errors"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -45,14 +45,26 @@ func opsReplaySetup(t *testing.T, e *env, o app.Options) ops.ReplaySetup {
 	return ops.ReplaySetup{Cluster: cluster, Registry: conn, Meta: conn, Storage: o.Storage, Prober: o.Prober}
 }
 
-// opsEvents returns the events of one kind.
+// opsEvents returns the events of one kind, read one by one by sequence: fast on the small
+// streams of these tests, where a batch fetch would wait out its timeout.
 func opsEvents(t *testing.T, e *env, kind string) []subjects.Event {
 	t.Helper()
+	ctx := context.Background()
+	s, err := e.js.Stream(ctx, e.names.EventsStream())
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
 	var out []subjects.Event
-	for _, ev := range e.events() {
-		if ev.Kind == kind {
-			out = append(out, ev)
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(e.names.EventKindFilter(kind)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
 		}
+		require.NoError(t, err)
+		ev, err := subjects.DecodeEvent(m.Data)
+		require.NoError(t, err)
+		out = append(out, ev)
+		seq = m.Sequence
 	}
 	return out
 }
@@ -82,20 +94,11 @@ func opsConsumerInfo(t *testing.T, e *env, stream, name string) *jetstream.Consu
 	return c.CachedInfo()
 }
 
-// opsWaitCheckpoint waits until cond holds for the stored checkpoint.
-func opsWaitCheckpoint(t *testing.T, e *env, timeout time.Duration, cond func(ckRound uint64, inRound bool) bool) {
-	t.Helper()
-	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
-		if err != nil {
-			return false
-		}
-		rep, err := ops.Status(ctx, e.js, e.names)
-		_ = kv
-		if err != nil || rep.Scanner.Round == nil {
-			return false
-		}
-		return cond(rep.Scanner.Round.ID, rep.Scanner.Round.InProgress)
-	}, timeout, 20*time.Millisecond)
+// opsVerify compares Redis and the files with the snapshot taken after seeding.
+func (e *env) opsVerify(before seed.Snapshot, m *seed.Manifest) seed.Report {
+	e.t.Helper()
+	r, err := seed.Verify(context.Background(), e.redis.Client(), before, m, "*")
+	require.NoError(e.t, err)
+	require.True(e.t, r.OK(), "verification: %+v", r)
+	return r
 }
