@@ -144,7 +144,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Messages.WithLabelValues(s, r)
 		}
 	}
+	for stage, ops := range operations {
+		for _, op := range ops {
+			m.OperationErrors.WithLabelValues(stage, op)
+		}
+	}
 	return m
+}
+
+// operations are the closed set of "op" label values per stage.
+var operations = map[string][]string{
+	StageScanner: {"lease", "checkpoint", "registry", "backlog", "store", "scan", "publish", "event"},
+	StageProber:  {"registry", "publish", "event", "fetch"},
+	StageDeleter: {"store", "delete", "event", "fetch"},
 }
 
 // opError counts a failed operation.

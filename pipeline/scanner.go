@@ -133,12 +133,21 @@ func (s *Scanner) Run(ctx context.Context) error {
 func (s *Scanner) keepLease(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	wasHeld := false
 	for {
 		held, err := s.Lease.Refresh(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.Metrics.opError(StageScanner, "lease")
-			s.Logger.Warn("lease lost", "err", err)
+			if wasHeld {
+				s.Logger.Warn("lease lost", "err", err)
+			} else {
+				s.Logger.Debug("acquire lease", "err", err)
+			}
 		}
+		if held && !wasHeld {
+			s.Logger.Info("lease acquired", "holder", s.Config.Holder)
+		}
+		wasHeld = held
 		if held {
 			s.Metrics.LeaseHeld.Set(1)
 		} else {
