@@ -4,7 +4,7 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 STATICCHECK_VERSION ?= 2025.1.1
 
-.PHONY: build test test-short race lint vet fuzz bench demo clean tools
+.PHONY: build test test-short race lint vet fuzz bench bench-quick demo clean tools
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -33,8 +33,27 @@ fuzz:
 	  done; \
 	done
 
+# The benchmark harness (bench/): its own redis-server and NATS, a seeded keyspace, the raw
+# Redis and file-system limits, each stage alone, end to end, peak memory at two keyspace
+# sizes and serving latency, all in one run; the report goes into BENCHMARKS.md. Not part of
+# `make test`. The Go micro-benchmarks of the hot paths run with
+# go test -run '^$$' -bench . -benchmem ./kvcm/ ./subjects/ ./pipeline/
+BLOCKS       ?= 1000000
+SMALL_BLOCKS ?= 200000
+BENCH_FLAGS  ?=
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./kvcm/ ./subjects/ ./pipeline/
+	$(GO) build -o bin/bench/ ./bench/cmd/kvcmbench ./bench/cmd/kvcmstage
+	bin/bench/kvcmbench -blocks $(BLOCKS) -small-blocks $(SMALL_BLOCKS) -out BENCHMARKS.md -section full \
+	  -command "make bench BLOCKS=$(BLOCKS) SMALL_BLOCKS=$(SMALL_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
+
+# A smaller run for development (a few minutes): same figures, 100k and 20k blocks.
+QUICK_BLOCKS       ?= 100000
+QUICK_SMALL_BLOCKS ?= 20000
+bench-quick:
+	$(GO) build -o bin/bench/ ./bench/cmd/kvcmbench ./bench/cmd/kvcmstage
+	bin/bench/kvcmbench -blocks $(QUICK_BLOCKS) -small-blocks $(QUICK_SMALL_BLOCKS) -serving-window 5s \
+	  -out BENCHMARKS.md -section quick \
+	  -command "make bench-quick QUICK_BLOCKS=$(QUICK_BLOCKS) QUICK_SMALL_BLOCKS=$(QUICK_SMALL_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
 
 demo:
 	$(GO) run ./cmd/kvcm-gc demo

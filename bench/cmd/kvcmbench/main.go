@@ -1,0 +1,108 @@
+// Command kvcmbench measures kvcm-gc against the raw limits of the machine: see package
+// bench. "kvcmbench nats -store DIR" is the NATS server process it starts for itself.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "nats" {
+		err = serveNATS(ctx, os.Args[2:])
+	} else {
+		err = run(ctx, log, os.Args[1:])
+	}
+	if err != nil {
+		log.Error("kvcmbench", "err", err)
+		os.Exit(1)
+	}
+}
+
+func serveNATS(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("nats", flag.ExitOnError)
+	store := fs.String("store", "", "JetStream store directory")
+	_ = fs.Parse(args)
+	return bench.ServeNATS(ctx, *store, os.Stdout)
+}
+
+func run(ctx context.Context, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("kvcmbench", flag.ExitOnError)
+	cfg := bench.Config{Unpaced: bench.UnpacedProfile(), Logger: log}
+	fs.IntVar(&cfg.Blocks, "blocks", 1_000_000, "blocks of the main keyspace")
+	fs.IntVar(&cfg.SmallBlocks, "small-blocks", 200_000, "blocks of the second keyspace (peak memory at two sizes)")
+	fs.IntVar(&cfg.Instances, "instances", 4, "KVCM instances the blocks are spread over")
+	fs.IntVar(&cfg.Locations, "locations", 2, "locations per block")
+	fs.Float64Var(&cfg.Garbage, "garbage", 0.1, "fraction of garbage locations")
+	fs.Float64Var(&cfg.Tricky, "tricky", 0, "fraction of live locations that look like garbage")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "keyspace seed")
+	fs.StringVar(&cfg.DataDir, "data-dir", os.TempDir(), "directory for the run's data files, JetStream store and logs")
+	fs.StringVar(&cfg.StageBin, "stage-bin", "", "the kvcmstage binary (default: next to this one)")
+	fs.StringVar(&cfg.Out, "out", "", "Markdown file receiving the report (default: standard output only)")
+	section := fs.String("section", "full", "name of the report's section in -out (replaced on every run)")
+	fs.StringVar(&cfg.Command, "command", "", "command line recorded in the report (default: this one)")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "directory receiving CPU profiles of every stage process and of the harness")
+	fs.IntVar(&cfg.ServingRate, "serving-rate", 2000, "read load during the serving windows, requests per second")
+	fs.DurationVar(&cfg.ServingWindow, "serving-window", 10*time.Second, "length of each serving window")
+	fs.IntVar(&cfg.ServingReps, "serving-reps", 2, "repetitions of the off/default/unpaced windows")
+	fs.IntVar(&cfg.Unpaced.ScanBatchSize, "batch", cfg.Unpaced.ScanBatchSize, "scan_batch_size of the unpaced runs")
+	fs.IntVar(&cfg.Unpaced.DeleterMaxAckPending, "deleter-inflight", cfg.Unpaced.DeleterMaxAckPending, "max_inflight_delete_requests of the unpaced runs")
+	fs.IntVar(&cfg.Unpaced.DeleterWorkers, "deleter-workers", cfg.Unpaced.DeleterWorkers, "deleter workers of the unpaced runs")
+	fs.IntVar(&cfg.Unpaced.ProberWorkers, "prober-workers", cfg.Unpaced.ProberWorkers, "prober workers of the unpaced runs")
+	phases := fs.String("phases", strings.Join(bench.AllPhases, ","), "phases to run")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (data, logs)")
+	_ = fs.Parse(args)
+
+	if *phases != "" {
+		cfg.Phases = strings.Split(*phases, ",")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary: %w", err)
+	}
+	cfg.Self = self
+	if cfg.StageBin == "" {
+		cfg.StageBin = filepath.Join(filepath.Dir(self), "kvcmstage")
+	}
+	if _, err := os.Stat(cfg.StageBin); err != nil {
+		return fmt.Errorf("stage binary (build bench/cmd/kvcmstage, or pass -stage-bin): %w", err)
+	}
+	if cfg.Command == "" {
+		cfg.Command = strings.Join(append([]string{filepath.Base(self)}, args...), " ")
+	}
+	cfg.Command = strings.Join(strings.Fields(cfg.Command), " ")
+	if runtime.NumCPU() < 2 {
+		log.Warn("fewer than 2 cores: the stage processes compete with Redis and NATS for one")
+	}
+	res, err := bench.Run(ctx, cfg)
+	if res == nil {
+		return err
+	}
+	report := bench.Report(res)
+	fmt.Println(report)
+	if cfg.Out != "" {
+		if werr := bench.WriteReport(cfg.Out, *section, report); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	if err == nil && len(res.Errors) > 0 {
+		err = bench.ErrFailed
+	}
+	return err
+}

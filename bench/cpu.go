@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is the unit of /proc CPU times (USER_HZ, 100 on every Linux platform Go runs on).
+const clockTick = 10 * time.Millisecond
+
+// CPUShare is where the machine's CPU went during an interval: whether a stage was limited by
+// its own code, by Redis, by NATS, or by the cores being full.
+type CPUShare struct {
+	Wall time.Duration
+	// Busy is the machine's non-idle CPU time, all processes (from /proc/stat).
+	Busy time.Duration
+	// Redis, NATS, Stages and Harness are those processes' CPU time.
+	Redis, NATS, Stages, Harness time.Duration
+}
+
+// Other is the busy time of everything else (the kernel's own threads, other processes).
+func (c CPUShare) Other() time.Duration { return c.Busy - c.Redis - c.NATS - c.Stages - c.Harness }
+
+// Cores is the average number of busy cores.
+func (c CPUShare) Cores() float64 {
+	if c.Wall <= 0 {
+		return 0
+	}
+	return c.Busy.Seconds() / c.Wall.Seconds()
+}
+
+type cpuSample struct {
+	at                      time.Time
+	busy                    time.Duration
+	redis, nats, proc, self time.Duration
+}
+
+// cpuNow reads the counters; pids are the stage processes of interest.
+func (h *Harness) cpuNow(ctx context.Context, pids ...int) cpuSample {
+	s := cpuSample{at: time.Now(), busy: machineBusy(), self: procCPU(os.Getpid())}
+	if info, err := h.redis.Client().Info(ctx, "cpu").Result(); err == nil {
+		for _, line := range strings.Split(info, "\r\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					s.redis += time.Duration(f * float64(time.Second))
+				}
+			}
+		}
+	}
+	if h.nats != nil {
+		s.nats = procCPU(h.nats.cmd.Process.Pid)
+	}
+	for _, pid := range pids {
+		s.proc += procCPU(pid)
+	}
+	return s
+}
+
+// since is the share of the interval from s to now.
+func (h *Harness) cpuSince(ctx context.Context, s cpuSample, pids ...int) CPUShare {
+	e := h.cpuNow(ctx, pids...)
+	return CPUShare{Wall: e.at.Sub(s.at), Busy: e.busy - s.busy, Redis: e.redis - s.redis, NATS: e.nats - s.nats,
+		Stages: e.proc - s.proc, Harness: e.self - s.self}
+}
+
+// machineBusy is the non-idle time of all CPUs since boot.
+func machineBusy() time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		if i >= 8 { // guest time is already counted in user
+			break
+		}
+		busy += n
+	}
+	return time.Duration(busy) * clockTick
+}
+
+// procCPU is a process's user plus system time so far.
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces; the fields after it are fixed.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * clockTick
+}

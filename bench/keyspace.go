@@ -1,0 +1,475 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/seed"
+)
+
+// KeyspaceSpec describes one synthetic deployment.
+type KeyspaceSpec struct {
+	Cluster   string
+	DB        int // Redis database holding it
+	Instances int
+	Blocks    int // in total, spread evenly over the instances
+	Locations int // per block
+	Garbage   float64
+	Tricky    float64
+	Seed      uint64
+	Root      string // data files of the deployment's storages
+}
+
+// Keyspace is a seeded deployment: the metadata in Redis, and the data files the stat probe
+// must find, so that exactly the manifest's garbage is collected.
+//
+// The metadata is written by seed.Generate without files: seed creates one small file per
+// location spec, and the default keyspace has about 3.9 million specs whose files must exist
+// (every live SERVING location is stat-probed, and one whose files are missing is garbage).
+// Creating that many files is slower than the whole benchmark and exceeds the inode budget of
+// small file systems, so the keyspace instead makes every data file a hard link to one of a
+// few empty inodes. A link costs a directory entry, not an inode, and is several times cheaper
+// to make than a file; to lstat and unlink, which is all kvcm-gc does with a data file, a link
+// is a file like any other. The raw stat and unlink baselines use the same kind of links.
+type Keyspace struct {
+	Spec      KeyspaceSpec
+	URI       string // the Redis URI selecting DB, as the registry lists it
+	rdb       *redis.Client
+	Manifest  *seed.Manifest
+	Instances []string
+
+	blocks []blockInfo
+	// locHash[i] is the hash of Manifest.Locations[i]'s exact bytes as seeded.
+	locHash []uint64
+	seedH   maphash.Seed
+
+	// GarbageFiles are the existing, unshared data files of garbage locations: what the
+	// deleter unlinks.
+	GarbageFiles []string
+	// StatSample is a sample of existing data files of SERVING locations, for the raw stat
+	// baseline.
+	StatSample []string
+	Counts     KeyspaceCounts
+}
+
+// KeyspaceCounts summarise a keyspace.
+type KeyspaceCounts struct {
+	Blocks, Locations, Garbage int
+	// GarbageBlocks is the number of blocks with at least one garbage location.
+	GarbageBlocks int
+	// Files are the data files (links) that exist; SharedFiles are those of shared storages.
+	Files, SharedFiles int
+	// StatSpecs are the spec URIs the stat probe looks at (SERVING locations on a file storage).
+	StatSpecs int
+	// DeleteSpecs are the unshared spec URIs of garbage locations (the deleter's Delete calls);
+	// GarbageFiles of them exist.
+	DeleteSpecs, GarbageFiles int
+	// Seed and Files are how long seeding and linking took.
+	SeedTime, FilesTime time.Duration
+}
+
+type blockInfo struct {
+	inst    uint16
+	nlocs   uint16
+	garbage uint16 // garbage locations in the block
+	first   int32  // index of the block's first location in Manifest.Locations
+	key     int64
+	hash    uint64 // hash of the seeded __uri__
+}
+
+// statSampleMax bounds the raw stat baseline's sample.
+const statSampleMax = 400_000
+
+// SeedKeyspace writes the deployment into its database (flushed first) and links its files.
+func SeedKeyspace(ctx context.Context, r *redis.Client, baseURI string, sp KeyspaceSpec, log *slog.Logger) (*Keyspace, error) {
+	k := &Keyspace{Spec: sp, URI: fmt.Sprintf("%s?db=%d", baseURI, sp.DB), seedH: maphash.MakeSeed()}
+	opts := *r.Options()
+	opts.DB = sp.DB
+	k.rdb = redis.NewClient(&opts)
+	for i := range sp.Instances {
+		k.Instances = append(k.Instances, "inst"+strconv.Itoa(i))
+	}
+	if err := k.rdb.FlushDB(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("flush db %d: %w", sp.DB, err)
+	}
+	if err := os.RemoveAll(sp.Root); err != nil {
+		return nil, fmt.Errorf("clear data root: %w", err)
+	}
+	started := time.Now()
+	last := time.Now()
+	m, err := seed.Generate(ctx, k.rdb, seed.Spec{
+		Cluster: sp.Cluster, Instances: k.Instances, Blocks: max(sp.Blocks/sp.Instances, 1),
+		LocationsPerBlock: sp.Locations, GarbageFraction: sp.Garbage, TrickyFraction: sp.Tricky,
+		Root: sp.Root, MetaURI: k.URI, Seed: sp.Seed, NoFiles: true,
+		Progress: func(done, total int) {
+			if time.Since(last) > 10*time.Second {
+				last = time.Now()
+				log.Info("seeding", "cluster", sp.Cluster, "blocks", done, "of", total)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("seed %s: %w", sp.Cluster, err)
+	}
+	k.Manifest = m
+	k.Counts.SeedTime = time.Since(started)
+	k.index()
+	started = time.Now()
+	if err := k.linkFiles(ctx); err != nil {
+		return nil, err
+	}
+	k.Counts.FilesTime = time.Since(started)
+	log.Info("keyspace ready", "cluster", sp.Cluster, "blocks", k.Counts.Blocks, "locations", k.Counts.Locations,
+		"garbage", k.Counts.Garbage, "files", k.Counts.Files, "seed", k.Counts.SeedTime.Round(time.Millisecond),
+		"link", k.Counts.FilesTime.Round(time.Millisecond))
+	return k, nil
+}
+
+// Close closes the keyspace's client.
+func (k *Keyspace) Close() error { return k.rdb.Close() }
+
+// index groups the manifest's locations by block (seed writes them block by block).
+func (k *Keyspace) index() {
+	inst := map[string]uint16{}
+	for i, id := range k.Instances {
+		inst[id] = uint16(i)
+	}
+	locs := k.Manifest.Locations
+	for i := 0; i < len(locs); {
+		j := i
+		b := blockInfo{inst: inst[locs[i].Instance], key: locs[i].Key, first: int32(i)}
+		for ; j < len(locs) && locs[j].Instance == locs[i].Instance && locs[j].Key == locs[i].Key; j++ {
+			if locs[j].Garbage {
+				b.garbage++
+			}
+		}
+		b.nlocs = uint16(j - i)
+		k.blocks = append(k.blocks, b)
+		if b.garbage > 0 {
+			k.Counts.GarbageBlocks++
+		}
+		k.Counts.Garbage += int(b.garbage)
+		i = j
+	}
+	k.Counts.Blocks = len(k.blocks)
+	k.Counts.Locations = len(locs)
+	k.locHash = make([]uint64, len(locs))
+}
+
+// BlockKey returns the Redis key of block i.
+func (k *Keyspace) BlockKey(i int) string {
+	return kvcm.BlockKey(k.Instances[k.blocks[i].inst], k.blocks[i].key)
+}
+
+// readBlocks calls fn for every block with its current __uri__ ("" when absent), reading
+// with pipelined HGETs.
+func (k *Keyspace) readBlocks(ctx context.Context, fn func(i int, uri string) error) error {
+	const chunk = 1000
+	for start := 0; start < len(k.blocks); start += chunk {
+		end := min(start+chunk, len(k.blocks))
+		pipe := k.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, end-start)
+		for i := start; i < end; i++ {
+			cmds[i-start] = pipe.HGet(ctx, k.BlockKey(i), "__uri__")
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("read blocks: %w", err)
+		}
+		for i := start; i < end; i++ {
+			v, err := cmds[i-start].Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("read block %s: %w", k.BlockKey(i), err)
+			}
+			if err := fn(i, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// specExists mirrors seed's layout: which spec files of a location of a given kind exist.
+// A mismatch would not go unnoticed: a live location whose file is missing is collected, and
+// Verify reports it.
+func specExists(kind string, spec int) bool {
+	switch kind {
+	case seed.KindMissingServing:
+		return spec == 0 // one spec present, one missing: still garbage
+	case seed.KindUnknownType, seed.KindMooncake:
+		return false
+	}
+	return true
+}
+
+// linkFiles reads every block back, records the hashes Verify compares with, and links the
+// data files that exist in seed's layout.
+func (k *Keyspace) linkFiles(ctx context.Context) error {
+	var files []string
+	locs := k.Manifest.Locations
+	// Sample every statStep-th live SERVING file, so the sample spreads over the keyspace.
+	statStep, statSeen := max(1, 2*len(locs)/statSampleMax), 0
+	err := k.readBlocks(ctx, func(i int, uri string) error {
+		b := &k.blocks[i]
+		b.hash = k.hash(uri)
+		blk, err := kvcm.DecodeBlock([]byte(uri))
+		if err != nil {
+			return fmt.Errorf("decode seeded block %s: %w", k.BlockKey(i), err)
+		}
+		for j := range b.nlocs {
+			li := int(b.first) + int(j)
+			ml := &locs[li]
+			l, ok := blk.Find(ml.Location)
+			if !ok {
+				return fmt.Errorf("seeded block %s lacks location %s", k.BlockKey(i), ml.Location)
+			}
+			k.locHash[li] = k.hash(string(l.Raw))
+			for s, spec := range l.Specs {
+				u, err := kvcm.ParseDataURI(spec.URI)
+				if err != nil || u.Scheme != "file" {
+					continue
+				}
+				shared := u.Host == seed.StorageShared
+				if l.Status == kvcm.StatusServing && l.Type == kvcm.TypeFile {
+					k.Counts.StatSpecs++
+				}
+				if ml.Garbage && !shared {
+					k.Counts.DeleteSpecs++
+				}
+				if !specExists(ml.Kind, s) {
+					continue
+				}
+				files = append(files, u.Path)
+				if shared {
+					k.Counts.SharedFiles++
+				}
+				switch {
+				case ml.Garbage && !shared:
+					k.GarbageFiles = append(k.GarbageFiles, u.Path)
+				case !ml.Garbage && l.Status == kvcm.StatusServing:
+					if statSeen++; statSeen%statStep == 0 && len(k.StatSample) < statSampleMax {
+						k.StatSample = append(k.StatSample, u.Path)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	k.Counts.Files = len(files)
+	k.Counts.GarbageFiles = len(k.GarbageFiles)
+	return linkAll(k.Spec.Root, files)
+}
+
+// RelinkGarbage recreates the garbage files a collection removed.
+func (k *Keyspace) RelinkGarbage() error { return linkAll(k.Spec.Root, k.GarbageFiles) }
+
+func (k *Keyspace) hash(s string) uint64 { return maphash.String(k.seedH, s) }
+
+// maxLinks stays under ext4's 65000 links per inode.
+const maxLinks = 60_000
+
+// linkAll makes every path a hard link to an empty file under root/.inodes, creating parent
+// directories; a path that exists already is left alone. Two workers keep both cores busy
+// (the file system's directory locks, not the CPU, are the limit beyond that).
+func linkAll(root string, paths []string) error {
+	srcDir := filepath.Join(root, ".inodes")
+	if err := os.MkdirAll(srcDir, 0o755); err != nil {
+		return fmt.Errorf("create inode directory: %w", err)
+	}
+	var dirs sync.Map
+	var mu sync.Mutex
+	nextSrc := 0
+	newSrc := func() (string, error) {
+		mu.Lock()
+		n := nextSrc
+		nextSrc++
+		mu.Unlock()
+		p := filepath.Join(srcDir, fmt.Sprintf("%d-%d", time.Now().UnixNano(), n))
+		f, err := os.Create(p)
+		if err != nil {
+			return "", fmt.Errorf("create link source: %w", err)
+		}
+		return p, f.Close()
+	}
+	const workers = 2
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			src, links := "", maxLinks
+			for i := w; i < len(paths); i += workers {
+				p := paths[i]
+				if links >= maxLinks {
+					var err error
+					if src, err = newSrc(); err != nil {
+						errs[w] = err
+						return
+					}
+					links = 0
+				}
+				dir := filepath.Dir(p)
+				if _, ok := dirs.Load(dir); !ok {
+					if err := os.MkdirAll(dir, 0o755); err != nil {
+						errs[w] = fmt.Errorf("create data directory: %w", err)
+						return
+					}
+					dirs.Store(dir, true)
+				}
+				err := os.Link(src, p)
+				switch {
+				case err == nil:
+					links++
+				case errors.Is(err, syscall.EEXIST):
+				case errors.Is(err, syscall.EMLINK):
+					links = maxLinks // a file system with a lower limit: next source
+					i -= workers
+				default:
+					errs[w] = fmt.Errorf("link data file: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Snapshot copies the keyspace's database into db, to restore it after a destructive run.
+func (k *Keyspace) Snapshot(ctx context.Context, db int) error {
+	opts := *k.rdb.Options()
+	opts.DB = db
+	dst := redis.NewClient(&opts)
+	defer dst.Close()
+	if err := dst.FlushDB(ctx).Err(); err != nil {
+		return fmt.Errorf("flush snapshot db %d: %w", db, err)
+	}
+	var cursor uint64
+	for {
+		keys, next, err := k.rdb.Scan(ctx, cursor, "*", 1000).Result()
+		if err != nil {
+			return fmt.Errorf("snapshot: scan: %w", err)
+		}
+		pipe := k.rdb.Pipeline()
+		for _, key := range keys {
+			pipe.Copy(ctx, key, key, db, true)
+		}
+		if len(keys) > 0 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return fmt.Errorf("snapshot: copy: %w", err)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+// Restore swaps the snapshot in db back into the keyspace's database (the collected one goes
+// to db and is dropped) and relinks the garbage files.
+func (k *Keyspace) Restore(ctx context.Context, db int) error {
+	if err := k.rdb.Do(ctx, "SWAPDB", k.Spec.DB, db).Err(); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	opts := *k.rdb.Options()
+	opts.DB = db
+	old := redis.NewClient(&opts)
+	defer old.Close()
+	if err := old.FlushDB(ctx).Err(); err != nil {
+		return fmt.Errorf("drop collected copy: %w", err)
+	}
+	return k.RelinkGarbage()
+}
+
+// Verification is what a collection left behind.
+type Verification struct {
+	GarbageLeft   int // garbage locations still present (DELETING included)
+	LiveChanged   int // live locations missing or not byte-identical
+	BlocksChanged int // blocks without garbage whose __uri__ changed
+	FilesLeft     int // garbage files still present
+	LiveFilesGone int // sampled live files missing
+	Problems      []string
+}
+
+// OK reports whether exactly the garbage is gone.
+func (v Verification) OK() bool {
+	return v.GarbageLeft == 0 && v.LiveChanged == 0 && v.BlocksChanged == 0 && v.FilesLeft == 0 && v.LiveFilesGone == 0
+}
+
+func (v *Verification) problem(format string, a ...any) {
+	if len(v.Problems) < 10 {
+		v.Problems = append(v.Problems, fmt.Sprintf(format, a...))
+	}
+}
+
+// Verify checks that every garbage location and its unshared files are gone and every live
+// location is byte-for-byte as seeded.
+func (k *Keyspace) Verify(ctx context.Context) (Verification, error) {
+	var v Verification
+	locs := k.Manifest.Locations
+	err := k.readBlocks(ctx, func(i int, uri string) error {
+		b := &k.blocks[i]
+		if b.garbage == 0 {
+			if k.hash(uri) != b.hash {
+				v.BlocksChanged++
+				v.problem("block %s changed", k.BlockKey(i))
+			}
+			return nil
+		}
+		var blk *kvcm.Block
+		if uri != "" {
+			var err error
+			if blk, err = kvcm.DecodeBlock([]byte(uri)); err != nil {
+				v.BlocksChanged++
+				v.problem("block %s no longer decodes: %v", k.BlockKey(i), err)
+				return nil
+			}
+		}
+		for j := range b.nlocs {
+			li := int(b.first) + int(j)
+			var l *kvcm.Location
+			ok := false
+			if blk != nil {
+				l, ok = blk.Find(locs[li].Location)
+			}
+			switch {
+			case locs[li].Garbage && ok:
+				v.GarbageLeft++
+				v.problem("garbage %s/%s left (status %d)", k.BlockKey(i), locs[li].Location, l.Status)
+			case !locs[li].Garbage && (!ok || k.hash(string(l.Raw)) != k.locHash[li]):
+				v.LiveChanged++
+				v.problem("live %s/%s changed or gone", k.BlockKey(i), locs[li].Location)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return v, err
+	}
+	for _, p := range k.GarbageFiles {
+		if _, err := os.Lstat(p); err == nil {
+			v.FilesLeft++
+			v.problem("garbage file %s left", p)
+		}
+	}
+	for i := 0; i < len(k.StatSample); i += 10 {
+		if _, err := os.Lstat(k.StatSample[i]); err != nil {
+			v.LiveFilesGone++
+			v.problem("live file %s: %v", k.StatSample[i], err)
+		}
+	}
+	return v, nil
+}

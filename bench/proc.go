@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// proc is a child process of the harness: a stage or the NATS server.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	log     *os.File
+	started time.Time
+	exited  chan struct{}
+	waitErr error
+	stopped bool
+	// hwm is the largest VmHWM read so far, in bytes (written by the sampler until exit).
+	hwm     atomic.Int64
+	sampled chan struct{}
+}
+
+// Usage is what the operating system says a finished child used.
+type Usage struct {
+	// PeakRSS is the child's peak resident set size (VmHWM), in bytes. getrusage's
+	// ru_maxrss cannot be used: Go starts children with vfork, and Linux carries the
+	// parent's high-water mark into a vforked child's ru_maxrss at exec, so every child would
+	// report at least the harness's own peak.
+	PeakRSS int64
+	// CPU is user plus system time.
+	CPU time.Duration
+	// Wall is the time from start to exit.
+	Wall time.Duration
+}
+
+// startProc starts bin with args, its stdout and stderr appended to logPath.
+func startProc(name, logPath, bin string, args ...string) (*proc, error) {
+	return startProcOut(name, logPath, nil, bin, args...)
+}
+
+// startProcOut is startProc with stdout going to out instead (when not nil).
+func startProcOut(name, logPath string, out *os.File, bin string, args ...string) (*proc, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log of %s: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if out != nil {
+		cmd.Stdout = out
+	}
+	// Its own process group: a Ctrl-C of the harness reaches the harness, which stops its
+	// children in order, rather than every child at once.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logf, started: time.Now(), exited: make(chan struct{}), sampled: make(chan struct{})}
+	go p.sample()
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// sample reads the child's VmHWM until it exits. The kernel keeps the high-water mark, so
+// the sampling rate only bounds how much of the very end of the process can be missed.
+func (p *proc) sample() {
+	defer close(p.sampled)
+	path := fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if v, ok := readHWM(path); ok && v > p.hwm.Load() {
+			p.hwm.Store(v)
+		}
+		select {
+		case <-p.exited:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readHWM returns the VmHWM line of a /proc status file, in bytes.
+func readHWM(path string) (int64, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err == nil {
+				return kb * 1024, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// Exited reports whether the process has ended by itself.
+func (p *proc) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop sends SIGTERM, waits up to grace for a clean exit (a stage drains in-flight messages
+// and writes its profile), then kills. It returns the child's usage; an exit other than a
+// clean one after SIGTERM is an error.
+func (p *proc) Stop(grace time.Duration) (Usage, error) {
+	// The last reading before the signal: after it the process may be gone at once.
+	if v, ok := readHWM(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)); ok && v > p.hwm.Load() {
+		p.hwm.Store(v)
+	}
+	if !p.stopped {
+		p.stopped = true
+		if !p.Exited() {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	var errs []error
+	select {
+	case <-p.exited:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		errs = append(errs, fmt.Errorf("stop %s: no exit within %s, killed", p.name, grace))
+	}
+	<-p.sampled
+	_ = p.log.Close()
+	u := Usage{Wall: time.Since(p.started), PeakRSS: p.hwm.Load()}
+	if st := p.cmd.ProcessState; st != nil {
+		u.CPU = st.UserTime() + st.SystemTime()
+	}
+	if p.waitErr != nil && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("%s exited: %w (see %s)", p.name, p.waitErr, p.log.Name()))
+	}
+	return u, errors.Join(errs...)
+}

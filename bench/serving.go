@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvcm-gc/kvcm-gc/bench/stage"
+)
+
+// Serving modes: kvcm-gc off, at its default pacing, and unpaced.
+const (
+	ModeOff     = "off"
+	ModeDefault = "default"
+	ModeUnpaced = "unpaced"
+)
+
+// Latency is what a KVCM-like read load saw during one window.
+type Latency struct {
+	Mode string
+	Rep  int
+	// N requests completed; Errors failed; Late could not be sent on schedule because every
+	// client was busy (the load is open-loop: a slow server does not slow the schedule).
+	N, Errors, Late     int
+	P50, P99, P999, Max time.Duration
+	// GCKeys are the keys the scanner read during the window (0 when off).
+	GCKeys int
+	CPU    CPUShare
+}
+
+// readLoad issues HMGET __uri__ __lru_time__ of random blocks at rate per second for window,
+// from a pool of clients as a KVCM process does, and measures each request from the moment
+// it is sent until its reply.
+func readLoad(ctx context.Context, rdb *redis.Client, keys []string, rate int, window time.Duration) Latency {
+	const workers = 16
+	work := make(chan string, workers)
+	lats := make([][]time.Duration, workers)
+	errs := make([]int, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lats[w] = make([]time.Duration, 0, int(window.Seconds()*float64(rate))/workers+64)
+		wg.Go(func() {
+			for key := range work {
+				t0 := time.Now()
+				err := rdb.HMGet(ctx, key, "__uri__", "__lru_time__").Err()
+				d := time.Since(t0)
+				if err != nil {
+					errs[w]++
+					continue
+				}
+				lats[w] = append(lats[w], d)
+			}
+		})
+	}
+	var res Latency
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 7))
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if at.Sub(start) >= window || ctx.Err() != nil {
+			break
+		}
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		select {
+		case work <- keys[rng.IntN(len(keys))]:
+		default:
+			res.Late++
+		}
+	}
+	close(work)
+	wg.Wait()
+	var all []time.Duration
+	for w := range workers {
+		all = append(all, lats[w]...)
+		res.Errors += errs[w]
+	}
+	slices.Sort(all)
+	res.N = len(all)
+	if len(all) > 0 {
+		q := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
+		res.P50, res.P99, res.P999, res.Max = q(0.50), q(0.99), q(0.999), all[len(all)-1]
+	}
+	return res
+}
+
+// serving alternates windows with kvcm-gc off, at default pacing and unpaced, reps times, on
+// k (in dry-run: the keyspace stays as it is, so every window sees the same work).
+func (h *Harness) serving(ctx context.Context, k *Keyspace, unpaced stage.Profile) ([]Latency, error) {
+	keys := make([]string, len(k.blocks))
+	for i := range k.blocks {
+		keys[i] = k.BlockKey(i)
+	}
+	opts := *k.rdb.Options()
+	opts.PoolSize = 16
+	rdb := redis.NewClient(&opts)
+	defer rdb.Close()
+
+	def := stage.DefaultProfile()
+	def.DryRun = true
+	unpaced.DryRun = true
+	// Rounds back to back, so an unpaced scanner reads all through the window even when a
+	// round is shorter than it.
+	unpaced.RoundPause = time.Nanosecond
+	cfg := h.cfg
+	// Open the clients' connections before the first window measures anything.
+	_ = readLoad(ctx, rdb, keys, cfg.ServingRate, time.Second)
+	var out []Latency
+	for rep := 1; rep <= cfg.ServingReps; rep++ {
+		for _, mode := range []string{ModeOff, ModeDefault, ModeUnpaced} {
+			l, err := h.servingWindow(ctx, k, rdb, keys, mode, rep, map[string]stage.Profile{ModeDefault: def, ModeUnpaced: unpaced}[mode])
+			if err != nil {
+				return out, err
+			}
+			h.log.Info("serving window", "mode", mode, "rep", rep, "p50", l.P50, "p99", l.P99, "gc_keys", l.GCKeys,
+				"busy", l.CPU.Busy, "redis", l.CPU.Redis, "nats", l.CPU.NATS, "stages", l.CPU.Stages, "harness", l.CPU.Harness, "other", l.CPU.Other())
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+func (h *Harness) servingWindow(ctx context.Context, k *Keyspace, rdb *redis.Client, keys []string, mode string, rep int, p stage.Profile) (Latency, error) {
+	var r *run
+	if mode != ModeOff {
+		var err error
+		if r, err = h.newRun(ctx, fmt.Sprintf("serving-%s-%d", mode, rep), k, p); err != nil {
+			return Latency{}, err
+		}
+		defer r.close(context.WithoutCancel(ctx))
+		for _, st := range []string{stage.Scanner, stage.Prober, stage.Deleter} {
+			if err := r.start(st); err != nil {
+				return Latency{}, err
+			}
+		}
+		// Measure kvcm-gc at work, not starting: wait for the first round to begin.
+		if err := r.until(ctx, time.Minute, "round start", func() (bool, error) {
+			ck, err := r.checkpoint(ctx)
+			return err == nil && ck.Round >= 1, nil
+		}); err != nil {
+			return Latency{}, err
+		}
+	}
+	time.Sleep(time.Second) // let the stages reach their steady state
+	before := h.scannedKeys(ctx, r)
+	var pids []int
+	if r != nil {
+		pids = r.pids()
+	}
+	cpu := h.cpuNow(ctx, pids...)
+	l := readLoad(ctx, rdb, keys, h.cfg.ServingRate, h.cfg.ServingWindow)
+	l.CPU = h.cpuSince(ctx, cpu, pids...)
+	l.Mode, l.Rep = mode, rep
+	if r != nil {
+		if err := r.checkAlive(); err != nil {
+			return l, err
+		}
+		l.GCKeys = h.scannedKeys(ctx, r) - before
+	}
+	return l, nil
+}
+
+// scannedKeys is the scanner's progress in keys (all rounds), from its checkpoint.
+func (h *Harness) scannedKeys(ctx context.Context, r *run) int {
+	if r == nil {
+		return 0
+	}
+	ck, err := r.checkpoint(ctx)
+	if err != nil {
+		return 0
+	}
+	return int(ck.KeysScanned) + int(ck.Round-1)*len(r.k.blocks)
+}
