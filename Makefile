@@ -2,7 +2,7 @@
 GO       ?= go
 PKGS     := ./...
 FUZZTIME ?= 10s
-STATICCHECK_VERSION ?= 2025.1.1
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: build test test-short race lint vet fuzz bench bench-quick demo clean tools
 

@@ -87,8 +87,6 @@ type Scanner struct {
 	ckptRev  uint64
 	loaded   bool
 	snapshot []meta.Instance
-	// waitPrinted avoids logging the same wait every tick.
-	lastSkip string
 }
 
 // Run ticks until ctx is done, then releases the lease.

@@ -208,7 +208,7 @@ func TestInvariant2YoungAndFutureWritingKept(t *testing.T) {
 	now := time.Now()
 	c := e.redis.Client()
 	blocks := map[int64]string{
-		1: fmt.Sprintf(`{"y":{"id":"y","status":2,"type":4,"spec_size":0,"location_specs":[]}}`),
+		1: `{"y":{"id":"y","status":2,"type":4,"spec_size":0,"location_specs":[]}}`,
 		2: fmt.Sprintf(`{"f":{"id":"f","status":2,"type":4,"spec_size":0,"location_specs":[],"create_time":%d}}`, now.Add(time.Hour).UnixMicro()),
 		3: `{"u":{"id":"u","status":2,"type":4,"spec_size":0,"location_specs":[]}}`,
 		4: fmt.Sprintf(`{"o":{"id":"o","status":2,"type":4,"spec_size":0,"location_specs":[],"create_time":%d}}`, now.Add(-25*time.Hour).UnixMicro()),
