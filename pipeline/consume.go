@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -116,7 +117,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // process runs the handler and disposes of the message: the one place that decides ack,
 // redelivery, termination and dead-lettering.
 func (c *Consumer) process(runCtx, ctx context.Context, msg jetstream.Msg) {
-	err := c.Handle(ctx, msg)
+	err := c.handle(ctx, msg)
 	md, mdErr := msg.Metadata()
 	var delivered uint64 = 1
 	if mdErr == nil {
@@ -148,6 +149,18 @@ func (c *Consumer) process(runCtx, ctx context.Context, msg jetstream.Msg) {
 		c.Metrics.Messages.WithLabelValues(c.Stage, MsgNak).Inc()
 		c.Logger.Warn("message failed; redelivery later", "stage", c.Stage, "deliveries", delivered, "err", err)
 	}
+}
+
+// handle runs the handler and turns a panic into an error: one bad message must not take the
+// process down; it is redelivered with backoff and dead-lettered at MaxDeliver.
+func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.Logger.Error("handler panic", "stage", c.Stage, "panic", r)
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	return c.Handle(ctx, msg)
 }
 
 func (c *Consumer) record(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, kind string, err error) {
