@@ -78,6 +78,16 @@ func (e *env) waitRoundEnded(n uint64, timeout time.Duration) pipeline.Checkpoin
 	return ck
 }
 
+// judgeOneRound runs the scanner and the prober for one round and stops them: the DELETES
+// stream then holds the round's delete requests, not yet executed.
+func (e *env) judgeOneRound(o app.Options) {
+	e.t.Helper()
+	stop := e.run(o, app.Stages{Scanner: true, Prober: true})
+	e.waitRoundEnded(1, time.Minute)
+	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
+	stop()
+}
+
 func (e *env) store() *redismeta.Store {
 	e.t.Helper()
 	conn, err := redismeta.ParseURI(e.redis.URI())
@@ -123,10 +133,7 @@ func TestInvariant1ChangedAfterProbeSurvives(t *testing.T) {
 	ctx := context.Background()
 	m, _ := e.seed(seed.Spec{Blocks: 400, GarbageFraction: 0.3, Seed: 1})
 	o := e.options(prometheus.NewRegistry())
-	stop := e.run(o, app.Stages{Scanner: true, Prober: true})
-	e.waitRoundEnded(1, time.Minute)
-	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
-	stop()
+	e.judgeOneRound(o)
 
 	flipped := firstGarbage(m, seed.KindOrphanWriting, 0)
 	flippedBytes := finishWrite(t, e, flipped.Instance, flipped.Key, flipped.Location)
@@ -347,10 +354,7 @@ func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
 	ctx := context.Background()
 	m, before := e.seed(seed.Spec{Blocks: 300, GarbageFraction: 0.3, Seed: 6})
 	o := e.options(prometheus.NewRegistry())
-	stop := e.run(o, app.Stages{Scanner: true, Prober: true})
-	e.waitRoundEnded(1, time.Minute)
-	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
-	stop()
+	e.judgeOneRound(o)
 
 	// A deleter whose first delivery stops dead after step 2 (as a kill would): no CAD, no
 	// ack, no nak.
@@ -486,10 +490,7 @@ func TestInvariant7InflightCap(t *testing.T) {
 	o := e.options(prometheus.NewRegistry())
 	o.Scanner.ScanBatchSize = 8 // many small requests: a burst
 	o.Prober.MaxTargets = 16 // two locations per block: no candidate is left over the cap
-	stop := e.run(o, app.Stages{Scanner: true, Prober: true})
-	e.waitRoundEnded(1, time.Minute)
-	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
-	stop()
+	e.judgeOneRound(o)
 
 	o.Deleter.DeleteDelay = 150 * time.Millisecond
 	o.DeleterWorkers = 4
