@@ -52,6 +52,8 @@ type Options struct {
 	Logger  *slog.Logger
 	Metrics *pipeline.Metrics
 	Reg     prometheus.Registerer
+	// Health, when set, is filled with the readiness checks of the stages Run starts (/readyz).
+	Health *Health
 }
 
 // Stages selects what a process runs.
@@ -119,6 +121,14 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	so := o.Storage
 	so.DryRun = so.DryRun || o.DryRun
 
+	if o.Health != nil {
+		closeChecks, err := o.readiness(nc, pool, which)
+		if err != nil {
+			return err
+		}
+		defer closeChecks()
+	}
+
 	g, gctx := newGroup(ctx)
 	if which.Scanner {
 		state, err := js.KeyValue(ctx, names.StateBucket())
@@ -137,11 +147,13 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		if cfg.LeaseRenew <= 0 {
 			cfg.LeaseRenew = max(o.JetStream.LeaseTTL/3, 100*time.Millisecond)
 		}
+		lease := pipeline.NewLease(leaseKV, cfg.Holder, o.JetStream.LeaseTTL)
 		sc := &pipeline.Scanner{Config: cfg, Names: names, Registry: registry, Stores: pool,
-			Lease: pipeline.NewLease(leaseKV, cfg.Holder, o.JetStream.LeaseTTL), State: state,
+			Lease: lease, State: state,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Backlog: Backlog(js, names),
 			MaxPayload: int(nc.MaxPayload()), Metrics: m, Logger: log.With("stage", pipeline.StageScanner)}
-		g.Go(func() error { return sc.Run(gctx) })
+		a := o.stageAlive(pipeline.StageScanner, func(ctx context.Context) (string, error) { return leaseState(ctx, lease, leaseKV) })
+		g.Go(func() error { defer a.set(false); return sc.Run(gctx) })
 	}
 	if which.Prober {
 		gd, err := o.guard()
@@ -156,7 +168,8 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		}
 		c := &pipeline.Consumer{Stage: pipeline.StageProber, Consumer: cons, Workers: max(o.ProberWorkers, 1),
 			MaxDeliver: o.JetStream.MaxDeliver, Handle: p.Handle, Events: events, Metrics: m, Logger: log}
-		g.Go(func() error { return c.Run(gctx) })
+		a := o.stageAlive(pipeline.StageProber, nil)
+		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
 	if which.Deleter {
 		d := &pipeline.Deleter{Config: o.Deleter, Names: names, Stores: pool, StorageOptions: so, Events: events,
@@ -167,7 +180,8 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		}
 		c := &pipeline.Consumer{Stage: pipeline.StageDeleter, Consumer: cons, Workers: max(o.DeleterWorkers, 1),
 			MaxDeliver: o.JetStream.MaxDeliver, Handle: d.Handle, Events: events, Metrics: m, Logger: log}
-		g.Go(func() error { return c.Run(gctx) })
+		a := o.stageAlive(pipeline.StageDeleter, nil)
+		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
 	return g.Wait()
 }

@@ -7,4 +7,6 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/guard/redisguard"
 )
 
-func newRedisGuard(c redis.UniversalClient, prefix string) guard.Guard { return redisguard.New(c, prefix) }
+func newRedisGuard(c redis.UniversalClient, prefix string) guard.Guard {
+	return redisguard.New(c, prefix)
+}

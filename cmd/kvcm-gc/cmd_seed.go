@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/internal/cli"
+	"github.com/kvcm-gc/kvcm-gc/seed"
+)
+
+// seedOptions are the flags of the seed command.
+type seedOptions struct {
+	redis, metaURI, cluster string
+	instances               int
+	ids                     string
+	blocks, locations       int
+	garbage, tricky         float64
+	root, manifest          string
+	seed                    uint64
+	grace                   time.Duration
+	noFiles                 bool
+}
+
+func (o *seedOptions) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.redis, "redis", "redis://127.0.0.1:6379", "Redis to write the registry and the blocks into (KVCM-style URI)")
+	fs.StringVar(&o.metaURI, "meta-uri", "", "metadata store URI written into the instance group (default: --redis)")
+	fs.StringVar(&o.cluster, "cluster", "demo", "KVCM cluster name")
+	fs.IntVar(&o.instances, "instances", 3, "number of instances (inst0, inst1, …)")
+	fs.StringVar(&o.ids, "instance-ids", "", "comma-separated instance ids, instead of --instances")
+	fs.IntVar(&o.blocks, "blocks", 20000, "blocks per instance")
+	fs.IntVar(&o.locations, "locations", 2, "locations per block (1 or 2)")
+	fs.Float64Var(&o.garbage, "garbage", 0.1, "fraction of locations that are garbage (half orphan WRITING, half storage-missing SERVING)")
+	fs.Float64Var(&o.tricky, "tricky", 0.1, "fraction of locations that are live but look like garbage")
+	fs.StringVar(&o.root, "root", "kvcm-gc-seed", "directory of the storages' data files (an NFS-like root)")
+	fs.StringVar(&o.manifest, "manifest", "manifest.json", "file the manifest (what is garbage) is written to")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed: the same seed writes the same keyspace")
+	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "orphan_writing_grace the collector will use (orphans are made older)")
+	fs.BoolVar(&o.noFiles, "no-files", false, "write metadata only, no data files")
+}
+
+func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
+	conn, err := redismeta.ParseURI(o.redis)
+	if err != nil {
+		return fmt.Errorf("%w: --redis: %w", cli.ErrUsage, err)
+	}
+	if o.locations < 1 || o.locations > 2 || o.blocks < 0 || o.garbage < 0 || o.tricky < 0 || o.garbage+o.tricky > 1 {
+		return fmt.Errorf("%w: need 1 <= --locations <= 2, --blocks >= 0, --garbage, --tricky >= 0 with a sum <= 1", cli.ErrUsage)
+	}
+	// The registry records the storages' root paths; KVCM's and kvcm-gc's file backends need
+	// them absolute.
+	root, err := filepath.Abs(o.root)
+	if err != nil {
+		return fmt.Errorf("--root: %w", err)
+	}
+	rdb, err := redismeta.NewClient(conn)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping %s: %w", conn, err)
+	}
+	sp := seed.Spec{Cluster: o.cluster, Blocks: o.blocks, LocationsPerBlock: o.locations, GarbageFraction: o.garbage,
+		TrickyFraction: o.tricky, Root: root, MetaURI: o.metaURI, Grace: o.grace, Seed: o.seed, NoFiles: o.noFiles}
+	if sp.MetaURI == "" {
+		sp.MetaURI = o.redis
+	}
+	if o.ids != "" {
+		sp.Instances = strings.Split(o.ids, ",")
+	} else {
+		for i := range o.instances {
+			sp.Instances = append(sp.Instances, fmt.Sprintf("inst%d", i))
+		}
+	}
+	prog := cli.NewProgress(e.Stderr, 2*time.Second)
+	sp.Progress = func(done, total int) {
+		prog.Update(fmt.Sprintf("seeding %s %d/%d blocks", cli.Bar(done, total, 30), done, total))
+	}
+	start := time.Now()
+	m, err := seed.Generate(ctx, rdb, sp)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", cli.ErrInterrupted, err)
+		}
+		return err
+	}
+	prog.Done(fmt.Sprintf("seeded %d blocks in %s", m.Blocks, time.Since(start).Round(time.Millisecond)))
+	if err := m.WriteFile(o.manifest); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "cluster %s on %s: %d instances, %d blocks, %d locations, %d garbage\n",
+		m.Cluster, conn, len(m.Instances), m.Blocks, len(m.Locations), len(m.Garbage()))
+	for _, kind := range slices.Sorted(maps.Keys(m.Counts)) {
+		fmt.Fprintf(e.Stdout, "  %-18s %d\n", kind, m.Counts[kind])
+	}
+	fmt.Fprintf(e.Stdout, "manifest written to %s\n", o.manifest)
+	return nil
+}
+
+func init() {
+	o := &seedOptions{}
+	register(&cli.Command{
+		Name:    "seed",
+		Summary: "write a synthetic KVCM deployment (registry, blocks, files) with known garbage, and its manifest",
+		Flags:   o.flags,
+		Run:     o.run,
+	})
+}

@@ -1,0 +1,18 @@
+package main
+
+import (
+	"context"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/cli"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:    "version",
+		Summary: "print the version",
+		Run: func(_ context.Context, e *cli.Env) error {
+			cli.WriteVersion(e.Stdout, "kvcm-gc")
+			return nil
+		},
+	})
+}

@@ -1,0 +1,21 @@
+// Command prober runs kvcm-gc's prober stage alone, as many replicas as the probing load
+// needs. It judges scan batches (orphan WRITING past the grace, SERVING whose data is
+// definitively missing) and publishes delete requests carrying the exact bytes it judged.
+//
+// Every setting comes from the configuration (--config file, KVCMGC_* environment, a flag per
+// key; see --help). SIGTERM or SIGINT stops it gracefully: in-flight batches finish or go
+// back to the server.
+package main
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/kvcm-gc/kvcm-gc/app"
+	"github.com/kvcm-gc/kvcm-gc/internal/cli"
+)
+
+func main() {
+	cmd := cli.StageCommand("prober", "Runs the prober: judges scan batches and publishes delete requests.", app.Stages{Prober: true})
+	os.Exit(cli.RunCommand(filepath.Base(os.Args[0]), cmd, os.Args[1:], os.Stdout, os.Stderr))
+}

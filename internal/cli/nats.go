@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvcm-gc/kvcm-gc/config"
+)
+
+// connectRetry is the pause between two connection attempts at startup.
+const connectRetry = 250 * time.Millisecond
+
+// ConnectNATS connects to the configured NATS server(s), signing in with the credentials
+// file, the nkey seed, or user and password, over TLS when configured. Startup waits up to
+// nats.connect_timeout for a server that is not up yet (processes of a deployment start in
+// any order); once connected, the client reconnects for ever.
+func (e *Env) ConnectNATS(ctx context.Context) (*nats.Conn, error) {
+	return ConnectNATS(ctx, e.Config.NATS, e.Config.NATS.URL, "kvcm-gc-"+e.Name, e.Logger)
+}
+
+// ConnectNATS connects to url with the settings of c (see Env.ConnectNATS).
+func ConnectNATS(ctx context.Context, c config.NATSConfig, url, defaultName string, log *slog.Logger) (*nats.Conn, error) {
+	if url == "" {
+		return nil, errors.New("nats.url: required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	name := c.Name
+	if name == "" {
+		name = defaultName
+	}
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats error", "err", err) }),
+	}
+	switch {
+	case c.CredentialsFile != "":
+		opts = append(opts, nats.UserCredentials(c.CredentialsFile))
+	case c.NkeySeedFile != "":
+		o, err := nats.NkeyOptionFromSeed(c.NkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats.nkey_seed_file: %w", err)
+		}
+		opts = append(opts, o)
+	case c.User != "":
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.TLS.CAFile != "" {
+		opts = append(opts, nats.RootCAs(c.TLS.CAFile))
+	}
+	if c.TLS.CertFile != "" {
+		opts = append(opts, nats.ClientCert(c.TLS.CertFile, c.TLS.KeyFile))
+	}
+
+	deadline := time.Now().Add(c.ConnectTimeout)
+	for {
+		nc, err := nats.Connect(url, opts...)
+		if err == nil {
+			log.Info("nats connected", "url", nc.ConnectedUrlRedacted(), "name", name)
+			return nc, nil
+		}
+		// Authentication and TLS failures do not heal by waiting.
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("connect to nats: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect to nats: %w", ctx.Err())
+		case <-time.After(connectRetry):
+		}
+	}
+}

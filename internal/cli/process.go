@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kvcm-gc/kvcm-gc/app"
+	"github.com/kvcm-gc/kvcm-gc/config"
+	"github.com/kvcm-gc/kvcm-gc/internal/httpserver"
+	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
+	"github.com/kvcm-gc/kvcm-gc/natsembed"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+)
+
+// shutdownTimeout bounds the HTTP server's and the embedded NATS server's shutdown.
+const shutdownTimeout = 5 * time.Second
+
+// Process runs stages as one kvcm-gc process: the HTTP endpoint, optionally an embedded NATS
+// JetStream server, the NATS connection, and app.Run until the context ends.
+type Process struct {
+	Stages app.Stages
+	// Embedded starts a NATS JetStream server in the process when nats.url is empty (the run
+	// command), with its file store in nats.embedded.store_dir.
+	Embedded bool
+	// Registry receives the process's metrics; nil makes a new one. Nothing is ever
+	// registered on the global registry.
+	Registry *prometheus.Registry
+	// Started, when set, is called once the stages are about to start, with the NATS URL the
+	// process uses and its metrics (the demo watches progress through them).
+	Started func(natsURL string, m *pipeline.Metrics)
+	// HTTPStarted, when set, is called with the HTTP endpoint's address.
+	HTTPStarted func(addr net.Addr)
+}
+
+// StageCommand is the command of a process running the given stages.
+func StageCommand(name, summary string, which app.Stages) *Command {
+	return &Command{Name: name, Summary: summary, Config: true,
+		Run: func(ctx context.Context, e *Env) error { return (&Process{Stages: which}).Run(ctx, e) }}
+}
+
+// Run runs the process until ctx is done, then shuts it down gracefully: the stages stop
+// fetching, in-flight messages finish or go back to the server, the scanner releases its
+// lease, the NATS connection flushes, the HTTP endpoint and the embedded server stop.
+func (p *Process) Run(ctx context.Context, e *Env) error {
+	cfg := e.Config
+	log := e.Logger
+	if cfg.Enabled {
+		if err := cfg.Require(config.Needs{Registry: p.Stages.Scanner || p.Stages.Prober, NATS: !p.Embedded}); err != nil {
+			return fmt.Errorf("%w: configuration: %w", ErrUsage, err)
+		}
+	}
+	reg := p.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := pipeline.NewMetrics(reg)
+	health := &app.Health{}
+	ready := health.Ready
+	if !cfg.Enabled {
+		ready = func(context.Context) (string, error) { return "disabled: enabled is false\n", nil }
+	}
+	if cfg.HTTP.Listen != "" {
+		srv, err := httpserver.Start(cfg.HTTP.Listen, reg, ready, log)
+		if err != nil {
+			return fmt.Errorf("http.listen: %w", err)
+		}
+		defer shutdown(log, "http server", srv.Shutdown)
+		if p.HTTPStarted != nil {
+			p.HTTPStarted(srv.Addr())
+		}
+	}
+	if !cfg.Enabled {
+		// Kept up so the deployment stays observable and can be enabled without a new rollout
+		// of anything but the configuration.
+		log.Info("disabled; serving health and metrics only")
+		<-ctx.Done()
+		return nil
+	}
+
+	url := cfg.NATS.URL
+	if p.Embedded && url == "" {
+		srv, err := startEmbedded(cfg.NATS.Embedded, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			log.Info("embedded nats server stopped")
+		}()
+		url = srv.ClientURL()
+	}
+	nc, err := ConnectNATS(ctx, cfg.NATS, url, "kvcm-gc-"+e.Name, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Events published asynchronously during shutdown reach the server before the close.
+		if err := nc.FlushTimeout(shutdownTimeout); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			log.Warn("flush nats connection", "err", err)
+		}
+		nc.Close()
+	}()
+
+	opts, err := cfg.AppOptions()
+	if err != nil {
+		return fmt.Errorf("%w: configuration: %w", ErrUsage, err)
+	}
+	opts.Logger, opts.Metrics, opts.Reg, opts.Health = log, metrics, reg, health
+	names, err := cfg.Names()
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := jsmetrics.Register(reg, js, names, p.Stages.Scanner, p.Stages.Prober, p.Stages.Deleter, jsmetrics.WithLogger(log)); err != nil {
+		return fmt.Errorf("register jetstream metrics: %w", err)
+	}
+	if p.Started != nil {
+		p.Started(url, metrics)
+	}
+	log.Info("starting", "stages", stageList(p.Stages), "config", cfg)
+	err = app.Run(ctx, nc, opts, p.Stages)
+	if err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func startEmbedded(c config.EmbeddedJS, log *slog.Logger) (*server.Server, error) {
+	host, portText, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("nats.embedded.listen: %w", err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return nil, fmt.Errorf("nats.embedded.listen: %w", err)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	srv, err := natsembed.Start(natsembed.Config{StoreDir: c.StoreDir, Host: host, Port: port,
+		ServerName: "kvcm-gc-embedded", Logger: slog.New(quiet{log.Handler()}).With("component", "nats-server")})
+	if err != nil {
+		return nil, fmt.Errorf("nats.embedded: %w", err)
+	}
+	log.Info("embedded nats server started", "url", srv.ClientURL(), "store_dir", c.StoreDir)
+	return srv, nil
+}
+
+func shutdown(log *slog.Logger, what string, f func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		log.Warn("shut down", "what", what, "err", err)
+	}
+}
+
+func stageList(s app.Stages) []string {
+	var out []string
+	for _, st := range []struct {
+		on   bool
+		name string
+	}{{s.Scanner, pipeline.StageScanner}, {s.Prober, pipeline.StageProber}, {s.Deleter, pipeline.StageDeleter}} {
+		if st.on {
+			out = append(out, st.name)
+		}
+	}
+	return out
+}
+
+// quiet passes on the embedded server's warnings and errors only, unless the process logs at
+// debug level: its notices (banner, limits, store paths) would bury kvcm-gc's own lines.
+type quiet struct{ slog.Handler }
+
+func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
+	return (l >= slog.LevelWarn || q.Handler.Enabled(ctx, slog.LevelDebug)) && q.Handler.Enabled(ctx, l)
+}
+
+func (q quiet) WithAttrs(a []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(a)} }
+func (q quiet) WithGroup(n string) slog.Handler      { return quiet{q.Handler.WithGroup(n)} }
