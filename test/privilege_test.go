@@ -1,0 +1,577 @@
+package test
+
+// Least privilege (DESIGN §8.5; security.md): every stage runs as a Redis ACL user and a NATS
+// user holding only what it needs, loaded from the files shipped in deploy/redis and
+// deploy/nats-permissions, and a full round still works. What a stage must not do is refused
+// by the servers themselves.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/app"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/config"
+	"github.com/kvcm-gc/kvcm-gc/internal/cli"
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/natsembed"
+	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// The shipped least-privilege files, relative to this package.
+const (
+	redisACLFile  = "../deploy/redis/users.acl"
+	natsPermsFile = "../deploy/nats-permissions/permissions.json"
+)
+
+// Users of the shipped files.
+const (
+	userAdmin   = "kvcm-gc-admin"
+	userScanner = "kvcm-gc-scanner"
+	userProber  = "kvcm-gc-prober"
+	userDeleter = "kvcm-gc-deleter"
+)
+
+// natsPermissions is deploy/nats-permissions/permissions.json.
+type natsPermissions struct {
+	Users []struct {
+		User      string `json:"user"`
+		Role      string `json:"role"`
+		Publish   struct{ Allow []string } `json:"publish"`
+		Subscribe struct{ Allow []string } `json:"subscribe"`
+	} `json:"users"`
+}
+
+// loadNATSUsers reads the shipped NATS permissions, fills in the placeholders for names and
+// returns one user per entry with the given passwords.
+func loadNATSUsers(t *testing.T, names subjects.Names, passwords map[string]string) []natsembed.User {
+	t.Helper()
+	data, err := os.ReadFile(natsPermsFile)
+	require.NoError(t, err)
+	var p natsPermissions
+	require.NoError(t, json.Unmarshal(data, &p))
+	objects, ok := strings.CutSuffix(names.BatchesStream(), "_BATCHES")
+	require.True(t, ok)
+	r := strings.NewReplacer("{{prefix}}", names.Prefix, "{{cluster}}", kvcm.EncodeToken(names.Cluster), "{{objects}}", objects)
+	render := func(in []string) []string {
+		out := make([]string, len(in))
+		for i, s := range in {
+			out[i] = r.Replace(s)
+			require.NotContains(t, out[i], "{{", "unknown placeholder in %q", s)
+		}
+		return out
+	}
+	var users []natsembed.User
+	for _, u := range p.Users {
+		pw, ok := passwords[u.User]
+		require.True(t, ok, "no password for %s", u.User)
+		users = append(users, natsembed.User{Name: u.User, Password: pw,
+			Publish:   &natsembed.Permission{Allow: render(u.Publish.Allow)},
+			Subscribe: &natsembed.Permission{Allow: render(u.Subscribe.Allow)}})
+	}
+	return users
+}
+
+// startRedisWithACL starts a redis-server loading the shipped ACL file and turns its users on
+// with the given passwords (the file ships them off and without a password).
+func startRedisWithACL(t *testing.T, passwords map[string]string) *testenv.Redis {
+	t.Helper()
+	data, err := os.ReadFile(redisACLFile)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "users.acl")
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	r := testenv.StartRedis(t, testenv.WithRedisArgs("--aclfile", path))
+	ctx := context.Background()
+	for user, pw := range passwords {
+		// Only "on" and the password: every permission comes from the file.
+		require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", user, "on", ">"+pw).Err())
+	}
+	return r
+}
+
+// syncBuffer collects log output from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// runStageProcess runs stages the way a stage binary does: it connects with the binaries'
+// NATS code (credentials, TLS) and runs app.Run until the test ends or stop is called.
+func runStageProcess(t *testing.T, nc config.NATSConfig, url string, o app.Options, which app.Stages, log *slog.Logger) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if nc.ConnectTimeout == 0 {
+		nc.ConnectTimeout = 10 * time.Second
+	}
+	conn, err := cli.ConnectNATS(ctx, nc, url, "kvcm-gc-test", log)
+	require.NoError(t, err)
+	o.Logger = log
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, conn, o, which) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Error("stages did not stop within 30s")
+			}
+			conn.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// lpEnv is a deployment with the shipped Redis ACL users and NATS permissions, the NATS
+// server serving TLS only.
+type lpEnv struct {
+	*env
+	nats     *testenv.NATS
+	redisPW  map[string]string
+	natsPW   map[string]string
+	adminURL string
+}
+
+func newLeastPrivilegeEnv(t *testing.T) *lpEnv {
+	t.Helper()
+	redisPW := map[string]string{userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw"}
+	natsPW := map[string]string{userAdmin: "admin-pw", userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw"}
+	names, err := subjects.NewNames("kvcmgc", cluster)
+	require.NoError(t, err)
+	n := testenv.StartNATS(t, testenv.WithNATSTLS(),
+		testenv.WithNATSAccounts(natsembed.Account{Name: "KVCMGC", JetStream: true, Users: loadNATSUsers(t, names, natsPW)}))
+	admin := n.Conn(t, nats.UserInfo(userAdmin, natsPW[userAdmin]))
+	js, err := jetstream.New(admin)
+	require.NoError(t, err)
+	e := &env{t: t, redis: startRedisWithACL(t, redisPW), srv: n.Server(), nc: admin, js: js, names: names, root: t.TempDir()}
+	return &lpEnv{env: e, nats: n, redisPW: redisPW, natsPW: natsPW}
+}
+
+// natsConfig is the configuration of a stage connecting as user.
+func (l *lpEnv) natsConfig(user string) config.NATSConfig {
+	return config.NATSConfig{User: user, Password: l.natsPW[user], TLS: config.NATSTLS{CAFile: l.nats.CAFile()}}
+}
+
+// stageOptions are the test options with the stage's own Redis user on every connection and
+// no topology management (the admin created it).
+func (l *lpEnv) stageOptions(user string) app.Options {
+	o := l.options(prometheus.NewRegistry())
+	o.SkipEnsure = true
+	o.Registry.Username, o.Registry.Password = user, l.redisPW[user]
+	o.Meta.Username, o.Meta.Password = user, l.redisPW[user]
+	return o
+}
+
+// redisAs is a plain client of the stage's Redis user.
+func (l *lpEnv) redisAs(user string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: l.redis.Addr(), Username: user, Password: l.redisPW[user], Protocol: 2,
+		DisableIdentity: true, MaxRetries: -1})
+	l.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func requireNoPerm(t *testing.T, err error, what string) {
+	t.Helper()
+	require.Error(t, err, what)
+	require.True(t, strings.HasPrefix(err.Error(), "NOPERM") || strings.Contains(err.Error(), "can't access"),
+		"%s: want a permission error, got %v", what, err)
+}
+
+// TestLeastPrivilege runs a full round with each stage as its own Redis and NATS user, as
+// the shipped files define them, then shows what each user is refused.
+func TestLeastPrivilege(t *testing.T) {
+	l := newLeastPrivilegeEnv(t)
+	ctx := context.Background()
+	m, before := l.seed(seed.Spec{Blocks: 300, GarbageFraction: 0.3, TrickyFraction: 0.1, Seed: 21})
+	require.NoError(t, subjects.Ensure(ctx, l.js, l.names, l.options(nil).JetStream), "the admin creates the topology")
+	require.NoError(t, l.redis.Client().ACLLogReset(ctx).Err())
+
+	logs := map[string]*syncBuffer{}
+	for _, st := range []struct {
+		user  string
+		which app.Stages
+	}{{userScanner, app.Stages{Scanner: true}}, {userProber, app.Stages{Prober: true}}, {userDeleter, app.Stages{Deleter: true}}} {
+		logs[st.user] = &syncBuffer{}
+		log := slog.New(slog.NewTextHandler(logs[st.user], &slog.HandlerOptions{Level: slog.LevelDebug}))
+		runStageProcess(t, l.natsConfig(st.user), l.nats.URL(), l.stageOptions(st.user), st.which, log)
+	}
+
+	l.waitRoundDone(1, time.Minute)
+	r := l.verify(before, m)
+	require.Positive(t, r.GarbageGone)
+	kinds := map[string]int{}
+	for _, ev := range readEventsTolerant(t, l.js, l.names) {
+		kinds[ev.Kind]++
+	}
+	for _, k := range []string{subjects.EventRound, subjects.EventCandidate, subjects.EventDelete, subjects.EventSkip} {
+		require.Positive(t, kinds[k], "events of kind %s were stored", k)
+	}
+	for user, b := range logs {
+		require.NotContains(t, strings.ToLower(b.String()), "permissions violation", "%s was refused something during the round", user)
+		require.NotContains(t, strings.ToLower(b.String()), "authorization violation", user)
+	}
+	// Redis refused nothing the round needed. The one expected denial: a store the scanner
+	// opens loads the delete scripts, best effort (the scanner never runs them).
+	entries, err := l.redis.Client().ACLLog(ctx, 128).Result()
+	require.NoError(t, err)
+	for _, en := range entries {
+		require.True(t, en.Username == userScanner && en.Object == "script|load",
+			"unexpected ACL denial during the round: user %s, %s %q (%s)", en.Username, en.Reason, en.Object, en.Context)
+	}
+
+	t.Run("redis scanner is read-only", func(t *testing.T) {
+		c := l.redisAs(userScanner)
+		k := kvcm.BlockKey("inst1", m.Locations[0].Key)
+		require.NoError(t, c.HGet(ctx, k, "__uri__").Err(), "reads work")
+		requireNoPerm(t, c.HSet(ctx, k, "__uri__", "{}").Err(), "HSET a block")
+		requireNoPerm(t, c.Del(ctx, k).Err(), "DEL a block")
+		requireNoPerm(t, c.HSet(ctx, "kvcache_registry:"+cluster+":storage", "x", "y").Err(), "HSET the registry")
+		requireNoPerm(t, c.Eval(ctx, "return 1", []string{k}).Err(), "EVAL")
+		requireNoPerm(t, c.FlushAll(ctx).Err(), "FLUSHALL")
+		requireNoPerm(t, c.Get(ctx, "kvcm_lock:_TAIR_KVCM_LEADER_KEY").Err(), "KVCM's leader lock")
+		// The store's own conditional write, attempted with the scanner's credentials.
+		conn, err := redismeta.ParseURI(l.redis.URI())
+		require.NoError(t, err)
+		conn.Username, conn.Password = userScanner, l.redisPW[userScanner]
+		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
+		require.NoError(t, err)
+		defer st.Close()
+		cur, ok, err := st.GetURI(ctx, "inst1", m.Locations[0].Key)
+		require.NoError(t, err)
+		require.True(t, ok)
+		err = st.CAS(ctx, "inst1", m.Locations[0].Key, cur, []byte(`{}`))
+		require.ErrorContains(t, err, "NOPERM")
+	})
+
+	t.Run("redis prober reads the registry only", func(t *testing.T) {
+		c := l.redisAs(userProber)
+		require.NoError(t, c.HGetAll(ctx, "kvcache_registry:"+cluster+":storage").Err())
+		requireNoPerm(t, c.HGet(ctx, kvcm.BlockKey("inst1", m.Locations[0].Key), "__uri__").Err(), "HGET a block")
+		requireNoPerm(t, c.HSet(ctx, "kvcache_registry:"+cluster+":storage", "x", "y").Err(), "HSET the registry")
+		requireNoPerm(t, c.Scan(ctx, 0, "*", 10).Err(), "SCAN")
+	})
+
+	t.Run("redis deleter touches block keys only, through the scripts", func(t *testing.T) {
+		c := l.redisAs(userDeleter)
+		reg := "kvcache_registry:" + cluster + ":storage"
+		requireNoPerm(t, c.HGet(ctx, reg, seed.StorageNFS).Err(), "HGET the registry")
+		requireNoPerm(t, c.HGetAll(ctx, reg).Err(), "HGETALL the registry")
+		requireNoPerm(t, c.HSet(ctx, reg, "x", "y").Err(), "HSET the registry")
+		requireNoPerm(t, c.HGet(ctx, "kvcache:instance_inst1:metadata", "__key_count__").Err(), "the instance metadata hash")
+		requireNoPerm(t, c.Get(ctx, "kvcm_lock:_TAIR_KVCM_LEADER_KEY").Err(), "KVCM's leader lock")
+		requireNoPerm(t, c.Scan(ctx, 0, "*", 10).Err(), "SCAN")
+		requireNoPerm(t, c.Keys(ctx, "*").Err(), "KEYS")
+		requireNoPerm(t, c.FlushAll(ctx).Err(), "FLUSHALL")
+		requireNoPerm(t, c.Eval(ctx, "return redis.call('HGET', KEYS[1], 'x')", []string{reg}).Err(), "a script naming the registry")
+		requireNoPerm(t, c.Eval(ctx, "return redis.call('HSET', '"+reg+"', 'x', 'y')", nil).Err(), "a script reaching the registry unnamed")
+		before, err := l.redis.Client().HGetAll(ctx, reg).Result()
+		require.NoError(t, err)
+		require.NotContains(t, before, "x")
+
+		// The CAS and CAD scripts run under the deleter's permissions (Redis 7 checks every
+		// command a script calls against the caller's ACL).
+		conn, err := redismeta.ParseURI(l.redis.URI())
+		require.NoError(t, err)
+		conn.Username, conn.Password = userDeleter, l.redisPW[userDeleter]
+		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
+		require.NoError(t, err)
+		defer st.Close()
+		const key = int64(424242)
+		first := []byte(`{"a":{"id":"a","status":2,"type":4,"spec_size":0,"location_specs":[]}}`)
+		require.NoError(t, l.redis.Client().HSet(ctx, kvcm.BlockKey("inst1", key), "__uri__", first, "__lru_time__", "1").Err())
+		marked := []byte(`{"a":{"id":"a","status":4,"type":4,"spec_size":0,"location_specs":[]}}`)
+		require.NoError(t, st.CAS(ctx, "inst1", key, first, marked))
+		got, ok, err := st.GetURI(ctx, "inst1", key)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, string(marked), string(got))
+		require.NoError(t, st.CAD(ctx, "inst1", key, marked, nil))
+		require.Zero(t, l.redis.Client().Exists(ctx, kvcm.BlockKey("inst1", key)).Val())
+	})
+
+	t.Run("nats stages are refused outside their permissions", func(t *testing.T) {
+		batches, deletes := l.names.BatchesStream(), l.names.DeletesStream()
+		state := l.names.StateBucket()
+		for _, c := range []struct {
+			user    string
+			subject string
+		}{
+			{userScanner, l.names.DeleteSubject("inst1")},
+			{userScanner, l.names.EventSubject(subjects.EventDelete, "inst1")},
+			{userScanner, "$JS.API.STREAM.DELETE." + batches},
+			{userScanner, "$JS.API.CONSUMER.MSG.NEXT." + batches + ".prober"},
+			{userProber, l.names.BatchSubject("inst1")},
+			{userProber, "$KV." + state + ".checkpoint"},
+			{userProber, "$JS.API.CONSUMER.MSG.NEXT." + deletes + ".deleter"},
+			{userProber, "$JS.ACK." + deletes + ".deleter.1.1.1.1.0"},
+			{userProber, "$JS.API.STREAM.PURGE." + batches},
+			{userDeleter, l.names.DeleteSubject("inst1")},
+			{userDeleter, l.names.BatchSubject("inst1")},
+			{userDeleter, l.names.EventSubject(subjects.EventCandidate, "inst1")},
+			{userDeleter, "$JS.API.CONSUMER.DELETE." + deletes + ".deleter"},
+			{userDeleter, "$JS.API.STREAM.MSG.DELETE." + deletes},
+		} {
+			refused := make(chan error, 4)
+			nc := l.nats.Conn(t, nats.UserInfo(c.user, l.natsPW[c.user]),
+				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
+			require.NoError(t, nc.Publish(c.subject, []byte("x")))
+			require.NoError(t, nc.Flush())
+			select {
+			case err := <-refused:
+				require.ErrorIs(t, err, nats.ErrPermissionViolation, "%s publishing to %s", c.user, c.subject)
+				require.Contains(t, err.Error(), c.subject)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s may publish to %s", c.user, c.subject)
+			}
+			nc.Close()
+		}
+		// Subscriptions: only reply inboxes.
+		for _, user := range []string{userScanner, userProber, userDeleter} {
+			refused := make(chan error, 4)
+			nc := l.nats.Conn(t, nats.UserInfo(user, l.natsPW[user]),
+				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
+			_, err := nc.SubscribeSync(l.names.BatchFilter())
+			require.NoError(t, err)
+			require.NoError(t, nc.Flush())
+			select {
+			case err := <-refused:
+				require.ErrorIs(t, err, nats.ErrPermissionViolation, "%s subscribing to the batches", user)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s may subscribe to %s", user, l.names.BatchFilter())
+			}
+			nc.Close()
+		}
+	})
+	t.Logf("garbage gone %d of %d, live intact %d of %d", r.GarbageGone, r.GarbageLocations, r.LiveIntact, r.LiveLocations)
+}
+
+// readEventsTolerant reads every message of the EVENTS stream, skipping what does not decode
+// (the poison test stores garbage there on purpose).
+func readEventsTolerant(t *testing.T, js jetstream.JetStream, names subjects.Names) []subjects.Event {
+	t.Helper()
+	out, _ := readEventsCounting(t, js, names)
+	return out
+}
+
+// readEventsCounting is readEventsTolerant that also counts the undecodable messages.
+func readEventsCounting(t *testing.T, js jetstream.JetStream, names subjects.Names) ([]subjects.Event, int) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, names.EventsStream())
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	if info.State.Msgs == 0 {
+		return nil, 0
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	var out []subjects.Event
+	bad, n := 0, uint64(0)
+	for n < info.State.Msgs {
+		b, err := c.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		require.NoError(t, err)
+		got := 0
+		for m := range b.Messages() {
+			got++
+			ev, err := subjects.DecodeEvent(m.Data())
+			if err != nil {
+				bad++
+				continue
+			}
+			out = append(out, ev)
+		}
+		require.NotZero(t, got, "events stream stalled at %d of %d", n, info.State.Msgs)
+		n += uint64(got)
+	}
+	return out, bad
+}
+
+// eventsOf filters events by kind.
+func eventsOf(evs []subjects.Event, kind string) []subjects.Event {
+	return slices.DeleteFunc(slices.Clone(evs), func(e subjects.Event) bool { return e.Kind != kind })
+}
+
+
+
+// stagePermissions renders the shipped permissions of user for names.
+func stagePermissions(t *testing.T, names subjects.Names, user string) (pub, sub []string) {
+	t.Helper()
+	for _, u := range loadNATSUsers(t, names, map[string]string{userAdmin: "x", userScanner: "x", userProber: "x", userDeleter: "x"}) {
+		if u.Name == user {
+			return u.Publish.Allow, u.Subscribe.Allow
+		}
+	}
+	t.Fatalf("no user %s in %s", user, natsPermsFile)
+	return nil, nil
+}
+
+// startNATSWith starts a JetStream server whose options change sets up authentication.
+func startNATSWith(t *testing.T, change func(o *server.Options)) *server.Server {
+	t.Helper()
+	opts, err := natsembed.Options(natsembed.Config{StoreDir: t.TempDir(), Port: -1})
+	require.NoError(t, err)
+	change(opts)
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	return s
+}
+
+// checkStageAuth connects as the scanner with c and as the admin with admin (the binaries'
+// connection code), then shows the scanner may publish a batch and may not publish a delete
+// request.
+func checkStageAuth(t *testing.T, url string, admin, c config.NATSConfig, names subjects.Names) {
+	t.Helper()
+	ctx := context.Background()
+	c.ConnectTimeout, admin.ConnectTimeout = 5*time.Second, 5*time.Second
+	anc, err := cli.ConnectNATS(ctx, admin, url, "admin", nil)
+	require.NoError(t, err)
+	defer anc.Close()
+	ajs, err := jetstream.New(anc)
+	require.NoError(t, err)
+	require.NoError(t, subjects.Ensure(ctx, ajs, names, subjects.DefaultSettings()))
+
+	var log syncBuffer
+	nc, err := cli.ConnectNATS(ctx, c, url, "scanner", slog.New(slog.NewTextHandler(&log, nil)))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	b := subjects.Batch{V: subjects.SchemaVersion, Cluster: names.Cluster, Instance: "inst1", Parts: 1}
+	data, err := subjects.Encode(b)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, names.BatchSubject("inst1"), data)
+	require.NoError(t, err, "the scanner publishes batches")
+	kv, err := js.KeyValue(ctx, names.StateBucket())
+	require.NoError(t, err, "the scanner opens its state bucket")
+	_, err = kv.Create(ctx, "probe", []byte("1"))
+	require.NoError(t, err, "and writes it")
+
+	require.NoError(t, nc.Publish(names.DeleteSubject("inst1"), data))
+	require.NoError(t, nc.Flush())
+	require.Eventually(t, func() bool { return strings.Contains(strings.ToLower(log.String()), "permissions violation") },
+		10*time.Second, 10*time.Millisecond, "the scanner may not publish delete requests")
+}
+
+// TestNATSAuthMethods: besides user/password over TLS (TestLeastPrivilege), the stages sign in
+// with an nkey seed file or a credentials file (JWT), with the shipped permissions.
+func TestNATSAuthMethods(t *testing.T) {
+	names, err := subjects.NewNames("kvcmgc", cluster)
+	require.NoError(t, err)
+	perms := func(user string) *server.Permissions {
+		pub, sub := stagePermissions(t, names, user)
+		return &server.Permissions{Publish: &server.SubjectPermission{Allow: pub}, Subscribe: &server.SubjectPermission{Allow: sub}}
+	}
+	dir := t.TempDir()
+
+	t.Run("nkey seed file", func(t *testing.T) {
+		var seeds [2]string
+		var users []*server.NkeyUser
+		for i, user := range []string{userAdmin, userScanner} {
+			kp, err := nkeys.CreateUser()
+			require.NoError(t, err)
+			pub, err := kp.PublicKey()
+			require.NoError(t, err)
+			seed, err := kp.Seed()
+			require.NoError(t, err)
+			seeds[i] = filepath.Join(dir, user+".nk")
+			require.NoError(t, os.WriteFile(seeds[i], seed, 0o600))
+			users = append(users, &server.NkeyUser{Nkey: pub, Permissions: perms(user)})
+		}
+		s := startNATSWith(t, func(o *server.Options) { o.Nkeys = users })
+		checkStageAuth(t, s.ClientURL(), config.NATSConfig{NkeySeedFile: seeds[0]}, config.NATSConfig{NkeySeedFile: seeds[1]}, names)
+	})
+
+	t.Run("credentials file", func(t *testing.T) {
+		okp, err := nkeys.CreateOperator()
+		require.NoError(t, err)
+		opub, err := okp.PublicKey()
+		require.NoError(t, err)
+		// JetStream in operator mode needs a system account.
+		skp, err := nkeys.CreateAccount()
+		require.NoError(t, err)
+		spub, err := skp.PublicKey()
+		require.NoError(t, err)
+		sjwt, err := jwt.NewAccountClaims(spub).Encode(okp)
+		require.NoError(t, err)
+		oc := jwt.NewOperatorClaims(opub)
+		oc.SystemAccount = spub
+		_, err = oc.Encode(okp)
+		require.NoError(t, err)
+		akp, err := nkeys.CreateAccount()
+		require.NoError(t, err)
+		apub, err := akp.PublicKey()
+		require.NoError(t, err)
+		ac := jwt.NewAccountClaims(apub)
+		ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+		ajwt, err := ac.Encode(okp)
+		require.NoError(t, err)
+		var creds [2]string
+		for i, user := range []string{userAdmin, userScanner} {
+			ukp, err := nkeys.CreateUser()
+			require.NoError(t, err)
+			upub, err := ukp.PublicKey()
+			require.NoError(t, err)
+			useed, err := ukp.Seed()
+			require.NoError(t, err)
+			uc := jwt.NewUserClaims(upub)
+			uc.Name = user
+			p := perms(user)
+			uc.Pub.Allow.Add(p.Publish.Allow...)
+			uc.Sub.Allow.Add(p.Subscribe.Allow...)
+			ujwt, err := uc.Encode(akp)
+			require.NoError(t, err)
+			data, err := jwt.FormatUserConfig(ujwt, useed)
+			require.NoError(t, err)
+			creds[i] = filepath.Join(dir, user+".creds")
+			require.NoError(t, os.WriteFile(creds[i], data, 0o600))
+		}
+		resolver := &server.MemAccResolver{}
+		require.NoError(t, resolver.Store(apub, ajwt))
+		require.NoError(t, resolver.Store(spub, sjwt))
+		s := startNATSWith(t, func(o *server.Options) {
+			o.TrustedOperators = []*jwt.OperatorClaims{oc}
+			o.AccountResolver = resolver
+			o.SystemAccount = spub
+		})
+		checkStageAuth(t, s.ClientURL(), config.NATSConfig{CredentialsFile: creds[0]}, config.NATSConfig{CredentialsFile: creds[1]}, names)
+	})
+}
