@@ -103,7 +103,7 @@ func TestOpsDLQ(t *testing.T) {
 	require.NoError(t, err)
 	waitEvents(subjects.EventDelete, 2)
 	stop()
-	e.waitConsumerDrained(t)
+	opsWaitDeleterDrained(t, e)
 
 	// Only the stages' input streams can be retried from.
 	_, err = ops.DLQRetry(ctx, e.js, e.names, e.names.EventsStream(), 1)
@@ -114,8 +114,8 @@ func TestOpsDLQ(t *testing.T) {
 	require.ErrorIs(t, ops.DLQCommand(ctx, env, []string{"purge"}, &out, &errOut), ops.ErrUsage)
 }
 
-// waitConsumerDrained waits until the deleter's consumer has nothing pending or in flight.
-func (e *env) waitConsumerDrained(t *testing.T) {
+// opsWaitDeleterDrained waits until the deleter's consumer has nothing pending or in flight.
+func opsWaitDeleterDrained(t *testing.T, e *env) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		ci := opsConsumerInfo(t, e, e.names.DeletesStream(), e.names.DeleterConsumer())

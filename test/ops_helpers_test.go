@@ -95,10 +95,10 @@ func opsConsumerInfo(t *testing.T, e *env, stream, name string) *jetstream.Consu
 }
 
 // opsVerify compares Redis and the files with the snapshot taken after seeding.
-func (e *env) opsVerify(before seed.Snapshot, m *seed.Manifest) seed.Report {
-	e.t.Helper()
+func opsVerify(t *testing.T, e *env, before seed.Snapshot, m *seed.Manifest) seed.Report {
+	t.Helper()
 	r, err := seed.Verify(context.Background(), e.redis.Client(), before, m, "*")
-	require.NoError(e.t, err)
-	require.True(e.t, r.OK(), "verification: %+v", r)
+	require.NoError(t, err)
+	require.True(t, r.OK(), "verification: %+v", r)
 	return r
 }

@@ -75,7 +75,7 @@ func TestOpsPauseDeleter(t *testing.T) {
 	require.Contains(t, out.String(), "deleter resumed")
 	e.waitRoundDone(1, time.Minute)
 	stop()
-	r := e.opsVerify(before, m)
+	r := opsVerify(t, e, before, m)
 	require.Equal(t, r.GarbageLocations, r.GarbageGone)
 	require.NotEmpty(t, opsEvents(t, e, subjects.EventDelete))
 	require.Zero(t, metricValue(t, metrics, jsmetrics.MetricPaused))

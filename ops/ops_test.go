@@ -1,0 +1,219 @@
+package ops
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+func TestEstimate(t *testing.T) {
+	now := time.Date(2025, 1, 2, 12, 0, 0, 0, time.UTC)
+	started := now.Add(-100 * time.Second).UnixMicro()
+	tests := []struct {
+		name  string
+		ck    pipeline.Checkpoint
+		rate  float64
+		eta   time.Time
+		basis string
+	}{
+		{"by keys of the previous round", pipeline.Checkpoint{RoundStartedUs: started, KeysScanned: 1000, LastRoundKeys: 3000},
+			10, now.Add(200 * time.Second), "keys"},
+		{"past the previous count: unknown", pipeline.Checkpoint{RoundStartedUs: started, KeysScanned: 4000, LastRoundKeys: 3000},
+			40, time.Time{}, ""},
+		{"first round, by instances", pipeline.Checkpoint{RoundStartedUs: started, KeysScanned: 500, Index: 1, Instances: 4},
+			5, now.Add(300 * time.Second), "instances"},
+		{"first round, first instance: unknown", pipeline.Checkpoint{RoundStartedUs: started, KeysScanned: 500, Index: 0, Instances: 4},
+			5, time.Time{}, ""},
+		{"nothing scanned yet", pipeline.Checkpoint{RoundStartedUs: started, LastRoundKeys: 3000}, 0, time.Time{}, ""},
+		{"no start time", pipeline.Checkpoint{KeysScanned: 10}, 0, time.Time{}, ""},
+		{"start in the future", pipeline.Checkpoint{RoundStartedUs: now.Add(time.Minute).UnixMicro(), KeysScanned: 10}, 0, time.Time{}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rate, eta, basis := estimate(tt.ck, now)
+			require.InDelta(t, tt.rate, rate, 1e-9)
+			require.True(t, tt.eta.Equal(eta), "eta %s, want %s", eta, tt.eta)
+			require.Equal(t, tt.basis, basis)
+		})
+	}
+}
+
+func TestParseInterspersed(t *testing.T) {
+	fs := flag.NewFlagSet("pause", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	d := fs.Duration("for", 0, "")
+	pos, err := parse(fs, []string{"deleter", "--for", "2h", "extra"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"deleter", "extra"}, pos)
+	require.Equal(t, 2*time.Hour, *d)
+
+	_, err = parse(fs, []string{"--nope"})
+	require.ErrorIs(t, err, ErrUsage)
+	_, err = parse(fs, []string{"-h"})
+	require.ErrorIs(t, err, flag.ErrHelp)
+}
+
+func TestExpandStage(t *testing.T) {
+	for _, s := range Stages() {
+		got, err := expandStage(s)
+		require.NoError(t, err)
+		require.Equal(t, []string{s}, got)
+	}
+	got, err := expandStage(StageAll)
+	require.NoError(t, err)
+	require.Equal(t, Stages(), got)
+	_, err = expandStage("sweeper")
+	require.ErrorIs(t, err, ErrUnknownStage)
+}
+
+func TestConsumerPause(t *testing.T) {
+	until := time.Date(2025, 1, 2, 15, 0, 0, 0, time.UTC)
+	ts := time.Date(2025, 1, 2, 14, 0, 0, 0, time.UTC)
+	require.Equal(t, PauseState{Stage: "deleter"}, ConsumerPause("deleter", nil))
+	require.Equal(t, PauseState{Stage: "deleter"}, ConsumerPause("deleter", &jetstream.ConsumerInfo{}))
+	got := ConsumerPause("deleter", &jetstream.ConsumerInfo{Paused: true, Config: jetstream.ConsumerConfig{PauseUntil: &until}})
+	require.Equal(t, PauseState{Stage: "deleter", Paused: true, Until: until}, got)
+	got = ConsumerPause("prober", &jetstream.ConsumerInfo{Paused: true, TimeStamp: ts, PauseRemaining: time.Hour})
+	require.Equal(t, PauseState{Stage: "prober", Paused: true, Until: until}, got)
+}
+
+func TestScannerPauseActive(t *testing.T) {
+	until := time.Date(2025, 1, 2, 15, 0, 0, 0, time.UTC)
+	p := ScannerPause{UntilUs: until.UnixMicro()}
+	require.True(t, p.Active(until.Add(-time.Microsecond)))
+	require.False(t, p.Active(until))
+	require.True(t, p.Until().Equal(until))
+}
+
+func TestReplayQueryValidate(t *testing.T) {
+	now := time.Now()
+	for _, tt := range []struct {
+		q  ReplayQuery
+		ok bool
+	}{
+		{ReplayQuery{Stage: pipeline.StageProber}, true},
+		{ReplayQuery{Stage: pipeline.StageDeleter, SeqFrom: 5, SeqTo: 5}, true},
+		{ReplayQuery{Stage: pipeline.StageScanner}, false},
+		{ReplayQuery{}, false},
+		{ReplayQuery{Stage: pipeline.StageProber, SeqFrom: 6, SeqTo: 5}, false},
+		{ReplayQuery{Stage: pipeline.StageProber, TimeFrom: now, TimeTo: now.Add(-time.Second)}, false},
+	} {
+		err := tt.q.Validate()
+		require.Equal(t, tt.ok, err == nil, "%+v: %v", tt.q, err)
+	}
+}
+
+func TestVerdictString(t *testing.T) {
+	require.Equal(t, "candidate orphan_writing → deleted",
+		Verdict{Decision: DecisionCandidate, Reason: subjects.ReasonOrphanWriting, Outcome: subjects.OutcomeDeleted}.String())
+	require.Equal(t, "candidate storage_missing", Verdict{Decision: DecisionCandidate, Reason: subjects.ReasonStorageMissing}.String())
+	require.Equal(t, "noop_mismatch", Verdict{Decision: DecisionDelete, Reason: subjects.ReasonOrphanWriting, Outcome: subjects.OutcomeNoopMismatch}.String())
+	require.Equal(t, "kept", Verdict{Decision: DecisionKept}.String())
+}
+
+func TestDecisionClass(t *testing.T) {
+	for v, want := range map[Verdict]string{
+		{Decision: DecisionCandidate}:                                 "delete",
+		{Decision: DecisionWouldDelete}:                               "delete",
+		{Decision: DecisionWouldResume}:                               "delete",
+		{Decision: DecisionDelete, Outcome: subjects.OutcomeDeleted}:  "delete",
+		{Decision: DecisionDelete, Outcome: subjects.OutcomeNoopGone}: "keep",
+		{Decision: DecisionKept}:                                      "keep",
+		{Decision: DecisionSkip}:                                      "keep",
+		{Decision: DecisionGone}:                                      "keep",
+		{Decision: DecisionNoEvent}:                                   DecisionNoEvent,
+		{Decision: DecisionError}:                                     DecisionError,
+	} {
+		require.Equal(t, want, decisionClass(v), "%+v", v)
+	}
+}
+
+func TestOneLocation(t *testing.T) {
+	raw := []byte(`{"id":"a\"b&","status":2,"x_future":{"s":"<&>"}}`)
+	blk, err := kvcm.DecodeBlock(oneLocation(`a"b&`, raw))
+	require.NoError(t, err)
+	require.Len(t, blk.Locations, 1)
+	require.Equal(t, `a"b&`, blk.Locations[0].ID)
+	require.NoError(t, blk.Locations[0].Err)
+	require.Equal(t, raw, blk.Locations[0].Raw)
+}
+
+func TestKeptReason(t *testing.T) {
+	now := time.Now()
+	cfg := pipeline.DefaultProberConfig()
+	lru := now.Add(-time.Hour).UnixMicro()
+	w := &kvcm.Location{Status: kvcm.StatusWriting}
+	require.True(t, strings.HasPrefix(keptReason(w, strconv.FormatInt(lru, 10), now, cfg), "writing_within_grace (age 1h0m0s < 24h0m0s)"))
+	require.Equal(t, "specs_present_or_unknown", keptReason(&kvcm.Location{Status: kvcm.StatusServing}, "", now, cfg))
+	require.Equal(t, "status_deleting", keptReason(&kvcm.Location{Status: kvcm.StatusDeleting}, "", now, cfg))
+}
+
+func TestHumanFormats(t *testing.T) {
+	require.Equal(t, "512 B", humanBytes(512))
+	require.Equal(t, "1.5 KiB", humanBytes(1536))
+	require.Equal(t, "3.0 GiB", humanBytes(3<<30))
+	require.Equal(t, "250ms", humanDuration(250*time.Millisecond))
+	require.Equal(t, "1.5s", humanDuration(1500*time.Millisecond))
+	require.Equal(t, "1h1m1s", humanDuration(time.Hour+time.Minute+time.Second+300*time.Millisecond))
+	require.Equal(t, "3d2h0m0s", humanDuration(74*time.Hour))
+	require.Equal(t, "-2s", humanDuration(-2*time.Second))
+	require.Equal(t, "a b c", cell("a\tb\nc", 0))
+	require.Equal(t, "abc…", cell("abcdef", 4))
+}
+
+func TestProgress(t *testing.T) {
+	var buf bytes.Buffer
+	clock := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := newProgress(&buf, "replay prober", 100)
+	p.start, p.now = clock, func() time.Time { return clock }
+	p.Add(10) // within the first half second: silent
+	require.Empty(t, buf.String())
+	clock = clock.Add(time.Second)
+	p.Add(40)
+	require.Contains(t, buf.String(), "\rreplay prober [===============               ] 50/100  50% 50/s eta 1s")
+	buf.Reset()
+	clock = clock.Add(50 * time.Millisecond)
+	p.Add(1) // within the redraw interval: silent
+	require.Empty(t, buf.String())
+	p.Done()
+	require.True(t, strings.HasSuffix(buf.String(), "\n"))
+	p.Done() // idempotent
+	var nilProgress *progress
+	nilProgress.Add(1)
+	nilProgress.Done()
+	require.Nil(t, newProgress(nil, "x", 1))
+
+	// Short reads draw nothing at all.
+	buf.Reset()
+	q := newProgress(&buf, "read events", 3)
+	q.Add(3)
+	q.Done()
+	require.Empty(t, buf.String())
+}
+
+func TestErrWriter(t *testing.T) {
+	w := &errWriter{w: failingWriter{}}
+	_, err := w.Write([]byte("x"))
+	require.Error(t, err)
+	_, err = w.Write([]byte("y"))
+	require.ErrorIs(t, err, errBroken)
+	require.ErrorIs(t, StatusReport{}.WriteTable(failingWriter{}), errBroken)
+}
+
+var errBroken = errors.New("broken pipe")
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errBroken }
