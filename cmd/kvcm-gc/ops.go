@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
@@ -30,8 +31,11 @@ func opsCommand(name string) *cli.Command {
 		Args:    true,
 		Run: func(ctx context.Context, e *cli.Env) error {
 			if help(e.Args) {
-				// Documenting its arguments needs no connection.
-				return oc.Run(ctx, ops.Env{}, e.Args, e.Stdout, e.Stderr)
+				// The command documents its own arguments, with no connection (a command
+				// that wants one before it parses gets none and says so); the configuration
+				// keys follow.
+				_ = oc.Run(ctx, ops.Env{}, e.Args, e.Stdout, e.Stderr)
+				return flag.ErrHelp
 			}
 			names, err := e.Names()
 			if err != nil {

@@ -86,8 +86,8 @@ func (p *Progress) redraw(line string) {
 
 // Bar draws "[=====>    ]  45%" for done of total, width cells wide.
 func Bar(done, total, width int) string {
-	if total <= 0 {
-		total = 1
+	if total <= 0 { // nothing to do is all done
+		done, total = 1, 1
 	}
 	done = min(max(done, 0), total)
 	filled := done * width / total
