@@ -132,12 +132,22 @@ func TestDecisionClass(t *testing.T) {
 		{Decision: DecisionDelete, Outcome: subjects.OutcomeNoopGone}: "keep",
 		{Decision: DecisionKept}:                                      "keep",
 		{Decision: DecisionSkip}:                                      "keep",
-		{Decision: DecisionGone}:                                      "keep",
+		{Decision: DecisionGone}:                                      "gone",
 		{Decision: DecisionNoEvent}:                                   DecisionNoEvent,
 		{Decision: DecisionError}:                                     DecisionError,
 	} {
 		require.Equal(t, want, decisionClass(v), "%+v", v)
 	}
+}
+
+func TestDiffers(t *testing.T) {
+	deleted := Verdict{Decision: DecisionCandidate, Outcome: subjects.OutcomeDeleted}
+	require.False(t, differs(deleted, Verdict{Decision: DecisionGone}))
+	require.False(t, differs(Verdict{Decision: DecisionDelete, Outcome: subjects.OutcomeDeleted}, Verdict{Decision: DecisionNoopGone}))
+	require.False(t, differs(Verdict{Decision: DecisionKept}, Verdict{Decision: DecisionSkip}))
+	require.True(t, differs(Verdict{Decision: DecisionKept}, Verdict{Decision: DecisionCandidate}))
+	require.True(t, differs(deleted, Verdict{Decision: DecisionKept}))
+	require.True(t, differs(Verdict{Decision: DecisionKept}, Verdict{Decision: DecisionGone}))
 }
 
 func TestOneLocation(t *testing.T) {

@@ -397,14 +397,24 @@ func (r *replayer) message(ctx context.Context, m jetstream.Msg, md *jetstream.M
 		r.sum.Locations++
 		r.sum.Then[l.Then.String()]++
 		r.sum.Now[l.Now.String()]++
-		if decisionClass(l.Then) != decisionClass(l.Now) {
+		if differs(l.Then, l.Now) {
 			r.sum.Differ++
 		}
 	}
 	return rm
 }
 
-// decisionClass reduces a verdict to "delete" or "keep" for comparing then and now.
+// differs reports whether the decision now contradicts the one then. A location deleted then
+// and gone now is the expected result, not a difference.
+func differs(then, now Verdict) bool {
+	t, n := decisionClass(then), decisionClass(now)
+	if t == "delete" && (now.Decision == DecisionGone || now.Decision == DecisionNoopGone) {
+		return false
+	}
+	return t != n
+}
+
+// decisionClass reduces a verdict to "delete", "keep" or "gone" for comparing then and now.
 func decisionClass(v Verdict) string {
 	switch {
 	case v.Decision == DecisionCandidate, v.Decision == DecisionWouldDelete, v.Decision == DecisionWouldResume:
@@ -414,6 +424,8 @@ func decisionClass(v Verdict) string {
 		return "delete"
 	case v.Decision == DecisionNoEvent, v.Decision == DecisionError:
 		return v.Decision
+	case v.Decision == DecisionGone, v.Decision == DecisionNoopGone:
+		return "gone"
 	}
 	return "keep"
 }

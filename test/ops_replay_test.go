@@ -120,9 +120,21 @@ func TestOpsReplay(t *testing.T) {
 	require.Equal(t, "specs_present_or_unknown", k.Now.Reason)
 	require.False(t, k.Changed)
 	require.Zero(t, sum.Poison)
-	var table bytes.Buffer
-	require.NoError(t, ops.WriteReplayMessage(&table, rm))
-	t.Logf("prober replay of the batch holding block %d:\n%s", deleted.Key, table.String())
+	require.Zero(t, sum.Differ, "nothing changed since the round but its own deletes")
+	require.NotEmpty(t, rm.Locations)
+
+	// The same through the CLI adapter, restricted to the block: the report an operator reads.
+	env := opsEnv(t, e, o)
+	var cli, cliErr bytes.Buffer
+	blockKey := strconv.FormatInt(deleted.Key, 10)
+	require.NoError(t, ops.ReplayCommand(ctx, env, []string{"--stage", "prober", "--key", blockKey}, &cli, &cliErr))
+	require.Contains(t, cli.String(), deleted.Location)
+	require.Contains(t, cli.String(), "replayed 1 messages")
+	t.Logf("replay --stage prober --key %s\n%s", blockKey, cli.String())
+	cli.Reset()
+	require.NoError(t, ops.ReplayCommand(ctx, env, []string{"--stage", "deleter", "--key", blockKey}, &cli, &cliErr))
+	require.Contains(t, cli.String(), "noop_gone")
+	t.Logf("replay --stage deleter --key %s\n%s", blockKey, cli.String())
 
 	// The deleter's input: the deleted location's request.
 	dmsgs, _ := replay(ops.ReplayQuery{Stage: pipeline.StageDeleter, Instance: "inst1", BlockKey: &deleted.Key})
@@ -155,7 +167,6 @@ func TestOpsReplay(t *testing.T) {
 
 	// The CLI adapter: filters, dump, a sequence range past the end.
 	var out, errOut bytes.Buffer
-	env := opsEnv(t, e, o)
 	key := strconv.FormatInt(kept.Key, 10)
 	require.NoError(t, ops.ReplayCommand(ctx, env, []string{"--stage", "prober", "--instance", "inst1", "--key", key, "--dump", "--since", "1h"}, &out, &errOut))
 	require.Contains(t, out.String(), kept.Location)
