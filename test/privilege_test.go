@@ -9,8 +9,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,10 +34,12 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/config"
+	"github.com/kvcm-gc/kvcm-gc/faults"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
+	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -55,8 +61,8 @@ const (
 // natsPermissions is deploy/nats-permissions/permissions.json.
 type natsPermissions struct {
 	Users []struct {
-		User      string `json:"user"`
-		Role      string `json:"role"`
+		User      string                   `json:"user"`
+		Role      string                   `json:"role"`
 		Publish   struct{ Allow []string } `json:"publish"`
 		Subscribe struct{ Allow []string } `json:"subscribe"`
 	} `json:"users"`
@@ -427,8 +433,6 @@ func eventsOf(evs []subjects.Event, kind string) []subjects.Event {
 	return slices.DeleteFunc(slices.Clone(evs), func(e subjects.Event) bool { return e.Kind != kind })
 }
 
-
-
 // stagePermissions renders the shipped permissions of user for names.
 func stagePermissions(t *testing.T, names subjects.Names, user string) (pub, sub []string) {
 	t.Helper()
@@ -574,4 +578,229 @@ func TestNATSAuthMethods(t *testing.T) {
 		})
 		checkStageAuth(t, s.ClientURL(), config.NATSConfig{CredentialsFile: creds[0]}, config.NATSConfig{CredentialsFile: creds[1]}, names)
 	})
+}
+
+// TestCredentialsNeverLeak runs the stages with distinctive passwords in the Redis URIs
+// (KVCM-style userinfo, also inside the registry), an ACL password, and NATS credentials in
+// the URL and in the configuration, then makes every connection fail with other distinctive
+// passwords. No log line, error, readiness report, status output, stored message or event
+// may contain any of them.
+func TestCredentialsNeverLeak(t *testing.T) {
+	const (
+		kvcmUserInfo = "kvcm-user:Rk7Secret-REDIS" // KVCM-style: the whole userinfo is the AUTH argument
+		metaPass     = "Mp9Secret-META"
+		natsPass     = "Np4Secret-NATS"
+		wrongRedis   = "kvcm-user:Wx1Wrong-REDIS"
+		wrongMeta    = "Wd2Wrong-META"
+		wrongNATS    = "Nw3Wrong-NATS"
+	)
+	secrets := []string{"Rk7Secret", "Mp9Secret", "Np4Secret", "Wx1Wrong", "Wd2Wrong", "Nw3Wrong"}
+	ctx := context.Background()
+
+	r := testenv.StartRedis(t)
+	r.AddUser(t, "gc-meta", metaPass, "~*", "+@all")
+	r.RequirePass(t, kvcmUserInfo)
+	n := testenv.StartNATS(t, testenv.WithNATSAccounts(natsembed.Account{Name: "KVCMGC", JetStream: true,
+		Users: []natsembed.User{{Name: "gc", Password: natsPass}}}))
+	admin := n.Conn(t, nats.UserInfo("gc", natsPass))
+	js, err := jetstream.New(admin)
+	require.NoError(t, err)
+	names, err := subjects.NewNames("kvcmgc", cluster)
+	require.NoError(t, err)
+	e := &env{t: t, redis: r, srv: n.Server(), nc: admin, js: js, names: names, root: t.TempDir()}
+	withCreds := func(userInfo string) string { return "redis://" + userInfo + "@" + r.Addr() }
+	// KVCM writes the metadata store URI, credentials included, into the registry.
+	m, err := seed.Generate(ctx, r.Client(), seed.Spec{Cluster: cluster, Instances: []string{"inst1"}, Blocks: 100,
+		GarbageFraction: 0.3, Seed: 22, Root: e.root, MetaURI: withCreds(kvcmUserInfo)})
+	require.NoError(t, err)
+	before, err := seed.Take(ctx, r.Client(), "*")
+	require.NoError(t, err)
+
+	var logs syncBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var outputs []string // errors and reports to check besides the log
+	o := e.options(prometheus.NewRegistry())
+	o.Registry, err = redismeta.ParseURI(withCreds(kvcmUserInfo))
+	require.NoError(t, err)
+	o.Meta = redismeta.ConnOptions{Username: "gc-meta", Password: metaPass}
+	natsURL := strings.Replace(n.URL(), "nats://", "nats://gc:"+natsPass+"@", 1)
+	health := &app.Health{}
+	o.Health = health
+	stop := runStageProcess(t, config.NATSConfig{}, natsURL, o, app.Stages{Scanner: true, Prober: true}, log)
+	od := e.options(prometheus.NewRegistry())
+	od.Meta = o.Meta
+	stopDeleter := runStageProcess(t, config.NATSConfig{User: "gc", Password: natsPass}, n.URL(), od, app.Stages{Deleter: true}, log)
+	e.waitRoundDone(1, time.Minute)
+	e.verify(before, m)
+	report, err := health.Ready(ctx)
+	require.NoError(t, err)
+	outputs = append(outputs, report)
+	var status bytes.Buffer
+	require.NoError(t, ops.StatusCommand(ctx, ops.Env{NC: admin, Names: names}, nil, &status, &status))
+	outputs = append(outputs, status.String())
+	stop()
+	stopDeleter()
+
+	// Wrong passwords everywhere.
+	for _, c := range []struct {
+		url string
+		cfg config.NATSConfig
+	}{
+		{strings.Replace(n.URL(), "nats://", "nats://gc:"+wrongNATS+"@", 1), config.NATSConfig{}},
+		{n.URL(), config.NATSConfig{User: "gc", Password: wrongNATS}},
+	} {
+		c.cfg.ConnectTimeout = time.Second
+		_, err := cli.ConnectNATS(ctx, c.cfg, c.url, "wrong", log)
+		require.Error(t, err)
+		outputs = append(outputs, err.Error())
+	}
+	bad := e.options(prometheus.NewRegistry())
+	bad.Registry, err = redismeta.ParseURI(withCreds(wrongRedis))
+	require.NoError(t, err)
+	bad.Meta = redismeta.ConnOptions{Username: "gc-meta", Password: wrongMeta}
+	bad.Health = &app.Health{}
+	// A batch for the prober (whose registry read fails) and a request for the deleter
+	// (whose metadata store refuses it): both fail on every delivery.
+	b := subjects.Batch{V: subjects.SchemaVersion, Cluster: cluster, Instance: "inst1", Group: seed.GroupRedis, Store: r.Addr(), Round: 9, Parts: 1,
+		Blocks: []subjects.BlockEntry{{Key: m.Locations[0].Key, URI: subjects.RawText(before[kvcm.BlockKey("inst1", m.Locations[0].Key)]["__uri__"])}}}
+	data, err := subjects.Encode(b)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, names.BatchSubject("inst1"), data)
+	require.NoError(t, err)
+	req := subjects.DeleteRequest{V: subjects.SchemaVersion, Cluster: cluster, Instance: "inst1", Store: r.Addr(), Source: subjects.Source{MsgID: "x"},
+		Targets: []subjects.Target{{Key: m.Locations[0].Key, Location: m.Locations[0].Location, Reason: subjects.ReasonOrphanWriting,
+			Expected: subjects.RawText(`{"id":"` + m.Locations[0].Location + `","status":2,"type":4,"spec_size":0,"location_specs":[]}`)}}}
+	data, err = subjects.Encode(req)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, names.DeleteSubject("inst1"), data)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	bad.Reg = reg
+	stop = runStageProcess(t, config.NATSConfig{}, natsURL, bad, app.Stages{Prober: true, Deleter: true}, log)
+	require.Eventually(t, func() bool {
+		return metricLabeled(t, reg, "kvcm_gc_messages_total", map[string]string{"stage": "prober", "result": "nak"}) >= 1 &&
+			metricLabeled(t, reg, "kvcm_gc_messages_total", map[string]string{"stage": "deleter", "result": "nak"}) >= 1
+	}, 30*time.Second, 20*time.Millisecond, "both failing messages were tried: %s", &logs)
+	report, err = bad.Health.Ready(ctx)
+	require.Error(t, err, "the registry refuses the wrong password")
+	outputs = append(outputs, report, err.Error())
+	stop()
+	for _, u := range []string{withCreds(wrongRedis), "redis://gc-meta:" + wrongMeta + "@" + r.Addr()} {
+		conn, err := redismeta.ParseURI(u)
+		require.NoError(t, err)
+		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
+		require.NoError(t, err)
+		_, _, err = st.GetURI(ctx, "inst1", 1)
+		require.Error(t, err)
+		outputs = append(outputs, err.Error(), fmt.Sprint(conn), fmt.Sprintf("%+v %#v", conn, conn))
+		require.NoError(t, st.Close())
+	}
+
+	// The binaries: a configuration file and the environment carry the secrets.
+	// One binary, every stage: the stage binaries share all their code with it (cli.StageCommand).
+	bins, err := faults.Build(ctx, t.TempDir(), "kvcm-gc")
+	require.NoError(t, err)
+	kvcmgc := bins["kvcm-gc"]
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`cluster: %s
+registry:
+  uri: %s
+meta:
+  username: gc-meta
+  password: %s
+nats:
+  url: %s
+  connect_timeout: 2s
+http:
+  listen: 127.0.0.1:0
+log:
+  level: debug
+  format: json
+round_pause: 1h
+`, cluster, withCreds(kvcmUserInfo), metaPass, natsURL)), 0o600))
+	run := func(bin string, env []string, args ...string) string {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+	outputs = append(outputs,
+		run(kvcmgc, nil, "deleter", "--config", cfgPath, "--print-config"),
+		run(kvcmgc, []string{"KVCMGC_NATS_URL=" + n.URL(), "KVCMGC_NATS_USER=gc", "KVCMGC_NATS_PASSWORD=" + wrongNATS}, "deleter", "--config", cfgPath),
+		run(kvcmgc, nil, "scanner", "--config", cfgPath, "--nats.url", strings.Replace(n.URL(), "nats://", "nats://gc:"+wrongNATS+"@", 1)),
+	)
+	// A scanner that starts: its log, /readyz and /metrics; then one whose registry refuses it.
+	for _, regURI := range []string{withCreds(kvcmUserInfo), withCreds(wrongRedis)} {
+		dir := t.TempDir()
+		p, err := faults.StartProc("scanner", filepath.Join(dir, "scanner.log"), kvcmgc, []string{"scanner", "--config", cfgPath, "--registry.uri", regURI}, nil)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return p.HTTPAddr() != "" }, 30*time.Second, 20*time.Millisecond, p.LogTail(20))
+		for _, path := range []string{"/readyz", "/metrics", "/healthz"} {
+			var body string
+			require.Eventually(t, func() bool {
+				resp, err := http.Get("http://" + p.HTTPAddr() + path)
+				if err != nil {
+					return false
+				}
+				defer resp.Body.Close()
+				data, err := io.ReadAll(resp.Body)
+				body = string(data)
+				return err == nil && (path != "/readyz" || strings.Contains(body, "redis registry"))
+			}, 30*time.Second, 50*time.Millisecond)
+			outputs = append(outputs, body)
+		}
+		require.NoError(t, p.Stop())
+		data, err := os.ReadFile(p.LogPath())
+		require.NoError(t, err)
+		outputs = append(outputs, string(data))
+	}
+
+	// Everything stored in NATS: batches, requests, events, checkpoint and lease.
+	for _, stream := range []string{names.BatchesStream(), names.DeletesStream(), names.EventsStream(), "KV_" + names.StateBucket(), "KV_" + names.LeaseBucket()} {
+		s, err := js.Stream(ctx, stream)
+		require.NoError(t, err)
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+			msg, err := s.GetMsg(ctx, seq)
+			if err != nil {
+				continue // deleted
+			}
+			outputs = append(outputs, msg.Subject+" "+string(msg.Data))
+		}
+	}
+	outputs = append(outputs, logs.String())
+	all := strings.Join(outputs, "\n")
+	require.Contains(t, all, "WRONGPASS", "the failures were exercised")
+	require.Contains(t, strings.ToLower(all), "authorization violation")
+	for _, s := range secrets {
+		require.NotContains(t, all, s, "a credential leaked")
+	}
+}
+
+// metricLabeled sums the counters and gauges of name whose labels include want.
+func metricLabeled(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue metrics
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }

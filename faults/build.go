@@ -1,0 +1,54 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Stage binaries the suite runs.
+var stageCommands = []string{"scanner", "prober", "deleter"}
+
+// ModuleRoot returns the directory of the go.mod of the working directory's module.
+func ModuleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the module: go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("find the module: not inside a Go module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// Build builds the named commands of ./cmd (default: the three stage binaries) into dir and
+// returns their paths by name. The go command's build cache makes a repeated build cheap.
+func Build(ctx context.Context, dir string, names ...string) (map[string]string, error) {
+	if len(names) == 0 {
+		names = stageCommands
+	}
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	out := map[string]string{}
+	for _, n := range names {
+		args = append(args, "./cmd/"+n)
+		out[n] = filepath.Join(dir, n)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("go build %s: %w\n%s", strings.Join(names, " "), err, stderr.String())
+	}
+	return out, nil
+}

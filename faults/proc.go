@@ -1,0 +1,192 @@
+package faults
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// rssSamplePeriod is how often a child's VmHWM is read. The kernel keeps the high-water mark
+// itself, so the period only bounds how much of a process's last moments can be missed.
+const rssSamplePeriod = 50 * time.Millisecond
+
+// stopTimeout bounds a graceful stop (SIGTERM) before it becomes a SIGKILL.
+const stopTimeout = 20 * time.Second
+
+// Proc is one stage process: a child started from a built binary, its stdout and stderr
+// appended to a log file, its peak resident set size sampled while it runs.
+type Proc struct {
+	Name string
+	cmd  *exec.Cmd
+	log  *os.File
+	path string
+
+	exited  chan struct{}
+	waitErr error
+	hwm     atomic.Int64 // bytes
+	sampled chan struct{}
+
+	mu       sync.Mutex
+	httpAddr string
+}
+
+// StartProc starts bin with args and env (added to the driver's environment), appending its
+// output to logPath.
+func StartProc(name, logPath, bin string, args, env []string) (*Proc, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log of %s: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
+	// Its own process group: an interrupt of the driver reaches the driver, which stops its
+	// children itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{Name: name, cmd: cmd, log: logf, path: logPath, exited: make(chan struct{}), sampled: make(chan struct{})}
+	go p.sample()
+	go func() {
+		p.waitErr = cmd.Wait()
+		_ = logf.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// sample reads VmHWM until the process exits.
+func (p *Proc) sample() {
+	defer close(p.sampled)
+	path := fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)
+	t := time.NewTicker(rssSamplePeriod)
+	defer t.Stop()
+	for {
+		if kb, ok := readHWM(path); ok && kb*1024 > p.hwm.Load() {
+			p.hwm.Store(kb * 1024)
+		}
+		select {
+		case <-p.exited:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readHWM returns the VmHWM line of a /proc/<pid>/status file, in kB.
+func readHWM(path string) (int64, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb, err == nil
+		}
+	}
+	return 0, false
+}
+
+// PeakRSS is the largest resident set size seen, in bytes.
+func (p *Proc) PeakRSS() int64 { return p.hwm.Load() }
+
+// Running reports whether the process has not exited.
+func (p *Proc) Running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill ends the process with SIGKILL (a crash: no shutdown code runs) and waits for it.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+	<-p.sampled
+}
+
+// Stop asks the process to stop (SIGTERM) and waits; it kills it after stopTimeout. It
+// returns the exit error of a process that did not exit cleanly.
+func (p *Proc) Stop() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(stopTimeout):
+		p.Kill()
+		return fmt.Errorf("%s did not stop within %s", p.Name, stopTimeout)
+	}
+	<-p.sampled
+	var ee *exec.ExitError
+	if errors.As(p.waitErr, &ee) && !ee.Exited() {
+		return nil // ended by a signal after all (a kill raced the stop)
+	}
+	if p.waitErr != nil {
+		return fmt.Errorf("%s: %w", p.Name, p.waitErr)
+	}
+	return nil
+}
+
+// Exited returns a channel closed when the process has exited.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
+// LogPath is the file the process writes its output to.
+func (p *Proc) LogPath() string { return p.path }
+
+// HTTPAddr returns the address of the process's HTTP endpoint, read from its log ("" until
+// it has logged it). The processes log JSON lines.
+func (p *Proc) HTTPAddr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.httpAddr != "" {
+		return p.httpAddr
+	}
+	data, err := os.ReadFile(p.path)
+	if err != nil {
+		return ""
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "http server listening" && line.Addr != "" {
+			p.httpAddr = line.Addr
+		}
+	}
+	return p.httpAddr
+}
+
+// LogTail returns the last n lines of the process's output.
+func (p *Proc) LogTail(n int) string { return tail(p.path, n) }
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
