@@ -296,3 +296,12 @@ func TestPrintRoundTrips(t *testing.T) {
 		require.Equal(t, k.Format(&c), k.Format(&back), k.Name)
 	}
 }
+
+// TestReadmeListsEveryKey keeps the README's key table in step with Config.
+func TestReadmeListsEveryKey(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	for _, k := range Keys() {
+		require.Contains(t, string(data), "| `"+k.Name+"` | `"+k.Env+"` |", "README.md does not list %s", k.Name)
+	}
+}
