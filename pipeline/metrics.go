@@ -78,6 +78,7 @@ type Metrics struct {
 	RoundID           prometheus.Gauge
 	BackpressureSkips prometheus.Counter
 	LeaseHeld         prometheus.Gauge
+	ScannerPaused     prometheus.Gauge
 	LastRoundEnd      prometheus.Gauge
 
 	ProbedLocations prometheus.Counter
@@ -111,6 +112,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		RoundID:           f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_id", Help: "Id of the current (or last) round."}),
 		BackpressureSkips: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_backpressure_skips_total", Help: "Scanner ticks skipped because a downstream consumer was above the high-water mark."}),
 		LeaseHeld:         f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_lease_held", Help: "1 while this scanner holds the leader lease."}),
+		ScannerPaused:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_paused", Help: "1 while an operator pause stops the leading scanner's ticks."}),
 		LastRoundEnd:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_last_round_end_timestamp_seconds", Help: "Unix time the last round completed (0: none yet in this process)."}),
 
 		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
@@ -154,7 +156,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // operations are the closed set of "op" label values per stage.
 var operations = map[string][]string{
-	StageScanner: {"lease", "checkpoint", "registry", "backlog", "store", "scan", "publish", "event"},
+	StageScanner: {"lease", "checkpoint", "pause", "registry", "backlog", "store", "scan", "publish", "event"},
 	StageProber:  {"registry", "publish", "event", "fetch"},
 	StageDeleter: {"store", "delete", "event", "fetch"},
 }

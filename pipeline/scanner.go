@@ -42,6 +42,33 @@ type Checkpoint struct {
 	SavedUs           int64  `json:"saved_us"`
 }
 
+// ScannerPauseKey is the key of an operator's scanner pause in the state bucket: a JSON
+// object whose "until_us" (µs since the epoch) is when ticks may start again. The scanner has
+// no consumer that JetStream could pause, so it reads this before every tick.
+const ScannerPauseKey = "scanner_pause"
+
+// pausedUntil returns the end of an active operator pause (zero when none). A read error
+// fails closed: no tick while the pause cannot be read.
+func (s *Scanner) pausedUntil(ctx context.Context, now time.Time) (time.Time, error) {
+	e, err := s.State.Get(ctx, ScannerPauseKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read scanner pause: %w", err)
+	}
+	var p struct {
+		UntilUs int64 `json:"until_us"`
+	}
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return time.Time{}, fmt.Errorf("decode scanner pause: %w", err)
+	}
+	if until := time.UnixMicro(p.UntilUs); now.Before(until) {
+		return until, nil
+	}
+	return time.Time{}, nil
+}
+
 // ReadCheckpoint returns the stored checkpoint (zero value and revision 0 when none).
 func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue) (Checkpoint, uint64, error) {
 	e, err := kv.Get(ctx, CheckpointKey)
@@ -178,6 +205,17 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		s.Logger.Info("leader", "round", c.Round, "in_round", c.InRound, "instance", c.Instance, "cursor", c.Cursor)
 	}
 	now := s.Now()
+	until, err := s.pausedUntil(ctx, now)
+	if err != nil {
+		s.Metrics.opError(StageScanner, "pause")
+		s.Logger.Warn("read scanner pause; tick skipped", "err", err)
+		return 0
+	}
+	if !until.IsZero() {
+		s.Metrics.ScannerPaused.Set(1)
+		return 0
+	}
+	s.Metrics.ScannerPaused.Set(0)
 	if !s.ckpt.InRound {
 		if now.UnixMicro() < s.ckpt.NextRoundUs {
 			return 0

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // The round pause is stored with the checkpoint: a restarted scanner does not start a new
@@ -81,4 +83,24 @@ func TestDeleteDelayLongerThanAckWait(t *testing.T) {
 	// One delivery per request: the consumer sequence (deliveries) equals the stream sequence.
 	require.Positive(t, info.Delivered.Stream)
 	require.Equal(t, info.Delivered.Stream, info.Delivered.Consumer, "no request was redelivered while it waited")
+}
+
+// An operator's scanner pause (a value in the state bucket) stops ticks until it ends.
+func TestScannerPause(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.seed(seed.Spec{Blocks: 100, Seed: 23, NoFiles: true})
+	reg := prometheus.NewRegistry()
+	o := e.options(reg)
+	require.NoError(t, subjects.Ensure(ctx, e.js, e.names, o.JetStream))
+	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
+	require.NoError(t, err)
+	until := time.Now().Add(1500 * time.Millisecond)
+	_, err = kv.Put(ctx, pipeline.ScannerPauseKey, []byte(fmt.Sprintf(`{"until_us":%d}`, until.UnixMicro())))
+	require.NoError(t, err)
+	e.run(o, app.All)
+	require.Eventually(t, func() bool { return metricValue(t, reg, "kvcm_gc_scanner_paused") == 1 }, time.Minute, 10*time.Millisecond)
+	ck := e.waitRoundDone(1, time.Minute)
+	require.False(t, time.UnixMicro(ck.RoundStartedUs).Before(until), "the round started during the pause")
+	require.Zero(t, metricValue(t, reg, "kvcm_gc_scanner_paused"))
 }
