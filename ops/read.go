@@ -33,6 +33,15 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, r re
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", stream, err)
 	}
+	// The end of the read: what the stream held when it started. Without it, a read of a busy
+	// stream could chase its tail for ever.
+	lastSeq := s.CachedInfo().State.LastSeq
+	if lastSeq == 0 || r.StartSeq > lastSeq {
+		if start != nil {
+			start(0)
+		}
+		return nil
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: r.Filters, InactiveThreshold: time.Minute}
 	switch {
 	case r.StartSeq > 0:
@@ -69,10 +78,12 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, r re
 	if err != nil {
 		return fmt.Errorf("read ordered consumer info on %s: %w", stream, err)
 	}
+	// Messages may already sit in the client's buffer: they count as delivered, not pending.
+	total := info.NumPending + info.Delivered.Consumer
 	if start != nil {
-		start(info.NumPending)
+		start(total)
 	}
-	if info.NumPending == 0 {
+	if total == 0 {
 		return nil
 	}
 	for {
@@ -89,13 +100,16 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, r re
 		if err != nil {
 			return fmt.Errorf("read stream %s: message metadata: %w", stream, err)
 		}
+		if md.Sequence.Stream > lastSeq {
+			return nil // stored after the read started
+		}
 		if err := visit(m, md); err != nil {
 			if errors.Is(err, errStop) {
 				return nil
 			}
 			return err
 		}
-		if md.NumPending == 0 {
+		if md.NumPending == 0 || md.Sequence.Stream == lastSeq {
 			return nil
 		}
 	}

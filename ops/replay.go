@@ -211,7 +211,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, names subjects.Names, q
 	if first == nil {
 		return sum, nil
 	}
-	idx, err := indexEvents(ctx, js, names, q, first.Time, deps.Progress)
+	// A minute early: in a cluster the EVENTS stream's leader may run on another server, whose
+	// clock stamps the events.
+	idx, err := indexEvents(ctx, js, names, q, first.Time.Add(-time.Minute), deps.Progress)
 	if err != nil {
 		return sum, err
 	}
