@@ -16,7 +16,7 @@ import (
 
 // ScannerPauseKey is the key of the scanner's pause in the state bucket. The scanner has no
 // consumer to pause, so an operator's pause is a value it reads before every tick.
-const ScannerPauseKey = "scanner_pause"
+const ScannerPauseKey = pipeline.ScannerPauseKey
 
 // StageAll names every stage at once in Pause and Resume.
 const StageAll = "all"
