@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -48,10 +49,10 @@ func (o *seedOptions) flags(fs *flag.FlagSet) {
 func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 	conn, err := redismeta.ParseURI(o.redis)
 	if err != nil {
-		return fmt.Errorf("%w: --redis: %w", cli.ErrUsage, err)
+		return cli.UsageError(fmt.Errorf("--redis: %w", err))
 	}
 	if o.locations < 1 || o.locations > 2 || o.blocks < 0 || o.garbage < 0 || o.tricky < 0 || o.garbage+o.tricky > 1 {
-		return fmt.Errorf("%w: need 1 <= --locations <= 2, --blocks >= 0, --garbage, --tricky >= 0 with a sum <= 1", cli.ErrUsage)
+		return cli.UsageError(errors.New("need 1 <= --locations <= 2, --blocks >= 0, --garbage, --tricky >= 0 with a sum <= 1"))
 	}
 	// The registry records the storages' root paths; KVCM's and kvcm-gc's file backends need
 	// them absolute.

@@ -39,7 +39,7 @@ func opsCommand(name string) *cli.Command {
 			}
 			names, err := e.Names()
 			if err != nil {
-				return fmt.Errorf("%w: configuration: %w", cli.ErrUsage, err)
+				return cli.UsageError(fmt.Errorf("configuration: %w", err))
 			}
 			nc, err := e.ConnectNATS(ctx)
 			if err != nil {
@@ -57,7 +57,7 @@ func opsCommand(name string) *cli.Command {
 			}}
 			err = oc.Run(ctx, env, e.Args, e.Stdout, e.Stderr)
 			if errors.Is(err, ops.ErrUsage) {
-				return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+				return cli.UsageError(err)
 			}
 			return err
 		},

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -29,8 +31,18 @@ const (
 	ExitInterrupted = 130 // stopped by a signal before the work was done
 )
 
-// ErrUsage marks an error of the command line: the process exits with ExitUsage.
+// ErrUsage marks an error of the command line or the configuration: the process exits with
+// ExitUsage. Wrap it with UsageError to keep the word out of the message.
 var ErrUsage = errors.New("usage")
+
+// UsageError marks err as a command-line or configuration error (errors.Is(e, ErrUsage)).
+func UsageError(err error) error { return usageError{err} }
+
+type usageError struct{ err error }
+
+func (u usageError) Error() string        { return u.err.Error() }
+func (u usageError) Unwrap() error        { return u.err }
+func (u usageError) Is(target error) bool { return target == ErrUsage }
 
 // ErrInterrupted: a command was stopped by a signal before it finished what it does by
 // itself (a demo, a seed). A stage process stopped by a signal has finished: that is success.
@@ -176,6 +188,9 @@ func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer
 		logCfg = e.Config.Log
 	}
 	e.Logger = NewLogger(stderr, logCfg).With("process", c.Name)
+	// The Redis client logs connection-pool failures on its own; they belong in the process's
+	// structured log, not as bare lines on stderr.
+	redis.SetLogger(redisLog{e.Logger})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -191,7 +206,7 @@ func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer
 		usage(stdout)
 		return ExitOK
 	case errors.Is(err, ErrUsage):
-		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		fmt.Fprintf(stderr, "%s: %v\n", prog, indent(err.Error()))
 		return ExitUsage
 	case errors.Is(err, ErrInterrupted) || (ctx.Err() != nil && errors.Is(err, context.Canceled)):
 		fmt.Fprintf(stderr, "%s: interrupted\n", prog)
@@ -262,6 +277,13 @@ func writeUsage(w io.Writer, prog string, c *Command, own *flag.FlagSet) {
 		fmt.Fprintf(w, "\n  --config file\n      YAML configuration file (env %s)\n  --print-config\n      print the effective configuration, secrets hidden, and exit\n\n", config.FileEnv)
 		config.WriteHelp(w)
 	}
+}
+
+// redisLog adapts the process logger to the Redis client's logger interface.
+type redisLog struct{ log *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.log.WarnContext(ctx, "redis client", "line", fmt.Sprintf(format, v...))
 }
 
 // indent puts every line of a multi-line error after the first under it.

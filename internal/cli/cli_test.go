@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +71,7 @@ func TestRunCommandExitStatus(t *testing.T) {
 		{"bad value names the key", ok, []string{"--orphan_writing_grace", "10m"}, ExitUsage, "orphan_writing_grace: must be >= 1h"},
 		{"unreadable file", ok, []string{"--config", "/nonexistent/kvcm-gc.yaml"}, ExitUsage, "load config /nonexistent/kvcm-gc.yaml"},
 		{"failure", &Command{Name: "f", Run: func(context.Context, *Env) error { return errors.New("boom") }}, nil, ExitFailure, "boom"},
-		{"usage error from run", &Command{Name: "u", Run: func(context.Context, *Env) error { return fmt.Errorf("%w: bad", ErrUsage) }}, nil, ExitUsage, "bad"},
+		{"usage error from run", &Command{Name: "u", Run: func(context.Context, *Env) error { return UsageError(errors.New("bad")) }}, nil, ExitUsage, "test: bad"},
 		{"interrupted", &Command{Name: "i", Run: func(context.Context, *Env) error { return ErrInterrupted }}, nil, ExitInterrupted, "interrupted"},
 	}
 	for _, tt := range tests {

@@ -57,7 +57,7 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 	log := e.Logger
 	if cfg.Enabled {
 		if err := cfg.Require(config.Needs{Registry: p.Stages.Scanner || p.Stages.Prober, NATS: !p.Embedded}); err != nil {
-			return fmt.Errorf("%w: configuration: %w", ErrUsage, err)
+			return UsageError(fmt.Errorf("configuration: %w", err))
 		}
 	}
 	reg := p.Registry
@@ -116,7 +116,7 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 
 	opts, err := cfg.AppOptions()
 	if err != nil {
-		return fmt.Errorf("%w: configuration: %w", ErrUsage, err)
+		return UsageError(fmt.Errorf("configuration: %w", err))
 	}
 	opts.Logger, opts.Metrics, opts.Reg, opts.Health = log, metrics, reg, health
 	names, err := cfg.Names()
