@@ -81,11 +81,12 @@ func TestOpsPauseDeleter(t *testing.T) {
 	require.Zero(t, metricValue(t, metrics, jsmetrics.MetricPaused))
 }
 
-// TestOpsPauseScanner checks the scanner's pause value and how status and metrics show it.
+// TestOpsPauseScanner checks the scanner's pause value, how status and metrics show it, and
+// that a running scanner starts no round until it is resumed.
 func TestOpsPauseScanner(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	o := e.options(prometheus.NewRegistry())
+	o := e.options(nil)
 	require.NoError(t, subjects.Ensure(ctx, e.js, e.names, o.JetStream))
 	metrics := prometheus.NewRegistry()
 	require.NoError(t, jsmetrics.Register(metrics, e.js, e.names, true, false, false))
@@ -109,12 +110,28 @@ func TestOpsPauseScanner(t *testing.T) {
 	require.Equal(t, 1.0, metricValue(t, metrics, jsmetrics.MetricPaused))
 	require.Equal(t, float64(until.Unix()), metricValue(t, metrics, jsmetrics.MetricPauseEnd))
 
+	// The running scanner leads but starts no round while paused, and does once resumed.
+	opsSeed(t, e, []string{"inst1"}, 50, 3)
+	reg := prometheus.NewRegistry()
+	o.Reg = reg
+	stop := e.run(o, app.Stages{Scanner: true})
+	require.Eventually(t, func() bool { return metricValue(t, reg, "kvcm_gc_scanner_paused") == 1 }, time.Minute, 10*time.Millisecond)
+	rep, err = ops.Status(ctx, e.js, e.names)
+	require.NoError(t, err)
+	require.NotNil(t, rep.Scanner.Leader)
+	require.Nil(t, rep.Scanner.Round, "no round while paused")
+
 	_, err = ops.Resume(ctx, e.js, e.names, pipeline.StageScanner)
 	require.NoError(t, err)
 	rep, err = ops.Status(ctx, e.js, e.names)
 	require.NoError(t, err)
 	require.False(t, rep.Scanner.Paused)
 	require.Zero(t, metricValue(t, metrics, jsmetrics.MetricPaused))
+	require.Eventually(t, func() bool {
+		rep, err := ops.Status(ctx, e.js, e.names)
+		return err == nil && rep.Scanner.Round != nil && rep.Scanner.Round.ID == 1
+	}, time.Minute, 10*time.Millisecond)
+	stop()
 
 	// Argument errors.
 	env := opsEnv(t, e, o)
