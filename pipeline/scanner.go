@@ -198,7 +198,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		c, rev, err := ReadCheckpoint(ctx, s.State)
 		if err != nil {
 			s.Metrics.opError(StageScanner, "checkpoint")
-			s.Logger.Warn("read checkpoint", "err", err)
+			s.warn(ctx, "read checkpoint", "err", err)
 			return 0
 		}
 		s.ckpt, s.ckptRev, s.loaded, s.snapshot = c, rev, true, nil
@@ -208,7 +208,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	until, err := s.pausedUntil(ctx, now)
 	if err != nil {
 		s.Metrics.opError(StageScanner, "pause")
-		s.Logger.Warn("read scanner pause; tick skipped", "err", err)
+		s.warn(ctx, "read scanner pause; tick skipped", "err", err)
 		return 0
 	}
 	if !until.IsZero() {
@@ -229,7 +229,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		p, d, err := s.Backlog(ctx)
 		if err != nil {
 			s.Metrics.opError(StageScanner, "backlog")
-			s.Logger.Warn("read consumer backlog", "err", err)
+			s.warn(ctx, "read consumer backlog", "err", err)
 			return 0 // fail closed: no scanning without knowing the backlog
 		}
 		if p > s.Config.HighWater || d > s.Config.HighWater {
@@ -254,7 +254,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	page, err := store.ScanPage(ctx, inst.ID, s.ckpt.Cursor, s.Config.ScanBatchSize)
 	if err != nil {
 		s.Metrics.opError(StageScanner, "scan")
-		s.Logger.Warn("scan page; cursor kept", "instance", inst.ID, "cursor", s.ckpt.Cursor, "err", err)
+		s.warn(ctx, "scan page; cursor kept", "instance", inst.ID, "cursor", s.ckpt.Cursor, "err", err)
 		return 0
 	}
 	s.Metrics.ScanPages.Inc()
@@ -278,7 +278,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	if len(batch.Blocks) > 0 {
 		if err := s.publish(ctx, batch); err != nil {
 			s.Metrics.opError(StageScanner, "publish")
-			s.Logger.Warn("publish batch; cursor kept", "instance", inst.ID, "cursor", s.ckpt.Cursor, "err", err)
+			s.warn(ctx, "publish batch; cursor kept", "instance", inst.ID, "cursor", s.ckpt.Cursor, "err", err)
 			return 0
 		}
 	}
@@ -401,7 +401,7 @@ func (s *Scanner) readRegistry(ctx context.Context) ([]meta.Instance, error) {
 	reg, err := s.Registry.ReadRegistry(ctx)
 	if err != nil {
 		s.Metrics.opError(StageScanner, "registry")
-		s.Logger.Warn("read registry", "err", err)
+		s.warn(ctx, "read registry", "err", err)
 		return nil, err
 	}
 	snap := append([]meta.Instance(nil), reg.Instances...)
@@ -462,13 +462,22 @@ func (s *Scanner) save(ctx context.Context, now time.Time) bool {
 			s.Logger.Warn("checkpoint written by another scanner; stepping down", "err", err)
 			s.Lease.Drop()
 		} else {
-			s.Logger.Warn("save checkpoint", "err", err)
+			s.warn(ctx, "save checkpoint", "err", err)
 		}
 		s.loaded = false // re-read before acting again
 		return false
 	}
 	s.ckptRev = rev
 	return true
+}
+
+// warn logs a failed operation, except when it failed because the scanner is shutting down.
+func (s *Scanner) warn(ctx context.Context, msg string, args ...any) {
+	if ctx.Err() != nil {
+		s.Logger.Debug(msg, args...)
+		return
+	}
+	s.Logger.Warn(msg, args...)
 }
 
 func (s *Scanner) event(ctx context.Context, e subjects.Event) {
