@@ -37,6 +37,9 @@ const (
 	PhaseSmall   = "small"   // each stage alone on the small keyspace (peak memory at two sizes)
 	PhaseServing = "serving" // read latency with kvcm-gc off, default and unpaced
 	PhaseE2E     = "e2e"     // the whole pipeline on the main keyspace
+	// PhaseAB runs each stage alone with the stage binary and with Config.ABStageBin in
+	// alternation, to measure a change (not part of the default phases).
+	PhaseAB = "ab"
 )
 
 // AllPhases in the order they run.
@@ -67,8 +70,11 @@ type Config struct {
 	ServingReps   int
 	// Unpaced is the kvcm-gc configuration of the throughput and end-to-end runs.
 	Unpaced stage.Profile
-	// Phases to run (nil: all).
+	// Phases to run (nil: all but PhaseAB).
 	Phases []string
+	// ABStageBin is the stage binary to compare with StageBin in PhaseAB, ABReps times each.
+	ABStageBin string
+	ABReps     int
 	// Keep leaves the working directory (logs, data) in place.
 	Keep   bool
 	Logger *slog.Logger
@@ -123,7 +129,9 @@ type Results struct {
 	AloneSmall  *AloneResults
 	Serving     []Latency
 	E2E         *E2EResult
-	Errors      []string
+	// AB holds the alternated runs of PhaseAB: AB[i][0] with StageBin, AB[i][1] with ABStageBin.
+	AB     [][2]AloneResults
+	Errors []string
 }
 
 func (c Config) wants(phase string) bool {
@@ -202,9 +210,34 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		}
 	}
 	collected := false
-	if cfg.wants(PhaseAlone) {
+	if cfg.wants(PhaseAlone) || cfg.wants(PhaseAB) {
 		if err := res.Main.Snapshot(ctx, snapshotDB); err != nil {
 			return res, err
+		}
+	}
+	if cfg.wants(PhaseAB) {
+		for rep := 1; rep <= max(cfg.ABReps, 1); rep++ {
+			var pair [2]AloneResults
+			for i, bin := range []string{cfg.StageBin, cfg.ABStageBin} {
+				if collected {
+					if err := res.Main.Restore(ctx, snapshotDB, true); err != nil {
+						return res, err
+					}
+				}
+				a, err := h.runAloneWith(ctx, fmt.Sprintf("ab-%d-%c", rep, 'a'+i), res.Main, cfg.Unpaced, bin)
+				if err != nil {
+					phaseErr(PhaseAB, err)
+				}
+				pair[i], collected = a, true
+			}
+			res.AB = append(res.AB, pair)
+		}
+	}
+	if cfg.wants(PhaseAlone) {
+		if collected {
+			if err := res.Main.Restore(ctx, snapshotDB, true); err != nil {
+				return res, err
+			}
 		}
 		a, err := h.runAlone(ctx, "alone-main", res.Main, cfg.Unpaced)
 		if err != nil {
@@ -221,7 +254,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	if collected && (cfg.wants(PhaseServing) || cfg.wants(PhaseE2E)) {
 		log.Info("restore main keyspace")
-		if err := res.Main.Restore(ctx, snapshotDB); err != nil {
+		if err := res.Main.Restore(ctx, snapshotDB, false); err != nil {
 			return res, err
 		}
 	}
@@ -246,16 +279,33 @@ func (h *Harness) raw(ctx context.Context, k *Keyspace) (*RawResults, error) {
 	var r RawResults
 	var err error
 	count := max(h.cfg.Unpaced.ScanBatchSize, 1)
-	if r.ScanBare, err = scanBare(ctx, k.rdb, count); err != nil {
+	if r.ScanBare, err = best(rawReps, func() (Rate, error) { return scanBare(ctx, k.rdb, count) }); err != nil {
 		return nil, err
 	}
-	if r.ScanMatch, err = scanLoop(ctx, k.rdb, scanPatterns(k), count); err != nil {
+	if r.ScanMatch, err = best(rawReps, func() (Rate, error) { return scanLoop(ctx, k.rdb, scanPatterns(k), count) }); err != nil {
+		return nil, err
+	}
+	if r.ScanMatchWide, err = best(rawReps, func() (Rate, error) {
+		return scanLoop(ctx, k.rdb, scanPatterns(k), count*len(k.Instances))
+	}); err != nil {
 		return nil, err
 	}
 	if err := measureRedisWrites(ctx, k, 200_000, &r); err != nil {
 		return nil, err
 	}
 	if err := measureFiles(k, runtime.NumCPU(), 200_000, &r); err != nil {
+		return nil, err
+	}
+	if err := measureSequential(ctx, k, max(h.cfg.Unpaced.DeleterWorkers, 1), 50_000, &r); err != nil {
+		return nil, err
+	}
+	payload, err := samplePage(ctx, k, count)
+	if err != nil {
+		return nil, err
+	}
+	r.ScanPerMsg, r.PublishBytes = count, len(payload)
+	n := (k.Counts.Blocks + count - 1) / count
+	if r.Publish, err = best(2, func() (Rate, error) { return measurePublish(ctx, h.js, payload, n) }); err != nil {
 		return nil, err
 	}
 	return &r, nil

@@ -378,18 +378,25 @@ func (k *Keyspace) Snapshot(ctx context.Context, db int) error {
 	}
 }
 
-// Restore swaps the snapshot in db back into the keyspace's database (the collected one goes
-// to db and is dropped) and relinks the garbage files.
-func (k *Keyspace) Restore(ctx context.Context, db int) error {
+// Restore swaps the snapshot in db back into the keyspace's database, relinks the garbage
+// files, and, when again is set, copies the restored keyspace into db for the next Restore;
+// otherwise the collected copy in db is dropped.
+func (k *Keyspace) Restore(ctx context.Context, db int, again bool) error {
 	if err := k.rdb.Do(ctx, "SWAPDB", k.Spec.DB, db).Err(); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
-	opts := *k.rdb.Options()
-	opts.DB = db
-	old := redis.NewClient(&opts)
-	defer old.Close()
-	if err := old.FlushDB(ctx).Err(); err != nil {
-		return fmt.Errorf("drop collected copy: %w", err)
+	if again {
+		if err := k.Snapshot(ctx, db); err != nil {
+			return err
+		}
+	} else {
+		opts := *k.rdb.Options()
+		opts.DB = db
+		old := redis.NewClient(&opts)
+		defer old.Close()
+		if err := old.FlushDB(ctx).Err(); err != nil {
+			return fmt.Errorf("drop collected copy: %w", err)
+		}
 	}
 	return k.RelinkGarbage()
 }

@@ -47,14 +47,22 @@ func Report(r *Results) string {
 			num(a.Scanner.Rate()), num(raw.ScanBare.PerSec()), c.Unpaced.ScanBatchSize, ratio, TargetScanner, yes(ratio >= TargetScanner))
 		w("| scanner alone, vs the same per-instance MATCH scan | %s keys/s | %s keys/s | %.2f | | |\n",
 			num(a.Scanner.Rate()), num(raw.ScanMatch.PerSec()), a.Scanner.Rate()/raw.ScanMatch.PerSec())
+		if sp := scanPublishRate(*raw); sp > 0 {
+			w("| scanner alone, vs reading and storing in JetStream | %s keys/s | %s keys/s (SCAN + HMGET, then a synchronous publish per %d keys) | %.2f | | |\n",
+				num(a.Scanner.Rate()), num(sp), raw.ScanPerMsg, a.Scanner.Rate()/sp)
+		}
 		sp := statPerLocation(r.Main)
 		statBound := raw.StatRoot.PerSec() / sp
 		w("| prober alone (stat probe) | %s locations/s | %s locations/s (os.Root lstat of %.2f specs per location, %d workers) | %.2f | | |\n",
 			num(a.Prober.Rate()), num(statBound), sp, raw.Workers, a.Prober.Rate()/statBound)
 		comp := composedDeleteRate(*raw, unlinkPerLocation(r.Main))
 		ratio = a.Deleter.Rate() / comp
-		w("| deleter alone | %s locations/s | %s locations/s (CAS + %.2f unlinks + CAD) | %.2f | ≥ %.1f | %s |\n",
+		w("| deleter alone | %s locations/s | %s locations/s (pipelined CAS + %.2f unlinks + pipelined CAD) | %.2f | ≥ %.1f | %s |\n",
 			num(a.Deleter.Rate()), num(comp), unlinkPerLocation(r.Main), ratio, TargetDeleter, yes(ratio >= TargetDeleter))
+		if raw.Sequential.Dur > 0 {
+			w("| deleter alone, vs its protocol issued by hand | %s locations/s | %s locations/s (HGET, CAS, unlinks, HGET, CAD one after the other, %d workers) | %.2f | | |\n",
+				num(a.Deleter.Rate()), num(raw.Sequential.PerSec()), raw.SeqWorkers, a.Deleter.Rate()/raw.Sequential.PerSec())
+		}
 	}
 	if e := r.E2E; e != nil && e.Dur > 0 {
 		line := fmt.Sprintf("| end to end, %s blocks | %.1f s |", num(float64(r.Main.Counts.Blocks)), e.Dur.Seconds())
@@ -116,12 +124,16 @@ func Report(r *Results) string {
 		}{
 			{fmt.Sprintf("SCAN COUNT %d + pipelined HMGET, whole database", c.Unpaced.ScanBatchSize), raw.ScanBare},
 			{"the same, per instance with the scanner's MATCH", raw.ScanMatch},
+			{fmt.Sprintf("the same, per instance with MATCH and COUNT %d", c.Unpaced.ScanBatchSize*c.Instances), raw.ScanMatchWide},
 			{"pipelined HGET __uri__", raw.HGet},
 			{"pipelined EVALSHA, CAS script", raw.CAS},
 			{"pipelined EVALSHA, CAD script", raw.CAD},
 			{fmt.Sprintf("lstat(2), %d workers", raw.Workers), raw.Stat},
 			{fmt.Sprintf("os.Root lstat, root opened per 512, %d workers", raw.Workers), raw.StatRoot},
+			{fmt.Sprintf("os.Root lstat through a root per directory, %d workers", raw.Workers), raw.StatDirRoot},
 			{fmt.Sprintf("unlink(2), %d workers", raw.Workers), raw.Unlink},
+			{fmt.Sprintf("deleter protocol by hand: HGET, CAS, unlinks, HGET, CAD per location, %d workers", raw.SeqWorkers), raw.Sequential},
+			{fmt.Sprintf("synchronous JetStream publish, %d kB per message (%d blocks)", raw.PublishBytes>>10, raw.ScanPerMsg), raw.Publish},
 		} {
 			w("| %s | %s | %s | %s |\n", row.name, num(float64(row.r.Ops)), row.r.Dur.Round(time.Millisecond), num(row.r.PerSec()))
 		}
@@ -136,7 +148,7 @@ func Report(r *Results) string {
 			continue
 		}
 		w("### Each stage alone, %s keyspace (%s blocks)\n\n", a.Keyspace, num(float64(a.Blocks)))
-		w("| stage | work | time | rate | stage CPU | per 1k items | Redis CPU | NATS CPU | busy cores | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| stage | work | time | rate | stage CPU | per 1k items | Redis CPU | NATS CPU | harness CPU | other CPU | busy cores | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range []StageRun{a.Scanner, a.Prober, a.Deleter} {
 			if s.Stage == "" {
 				continue
@@ -145,9 +157,10 @@ func Report(r *Results) string {
 			if s.Items > 0 {
 				per = (s.CPU.Stages * 1000 / time.Duration(s.Items)).Round(time.Microsecond).String()
 			}
-			w("| %s | %s %s | %s | %s/s | %s | %s | %s | %s | %.2f of %d | %s |\n", s.Stage, num(float64(s.Items)), unit(s.Stage),
+			w("| %s | %s %s | %s | %s/s | %s | %s | %s | %s | %s | %s | %.2f of %d | %s |\n", s.Stage, num(float64(s.Items)), unit(s.Stage),
 				s.Dur.Round(time.Millisecond), num(s.Rate()), s.CPU.Stages.Round(10*time.Millisecond), per,
-				s.CPU.Redis.Round(10*time.Millisecond), s.CPU.NATS.Round(10*time.Millisecond), s.CPU.Cores(), m.Cores, mb(s.Usage.PeakRSS))
+				s.CPU.Redis.Round(10*time.Millisecond), s.CPU.NATS.Round(10*time.Millisecond), s.CPU.Harness.Round(10*time.Millisecond),
+				s.CPU.Other().Round(10*time.Millisecond), s.CPU.Cores(), m.Cores, mb(s.Usage.PeakRSS))
 		}
 		if a.ScanPages > 0 {
 			w("\nThe scanner read %s pages (%.0f keys per page) and stored %s of batches in JetStream.\n",
@@ -179,6 +192,26 @@ func Report(r *Results) string {
 		w("\n")
 	}
 
+	if len(r.AB) > 0 {
+		w("### A/B: `%s` (a) against `%s` (b), alternated\n\n", c.StageBin, c.ABStageBin)
+		w("| stage | a | b | b / a |\n|---|---|---|---|\n")
+		for _, st := range []string{stage.Scanner, stage.Prober, stage.Deleter} {
+			var as, bs []string
+			var sa, sb float64
+			for _, pair := range r.AB {
+				ra, rb := pick(pair[0], st).Rate(), pick(pair[1], st).Rate()
+				as, bs = append(as, num(ra)), append(bs, num(rb))
+				sa, sb = sa+ra, sb+rb
+			}
+			ratio := 0.0
+			if sa > 0 {
+				ratio = sb / sa
+			}
+			w("| %s (%s/s) | %s | %s | %.2f |\n", st, unit(st), strings.Join(as, ", "), strings.Join(bs, ", "), ratio)
+		}
+		w("\n")
+	}
+
 	w("### Configurations\n\n")
 	for _, p := range []stage.Profile{c.Unpaced, stage.DefaultProfile()} {
 		w("- **%s**: scan_interval %s, scan_batch_size %d, high-water %s, prober workers %d (max ack pending %d), deleter workers %d, max_inflight_delete_requests %d, probe %s.\n",
@@ -188,6 +221,16 @@ func Report(r *Results) string {
 	w("\nThroughput, memory and end-to-end runs use %s; the serving windows use both, in dry-run. Each stage is a separate process; memory is the process's peak resident set (getrusage).\n",
 		c.Unpaced.Name)
 	return b.String()
+}
+
+func pick(a AloneResults, st string) StageRun {
+	switch st {
+	case stage.Scanner:
+		return a.Scanner
+	case stage.Prober:
+		return a.Prober
+	}
+	return a.Deleter
 }
 
 // WriteReport puts the report into path between the markers of section, keeping whatever
@@ -214,6 +257,16 @@ func WriteReport(path, section, report string) error {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
+}
+
+// scanPublishRate is the keys per second of reading with SCAN + HMGET and storing every page
+// with a synchronous JetStream publish, one after the other.
+func scanPublishRate(r RawResults) float64 {
+	scan, pub := r.ScanBare.PerSec(), r.Publish.PerSec()*float64(r.ScanPerMsg)
+	if scan == 0 || pub == 0 {
+		return 0
+	}
+	return 1 / (1/scan + 1/pub)
 }
 
 // statPerLocation is how many specs the stat probe looks at per location.

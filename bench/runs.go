@@ -60,6 +60,7 @@ type run struct {
 	k       *Keyspace
 	names   subjects.Names
 	profile stage.Profile
+	bin     string // the stage binary
 	procs   map[string]*proc
 	// Handles kept across polls, so polling costs one request per check.
 	kv   jetstream.KeyValue
@@ -76,7 +77,8 @@ func (h *Harness) newRun(ctx context.Context, phase string, k *Keyspace, p stage
 	if err := subjects.Ensure(ctx, h.js, names, p.Settings()); err != nil {
 		return nil, fmt.Errorf("ensure topology of %s: %w", phase, err)
 	}
-	return &run{h: h, phase: phase, k: k, names: names, profile: p, procs: map[string]*proc{}, cons: map[string]jetstream.Consumer{}}, nil
+	return &run{h: h, phase: phase, k: k, names: names, profile: p, bin: h.stageBin, procs: map[string]*proc{},
+		cons: map[string]jetstream.Consumer{}}, nil
 }
 
 // start starts one stage process.
@@ -90,7 +92,7 @@ func (r *run) start(st string) error {
 	if err != nil {
 		return fmt.Errorf("encode stage spec: %w", err)
 	}
-	p, err := startProc(r.phase+"/"+st, r.file(st, "log"), r.h.stageBin, "-spec", string(data))
+	p, err := startProc(r.phase+"/"+st, r.file(st, "log"), r.bin, "-spec", string(data))
 	if err != nil {
 		return err
 	}
@@ -241,11 +243,16 @@ func (r *run) drain(ctx context.Context, st, stream, consumer string, timeout ti
 // the prober judges them all, then the deleter executes every delete request. The keyspace's
 // garbage is gone afterwards.
 func (h *Harness) runAlone(ctx context.Context, phase string, k *Keyspace, p stage.Profile) (res AloneResults, err error) {
+	return h.runAloneWith(ctx, phase, k, p, h.stageBin)
+}
+
+func (h *Harness) runAloneWith(ctx context.Context, phase string, k *Keyspace, p stage.Profile, bin string) (res AloneResults, err error) {
 	res.Keyspace, res.Blocks = k.Spec.Cluster, k.Counts.Blocks
 	r, err := h.newRun(ctx, phase, k, p)
 	if err != nil {
 		return res, err
 	}
+	r.bin = bin
 	defer r.close(context.WithoutCancel(ctx))
 	timeout := h.stageTimeout(k)
 
