@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,4 +130,42 @@ func maxSeq(les []ops.LastEvent) uint64 {
 		m = max(m, le.Seq)
 	}
 	return m
+}
+
+// TestOpsStatusRoundInProgress checks the round progress and estimated end of a running
+// round: a scanner held to a slow pace over three instances, without prober or deleter (the
+// backlog limit is raised so it keeps scanning).
+func TestOpsStatusRoundInProgress(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	opsSeed(t, e, []string{"inst1", "inst2", "inst3"}, 200, 9)
+	o := e.options(nil)
+	o.Scanner.Holder = "scanner-b"
+	o.Scanner.ScanBatchSize = 50
+	o.Scanner.MaxKeysPerSecond = 400
+	o.Scanner.HighWater = 1_000_000
+	stop := e.run(o, app.Stages{Scanner: true})
+	defer stop()
+
+	var rep ops.StatusReport
+	require.Eventually(t, func() bool {
+		var err error
+		rep, err = ops.Status(ctx, e.js, e.names)
+		rd := rep.Scanner.Round
+		return err == nil && rd != nil && rd.InProgress && rd.Instance >= 2 && rd.Instance < 3
+	}, time.Minute, 10*time.Millisecond)
+	rd := rep.Scanner.Round
+	require.Equal(t, uint64(1), rd.ID)
+	require.Equal(t, 3, rd.Instances)
+	require.Equal(t, "inst"+strconv.Itoa(rd.Instance), rd.InstanceID)
+	require.GreaterOrEqual(t, rd.Keys, uint64(200))
+	require.Greater(t, rd.KeysPerSecond, 0.0)
+	require.Equal(t, "instances", rd.ETABasis, "no previous round: estimated from the instances done")
+	require.True(t, rd.ETA.After(rd.Started))
+	require.True(t, rep.Scanner.NextRound.IsZero())
+	var table bytes.Buffer
+	require.NoError(t, rep.WriteTable(&table))
+	require.Contains(t, table.String(), "round       1 in progress: instance 2 of 3 (inst2)")
+	require.Contains(t, table.String(), "estimated end")
+	t.Logf("status during a round:\n%s", table.String())
 }
