@@ -202,6 +202,10 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 			return 0
 		}
 		s.ckpt, s.ckptRev, s.loaded, s.snapshot = c, rev, true, nil
+		if c.LastRoundEndUs > 0 {
+			// Alerts on "no round for too long" must survive a restart or a failover.
+			s.Metrics.LastRoundEnd.Set(float64(c.LastRoundEndUs) / 1e6)
+		}
 		s.Logger.Info("leader", "round", c.Round, "in_round", c.InRound, "instance", c.Instance, "cursor", c.Cursor)
 	}
 	now := s.Now()
