@@ -489,7 +489,7 @@ func TestInvariant7InflightCap(t *testing.T) {
 	m, before := e.seed(seed.Spec{Blocks: 400, GarbageFraction: 0.3, Seed: 8})
 	o := e.options(prometheus.NewRegistry())
 	o.Scanner.ScanBatchSize = 8 // many small requests: a burst
-	o.Prober.MaxTargets = 16 // two locations per block: no candidate is left over the cap
+	o.Prober.MaxTargets = 16    // two locations per block: no candidate is left over the cap
 	e.judgeOneRound(o)
 
 	o.Deleter.DeleteDelay = 150 * time.Millisecond
