@@ -1,0 +1,274 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config is one run of the suite.
+type Config struct {
+	// Seed drives every random choice (kill moments and targets, the writer, the keyspace).
+	Seed uint64
+	// Kills is the number of kill -9 of each kill scenario.
+	Kills int
+	// Instances and Blocks (per instance) size the seeded keyspace.
+	Instances, Blocks int
+	// RoundPause is the stages' round_pause: short, so rounds follow each other.
+	RoundPause time.Duration
+	// Outage is how long Redis stays unreachable, and the longest NATS downtime.
+	Outage time.Duration
+	// WriterFor is how long the concurrent writer writes.
+	WriterFor time.Duration
+	// Scenarios selects scenarios by name; empty runs them all.
+	Scenarios []string
+	// Bins are the stage binaries by command name (scanner, prober, deleter).
+	Bins map[string]string
+	// WorkDir holds each scenario's servers' files, data and process logs.
+	WorkDir string
+	// Out receives progress lines; nil discards them.
+	Out io.Writer
+	// RSSLimit caps the peak resident set size of every stage process, in bytes.
+	RSSLimit int64
+	// GoroutineLimit caps the goroutines of every stage process at the end of a scenario.
+	GoroutineLimit int
+	// ScenarioTimeout bounds one scenario.
+	ScenarioTimeout time.Duration
+}
+
+// Defaults of a full run.
+func DefaultConfig() Config {
+	return Config{Kills: 5, Instances: 3, Blocks: 400, RoundPause: time.Second, Outage: 3 * time.Second,
+		WriterFor: 5 * time.Second, RSSLimit: 256 << 20, GoroutineLimit: 200, ScenarioTimeout: 3 * time.Minute}
+}
+
+// driverGoroutineSlack is how many more goroutines than before a scenario the driver may hold
+// after it (runtime and client background work that winds down on its own schedule).
+const driverGoroutineSlack = 5
+
+// Result is the outcome of one scenario.
+type Result struct {
+	Scenario string
+	About    string
+	Report   Report
+	// Rounds is the number of rounds after the fault ended until everything was as expected.
+	Rounds     int
+	Restarts   int
+	PeakRSS    int64 // bytes, the largest of any stage process
+	Goroutines int   // the most of any stage process at the end
+	// DriverLeak is the number of the driver's goroutines the scenario left behind.
+	DriverLeak int
+	Notes      string
+	Duration   time.Duration
+	Err        error
+}
+
+// OK reports whether the scenario kept every invariant.
+func (r Result) OK() bool { return r.Err == nil }
+
+// Run runs the selected scenarios one after the other, each on fresh servers, and returns
+// their results. An error is returned only when the suite itself cannot run (unknown
+// scenario, no binaries); a scenario that fails is a Result with Err.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	def := DefaultConfig()
+	if cfg.Kills <= 0 {
+		cfg.Kills = def.Kills
+	}
+	if cfg.Instances <= 0 {
+		cfg.Instances = def.Instances
+	}
+	if cfg.Blocks <= 0 {
+		cfg.Blocks = def.Blocks
+	}
+	if cfg.RoundPause <= 0 {
+		cfg.RoundPause = def.RoundPause
+	}
+	if cfg.Outage <= 0 {
+		cfg.Outage = def.Outage
+	}
+	if cfg.WriterFor <= 0 {
+		cfg.WriterFor = def.WriterFor
+	}
+	if cfg.RSSLimit <= 0 {
+		cfg.RSSLimit = def.RSSLimit
+	}
+	if cfg.GoroutineLimit <= 0 {
+		cfg.GoroutineLimit = def.GoroutineLimit
+	}
+	if cfg.ScenarioTimeout <= 0 {
+		cfg.ScenarioTimeout = def.ScenarioTimeout
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	for _, s := range stageCommands {
+		if _, err := os.Stat(cfg.Bins[s]); err != nil {
+			return nil, fmt.Errorf("stage binary %s: %w", s, err)
+		}
+	}
+	var run []scenario
+	for _, name := range cfg.Scenarios {
+		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q (%s)", name, strings.Join(ScenarioNames(), ", "))
+		}
+		run = append(run, scenarios[i])
+	}
+	if len(run) == 0 {
+		run = scenarios
+	}
+	var out []Result
+	for i, sc := range run {
+		if ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(cfg.Out, "--- %s: %s\n", sc.name, sc.about)
+		r := runScenario(ctx, cfg, sc, cfg.Seed+uint64(i)*0x9e3779b97f4a7c15)
+		status := "ok"
+		if r.Err != nil {
+			status = "FAILED: " + r.Err.Error()
+		}
+		fmt.Fprintf(cfg.Out, "--- %s: %s (%s)\n", sc.name, status, r.Duration.Round(100*time.Millisecond))
+		out = append(out, r)
+	}
+	return out, ctx.Err()
+}
+
+// ScenarioNames lists the scenarios in the order they run.
+func ScenarioNames() []string {
+	var out []string
+	for _, s := range scenarios {
+		out = append(out, s.name)
+	}
+	return out
+}
+
+func runScenario(parent context.Context, cfg Config, sc scenario, seedValue uint64) (res Result) {
+	started := time.Now()
+	res = Result{Scenario: sc.name, About: sc.about}
+	defer func() { res.Duration = time.Since(started) }()
+	ctx, cancel := context.WithTimeout(parent, cfg.ScenarioTimeout)
+	defer cancel()
+	base := runtime.NumGoroutine()
+	logf := func(format string, a ...any) { fmt.Fprintf(cfg.Out, "    "+format+"\n", a...) }
+
+	e, err := newEnv(ctx, cfg, sc.name, seedValue, logf)
+	if err != nil {
+		res.Err = fmt.Errorf("set up: %w", err)
+		return res
+	}
+	closed := false
+	closeEnv := func() {
+		if !closed {
+			closed = true
+			e.close()
+		}
+	}
+	defer closeEnv()
+	fail := func(err error) Result {
+		res.Err = err
+		res.Restarts, res.PeakRSS = e.restarts, e.peakRSS()
+		return res
+	}
+
+	var extra []Loc
+	var present []string
+	if sc.setup != nil {
+		if extra, present, err = sc.setup(ctx, e); err != nil {
+			return fail(fmt.Errorf("set up: %w", err))
+		}
+	}
+	if err := e.snapshot(ctx); err != nil {
+		return fail(err)
+	}
+	notes, expect, err := sc.run(ctx, e)
+	res.Notes = notes
+	if err != nil {
+		return fail(err)
+	}
+	ck, err := e.checkpoint(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("read checkpoint after the fault: %w", err))
+	}
+	if expect == nil {
+		x := Expect{Before: e.before, Locs: append(FromManifest(e.manifest), extra...), Present: present}
+		expect = &x
+	}
+	rounds, rep, err := converge(ctx, e, *expect, ck.Round)
+	res.Rounds, res.Report = rounds, rep
+	if err != nil {
+		return fail(err)
+	}
+	if n, err := e.goroutines(ctx); err != nil {
+		return fail(err)
+	} else {
+		res.Goroutines = n
+	}
+	if err := e.stopAll(); err != nil {
+		return fail(fmt.Errorf("graceful stop: %w", err))
+	}
+	res.Restarts, res.PeakRSS = e.restarts, e.peakRSS()
+	closeEnv()
+
+	var errs []error
+	if res.PeakRSS > cfg.RSSLimit {
+		errs = append(errs, fmt.Errorf("peak RSS %d MiB above the limit of %d MiB", res.PeakRSS>>20, cfg.RSSLimit>>20))
+	}
+	if res.Goroutines > cfg.GoroutineLimit {
+		errs = append(errs, fmt.Errorf("%d goroutines in a stage process, above the limit of %d", res.Goroutines, cfg.GoroutineLimit))
+	}
+	// The driver's own goroutines (NATS server, clients, writer) must wind down.
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base+driverGoroutineSlack && time.Now().Before(deadline) {
+		time.Sleep(pollPeriod) // goroutines exit on their own schedule; nothing to await
+	}
+	res.DriverLeak = max(runtime.NumGoroutine()-base, 0)
+	if runtime.NumGoroutine() > base+driverGoroutineSlack {
+		errs = append(errs, fmt.Errorf("%d goroutines left in the driver after the scenario", res.DriverLeak))
+	}
+	res.Err = errors.Join(errs...)
+	return res
+}
+
+// converge waits, round by round after the fault ended (during round r0), until Redis and
+// the files are exactly as expected, at most two rounds: every garbage location must be gone
+// within two rounds after the fault.
+func converge(ctx context.Context, e *env, x Expect, r0 uint64) (int, Report, error) {
+	const maxRounds = 2
+	var rep Report
+	for k := uint64(0); k <= maxRounds; k++ {
+		n := r0 + k
+		if err := e.waitFor(ctx, fmt.Sprintf("the end of round %d", n), func() bool {
+			ck, err := e.checkpoint(ctx)
+			return err == nil && (ck.Round > n || ck.Round == n && !ck.InRound)
+		}); err != nil {
+			return int(k), rep, err
+		}
+		if err := e.waitFor(ctx, "the consumers to drain", func() bool { return e.drained(ctx) }); err != nil {
+			return int(k), rep, err
+		}
+		var err error
+		if rep, err = x.Check(ctx, e.redis.Client()); err != nil {
+			return int(k), rep, err
+		}
+		if rep.OK() {
+			return int(k), rep, nil
+		}
+		e.logf("after round %d: %d mismatches, e.g. %s", n, rep.Mismatches, first(rep.Problems))
+	}
+	return maxRounds, rep, fmt.Errorf("%w: not as expected %d rounds after the fault: %s", errViolation, maxRounds,
+		strings.Join(rep.Problems, "; "))
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
