@@ -63,3 +63,11 @@ demo:
 
 clean:
 	rm -rf bin
+
+# The fault suite: the stage binaries as separate processes under kill -9, Redis and NATS
+# restarts and outages, a scanner failover, a concurrent KVCM-like writer and clock skew,
+# checked against DESIGN §8 after each scenario. Prints a table of scenarios and outcomes
+# with its seed; FAULTS_FLAGS="-seed N" reproduces a run (-h lists the other flags).
+.PHONY: faults
+faults:
+	$(GO) run ./faults/cmd/faults $(FAULTS_FLAGS)

@@ -313,7 +313,7 @@ func clockSkewSetup(ctx context.Context, e *env) ([]Loc, []string, error) {
 		}
 		e.keys++
 		for j, l := range b.locs {
-			id := l[1:strings.IndexByte(l[1:], '"')+1]
+			id := l[1 : strings.IndexByte(l[1:], '"')+1]
 			out = append(out, Loc{Key: k, ID: id, Fate: b.fate[j]})
 		}
 	}

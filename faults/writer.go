@@ -35,13 +35,13 @@ type writer struct {
 	e   *env
 	rdb redis.UniversalClient
 
-	mu      sync.Mutex
-	rng     *rand.Rand
-	keys    []string                   // blocks to write to
-	live    map[string]map[string][]byte // locations the writer made live, by key: their bytes
-	touched map[string]bool            // keys whose __lru_time__ the writer rewrote
+	mu                            sync.Mutex
+	rng                           *rand.Rand
+	keys                          []string                     // blocks to write to
+	live                          map[string]map[string][]byte // locations the writer made live, by key: their bytes
+	touched                       map[string]bool              // keys whose __lru_time__ the writer rewrote
 	finished, added, raced, tries int
-	errs    []error
+	errs                          []error
 }
 
 func newWriter(e *env, seedValue uint64) *writer {

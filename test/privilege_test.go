@@ -806,3 +806,38 @@ func metricLabeled(t *testing.T, reg *prometheus.Registry, name string, want map
 	}
 	return sum
 }
+
+// TestNATSServerConfig loads the shipped server configuration snippet as nats-server would,
+// checks it grants exactly the permissions of permissions.json rendered for its deployment,
+// and serves a stage with it.
+func TestNATSServerConfig(t *testing.T) {
+	passwords := map[string]string{userAdmin: "admin-pw", userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw"}
+	for user, pw := range passwords {
+		t.Setenv("KVCMGC_"+strings.ToUpper(strings.TrimPrefix(user, "kvcm-gc-"))+"_NATS_PASSWORD", pw)
+	}
+	opts, err := server.ProcessConfigFile("../deploy/nats-permissions/kvcm-gc.conf")
+	require.NoError(t, err)
+	// The deployment of deploy/kubernetes: subject_prefix kvcmgc, cluster kvcm-prod.
+	names, err := subjects.NewNames("kvcmgc", "kvcm-prod")
+	require.NoError(t, err)
+	want := map[string]natsembed.User{}
+	for _, u := range loadNATSUsers(t, names, passwords) {
+		want[u.Name] = u
+	}
+	require.Len(t, opts.Users, len(want))
+	for _, u := range opts.Users {
+		w, ok := want[u.Username]
+		require.True(t, ok, u.Username)
+		require.Equal(t, w.Password, u.Password, "%s: password from the environment", u.Username)
+		require.Equal(t, "KVCMGC", u.Account.Name)
+		require.Equal(t, w.Publish.Allow, u.Permissions.Publish.Allow, "%s publish", u.Username)
+		require.Equal(t, w.Subscribe.Allow, u.Permissions.Subscribe.Allow, "%s subscribe", u.Username)
+		require.Empty(t, u.Permissions.Publish.Deny)
+	}
+	s := startNATSWith(t, func(o *server.Options) {
+		*o = *opts
+		o.JetStream, o.StoreDir, o.Host, o.Port, o.NoSigs, o.NoLog = true, t.TempDir(), "127.0.0.1", -1, true, true
+	})
+	checkStageAuth(t, s.ClientURL(), config.NATSConfig{User: userAdmin, Password: passwords[userAdmin]},
+		config.NATSConfig{User: userScanner, Password: passwords[userScanner]}, names)
+}
