@@ -326,8 +326,13 @@ func TestLeastPrivilege(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, string(marked), string(got))
+		// An emptied script cache (a restarted server): EVALSHA answers NOSCRIPT and the store
+		// falls back to EVAL, also allowed.
+		require.NoError(t, l.redis.Client().ScriptFlush(ctx).Err())
+		evals := l.redis.CommandStats(t)["eval"]
 		require.NoError(t, st.CAD(ctx, "inst1", key, marked, nil))
 		require.Zero(t, l.redis.Client().Exists(ctx, kvcm.BlockKey("inst1", key)).Val())
+		require.Equal(t, evals+1, l.redis.CommandStats(t)["eval"], "the CAD ran through EVAL")
 	})
 
 	t.Run("nats stages are refused outside their permissions", func(t *testing.T) {
