@@ -90,7 +90,10 @@ type Loc struct {
 // Expect is what Redis and the files must look like after collection: Before minus the
 // locations that must go (and those of Either that went), byte for byte.
 type Expect struct {
-	Before  Snapshot
+	Before Snapshot
+	// Orig, when set, is the state collection started from (Before may be later, after a
+	// writer): a location DELETING now that was not DELETING there is stranded.
+	Orig    Snapshot
 	Pattern string // of the keys compared ("*" when empty)
 	Locs    []Loc
 	// Present lists files that must exist whatever happens (e.g. outside every storage root).
@@ -190,7 +193,11 @@ func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient) (Report, e
 			}
 		}
 		if exists && got.Type == "hash" {
-			r.Stranded += stranded(b.Fields["__uri__"], got.Fields["__uri__"])
+			orig := b
+			if x.Orig != nil {
+				orig = x.Orig[k]
+			}
+			r.Stranded += stranded(orig.Fields["__uri__"], got.Fields["__uri__"])
 		}
 	}
 	for k := range after {

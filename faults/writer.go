@@ -21,32 +21,33 @@ import (
 // writerPeriod is the pause between two writes of the writer's own (a write rate, not a wait).
 const writerPeriod = 15 * time.Millisecond
 
-// writer plays KVCM writing the blocks kvcm-gc collects: it finishes writes (WRITING →
-// SERVING, unconditionally on the bytes, with a fresh __lru_time__, as KVCM's FinishWrite)
-// and adds WRITING locations. Besides writes at random, it reacts to every candidate event:
-// the prober has just judged that location and the deleter has not yet marked it, so those
-// writes land between probe and CAS.
+// writer plays KVCM writing the blocks kvcm-gc collects: it finishes writes as KVCM's
+// FinishWriteCache does (SERVING whatever the status, no compare, a fresh __lru_time__) and
+// adds WRITING locations. It finishes the locations that were WRITING when collection started
+// and the ones it added itself. Besides writes at random, it reacts to every candidate event:
+// the prober has just judged that location, so those writes land between probe and CAS, or
+// after the CAS, on a location kvcm-gc already marked DELETING.
 //
 // KVCM's own read-modify-write is not atomic towards other writers; the writer uses WATCH
-// and MULTI so that each of its writes is one step the outcome can be checked against. A
-// write that would need a WRITING location finds none (kvcm-gc marked it DELETING first)
-// gives up, as KVCM's status check would.
+// and MULTI so that each of its writes is one step the outcome can be checked against.
 type writer struct {
 	e   *env
 	rdb redis.UniversalClient
 
-	mu                            sync.Mutex
-	rng                           *rand.Rand
-	keys                          []string                     // blocks to write to
-	live                          map[string]map[string][]byte // locations the writer made live, by key: their bytes
-	touched                       map[string]bool              // keys whose __lru_time__ the writer rewrote
+	mu      sync.Mutex
+	rng     *rand.Rand
+	keys    []string                     // blocks to write to
+	live    map[string]map[string][]byte // locations the writer made live, by key: their bytes
+	touched map[string]bool              // keys whose __lru_time__ the writer rewrote
+	// overMark: locations the writer finished after kvcm-gc had marked them DELETING.
+	overMark                      map[string]map[string]bool
 	finished, added, raced, tries int
 	errs                          []error
 }
 
 func newWriter(e *env, seedValue uint64) *writer {
 	w := &writer{e: e, rdb: e.redis.Client(), rng: rand.New(rand.NewPCG(seedValue, ^seedValue)),
-		live: map[string]map[string][]byte{}, touched: map[string]bool{}}
+		live: map[string]map[string][]byte{}, touched: map[string]bool{}, overMark: map[string]map[string]bool{}}
 	seen := map[string]bool{}
 	for _, l := range e.manifest.Locations {
 		k := kvcm.BlockKey(l.Instance, l.Key)
@@ -108,48 +109,69 @@ func (w *writer) run(ctx context.Context) error {
 	}
 }
 
-// finish moves location id of key (any WRITING one when id is "") to SERVING.
+// finish sets location id of key (when id is "", the first location of the block that a
+// write session owns and that is not SERVING) to SERVING, whatever its status.
 func (w *writer) finish(ctx context.Context, key, id string) bool {
-	return w.update(ctx, key, func(blk *kvcm.Block) ([]byte, string, error) {
+	return w.update(ctx, key, func(blk *kvcm.Block) ([]byte, string, bool, error) {
 		var l *kvcm.Location
 		if id != "" {
 			l, _ = blk.Find(id)
 		} else {
 			for i := range blk.Locations {
-				if blk.Locations[i].Err == nil && blk.Locations[i].Status == kvcm.StatusWriting {
-					l = &blk.Locations[i]
+				c := &blk.Locations[i]
+				if c.Err == nil && c.Status != kvcm.StatusServing && w.owned(key, c.ID) {
+					l = c
 					break
 				}
 			}
 		}
-		if l == nil || l.Err != nil || l.Status != kvcm.StatusWriting {
-			return nil, "", nil
+		if l == nil || l.Err != nil || l.Status == kvcm.StatusServing || !w.owned(key, l.ID) {
+			return nil, "", false, nil
 		}
 		next, err := blk.WithStatus(l.ID, kvcm.StatusServing)
-		return next, l.ID, err
+		return next, l.ID, l.Status == kvcm.StatusDeleting, err
 	}, func() { w.finished++ })
+}
+
+// owned reports whether a write session owns location id of key: it was WRITING when
+// collection started, or the writer added it.
+func (w *writer) owned(key, id string) bool {
+	w.mu.Lock()
+	_, added := w.live[key][id]
+	w.mu.Unlock()
+	if added {
+		return true
+	}
+	blk, err := kvcm.DecodeBlock([]byte(w.e.before[key].Fields["__uri__"]))
+	if err != nil {
+		return false
+	}
+	l, ok := blk.Find(id)
+	return ok && l.Err == nil && l.Status == kvcm.StatusWriting
 }
 
 // add puts a new WRITING location in front of key's locations.
 func (w *writer) add(ctx context.Context, key string) bool {
-	return w.update(ctx, key, func(blk *kvcm.Block) ([]byte, string, error) {
+	return w.update(ctx, key, func(blk *kvcm.Block) ([]byte, string, bool, error) {
 		w.mu.Lock()
 		id := "w" + strconv.FormatUint(w.rng.Uint64()%(36*36*36*36*36*36), 36)
 		w.mu.Unlock()
 		if _, taken := blk.Find(id); taken {
-			return nil, "", nil
+			return nil, "", false, nil
 		}
 		loc := fmt.Sprintf(`%q:{"id":%q,"status":2,"type":4,"spec_size":0,"location_specs":[]}`, id, id)
 		next := slices.Concat([]byte("{"+loc+","), blk.Raw[1:])
-		return next, id, nil
+		return next, id, false, nil
 	}, func() { w.added++ })
 }
 
 // update applies change to key's __uri__ atomically and writes a fresh __lru_time__. change
-// returns nil bytes to write nothing.
-func (w *writer) update(ctx context.Context, key string, change func(*kvcm.Block) ([]byte, string, error), count func()) bool {
+// returns the new bytes (nil: write nothing), the location it made live, and whether that
+// location was DELETING.
+func (w *writer) update(ctx context.Context, key string, change func(*kvcm.Block) ([]byte, string, bool, error), count func()) bool {
 	var made string
 	var wrote []byte
+	var wasDeleting bool
 	err := w.rdb.Watch(ctx, func(tx *redis.Tx) error {
 		cur, err := tx.HGet(ctx, key, "__uri__").Bytes()
 		if errors.Is(err, redis.Nil) {
@@ -162,7 +184,7 @@ func (w *writer) update(ctx context.Context, key string, change func(*kvcm.Block
 		if err != nil || len(blk.Locations) == 0 {
 			return nil
 		}
-		next, id, err := change(blk)
+		next, id, deleting, err := change(blk)
 		if err != nil || next == nil {
 			return err
 		}
@@ -171,7 +193,7 @@ func (w *writer) update(ctx context.Context, key string, change func(*kvcm.Block
 			return nil
 		})
 		if err == nil {
-			made, wrote = id, next
+			made, wrote, wasDeleting = id, next, deleting
 		}
 		return err
 	}, key)
@@ -200,6 +222,12 @@ func (w *writer) update(ctx context.Context, key string, change func(*kvcm.Block
 	}
 	w.live[key][made] = l.Raw
 	w.touched[key] = true
+	if wasDeleting {
+		if w.overMark[key] == nil {
+			w.overMark[key] = map[string]bool{}
+		}
+		w.overMark[key][made] = true
+	}
 	count()
 	return true
 }
@@ -238,6 +266,11 @@ func (w *writer) expect(ctx context.Context) (Expect, error) {
 			}
 			wrote, made := w.live[k][id]
 			switch {
+			case made && w.overMark[k][id] && !shared:
+				// Finished after kvcm-gc's CAS: its data is gone (deleted before the CAD, which
+				// then found the location changed), so the next round finds it storage-missing;
+				// unless a redelivery of the request saw it SERVING first and left the data.
+				loc.Fate = Either
 			case made || !l.Garbage:
 				loc.Fate = Keep
 			case cur != nil && cur.Status == kvcm.StatusWriting && !cur.HasCreateTime && w.touched[k]:
@@ -276,13 +309,18 @@ func (w *writer) expect(ctx context.Context) (Expect, error) {
 			locs = append(locs, Loc{Key: k, ID: id, Fate: Keep})
 		}
 	}
-	return Expect{Before: now, Locs: locs}, nil
+	return Expect{Before: now, Orig: w.e.before, Locs: locs}, nil
 }
 
 func (w *writer) summary() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return fmt.Sprintf("writer: %d finished, %d added (%d right after a probe)", w.finished, w.added, w.raced)
+	over := 0
+	for _, ids := range w.overMark {
+		over += len(ids)
+	}
+	return fmt.Sprintf("writer: %d finished (%d after kvcm-gc marked them DELETING), %d added; %d right after a probe",
+		w.finished, over, w.added, w.raced)
 }
 
 func (w *writer) err() error {
