@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -315,12 +316,24 @@ func (w *writer) expect(ctx context.Context) (Expect, error) {
 func (w *writer) summary() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	over := 0
-	for _, ids := range w.overMark {
-		over += len(ids)
+	over, lost := 0, 0
+	files := map[string][]string{}
+	for _, l := range w.e.manifest.Locations {
+		files[kvcm.BlockKey(l.Instance, l.Key)+"/"+l.Location] = l.Files
 	}
-	return fmt.Sprintf("writer: %d finished (%d after kvcm-gc marked them DELETING), %d added; %d right after a probe",
-		w.finished, over, w.added, w.raced)
+	for k, ids := range w.overMark {
+		for id := range ids {
+			over++
+			for _, f := range files[k+"/"+id] {
+				if _, err := os.Lstat(f); err != nil {
+					lost++ // finished by the writer, its data removed by kvcm-gc after the mark
+					break
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("writer: %d finished (%d after kvcm-gc marked them DELETING, %d of those without their data), %d added; %d right after a probe",
+		w.finished, over, lost, w.added, w.raced)
 }
 
 func (w *writer) err() error {
