@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,6 +105,7 @@ type Harness struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	seq      int
+	redisPid int
 }
 
 // Machine describes where a run happened.
@@ -318,6 +320,13 @@ func (h *Harness) start(ctx context.Context) error {
 	if h.redis, err = testenv.StartRedisServer(); err != nil {
 		return err
 	}
+	if info, err := h.redis.Client().Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+				h.redisPid, _ = strconv.Atoi(v)
+			}
+		}
+	}
 	var nerr error
 	h.nats, h.natsURL, nerr = startNATS(h.cfg.Self, filepath.Join(h.workDir, "jetstream"), filepath.Join(h.logDir, "nats.log"))
 	if nerr != nil {
@@ -329,7 +338,6 @@ func (h *Harness) start(ctx context.Context) error {
 	if h.js, err = jetstream.New(h.nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	_ = ctx
 	return nil
 }
 

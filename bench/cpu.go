@@ -20,10 +20,11 @@ type CPUShare struct {
 	Busy time.Duration
 	// Redis, NATS, Stages and Harness are those processes' CPU time.
 	Redis, NATS, Stages, Harness time.Duration
+	// StagesWait and RedisWait are the time those processes' threads were ready to run but
+	// waited for a core (schedstat run delay): how much the machine's other load held them
+	// back. Busy cannot say it: it is sampled at clock ticks and misses short bursts.
+	StagesWait, RedisWait time.Duration
 }
-
-// Other is the busy time of everything else (the kernel's own threads, other processes).
-func (c CPUShare) Other() time.Duration { return c.Busy - c.Redis - c.NATS - c.Stages - c.Harness }
 
 // Cores is the average number of busy cores.
 func (c CPUShare) Cores() float64 {
@@ -37,11 +38,15 @@ type cpuSample struct {
 	at                      time.Time
 	busy                    time.Duration
 	redis, nats, proc, self time.Duration
+	procWait, redisWait     time.Duration
 }
 
 // cpuNow reads the counters; pids are the stage processes of interest.
 func (h *Harness) cpuNow(ctx context.Context, pids ...int) cpuSample {
 	s := cpuSample{at: time.Now(), busy: machineBusy(), self: procCPU(os.Getpid())}
+	if h.redisPid > 0 {
+		s.redisWait = runDelay(h.redisPid)
+	}
 	if info, err := h.redis.Client().Info(ctx, "cpu").Result(); err == nil {
 		for _, line := range strings.Split(info, "\r\n") {
 			k, v, ok := strings.Cut(line, ":")
@@ -57,6 +62,7 @@ func (h *Harness) cpuNow(ctx context.Context, pids ...int) cpuSample {
 	}
 	for _, pid := range pids {
 		s.proc += procCPU(pid)
+		s.procWait += runDelay(pid)
 	}
 	return s
 }
@@ -65,7 +71,7 @@ func (h *Harness) cpuNow(ctx context.Context, pids ...int) cpuSample {
 func (h *Harness) cpuSince(ctx context.Context, s cpuSample, pids ...int) CPUShare {
 	e := h.cpuNow(ctx, pids...)
 	return CPUShare{Wall: e.at.Sub(s.at), Busy: e.busy - s.busy, Redis: e.redis - s.redis, NATS: e.nats - s.nats,
-		Stages: e.proc - s.proc, Harness: e.self - s.self}
+		Stages: e.proc - s.proc, Harness: e.self - s.self, StagesWait: e.procWait - s.procWait, RedisWait: e.redisWait - s.redisWait}
 }
 
 // machineBusy is the non-idle time of all CPUs since boot.
@@ -112,4 +118,25 @@ func procCPU(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * clockTick
+}
+
+// runDelay is the time a process's threads have spent runnable but waiting for a core
+// (the second field of each /proc/<pid>/task/<tid>/schedstat, in nanoseconds).
+func runDelay(pid int) time.Duration {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var d time.Duration
+	for _, t := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(data)); len(f) >= 2 {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			d += time.Duration(n)
+		}
+	}
+	return d
 }

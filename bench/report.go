@@ -154,7 +154,7 @@ func Report(r *Results) string {
 			continue
 		}
 		w("### Each stage alone, %s keyspace (%s blocks)\n\n", a.Keyspace, num(float64(a.Blocks)))
-		w("| stage | work | time | rate | stage CPU | per 1k items | Redis CPU | NATS CPU | harness CPU | other CPU | busy cores | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| stage | work | time | rate | stage CPU | per 1k items | Redis CPU | NATS CPU | stage waited for a core | Redis waited | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range []StageRun{a.Scanner, a.Prober, a.Deleter} {
 			if s.Stage == "" {
 				continue
@@ -163,10 +163,10 @@ func Report(r *Results) string {
 			if s.Items > 0 {
 				per = (s.CPU.Stages * 1000 / time.Duration(s.Items)).Round(time.Microsecond).String()
 			}
-			w("| %s | %s %s | %s | %s/s | %s | %s | %s | %s | %s | %s | %.2f of %d | %s |\n", s.Stage, num(float64(s.Items)), unit(s.Stage),
+			w("| %s | %s %s | %s | %s/s | %s | %s | %s | %s | %s | %s | %s |\n", s.Stage, num(float64(s.Items)), unit(s.Stage),
 				s.Dur.Round(time.Millisecond), num(s.Rate()), s.CPU.Stages.Round(10*time.Millisecond), per,
-				s.CPU.Redis.Round(10*time.Millisecond), s.CPU.NATS.Round(10*time.Millisecond), s.CPU.Harness.Round(10*time.Millisecond),
-				s.CPU.Other().Round(10*time.Millisecond), s.CPU.Cores(), m.Cores, mb(s.Usage.PeakRSS))
+				s.CPU.Redis.Round(10*time.Millisecond), s.CPU.NATS.Round(10*time.Millisecond),
+				s.CPU.StagesWait.Round(10*time.Millisecond), s.CPU.RedisWait.Round(10*time.Millisecond), mb(s.Usage.PeakRSS))
 		}
 		if a.ScanPages > 0 {
 			w("\nThe scanner read %s pages (%.0f keys per page) and stored %s of batches in JetStream.\n",
@@ -178,8 +178,10 @@ func Report(r *Results) string {
 	if e := r.E2E; e != nil && len(e.Runs) > 0 {
 		w("### End to end, main keyspace\n\n%.1f s from starting the three stage processes until the round was over and both consumers drained; %s locations deleted.\n\n",
 			e.Dur.Seconds(), num(float64(e.Deleted)))
-		w("Meanwhile the machine had %.2f of %d cores busy: the stages used %s of CPU, Redis %s, NATS %s.\n\n",
-			e.CPU.Cores(), m.Cores, e.CPU.Stages.Round(10*time.Millisecond), e.CPU.Redis.Round(10*time.Millisecond), e.CPU.NATS.Round(10*time.Millisecond))
+		w("Meanwhile the stages used %s of CPU, Redis %s, NATS %s (%.2f cores on average, of %d); the stages waited %s for a core, Redis %s.\n\n",
+			e.CPU.Stages.Round(10*time.Millisecond), e.CPU.Redis.Round(10*time.Millisecond), e.CPU.NATS.Round(10*time.Millisecond),
+			(e.CPU.Stages+e.CPU.Redis+e.CPU.NATS).Seconds()/e.Dur.Seconds(), m.Cores,
+			e.CPU.StagesWait.Round(10*time.Millisecond), e.CPU.RedisWait.Round(10*time.Millisecond))
 		w("| stage process | CPU | peak RSS |\n|---|---|---|\n")
 		for _, s := range e.Runs {
 			w("| %s | %s | %s |\n", s.Stage, s.Usage.CPU.Round(time.Millisecond), mb(s.Usage.PeakRSS))
@@ -190,10 +192,10 @@ func Report(r *Results) string {
 	if len(r.Serving) > 0 {
 		w("### Serving impact\n\nHMGET of random blocks at %d/s from 16 clients, %s per window, windows alternated; kvcm-gc in dry-run so every window sees the same keyspace. The summary compares each window with the kvcm-gc-off window just before it and takes the median over the repetitions.\n\n",
 			c.ServingRate, c.ServingWindow)
-		w("| window | kvcm-gc | requests | p50 | p99 | p99.9 | max | late | keys scanned by kvcm-gc | Redis CPU | busy cores |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| window | kvcm-gc | requests | p50 | p99 | p99.9 | max | late | keys scanned by kvcm-gc | Redis CPU | Redis waited for a core |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for i, l := range r.Serving {
-			w("| %d | %s | %s | %s | %s | %s | %s | %d | %s | %.0f%% | %.2f |\n", i+1, l.Mode, num(float64(l.N)), us(l.P50), us(l.P99), us(l.P999), us(l.Max),
-				l.Late, num(float64(l.GCKeys)), 100*l.CPU.Redis.Seconds()/max(l.CPU.Wall.Seconds(), 1e-9), l.CPU.Cores())
+			w("| %d | %s | %s | %s | %s | %s | %s | %d | %s | %.0f%% | %s |\n", i+1, l.Mode, num(float64(l.N)), us(l.P50), us(l.P99), us(l.P999), us(l.Max),
+				l.Late, num(float64(l.GCKeys)), 100*l.CPU.Redis.Seconds()/max(l.CPU.Wall.Seconds(), 1e-9), l.CPU.RedisWait.Round(time.Millisecond))
 		}
 		w("\n")
 	}

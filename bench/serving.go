@@ -120,7 +120,7 @@ func (h *Harness) serving(ctx context.Context, k *Keyspace, unpaced stage.Profil
 				return out, err
 			}
 			h.log.Info("serving window", "mode", mode, "rep", rep, "p50", l.P50, "p99", l.P99, "gc_keys", l.GCKeys,
-				"busy", l.CPU.Busy, "redis", l.CPU.Redis, "nats", l.CPU.NATS, "stages", l.CPU.Stages, "harness", l.CPU.Harness, "other", l.CPU.Other())
+				"redis_cpu", l.CPU.Redis, "redis_wait", l.CPU.RedisWait, "stages_cpu", l.CPU.Stages, "harness_cpu", l.CPU.Harness)
 			out = append(out, l)
 		}
 	}
