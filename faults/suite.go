@@ -205,11 +205,11 @@ func runScenario(parent context.Context, cfg Config, sc scenario, seedValue uint
 	if err != nil {
 		return fail(err)
 	}
-	if n, err := e.goroutines(ctx); err != nil {
+	n, err := e.goroutines(ctx)
+	if err != nil {
 		return fail(err)
-	} else {
-		res.Goroutines = n
 	}
+	res.Goroutines = n
 	if err := e.stopAll(); err != nil {
 		return fail(fmt.Errorf("graceful stop: %w", err))
 	}

@@ -167,10 +167,9 @@ func runStageProcess(t *testing.T, nc config.NATSConfig, url string, o app.Optio
 // server serving TLS only.
 type lpEnv struct {
 	*env
-	nats     *testenv.NATS
-	redisPW  map[string]string
-	natsPW   map[string]string
-	adminURL string
+	nats    *testenv.NATS
+	redisPW map[string]string
+	natsPW  map[string]string
 }
 
 func newLeastPrivilegeEnv(t *testing.T) *lpEnv {
