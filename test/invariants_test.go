@@ -163,6 +163,16 @@ func TestInvariant1ChangedAfterProbeSurvives(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(got), newLoc, "the location added after the probe survives byte for byte")
 	require.NotContains(t, string(got), grown.Location)
+	outcomes := map[string]int{}
+	for _, ev := range e.events() {
+		if ev.Kind == subjects.EventDelete {
+			outcomes[ev.Outcome+"/"+ev.Reason]++
+			if ev.Location == flipped.Location && *ev.Key == flipped.Key {
+				require.Equal(t, subjects.OutcomeNoopMismatch, ev.Outcome)
+			}
+		}
+	}
+	t.Logf("delete outcomes by outcome/reason: %v", outcomes)
 }
 
 // racingStore lets a KVCM-like writer change the block between the deleter's read (step 1)

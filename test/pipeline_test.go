@@ -69,8 +69,9 @@ func TestFullRound(t *testing.T) {
 		want[fmt.Sprintf("%s/%d/%s", l.Instance, l.Key, l.Location)] = true
 	}
 	require.Equal(t, want, deleted)
-	t.Logf("instances=%d keys_scanned=%.0f bad_keys=%d candidates=%v delete_outcomes=%v garbage=%d live=%d live_files=%d elapsed=%s",
-		len(instances), scanned, len(m.BadKeys), byReason, byOutcome, r.GarbageLocations, r.LiveLocations, r.LiveFiles, elapsed.Round(time.Millisecond))
+	t.Logf("instances=%d keys_scanned=%.0f bad_keys=%d candidates=%v delete_outcomes=%v prober_kept=%v physical_skips=%v garbage=%d live=%d live_files=%d elapsed=%s",
+		len(instances), scanned, len(m.BadKeys), byReason, byOutcome, metricByLabel(t, reg, "kvcm_gc_prober_skips_total", "reason"),
+		metricByLabel(t, reg, "kvcm_gc_physical_delete_skips_total", "reason"), r.GarbageLocations, r.LiveLocations, r.LiveFiles, elapsed.Round(time.Millisecond))
 	require.Equal(t, m.Counts[seed.KindOrphanWriting]+m.Counts[seed.KindSharedOrphan], byReason[subjects.ReasonOrphanWriting])
 	require.Equal(t, m.Counts[seed.KindMissingServing], byReason[subjects.ReasonStorageMissing])
 }
@@ -90,4 +91,25 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// metricByLabel returns a counter's non-zero values by one label.
+func metricByLabel(t *testing.T, reg *prometheus.Registry, name, label string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && m.GetCounter().GetValue() > 0 {
+					out[lp.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
