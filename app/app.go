@@ -106,7 +106,9 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	}
 	events := &pipeline.EventLog{JS: js, Names: names, DryRun: o.DryRun, Logger: log, Metrics: m}
 	pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: o.Meta, URIs: o.MetaURIs,
-		Store: redismeta.StoreOptions{DryRun: o.DryRun}, Logger: log})
+		// Only the deleter writes: a process without it opens every store refusing writes, so no
+		// other stage can write by mistake (and none tries to load the CAS scripts).
+		Store: redismeta.StoreOptions{DryRun: o.DryRun || !which.Deleter}, Logger: log})
 	defer pool.Close()
 
 	var registry *redismeta.RegistryReader

@@ -128,6 +128,20 @@ func (p Protocol) Wait(ctx context.Context) error {
 // success; shared files are never unlinked), then the CAD of our DELETING location.
 func (p Protocol) Finish(ctx context.Context, store meta.Store, storages storage.Set, instance string, m *Marked) (TargetResult, error) {
 	res, t := m.res, m.res.Target
+	// Re-read after the delay, as KVCM's own delete task does: if our DELETING mark is no
+	// longer there (KVCM finished the write anyway, or someone removed it), the data may be
+	// in use again and must not be unlinked.
+	_, _, l, outcome, err := p.read(ctx, store, instance, t)
+	if err != nil {
+		return res, err
+	}
+	if outcome != "" || !bytes.Equal(l.Raw, m.deleting) {
+		if outcome == "" {
+			outcome = subjects.OutcomeNoopMismatch
+		}
+		res.Outcome, res.Detail = outcome, "location changed after CAS; data left in place"
+		return res, nil
+	}
 	res.PhysicalSkips = map[string]int{}
 	for _, spec := range m.loc.Specs {
 		if reason := physicalDelete(ctx, storages, spec.URI); reason != "" {

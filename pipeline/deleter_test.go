@@ -198,3 +198,24 @@ func TestProtocolBoundedConflictRetries(t *testing.T) {
 	require.Equal(t, DefaultDeleterConfig().CASRetries, cs.calls, "retries are bounded")
 	require.Equal(t, `{"a":`+loc+`}`, f.get(2)["__uri__"])
 }
+
+// KVCM's FinishWrite sets SERVING unconditionally, also over our DELETING mark: the deleter
+// re-reads after its delay and leaves the data and the metadata alone.
+func TestProtocolFinishedOverOurMarkKeepsData(t *testing.T) {
+	f := newDeleterFixture(t, false)
+	p := f.file("fw")
+	loc := `{"id":"a","status":2,"type":4,"spec_size":1,"location_specs":[{"name":"tp0","uri":"file://nfs` + p + `?size=1"}]}`
+	f.put(1, `{"a":`+loc+`}`)
+	proto := Protocol{Config: DefaultDeleterConfig()}
+	m, _, err := proto.Mark(context.Background(), f.store, "i", target(1, "a", loc))
+	require.NoError(t, err)
+	require.NotNil(t, m)
+	serving, err := kvcm.LocationWithStatus([]byte(loc), kvcm.StatusServing)
+	require.NoError(t, err)
+	f.put(1, `{"a":`+string(serving)+`}`) // FinishWrite during delete_delay
+	res, err := proto.Finish(context.Background(), f.store, f.set, "i", m)
+	require.NoError(t, err)
+	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
+	require.FileExists(t, p)
+	require.Equal(t, `{"a":`+string(serving)+`}`, f.get(1)["__uri__"])
+}

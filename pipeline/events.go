@@ -48,8 +48,14 @@ func (l *EventLog) Emit(ctx context.Context, e subjects.Event) jetstream.PubAckF
 	return nil
 }
 
+// eventWait bounds Wait: a server that never acknowledges (a missing publish permission, a
+// stream gone) must not hang the stage; the audit gap is logged instead.
+const eventWait = 30 * time.Second
+
 // Wait waits for the futures Emit returned; it returns the first failure.
 func (l *EventLog) Wait(ctx context.Context, fs []jetstream.PubAckFuture) error {
+	ctx, cancel := context.WithTimeout(ctx, eventWait)
+	defer cancel()
 	var first error
 	for _, f := range fs {
 		if f == nil {
@@ -62,7 +68,7 @@ func (l *EventLog) Wait(ctx context.Context, fs []jetstream.PubAckFuture) error 
 				first = fmt.Errorf("store event: %w", err)
 			}
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("store events: %w", ctx.Err())
 		}
 	}
 	return first

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,11 +47,7 @@ const e2eCluster = "e2e"
 func e2eBuild(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
-	}
-	cmd := exec.Command(goBin, "build", "-o", dir+string(filepath.Separator),
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
 		"./cmd/scanner", "./cmd/prober", "./cmd/deleter", "./cmd/kvcm-gc")
 	cmd.Dir = ".."
 	out, err := cmd.CombinedOutput()
