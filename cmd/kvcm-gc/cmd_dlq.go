@@ -1,0 +1,3 @@
+package main
+
+func init() { register(opsCommand("dlq")) }
