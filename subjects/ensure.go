@@ -81,7 +81,27 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	default:
 		return fmt.Errorf("ensure stream %q: read info: %w", want.Name, err)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, want); err != nil {
+	if have == nil {
+		// Create, not create-or-update: when another process created the stream in the
+		// meantime, compare again rather than rewrite an identical config (a needless update
+		// also races the server's own consumer creation).
+		_, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, rerr := js.Stream(ctx, want.Name)
+			if rerr != nil {
+				return fmt.Errorf("ensure stream %q: read info: %w", want.Name, rerr)
+			}
+			cfg := st.CachedInfo().Config
+			if len(streamDiff(cfg, want)) == 0 {
+				return nil
+			}
+			have = &cfg
+			_, err = js.UpdateStream(ctx, want)
+		}
+	} else {
+		_, err = js.UpdateStream(ctx, want)
+	}
+	if err != nil {
 		ce := &ConflictError{Kind: "stream", Name: want.Name, Err: err}
 		if have != nil {
 			ce.Fields = streamDiff(*have, want)
