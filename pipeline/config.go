@@ -58,6 +58,8 @@ type DeleterConfig struct {
 	// AckWait must equal the consumer's AckWait: a delayed message is kept alive with
 	// InProgress at a third of it.
 	AckWait time.Duration
+	// Parallelism is how many blocks of one request are worked on at once. Default 16.
+	Parallelism int
 }
 
 // Defaults.
@@ -70,7 +72,7 @@ func DefaultProberConfig() ProberConfig {
 }
 
 func DefaultDeleterConfig() DeleterConfig {
-	return DeleterConfig{CASRetries: 3, AckWait: 60 * time.Second}
+	return DeleterConfig{CASRetries: 3, AckWait: 60 * time.Second, Parallelism: 16}
 }
 
 // Validate names the offending key (configuration names of DESIGN §9).
@@ -121,6 +123,9 @@ func (c DeleterConfig) Validate() error {
 	}
 	if c.AckWait <= 0 {
 		errs = append(errs, fmt.Errorf("deleter_ack_wait: must be > 0, got %s", c.AckWait))
+	}
+	if c.Parallelism < 1 {
+		errs = append(errs, fmt.Errorf("delete_parallelism: must be >= 1, got %d", c.Parallelism))
 	}
 	return errors.Join(errs...)
 }

@@ -130,8 +130,8 @@ func (p Protocol) Finish(ctx context.Context, store meta.Store, storages storage
 	res, t := m.res, m.res.Target
 	// Re-read after the delay, as KVCM's own delete task does: if our DELETING mark is no
 	// longer there (KVCM finished the write anyway, or someone removed it), the data may be
-	// in use again and must not be unlinked.
-	_, _, l, outcome, err := p.read(ctx, store, instance, t)
+	// in use again and must not be unlinked. The same read serves the first CAD attempt.
+	cur, blk, l, outcome, err := p.read(ctx, store, instance, t)
 	if err != nil {
 		return res, err
 	}
@@ -149,17 +149,18 @@ func (p Protocol) Finish(ctx context.Context, store meta.Store, storages storage
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		cur, blk, l, outcome, err := p.read(ctx, store, instance, t)
-		if err != nil {
-			return res, err
-		}
-		if outcome == subjects.OutcomeNoopGone {
-			break // someone else finished the job
-		}
-		if outcome != "" || !bytes.Equal(l.Raw, m.deleting) {
-			// Rewritten after our CAS (e.g. KVCM's unconditional FinishWrite): left as it is.
-			res.Outcome, res.Detail = subjects.OutcomeNoopMismatch, "location changed after CAS"
-			return res, nil
+		if attempt > 1 {
+			if cur, blk, l, outcome, err = p.read(ctx, store, instance, t); err != nil {
+				return res, err
+			}
+			if outcome == subjects.OutcomeNoopGone {
+				break // someone else finished the job
+			}
+			if outcome != "" || !bytes.Equal(l.Raw, m.deleting) {
+				// Rewritten after the unlink (e.g. KVCM's unconditional FinishWrite): left as it is.
+				res.Outcome, res.Detail = subjects.OutcomeNoopMismatch, "location changed after CAS"
+				return res, nil
+			}
 		}
 		next, empty, err := blk.Without(t.Location)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,36 +68,72 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 
 	proto := Protocol{Config: d.Config, KeepAlive: func() { _ = msg.InProgress() }}
 	d.Metrics.DeleteTargets.Add(float64(len(req.Targets)))
-	var results []TargetResult
-	var marked []*Marked
-	var errs []error
-	for _, t := range req.Targets {
+	// Targets on different blocks are independent: they run in parallel (bounded), which
+	// hides Redis round trips. Targets on one block run in order, so they do not conflict.
+	groups := map[int64][]int{}
+	var order []int64
+	for i, t := range req.Targets {
+		if _, ok := groups[t.Key]; !ok {
+			order = append(order, t.Key)
+		}
+		groups[t.Key] = append(groups[t.Key], i)
+	}
+	results := make([]TargetResult, len(req.Targets))
+	marked := make([]*Marked, len(req.Targets))
+	errs := make([]error, len(req.Targets))
+	forEachGroup := func(f func(i int)) {
+		sem := make(chan struct{}, max(d.Config.Parallelism, 1))
+		var wg sync.WaitGroup
+		for _, k := range order {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(idx []int) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				for _, i := range idx {
+					f(i)
+				}
+			}(groups[k])
+		}
+		wg.Wait()
+	}
+	forEachGroup(func(i int) {
+		t := req.Targets[i]
 		m, res, err := proto.Mark(ctx, store, req.Instance, t)
 		switch {
 		case err != nil:
-			errs = append(errs, err)
-			results = append(results, TargetResult{Target: t, Outcome: subjects.OutcomeError, Detail: err.Error()})
+			errs[i] = err
+			results[i] = TargetResult{Target: t, Outcome: subjects.OutcomeError, Detail: err.Error()}
 		case m != nil:
-			marked = append(marked, m)
+			marked[i] = m
 		default:
-			results = append(results, res)
+			results[i] = res
 		}
-	}
+	})
 	// One delete_delay per request, not per target.
-	if len(marked) > 0 {
+	anyMarked := slices.ContainsFunc(marked, func(m *Marked) bool { return m != nil })
+	if anyMarked {
 		if err := proto.Wait(ctx); err != nil {
 			errs = append(errs, err)
-			marked = nil // resumed from DELETING on the redelivery
+			for i, m := range marked {
+				if m != nil { // resumed from DELETING on the redelivery
+					results[i] = TargetResult{Target: m.res.Target, Outcome: subjects.OutcomeError, Detail: err.Error()}
+					marked[i] = nil
+				}
+			}
 		}
 	}
-	for _, m := range marked {
-		res, err := proto.Finish(ctx, store, set, req.Instance, m)
+	forEachGroup(func(i int) {
+		if marked[i] == nil {
+			return
+		}
+		res, err := proto.Finish(ctx, store, set, req.Instance, marked[i])
 		if err != nil {
-			errs = append(errs, err)
+			errs[i] = err
 			res.Outcome, res.Detail = subjects.OutcomeError, err.Error()
 		}
-		results = append(results, res)
-	}
+		results[i] = res
+	})
 
 	var fs []jetstream.PubAckFuture
 	for _, r := range results {
