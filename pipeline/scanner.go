@@ -114,7 +114,16 @@ type Scanner struct {
 	ckptRev  uint64
 	loaded   bool
 	snapshot []meta.Instance
+
+	// With a short scan_interval the pause and backlog reads would cost more round trips than
+	// the page itself; their answers are reused for at most controlRefresh.
+	pauseAt, backlogAt time.Time
+	pauseUntil         time.Time
+	backlogFull        bool
 }
+
+// controlRefresh bounds how stale a reused pause or backlog answer may be.
+const controlRefresh = 250 * time.Millisecond
 
 // Run ticks until ctx is done, then releases the lease.
 func (s *Scanner) Run(ctx context.Context) error {
@@ -202,6 +211,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 			return 0
 		}
 		s.ckpt, s.ckptRev, s.loaded, s.snapshot = c, rev, true, nil
+		s.pauseAt, s.backlogAt = time.Time{}, time.Time{}
 		if c.LastRoundEndUs > 0 {
 			// Alerts on "no round for too long" must survive a restart or a failover.
 			s.Metrics.LastRoundEnd.Set(float64(c.LastRoundEndUs) / 1e6)
@@ -209,11 +219,18 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		s.Logger.Info("leader", "round", c.Round, "in_round", c.InRound, "instance", c.Instance, "cursor", c.Cursor)
 	}
 	now := s.Now()
-	until, err := s.pausedUntil(ctx, now)
-	if err != nil {
-		s.Metrics.opError(StageScanner, "pause")
-		s.warn(ctx, "read scanner pause; tick skipped", "err", err)
-		return 0
+	if now.Sub(s.pauseAt) >= controlRefresh || now.Before(s.pauseAt) {
+		until, err := s.pausedUntil(ctx, now)
+		if err != nil {
+			s.Metrics.opError(StageScanner, "pause")
+			s.warn(ctx, "read scanner pause; tick skipped", "err", err)
+			return 0
+		}
+		s.pauseUntil, s.pauseAt = until, now
+	}
+	until := s.pauseUntil
+	if !until.IsZero() && !now.Before(until) {
+		until = time.Time{}
 	}
 	if !until.IsZero() {
 		s.Metrics.ScannerPaused.Set(1)
@@ -230,13 +247,16 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		return 0
 	}
 	if s.Backlog != nil {
-		p, d, err := s.Backlog(ctx)
-		if err != nil {
-			s.Metrics.opError(StageScanner, "backlog")
-			s.warn(ctx, "read consumer backlog", "err", err)
-			return 0 // fail closed: no scanning without knowing the backlog
+		if now.Sub(s.backlogAt) >= controlRefresh || now.Before(s.backlogAt) || s.backlogFull {
+			p, d, err := s.Backlog(ctx)
+			if err != nil {
+				s.Metrics.opError(StageScanner, "backlog")
+				s.warn(ctx, "read consumer backlog", "err", err)
+				return 0 // fail closed: no scanning without knowing the backlog
+			}
+			s.backlogFull, s.backlogAt = p > s.Config.HighWater || d > s.Config.HighWater, now
 		}
-		if p > s.Config.HighWater || d > s.Config.HighWater {
+		if s.backlogFull {
 			s.Metrics.BackpressureSkips.Inc()
 			return 0
 		}
