@@ -137,11 +137,11 @@ type Results struct {
 }
 
 func (c Config) wants(phase string) bool {
-	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
+	return (len(c.Phases) == 0 && phase != PhaseAB) || slices.Contains(c.Phases, phase)
 }
 
-// Run runs the benchmark and writes the report. A failing phase is recorded in the report and
-// the run goes on with the next one.
+// Run runs the benchmark; Report renders what it returns. A failing phase is recorded in the
+// results and the run goes on with the next one.
 func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	log := cfg.Logger
 	if log == nil {
