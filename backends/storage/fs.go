@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"slices"
@@ -175,11 +176,35 @@ func (b *fsBackend) MightExist(ctx context.Context, uris []kvcm.DataURI) ([]Resu
 			if root, err = os.OpenRoot(b.localDir); err != nil {
 				return nil, fmt.Errorf("probe %s: open storage root: %w", b.name, err)
 			}
+			// An empty root is what an unmounted file system looks like: every object would read
+			// as missing and every SERVING location would become a candidate. Refuse to judge.
+			if err := checkNotEmpty(root); err != nil {
+				return nil, fmt.Errorf("probe %s: %w", b.name, err)
+			}
 		}
 		_, err = root.Lstat(rel)
 		out[i] = probeResult(err)
 	}
 	return out, nil
+}
+
+// errEmptyRoot: the storage root holds nothing, which is how an unmounted share looks.
+var errEmptyRoot = errors.New("storage root is empty (not mounted?): every answer would be missing")
+
+func checkNotEmpty(root *os.Root) error {
+	d, err := root.Open(".")
+	if err != nil {
+		return fmt.Errorf("open storage root: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if len(names) == 0 {
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("list storage root: %w", err)
+		}
+		return errEmptyRoot
+	}
+	return nil
 }
 
 // probeResult turns an lstat error into an answer. Only ENOENT proves the object is gone.

@@ -362,6 +362,26 @@ func TestFSMissingRoot(t *testing.T) {
 	require.ErrorIs(t, b.Delete(ctx, u), os.ErrNotExist)
 }
 
+// TestFSEmptyRoot: an empty storage root (an unmounted share's mount point) makes the whole
+// probe fail: without it every SERVING location on the storage would read as missing.
+func TestFSEmptyRoot(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	cfg := kvcm.StorageConfig{Type: kvcm.TypeFile, Name: "nfs_01", RootPath: base + "/", KeyCountPerFile: 1}
+	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{DefaultProbe: storage.ProbeStat})
+	require.NoError(t, err)
+	b, _ := set.Lookup(cfg.Name)
+	u, err := kvcm.ParseDataURI("file://nfs_01" + base + "/inst/tp0/1?size=1")
+	require.NoError(t, err)
+	_, err = b.MightExist(ctx, []kvcm.DataURI{u})
+	require.ErrorContains(t, err, "storage root is empty")
+
+	require.NoError(t, os.WriteFile(filepath.Join(base, "other"), nil, 0o644)) // mounted: something is there
+	res, err := b.MightExist(ctx, []kvcm.DataURI{u})
+	require.NoError(t, err)
+	require.Equal(t, []storage.Result{storage.Missing}, res)
+}
+
 // BenchmarkStatProbe probes a full chunk of which half the objects exist.
 func BenchmarkStatProbe(b *testing.B) {
 	base := b.TempDir()
