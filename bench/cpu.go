@@ -24,6 +24,9 @@ type CPUShare struct {
 	// waited for a core (schedstat run delay): how much the machine's other load held them
 	// back. Busy cannot say it: it is sampled at clock ticks and misses short bursts.
 	StagesWait, RedisWait time.Duration
+	// HarnessWait is the same for the harness, whose clients measure the serving latency: a
+	// request that waits for a core in the client looks slow too.
+	HarnessWait time.Duration
 }
 
 // Cores is the average number of busy cores.
@@ -39,11 +42,12 @@ type cpuSample struct {
 	busy                    time.Duration
 	redis, nats, proc, self time.Duration
 	procWait, redisWait     time.Duration
+	selfWait                time.Duration
 }
 
 // cpuNow reads the counters; pids are the stage processes of interest.
 func (h *Harness) cpuNow(ctx context.Context, pids ...int) cpuSample {
-	s := cpuSample{at: time.Now(), busy: machineBusy(), self: procCPU(os.Getpid())}
+	s := cpuSample{at: time.Now(), busy: machineBusy(), self: procCPU(os.Getpid()), selfWait: runDelay(os.Getpid())}
 	if h.redisPid > 0 {
 		s.redisWait = runDelay(h.redisPid)
 	}
@@ -71,7 +75,8 @@ func (h *Harness) cpuNow(ctx context.Context, pids ...int) cpuSample {
 func (h *Harness) cpuSince(ctx context.Context, s cpuSample, pids ...int) CPUShare {
 	e := h.cpuNow(ctx, pids...)
 	return CPUShare{Wall: e.at.Sub(s.at), Busy: e.busy - s.busy, Redis: e.redis - s.redis, NATS: e.nats - s.nats,
-		Stages: e.proc - s.proc, Harness: e.self - s.self, StagesWait: e.procWait - s.procWait, RedisWait: e.redisWait - s.redisWait}
+		Stages: e.proc - s.proc, Harness: e.self - s.self, StagesWait: e.procWait - s.procWait, RedisWait: e.redisWait - s.redisWait,
+		HarnessWait: e.selfWait - s.selfWait}
 }
 
 // machineBusy is the non-idle time of all CPUs since boot.

@@ -198,10 +198,11 @@ func Report(r *Results) string {
 	if len(r.Serving) > 0 {
 		w("### Serving impact\n\nHMGET of random blocks at %d/s from 16 clients, %s per window, windows alternated; kvcm-gc in dry-run so every window sees the same keyspace. The summary compares each window with the kvcm-gc-off window just before it and takes the median over the repetitions.\n\n",
 			c.ServingRate, c.ServingWindow)
-		w("| window | kvcm-gc | requests | p50 | p99 | p99.9 | max | late | keys scanned by kvcm-gc | Redis CPU | Redis waited for a core |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| window | kvcm-gc | requests | p50 | p99 | p99.9 | max | late | keys scanned by kvcm-gc | Redis CPU | Redis waited for a core | clients waited for a core |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for i, l := range r.Serving {
-			w("| %d | %s | %s | %s | %s | %s | %s | %d | %s | %.0f%% | %s |\n", i+1, l.Mode, num(float64(l.N)), us(l.P50), us(l.P99), us(l.P999), us(l.Max),
-				l.Late, num(float64(l.GCKeys)), 100*l.CPU.Redis.Seconds()/max(l.CPU.Wall.Seconds(), 1e-9), l.CPU.RedisWait.Round(time.Millisecond))
+			w("| %d | %s | %s | %s | %s | %s | %s | %d | %s | %.0f%% | %s | %s |\n", i+1, l.Mode, num(float64(l.N)), us(l.P50), us(l.P99), us(l.P999), us(l.Max),
+				l.Late, num(float64(l.GCKeys)), 100*l.CPU.Redis.Seconds()/max(l.CPU.Wall.Seconds(), 1e-9), l.CPU.RedisWait.Round(time.Millisecond),
+				l.CPU.HarnessWait.Round(time.Millisecond))
 		}
 		w("\n")
 	}
