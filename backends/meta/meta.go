@@ -53,3 +53,38 @@ type Store interface {
 	// CAD is CAS whose empty next deletes the whole key (no location remains).
 	CAD(ctx context.Context, instanceID string, blockKey int64, expected, next []byte) error
 }
+
+// CondWrite is one conditional write of a batch: __uri__ of block BlockKey becomes Next only
+// if it is Expected byte for byte.
+type CondWrite struct {
+	BlockKey int64
+	Expected []byte
+	Next     []byte
+}
+
+// URIRead is one block's __uri__ read by a batch.
+type URIRead struct {
+	// URI is the raw __uri__; nil when the field or the key is absent, or the field is empty.
+	URI []byte
+	// Err is a failure about this block alone (for Redis, a server reply such as WRONGTYPE or a
+	// key-pattern NOPERM); URI is then nil and means nothing.
+	Err error
+}
+
+// BatchStore is a Store that also reads and writes many blocks of one instance in one round
+// trip. The deleter uses it when its store has it, and the single-block methods otherwise.
+// A batch is not atomic: every item is its own read or its own conditional write, exactly as
+// the single-block method would do it, and items are independent of one another.
+type BatchStore interface {
+	Store
+	// GetURIs reads __uri__ of every block (one entry per key, in order). A returned error
+	// means the batch as a whole got no answer (network, context); the reads are then unknown.
+	GetURIs(ctx context.Context, instanceID string, blockKeys []int64) ([]URIRead, error)
+	// CASMany is CAS for every write (one error per write, in order): nil, ErrConflict,
+	// ErrDryRun (a dry-run store sends nothing), or an error about that write alone. A
+	// returned error means the batch as a whole got no answer: each write may or may not
+	// have been applied, and the caller must read again before it relies on either.
+	CASMany(ctx context.Context, instanceID string, writes []CondWrite) ([]error, error)
+	// CADMany is CAD for every write, with CASMany's errors.
+	CADMany(ctx context.Context, instanceID string, writes []CondWrite) ([]error, error)
+}

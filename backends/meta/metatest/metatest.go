@@ -51,6 +51,9 @@ type Harness struct {
 	// ReadCommands lists the commands CommandCalls may show during a scan. Nil means the Redis
 	// set: scan, hmget, hget, ping, hello, auth, select, info and client subcommands.
 	ReadCommands []string
+	// FlushScripts, optional, empties the server's script cache (for Redis, SCRIPT FLUSH), as
+	// a restart does: the batch writes must still work afterwards.
+	FlushScripts func(t *testing.T)
 }
 
 var redisReadCommands = []string{
@@ -78,6 +81,15 @@ func Run(t *testing.T, h Harness) {
 	t.Run("CADOneLocation", s.cadOneLocation)
 	t.Run("CADConflict", s.cadConflict)
 	t.Run("DryRun", s.dryRun)
+	// The batch methods of a meta.BatchStore (skipped when the store has none).
+	t.Run("BatchGetURIs", s.batchGetURIs)
+	t.Run("BatchCASPerItem", s.batchCASPerItem)
+	t.Run("BatchCASChangesOnlyURI", s.batchCASChangesOnlyURI)
+	t.Run("BatchCADLastLocation", s.batchCADLastLocation)
+	t.Run("BatchConflictKinds", s.batchConflictKinds)
+	t.Run("BatchDryRun", s.batchDryRun)
+	t.Run("BatchReadOnlyUser", s.batchReadOnlyUser)
+	t.Run("BatchScriptCacheLoss", s.batchScriptCacheLoss)
 }
 
 type suite struct{ h Harness }

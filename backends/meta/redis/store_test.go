@@ -62,6 +62,7 @@ func harness(srv *testenv.Redis, conn func(t *testing.T) redismeta.ConnOptions, 
 			return keys
 		},
 		CommandCalls: func(t *testing.T) map[string]int64 { return srv.CommandStats(t) },
+		FlushScripts: func(t *testing.T) { require.NoError(t, srv.Client().ScriptFlush(testCtx(t)).Err()) },
 	}
 	if readOnly != nil {
 		h.ReadOnlyStore = func(t *testing.T) meta.Store { return open(t, readOnly(t), redismeta.StoreOptions{}) }
