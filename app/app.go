@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -204,14 +205,31 @@ func (o Options) guard() (guard.Guard, error) {
 }
 
 // Backlog reads the prober's and the deleter's pending + unacknowledged counts.
+//
+// The consumer handles are looked up once and kept: js.Consumer is itself a consumer info
+// request, which would double the requests of every reading. A handle whose info request
+// fails is looked up again next time (the consumer may have been recreated).
 func Backlog(js jetstream.JetStream, names subjects.Names) pipeline.Backlog {
+	var mu sync.Mutex
+	handles := map[string]jetstream.Consumer{}
 	read := func(ctx context.Context, stream, consumer string) (uint64, error) {
-		c, err := js.Consumer(ctx, stream, consumer)
-		if err != nil {
-			return 0, err
+		mu.Lock()
+		c := handles[stream]
+		mu.Unlock()
+		if c == nil {
+			var err error
+			if c, err = js.Consumer(ctx, stream, consumer); err != nil {
+				return 0, err
+			}
+			mu.Lock()
+			handles[stream] = c
+			mu.Unlock()
 		}
 		info, err := c.Info(ctx)
 		if err != nil {
+			mu.Lock()
+			delete(handles, stream)
+			mu.Unlock()
 			return 0, err
 		}
 		return info.NumPending + uint64(info.NumAckPending), nil

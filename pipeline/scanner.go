@@ -94,6 +94,16 @@ type Publisher interface {
 	Publish(ctx context.Context, subject string, data []byte, msgID string) error
 }
 
+// AckWait waits for the server's answer to an asynchronous publish: nil once the message is
+// stored (or deduplicated).
+type AckWait func(ctx context.Context) error
+
+// AsyncPublisher starts storing one message in a stream with a Nats-Msg-Id and returns at
+// once; the AckWait tells whether it was stored.
+type AsyncPublisher interface {
+	PublishAsync(subject string, data []byte, msgID string) (AckWait, error)
+}
+
 // Scanner is the leader-elected scanner (DESIGN §4).
 type Scanner struct {
 	Config     ScannerConfig
@@ -102,7 +112,7 @@ type Scanner struct {
 	Stores     meta.StoreResolver
 	Lease      *Lease
 	State      jetstream.KeyValue
-	Publisher  Publisher
+	Publisher  AsyncPublisher
 	Events     *EventLog
 	Backlog    Backlog
 	MaxPayload int // the server's max payload; batches are split below it
@@ -115,6 +125,15 @@ type Scanner struct {
 	loaded   bool
 	snapshot []meta.Instance
 
+	// The read position runs one page ahead of the checkpoint: a page's batches are stored
+	// by JetStream while the next page is read from Redis, and the checkpoint moves past a
+	// page only once all its batches are acknowledged (settle). pending is that page.
+	readIndex  int
+	readCursor uint64
+	pending    *pendingPage
+	// count is the SCAN COUNT of the current instance's next page (see nextCount).
+	count int
+
 	// With a short scan_interval the pause and backlog reads would cost more round trips than
 	// the page itself; their answers are reused for at most controlRefresh.
 	pauseAt, backlogAt time.Time
@@ -124,6 +143,34 @@ type Scanner struct {
 
 // controlRefresh bounds how stale a reused pause or backlog answer may be.
 const controlRefresh = 250 * time.Millisecond
+
+// ackTimeout bounds the wait for the acknowledgement of a page's batches; a page not
+// acknowledged by then is read and published again (the server drops the duplicates).
+const ackTimeout = 30 * time.Second
+
+// pendingPage is a page whose batches were published but not yet acknowledged.
+type pendingPage struct {
+	inst   meta.Instance
+	cursor uint64 // where the page started
+	next   uint64 // SCAN's next cursor after it
+	keys   uint64
+	acks   []AckWait
+}
+
+// nextCount is the SCAN COUNT for the next page of an instance whose last page, scanned with
+// count, returned got keys. SCAN's COUNT is a number of hash-table buckets to visit, not of
+// keys to return: with several instances in one database, a MATCH page holds only the
+// instance's share of the keys visited (a quarter with four instances of equal size), yet
+// every page costs a publish, a checkpoint write and a backlog check. The count is scaled so
+// that a page holds about want keys, between want and 16 × want, moving halfway towards the
+// estimate each page. Redis does the same work per key visited whatever the COUNT.
+func nextCount(count, got, want int) int {
+	est := 2 * count
+	if got > 0 {
+		est = count * want / got
+	}
+	return min(max((count+est)/2, want), 16*want)
+}
 
 // Run ticks until ctx is done, then releases the lease.
 func (s *Scanner) Run(ctx context.Context) error {
@@ -144,6 +191,9 @@ func (s *Scanner) Run(ctx context.Context) error {
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
+		// The last page's batches: record them if they were stored, so a successor does
+		// not read that page again.
+		s.settle(rctx, s.Now())
 		if err := s.Lease.Release(rctx); err != nil {
 			s.Logger.Warn("release lease", "err", err)
 		}
@@ -201,6 +251,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	leaseRev, held := s.Lease.Held()
 	if !held {
 		s.loaded = false // a future leadership re-reads the checkpoint
+		s.pending = nil  // never recorded: the next leader reads the page again
 		return 0
 	}
 	if !s.loaded {
@@ -211,6 +262,8 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 			return 0
 		}
 		s.ckpt, s.ckptRev, s.loaded, s.snapshot = c, rev, true, nil
+		s.pending, s.count = nil, 0
+		s.rewind()
 		s.pauseAt, s.backlogAt = time.Time{}, time.Time{}
 		if c.LastRoundEndUs > 0 {
 			// Alerts on "no round for too long" must survive a restart or a failover.
@@ -234,6 +287,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	}
 	if !until.IsZero() {
 		s.Metrics.ScannerPaused.Set(1)
+		s.settle(ctx, now)
 		return 0
 	}
 	s.Metrics.ScannerPaused.Set(0)
@@ -258,27 +312,49 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		}
 		if s.backlogFull {
 			s.Metrics.BackpressureSkips.Inc()
+			s.settle(ctx, now)
 			return 0
 		}
 	}
-	if s.ckpt.Index >= len(s.snapshot) {
+	if s.readIndex >= len(s.snapshot) {
+		if !s.settle(ctx, now) {
+			return 0
+		}
+		if s.ckpt.Index < len(s.snapshot) {
+			s.rewind() // not reached: settle moves the checkpoint to the read position
+			return 0
+		}
 		return s.endRound(ctx, now)
 	}
-	inst := s.snapshot[s.ckpt.Index]
+	inst := s.snapshot[s.readIndex]
 	store, err := s.Stores.Store(inst.Store)
 	if err != nil {
 		// A store that cannot even be opened: skip the instance this round.
+		if !s.settle(ctx, now) {
+			return 0
+		}
 		s.Metrics.opError(StageScanner, "store")
 		s.Logger.Warn("open metadata store; instance skipped this round", "instance", inst.ID, "store", inst.Store, "err", err)
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: inst.ID, Round: s.ckpt.Round, Reason: "store_unavailable", Detail: err.Error()})
 		s.advance(inst, 0, 0)
+		s.rewind()
 		s.save(ctx, now)
 		return 0
 	}
-	page, err := store.ScanPage(ctx, inst.ID, s.ckpt.Cursor, s.Config.ScanBatchSize)
+	cursor, count := s.readCursor, s.count
+	if count <= 0 {
+		count = s.Config.ScanBatchSize
+	}
+	page, err := store.ScanPage(ctx, inst.ID, cursor, count)
 	if err != nil {
 		s.Metrics.opError(StageScanner, "scan")
-		s.warn(ctx, "scan page; cursor kept", "instance", inst.ID, "cursor", s.ckpt.Cursor, "err", err)
+		s.warn(ctx, "scan page; cursor kept", "instance", inst.ID, "cursor", cursor, "err", err)
+		s.settle(ctx, now)
+		return 0
+	}
+	// The previous page's batches were stored meanwhile; only then may the checkpoint move
+	// past it, and only then is this page published (batches stay in order).
+	if !s.settle(ctx, now) {
 		return 0
 	}
 	s.Metrics.ScanPages.Inc()
@@ -286,7 +362,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	s.Metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
 	batch := subjects.Batch{
 		V: subjects.SchemaVersion, Cluster: s.Names.Cluster, Instance: inst.ID, Group: inst.Group, Store: inst.Store,
-		Round: s.ckpt.Round, LeaseRev: leaseRev, Cursor: s.ckpt.Cursor, Next: page.Next,
+		Round: s.ckpt.Round, LeaseRev: leaseRev, Cursor: cursor, Next: page.Next,
 		ScannedAt: now.UnixMicro(), BadKeys: len(page.BadKeys),
 	}
 	for _, e := range page.Entries {
@@ -299,20 +375,33 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: inst.ID, Round: s.ckpt.Round, Reason: "bad_key",
 			Detail: fmt.Sprintf("%d keys do not parse, e.g. %q", len(page.BadKeys), page.BadKeys[0])})
 	}
-	if len(batch.Blocks) > 0 {
-		if err := s.publish(ctx, batch); err != nil {
-			s.Metrics.opError(StageScanner, "publish")
-			s.warn(ctx, "publish batch; cursor kept", "instance", inst.ID, "cursor", s.ckpt.Cursor, "err", err)
-			return 0
-		}
-	}
-	// Fencing: never record progress after losing the lease.
+	// Fencing: never publish after losing the lease.
 	if _, held := s.Lease.Held(); !held {
 		return 0
 	}
-	s.advance(inst, page.Next, uint64(len(page.Entries)))
-	if !s.save(ctx, now) {
-		return 0
+	p := &pendingPage{inst: inst, cursor: cursor, next: page.Next, keys: uint64(len(page.Entries))}
+	if len(batch.Blocks) > 0 {
+		acks, err := s.publish(ctx, batch)
+		if err != nil {
+			s.Metrics.opError(StageScanner, "publish")
+			s.warn(ctx, "publish batch; cursor kept", "instance", inst.ID, "cursor", cursor, "err", err)
+			return 0
+		}
+		p.acks = acks
+	}
+	s.pending = p
+	s.readCursor = page.Next
+	if page.Next == 0 {
+		s.readIndex++
+		s.count = 0 // the next instance may hold another share of the database
+	} else {
+		s.count = nextCount(count, len(page.Entries)+len(page.BadKeys), s.Config.ScanBatchSize)
+	}
+	if s.Config.ScanInterval >= controlRefresh {
+		// Paced: record the page now rather than a scan_interval later.
+		if !s.settle(ctx, now) {
+			return 0
+		}
 	}
 	if s.Config.MaxKeysPerSecond > 0 && len(page.Entries) > 0 {
 		return time.Duration(float64(len(page.Entries)) / s.Config.MaxKeysPerSecond * float64(time.Second))
@@ -320,7 +409,49 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	return 0
 }
 
-func (s *Scanner) publish(ctx context.Context, b subjects.Batch) error {
+// settle waits for the pending page's batches to be stored and then moves the checkpoint past
+// it. It reports whether the scanner may go on: on a failed publish, a lost lease or a failed
+// checkpoint write the page is forgotten and the read position goes back to the checkpoint,
+// so the page is read and published again (the server drops batches it already has).
+func (s *Scanner) settle(ctx context.Context, now time.Time) bool {
+	p := s.pending
+	if p == nil {
+		return true
+	}
+	s.pending = nil
+	actx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	for _, ack := range p.acks {
+		if err := ack(actx); err != nil {
+			s.Metrics.opError(StageScanner, "publish")
+			s.warn(ctx, "publish batch; cursor kept", "instance", p.inst.ID, "cursor", p.cursor, "err", err)
+			s.rewind()
+			return false
+		}
+	}
+	s.Metrics.PublishedBatches.Add(float64(len(p.acks)))
+	// Fencing: never record progress after losing the lease.
+	if _, held := s.Lease.Held(); !held {
+		s.rewind()
+		return false
+	}
+	s.advance(p.inst, p.next, p.keys)
+	if !s.save(ctx, now) {
+		s.rewind()
+		return false
+	}
+	return true
+}
+
+// rewind puts the read position back on the checkpoint.
+func (s *Scanner) rewind() {
+	if s.readIndex != s.ckpt.Index || s.readCursor != s.ckpt.Cursor {
+		s.count = 0
+	}
+	s.readIndex, s.readCursor = s.ckpt.Index, s.ckpt.Cursor
+}
+
+func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, error) {
 	maxPayload := int64(s.MaxPayload)
 	if maxPayload <= 0 {
 		maxPayload = 1 << 20 // the server's default
@@ -328,7 +459,7 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) error {
 	maxBytes := subjects.PayloadLimit(maxPayload) // headers travel too
 	parts, oversized, err := subjects.SplitBatch(b, maxBytes)
 	if err != nil {
-		return fmt.Errorf("split batch: %w", err)
+		return nil, fmt.Errorf("split batch: %w", err)
 	}
 	for _, o := range oversized {
 		s.Metrics.OversizedBlocks.Inc()
@@ -336,20 +467,22 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) error {
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: b.Instance, Round: b.Round, Key: &key,
 			Reason: "oversized", Detail: fmt.Sprintf("__uri__ of %d bytes exceeds the max payload", len(o.URI))})
 	}
+	var acks []AckWait
 	for _, p := range parts {
 		if len(p.Blocks) == 0 {
 			continue
 		}
 		data, err := subjects.Encode(p)
 		if err != nil {
-			return fmt.Errorf("encode batch: %w", err)
+			return nil, fmt.Errorf("encode batch: %w", err)
 		}
-		if err := s.Publisher.Publish(ctx, s.Names.BatchSubject(b.Instance), data, subjects.BatchMsgID(p)); err != nil {
-			return err
+		ack, err := s.Publisher.PublishAsync(s.Names.BatchSubject(b.Instance), data, subjects.BatchMsgID(p))
+		if err != nil {
+			return nil, err
 		}
-		s.Metrics.PublishedBatches.Inc()
+		acks = append(acks, ack)
 	}
-	return nil
+	return acks, nil
 }
 
 // advance moves the position after a page of inst that returned cursor next.
@@ -390,6 +523,7 @@ func (s *Scanner) startRound(ctx context.Context, now time.Time) time.Duration {
 		s.ckpt, s.snapshot = prev, nil
 		return 0
 	}
+	s.rewind()
 	s.Logger.Info("round started", "round", s.ckpt.Round, "instances", len(snap))
 	s.event(ctx, subjects.Event{Kind: subjects.EventRound, Round: s.ckpt.Round, Outcome: "start",
 		Counts: map[string]int64{"instances": int64(len(snap))}})
@@ -417,6 +551,7 @@ func (s *Scanner) resume(ctx context.Context) bool {
 	}
 	c.Index = i
 	s.setPosition()
+	s.rewind()
 	s.Logger.Info("round resumed", "round", c.Round, "instance", c.Instance, "index", c.Index, "cursor", c.Cursor)
 	return true
 }
