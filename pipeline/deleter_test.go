@@ -17,14 +17,14 @@ import (
 )
 
 type deleterFixture struct {
-	t     *testing.T
+	t     testing.TB
 	r     *testenv.Redis
 	store *redismeta.Store
 	set   *storage.StaticSet
 	root  string
 }
 
-func newDeleterFixture(t *testing.T, dryRun bool) *deleterFixture {
+func newDeleterFixture(t testing.TB, dryRun bool) *deleterFixture {
 	r := testenv.StartRedis(t)
 	conn, err := redismeta.ParseURI(r.URI())
 	require.NoError(t, err)

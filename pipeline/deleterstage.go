@@ -3,10 +3,8 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -68,72 +66,9 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 
 	proto := Protocol{Config: d.Config, KeepAlive: func() { _ = msg.InProgress() }}
 	d.Metrics.DeleteTargets.Add(float64(len(req.Targets)))
-	// Targets on different blocks are independent: they run in parallel (bounded), which
-	// hides Redis round trips. Targets on one block run in order, so they do not conflict.
-	groups := map[int64][]int{}
-	var order []int64
-	for i, t := range req.Targets {
-		if _, ok := groups[t.Key]; !ok {
-			order = append(order, t.Key)
-		}
-		groups[t.Key] = append(groups[t.Key], i)
-	}
-	results := make([]TargetResult, len(req.Targets))
-	marked := make([]*Marked, len(req.Targets))
-	errs := make([]error, len(req.Targets))
-	forEachGroup := func(f func(i int)) {
-		sem := make(chan struct{}, max(d.Config.Parallelism, 1))
-		var wg sync.WaitGroup
-		for _, k := range order {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func(idx []int) {
-				defer wg.Done()
-				defer func() { <-sem }()
-				for _, i := range idx {
-					f(i)
-				}
-			}(groups[k])
-		}
-		wg.Wait()
-	}
-	forEachGroup(func(i int) {
-		t := req.Targets[i]
-		m, res, err := proto.Mark(ctx, store, req.Instance, t)
-		switch {
-		case err != nil:
-			errs[i] = err
-			results[i] = TargetResult{Target: t, Outcome: subjects.OutcomeError, Detail: err.Error()}
-		case m != nil:
-			marked[i] = m
-		default:
-			results[i] = res
-		}
-	})
-	// One delete_delay per request, not per target.
-	anyMarked := slices.ContainsFunc(marked, func(m *Marked) bool { return m != nil })
-	if anyMarked {
-		if err := proto.Wait(ctx); err != nil {
-			errs = append(errs, err)
-			for i, m := range marked {
-				if m != nil { // resumed from DELETING on the redelivery
-					results[i] = TargetResult{Target: m.res.Target, Outcome: subjects.OutcomeError, Detail: err.Error()}
-					marked[i] = nil
-				}
-			}
-		}
-	}
-	forEachGroup(func(i int) {
-		if marked[i] == nil {
-			return
-		}
-		res, err := proto.Finish(ctx, store, set, req.Instance, marked[i])
-		if err != nil {
-			errs[i] = err
-			res.Outcome, res.Detail = subjects.OutcomeError, err.Error()
-		}
-		results[i] = res
-	})
+	// Each step runs for all blocks of the request in one round trip, and delete_delay is
+	// waited once per request (DeleteAll).
+	results, delErr := proto.DeleteAll(ctx, store, set, req.Instance, req.Targets)
 
 	var fs []jetstream.PubAckFuture
 	for _, r := range results {
@@ -164,8 +99,8 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 			d.Logger.Warn("store deleter events", "instance", req.Instance, "err", err)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("delete request %d of instance %q: %w", seq, req.Instance, err)
+	if delErr != nil {
+		return fmt.Errorf("delete request %d of instance %q: %w", seq, req.Instance, delErr)
 	}
 	return nil
 }
