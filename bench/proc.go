@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/procstat"
 )
 
 // proc is a child process of the harness: a stage or the NATS server.
@@ -20,17 +20,13 @@ type proc struct {
 	exited  chan struct{}
 	waitErr error
 	stopped bool
-	// hwm is the largest VmHWM read so far, in bytes (written by the sampler until exit).
-	hwm     atomic.Int64
+	peak    procstat.Peak
 	sampled chan struct{}
 }
 
 // Usage is what the operating system says a finished child used.
 type Usage struct {
-	// PeakRSS is the child's peak resident set size (VmHWM), in bytes. getrusage's
-	// ru_maxrss cannot be used: Go starts children with vfork, and Linux carries the
-	// parent's high-water mark into a vforked child's ru_maxrss at exec, so every child would
-	// report at least the harness's own peak.
+	// PeakRSS is the child's peak resident set size (VmHWM; see procstat), in bytes.
 	PeakRSS int64
 	// CPU is user plus system time.
 	CPU time.Duration
@@ -70,40 +66,9 @@ func startProcOut(name, logPath string, out *os.File, bin string, args ...string
 	return p, nil
 }
 
-// sample reads the child's VmHWM until it exits. The kernel keeps the high-water mark, so
-// the sampling rate only bounds how much of the very end of the process can be missed.
 func (p *proc) sample() {
 	defer close(p.sampled)
-	path := fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if v, ok := readHWM(path); ok && v > p.hwm.Load() {
-			p.hwm.Store(v)
-		}
-		select {
-		case <-p.exited:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// readHWM returns the VmHWM line of a /proc status file, in bytes.
-func readHWM(path string) (int64, bool) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			var kb int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err == nil {
-				return kb * 1024, true
-			}
-		}
-	}
-	return 0, false
+	p.peak.Watch(p.cmd.Process.Pid, 50*time.Millisecond, p.exited)
 }
 
 // Exited reports whether the process has ended by itself.
@@ -121,9 +86,7 @@ func (p *proc) Exited() bool {
 // clean one after SIGTERM is an error.
 func (p *proc) Stop(grace time.Duration) (Usage, error) {
 	// The last reading before the signal: after it the process may be gone at once.
-	if v, ok := readHWM(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)); ok && v > p.hwm.Load() {
-		p.hwm.Store(v)
-	}
+	p.peak.Sample(p.cmd.Process.Pid)
 	if !p.stopped {
 		p.stopped = true
 		if !p.Exited() {
@@ -140,7 +103,7 @@ func (p *proc) Stop(grace time.Duration) (Usage, error) {
 	}
 	<-p.sampled
 	_ = p.log.Close()
-	u := Usage{Wall: time.Since(p.started), PeakRSS: p.hwm.Load()}
+	u := Usage{Wall: time.Since(p.started), PeakRSS: p.peak.Load()}
 	if st := p.cmd.ProcessState; st != nil {
 		u.CPU = st.UserTime() + st.SystemTime()
 	}

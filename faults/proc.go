@@ -8,16 +8,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/procstat"
 )
 
-// rssSamplePeriod is how often a child's VmHWM is read. The kernel keeps the high-water mark
-// itself, so the period only bounds how much of a process's last moments can be missed.
+// rssSamplePeriod is how often a child's VmHWM is read.
 const rssSamplePeriod = 50 * time.Millisecond
 
 // stopTimeout bounds a graceful stop (SIGTERM) before it becomes a SIGKILL.
@@ -33,7 +32,7 @@ type Proc struct {
 
 	exited  chan struct{}
 	waitErr error
-	hwm     atomic.Int64 // bytes
+	peak    procstat.Peak
 	sampled chan struct{}
 
 	mu       sync.Mutex
@@ -70,41 +69,13 @@ func StartProc(name, logPath, bin string, args, env []string) (*Proc, error) {
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
-// sample reads VmHWM until the process exits.
 func (p *Proc) sample() {
 	defer close(p.sampled)
-	path := fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)
-	t := time.NewTicker(rssSamplePeriod)
-	defer t.Stop()
-	for {
-		if kb, ok := readHWM(path); ok && kb*1024 > p.hwm.Load() {
-			p.hwm.Store(kb * 1024)
-		}
-		select {
-		case <-p.exited:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// readHWM returns the VmHWM line of a /proc/<pid>/status file, in kB.
-func readHWM(path string) (int64, bool) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb, err == nil
-		}
-	}
-	return 0, false
+	p.peak.Watch(p.cmd.Process.Pid, rssSamplePeriod, p.exited)
 }
 
 // PeakRSS is the largest resident set size seen, in bytes.
-func (p *Proc) PeakRSS() int64 { return p.hwm.Load() }
+func (p *Proc) PeakRSS() int64 { return p.peak.Load() }
 
 // Running reports whether the process has not exited.
 func (p *Proc) Running() bool {
