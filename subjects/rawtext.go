@@ -128,12 +128,38 @@ func appendUnquoted(dst, lit []byte) ([]byte, error) {
 		return nil, errors.New("not a JSON string")
 	}
 	s := lit[1 : len(lit)-1]
+	dst, n, err := unquote(dst, s)
+	switch {
+	case err != nil:
+		return nil, err
+	case n < len(s):
+		return nil, fmt.Errorf("unescaped quote at byte %d", n)
+	}
+	return dst, nil
+}
+
+// unquote appends the bytes of the content of a JSON string literal, read from s up to its
+// first unescaped quote, whose index is n (len(s) when there is none). It refuses what
+// appendUnquoted refuses.
+func unquote(dst, s []byte) (_ []byte, n int, err error) {
 	for i := 0; i < len(s); {
+		// A run of printable ASCII other than '"' and '\\' is copied as it is, in one append.
+		j := i
+		for j < len(s) {
+			if c := s[j]; c-0x20 >= utf8.RuneSelf-0x20 || c == '"' || c == '\\' {
+				break
+			}
+			j++
+		}
+		dst = append(dst, s[i:j]...)
+		if i = j; i == len(s) {
+			break
+		}
 		c := s[i]
 		switch {
 		case c == '\\':
 			if i+1 >= len(s) {
-				return nil, fmt.Errorf("truncated escape at byte %d", i)
+				return nil, 0, fmt.Errorf("truncated escape at byte %d", i)
 			}
 			switch e := s[i+1]; e {
 			case '"', '\\', '/':
@@ -151,7 +177,7 @@ func appendUnquoted(dst, lit []byte) ([]byte, error) {
 			case 'u':
 				r, ok := hex4(s[i+2:])
 				if !ok {
-					return nil, fmt.Errorf("bad \\u escape at byte %d", i)
+					return nil, 0, fmt.Errorf("bad \\u escape at byte %d", i)
 				}
 				i += 6
 				if utf16.IsSurrogate(r) {
@@ -161,7 +187,7 @@ func appendUnquoted(dst, lit []byte) ([]byte, error) {
 					}
 					dec := utf16.DecodeRune(r, r2)
 					if !ok || dec == utf8.RuneError {
-						return nil, fmt.Errorf("lone surrogate escape at byte %d", i-6)
+						return nil, 0, fmt.Errorf("lone surrogate escape at byte %d", i-6)
 					}
 					r = dec
 					i += 6
@@ -169,26 +195,23 @@ func appendUnquoted(dst, lit []byte) ([]byte, error) {
 				dst = utf8.AppendRune(dst, r)
 				continue
 			default:
-				return nil, fmt.Errorf("bad escape %q at byte %d", e, i)
+				return nil, 0, fmt.Errorf("bad escape %q at byte %d", e, i)
 			}
 			i += 2
 		case c == '"':
-			return nil, fmt.Errorf("unescaped quote at byte %d", i)
+			return dst, i, nil
 		case c < 0x20:
-			return nil, fmt.Errorf("unescaped control byte %#x at byte %d", c, i)
-		case c < utf8.RuneSelf:
-			dst = append(dst, c)
-			i++
+			return nil, 0, fmt.Errorf("unescaped control byte %#x at byte %d", c, i)
 		default:
 			r, size := utf8.DecodeRune(s[i:])
 			if r == utf8.RuneError && size == 1 {
-				return nil, fmt.Errorf("invalid UTF-8 at byte %d", i)
+				return nil, 0, fmt.Errorf("invalid UTF-8 at byte %d", i)
 			}
 			dst = append(dst, s[i:i+size]...)
 			i += size
 		}
 	}
-	return dst, nil
+	return dst, len(s), nil
 }
 
 func hex4(s []byte) (rune, bool) {

@@ -26,22 +26,56 @@ func PayloadLimit(maxPayload int64) int {
 // oversized although it would fit in part 0. An error means that even a part with no block
 // does not fit.
 func SplitBatch(b Batch, maxBytes int) (parts []Batch, oversized []BlockEntry, err error) {
+	parts, _, oversized, err = splitBatch(b, maxBytes)
+	return parts, oversized, err
+}
+
+// EncodedBatch is one part of a split page with its encoding (what Encode gives for Batch).
+type EncodedBatch struct {
+	Batch Batch
+	Data  []byte
+}
+
+// EncodeBatchParts is SplitBatch followed by Encode of every part, without encoding any block
+// twice: the parts, their blocks and oversized are exactly SplitBatch's, and each Data is at
+// most maxBytes. The Data of all parts share one allocation (each has its own capacity, so an
+// append to one never writes into another).
+func EncodeBatchParts(b Batch, maxBytes int) (parts []EncodedBatch, oversized []BlockEntry, err error) {
+	split, sizes, oversized, err := splitBatch(b, maxBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	buf := make([]byte, 0, total)
+	parts = make([]EncodedBatch, len(split))
+	for i := range split {
+		start := len(buf)
+		buf = split[i].appendJSON(buf)
+		if n := len(buf) - start; n > maxBytes {
+			// The split's arithmetic is wrong: refuse rather than publish what the server rejects.
+			return nil, nil, fmt.Errorf("split batch: part %d encodes to %d bytes, more than the limit %d", i, n, maxBytes)
+		}
+		parts[i] = EncodedBatch{Batch: split[i], Data: buf[start:len(buf):len(buf)]}
+	}
+	return parts, oversized, nil
+}
+
+// splitBatch is SplitBatch; sizes holds each part's encoded length (an upper bound for a
+// page without blocks).
+func splitBatch(b Batch, maxBytes int) (parts []Batch, sizes []int, oversized []BlockEntry, err error) {
 	// A part is its header, which ends in "blocks":[], filled with the blocks' encodings and
 	// a comma between two blocks. Headers differ only in the digits of Part and Parts and in
 	// bad_keys (part 0 only).
 	head := b
 	head.Blocks = []BlockEntry{}
 	head.Part, head.Parts = 0, 1
-	enc, err := Encode(head)
-	if err != nil {
-		return nil, nil, fmt.Errorf("split batch: %w", err)
-	}
+	enc := head.appendJSON(make([]byte, 0, 256))
 	head0 := len(enc)
 	head.BadKeys = 0
-	if enc, err = Encode(head); err != nil {
-		return nil, nil, fmt.Errorf("split batch: %w", err)
-	}
-	headN := len(enc)
+	headN := len(head.appendJSON(enc[:0]))
 	header := func(part, parts int) int {
 		h := headN
 		if part == 0 {
@@ -50,33 +84,31 @@ func SplitBatch(b Batch, maxBytes int) (parts []Batch, oversized []BlockEntry, e
 		return h + digits(part) - 1 + digits(parts) - 1
 	}
 	if header(0, 1) > maxBytes {
-		return nil, nil, fmt.Errorf("split batch: an empty part needs %d bytes, more than the limit %d", header(0, 1), maxBytes)
+		return nil, nil, nil, fmt.Errorf("split batch: an empty part needs %d bytes, more than the limit %d", header(0, 1), maxBytes)
 	}
 	if len(b.Blocks) == 0 {
 		b.Part, b.Parts = 0, 1
-		return []Batch{b}, nil, nil
+		return []Batch{b}, []int{head0 + 2}, nil, nil // "null" when b.Blocks is nil
 	}
 
-	sizes := make([]int, len(b.Blocks))
-	for i, blk := range b.Blocks {
-		enc, err := Encode(blk)
-		if err != nil {
-			return nil, nil, fmt.Errorf("split batch: block %d: %w", blk.Key, err)
-		}
-		sizes[i] = len(enc)
+	blockSizes := make([]int, len(b.Blocks))
+	for i := range b.Blocks {
+		enc = b.Blocks[i].appendJSON(enc[:0])
+		blockSizes[i] = len(enc)
 	}
 	// Split assuming the number of parts has the digits of guess; when it turns out to have
 	// more, the headers were underestimated and the split is redone with the larger count.
 	// Guesses only grow, so this ends; a smaller count than guessed only wastes a few bytes.
 	for guess := 1; ; {
-		var starts []int // index in kept of each part's first block
+		var starts []int    // index in kept of each part's first block
+		var partSizes []int // encoded size of each part
 		kept := make([]BlockEntry, 0, len(b.Blocks))
 		oversized = oversized[:0]
 		// No part index has more digits than guess, so this bounds every header.
 		maxHeader := max(head0, headN) + 2*(digits(guess)-1)
 		size := 0 // encoded size of the current part
 		for i, blk := range b.Blocks {
-			bs := sizes[i]
+			bs := blockSizes[i]
 			if maxHeader+bs > maxBytes {
 				oversized = append(oversized, blk)
 				continue
@@ -84,20 +116,23 @@ func SplitBatch(b Batch, maxBytes int) (parts []Batch, oversized []BlockEntry, e
 			if len(starts) == 0 || size+1+bs > maxBytes {
 				starts = append(starts, len(kept))
 				size = header(len(starts)-1, guess) + bs
+				partSizes = append(partSizes, 0)
 			} else {
 				size += 1 + bs
 			}
+			partSizes[len(partSizes)-1] = size
 			kept = append(kept, blk)
 		}
 		if len(starts) == 0 {
 			b.Part, b.Parts, b.Blocks = 0, 1, []BlockEntry{}
-			return []Batch{b}, oversized, nil
+			return []Batch{b}, []int{head0}, oversized, nil
 		}
 		if digits(len(starts)) > digits(guess) {
 			guess = len(starts)
 			continue
 		}
 		parts = make([]Batch, len(starts))
+		sizes = partSizes
 		for i, start := range starts {
 			end := len(kept)
 			if i+1 < len(starts) {
@@ -114,7 +149,7 @@ func SplitBatch(b Batch, maxBytes int) (parts []Batch, oversized []BlockEntry, e
 		if len(oversized) == 0 {
 			oversized = nil
 		}
-		return parts, oversized, nil
+		return parts, sizes, oversized, nil
 	}
 }
 

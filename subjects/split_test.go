@@ -64,6 +64,18 @@ func checkSplit(t *testing.T, b subjects.Batch, maxBytes int, parts []subjects.B
 	}
 	require.Equal(t, len(kept), ki)
 	require.Equal(t, len(oversized), oi)
+	// EncodeBatchParts gives the same parts, each with its encoding.
+	enc, encOversized, err := subjects.EncodeBatchParts(b, maxBytes)
+	require.NoError(t, err)
+	require.Equal(t, oversized, encOversized)
+	require.Len(t, enc, len(parts))
+	for i, p := range enc {
+		require.Equal(t, parts[i], p.Batch, "part %d", i)
+		want, err := subjects.Encode(parts[i])
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(p.Data), "part %d", i)
+		require.Equal(t, len(p.Data), cap(p.Data), "part %d shares capacity with the next", i)
+	}
 	// Greedy: a part is closed only when the next block would not fit in it.
 	for i := 0; i+1 < len(parts); i++ {
 		grown := parts[i]
@@ -122,6 +134,7 @@ func TestSplitBatchEmpty(t *testing.T) {
 		require.Equal(t, 0, parts[0].Part)
 		require.Equal(t, 1, parts[0].Parts)
 		require.Empty(t, parts[0].Blocks)
+		checkSplit(t, b, 1000, parts, oversized)
 	}
 }
 
@@ -130,6 +143,8 @@ func TestSplitBatchTooSmall(t *testing.T) {
 	require.ErrorContains(t, err, "an empty part needs")
 	_, _, err = subjects.SplitBatch(sampleBatch(0), 0)
 	require.Error(t, err)
+	_, _, err = subjects.EncodeBatchParts(sampleBatch(3), 100)
+	require.ErrorContains(t, err, "an empty part needs")
 }
 
 // TestSplitBatchRandom splits random pages at random limits.
