@@ -154,7 +154,18 @@ func (b *fsBackend) MightExist(ctx context.Context, uris []kvcm.DataURI) ([]Resu
 	}
 	out := make([]Result, len(uris))
 	var root *os.Root
+	// The paths of a chunk share a few directories (KVCM writes <instance>/<spec>/<file>), so
+	// each file is looked up through a root opened once per chunk at its directory: one
+	// fstatat per file, where a lookup from the storage root costs an openat and a close per
+	// path component on top (five system calls for two directory levels). The directory's root
+	// is opened through the storage root, so the confinement is the same.
+	dirs := map[string]dirRoot{}
 	defer func() {
+		for _, d := range dirs {
+			if d.root != nil {
+				_ = d.root.Close()
+			}
+		}
 		if root != nil {
 			_ = root.Close() // read-only use; nothing to flush
 		}
@@ -182,10 +193,54 @@ func (b *fsBackend) MightExist(ctx context.Context, uris []kvcm.DataURI) ([]Resu
 				return nil, fmt.Errorf("probe %s: %w", b.name, err)
 			}
 		}
-		_, err = root.Lstat(rel)
-		out[i] = probeResult(err)
+		out[i] = probeResult(lstatIn(root, dirs, rel))
 	}
 	return out, nil
+}
+
+// maxDirRoots bounds the directories one MightExist call keeps open (file descriptors): KVCM's
+// layout puts a chunk's files in a few directories; files of further ones are looked up from
+// the storage root.
+const maxDirRoots = 64
+
+// dirRoot is a directory of the storage opened as a root, or why it could not be.
+type dirRoot struct {
+	root *os.Root
+	err  error
+}
+
+// lstatIn is root.Lstat(rel), through a root at rel's directory that is opened on first use
+// and kept in dirs. A directory that cannot be opened answers for its files as a lookup from
+// the storage root would: ENOENT (no directory, so no file) for all of them; any other error
+// (EACCES, ENOTDIR, a symbolic link out of the root, ESTALE …) is not cached, and each file is
+// then looked up from the storage root, whose error is the answer.
+func lstatIn(root *os.Root, dirs map[string]dirRoot, rel string) error {
+	dir, base := path.Split(rel)
+	if dir == "" {
+		_, err := root.Lstat(rel)
+		return err
+	}
+	d, ok := dirs[dir]
+	if !ok {
+		if len(dirs) >= maxDirRoots {
+			_, err := root.Lstat(rel)
+			return err
+		}
+		// "dir/." and not "dir": the last component is then opened as a directory like every
+		// other one (O_DIRECTORY), so a FIFO or a device there is never opened.
+		d.root, d.err = root.OpenRoot(dir + ".")
+		dirs[dir] = d
+	}
+	switch {
+	case d.err == nil:
+		_, err := d.root.Lstat(base)
+		return err
+	case errors.Is(d.err, syscall.ENOENT):
+		return d.err
+	default:
+		_, err := root.Lstat(rel)
+		return err
+	}
 }
 
 // errEmptyRoot: the storage root holds nothing, which is how an unmounted share looks.
@@ -257,7 +312,23 @@ func (b *fsBackend) Delete(ctx context.Context, uri kvcm.DataURI) error {
 	}
 	defer func() { _ = root.Close() }()
 	localPath := path.Join(b.localDir, rel)
-	fi, err := root.Lstat(rel)
+	// Through a root at the file's directory, the lstat and the unlink are one system call
+	// each, and both name the same directory; from the storage root each would open and close
+	// every directory on the way.
+	dir, base := path.Split(rel)
+	r := root
+	if dir != "" {
+		sub, err := root.OpenRoot(dir + ".") // "/." as in lstatIn: never open a non-directory
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			return nil // no directory, no file
+		case err != nil:
+			return fmt.Errorf("lstat %s: %w", localPath, err)
+		}
+		defer func() { _ = sub.Close() }()
+		r = sub
+	}
+	fi, err := r.Lstat(base)
 	switch {
 	case errors.Is(err, syscall.ENOENT):
 		return nil
@@ -266,7 +337,7 @@ func (b *fsBackend) Delete(ctx context.Context, uri kvcm.DataURI) error {
 	case fi.IsDir():
 		return fmt.Errorf("unlink %s: is a directory, not a data file", localPath)
 	}
-	if err := root.Remove(rel); err != nil && !errors.Is(err, syscall.ENOENT) {
+	if err := r.Remove(base); err != nil && !errors.Is(err, syscall.ENOENT) {
 		return fmt.Errorf("unlink %s: %w", localPath, err)
 	}
 	return nil

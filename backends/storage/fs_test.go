@@ -2,11 +2,14 @@ package storage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -407,4 +410,159 @@ func BenchmarkStatProbe(b *testing.B) {
 			b.Fatalf("probe: %v %v", res[:2], err)
 		}
 	}
+}
+
+// TestFSDirRoots: a chunk is probed through one root per directory; every file answers as a
+// lookup from the storage root would, whatever stands at its directory's place.
+func TestFSDirRoots(t *testing.T) {
+	ctx := context.Background()
+	for _, h := range harnesses {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			f := h.newFixture(t, storagetest.Options{})
+			b := f.Backend()
+			mk := func(name string) kvcm.DataURI {
+				u := f.URIFor(name)
+				f.CreateObject(t, u)
+				return u
+			}
+			local := func(name string) string { return f.local(t, f.dataPath(name)) }
+			outside := f.OutsideURI("inst_x/tp0/1")
+			f.CreateObject(t, outside)
+
+			// inst_file/tp0 is a file, inst_fifo/tp0 a FIFO, inst_link a link to inst_a (inside
+			// the root), inst_out a link out of the root.
+			require.NoError(t, os.MkdirAll(local("inst_file"), 0o755))
+			require.NoError(t, os.WriteFile(local("inst_file/tp0"), nil, 0o644))
+			require.NoError(t, os.MkdirAll(local("inst_fifo"), 0o755))
+			require.NoError(t, syscall.Mkfifo(local("inst_fifo/tp0"), 0o644))
+			mk("inst_a/tp0/keep")
+			require.NoError(t, os.Symlink(filepath.Base(local("inst_a")), local("inst_link")))
+			require.NoError(t, os.Symlink(filepath.Dir(filepath.Dir(f.local(t, outside.Path))), local("inst_out")))
+
+			cases := []struct {
+				uri  kvcm.DataURI
+				want storage.Result
+			}{
+				{mk("inst_a/tp0/1"), storage.Present},
+				{f.URIFor("inst_a/tp0/2"), storage.Missing},
+				{mk("inst_a/tp1/1"), storage.Present},
+				{f.URIFor("inst_gone/tp0/1"), storage.Missing}, // no directory: missing
+				{f.URIFor("inst_gone/tp0/2"), storage.Missing},
+				{f.URIFor("inst_a/tp9/1"), storage.Missing},
+				{f.URIFor("inst_file/tp0/1"), storage.Unknown}, // ENOTDIR
+				{f.URIFor("inst_file/tp0/2"), storage.Unknown},
+				{f.URIFor("inst_fifo/tp0/1"), storage.Unknown}, // never opened, so never blocks
+				{f.URIFor("inst_link/tp0/keep"), storage.Present},
+				{f.URIFor("inst_link/tp0/absent"), storage.Missing},
+				{f.URIFor("inst_out/tp0/1"), storage.Unknown}, // escapes the root
+				{f.URIFor("inst_out/tp0/2"), storage.Unknown},
+				{mk("inst_a/tp0/3"), storage.Present}, // back to a directory opened before
+				{f.URIFor("inst_a/tp0/"), storage.Unknown},
+				{mk("top"), storage.Present}, // a file right under the root prefix
+				{f.URIFor("top2"), storage.Missing},
+			}
+			uris := make([]kvcm.DataURI, len(cases))
+			want := make([]storage.Result, len(cases))
+			for i, c := range cases {
+				uris[i], want[i] = c.uri, c.want
+			}
+			done := make(chan struct{})
+			var res []storage.Result
+			var err error
+			go func() {
+				defer close(done)
+				res, err = b.MightExist(ctx, uris)
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("probe blocked (a FIFO opened?)")
+			}
+			require.NoError(t, err)
+			for i, c := range cases {
+				require.Equal(t, c.want, res[i], "%s", c.uri.Path)
+				// The same answer alone in a chunk.
+				one, err := b.MightExist(ctx, []kvcm.DataURI{c.uri})
+				require.NoError(t, err)
+				require.Equal(t, []storage.Result{c.want}, one, "%s alone", c.uri.Path)
+			}
+
+			// Deletes through a root at the file's directory.
+			require.NoError(t, b.Delete(ctx, f.URIFor("inst_gone/tp0/1")), "no directory, no file")
+			require.NoError(t, b.Delete(ctx, f.URIFor("inst_a/tp0/2")))
+			require.Error(t, b.Delete(ctx, f.URIFor("inst_file/tp0/1")))
+			require.Error(t, b.Delete(ctx, f.URIFor("inst_fifo/tp0/1")))
+			require.Error(t, b.Delete(ctx, f.URIFor("inst_out/tp0/1")))
+			require.True(t, f.ObjectExists(t, outside))
+			require.NoError(t, b.Delete(ctx, f.URIFor("inst_link/tp0/keep")))
+			require.False(t, f.ObjectExists(t, f.URIFor("inst_a/tp0/keep")))
+			require.NoError(t, b.Delete(ctx, f.URIFor("top")))
+			require.False(t, f.ObjectExists(t, f.URIFor("top")))
+			require.NoError(t, b.Delete(ctx, uris[0]))
+			require.False(t, f.ObjectExists(t, uris[0]))
+			require.True(t, f.ObjectExists(t, uris[2]))
+		})
+	}
+}
+
+// TestFSDirRootsPermission: directories that may not be searched or read answer for their
+// files what a lookup from the storage root answers (Unknown), present and absent files alike.
+// Run it as another user than root to see it run (setpriv --reuid=65534 … storage.test).
+// Root bypasses permission checks, so the case cannot be built when the tests run as root.
+func TestFSDirRootsPermission(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("running as root: permission bits are not enforced, no EACCES to observe")
+	}
+	ctx := context.Background()
+	f := harnesses[0].newFixture(t, storagetest.Options{}) // root_path <base>/store/
+	root, err := os.OpenRoot(filepath.Join(f.base, "store"))
+	require.NoError(t, err)
+	defer root.Close()
+	fromRoot := func(u kvcm.DataURI) storage.Result {
+		_, err := root.Lstat(strings.TrimPrefix(u.Path, f.cfg.RootPath))
+		switch {
+		case err == nil:
+			return storage.Present
+		case errors.Is(err, syscall.ENOENT):
+			return storage.Missing
+		}
+		return storage.Unknown
+	}
+	var uris []kvcm.DataURI
+	for _, mode := range []os.FileMode{0o600, 0o300, 0o100, 0o000} {
+		inst := fmt.Sprintf("inst_%o", mode)
+		present := f.URIFor(inst + "/tp0/f")
+		f.CreateObject(t, present)
+		uris = append(uris, present, f.URIFor(inst+"/tp0/absent"), f.URIFor(inst+"/tp0/sub/absent"))
+		dir := filepath.Dir(f.local(t, present.Path))
+		require.NoError(t, os.Chmod(dir, mode))
+		t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
+	}
+	res, err := f.Backend().MightExist(ctx, uris)
+	require.NoError(t, err)
+	for i, u := range uris {
+		require.Equal(t, fromRoot(u), res[i], "%s", u.Path)
+		// os.Root opens every directory on the way for reading: without read or without search
+		// permission nothing is definite.
+		require.Equal(t, storage.Unknown, res[i], "%s", u.Path)
+	}
+}
+
+// TestFSDirRootsMany: a chunk spread over more directories than the backend keeps open at once
+// answers the same as one over few.
+func TestFSDirRootsMany(t *testing.T) {
+	ctx := context.Background()
+	f := harnesses[0].newFixture(t, storagetest.Options{})
+	var uris []kvcm.DataURI
+	var want []storage.Result
+	for i := range 150 {
+		present := f.URIFor(fmt.Sprintf("inst_a/tp%d/f", i))
+		f.CreateObject(t, present)
+		uris = append(uris, present, f.URIFor(fmt.Sprintf("inst_a/tp%d/absent", i)), f.URIFor(fmt.Sprintf("inst_b/tp%d/f", i)))
+		want = append(want, storage.Present, storage.Missing, storage.Missing)
+	}
+	res, err := f.Backend().MightExist(ctx, uris)
+	require.NoError(t, err)
+	require.Equal(t, want, res)
 }

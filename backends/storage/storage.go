@@ -56,6 +56,7 @@ type Backend interface {
 	// KeyCountPerFile is the storage's key_count_per_file (1 when unset); > 1 means files are shared.
 	KeyCountPerFile() uint64
 	// MightExist probes at most MaxProbeChunk URIs; the result has one entry per input, in order.
+	// It does not modify uris (the prober hands out parts of a longer slice).
 	// An error means the whole call's answers are unknown.
 	MightExist(ctx context.Context, uris []kvcm.DataURI) ([]Result, error)
 	// Delete removes the object behind one URI. "Already absent" is success (nil).
