@@ -112,9 +112,13 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 	}
 
 	// Keep batch order (blocks, then locations) so a replay gives the same request.
-	seen := map[string]bool{}
+	type locKey struct {
+		key int64
+		id  string
+	}
+	seen := make(map[locKey]bool, len(cands))
 	for _, c := range cands {
-		id := fmt.Sprintf("%d/%s", c.key, c.loc.ID)
+		id := locKey{c.key, c.loc.ID}
 		if seen[id] {
 			continue
 		}
@@ -172,16 +176,23 @@ type servingLoc struct {
 // is. URIs are grouped by (storage, type) and probed in chunks of at most cfg.ProbeChunkSize.
 func (r Rules) probeServing(ctx context.Context, locs []servingLoc, storages storage.Set, v *Verdict) []servingLoc {
 	cfg := r.Config
-	type ref struct {
-		loc int // index in locs
-		uri kvcm.DataURI
-	}
+	// A group holds its URIs in the slice MightExist is given, chunk by chunk, so nothing is
+	// copied per chunk; locs[j] is the index in locs of uris[j].
 	type group struct {
 		backend storage.Backend
-		refs    []ref
+		uris    []kvcm.DataURI
+		locs    []int
 	}
-	groups := map[string]*group{}
-	var order []string
+	type groupKey struct {
+		host string
+		typ  kvcm.StorageType
+	}
+	specs := 0
+	for _, s := range locs {
+		specs += len(s.loc.Specs)
+	}
+	groups := map[groupKey]*group{}
+	var order []*group
 	for i, s := range locs {
 		for _, spec := range s.loc.Specs {
 			u, err := kvcm.ParseDataURI(spec.URI)
@@ -198,26 +209,27 @@ func (r Rules) probeServing(ctx context.Context, locs []servingLoc, storages sto
 				v.skip(SkipStorageTypeMismatch, 1)
 				continue
 			}
-			gk := fmt.Sprintf("%s\x00%d", u.Host, be.Type())
+			gk := groupKey{u.Host, be.Type()}
 			grp := groups[gk]
 			if grp == nil {
+				// Most batches name one storage: the first group gets room for every URI.
 				grp = &group{backend: be}
+				if len(order) == 0 {
+					grp.uris, grp.locs = make([]kvcm.DataURI, 0, specs), make([]int, 0, specs)
+				}
 				groups[gk] = grp
-				order = append(order, gk)
+				order = append(order, grp)
 			}
-			grp.refs = append(grp.refs, ref{loc: i, uri: u})
+			grp.uris = append(grp.uris, u)
+			grp.locs = append(grp.locs, i)
 		}
 	}
 
 	missing := make([]bool, len(locs))
-	for _, gk := range order {
-		grp := groups[gk]
-		for start := 0; start < len(grp.refs); start += cfg.ProbeChunkSize {
-			chunk := grp.refs[start:min(start+cfg.ProbeChunkSize, len(grp.refs))]
-			uris := make([]kvcm.DataURI, len(chunk))
-			for i, r := range chunk {
-				uris[i] = r.uri
-			}
+	for _, grp := range order {
+		for start := 0; start < len(grp.uris); start += cfg.ProbeChunkSize {
+			end := min(start+cfg.ProbeChunkSize, len(grp.uris))
+			uris, chunk := grp.uris[start:end:end], grp.locs[start:end]
 			started := time.Now()
 			res, err := grp.backend.MightExist(ctx, uris)
 			if r.ObserveProbe != nil {
@@ -225,18 +237,18 @@ func (r Rules) probeServing(ctx context.Context, locs []servingLoc, storages sto
 			}
 			if err != nil {
 				// This chunk and the rest of this storage are unknown; other storages go on.
-				v.note(locs[chunk[0].loc].key, "", SkipProbeError, fmt.Sprintf("probe %s: %v", grp.backend.Name(), err))
-				v.skip(SkipProbeError, len(grp.refs)-start-1)
+				v.note(locs[chunk[0]].key, "", SkipProbeError, fmt.Sprintf("probe %s: %v", grp.backend.Name(), err))
+				v.skip(SkipProbeError, len(grp.uris)-start-1)
 				break
 			}
 			if len(res) != len(chunk) {
-				v.note(locs[chunk[0].loc].key, "", SkipProbeShape,
+				v.note(locs[chunk[0]].key, "", SkipProbeShape,
 					fmt.Sprintf("probe %s: %d results for %d uris", grp.backend.Name(), len(res), len(chunk)))
 				continue
 			}
 			for i, r := range res {
 				if r == storage.Missing {
-					missing[chunk[i].loc] = true
+					missing[chunk[i]] = true
 				}
 			}
 		}
