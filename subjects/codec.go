@@ -59,11 +59,25 @@ func validBatch(b Batch) (Batch, error) {
 }
 
 // DecodeDeleteRequest decodes and validates a delete request; every failure wraps ErrPoison.
+// Like DecodeBatch, it decodes the form Encode writes by hand and anything else through
+// encoding/json, with the same result.
 func DecodeDeleteRequest(data []byte) (DeleteRequest, error) {
+	if r, ok := decodeDeleteRequestFast(data); ok {
+		return validDeleteRequest(r)
+	}
+	return decodeDeleteRequestJSON(data)
+}
+
+// decodeDeleteRequestJSON is DecodeDeleteRequest through encoding/json only.
+func decodeDeleteRequestJSON(data []byte) (DeleteRequest, error) {
 	var r DeleteRequest
 	if err := decode(data, &r, "delete request"); err != nil {
 		return DeleteRequest{}, err
 	}
+	return validDeleteRequest(r)
+}
+
+func validDeleteRequest(r DeleteRequest) (DeleteRequest, error) {
 	if err := r.Validate(); err != nil {
 		return DeleteRequest{}, fmt.Errorf("%w: %w", ErrPoison, err)
 	}

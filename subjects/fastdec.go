@@ -3,11 +3,12 @@ package subjects
 import (
 	"bytes"
 	"math"
+	"unicode/utf8"
 )
 
 // A batch is decoded by hand when it has the form Encode writes: encoding/json spent a fifth of
 // the prober's CPU on it (reflection per member, a validating pre-scan of the whole message,
-// and one allocation per __uri__).
+// and one allocation per __uri__). A delete request, the deleter's input, is decoded the same way.
 //
 // decodeBatchFast is deliberately narrow. It accepts only a strict subset of what
 // encoding/json accepts: a JSON object whose members are Batch's own names spelled exactly,
@@ -20,23 +21,17 @@ import (
 // For what it accepts the value is the one encoding/json gives: TestDecodeBatchFastCorpus and
 // FuzzDecodeBatchFast compare the two.
 
-// Bits of the Batch members seen, to refuse a repeated member.
-const (
-	bV = 1 << iota
-	bCluster
-	bInstance
-	bGroup
-	bStore
-	bRound
-	bLeaseRev
-	bCursor
-	bNext
-	bPart
-	bParts
-	bScannedAt
-	bBadKeys
-	bBlocks
-)
+// members records the members of one object seen so far, by a number per member, to refuse
+// a repeated one (encoding/json would let the last win, or merge them).
+type members uint32
+
+func (m *members) first(n uint) bool {
+	if *m&(1<<n) != 0 {
+		return false
+	}
+	*m |= 1 << n
+	return true
+}
 
 // fastDecoder reads one message. Every method reports false when the input leaves the
 // accepted form; the position is then meaningless.
@@ -137,44 +132,37 @@ func (d *fastDecoder) object(member func(name []byte) bool) bool {
 }
 
 func (d *fastDecoder) batch(b *Batch) bool {
-	seen := 0
-	once := func(bit int) bool {
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	}
+	var m members
 	return d.object(func(name []byte) bool {
 		switch string(name) {
 		case "v":
-			return once(bV) && d.int(&b.V)
+			return m.first(0) && d.int(&b.V)
 		case "cluster":
-			return once(bCluster) && d.string(&b.Cluster)
+			return m.first(1) && d.string(&b.Cluster)
 		case "instance":
-			return once(bInstance) && d.string(&b.Instance)
+			return m.first(2) && d.string(&b.Instance)
 		case "group":
-			return once(bGroup) && d.string(&b.Group)
+			return m.first(3) && d.string(&b.Group)
 		case "store":
-			return once(bStore) && d.string(&b.Store)
+			return m.first(4) && d.string(&b.Store)
 		case "round":
-			return once(bRound) && d.uint64(&b.Round)
+			return m.first(5) && d.uint64(&b.Round)
 		case "lease_rev":
-			return once(bLeaseRev) && d.uint64(&b.LeaseRev)
+			return m.first(6) && d.uint64(&b.LeaseRev)
 		case "cursor":
-			return once(bCursor) && d.uint64(&b.Cursor)
+			return m.first(7) && d.uint64(&b.Cursor)
 		case "next":
-			return once(bNext) && d.uint64(&b.Next)
+			return m.first(8) && d.uint64(&b.Next)
 		case "part":
-			return once(bPart) && d.int(&b.Part)
+			return m.first(9) && d.int(&b.Part)
 		case "parts":
-			return once(bParts) && d.int(&b.Parts)
+			return m.first(10) && d.int(&b.Parts)
 		case "scanned_at_us":
-			return once(bScannedAt) && d.int64(&b.ScannedAt)
+			return m.first(11) && d.int64(&b.ScannedAt)
 		case "bad_keys":
-			return once(bBadKeys) && d.int(&b.BadKeys)
+			return m.first(12) && d.int(&b.BadKeys)
 		case "blocks":
-			return once(bBlocks) && d.blocks(&b.Blocks)
+			return m.first(13) && d.blocks(&b.Blocks)
 		}
 		return false
 	})
@@ -220,46 +208,43 @@ func (d *fastDecoder) estimateBlocks() int {
 }
 
 func (d *fastDecoder) block(e *BlockEntry) bool {
-	if d.arena == nil {
-		d.arena = make([]byte, 0, len(d.data))
-	}
-	seen := 0
+	var m members
 	return d.object(func(name []byte) bool {
 		switch string(name) {
 		case "key":
-			if seen&1 != 0 {
-				return false
-			}
-			seen |= 1
-			// `json:",string"`: a quoted integer, with nothing else inside the quotes (encoding/json
-			// refuses even white space there).
-			if !d.consume('"') || !d.int64(&e.Key) || d.i == len(d.data) || d.data[d.i] != '"' {
-				return false
-			}
-			d.i++
-			return true
+			return m.first(0) && d.quotedInt64(&e.Key)
 		case "uri":
-			if seen&2 != 0 {
-				return false
-			}
-			seen |= 2
-			start := len(d.arena)
-			out, ok := d.unquote(d.arena)
-			if !ok {
-				return false
-			}
-			d.arena = out
-			e.URI = RawText(d.arena[start:len(d.arena):len(d.arena)])
-			return true
+			return m.first(1) && d.rawText(&e.URI)
 		case "lru":
-			if seen&4 != 0 {
-				return false
-			}
-			seen |= 4
-			return d.string(&e.LRUTime)
+			return m.first(2) && d.string(&e.LRUTime)
 		}
 		return false
 	})
+}
+
+// quotedInt64 reads an int64 field tagged `json:",string"`: a quoted integer, with nothing else
+// inside the quotes (encoding/json refuses even white space there).
+func (d *fastDecoder) quotedInt64(dst *int64) bool {
+	if !d.consume('"') || !d.int64(dst) || d.i == len(d.data) || d.data[d.i] != '"' {
+		return false
+	}
+	d.i++
+	return true
+}
+
+// rawText reads a RawText in its string form into the arena.
+func (d *fastDecoder) rawText(dst *RawText) bool {
+	if d.arena == nil {
+		d.arena = make([]byte, 0, len(d.data))
+	}
+	start := len(d.arena)
+	out, ok := d.unquote(d.arena)
+	if !ok {
+		return false
+	}
+	d.arena = out
+	*dst = RawText(d.arena[start:len(d.arena):len(d.arena)])
+	return true
 }
 
 // literal consumes the literal word if it comes next.
@@ -274,12 +259,20 @@ func (d *fastDecoder) literal(word string) bool {
 // string reads a string value exactly as encoding/json would, or refuses it: unquote refuses
 // exactly the strings encoding/json would alter (a lone surrogate escape, invalid UTF-8), as
 // FuzzRawText holds it to.
-func (d *fastDecoder) string(dst *string) bool {
+//
+// A value equal to one of known is that string, not a copy: no allocation for the usual ones.
+func (d *fastDecoder) string(dst *string, known ...string) bool {
 	out, ok := d.unquote(d.scratch[:0])
 	if !ok {
 		return false
 	}
 	d.scratch = out
+	for _, k := range known {
+		if string(out) == k {
+			*dst = k
+			return true
+		}
+	}
 	*dst = string(out)
 	return true
 }
@@ -357,4 +350,158 @@ func (d *fastDecoder) int(dst *int) bool {
 	}
 	*dst = int(v)
 	return true
+}
+
+// decodeDeleteRequestFast is decodeBatchFast for a delete request, as narrow: its members,
+// those of "source", of each target and of each storage spelled exactly, each at most once;
+// "targets" and "storages" may be null; a storage name is a string without escapes and not
+// repeated. Anything else goes to encoding/json.
+func decodeDeleteRequestFast(data []byte) (DeleteRequest, bool) {
+	d := fastDecoder{data: data}
+	var r DeleteRequest
+	if !d.deleteRequest(&r) {
+		return DeleteRequest{}, false
+	}
+	d.ws()
+	return r, d.i == len(d.data)
+}
+
+func (d *fastDecoder) deleteRequest(r *DeleteRequest) bool {
+	var m members
+	return d.object(func(name []byte) bool {
+		switch string(name) {
+		case "v":
+			return m.first(0) && d.int(&r.V)
+		case "cluster":
+			return m.first(1) && d.string(&r.Cluster)
+		case "instance":
+			return m.first(2) && d.string(&r.Instance)
+		case "group":
+			return m.first(3) && d.string(&r.Group)
+		case "store":
+			return m.first(4) && d.string(&r.Store)
+		case "round":
+			return m.first(5) && d.uint64(&r.Round)
+		case "source":
+			return m.first(6) && d.source(&r.Source)
+		case "judged_at_us":
+			return m.first(7) && d.int64(&r.JudgedAt)
+		case "targets":
+			return m.first(8) && d.targets(&r.Targets)
+		case "storages":
+			return m.first(9) && d.storages(&r.Storages)
+		}
+		return false
+	})
+}
+
+func (d *fastDecoder) source(s *Source) bool {
+	var m members
+	return d.object(func(name []byte) bool {
+		switch string(name) {
+		case "stream":
+			return m.first(0) && d.string(&s.Stream)
+		case "seq":
+			return m.first(1) && d.uint64(&s.Seq)
+		case "msg_id":
+			return m.first(2) && d.string(&s.MsgID)
+		}
+		return false
+	})
+}
+
+func (d *fastDecoder) targets(dst *[]Target) bool {
+	if d.literal("null") {
+		*dst = nil
+		return true
+	}
+	if !d.consume('[') {
+		return false
+	}
+	// Each target holds at least `{"key":"0","location":"","reason":"","expected":""}`.
+	targets := make([]Target, 0, min(bytes.Count(d.data[d.i:], []byte(`{"key":`)), (len(d.data)-d.i)/50+1))
+	if d.peek() == ']' {
+		d.i++
+		*dst = targets
+		return true
+	}
+	for {
+		targets = append(targets, Target{})
+		if !d.target(&targets[len(targets)-1]) {
+			return false
+		}
+		switch d.peek() {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			*dst = targets
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (d *fastDecoder) target(t *Target) bool {
+	var m members
+	return d.object(func(name []byte) bool {
+		switch string(name) {
+		case "key":
+			return m.first(0) && d.quotedInt64(&t.Key)
+		case "location":
+			return m.first(1) && d.string(&t.Location)
+		case "reason":
+			return m.first(2) && d.string(&t.Reason, ReasonOrphanWriting, ReasonStorageMissing)
+		case "expected":
+			return m.first(3) && d.rawText(&t.Expected)
+		}
+		return false
+	})
+}
+
+func (d *fastDecoder) storages(dst *map[string]StorageInfo) bool {
+	if d.literal("null") {
+		*dst = nil
+		return true
+	}
+	out := map[string]StorageInfo{}
+	if !d.object(func(name []byte) bool {
+		// encoding/json would replace invalid UTF-8 in a name; a repeated name would merge.
+		if !utf8.Valid(name) {
+			return false
+		}
+		if _, dup := out[string(name)]; dup {
+			return false
+		}
+		var si StorageInfo
+		if !d.storageInfo(&si) {
+			return false
+		}
+		out[string(name)] = si
+		return true
+	}) {
+		return false
+	}
+	*dst = out
+	return true
+}
+
+func (d *fastDecoder) storageInfo(si *StorageInfo) bool {
+	var m members
+	return d.object(func(name []byte) bool {
+		switch string(name) {
+		case "type":
+			return m.first(0) && d.string(&si.Type)
+		case "root_path":
+			return m.first(1) && d.string(&si.RootPath)
+		case "mountpoint":
+			return m.first(2) && d.string(&si.Mountpoint)
+		case "root_dir":
+			return m.first(3) && d.string(&si.RootDir)
+		case "key_count_per_file":
+			return m.first(4) && d.uint64(&si.KeyCountPerFile)
+		}
+		return false
+	})
 }

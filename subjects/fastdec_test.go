@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -15,9 +16,20 @@ import (
 // give the same batch or the same error as encoding/json alone.
 func checkDecoders(t testing.TB, data []byte) (fast bool) {
 	t.Helper()
-	got, ok := decodeBatchFast(data)
+	return checkBoth(t, data, decodeBatchFast, DecodeBatch, decodeBatchJSON)
+}
+
+// checkDeleteDecoders is checkDecoders for delete requests.
+func checkDeleteDecoders(t testing.TB, data []byte) (fast bool) {
+	t.Helper()
+	return checkBoth(t, data, decodeDeleteRequestFast, DecodeDeleteRequest, decodeDeleteRequestJSON)
+}
+
+func checkBoth[T any](t testing.TB, data []byte, fast func([]byte) (T, bool), decode, decodeJSON func([]byte) (T, error)) bool {
+	t.Helper()
+	got, ok := fast(data)
 	if ok {
-		var want Batch
+		var want T
 		if err := json.Unmarshal(data, &want); err != nil {
 			t.Fatalf("%q: accepted by hand, refused by encoding/json: %v", data, err)
 		}
@@ -25,13 +37,13 @@ func checkDecoders(t testing.TB, data []byte) (fast bool) {
 			t.Fatalf("%q:\nby hand        %#v\nencoding/json  %#v", data, got, want)
 		}
 	}
-	b1, err1 := DecodeBatch(data)
-	b2, err2 := decodeBatchJSON(data)
+	v1, err1 := decode(data)
+	v2, err2 := decodeJSON(data)
 	if fmt.Sprint(err1) != fmt.Sprint(err2) {
-		t.Fatalf("%q: DecodeBatch error %v, encoding/json %v", data, err1, err2)
+		t.Fatalf("%q: error %v, through encoding/json %v", data, err1, err2)
 	}
-	if !reflect.DeepEqual(b1, b2) {
-		t.Fatalf("%q:\nDecodeBatch    %#v\nencoding/json  %#v", data, b1, b2)
+	if !reflect.DeepEqual(v1, v2) {
+		t.Fatalf("%q:\ndecoded              %#v\nthrough encoding/json %#v", data, v1, v2)
 	}
 	return ok
 }
@@ -213,4 +225,95 @@ func BenchmarkDecodeBatchPaths(b *testing.B) {
 			}
 		})
 	}
+}
+
+func testDeleteRequest(s string) DeleteRequest {
+	return DeleteRequest{
+		V: 1, Cluster: "c1" + s, Instance: "inst-0" + s, Group: s, Store: "meta", Round: 1<<64 - 1,
+		Source: Source{Stream: "S" + s, Seq: 17, MsgID: s}, JudgedAt: -1,
+		Targets: []Target{
+			{Key: -1 << 63, Location: "l1" + s, Reason: ReasonOrphanWriting, Expected: RawText(`{"id":"l1","status":2}` + s)},
+			{Key: 1<<63 - 1, Location: "l2", Reason: ReasonStorageMissing, Expected: RawText(s + "x")},
+		},
+		Storages: map[string]StorageInfo{
+			"nfs_01" + s: {Type: "file", RootPath: "/tmp/nfs/" + s, KeyCountPerFile: 1<<64 - 1},
+			"hf3fs_01":   {Type: "hf3fs", Mountpoint: "/3fs", RootDir: s},
+		},
+	}
+}
+
+func fastDeleteCorpus(t testing.TB) [][]byte {
+	var corpus [][]byte
+	for _, s := range oddStrings {
+		enc, err := Encode(testDeleteRequest(s))
+		require.NoError(t, err)
+		corpus = append(corpus, enc)
+	}
+	head := `{"v":1,"cluster":"c","instance":"i","source":{"msg_id":"m"},`
+	tgt := `"targets":[{"key":"1","location":"l","reason":"orphan_writing","expected":"x"}]`
+	for _, s := range []string{
+		head + tgt + `}`,
+		head + tgt + `,"storages":null}`,
+		head + tgt + `,"storages":{}}`,
+		head + tgt + `,"storages":{"a":{},"b":{"type":"file","key_count_per_file":0}}}`,
+		head + tgt + `,"storages":{"a":{},"a":{"type":"file"}}}`,
+		head + tgt + `,"storages":{"a":{"type":"file"},"A":{"type":"hf3fs"}}}`,
+		head + tgt + `,"storages":{"\u0061":{}}}`,
+		head + tgt + "," + `"storages":{"\xff":{}}}`,
+		head + "\"storages\":{\"\xff\":{}}," + tgt + `}`,
+		head + tgt + `,"storages":{"a":{"type":"file","Type":"x"}}}`,
+		head + tgt + `,"storages":{"a":{"type":"file","x":1}}}`,
+		head + tgt + `,"storages":{"a":null}}`,
+		head + tgt + `,"storages":[]}`,
+		head + tgt + `,"storages":{"a":{"key_count_per_file":-1}}}`,
+		head + `"targets":null}`,
+		head + `"targets":[]}`,
+		head + `"targets":[null]}`,
+		head + `"targets":[{"key":"1","location":"l","reason":"orphan_writing","expected":{"base64":"/w=="}}]}`,
+		head + `"targets":[{"key":"1","location":"l","reason":"orphan_writing","expected":"x","key":"2"}]}`,
+		head + `"targets":[{"key":"1","location":"l","reason":"orphan_writing","expected":"x"},{"key":"1","location":"l","reason":"orphan_writing","expected":"x"}]}`,
+		`{"v":1,"cluster":"c","instance":"i","source":{"stream":"s","seq":1,"seq":2},` + tgt + `}`,
+		`{"v":1,"cluster":"c","instance":"i","source":{"stream":"s","seq":0},` + tgt + `}`,
+		`{"v":1,"cluster":"c","instance":"i","source":null,` + tgt + `}`,
+		`{"v":1,"cluster":"c","instance":"i","source":{},` + tgt + `}`,
+		`{"v":1,"cluster":"c","instance":"i","source":{"msg_id":"m","other":1},` + tgt + `}`,
+		`{"v":1,"cluster":"c","instance":"i","source":{"msg_id":"m"},"judged_at_us":1.5,` + tgt + `}`,
+		`{"v":2,"cluster":"c"}`, `{}`, `[]`, `null`,
+	} {
+		corpus = append(corpus, []byte(s))
+	}
+	return corpus
+}
+
+// TestDecodeDeleteRequestFastCorpus is TestDecodeBatchFastCorpus for delete requests.
+func TestDecodeDeleteRequestFastCorpus(t *testing.T) {
+	for _, data := range fastDeleteCorpus(t) {
+		checkDeleteDecoders(t, data)
+	}
+	for _, s := range oddStrings {
+		enc, err := Encode(testDeleteRequest(s))
+		require.NoError(t, err)
+		// Escapes in a storage name (a map key) are left to encoding/json.
+		if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == '"' || r == '\\' || r == '\u2028' || r == '\u2029' }) {
+			require.True(t, checkDeleteDecoders(t, enc), "%q: Encode's output must not need encoding/json", s)
+		}
+	}
+	enc, err := Encode(testDeleteRequest(`"\`))
+	require.NoError(t, err)
+	for i := range enc {
+		checkDeleteDecoders(t, enc[:i])
+	}
+}
+
+// FuzzDecodeDeleteRequestFast is FuzzDecodeBatchFast for delete requests.
+func FuzzDecodeDeleteRequestFast(f *testing.F) {
+	for _, data := range fastDeleteCorpus(f) {
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkDeleteDecoders(t, data)
+		s := string(data)
+		checkDeleteDecoders(t, []byte(`{"v":1,"cluster":"c","instance":"i","source":{"msg_id":"`+s+`"},`+
+			`"targets":[{"key":"1","location":"`+s+`","reason":"orphan_writing","expected":"`+s+`"}],"storages":{"`+s+`":{"type":"`+s+`"}}}`))
+	})
 }

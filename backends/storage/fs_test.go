@@ -566,3 +566,26 @@ func TestFSDirRootsMany(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, res)
 }
+
+// BenchmarkDelete unlinks one file per iteration (created while the timer is stopped).
+func BenchmarkDelete(b *testing.B) {
+	base := b.TempDir()
+	cfg := kvcm.StorageConfig{Type: kvcm.TypeFile, Name: "nfs_01", RootPath: base + "/", KeyCountPerFile: 1}
+	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{DefaultProbe: storage.ProbeStat})
+	require.NoError(b, err)
+	backend, _ := set.Lookup(cfg.Name)
+	p := cfg.RootPath + "inst_a/tp0/f"
+	require.NoError(b, os.MkdirAll(filepath.Dir(p), 0o755))
+	u, err := kvcm.ParseDataURI("file://nfs_01" + p + "?size=4096")
+	require.NoError(b, err)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		require.NoError(b, os.WriteFile(p, nil, 0o644))
+		b.StartTimer()
+		if err := backend.Delete(ctx, u); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
