@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
@@ -41,7 +42,8 @@ type reqTarget struct {
 }
 
 // reqBlock is one block of a request with its targets in request order, and its bytes as
-// last read (cur, blk), which the next conditional write expects.
+// last read or written (cur), which the next conditional write expects. blk, when not nil,
+// is cur decoded.
 type reqBlock struct {
 	key     int64
 	targets []*reqTarget
@@ -68,6 +70,16 @@ func (b *reqBlock) each(s targetState, f func(t *reqTarget)) {
 	}
 }
 
+// clears reports whether a target of the block already clears location id.
+func (b *reqBlock) clears(id string) bool {
+	for _, t := range b.targets {
+		if t.state == stateCleared && t.res.Target.Location == id {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *reqBlock) has(s targetState) bool {
 	for _, t := range b.targets {
 		if t.state == s {
@@ -88,14 +100,21 @@ type request struct {
 
 func (p Protocol) newRequest(store meta.Store, instance string, targets []subjects.Target) *request {
 	r := &request{p: p, store: batchOf(store), instance: instance, targets: make([]*reqTarget, len(targets))}
-	byKey := make(map[int64]*reqBlock, len(targets))
+	ts := make([]reqTarget, len(targets))
+	var byKey map[int64]*reqBlock
+	if len(targets) > 1 {
+		byKey = make(map[int64]*reqBlock, len(targets))
+	}
 	for i, tg := range targets {
-		t := &reqTarget{res: TargetResult{Target: tg}, expected: []byte(tg.Expected)}
+		t := &ts[i]
+		t.res, t.expected = TargetResult{Target: tg}, []byte(tg.Expected)
 		r.targets[i] = t
 		b := byKey[tg.Key]
 		if b == nil {
 			b = &reqBlock{key: tg.Key}
-			byKey[tg.Key] = b
+			if byKey != nil {
+				byKey[tg.Key] = b
+			}
 			r.blocks = append(r.blocks, b)
 		}
 		b.targets = append(b.targets, t)
@@ -169,10 +188,16 @@ func (r *request) read(ctx context.Context, blocks []*reqBlock, s ...targetState
 			}
 			continue
 		}
-		b.cur, b.blk = reads[i].URI, nil
-		if b.cur != nil {
+		uri := reads[i].URI
+		switch {
+		case uri == nil:
+			b.cur, b.blk = nil, nil
+		case b.blk != nil && bytes.Equal(uri, b.cur):
+			// Unchanged since the last read (a resumed mark): decoded already.
+		default:
 			// A corrupt block leaves blk nil: nothing in it is ours to change.
-			b.blk, _ = kvcm.DecodeBlock(b.cur)
+			b.cur = uri
+			b.blk, _ = kvcm.DecodeBlock(uri)
 		}
 		out = append(out, b)
 	}
@@ -212,6 +237,7 @@ func (r *request) mark(ctx context.Context) {
 			case werr == nil:
 				// loc still describes the specs; only its status changed.
 				b.each(stateRiding, func(t *reqTarget) { t.state = stateMarked })
+				b.cur, b.blk = writes[i].Next, nil
 			case errors.Is(werr, meta.ErrDryRun):
 				b.each(stateRiding, func(t *reqTarget) {
 					t.finish(subjects.OutcomeWouldDelete, "dry-run: CAS refused by the store")
@@ -247,6 +273,14 @@ func (b *reqBlock) judge() []byte {
 	var next []byte
 	blk := b.blk
 	b.each(stateOpen, func(t *reqTarget) {
+		if blk == nil {
+			// What the targets before this one leave, decoded only when a target follows.
+			var err error
+			if blk, err = kvcm.DecodeBlock(next); err != nil {
+				t.finish(subjects.OutcomeNoopMismatch, fmt.Sprintf("re-encode: %v", err))
+				return
+			}
+		}
 		l, ok := blk.Find(t.res.Target.Location)
 		switch {
 		case !ok:
@@ -264,16 +298,12 @@ func (b *reqBlock) judge() []byte {
 			t.finish(subjects.OutcomeNoopMismatch, "location changed since it was judged")
 		default:
 			nb, err := blk.WithStatus(t.res.Target.Location, kvcm.StatusDeleting)
-			var nblk *kvcm.Block
-			if err == nil {
-				nblk, err = kvcm.DecodeBlock(nb)
-			}
 			if err != nil {
 				t.finish(subjects.OutcomeNoopMismatch, fmt.Sprintf("re-encode: %v", err))
 				return
 			}
 			t.loc, t.state = l, stateRiding
-			next, blk = nb, nblk
+			next, blk = nb, nil
 		}
 	})
 	return next
@@ -297,7 +327,6 @@ func (r *request) finish(ctx context.Context, storages storage.Set) {
 	var cleared []*reqTarget
 	for _, b := range r.read(ctx, blocks, stateMarked) {
 		const detail = "location changed after CAS; data left in place"
-		claimed := map[string]bool{}
 		b.each(stateMarked, func(t *reqTarget) {
 			var l *kvcm.Location
 			ok := b.blk != nil
@@ -307,13 +336,12 @@ func (r *request) finish(ctx context.Context, storages storage.Set) {
 			switch {
 			case b.cur != nil && b.blk == nil:
 				t.finish(subjects.OutcomeNoopMismatch, detail)
-			case !ok || claimed[t.res.Target.Location]:
+			case !ok || b.clears(t.res.Target.Location):
 				// Gone, or a repeated target whose first copy deletes it.
 				t.finish(subjects.OutcomeNoopGone, detail)
 			case !bytes.Equal(l.Raw, t.deleting):
 				t.finish(subjects.OutcomeNoopMismatch, detail)
 			default:
-				claimed[t.res.Target.Location] = true
 				t.state = stateCleared
 				cleared = append(cleared, t)
 			}
@@ -326,23 +354,27 @@ func (r *request) finish(ctx context.Context, storages storage.Set) {
 // unlink is step 4 for the cleared targets, a bounded number at a time: the physical delete
 // of every spec, best effort ("already absent" is success; shared files are never unlinked).
 func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*reqTarget) {
-	sem := make(chan struct{}, max(r.p.Config.Parallelism, 1))
-	var wg sync.WaitGroup
-	for _, t := range cleared {
-		t.res.PhysicalSkips = map[string]int{}
-		if len(t.loc.Specs) == 0 {
-			continue
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1)) - 1; i < len(cleared); i = int(next.Add(1)) - 1 {
+			t := cleared[i]
 			for _, spec := range t.loc.Specs {
 				if reason := physicalDelete(ctx, storages, spec.URI); reason != "" {
+					if t.res.PhysicalSkips == nil {
+						t.res.PhysicalSkips = map[string]int{}
+					}
 					t.res.PhysicalSkips[reason]++
 				}
 			}
-		})
+		}
 	}
+	// Parallelism workers in all, this goroutine one of them: a request with one target to
+	// unlink starts no goroutine.
+	var wg sync.WaitGroup
+	for range min(max(r.p.Config.Parallelism, 1), len(cleared)) - 1 {
+		wg.Go(work)
+	}
+	work()
 	wg.Wait()
 }
 
@@ -407,20 +439,24 @@ func (b *reqBlock) without() (next []byte, ok bool) {
 	blk, next := b.blk, b.cur
 	b.each(stateCleared, func(t *reqTarget) {
 		id := t.res.Target.Location
+		if blk == nil && next != nil {
+			// What the targets before this one leave, decoded only when a target follows.
+			var err error
+			if blk, err = kvcm.DecodeBlock(next); err != nil {
+				t.fail(fmt.Errorf("re-encode without %s: %w", id, err))
+				return
+			}
+		}
 		if blk == nil {
 			t.fail(fmt.Errorf("re-encode without %s: no location left", id))
 			return
 		}
 		out, empty, err := blk.Without(id)
-		var nblk *kvcm.Block
-		if err == nil && !empty {
-			nblk, err = kvcm.DecodeBlock(out)
-		}
 		if err != nil {
 			t.fail(fmt.Errorf("re-encode without %s: %w", id, err))
 			return
 		}
-		ok, next, blk = true, out, nblk
+		ok, next, blk = true, out, nil
 		if empty {
 			next = nil
 		}
