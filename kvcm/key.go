@@ -64,6 +64,31 @@ func canonicalInt(s string) bool {
 	return digits == "0" || digits[0] != '0'
 }
 
+// StoreScanPattern is the SCAN MATCH pattern of every instance's block keys in a metadata store.
+const StoreScanPattern = blockKeyPrefix + "*"
+
+// OwnerOf returns the instance that key belongs to, among the ids known accepts: the one whose
+// KeyPrefix key starts with. Ids may themselves contain ":cache_", so every occurrence is a
+// candidate; the longest accepted id wins, since only the last occurrence can be followed by
+// a block number. ok is false when no accepted id owns the key (another instance's key, or
+// not a block key at all). The key still has to pass ParseBlockKey for that id.
+func OwnerOf(key string, known func(id string) bool) (id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, blockKeyPrefix)
+	if !ok {
+		return "", false
+	}
+	for end := len(rest); ; {
+		i := strings.LastIndex(rest[:end], blockKeyInfix)
+		if i < 0 {
+			return "", false
+		}
+		if known(rest[:i]) {
+			return rest[:i], true
+		}
+		end = i
+	}
+}
+
 // ScanPattern returns the SCAN MATCH pattern for an instance's blocks, the id glob-escaped.
 // KVCM itself does not escape the id, so an id with glob characters makes its own scans match
 // other instances' keys; kvcm-gc escapes and still checks every key with ParseBlockKey.

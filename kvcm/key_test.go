@@ -2,6 +2,7 @@ package kvcm
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -132,4 +133,50 @@ func BenchmarkParseBlockKey(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestOwnerOf(t *testing.T) {
+	known := map[string]bool{"inst1": true, "inst10": true, "a:cache_1": true, "a": true, "x y[*]ü": true}
+	in := func(id string) bool { return known[id] }
+	for _, tc := range []struct {
+		key, id string
+		ok      bool
+	}{
+		{"kvcache:instance_inst1:cache_5", "inst1", true},
+		{"kvcache:instance_inst10:cache_-5", "inst10", true},
+		{"kvcache:instance_inst100:cache_5", "", false}, // not registered here
+		{"kvcache:instance_inst1:metadata", "", false},  // not a block key of anyone
+		{"kvcache:instance_a:cache_1:cache_7", "a:cache_1", true},
+		{"kvcache:instance_a:cache_2:cache_7", "a", true}, // a's key, and a bad one: ParseBlockKey says so
+		{"kvcache:instance_x y[*]ü:cache_0", "x y[*]ü", true},
+		{"kvcache:instance_inst1:cache_05", "inst1", true}, // owned, not canonical
+		{"other:instance_inst1:cache_5", "", false},
+		{"kvcache:instance_", "", false},
+	} {
+		id, ok := OwnerOf(tc.key, in)
+		require.Equal(t, tc.ok, ok, tc.key)
+		require.Equal(t, tc.id, id, tc.key)
+	}
+	_, err := ParseBlockKey("a", "kvcache:instance_a:cache_2:cache_7")
+	require.ErrorIs(t, err, ErrBadKey)
+}
+
+// FuzzOwnerOf checks OwnerOf against its definition: the longest known id whose block-key
+// prefix starts the key.
+func FuzzOwnerOf(f *testing.F) {
+	f.Add("kvcache:instance_a:cache_1:cache_7", "a", "a:cache_1")
+	f.Add("kvcache:instance_inst1:cache_5", "inst1", "inst10")
+	f.Fuzz(func(t *testing.T, key, id1, id2 string) {
+		known := func(id string) bool { return id == id1 || id == id2 }
+		want, wantOK := "", false
+		for _, id := range []string{id1, id2} {
+			if strings.HasPrefix(key, KeyPrefix(id)) && (!wantOK || len(id) > len(want)) {
+				want, wantOK = id, true
+			}
+		}
+		got, ok := OwnerOf(key, known)
+		if ok != wantOK || got != want {
+			t.Fatalf("OwnerOf(%q) = %q, %v; want %q, %v", key, got, ok, want, wantOK)
+		}
+	})
 }

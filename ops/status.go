@@ -87,10 +87,10 @@ type LeaderStatus struct {
 type RoundStatus struct {
 	ID         uint64    `json:"id"`
 	InProgress bool      `json:"in_progress"`
-	Instance   int       `json:"instance"`  // 1-based position of the instance being scanned
+	Store      int       `json:"store"`  // 1-based position of the metadata store being walked
+	Stores     int       `json:"stores"` // metadata stores in the round's registry snapshot
+	StoreName  string    `json:"store_name,omitempty"`
 	Instances  int       `json:"instances"` // instances in the round's registry snapshot
-	InstanceID string    `json:"instance_id,omitempty"`
-	Group      string    `json:"group,omitempty"`
 	Cursor     uint64    `json:"cursor"`
 	Keys       uint64    `json:"keys_scanned"`
 	Started    time.Time `json:"started,omitzero"`
@@ -205,12 +205,12 @@ func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.N
 	if ck.Round == 0 {
 		return st
 	}
-	rs := &RoundStatus{ID: ck.Round, InProgress: ck.InRound, Instance: min(ck.Index+1, ck.Instances),
-		Instances: ck.Instances, InstanceID: ck.Instance, Group: ck.Group, Cursor: ck.Cursor,
+	rs := &RoundStatus{ID: ck.Round, InProgress: ck.InRound, Store: min(ck.Index+1, ck.Stores), Stores: ck.Stores,
+		StoreName: ck.Store, Instances: ck.Instances, Cursor: ck.Cursor,
 		Keys: ck.KeysScanned, Started: usTime(ck.RoundStartedUs)}
 	if !ck.InRound && ck.LastRoundEndUs > 0 {
 		// The last round is over: report its final numbers, not a rate diluted by the pause.
-		rs.Instance = ck.Instances
+		rs.Store = ck.Stores
 		rs.Keys = ck.LastRoundKeys
 		if ck.LastRoundDuration > 0 {
 			rs.KeysPerSecond = float64(ck.LastRoundKeys) / (float64(ck.LastRoundDuration) / 1e3)
@@ -224,8 +224,8 @@ func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.N
 
 // estimate returns the round's rate so far and when it should end. With a previous round the
 // remaining keys are its key count minus the keys scanned so far (keyspaces change slowly
-// between rounds); without one, the elapsed time is scaled by the share of instances done,
-// which is rougher since instances differ in size. A round that has already passed the
+// between rounds); without one, the elapsed time is scaled by the share of stores done,
+// which is rougher since stores differ in size. A round that has already passed the
 // previous key count gets no estimate rather than a time in the past.
 func estimate(ck pipeline.Checkpoint, now time.Time) (rate float64, eta time.Time, basis string) {
 	if ck.RoundStartedUs <= 0 {
@@ -240,9 +240,9 @@ func estimate(ck pipeline.Checkpoint, now time.Time) (rate float64, eta time.Tim
 	case ck.LastRoundKeys > 0 && rate > 0 && ck.KeysScanned < ck.LastRoundKeys:
 		left := float64(ck.LastRoundKeys-ck.KeysScanned) / rate
 		return rate, now.Add(time.Duration(left * float64(time.Second))).UTC(), "keys"
-	case ck.LastRoundKeys == 0 && ck.Instances > 0 && ck.Index > 0 && ck.Index < ck.Instances:
-		total := time.Duration(float64(elapsed) * float64(ck.Instances) / float64(ck.Index))
-		return rate, time.UnixMicro(ck.RoundStartedUs).Add(total).UTC(), "instances"
+	case ck.LastRoundKeys == 0 && ck.Stores > 0 && ck.Index > 0 && ck.Index < ck.Stores:
+		total := time.Duration(float64(elapsed) * float64(ck.Stores) / float64(ck.Index))
+		return rate, time.UnixMicro(ck.RoundStartedUs).Add(total).UTC(), "stores"
 	}
 	return rate, time.Time{}, ""
 }

@@ -45,8 +45,8 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	}
 	if rd := sc.Round; rd != nil {
 		if rd.InProgress {
-			fmt.Fprintf(tw, "round\t%d in progress: instance %d of %d (%s), cursor %d\n", rd.ID, rd.Instance,
-				rd.Instances, orDash(rd.InstanceID), rd.Cursor)
+			fmt.Fprintf(tw, "round\t%d in progress: store %d of %d (%s), %d instances, cursor %d\n", rd.ID, rd.Store,
+				rd.Stores, orDash(rd.StoreName), rd.Instances, rd.Cursor)
 			fmt.Fprintf(tw, "\t%d keys scanned since %s, %.0f keys/s\n", rd.Keys, stamp(rd.Started, now), rd.KeysPerSecond)
 			if !rd.ETA.IsZero() {
 				fmt.Fprintf(tw, "\testimated end %s (by %s)\n", stamp(rd.ETA, now), rd.ETABasis)
@@ -54,7 +54,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 				fmt.Fprintln(tw, "\testimated end unknown")
 			}
 		} else {
-			fmt.Fprintf(tw, "round\t%d done: %d instances, %d keys, %.0f keys/s\n", rd.ID, rd.Instances, rd.Keys, rd.KeysPerSecond)
+			fmt.Fprintf(tw, "round\t%d done: %d stores, %d instances, %d keys, %.0f keys/s\n", rd.ID, rd.Stores, rd.Instances, rd.Keys, rd.KeysPerSecond)
 		}
 	} else {
 		fmt.Fprintln(tw, "round\tnone yet")

@@ -155,6 +155,10 @@ func (s *memStore) ScanPage(context.Context, string, uint64, int) (meta.Page, er
 	return meta.Page{}, nil
 }
 
+func (s *memStore) ScanStore(context.Context, uint64, int, func(string) bool) (meta.Page, error) {
+	return meta.Page{}, nil
+}
+
 func (s *memStore) GetURI(_ context.Context, _ string, key int64) ([]byte, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -73,7 +73,9 @@ type Metrics struct {
 	PublishedBatches  prometheus.Counter
 	OversizedBlocks   prometheus.Counter
 	RoundDuration     prometheus.Gauge
-	RoundInstance     prometheus.Gauge
+	RoundStore        prometheus.Gauge
+	RoundStores       prometheus.Gauge
+	ScanUnownedKeys   prometheus.Counter
 	RoundInstances    prometheus.Gauge
 	RoundID           prometheus.Gauge
 	BackpressureSkips prometheus.Counter
@@ -107,7 +109,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		PublishedBatches:  f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_published_batches_total", Help: "Batch messages stored in the BATCHES stream."}),
 		OversizedBlocks:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_oversized_blocks_total", Help: "Blocks whose metadata exceeds the NATS max payload (not judged)."}),
 		RoundDuration:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_duration_seconds", Help: "Duration of the last completed round."}),
-		RoundInstance:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_instance_index", Help: "0-based position of the instance being scanned in the current round."}),
+		RoundStore:        f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_store_index", Help: "0-based position of the metadata store being walked in the current round."}),
+		RoundStores:       f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_stores", Help: "Metadata stores in the current round's registry snapshot."}),
+		ScanUnownedKeys:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_unowned_keys_total", Help: "Keys a store-wide SCAN returned that belong to no instance registered in that store; not read."}),
 		RoundInstances:    f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_instances", Help: "Instances in the current round's registry snapshot."}),
 		RoundID:           f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_id", Help: "Id of the current (or last) round."}),
 		BackpressureSkips: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_backpressure_skips_total", Help: "Scanner ticks skipped because a downstream consumer was above the high-water mark."}),

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -23,12 +26,15 @@ const CheckpointKey = "checkpoint"
 type Checkpoint struct {
 	Round   uint64 `json:"round"`
 	InRound bool   `json:"in_round"`
-	// Position in the round: the instance being scanned and the SCAN cursor to continue from.
-	Index     int    `json:"index"`
-	Instances int    `json:"instances"`
-	Group     string `json:"group"`
-	Instance  string `json:"instance"`
-	Cursor    uint64 `json:"cursor"`
+	// Position in the round: the metadata store being walked (its 0-based position among the
+	// round's stores, sorted by name, and its name; "" past the last one) and the SCAN cursor
+	// to continue from.
+	Index  int    `json:"index"`
+	Stores int    `json:"stores"`
+	Store  string `json:"store"`
+	Cursor uint64 `json:"cursor"`
+	// Instances in the round's registry snapshot, over all stores.
+	Instances int `json:"instances"`
 	// Progress of the current round.
 	RoundStartedUs int64  `json:"round_started_us"`
 	KeysScanned    uint64 `json:"keys_scanned"`
@@ -120,10 +126,11 @@ type Scanner struct {
 	Logger     *slog.Logger
 	Now        func() time.Time
 
-	ckpt     Checkpoint
-	ckptRev  uint64
-	loaded   bool
-	snapshot []meta.Instance
+	ckpt    Checkpoint
+	ckptRev uint64
+	loaded  bool
+	// walks is the round's registry snapshot by metadata store (nil: not read yet).
+	walks []storeWalk
 
 	// The read position runs one page ahead of the checkpoint: a page's batches are stored
 	// by JetStream while the next page is read from Redis, and the checkpoint moves past a
@@ -144,26 +151,62 @@ type Scanner struct {
 // controlRefresh bounds how stale a reused pause or backlog answer may be.
 const controlRefresh = 250 * time.Millisecond
 
+// overlapBelow: only when the next tick is due sooner than this does a page stay unsettled
+// while the next one is read; a slower scanner records every page at once.
+const overlapBelow = 5 * time.Millisecond
+
 // ackTimeout bounds the wait for the acknowledgement of a page's batches; a page not
 // acknowledged by then is read and published again (the server drops the duplicates).
 const ackTimeout = 30 * time.Second
 
+// storeWalk is one metadata store of a round and the registered instances it holds. A round
+// walks each store once with a store-wide SCAN and routes every key to its instance, instead
+// of one MATCH walk per instance: with k instances in a store, that reads the keyspace once
+// rather than k times (SCAN visits every key of the database whatever the MATCH).
+type storeWalk struct {
+	store     string
+	instances map[string]meta.Instance // by id
+}
+
+func (w storeWalk) owns(id string) bool { _, ok := w.instances[id]; return ok }
+
+// walksOf groups a registry snapshot by store, sorted by store name.
+func walksOf(instances []meta.Instance) []storeWalk {
+	byStore := map[string]storeWalk{}
+	for _, in := range instances {
+		w, ok := byStore[in.Store]
+		if !ok {
+			w = storeWalk{store: in.Store, instances: map[string]meta.Instance{}}
+			byStore[in.Store] = w
+		}
+		if _, dup := w.instances[in.ID]; !dup { // the first by (group, id) wins
+			w.instances[in.ID] = in
+		}
+	}
+	walks := make([]storeWalk, 0, len(byStore))
+	for _, w := range byStore {
+		walks = append(walks, w)
+	}
+	sort.Slice(walks, func(i, j int) bool { return walks[i].store < walks[j].store })
+	return walks
+}
+
 // pendingPage is a page whose batches were published but not yet acknowledged.
 type pendingPage struct {
-	inst   meta.Instance
+	store  string
 	cursor uint64 // where the page started
 	next   uint64 // SCAN's next cursor after it
 	keys   uint64
 	acks   []AckWait
 }
 
-// nextCount is the SCAN COUNT for the next page of an instance whose last page, scanned with
+// nextCount is the SCAN COUNT for the next page of a store whose last page, scanned with
 // count, returned got keys. SCAN's COUNT is a number of hash-table buckets to visit, not of
-// keys to return: with several instances in one database, a MATCH page holds only the
-// instance's share of the keys visited (a quarter with four instances of equal size), yet
-// every page costs a publish, a checkpoint write and a backlog check. The count is scaled so
-// that a page holds about want keys, between want and 16 × want, moving halfway towards the
-// estimate each page. Redis does the same work per key visited whatever the COUNT.
+// keys to return: in a database that also holds other keys than KVCM's blocks, a MATCH page
+// holds only their share of the keys visited, yet every page costs a publish, a checkpoint
+// write and a backlog check. The count is scaled so that a page holds about want keys, between
+// want and 16 × want, moving halfway towards the estimate each page. Redis does the same work
+// per key visited whatever the COUNT.
 func nextCount(count, got, want int) int {
 	est := 2 * count
 	if got > 0 {
@@ -261,7 +304,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 			s.warn(ctx, "read checkpoint", "err", err)
 			return 0
 		}
-		s.ckpt, s.ckptRev, s.loaded, s.snapshot = c, rev, true, nil
+		s.ckpt, s.ckptRev, s.loaded, s.walks = c, rev, true, nil
 		s.pending, s.count = nil, 0
 		s.rewind()
 		s.pauseAt, s.backlogAt = time.Time{}, time.Time{}
@@ -269,7 +312,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 			// Alerts on "no round for too long" must survive a restart or a failover.
 			s.Metrics.LastRoundEnd.Set(float64(c.LastRoundEndUs) / 1e6)
 		}
-		s.Logger.Info("leader", "round", c.Round, "in_round", c.InRound, "instance", c.Instance, "cursor", c.Cursor)
+		s.Logger.Info("leader", "round", c.Round, "in_round", c.InRound, "store", c.Store, "cursor", c.Cursor)
 	}
 	now := s.Now()
 	if now.Sub(s.pauseAt) >= controlRefresh || now.Before(s.pauseAt) {
@@ -297,7 +340,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		}
 		return s.startRound(ctx, now)
 	}
-	if s.snapshot == nil && !s.resume(ctx) {
+	if s.walks == nil && !s.resume(ctx) {
 		return 0
 	}
 	if s.Backlog != nil {
@@ -316,27 +359,29 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 			return 0
 		}
 	}
-	if s.readIndex >= len(s.snapshot) {
+	if s.readIndex >= len(s.walks) {
 		if !s.settle(ctx, now) {
 			return 0
 		}
-		if s.ckpt.Index < len(s.snapshot) {
+		if s.ckpt.Index < len(s.walks) {
 			s.rewind() // not reached: settle moves the checkpoint to the read position
 			return 0
 		}
 		return s.endRound(ctx, now)
 	}
-	inst := s.snapshot[s.readIndex]
-	store, err := s.Stores.Store(inst.Store)
+	walk := s.walks[s.readIndex]
+	store, err := s.Stores.Store(walk.store)
 	if err != nil {
-		// A store that cannot even be opened: skip the instance this round.
+		// A store that cannot even be opened: skip its instances this round.
 		if !s.settle(ctx, now) {
 			return 0
 		}
 		s.Metrics.opError(StageScanner, "store")
-		s.Logger.Warn("open metadata store; instance skipped this round", "instance", inst.ID, "store", inst.Store, "err", err)
-		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: inst.ID, Round: s.ckpt.Round, Reason: "store_unavailable", Detail: err.Error()})
-		s.advance(inst, 0, 0)
+		s.Logger.Warn("open metadata store; its instances skipped this round", "store", walk.store, "instances", len(walk.instances), "err", err)
+		for _, id := range slices.Sorted(maps.Keys(walk.instances)) {
+			s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: id, Round: s.ckpt.Round, Reason: "store_unavailable", Detail: err.Error()})
+		}
+		s.advance(0, 0)
 		s.rewind()
 		s.save(ctx, now)
 		return 0
@@ -345,10 +390,10 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	if count <= 0 {
 		count = s.Config.ScanBatchSize
 	}
-	page, err := store.ScanPage(ctx, inst.ID, cursor, count)
+	page, err := store.ScanStore(ctx, cursor, count, walk.owns)
 	if err != nil {
 		s.Metrics.opError(StageScanner, "scan")
-		s.warn(ctx, "scan page; cursor kept", "instance", inst.ID, "cursor", cursor, "err", err)
+		s.warn(ctx, "scan page; cursor kept", "store", walk.store, "cursor", cursor, "err", err)
 		s.settle(ctx, now)
 		return 0
 	}
@@ -360,53 +405,85 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	s.Metrics.ScanPages.Inc()
 	s.Metrics.ScannedKeys.Add(float64(len(page.Entries)))
 	s.Metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
-	batch := subjects.Batch{
-		V: subjects.SchemaVersion, Cluster: s.Names.Cluster, Instance: inst.ID, Group: inst.Group, Store: inst.Store,
-		Round: s.ckpt.Round, LeaseRev: leaseRev, Cursor: cursor, Next: page.Next,
-		ScannedAt: now.UnixMicro(), BadKeys: len(page.BadKeys),
+	s.Metrics.ScanUnownedKeys.Add(float64(page.Unowned))
+	batches := s.batches(ctx, walk, page, cursor, leaseRev, now)
+	// Fencing: never publish after losing the lease.
+	if _, held := s.Lease.Held(); !held {
+		return 0
+	}
+	p := &pendingPage{store: walk.store, cursor: cursor, next: page.Next, keys: uint64(len(page.Entries))}
+	for _, b := range batches {
+		acks, err := s.publish(ctx, b)
+		if err != nil {
+			s.Metrics.opError(StageScanner, "publish")
+			s.warn(ctx, "publish batch; cursor kept", "store", walk.store, "instance", b.Instance, "cursor", cursor, "err", err)
+			// Batches already sent are stored again under the same ids: the server drops them.
+			return 0
+		}
+		p.acks = append(p.acks, acks...)
+	}
+	s.pending = p
+	s.readCursor = page.Next
+	returned := len(page.Entries) + len(page.BadKeys) + page.Unowned
+	if page.Next == 0 {
+		s.readIndex++
+		s.count = 0 // the next store may hold other keys
+	} else {
+		s.count = nextCount(count, returned, s.Config.ScanBatchSize)
+	}
+	var wait time.Duration
+	if s.Config.MaxKeysPerSecond > 0 && returned > 0 {
+		wait = time.Duration(float64(returned) / s.Config.MaxKeysPerSecond * float64(time.Second))
+	}
+	if max(wait, s.Config.ScanInterval) >= overlapBelow {
+		// The next tick is not due at once: nothing to overlap, so record the page now
+		// rather than a scan_interval later (a successor then reads no page twice).
+		if !s.settle(ctx, now) {
+			return 0
+		}
+	}
+	return wait
+}
+
+// batches routes a store page's blocks to one batch per instance, in instance order, and
+// reports the keys that do not parse, by instance.
+func (s *Scanner) batches(ctx context.Context, walk storeWalk, page meta.Page, cursor, leaseRev uint64, now time.Time) []subjects.Batch {
+	bad := map[string][]string{}
+	for _, k := range page.BadKeys {
+		id, _ := kvcm.OwnerOf(k, walk.owns)
+		bad[id] = append(bad[id], k)
+	}
+	byInst := map[string]*subjects.Batch{}
+	batch := func(id string) *subjects.Batch {
+		b := byInst[id]
+		if b == nil {
+			in := walk.instances[id]
+			b = &subjects.Batch{
+				V: subjects.SchemaVersion, Cluster: s.Names.Cluster, Instance: id, Group: in.Group, Store: in.Store,
+				Round: s.ckpt.Round, LeaseRev: leaseRev, Cursor: cursor, Next: page.Next,
+				ScannedAt: now.UnixMicro(), BadKeys: len(bad[id]),
+			}
+			byInst[id] = b
+		}
+		return b
 	}
 	for _, e := range page.Entries {
 		if len(e.URI) == 0 {
 			continue // absent block: nothing to judge
 		}
-		batch.Blocks = append(batch.Blocks, subjects.BlockEntry{Key: e.BlockKey, URI: subjects.RawText(e.URI), LRUTime: e.LRUTime})
+		b := batch(e.Instance)
+		b.Blocks = append(b.Blocks, subjects.BlockEntry{Key: e.BlockKey, URI: subjects.RawText(e.URI), LRUTime: e.LRUTime})
 	}
-	if len(page.BadKeys) > 0 {
-		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: inst.ID, Round: s.ckpt.Round, Reason: "bad_key",
-			Detail: fmt.Sprintf("%d keys do not parse, e.g. %q", len(page.BadKeys), page.BadKeys[0])})
+	for _, id := range slices.Sorted(maps.Keys(bad)) {
+		keys := bad[id]
+		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: id, Round: s.ckpt.Round, Reason: "bad_key",
+			Detail: fmt.Sprintf("%d keys do not parse, e.g. %q", len(keys), keys[0])})
 	}
-	// Fencing: never publish after losing the lease.
-	if _, held := s.Lease.Held(); !held {
-		return 0
+	out := make([]subjects.Batch, 0, len(byInst))
+	for _, id := range slices.Sorted(maps.Keys(byInst)) {
+		out = append(out, *byInst[id])
 	}
-	p := &pendingPage{inst: inst, cursor: cursor, next: page.Next, keys: uint64(len(page.Entries))}
-	if len(batch.Blocks) > 0 {
-		acks, err := s.publish(ctx, batch)
-		if err != nil {
-			s.Metrics.opError(StageScanner, "publish")
-			s.warn(ctx, "publish batch; cursor kept", "instance", inst.ID, "cursor", cursor, "err", err)
-			return 0
-		}
-		p.acks = acks
-	}
-	s.pending = p
-	s.readCursor = page.Next
-	if page.Next == 0 {
-		s.readIndex++
-		s.count = 0 // the next instance may hold another share of the database
-	} else {
-		s.count = nextCount(count, len(page.Entries)+len(page.BadKeys), s.Config.ScanBatchSize)
-	}
-	if s.Config.ScanInterval >= controlRefresh {
-		// Paced: record the page now rather than a scan_interval later.
-		if !s.settle(ctx, now) {
-			return 0
-		}
-	}
-	if s.Config.MaxKeysPerSecond > 0 && len(page.Entries) > 0 {
-		return time.Duration(float64(len(page.Entries)) / s.Config.MaxKeysPerSecond * float64(time.Second))
-	}
-	return 0
+	return out
 }
 
 // settle waits for the pending page's batches to be stored and then moves the checkpoint past
@@ -424,7 +501,7 @@ func (s *Scanner) settle(ctx context.Context, now time.Time) bool {
 	for _, ack := range p.acks {
 		if err := ack(actx); err != nil {
 			s.Metrics.opError(StageScanner, "publish")
-			s.warn(ctx, "publish batch; cursor kept", "instance", p.inst.ID, "cursor", p.cursor, "err", err)
+			s.warn(ctx, "publish batch; cursor kept", "store", p.store, "cursor", p.cursor, "err", err)
 			s.rewind()
 			return false
 		}
@@ -435,7 +512,7 @@ func (s *Scanner) settle(ctx context.Context, now time.Time) bool {
 		s.rewind()
 		return false
 	}
-	s.advance(p.inst, p.next, p.keys)
+	s.advance(p.next, p.keys)
 	if !s.save(ctx, now) {
 		s.rewind()
 		return false
@@ -457,9 +534,9 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, err
 		maxPayload = 1 << 20 // the server's default
 	}
 	maxBytes := subjects.PayloadLimit(maxPayload) // headers travel too
-	parts, oversized, err := subjects.SplitBatch(b, maxBytes)
+	parts, oversized, err := subjects.EncodeBatchParts(b, maxBytes)
 	if err != nil {
-		return nil, fmt.Errorf("split batch: %w", err)
+		return nil, fmt.Errorf("encode batch: %w", err)
 	}
 	for _, o := range oversized {
 		s.Metrics.OversizedBlocks.Inc()
@@ -469,14 +546,10 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, err
 	}
 	var acks []AckWait
 	for _, p := range parts {
-		if len(p.Blocks) == 0 {
+		if len(p.Batch.Blocks) == 0 {
 			continue
 		}
-		data, err := subjects.Encode(p)
-		if err != nil {
-			return nil, fmt.Errorf("encode batch: %w", err)
-		}
-		ack, err := s.Publisher.PublishAsync(s.Names.BatchSubject(b.Instance), data, subjects.BatchMsgID(p))
+		ack, err := s.Publisher.PublishAsync(s.Names.BatchSubject(b.Instance), p.Data, subjects.BatchMsgID(p.Batch))
 		if err != nil {
 			return nil, err
 		}
@@ -485,8 +558,8 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, err
 	return acks, nil
 }
 
-// advance moves the position after a page of inst that returned cursor next.
-func (s *Scanner) advance(inst meta.Instance, next uint64, keys uint64) {
+// advance moves the checkpoint past a page that returned cursor next.
+func (s *Scanner) advance(next uint64, keys uint64) {
 	s.ckpt.KeysScanned += keys
 	s.ckpt.Cursor = next
 	if next == 0 {
@@ -496,15 +569,20 @@ func (s *Scanner) advance(inst meta.Instance, next uint64, keys uint64) {
 }
 
 func (s *Scanner) setPosition() {
-	if s.ckpt.Index < len(s.snapshot) {
-		in := s.snapshot[s.ckpt.Index]
-		s.ckpt.Group, s.ckpt.Instance = in.Group, in.ID
+	if s.ckpt.Index < len(s.walks) {
+		s.ckpt.Store = s.walks[s.ckpt.Index].store
 	} else {
-		s.ckpt.Group, s.ckpt.Instance = "", ""
+		s.ckpt.Store = ""
 	}
-	s.ckpt.Instances = len(s.snapshot)
-	s.Metrics.RoundInstance.Set(float64(s.ckpt.Index))
-	s.Metrics.RoundInstances.Set(float64(len(s.snapshot)))
+	s.ckpt.Stores = len(s.walks)
+	instances := 0
+	for _, w := range s.walks {
+		instances += len(w.instances)
+	}
+	s.ckpt.Instances = instances
+	s.Metrics.RoundStore.Set(float64(s.ckpt.Index))
+	s.Metrics.RoundStores.Set(float64(len(s.walks)))
+	s.Metrics.RoundInstances.Set(float64(instances))
 	s.Metrics.RoundID.Set(float64(s.ckpt.Round))
 }
 
@@ -514,45 +592,45 @@ func (s *Scanner) startRound(ctx context.Context, now time.Time) time.Duration {
 		return 0
 	}
 	prev := s.ckpt
-	s.snapshot = snap
+	s.walks = walksOf(snap)
 	s.ckpt.Round++
 	s.ckpt.InRound, s.ckpt.Index, s.ckpt.Cursor, s.ckpt.KeysScanned = true, 0, 0, 0
 	s.ckpt.RoundStartedUs = now.UnixMicro()
 	s.setPosition()
 	if !s.save(ctx, now) {
-		s.ckpt, s.snapshot = prev, nil
+		s.ckpt, s.walks = prev, nil
 		return 0
 	}
 	s.rewind()
-	s.Logger.Info("round started", "round", s.ckpt.Round, "instances", len(snap))
+	s.Logger.Info("round started", "round", s.ckpt.Round, "instances", s.ckpt.Instances, "stores", s.ckpt.Stores)
 	s.event(ctx, subjects.Event{Kind: subjects.EventRound, Round: s.ckpt.Round, Outcome: "start",
-		Counts: map[string]int64{"instances": int64(len(snap))}})
+		Counts: map[string]int64{"instances": int64(s.ckpt.Instances), "stores": int64(s.ckpt.Stores)}})
 	return 0
 }
 
-// resume rebuilds the round's snapshot after a restart or a failover: the instance list is
-// read again and the checkpoint's instance located in it by (group, id); if it is gone, the
-// round goes on with the next one in order.
+// resume rebuilds the round's snapshot after a restart or a failover: the registry is read
+// again and the checkpoint's store located in it by name; if it is gone, the round goes on
+// with the next store in order, from the beginning. (Instances registered meanwhile in a store
+// not yet walked are collected this round; in the store being walked, from the cursor on.)
 func (s *Scanner) resume(ctx context.Context) bool {
 	snap, err := s.readRegistry(ctx)
 	if err != nil {
 		return false
 	}
-	s.snapshot = snap
+	walks := walksOf(snap)
+	s.walks = walks
 	c := &s.ckpt
-	i := sort.Search(len(snap), func(i int) bool {
-		return snap[i].Group > c.Group || (snap[i].Group == c.Group && snap[i].ID >= c.Instance)
-	})
-	if c.Instance == "" && c.Group == "" {
-		i = len(snap) // the round had passed its last instance
+	i := sort.Search(len(walks), func(i int) bool { return walks[i].store >= c.Store })
+	if c.Store == "" && c.Stores > 0 && c.Index >= c.Stores {
+		i = len(walks) // the round had passed its last store
 	}
-	if i >= len(snap) || snap[i].Group != c.Group || snap[i].ID != c.Instance {
-		c.Cursor = 0 // a different instance: start it from the beginning
+	if i >= len(walks) || walks[i].store != c.Store {
+		c.Cursor = 0 // a different store: start it from the beginning
 	}
 	c.Index = i
 	s.setPosition()
 	s.rewind()
-	s.Logger.Info("round resumed", "round", c.Round, "instance", c.Instance, "index", c.Index, "cursor", c.Cursor)
+	s.Logger.Info("round resumed", "round", c.Round, "store", c.Store, "index", c.Index, "cursor", c.Cursor)
 	return true
 }
 
@@ -589,13 +667,13 @@ func (s *Scanner) endRound(ctx context.Context, now time.Time) time.Duration {
 		*c = prev
 		return 0
 	}
-	s.snapshot = nil
+	s.walks = nil
 	s.Metrics.ScanRounds.Inc()
 	s.Metrics.RoundDuration.Set(now.Sub(started).Seconds())
 	s.Metrics.LastRoundEnd.Set(float64(now.Unix()))
 	s.Logger.Info("round finished", "round", c.Round, "keys", c.KeysScanned, "duration", now.Sub(started))
 	s.event(ctx, subjects.Event{Kind: subjects.EventRound, Round: c.Round, Outcome: "end",
-		Counts: map[string]int64{"keys": int64(c.KeysScanned), "duration_ms": c.LastRoundDuration, "instances": int64(c.Instances)}})
+		Counts: map[string]int64{"keys": int64(c.KeysScanned), "duration_ms": c.LastRoundDuration, "instances": int64(c.Instances), "stores": int64(c.Stores)}})
 	return 0
 }
 

@@ -3,13 +3,17 @@ package test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -103,4 +107,97 @@ func TestScannerPause(t *testing.T) {
 	ck := e.waitRoundDone(1, time.Minute)
 	require.False(t, time.UnixMicro(ck.RoundStartedUs).Before(until), "the round started during the pause")
 	require.Zero(t, metricValue(t, reg, "kvcm_gc_scanner_paused"))
+}
+
+// TestScannerWalksEachStoreOnce: instances in two metadata stores (databases 0 and 1 of one
+// Redis). A round walks each store once and routes every key to its instance: every block of
+// a registered instance is published exactly in a batch of that instance naming its store,
+// and keys in a store of instances not registered there (an unknown instance; a registered
+// instance's keys in the other database) are counted and never published.
+func TestScannerWalksEachStoreOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.seed(seed.Spec{Blocks: 300, Seed: 23, NoFiles: true, Instances: []string{"inst0", "inst1"}})
+	rdb := e.redis.Client()
+	db1 := redis.NewClient(&redis.Options{Addr: e.redis.Addr(), DB: 1})
+	t.Cleanup(func() { _ = db1.Close() })
+
+	// A second group whose metadata store is database 1, with one instance.
+	reg := "kvcache_registry:" + cluster + ":"
+	groupJSON, err := rdb.HGet(ctx, reg+"instance_group", seed.GroupRedis).Result()
+	require.NoError(t, err)
+	g1 := strings.ReplaceAll(groupJSON, `"name":"`+seed.GroupRedis+`"`, `"name":"group_db1"`)
+	g1 = strings.ReplaceAll(g1, `"storage_uri":"`+e.redis.URI()+`"`, `"storage_uri":"`+e.redis.URI()+`?db=1"`)
+	require.NotEqual(t, groupJSON, g1)
+	infoJSON, err := rdb.HGet(ctx, reg+"inst0", "inst0").Result()
+	require.NoError(t, err)
+	info9 := strings.ReplaceAll(strings.ReplaceAll(infoJSON, `"inst0"`, `"inst9"`), `"`+seed.GroupRedis+`"`, `"group_db1"`)
+	require.NoError(t, rdb.HSet(ctx, reg+"instance_group", "group_db1", g1).Err())
+	require.NoError(t, rdb.HSet(ctx, reg+"inst9", "inst9", info9).Err())
+	require.NoError(t, rdb.HSet(ctx, reg+"instance", "inst9", "inst9").Err())
+
+	uri := `{"l1":{"id":"l1","status":3,"type":4,"spec_size":1,"location_specs":[]}}`
+	want := map[string]string{} // "instance/key" → store name
+	store0, store1 := strings.TrimPrefix(e.redis.URI(), "redis://"), strings.TrimPrefix(e.redis.URI(), "redis://")+"?db=1"
+	for i := range 120 {
+		require.NoError(t, db1.HSet(ctx, kvcm.BlockKey("inst9", int64(i)), "__uri__", uri).Err())
+		want["inst9/"+strconv.Itoa(i)] = store1
+	}
+	for i := range 40 { // not ours: an unknown instance in database 0, inst0's keys in database 1
+		require.NoError(t, rdb.HSet(ctx, kvcm.BlockKey("ghost", int64(i)), "__uri__", uri).Err())
+		require.NoError(t, db1.HSet(ctx, kvcm.BlockKey("inst0", int64(i)), "__uri__", uri).Err())
+	}
+	for _, inst := range []string{"inst0", "inst1"} {
+		keys, err := rdb.Keys(ctx, kvcm.ScanPattern(inst)).Result()
+		require.NoError(t, err)
+		for _, k := range keys {
+			b, err := kvcm.ParseBlockKey(inst, k)
+			if err != nil {
+				continue // the seed's bad keys
+			}
+			if v, _ := rdb.HGet(ctx, k, "__uri__").Result(); v != "" {
+				want[inst+"/"+strconv.FormatInt(b, 10)] = store0
+			}
+		}
+	}
+
+	pr := prometheus.NewRegistry()
+	o := e.options(pr)
+	o.Scanner.ScanBatchSize = 50
+	o.Scanner.HighWater = 1_000_000
+	e.run(o, app.Stages{Scanner: true})
+	var ck pipeline.Checkpoint
+	require.Eventually(t, func() bool {
+		kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
+		if err != nil {
+			return false // not created yet
+		}
+		ck, _, err = pipeline.ReadCheckpoint(ctx, kv)
+		return err == nil && ck.Round == 1 && !ck.InRound
+	}, time.Minute, 20*time.Millisecond)
+	require.Equal(t, 2, ck.Stores)
+	require.Equal(t, 3, ck.Instances)
+
+	st, err := e.js.Stream(ctx, e.names.BatchesStream())
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		b, err := subjects.DecodeBatch(m.Data)
+		require.NoError(t, err)
+		require.Equal(t, e.names.BatchSubject(b.Instance), m.Subject)
+		for _, blk := range b.Blocks {
+			k := b.Instance + "/" + strconv.FormatInt(blk.Key, 10)
+			if prev, dup := got[k]; dup { // SCAN may return a key twice
+				require.Equal(t, prev, b.Store, k)
+			}
+			got[k] = b.Store
+		}
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, uint64(len(want)), ck.LastRoundKeys, "keys read in the round")
+	require.GreaterOrEqual(t, metricValue(t, pr, "kvcm_gc_scan_unowned_keys_total"), 80.0)
 }

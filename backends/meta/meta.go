@@ -19,6 +19,7 @@ var (
 // Entry is one block read by a maintenance scan.
 type Entry struct {
 	Key      string // the full Redis key
+	Instance string // the instance the key belongs to
 	BlockKey int64
 	URI      []byte // raw __uri__; nil when the field is absent or empty (block absent, as in KVCM)
 	LRUTime  string // raw __lru_time__; "" when absent
@@ -32,6 +33,9 @@ type Page struct {
 	Entries []Entry
 	// BadKeys matched the instance's pattern but are not canonical block keys; skipped.
 	BadKeys []string
+	// Unowned counts the keys of a store-wide page that belong to no instance the caller
+	// accepted (other instances, or not block keys); they are not read.
+	Unowned int
 }
 
 // Scanner is the read-only maintenance scan.
@@ -40,6 +44,11 @@ type Scanner interface {
 	// pipelined HMGET __uri__ __lru_time__ of the keys it returned. On error the caller keeps
 	// its cursor. Read commands only.
 	ScanPage(ctx context.Context, instanceID string, cursor uint64, count int) (Page, error)
+	// ScanStore issues one SCAN cursor MATCH kvcache:instance_* COUNT count over the whole
+	// store and one pipelined HMGET __uri__ __lru_time__ of the keys of the instances owns
+	// accepts (kvcm.OwnerOf): one walk reads the blocks of every instance the store holds,
+	// where ScanPage would walk the store once per instance. Next is 0 when the store is done.
+	ScanStore(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool) (Page, error)
 }
 
 // Store is a metadata store: the scan plus the deleter's reads and conditional writes.

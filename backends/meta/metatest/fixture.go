@@ -94,7 +94,7 @@ func NewFixture() Fixture {
 	block := func(inst string, key int64, fields ...string) {
 		k := kvcm.BlockKey(inst, key)
 		f.Keys = append(f.Keys, FixtureKey{Key: k, Fields: fields})
-		e := meta.Entry{Key: k, BlockKey: key}
+		e := meta.Entry{Key: k, Instance: inst, BlockKey: key}
 		for i := 0; i+1 < len(fields); i += 2 {
 			switch fields[i] {
 			case "__uri__":

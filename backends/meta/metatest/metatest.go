@@ -73,6 +73,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ScanPageSizes", s.scanPageSizes)
 	t.Run("ScanSendsNoWrite", s.scanSendsNoWrite)
 	t.Run("ScanReadOnlyUser", s.scanReadOnlyUser)
+	t.Run("ScanStore", s.scanStore)
 	t.Run("GetURI", s.getURI)
 	t.Run("CASChangesOnlyURI", s.casChangesOnlyURI)
 	t.Run("CASConflict", s.casConflict)
@@ -211,6 +212,7 @@ func (s suite) scanSendsNoWrite(t *testing.T) {
 	s.load(t, f)
 	before := s.h.CommandCalls(t)
 	s.requireScan(t, st, f, 7)
+	requireStoreScan(t, st, f, slices.Collect(maps.Keys(f.Instances)), 7)
 	after := s.h.CommandCalls(t)
 	sent := commandDelta(before, after)
 	require.NotEmpty(t, sent, "the scan sent nothing?")
@@ -240,6 +242,7 @@ func (s suite) scanReadOnlyUser(t *testing.T) {
 	s.load(t, f)
 	ro := s.h.ReadOnlyStore(t)
 	s.requireScan(t, ro, f, 5)
+	requireStoreScan(t, ro, f, slices.Collect(maps.Keys(f.Instances)), 5)
 
 	key := kvcm.BlockKey("inst1", -7262535415567954716)
 	before := s.h.HGetAll(t, key)

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -144,4 +145,33 @@ func TestKVCMAuthWithDB(t *testing.T) {
 		require.NoError(t, st.CAS(ctx, "i", 2, []byte("db2'"), []byte("db2")))
 		require.NoError(t, st.Close())
 	}
+}
+
+// TestRefusedConnectionFailsEveryCall: when the server refuses the connection (a wrong
+// password), go-redis leaves a pipeline's commands without an error or a value. Every call
+// must fail rather than read that as absent blocks: a deleter that took it for "gone" would
+// acknowledge, and so lose, its request.
+func TestRefusedConnectionFailsEveryCall(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v").Err())
+	srv.RequirePass(t, "right")
+	conn, err := redismeta.ParseURI("redis://wrong@" + srv.Addr())
+	require.NoError(t, err)
+	st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
+	require.NoError(t, err)
+	defer st.Close()
+
+	_, err = st.GetURIs(ctx, "i", []int64{1, 2})
+	require.ErrorContains(t, err, "WRONGPASS")
+	_, err = st.CASMany(ctx, "i", []meta.CondWrite{{BlockKey: 1, Expected: []byte("v"), Next: []byte("w")}})
+	require.ErrorContains(t, err, "WRONGPASS")
+	_, err = st.CADMany(ctx, "i", []meta.CondWrite{{BlockKey: 1, Expected: []byte("v")}})
+	require.ErrorContains(t, err, "WRONGPASS")
+	_, err = st.ScanStore(ctx, 0, 10, func(string) bool { return true })
+	require.ErrorContains(t, err, "WRONGPASS")
+	_, err = st.ScanPage(ctx, "i", 0, 10)
+	require.ErrorContains(t, err, "WRONGPASS")
+	_, _, err = st.GetURI(ctx, "i", 1)
+	require.ErrorContains(t, err, "WRONGPASS")
 }

@@ -24,8 +24,9 @@ func (s *Store) GetURIs(ctx context.Context, instanceID string, blockKeys []int6
 	for i, b := range blockKeys {
 		cmds[i] = pipe.HGet(ctx, kvcm.BlockKey(instanceID, b), fieldURI)
 	}
-	// Exec's error is the first failing command's; each command is judged below instead.
-	_, _ = pipe.Exec(ctx)
+	if err := execPipeline(ctx, pipe); err != nil {
+		return nil, fmt.Errorf("get __uri__ of %d blocks of instance %q: %w", len(blockKeys), instanceID, err)
+	}
 	for i, cmd := range cmds {
 		v, err := cmd.Result()
 		switch {
@@ -84,7 +85,9 @@ func (s *Store) runMany(ctx context.Context, op string, script *redis.Script, in
 				cmds[j] = script.Eval(ctx, pipe, args, writes[i].Expected, writes[i].Next)
 			}
 		}
-		_, _ = pipe.Exec(ctx)
+		if err := execPipeline(ctx, pipe); err != nil {
+			return nil, fmt.Errorf("%s %d blocks of instance %q: %w", op, len(send), instanceID, err)
+		}
 		var again []int
 		for j, i := range send {
 			n, err := cmds[j].Int()
@@ -107,6 +110,24 @@ func (s *Store) runMany(ctx context.Context, op string, script *redis.Script, in
 		send = again
 	}
 	return errs, nil
+}
+
+// execPipeline runs pipe and returns an error when the pipeline failed as a whole: no
+// connection, authentication refused. go-redis then leaves its commands without an error or a
+// value, which would read as absent fields; such a pipeline must fail, not look empty. When
+// the commands were sent, each carries its own result (a network failure sets it on every
+// one) and nil is returned: the caller judges each command.
+func execPipeline(ctx context.Context, pipe redis.Pipeliner) error {
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return nil
+	}
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // isReply reports whether err is the server's answer to one command (WRONGTYPE, NOPERM,

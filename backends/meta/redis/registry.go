@@ -151,7 +151,9 @@ func (r *RegistryReader) ReadRegistry(ctx context.Context) (*meta.Registry, erro
 			infoCmds[i] = pipe.HGet(ctx, r.prefix+id, id)
 		}
 		// A missing record is redis.Nil for that command only; other errors fail the snapshot.
-		_, _ = pipe.Exec(ctx)
+		if err := execPipeline(ctx, pipe); err != nil {
+			return nil, fmt.Errorf("read registry instances: %w", err)
+		}
 		for i, id := range ids {
 			raw, err := infoCmds[i].Result()
 			if errors.Is(err, redis.Nil) || (err == nil && raw == "") {

@@ -109,27 +109,48 @@ func (s *Store) Close() error { return s.c.Close() }
 // BadKeys and never read further. A SCAN failure or a network failure of the
 // pipeline returns the error, and the caller keeps its cursor.
 func (s *Store) ScanPage(ctx context.Context, instanceID string, cursor uint64, count int) (meta.Page, error) {
+	return s.scan(ctx, fmt.Sprintf("instance %q", instanceID), kvcm.ScanPattern(instanceID), cursor, count,
+		func(string) (string, bool) { return instanceID, true })
+}
+
+// ScanStore implements meta.Scanner: one SCAN page of every instance's block keys and one
+// pipelined HMGET for the keys of the instances owns accepts. A key owned by an accepted
+// instance that is not a canonical block key, or not a hash, is a bad key as in ScanPage;
+// keys owned by no accepted instance are counted in Unowned and not read.
+func (s *Store) ScanStore(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool) (meta.Page, error) {
+	return s.scan(ctx, "store", kvcm.StoreScanPattern, cursor, count,
+		func(key string) (string, bool) { return kvcm.OwnerOf(key, owns) })
+}
+
+// scan is one SCAN page with pattern, then one pipelined HMGET of the keys owner assigns to
+// an instance.
+func (s *Store) scan(ctx context.Context, what, pattern string, cursor uint64, count int, owner func(key string) (string, bool)) (meta.Page, error) {
 	if count <= 0 {
-		return meta.Page{}, fmt.Errorf("scan instance %q: count %d is not positive", instanceID, count)
+		return meta.Page{}, fmt.Errorf("scan %s: count %d is not positive", what, count)
 	}
-	keys, next, err := s.c.Scan(ctx, cursor, kvcm.ScanPattern(instanceID), int64(count)).Result()
+	keys, next, err := s.c.Scan(ctx, cursor, pattern, int64(count)).Result()
 	if err != nil {
-		return meta.Page{}, fmt.Errorf("scan instance %q: %w", instanceID, err)
+		return meta.Page{}, fmt.Errorf("scan %s: %w", what, err)
 	}
 	page := meta.Page{Next: next}
 	type pending struct {
-		key   string
-		block int64
-		cmd   *redis.SliceCmd
+		key, instance string
+		block         int64
+		cmd           *redis.SliceCmd
 	}
 	reads := make([]pending, 0, len(keys))
 	for _, k := range keys {
-		block, err := kvcm.ParseBlockKey(instanceID, k)
+		inst, ok := owner(k)
+		if !ok {
+			page.Unowned++
+			continue
+		}
+		block, err := kvcm.ParseBlockKey(inst, k)
 		if err != nil {
 			page.BadKeys = append(page.BadKeys, k)
 			continue
 		}
-		reads = append(reads, pending{key: k, block: block})
+		reads = append(reads, pending{key: k, instance: inst, block: block})
 	}
 	if len(reads) == 0 {
 		return page, nil
@@ -138,8 +159,9 @@ func (s *Store) ScanPage(ctx context.Context, instanceID string, cursor uint64, 
 	for i := range reads {
 		reads[i].cmd = pipe.HMGet(ctx, reads[i].key, fieldURI, fieldLRUTime)
 	}
-	// Exec's error is the first failing command's; each command is judged below instead.
-	_, _ = pipe.Exec(ctx)
+	if err := execPipeline(ctx, pipe); err != nil {
+		return meta.Page{}, fmt.Errorf("read blocks of %s: %w", what, err)
+	}
 	page.Entries = make([]meta.Entry, 0, len(reads))
 	for _, r := range reads {
 		vals, err := r.cmd.Result()
@@ -151,9 +173,9 @@ func (s *Store) ScanPage(ctx context.Context, instanceID string, cursor uint64, 
 				page.BadKeys = append(page.BadKeys, r.key)
 				continue
 			}
-			return meta.Page{}, fmt.Errorf("read blocks of instance %q: %w", instanceID, err)
+			return meta.Page{}, fmt.Errorf("read blocks of %s: %w", what, err)
 		}
-		e := meta.Entry{Key: r.key, BlockKey: r.block}
+		e := meta.Entry{Key: r.key, Instance: r.instance, BlockKey: r.block}
 		if len(vals) == 2 {
 			if v, ok := vals[0].(string); ok && v != "" {
 				e.URI = []byte(v)

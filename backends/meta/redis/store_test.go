@@ -192,7 +192,7 @@ func TestScanPerKeyError(t *testing.T) {
 	p, err := st.ScanPage(ctx, "i", 0, 100)
 	require.NoError(t, err)
 	require.Zero(t, p.Next)
-	require.Equal(t, []meta.Entry{{Key: kvcm.BlockKey("i", 1), BlockKey: 1, URI: []byte(`{"a":{}}`)}}, p.Entries)
+	require.Equal(t, []meta.Entry{{Key: kvcm.BlockKey("i", 1), Instance: "i", BlockKey: 1, URI: []byte(`{"a":{}}`)}}, p.Entries)
 	require.ElementsMatch(t, []string{kvcm.BlockKey("i", 2), kvcm.BlockKey("i", 3)}, p.BadKeys)
 }
 
