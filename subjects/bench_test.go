@@ -46,3 +46,15 @@ func BenchmarkSplitBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEncodeBatchParts is the scanner's encoding of a page: split under the server's
+// default max payload and encode every part.
+func BenchmarkEncodeBatchParts(b *testing.B) {
+	batch := sampleBatch(256)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := subjects.EncodeBatchParts(batch, subjects.PayloadLimit(1<<20)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
