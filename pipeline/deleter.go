@@ -110,21 +110,26 @@ func (p Protocol) wait(ctx context.Context) error {
 	}
 }
 
-// physicalDelete removes the data behind one spec URI and returns why it did not, if it did
-// not. A shared file (blkid, or key_count_per_file > 1) is never unlinked.
-func physicalDelete(ctx context.Context, storages storage.Set, raw string) string {
+// physicalTarget parses one spec URI and finds its storage; reason says why its data must not
+// (or cannot) be unlinked. A shared file (blkid, or key_count_per_file > 1) is never unlinked.
+func physicalTarget(storages storage.Set, raw string) (kvcm.DataURI, storage.Backend, string) {
 	u, err := kvcm.ParseDataURI(raw)
 	if err != nil {
-		return PhysSkipBadURI
+		return u, nil, PhysSkipBadURI
 	}
 	be, ok := storages.Lookup(u.Host)
 	if !ok {
-		return PhysSkipUnknownStorage
+		return u, nil, PhysSkipUnknownStorage
 	}
 	if u.Shared() || be.KeyCountPerFile() > 1 {
-		return PhysSkipShared
+		return u, nil, PhysSkipShared
 	}
-	err = be.Delete(ctx, u)
+	return u, be, ""
+}
+
+// physicalSkip turns a storage delete's error into the reason the data was not unlinked ("" for
+// none: deleted, or already absent).
+func physicalSkip(err error) string {
 	switch {
 	case err == nil:
 		return ""

@@ -351,31 +351,93 @@ func (r *request) finish(ctx context.Context, storages storage.Set) {
 	r.cad(ctx, blocks)
 }
 
-// unlink is step 4 for the cleared targets, a bounded number at a time: the physical delete
-// of every spec, best effort ("already absent" is success; shared files are never unlinked).
+// unlink is step 4 for the cleared targets: the physical delete of every spec, best effort
+// ("already absent" is success; shared files are never unlinked), grouped by storage.
 func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*reqTarget) {
+	type job struct {
+		t      *reqTarget
+		u      kvcm.DataURI
+		reason string
+	}
+	var jobs []job
+	byBackend := map[string][]int{} // job indexes by storage name
+	var order []string
+	for _, t := range cleared {
+		for _, spec := range t.loc.Specs {
+			u, be, reason := physicalTarget(storages, spec.URI)
+			jobs = append(jobs, job{t: t, u: u, reason: reason})
+			if reason != "" {
+				continue
+			}
+			if _, ok := byBackend[be.Name()]; !ok {
+				order = append(order, be.Name())
+			}
+			byBackend[be.Name()] = append(byBackend[be.Name()], len(jobs)-1)
+		}
+	}
+	// A storage's files are deleted in one DeleteMany call per chunk (one root per directory
+	// for the chunk), chunks of all storages spread over Parallelism workers, this goroutine
+	// one of them. Contiguous chunks keep a target's directories together.
+	type chunk struct {
+		be  storage.Backend
+		idx []int
+	}
+	var chunks []chunk
+	workers := max(r.p.Config.Parallelism, 1)
+	for _, name := range order {
+		be, _ := storages.Lookup(name)
+		idx := byBackend[name]
+		size := max(minUnlinkChunk, (len(idx)+workers-1)/workers)
+		for len(idx) > 0 {
+			n := min(size, len(idx))
+			chunks = append(chunks, chunk{be: be, idx: idx[:n]})
+			idx = idx[n:]
+		}
+	}
 	var next atomic.Int64
 	work := func() {
-		for i := int(next.Add(1)) - 1; i < len(cleared); i = int(next.Add(1)) - 1 {
-			t := cleared[i]
-			for _, spec := range t.loc.Specs {
-				if reason := physicalDelete(ctx, storages, spec.URI); reason != "" {
-					if t.res.PhysicalSkips == nil {
-						t.res.PhysicalSkips = map[string]int{}
-					}
-					t.res.PhysicalSkips[reason]++
-				}
+		for c := int(next.Add(1)) - 1; c < len(chunks); c = int(next.Add(1)) - 1 {
+			ch := chunks[c]
+			uris := make([]kvcm.DataURI, len(ch.idx))
+			for k, i := range ch.idx {
+				uris[k] = jobs[i].u
+			}
+			for k, err := range deleteMany(ctx, ch.be, uris) {
+				jobs[ch.idx[k]].reason = physicalSkip(err)
 			}
 		}
 	}
-	// Parallelism workers in all, this goroutine one of them: a request with one target to
-	// unlink starts no goroutine.
 	var wg sync.WaitGroup
-	for range min(max(r.p.Config.Parallelism, 1), len(cleared)) - 1 {
+	for range min(workers, len(chunks)) - 1 {
 		wg.Go(work)
 	}
 	work()
 	wg.Wait()
+	for _, j := range jobs {
+		if j.reason == "" {
+			continue
+		}
+		if j.t.res.PhysicalSkips == nil {
+			j.t.res.PhysicalSkips = map[string]int{}
+		}
+		j.t.res.PhysicalSkips[j.reason]++
+	}
+}
+
+// minUnlinkChunk: fewer files than this are not worth another goroutine and another set of
+// directory roots.
+const minUnlinkChunk = 32
+
+// deleteMany deletes uris through be, in one call when it can.
+func deleteMany(ctx context.Context, be storage.Backend, uris []kvcm.DataURI) []error {
+	if bd, ok := be.(storage.BatchDeleter); ok {
+		return bd.DeleteMany(ctx, uris)
+	}
+	errs := make([]error, len(uris))
+	for i, u := range uris {
+		errs[i] = be.Delete(ctx, u)
+	}
+	return errs
 }
 
 // cad is step 5: per block, one CAD of the bytes last read to those bytes without every

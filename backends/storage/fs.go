@@ -289,44 +289,85 @@ func probeResult(err error) Result {
 // Between the lstat and the unlink a directory could appear at the path; os.Root's Remove would
 // then remove it only if it is empty, which loses nothing.
 func (b *fsBackend) Delete(ctx context.Context, uri kvcm.DataURI) error {
-	if b.dryRun {
-		return fmt.Errorf("delete %s: %w", uri, ErrDryRun)
-	}
-	if !b.deleteOn {
-		return fmt.Errorf("delete %s: %w", uri, ErrDeleteDisabled)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("delete %s: %w", uri, err)
-	}
-	rel, err := b.resolve(uri)
-	if err != nil {
-		return fmt.Errorf("delete %s: %w", uri, err)
-	}
-	if uri.Shared() || b.keyCount > 1 {
-		return fmt.Errorf("delete %s: %w", uri, ErrShared)
-	}
-	root, err := os.OpenRoot(b.localDir)
-	if err != nil {
-		// Not "already absent": a missing root is a mount or configuration problem.
-		return fmt.Errorf("delete %s: open storage root: %w", uri, err)
-	}
-	defer func() { _ = root.Close() }()
-	localPath := path.Join(b.localDir, rel)
-	// Through a root at the file's directory, the lstat and the unlink are one system call
-	// each, and both name the same directory; from the storage root each would open and close
-	// every directory on the way.
-	dir, base := path.Split(rel)
-	r := root
-	if dir != "" {
-		sub, err := root.OpenRoot(dir + ".") // "/." as in lstatIn: never open a non-directory
-		switch {
-		case errors.Is(err, syscall.ENOENT):
-			return nil // no directory, no file
-		case err != nil:
-			return fmt.Errorf("lstat %s: %w", localPath, err)
+	return b.DeleteMany(ctx, []kvcm.DataURI{uri})[0]
+}
+
+// DeleteMany implements BatchDeleter: Delete for each URI, in order, with one storage root and
+// one root per directory for the whole call (KVCM puts a request's files in a few
+// directories), so a file costs an lstat and an unlink rather than an open and a close of every
+// directory on its path as well.
+func (b *fsBackend) DeleteMany(ctx context.Context, uris []kvcm.DataURI) []error {
+	errs := make([]error, len(uris))
+	var root *os.Root
+	dirs := map[string]dirRoot{}
+	defer func() {
+		for _, d := range dirs {
+			if d.root != nil {
+				_ = d.root.Close()
+			}
 		}
-		defer func() { _ = sub.Close() }()
-		r = sub
+		if root != nil {
+			_ = root.Close()
+		}
+	}()
+	for i, uri := range uris {
+		if b.dryRun {
+			errs[i] = fmt.Errorf("delete %s: %w", uri, ErrDryRun)
+			continue
+		}
+		if !b.deleteOn {
+			errs[i] = fmt.Errorf("delete %s: %w", uri, ErrDeleteDisabled)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("delete %s: %w", uri, err)
+			continue
+		}
+		rel, err := b.resolve(uri)
+		if err != nil {
+			errs[i] = fmt.Errorf("delete %s: %w", uri, err)
+			continue
+		}
+		if uri.Shared() || b.keyCount > 1 {
+			errs[i] = fmt.Errorf("delete %s: %w", uri, ErrShared)
+			continue
+		}
+		if root == nil {
+			if root, err = os.OpenRoot(b.localDir); err != nil {
+				// Not "already absent": a missing root is a mount or configuration problem.
+				root = nil
+				errs[i] = fmt.Errorf("delete %s: open storage root: %w", uri, err)
+				continue
+			}
+		}
+		errs[i] = unlinkIn(root, dirs, rel, path.Join(b.localDir, rel))
+	}
+	return errs
+}
+
+// unlinkIn unlinks rel, through a root at its directory opened on first use and kept in dirs
+// (as lstatIn): the lstat and the unlink then name the same directory and are one system call
+// each. A missing directory means a missing file; a directory that cannot be opened for
+// another reason leaves the file to a lookup from the storage root. A directory at the path is
+// refused: KVCM never puts one there, so it is not ours to remove.
+func unlinkIn(root *os.Root, dirs map[string]dirRoot, rel, localPath string) error {
+	r, base := root, rel
+	if dir, file := path.Split(rel); dir != "" {
+		d, ok := dirs[dir]
+		if !ok && len(dirs) < maxDirRoots {
+			// "/." as in lstatIn: never open a non-directory.
+			d.root, d.err = root.OpenRoot(dir + ".")
+			dirs[dir], ok = d, true
+		}
+		switch {
+		case !ok: // too many directories open: from the storage root
+		case d.err == nil:
+			r, base = d.root, file
+		case errors.Is(d.err, syscall.ENOENT):
+			return nil // no directory, no file
+		default:
+			return fmt.Errorf("lstat %s: %w", localPath, d.err)
+		}
 	}
 	fi, err := r.Lstat(base)
 	switch {

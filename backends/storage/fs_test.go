@@ -589,3 +589,74 @@ func BenchmarkDelete(b *testing.B) {
 		}
 	}
 }
+
+// TestFSDeleteMany: one DeleteMany call answers, for every URI, what Delete alone answers,
+// and leaves the same files behind: the same layout is built twice, deleted once in one call
+// and once file by file. Dry-run and disabled deletes refuse every URI and remove nothing.
+func TestFSDeleteMany(t *testing.T) {
+	ctx := context.Background()
+	for _, h := range harnesses {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			names := []string{"inst_a/tp0/1", "inst_a/tp0/2", "inst_a/tp1/1", "inst_b/tp0/1", "top"}
+			build := func(o storagetest.Options) (*fsFixture, []kvcm.DataURI, kvcm.DataURI) {
+				f := h.newFixture(t, o)
+				local := func(name string) string { return f.local(t, f.dataPath(name)) }
+				for _, n := range names {
+					f.CreateObject(t, f.URIFor(n))
+				}
+				outside := f.OutsideURI("inst_x/tp0/1")
+				f.CreateObject(t, outside)
+				require.NoError(t, os.MkdirAll(local("inst_file"), 0o755))
+				require.NoError(t, os.WriteFile(local("inst_file/tp0"), nil, 0o644))
+				require.NoError(t, os.MkdirAll(local("inst_a/tp0/subdir"), 0o755))
+				require.NoError(t, os.Symlink(filepath.Dir(filepath.Dir(f.local(t, outside.Path))), local("inst_out")))
+				shared := f.URIFor("inst_a/tp0/shared")
+				shared.Params = map[string]string{"blkid": "3"}
+				shared.ParamOrder = []string{"blkid"}
+				f.CreateObject(t, shared)
+				uris := []kvcm.DataURI{
+					f.URIFor("inst_a/tp0/1"), f.URIFor("inst_a/tp0/absent"), f.URIFor("inst_gone/tp0/1"),
+					f.URIFor("inst_file/tp0/1"), f.URIFor("inst_out/tp0/1"), f.URIFor("inst_a/tp0/subdir"),
+					shared, f.URIFor("inst_b/tp0/1"), f.URIFor("inst_a/tp1/1"), f.URIFor("inst_a/tp0/2"), f.URIFor("top"),
+				}
+				return f, uris, outside
+			}
+			fa, many, outA := build(storagetest.Options{})
+			fb, one, outB := build(storagetest.Options{})
+			got := fa.Backend().(storage.BatchDeleter).DeleteMany(ctx, many)
+			require.Len(t, got, len(many))
+			for i := range one {
+				want := fb.Backend().Delete(ctx, one[i])
+				require.Equal(t, want == nil, got[i] == nil, "%s: %v / %v", one[i].Path, got[i], want)
+				require.Equal(t, errors.Is(want, storage.ErrShared), errors.Is(got[i], storage.ErrShared), one[i].Path)
+				if i < 3 || i > 5 { // not ENOTDIR, the link out of the root or the directory
+					require.Equal(t, fb.ObjectExists(t, one[i]), fa.ObjectExists(t, many[i]), one[i].Path)
+				}
+			}
+			require.DirExists(t, fa.local(t, fa.dataPath("inst_a/tp0/subdir")))
+			require.Error(t, got[3], "ENOTDIR")
+			require.Error(t, got[4], "out of the root")
+			require.Error(t, got[5], "a directory")
+			require.ErrorIs(t, got[6], storage.ErrShared)
+			require.True(t, fa.ObjectExists(t, outA))
+			require.True(t, fb.ObjectExists(t, outB))
+			for _, i := range []int{0, 7, 8, 9, 10} {
+				require.NoError(t, got[i])
+				require.False(t, fa.ObjectExists(t, many[i]), many[i].Path)
+			}
+
+			for _, o := range []storagetest.Options{{DryRun: true}, {DeleteDisabled: true}} {
+				f, uris, _ := build(o)
+				errs := f.Backend().(storage.BatchDeleter).DeleteMany(ctx, uris)
+				for i, err := range errs {
+					require.Error(t, err, uris[i].Path)
+					require.True(t, errors.Is(err, storage.ErrDryRun) || errors.Is(err, storage.ErrDeleteDisabled), "%s: %v", uris[i].Path, err)
+				}
+				for _, n := range names {
+					require.True(t, f.ObjectExists(t, f.URIFor(n)), n)
+				}
+			}
+		})
+	}
+}

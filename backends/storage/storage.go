@@ -63,6 +63,12 @@ type Backend interface {
 	Delete(ctx context.Context, uri kvcm.DataURI) error
 }
 
+// BatchDeleter is a Backend that deletes many objects in one call, sharing the work of
+// reaching them. DeleteMany returns one error per URI, in order, each what Delete would return.
+type BatchDeleter interface {
+	DeleteMany(ctx context.Context, uris []kvcm.DataURI) []error
+}
+
 // Set resolves storages by name.
 type Set interface {
 	// Lookup returns the backend of a registered storage; ok is false when none is registered.
