@@ -175,6 +175,7 @@ func Run(ctx context.Context, s Spec, log *slog.Logger) (err error) {
 		return fmt.Errorf("connect to nats: %w", err)
 	}
 	defer nc.Close()
+	app.TuneGC()
 	runErr := app.Run(ctx, nc, opts, which)
 	if s.MetricsOut != "" {
 		runErr = errors.Join(runErr, writeMetrics(reg, s.MetricsOut))

@@ -134,6 +134,7 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 		p.Started(url, metrics)
 	}
 	log.Info("starting", "stages", stageList(p.Stages), "config", cfg)
+	app.TuneGC()
 	err = app.Run(ctx, nc, opts, p.Stages)
 	if err != nil {
 		return err
