@@ -138,8 +138,10 @@ type Scanner struct {
 	readIndex  int
 	readCursor uint64
 	pending    *pendingPage
-	// count is the SCAN COUNT of the current instance's next page (see nextCount).
+	// count is the SCAN COUNT of the current store's next page (see nextCount).
 	count int
+	// progressed: the last tick moved the round on (a page, a round's start or end).
+	progressed bool
 
 	// With a short scan_interval the pause and backlog reads would cost more round trips than
 	// the page itself; their answers are reused for at most controlRefresh.
@@ -150,6 +152,11 @@ type Scanner struct {
 
 // controlRefresh bounds how stale a reused pause or backlog answer may be.
 const controlRefresh = 250 * time.Millisecond
+
+// idleWait is the least time between two ticks that did not move the round on (no lease, a
+// pause, between rounds, a full backlog, an error), whatever scan_interval: an unpaced scanner
+// would otherwise spin on those checks (invariant 7).
+const idleWait = 100 * time.Millisecond
 
 // overlapBelow: only when the next tick is due sooner than this does a page stay unsettled
 // while the next one is read; a slower scanner records every page at once.
@@ -191,13 +198,21 @@ func walksOf(instances []meta.Instance) []storeWalk {
 	return walks
 }
 
-// pendingPage is a page whose batches were published but not yet acknowledged.
+// pendingPage is a page whose batches were published but not yet recorded in the checkpoint.
 type pendingPage struct {
 	store  string
 	cursor uint64 // where the page started
 	next   uint64 // SCAN's next cursor after it
 	keys   uint64
 	acks   []AckWait
+
+	// done is closed once record has run in the background (nil: not started).
+	done chan struct{}
+	// What record did: the checkpoint it wrote and its revision, or why it wrote none.
+	ckpt    Checkpoint
+	rev     uint64
+	err     error
+	failure string // "publish", "lease" or "checkpoint" when err is set
 }
 
 // nextCount is the SCAN COUNT for the next page of a store whose last page, scanned with
@@ -252,6 +267,9 @@ func (s *Scanner) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 		wait := s.Tick(ctx)
+		if !s.progressed {
+			wait = max(wait, idleWait)
+		}
 		// No catch-up: the next tick starts at least scan_interval after this one ended.
 		timer.Reset(max(wait, s.Config.ScanInterval))
 	}
@@ -291,10 +309,11 @@ func (s *Scanner) keepLease(ctx context.Context, every time.Duration) {
 // Tick does at most one SCAN page. It returns the extra wait the keys-per-second cap asks for.
 // Every error path returns and is retried on a later tick: nothing spins (invariant 7).
 func (s *Scanner) Tick(ctx context.Context) time.Duration {
+	s.progressed = false
 	leaseRev, held := s.Lease.Held()
 	if !held {
 		s.loaded = false // a future leadership re-reads the checkpoint
-		s.pending = nil  // never recorded: the next leader reads the page again
+		s.dropPending()  // not recorded: the next leader reads the page again
 		return 0
 	}
 	if !s.loaded {
@@ -304,8 +323,9 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 			s.warn(ctx, "read checkpoint", "err", err)
 			return 0
 		}
+		s.dropPending()
 		s.ckpt, s.ckptRev, s.loaded, s.walks = c, rev, true, nil
-		s.pending, s.count = nil, 0
+		s.count = 0
 		s.rewind()
 		s.pauseAt, s.backlogAt = time.Time{}, time.Time{}
 		if c.LastRoundEndUs > 0 {
@@ -383,7 +403,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		}
 		s.advance(0, 0)
 		s.rewind()
-		s.save(ctx, now)
+		s.progressed = s.save(ctx, now)
 		return 0
 	}
 	cursor, count := s.readCursor, s.count
@@ -431,6 +451,7 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 	} else {
 		s.count = nextCount(count, returned, s.Config.ScanBatchSize)
 	}
+	s.progressed = true
 	var wait time.Duration
 	if s.Config.MaxKeysPerSecond > 0 && returned > 0 {
 		wait = time.Duration(float64(returned) / s.Config.MaxKeysPerSecond * float64(time.Second))
@@ -441,6 +462,8 @@ func (s *Scanner) Tick(ctx context.Context) time.Duration {
 		if !s.settle(ctx, now) {
 			return 0
 		}
+	} else {
+		s.recordAsync(ctx, now)
 	}
 	return wait
 }
@@ -486,38 +509,95 @@ func (s *Scanner) batches(ctx context.Context, walk storeWalk, page meta.Page, c
 	return out
 }
 
-// settle waits for the pending page's batches to be stored and then moves the checkpoint past
-// it. It reports whether the scanner may go on: on a failed publish, a lost lease or a failed
-// checkpoint write the page is forgotten and the read position goes back to the checkpoint,
-// so the page is read and published again (the server drops batches it already has).
+// settle waits for the pending page's batches to be stored and for the checkpoint to move past
+// it (record, started in the background by recordAsync or run here). It reports whether the
+// scanner may go on: on a failed publish, a lost lease or a failed checkpoint write the page
+// is forgotten and the read position goes back to the checkpoint, so the page is read and
+// published again (the server drops batches it already has).
 func (s *Scanner) settle(ctx context.Context, now time.Time) bool {
 	p := s.pending
 	if p == nil {
 		return true
 	}
 	s.pending = nil
+	if p.done == nil {
+		s.record(ctx, p, s.ckpt, s.ckptRev, now)
+	} else {
+		<-p.done // record ends within ackTimeout plus one checkpoint write
+	}
+	if p.err != nil {
+		s.rewind()
+		switch p.failure {
+		case "publish":
+			s.Metrics.opError(StageScanner, "publish")
+			s.warn(ctx, "publish batch; cursor kept", "store", p.store, "cursor", p.cursor, "err", p.err)
+		case "checkpoint":
+			s.saveFailed(ctx, p.err)
+		}
+		return false
+	}
+	s.Metrics.PublishedBatches.Add(float64(len(p.acks)))
+	s.ckpt, s.ckptRev = p.ckpt, p.rev
+	s.setPosition()
+	return true
+}
+
+// dropPending forgets the pending page, after its background recording (if any) has ended:
+// a checkpoint is never written behind the scanner's back.
+func (s *Scanner) dropPending() {
+	if p := s.pending; p != nil && p.done != nil {
+		<-p.done
+	}
+	s.pending = nil
+}
+
+// recordAsync starts recording the pending page in the background, so that the next page is
+// read from Redis while JetStream stores this one's batches and the checkpoint is written.
+// Only the goroutine touches p until settle has waited for it; it works on a copy of the
+// checkpoint.
+func (s *Scanner) recordAsync(ctx context.Context, now time.Time) {
+	p := s.pending
+	p.done = make(chan struct{})
+	base, rev := s.ckpt, s.ckptRev
+	// Not cancelled with the scanner: a page whose batches are stored is recorded on the way
+	// out as well (bounded by ackTimeout and the server's answer).
+	bctx := context.WithoutCancel(ctx)
+	go func() {
+		defer close(p.done)
+		s.record(bctx, p, base, rev, now)
+	}()
+}
+
+// record waits for p's batches to be stored, then writes base moved past p as the checkpoint
+// (by revision rev). It sets p's result and changes nothing else of the scanner.
+func (s *Scanner) record(ctx context.Context, p *pendingPage, base Checkpoint, rev uint64, now time.Time) {
 	actx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
 	for _, ack := range p.acks {
 		if err := ack(actx); err != nil {
-			s.Metrics.opError(StageScanner, "publish")
-			s.warn(ctx, "publish batch; cursor kept", "store", p.store, "cursor", p.cursor, "err", err)
-			s.rewind()
-			return false
+			p.err, p.failure = err, "publish"
+			return
 		}
 	}
-	s.Metrics.PublishedBatches.Add(float64(len(p.acks)))
 	// Fencing: never record progress after losing the lease.
 	if _, held := s.Lease.Held(); !held {
-		s.rewind()
-		return false
+		p.err, p.failure = errors.New("lease lost"), "lease"
+		return
 	}
-	s.advance(p.next, p.keys)
-	if !s.save(ctx, now) {
-		s.rewind()
-		return false
+	c := base
+	c.Holder, c.SavedUs = s.Config.Holder, now.UnixMicro()
+	c.KeysScanned += p.keys
+	c.Cursor = p.next
+	if p.next == 0 {
+		c.Index++
 	}
-	return true
+	s.position(&c)
+	newRev, err := s.write(ctx, c, rev, now)
+	if err != nil {
+		p.err, p.failure = err, "checkpoint"
+		return
+	}
+	p.ckpt, p.rev = c, newRev
 }
 
 // rewind puts the read position back on the checkpoint.
@@ -568,21 +648,26 @@ func (s *Scanner) advance(next uint64, keys uint64) {
 	s.setPosition()
 }
 
-func (s *Scanner) setPosition() {
-	if s.ckpt.Index < len(s.walks) {
-		s.ckpt.Store = s.walks[s.ckpt.Index].store
+// position fills c's store name and the round's sizes from the snapshot.
+func (s *Scanner) position(c *Checkpoint) {
+	if c.Index < len(s.walks) {
+		c.Store = s.walks[c.Index].store
 	} else {
-		s.ckpt.Store = ""
+		c.Store = ""
 	}
-	s.ckpt.Stores = len(s.walks)
+	c.Stores = len(s.walks)
 	instances := 0
 	for _, w := range s.walks {
 		instances += len(w.instances)
 	}
-	s.ckpt.Instances = instances
+	c.Instances = instances
+}
+
+func (s *Scanner) setPosition() {
+	s.position(&s.ckpt)
 	s.Metrics.RoundStore.Set(float64(s.ckpt.Index))
 	s.Metrics.RoundStores.Set(float64(len(s.walks)))
-	s.Metrics.RoundInstances.Set(float64(instances))
+	s.Metrics.RoundInstances.Set(float64(s.ckpt.Instances))
 	s.Metrics.RoundID.Set(float64(s.ckpt.Round))
 }
 
@@ -602,6 +687,7 @@ func (s *Scanner) startRound(ctx context.Context, now time.Time) time.Duration {
 		return 0
 	}
 	s.rewind()
+	s.progressed = true
 	s.Logger.Info("round started", "round", s.ckpt.Round, "instances", s.ckpt.Instances, "stores", s.ckpt.Stores)
 	s.event(ctx, subjects.Event{Kind: subjects.EventRound, Round: s.ckpt.Round, Outcome: "start",
 		Counts: map[string]int64{"instances": int64(s.ckpt.Instances), "stores": int64(s.ckpt.Stores)}})
@@ -668,6 +754,7 @@ func (s *Scanner) endRound(ctx context.Context, now time.Time) time.Duration {
 		return 0
 	}
 	s.walks = nil
+	s.progressed = true
 	s.Metrics.ScanRounds.Inc()
 	s.Metrics.RoundDuration.Set(now.Sub(started).Seconds())
 	s.Metrics.LastRoundEnd.Set(float64(now.Unix()))
@@ -680,32 +767,42 @@ func (s *Scanner) endRound(ctx context.Context, now time.Time) time.Duration {
 // save writes the checkpoint by revision. A revision conflict means another scanner wrote it:
 // this one is no longer the leader and stops at once.
 func (s *Scanner) save(ctx context.Context, now time.Time) bool {
-	s.ckpt.Holder = s.Config.Holder
-	s.ckpt.SavedUs = now.UnixMicro()
-	val, err := json.Marshal(s.ckpt)
+	rev, err := s.write(ctx, s.ckpt, s.ckptRev, now)
 	if err != nil {
-		s.Logger.Error("encode checkpoint", "err", err)
+		s.saveFailed(ctx, err)
 		return false
 	}
-	var rev uint64
-	if s.ckptRev == 0 {
-		rev, err = s.State.Create(ctx, CheckpointKey, val)
-	} else {
-		rev, err = s.State.Update(ctx, CheckpointKey, val, s.ckptRev)
-	}
-	if err != nil {
-		s.Metrics.opError(StageScanner, "checkpoint")
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			s.Logger.Warn("checkpoint written by another scanner; stepping down", "err", err)
-			s.Lease.Drop()
-		} else {
-			s.warn(ctx, "save checkpoint", "err", err)
-		}
-		s.loaded = false // re-read before acting again
-		return false
-	}
+	s.ckpt.Holder, s.ckpt.SavedUs = s.Config.Holder, now.UnixMicro()
 	s.ckptRev = rev
 	return true
+}
+
+// write stores c, stamped with this holder and now, as the checkpoint with revision rev (0:
+// the first one) and returns its new revision.
+func (s *Scanner) write(ctx context.Context, c Checkpoint, rev uint64, now time.Time) (uint64, error) {
+	c.Holder = s.Config.Holder
+	c.SavedUs = now.UnixMicro()
+	val, err := json.Marshal(c)
+	if err != nil {
+		return 0, fmt.Errorf("encode checkpoint: %w", err)
+	}
+	if rev == 0 {
+		return s.State.Create(ctx, CheckpointKey, val)
+	}
+	return s.State.Update(ctx, CheckpointKey, val, rev)
+}
+
+// saveFailed handles a checkpoint that could not be written. A revision conflict means another
+// scanner wrote it: this one is no longer the leader and stops at once.
+func (s *Scanner) saveFailed(ctx context.Context, err error) {
+	s.Metrics.opError(StageScanner, "checkpoint")
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		s.Logger.Warn("checkpoint written by another scanner; stepping down", "err", err)
+		s.Lease.Drop()
+	} else {
+		s.warn(ctx, "save checkpoint", "err", err)
+	}
+	s.loaded = false // re-read before acting again
 }
 
 // warn logs a failed operation, except when it failed because the scanner is shutting down.
