@@ -169,6 +169,13 @@ func (d *fastDecoder) batch(b *Batch) bool {
 }
 
 func (d *fastDecoder) blocks(dst *[]BlockEntry) bool {
+	// Each block holds at least `{"key":"0","uri":""}`: a bound, not a guess, for the capacity.
+	return array(d, dst, func() int { return min(d.estimateBlocks(), (len(d.data)-d.i)/20+1) }, d.block)
+}
+
+// array decodes null or a JSON array into *dst, each element with elem. capacity, called after
+// the '[', bounds the number of elements left.
+func array[T any](d *fastDecoder, dst *[]T, capacity func() int, elem func(*T) bool) bool {
 	if d.literal("null") {
 		*dst = nil
 		return true
@@ -176,16 +183,16 @@ func (d *fastDecoder) blocks(dst *[]BlockEntry) bool {
 	if !d.consume('[') {
 		return false
 	}
-	// Each block holds at least `{"key":"0","uri":""}`: a bound, not a guess, for the capacity.
-	blocks := make([]BlockEntry, 0, min(d.estimateBlocks(), (len(d.data)-d.i)/20+1))
+	items := make([]T, 0, capacity())
 	if d.peek() == ']' {
 		d.i++
-		*dst = blocks
+		*dst = items
 		return true
 	}
 	for {
-		blocks = append(blocks, BlockEntry{})
-		if !d.block(&blocks[len(blocks)-1]) {
+		var zero T
+		items = append(items, zero)
+		if !elem(&items[len(items)-1]) {
 			return false
 		}
 		switch d.peek() {
@@ -193,7 +200,7 @@ func (d *fastDecoder) blocks(dst *[]BlockEntry) bool {
 			d.i++
 		case ']':
 			d.i++
-			*dst = blocks
+			*dst = items
 			return true
 		default:
 			return false
@@ -411,36 +418,10 @@ func (d *fastDecoder) source(s *Source) bool {
 }
 
 func (d *fastDecoder) targets(dst *[]Target) bool {
-	if d.literal("null") {
-		*dst = nil
-		return true
-	}
-	if !d.consume('[') {
-		return false
-	}
 	// Each target holds at least `{"key":"0","location":"","reason":"","expected":""}`.
-	targets := make([]Target, 0, min(bytes.Count(d.data[d.i:], []byte(`{"key":`)), (len(d.data)-d.i)/50+1))
-	if d.peek() == ']' {
-		d.i++
-		*dst = targets
-		return true
-	}
-	for {
-		targets = append(targets, Target{})
-		if !d.target(&targets[len(targets)-1]) {
-			return false
-		}
-		switch d.peek() {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
-			*dst = targets
-			return true
-		default:
-			return false
-		}
-	}
+	return array(d, dst, func() int {
+		return min(bytes.Count(d.data[d.i:], []byte(`{"key":`)), (len(d.data)-d.i)/50+1)
+	}, d.target)
 }
 
 func (d *fastDecoder) target(t *Target) bool {
