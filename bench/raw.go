@@ -62,9 +62,9 @@ return 1
 type RawResults struct {
 	// ScanBare: SCAN COUNT n over the whole database, each page read with a pipelined HMGET.
 	ScanBare Rate
-	// ScanMatch: the same per instance with the scanner's MATCH pattern, the Redis work the
-	// scanner does. ScanMatchWide uses COUNT n × instances, so that a page of one instance
-	// holds about n keys again.
+	// ScanMatch: the same per instance with a per-instance MATCH pattern, the Redis work of the
+	// scanner's former walk (one per instance; it now walks each store once). ScanMatchWide
+	// uses COUNT n × instances, so that a page of one instance holds about n keys again.
 	ScanMatch, ScanMatchWide Rate
 	// HGet, CAS and CAD are pipelined HGET __uri__ and EVALSHA of the deleter's scripts; the
 	// scripts write back the value they compare with, so the keyspace is unchanged.
@@ -474,7 +474,7 @@ func measurePublish(ctx context.Context, js jetstream.JetStream, payload []byte,
 	return Rate{Ops: n, Dur: time.Since(started)}, nil
 }
 
-// scanPatterns are the scanner's MATCH patterns of the keyspace's instances.
+// scanPatterns are the per-instance MATCH patterns of the keyspace's instances.
 func scanPatterns(k *Keyspace) []string {
 	var out []string
 	for _, id := range k.Instances {
