@@ -12,8 +12,10 @@ const (
 	ReasonStorageMissing = "storage_missing"
 )
 
-// Batch is one maintenance scan page of one instance (or one part of a page that was split so
-// no message exceeds the server's max payload). Subject: BatchSubject(instance).
+// Batch is the blocks of one instance in one maintenance scan page of its metadata store (or
+// one part of them, split so no message exceeds the server's max payload). A page of a store
+// gives one batch per instance it holds blocks of, all with the page's Cursor and Next.
+// Subject: BatchSubject(instance).
 type Batch struct {
 	V         int          `json:"v"`                  // SchemaVersion
 	Cluster   string       `json:"cluster"`            // KVCM cluster name
@@ -22,8 +24,8 @@ type Batch struct {
 	Store     string       `json:"store"`              // name of the metadata store that was scanned (no credentials)
 	Round     uint64       `json:"round"`              // scan round id, increasing
 	LeaseRev  uint64       `json:"lease_rev"`          // revision of the scanner's lease when it scanned (fencing)
-	Cursor    uint64       `json:"cursor"`             // SCAN cursor this page started at
-	Next      uint64       `json:"next"`               // cursor SCAN returned (0: instance done)
+	Cursor    uint64       `json:"cursor"`             // SCAN cursor of the store this page started at
+	Next      uint64       `json:"next"`               // cursor SCAN returned (0: the store's walk is done)
 	Part      int          `json:"part"`               // 0-based part number of a split page
 	Parts     int          `json:"parts"`              // number of parts of this page (>= 1)
 	ScannedAt int64        `json:"scanned_at_us"`      // wall clock when the page was read, µs since the epoch
