@@ -27,11 +27,12 @@ type Entry struct {
 
 // Page is the result of one maintenance scan call.
 type Page struct {
-	// Next is the cursor to pass to the next call; 0 when the instance's keyspace is done.
+	// Next is the cursor to pass to the next call; 0 when the walk (of the instance or the store) is done.
 	Next uint64
 	// Entries are the keys of this page that parsed, with their fields, in SCAN order.
 	Entries []Entry
-	// BadKeys matched the instance's pattern but are not canonical block keys; skipped.
+	// BadKeys are keys of the instances asked for that are not canonical block keys, or not
+	// hashes; skipped.
 	BadKeys []string
 	// Unowned counts the keys of a store-wide page that belong to no instance the caller
 	// accepted (other instances, or not block keys); they are not read.
