@@ -289,7 +289,7 @@ func statusLine(ck pipeline.Checkpoint, m *pipeline.Metrics, b backlog) string {
 	switch {
 	case ck.Round == 0:
 	case ck.InRound:
-		pos = fmt.Sprintf("round %d: instance %d/%d", ck.Round, min(ck.Index+1, ck.Instances), ck.Instances)
+		pos = fmt.Sprintf("round %d: store %d/%d", ck.Round, min(ck.Index+1, ck.Stores), ck.Stores)
 	default:
 		pos = fmt.Sprintf("round %d: scan done", ck.Round)
 	}
