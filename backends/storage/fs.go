@@ -153,23 +153,10 @@ func (b *fsBackend) MightExist(ctx context.Context, uris []kvcm.DataURI) ([]Resu
 		return nil, fmt.Errorf("probe %d uris on %s: %w", len(uris), b.name, ErrTooMany)
 	}
 	out := make([]Result, len(uris))
-	var root *os.Root
 	// The paths of a chunk share a few directories (KVCM writes <instance>/<spec>/<file>), so
-	// each file is looked up through a root opened once per chunk at its directory: one
-	// fstatat per file, where a lookup from the storage root costs an openat and a close per
-	// path component on top (five system calls for two directory levels). The directory's root
-	// is opened through the storage root, so the confinement is the same.
-	dirs := map[string]dirRoot{}
-	defer func() {
-		for _, d := range dirs {
-			if d.root != nil {
-				_ = d.root.Close()
-			}
-		}
-		if root != nil {
-			_ = root.Close() // read-only use; nothing to flush
-		}
-	}()
+	// each file is looked up through a root opened once per chunk at its directory (dirRoots).
+	var roots dirRoots
+	defer roots.close()
 	for i, u := range uris {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("probe %s: %w", b.name, err)
@@ -183,25 +170,35 @@ func (b *fsBackend) MightExist(ctx context.Context, uris []kvcm.DataURI) ([]Resu
 			out[i] = Present
 			continue
 		}
-		if root == nil {
-			if root, err = os.OpenRoot(b.localDir); err != nil {
+		if roots.root == nil {
+			if err := roots.open(b.localDir); err != nil {
 				return nil, fmt.Errorf("probe %s: open storage root: %w", b.name, err)
 			}
 			// An empty root is what an unmounted file system looks like: every object would read
 			// as missing and every SERVING location would become a candidate. Refuse to judge.
-			if err := checkNotEmpty(root); err != nil {
+			if err := checkNotEmpty(roots.root); err != nil {
 				return nil, fmt.Errorf("probe %s: %w", b.name, err)
 			}
 		}
-		out[i] = probeResult(lstatIn(root, dirs, rel))
+		out[i] = probeResult(roots.lstat(rel))
 	}
 	return out, nil
 }
 
-// maxDirRoots bounds the directories one MightExist call keeps open (file descriptors): KVCM's
-// layout puts a chunk's files in a few directories; files of further ones are looked up from
-// the storage root.
+// maxDirRoots bounds the directories one call keeps open (file descriptors): KVCM's layout
+// puts a chunk's or a request's files in a few directories; files of further ones are looked
+// up from the storage root.
 const maxDirRoots = 64
+
+// dirRoots is a storage root and the roots of its directories opened through it, kept for one
+// call. Through a root at a file's directory, an lstat or an unlink is one system call; from
+// the storage root, os.Root opens and closes every directory on the path on top (five system
+// calls for KVCM's two levels). The directory roots are opened through the storage root, so the
+// confinement is the same.
+type dirRoots struct {
+	root *os.Root
+	dirs map[string]dirRoot
+}
 
 // dirRoot is a directory of the storage opened as a root, or why it could not be.
 type dirRoot struct {
@@ -209,38 +206,95 @@ type dirRoot struct {
 	err  error
 }
 
-// lstatIn is root.Lstat(rel), through a root at rel's directory that is opened on first use
-// and kept in dirs. A directory that cannot be opened answers for its files as a lookup from
-// the storage root would: ENOENT (no directory, so no file) for all of them; any other error
-// (EACCES, ENOTDIR, a symbolic link out of the root, ESTALE …) is not cached, and each file is
-// then looked up from the storage root, whose error is the answer.
-func lstatIn(root *os.Root, dirs map[string]dirRoot, rel string) error {
-	dir, base := path.Split(rel)
-	if dir == "" {
-		_, err := root.Lstat(rel)
+func (r *dirRoots) open(localDir string) error {
+	root, err := os.OpenRoot(localDir)
+	if err != nil {
 		return err
 	}
-	d, ok := dirs[dir]
+	r.root, r.dirs = root, map[string]dirRoot{}
+	return nil
+}
+
+func (r *dirRoots) close() {
+	for _, d := range r.dirs {
+		if d.root != nil {
+			_ = d.root.Close()
+		}
+	}
+	if r.root != nil {
+		_ = r.root.Close()
+	}
+}
+
+// dir returns the root of directory dir ("a/b/"), opened on first use; false when too many are
+// open already.
+func (r *dirRoots) dir(dir string) (dirRoot, bool) {
+	d, ok := r.dirs[dir]
 	if !ok {
-		if len(dirs) >= maxDirRoots {
-			_, err := root.Lstat(rel)
-			return err
+		if len(r.dirs) >= maxDirRoots {
+			return dirRoot{}, false
 		}
 		// "dir/." and not "dir": the last component is then opened as a directory like every
 		// other one (O_DIRECTORY), so a FIFO or a device there is never opened.
-		d.root, d.err = root.OpenRoot(dir + ".")
-		dirs[dir] = d
+		d.root, d.err = r.root.OpenRoot(dir + ".")
+		r.dirs[dir] = d
 	}
+	return d, true
+}
+
+// lstat is root.Lstat(rel) through the root at rel's directory. A directory that cannot be
+// opened answers for its files as a lookup from the storage root would: ENOENT (no directory,
+// so no file) for all of them; any other error (EACCES, ENOTDIR, a symbolic link out of the
+// root, ESTALE …) is not cached, and each file is then looked up from the storage root, whose
+// error is the answer.
+func (r *dirRoots) lstat(rel string) error {
+	dir, base := path.Split(rel)
+	if dir != "" {
+		if d, ok := r.dir(dir); ok {
+			switch {
+			case d.err == nil:
+				_, err := d.root.Lstat(base)
+				return err
+			case errors.Is(d.err, syscall.ENOENT):
+				return d.err
+			}
+		}
+	}
+	_, err := r.root.Lstat(rel)
+	return err
+}
+
+// unlink unlinks rel through the root at its directory: the lstat and the unlink then name the
+// same directory. A missing directory means a missing file; a directory that cannot be opened
+// for another reason fails the unlink. A directory at the path is refused: KVCM never puts one
+// there, so it is not ours to remove.
+func (r *dirRoots) unlink(rel, localPath string) error {
+	in, base := r.root, rel
+	if dir, file := path.Split(rel); dir != "" {
+		if d, ok := r.dir(dir); ok {
+			switch {
+			case d.err == nil:
+				in, base = d.root, file
+			case errors.Is(d.err, syscall.ENOENT):
+				return nil // no directory, no file
+			default:
+				return fmt.Errorf("lstat %s: %w", localPath, d.err)
+			}
+		}
+	}
+	fi, err := in.Lstat(base)
 	switch {
-	case d.err == nil:
-		_, err := d.root.Lstat(base)
-		return err
-	case errors.Is(d.err, syscall.ENOENT):
-		return d.err
-	default:
-		_, err := root.Lstat(rel)
-		return err
+	case errors.Is(err, syscall.ENOENT):
+		return nil
+	case err != nil:
+		return fmt.Errorf("lstat %s: %w", localPath, err)
+	case fi.IsDir():
+		return fmt.Errorf("unlink %s: is a directory, not a data file", localPath)
 	}
+	if err := in.Remove(base); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("unlink %s: %w", localPath, err)
+	}
+	return nil
 }
 
 // errEmptyRoot: the storage root holds nothing, which is how an unmounted share looks.
@@ -298,18 +352,8 @@ func (b *fsBackend) Delete(ctx context.Context, uri kvcm.DataURI) error {
 // directory on its path as well.
 func (b *fsBackend) DeleteMany(ctx context.Context, uris []kvcm.DataURI) []error {
 	errs := make([]error, len(uris))
-	var root *os.Root
-	dirs := map[string]dirRoot{}
-	defer func() {
-		for _, d := range dirs {
-			if d.root != nil {
-				_ = d.root.Close()
-			}
-		}
-		if root != nil {
-			_ = root.Close()
-		}
-	}()
+	var roots dirRoots
+	defer roots.close()
 	for i, uri := range uris {
 		if b.dryRun {
 			errs[i] = fmt.Errorf("delete %s: %w", uri, ErrDryRun)
@@ -332,54 +376,14 @@ func (b *fsBackend) DeleteMany(ctx context.Context, uris []kvcm.DataURI) []error
 			errs[i] = fmt.Errorf("delete %s: %w", uri, ErrShared)
 			continue
 		}
-		if root == nil {
-			if root, err = os.OpenRoot(b.localDir); err != nil {
+		if roots.root == nil {
+			if err := roots.open(b.localDir); err != nil {
 				// Not "already absent": a missing root is a mount or configuration problem.
-				root = nil
 				errs[i] = fmt.Errorf("delete %s: open storage root: %w", uri, err)
 				continue
 			}
 		}
-		errs[i] = unlinkIn(root, dirs, rel, path.Join(b.localDir, rel))
+		errs[i] = roots.unlink(rel, path.Join(b.localDir, rel))
 	}
 	return errs
-}
-
-// unlinkIn unlinks rel, through a root at its directory opened on first use and kept in dirs
-// (as lstatIn): the lstat and the unlink then name the same directory and are one system call
-// each. A missing directory means a missing file; a directory that cannot be opened for
-// another reason leaves the file to a lookup from the storage root. A directory at the path is
-// refused: KVCM never puts one there, so it is not ours to remove.
-func unlinkIn(root *os.Root, dirs map[string]dirRoot, rel, localPath string) error {
-	r, base := root, rel
-	if dir, file := path.Split(rel); dir != "" {
-		d, ok := dirs[dir]
-		if !ok && len(dirs) < maxDirRoots {
-			// "/." as in lstatIn: never open a non-directory.
-			d.root, d.err = root.OpenRoot(dir + ".")
-			dirs[dir], ok = d, true
-		}
-		switch {
-		case !ok: // too many directories open: from the storage root
-		case d.err == nil:
-			r, base = d.root, file
-		case errors.Is(d.err, syscall.ENOENT):
-			return nil // no directory, no file
-		default:
-			return fmt.Errorf("lstat %s: %w", localPath, d.err)
-		}
-	}
-	fi, err := r.Lstat(base)
-	switch {
-	case errors.Is(err, syscall.ENOENT):
-		return nil
-	case err != nil:
-		return fmt.Errorf("lstat %s: %w", localPath, err)
-	case fi.IsDir():
-		return fmt.Errorf("unlink %s: is a directory, not a data file", localPath)
-	}
-	if err := r.Remove(base); err != nil && !errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("unlink %s: %w", localPath, err)
-	}
-	return nil
 }
