@@ -26,7 +26,7 @@ func TestTuneGCDefault(t *testing.T) {
 	prev := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(prev)
 	t.Setenv("GOGC", "x")
-	if err := unsetenv("GOGC"); err != nil {
+	if err := os.Unsetenv("GOGC"); err != nil { // restored by t.Setenv's cleanup
 		t.Fatal(err)
 	}
 	TuneGC()
@@ -34,5 +34,3 @@ func TestTuneGCDefault(t *testing.T) {
 		t.Fatalf("no GOGC: the target is %d, want %d", got, DefaultGOGC)
 	}
 }
-
-func unsetenv(k string) error { return os.Unsetenv(k) }

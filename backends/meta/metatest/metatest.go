@@ -221,6 +221,21 @@ func (s suite) scanSendsNoWrite(t *testing.T) {
 	}
 }
 
+// requireNothingSent checks that no command reached the server since the counts before,
+// when the harness can count them: a dry-run store sends nothing for the writes it refuses.
+func (s suite) requireNothingSent(t *testing.T, before map[string]int64) {
+	t.Helper()
+	if s.h.CommandCalls == nil {
+		return
+	}
+	sent := commandDelta(before, s.h.CommandCalls(t))
+	// The snapshot itself, and connection set-up of the harness's own client.
+	for _, cmd := range []string{"info", "hello", "auth", "ping", "client|setinfo"} {
+		delete(sent, cmd)
+	}
+	require.Empty(t, sent, "a dry-run store sent commands for refused writes")
+}
+
 func commandDelta(before, after map[string]int64) map[string]int64 {
 	d := make(map[string]int64)
 	for cmd, n := range after {
@@ -487,14 +502,7 @@ func (s suite) dryRun(t *testing.T) {
 		require.ErrorIs(t, tc.err, meta.ErrDryRun, tc.name)
 		require.False(t, errors.Is(tc.err, meta.ErrConflict), tc.name)
 	}
-	if s.h.CommandCalls != nil {
-		sent := commandDelta(before, s.h.CommandCalls(t))
-		// The snapshot itself, and connection set-up of the harness's own client.
-		for _, cmd := range []string{"info", "hello", "auth", "ping", "client|setinfo"} {
-			delete(sent, cmd)
-		}
-		require.Empty(t, sent, "a dry-run store sent commands for refused writes")
-	}
+	s.requireNothingSent(t, before)
 	require.Equal(t, fieldMap(casFields()), s.h.HGetAll(t, key))
 	require.Nil(t, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock+1)))
 
