@@ -22,14 +22,17 @@ type DataURI struct {
 
 // ParseDataURI parses s; errors wrap ErrBadDataURI.
 //
-// It follows KVCM's StandardUri::Parse, with three deliberate differences where KVCM's parser
-// reads past the authority and so cannot be what the writer meant (kvcm-gc must then find the
-// right storage and path, or fail):
-//   - the userinfo ends at the last '@' inside the authority; KVCM takes the first '@' anywhere
-//     after "://", so an '@' in a path (instance ids are arbitrary) garbles its host;
-//   - a '/' after the '?' belongs to the query; KVCM takes it as the start of the path and then
-//     drops the query;
-//   - an empty parameter ("a&&b") is skipped; KVCM stores it under the empty name.
+// It follows KVCM's StandardUri::Parse as both KVCM versions (f6aa2b2's parser and the newer
+// one) read a URI, and refuses what they read differently (the conformance test checks it
+// against both, from the bytes of KVCM's own parsers):
+//   - an '@' after the authority, or a second one in it, is refused: f6aa2b2 takes the first
+//     '@' anywhere after "://" as the end of the userinfo, the newer parser the last one in
+//     the authority;
+//   - a '/' in a query with no path before it is refused: f6aa2b2 takes it as the start of
+//     the path and then drops the query;
+//   - a port KVCM's newer parser refuses (a sign, empty, junk) is refused;
+//   - an empty parameter ("a&&b") is skipped; KVCM stores it under the empty name, and
+//     nothing reads it.
 //
 // The port must be a decimal in [0, 65535] (KVCM accepts whatever strtoll accepts: a sign,
 // leading spaces); port 0 means absent, as KVCM's ToUriString leaves it out. A repeated
@@ -76,6 +79,17 @@ func ParseDataURI(s string) (DataURI, error) {
 		rest = rest[:q]
 	}
 	u.Path = rest // "" or starts with '/'
+	// KVCM's parser before the newer StandardUri took the first '@' anywhere after "://" as
+	// the end of the userinfo, and, with a '?' before any '/', the text after a later '/' as
+	// the path (dropping every parameter). Blocks of either KVCM version exist, so a URI the
+	// two versions read differently is refused: kvcm-gc could not tell which storage and
+	// file it names, nor whether it is shared.
+	if strings.IndexByte(s[schemeEnd+3+authEnd:], '@') >= 0 || strings.Count(authority, "@") > 1 {
+		return DataURI{}, fmt.Errorf("parse data uri %q: '@' after the host (KVCM versions disagree on the host): %w", s, ErrBadDataURI)
+	}
+	if u.Path == "" && strings.IndexByte(query, '/') >= 0 {
+		return DataURI{}, fmt.Errorf("parse data uri %q: '/' in a query without a path (KVCM versions disagree on the path): %w", s, ErrBadDataURI)
+	}
 	if hasQuery {
 		u.parseParams(query)
 	}

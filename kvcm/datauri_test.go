@@ -32,25 +32,9 @@ func TestParseDataURI(t *testing.T) {
 				Params: map[string]string{"key": "inst0/tp0/ffffffffffffffff", "size": "4096"}, ParamOrder: []string{"key", "size"}},
 		},
 		{
-			name: "query right after host, slash in query",
-			in:   "mooncake://mc_01?key=a/b",
-			want: DataURI{Scheme: "mooncake", Host: "mc_01",
-				Params: map[string]string{"key": "a/b"}, ParamOrder: []string{"key"}},
-		},
-		{
 			name: "redis with userinfo and port",
 			in:   "redis://test_redis_user:test_redis_password@localhost:6379/",
 			want: DataURI{Scheme: "redis", UserInfo: "test_redis_user:test_redis_password", Host: "localhost", Port: 6379, Path: "/"},
-		},
-		{
-			name: "userinfo up to the last @ of the authority",
-			in:   "redis://a@b:pw@h:1/x@y",
-			want: DataURI{Scheme: "redis", UserInfo: "a@b:pw", Host: "h", Port: 1, Path: "/x@y"},
-		},
-		{
-			name: "@ in path only",
-			in:   "file://nfs_01/tmp/inst@0/tp0/1",
-			want: DataURI{Scheme: "file", Host: "nfs_01", Path: "/tmp/inst@0/tp0/1"},
 		},
 		{
 			name: "port zero is absent",
@@ -122,6 +106,13 @@ func TestParseDataURIRejects(t *testing.T) {
 		"redis://h: 1",
 		"redis://h:1:2",
 		"redis://h:0x10",
+		// The KVCM versions read these differently (f6aa2b2 garbles the host, or takes the
+		// query for a path): refused.
+		"mooncake://mc_01?key=a/b",
+		"redis://a@b:pw@h:1/x@y",
+		"redis://a@b:pw@h:1/x",
+		"file://nfs_01/tmp/inst@0/tp0/1",
+		"file://nfs_01/p?owner=a@b&size=1",
 	} {
 		_, err := ParseDataURI(in)
 		require.ErrorIs(t, err, ErrBadDataURI, in)

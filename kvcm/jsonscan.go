@@ -2,6 +2,7 @@ package kvcm
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"unicode/utf8"
 )
@@ -305,6 +306,15 @@ func (s *jsonScanner) number() (isInt bool, err error) {
 			return false, s.errorf("invalid number: no digit in exponent")
 		}
 		i = j
+	}
+	// rapidjson (KVCM's parser) reads a number that fits no integer type as a double and
+	// fails the whole document when that overflows ("Number too big"), even in a member
+	// nobody reads: such a value is corrupt for KVCM, so it is for kvcm-gc too.
+	if tok := s.doc[s.pos:i]; !isInt || len(tok) > 20 {
+		if f, err := strconv.ParseFloat(tok, 64); err != nil && math.IsInf(f, 0) {
+			s.pos = i
+			return false, s.errorf("number too big")
+		}
 	}
 	s.pos = i
 	return isInt, nil

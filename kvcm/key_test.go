@@ -18,7 +18,7 @@ func TestStatusString(t *testing.T) {
 }
 
 func TestStorageTypeString(t *testing.T) {
-	names := []string{"unknown", "hf3fs", "mooncake", "pace", "file", "vcns_hf3fs"}
+	names := []string{"unknown", "hf3fs", "mooncake", "pace", "file", "vcns_hf3fs", "dummy", "vineyard"}
 	for i, name := range names {
 		st := StorageType(i)
 		require.Equal(t, name, st.String())
@@ -26,7 +26,7 @@ func TestStorageTypeString(t *testing.T) {
 		require.True(t, ok, name)
 		require.Equal(t, st, got)
 	}
-	require.Equal(t, "unknown", StorageType(6).String())
+	require.Equal(t, "unknown", StorageType(8).String())
 	require.Equal(t, "unknown", StorageType(math.MaxUint64).String())
 	for _, bad := range []string{"", "FILE", "nfs", "hf3fs ", "3fs"} {
 		got, ok := ParseStorageType(bad)

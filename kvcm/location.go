@@ -2,7 +2,9 @@ package kvcm
 
 import (
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 )
 
 // Spec is one LocationSpec: {"name":…,"uri":…}.
@@ -100,6 +102,11 @@ func DecodeBlock(raw []byte) (*Block, error) {
 		}
 		if r.bad == "" && loc.InnerID != id {
 			r.bad = fmt.Sprintf("inner id %q differs from its key", loc.InnerID)
+		}
+		if strings.IndexByte(id, 0) >= 0 {
+			// KVCM reads a map key as a C string: it cuts the key at the NUL, so two keys
+			// can collapse into one and the inner id no longer equals it.
+			r.setBad("key holds a NUL (KVCM cuts the key there)")
 		}
 		if r.bad != "" {
 			loc.Err = fmt.Errorf("decode location %q: %s: %w", id, r.bad, ErrBadLocation)
@@ -343,11 +350,19 @@ func (d *locationDecoder) location(loc *Location) (r locResult, err error) {
 				r.setBad("member status is not an int64")
 				break
 			}
+			if v < math.MinInt32 || v > math.MaxInt32 {
+				// KVCM reads status through an int: 4294967299 would be SERVING there.
+				r.setBad("member status %d is outside int32 (KVCM would truncate it)", v)
+			}
 			loc.Status = Status(v)
 			r.status = span{start, s.pos}
 		case "type":
 			var v uint64
 			v, err = d.uintValue(&r, name)
+			if err == nil && v > math.MaxUint8 {
+				// KVCM reads type through a uint8: 260 would be type 4 (file) there.
+				r.setBad("member type %d is outside uint8 (KVCM would truncate it)", v)
+			}
 			loc.Type = StorageType(v)
 		case "spec_size":
 			loc.SpecSize, err = d.uintValue(&r, name)

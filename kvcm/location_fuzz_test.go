@@ -3,6 +3,7 @@ package kvcm
 import (
 	"bytes"
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -130,4 +131,56 @@ func BenchmarkLocationWithStatus(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzDecodeLocation: a location field's value either is refused (corrupt) or decodes; when
+// it can be judged, the status edit changes the status token and nothing else, and the
+// result decodes to the same location with the new status. Seeds include KVCM's own bytes.
+func FuzzDecodeLocation(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"a1b2c3d4","status":2,"type":4,"spec_size":1,"create_time":1716345600123456,"location_specs":[{"name":"tp0","uri":"file://nfs_01/tmp/nfs/inst0/tp0/499602d2?size=1024"}]}`,
+		`{"id":"x","status":3}`,
+		`{}`,
+		` {"id":"x","future":{"a":[1e10,-0.5]},"status":4} `,
+		`{"id":"x","status":4294967299,"type":260}`,
+		`{"id":"x","u":1e400}`,
+		"\xef\xbb\xbf{\"id\":\"x\"}",
+		"{\"id\":\"x\"}\x00junk",
+		`{"\u0069d":"x","st\u0061tus":2}`,
+	} {
+		f.Add("x", []byte(s), int64(StatusDeleting))
+	}
+	f.Fuzz(func(t *testing.T, id string, raw []byte, newStatus int64) {
+		loc, err := DecodeLocation(id, raw)
+		if err != nil {
+			require.ErrorIs(t, err, ErrCorruptLocation)
+			return
+		}
+		require.Equal(t, id, loc.ID)
+		require.Equal(t, string(raw), string(loc.Raw))
+		if loc.Err != nil {
+			require.ErrorIs(t, loc.Err, ErrBadLocation)
+			_, err := LocationWithStatus(raw, Status(newStatus))
+			if loc.InnerID == id && id != "" {
+				// Bad for a member, not for the id: the edit refuses it too.
+				require.ErrorIs(t, err, ErrBadLocation)
+			}
+			return
+		}
+		out, err := LocationWithStatus(raw, Status(newStatus))
+		if err != nil {
+			require.ErrorIs(t, err, ErrBadLocation) // no status member
+			return
+		}
+		again, err := DecodeLocation(id, out)
+		require.NoError(t, err)
+		if newStatus < math.MinInt32 || newStatus > math.MaxInt32 {
+			require.ErrorIs(t, again.Err, ErrBadLocation)
+			return
+		}
+		require.NoError(t, again.Err)
+		want := loc
+		want.Status, want.Raw, again.Raw = Status(newStatus), nil, nil
+		require.Equal(t, want, again)
+	})
 }

@@ -128,9 +128,18 @@ func TestDecodeBlockLocations(t *testing.T) {
 		},
 		{
 			name: "negative and large numbers",
-			in:   `{"a":{"id":"a","status":-1,"type":18446744073709551615,"spec_size":0,"create_time":-5}}`,
-			want: []Location{{ID: "a", InnerID: "a", Status: -1, Type: 18446744073709551615, CreateTimeUs: -5, HasCreateTime: true}},
+			in:   `{"a":{"id":"a","status":-1,"type":255,"spec_size":18446744073709551615,"create_time":-5}}`,
+			want: []Location{{ID: "a", InnerID: "a", Status: -1, Type: 255, SpecSize: 18446744073709551615, CreateTimeUs: -5, HasCreateTime: true}},
 			bad:  []bool{false},
+		},
+		{
+			// KVCM reads status through an int and type through a uint8: where that would
+			// truncate, KVCM and kvcm-gc would see different locations.
+			name: "numbers KVCM would truncate are bad",
+			in:   `{"a":{"id":"a","status":4294967299},"b":{"id":"b","status":3,"type":260},"c":{"id":"c","status":-2147483649}}`,
+			want: []Location{{ID: "a", InnerID: "a", Status: 4294967299}, {ID: "b", InnerID: "b", Status: 3, Type: 260},
+				{ID: "c", InnerID: "c", Status: -2147483649}},
+			bad: []bool{true, true, true},
 		},
 		{
 			name: "numeric and negative ids",

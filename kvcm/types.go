@@ -40,10 +40,19 @@ const (
 	TypePace      StorageType = 3 // TAIR_MEMPOOL
 	TypeFile      StorageType = 4 // NFS
 	TypeVCNSHF3FS StorageType = 5
+	TypeDummy     StorageType = 6
+	TypeVineyard  StorageType = 7
+	// Values from 8 on are KVCM's EventReport kinds (not settled upstream: RTP_LLM, VLLM,
+	// …). kvcm-gc accepts any uint8 and judges none of them storage-missing.
 )
 
-// String returns KVCM's storage type string: unknown, hf3fs, mooncake, pace, file, vcns_hf3fs
-// ("unknown" for any other number).
+// Probed reports whether locations of type t may enter the storage-missing rule at all:
+// only the storages whose data kvcm-gc can look at (hf3fs, mooncake, pace, file,
+// vcns_hf3fs). Unknown, dummy, vineyard and every EventReport kind never do.
+func (t StorageType) Probed() bool { return t >= TypeHF3FS && t <= TypeVCNSHF3FS }
+
+// String returns KVCM's storage type string: unknown, hf3fs, mooncake, pace, file, vcns_hf3fs,
+// dummy, vineyard ("unknown" for any other number).
 func (t StorageType) String() string {
 	switch t {
 	case TypeHF3FS:
@@ -56,6 +65,10 @@ func (t StorageType) String() string {
 		return "file"
 	case TypeVCNSHF3FS:
 		return "vcns_hf3fs"
+	case TypeDummy:
+		return "dummy"
+	case TypeVineyard:
+		return "vineyard"
 	}
 	return "unknown"
 }
@@ -77,6 +90,10 @@ func ParseStorageType(s string) (StorageType, bool) {
 		return TypeFile, true
 	case "vcns_hf3fs":
 		return TypeVCNSHF3FS, true
+	case "dummy":
+		return TypeDummy, true
+	case "vineyard":
+		return TypeVineyard, true
 	}
 	return TypeUnknown, false
 }
