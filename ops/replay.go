@@ -581,7 +581,7 @@ func oneLocation(id string, raw []byte) []byte {
 func keptReason(loc *kvcm.Location, lru string, at time.Time, cfg pipeline.ProberConfig) string {
 	switch loc.Status {
 	case kvcm.StatusWriting:
-		if age, ok := kvcm.Age(loc, lru, at); ok {
+		if age, ok := kvcm.LegacyAge(loc, lru, at); ok {
 			return fmt.Sprintf("writing_within_grace (age %s < %s)", humanDuration(age), cfg.OrphanWritingGrace)
 		}
 		return "writing_within_grace"

@@ -146,7 +146,7 @@ func judgeWriting(ctx context.Context, cfg ProberConfig, instance string, be *su
 		v.skip(SkipBadLocation, 1)
 		return "", false
 	}
-	age, ok := kvcm.Age(loc, be.LRUTime, now)
+	age, ok := kvcm.LegacyAge(loc, be.LRUTime, now)
 	if !ok {
 		v.skip(SkipAgeUnknown, 1)
 		return "", false
