@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
@@ -36,6 +37,8 @@ type Options struct {
 	Storage        storage.Options
 	// DryRun makes the Redis writer and the storage deleter refuse every write (DESIGN §8.8).
 	DryRun bool
+	// EmptyBlock is what the deleter's CAD does with a block whose last location goes.
+	EmptyBlock meta.EmptyBlock
 	// Guard is "none" or "redis" (a hash per instance under GuardKeyPrefix on GuardConn).
 	Guard          string
 	GuardConn      redismeta.ConnOptions
@@ -109,7 +112,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: o.Meta, URIs: o.MetaURIs,
 		// Only the deleter writes: a process without it opens every store refusing writes, so no
 		// other stage can write by mistake (and none tries to load the CAS scripts).
-		Store: redismeta.StoreOptions{DryRun: o.DryRun || !which.Deleter}, Logger: log})
+		Store: redismeta.StoreOptions{DryRun: o.DryRun || !which.Deleter, EmptyBlock: o.EmptyBlock}, Logger: log})
 	defer pool.Close()
 
 	var registry *redismeta.RegistryReader

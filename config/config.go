@@ -42,6 +42,7 @@ type Config struct {
 	MaxInflightDeletes int           `yaml:"max_inflight_delete_requests" help:"delete requests in flight across all deleters (the deleter consumer's MaxAckPending)"`
 	DeleteDelay        time.Duration `yaml:"delete_delay" help:"read lease between marking a location DELETING and deleting its data"`
 	CASRetries         int           `yaml:"cas_retries" help:"attempts of a compare-and-swap that lost to a concurrent write"`
+	EmptyBlock         string        `yaml:"empty_block" help:"when a block's last location goes: keep (the key stays as KVCM reads 'exists, no location', so KVCM's key count stays right) or delete (DEL the key; KVCM still counts it)"`
 
 	Workers  Workers       `yaml:"workers"`
 	Registry RedisConn     `yaml:"registry"`
@@ -187,6 +188,7 @@ func Default() Config {
 		MaxInflightDeletes: js.DeleterMaxAckPending,
 		DeleteDelay:        dc.DeleteDelay,
 		CASRetries:         dc.CASRetries,
+		EmptyBlock:         "keep",
 		Workers:            Workers{Prober: 4},
 		Storage:            StorageConfig{DefaultProbe: storage.ProbeNone},
 		Guard:              GuardConfig{Kind: "none", Prefix: "kvcm_gc:copy:"},

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"log/slog"
 	"maps"
 
@@ -132,6 +133,7 @@ func (c Config) AppOptions() (app.Options, error) {
 		GroupStoreURIs: maps.Clone(c.Meta.GroupStoreURIs),
 		Storage:        c.StorageOptions(),
 		DryRun:         c.DryRun,
+		EmptyBlock:     c.emptyBlock(),
 		Guard:          c.Guard.Kind,
 		GuardConn:      guardConn,
 		GuardKeyPrefix: c.Guard.Prefix,
@@ -166,5 +168,14 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("orphan_writing_grace", c.OrphanWritingGrace),
 		slog.Int("max_inflight_delete_requests", c.MaxInflightDeletes),
 		slog.Duration("delete_delay", c.DeleteDelay),
+		slog.String("empty_block", c.EmptyBlock),
 	)
+}
+
+// emptyBlock is empty_block as the metadata stores take it.
+func (c Config) emptyBlock() meta.EmptyBlock {
+	if c.EmptyBlock == "delete" {
+		return meta.EmptyBlockDelete
+	}
+	return meta.EmptyBlockKeep
 }

@@ -70,6 +70,9 @@ func (c Config) Validate() error {
 	if c.CASRetries < 1 {
 		bad("cas_retries", "must be >= 1, got %d", c.CASRetries)
 	}
+	if c.EmptyBlock != "keep" && c.EmptyBlock != "delete" {
+		bad("empty_block", "must be keep or delete, got %q", c.EmptyBlock)
+	}
 	if c.Workers.Prober < 1 {
 		bad("workers.prober", "must be >= 1, got %d", c.Workers.Prober)
 	}

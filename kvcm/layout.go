@@ -34,6 +34,9 @@ const (
 	// LocationFieldPrefix starts the name of every location field of the location layout:
 	// L#<location id> holds that location's JSON.
 	LocationFieldPrefix = "L#"
+	// InterimLocationPrefix starts the location fields KVCM wrote between #138 and #187
+	// (__loc__<id>); today's KVCM no longer reads them.
+	InterimLocationPrefix = "__loc__"
 	// FieldPrevKey is the location layout's link to the previous block of a write request
 	// (decimal, or "" for the first). KVCM writes it only when it creates the key.
 	FieldPrevKey = "BP#prev_key"
@@ -65,11 +68,13 @@ func ParseLayout(s string) (Layout, bool) {
 }
 
 // LayoutOf decides a key's layout from its field names: whether it has a __uri__ field
-// (empty or not) and how many L# fields (tombstones included). Presence decides, not
-// content: an empty __uri__ beside L# fields is still ambiguous.
-func LayoutOf(hasURI bool, locationFields int) Layout {
+// (empty or not), how many L# fields (tombstones included), and whether it has a field of
+// KVCM's interim location layout (__loc__<id>, between #138 and #187). Presence decides, not
+// content: an empty __uri__ beside L# fields is still ambiguous, and so is any key with an
+// interim field, since the KVCM that wrote it may still read it.
+func LayoutOf(hasURI bool, locationFields int, interim bool) Layout {
 	switch {
-	case hasURI && locationFields > 0:
+	case interim || hasURI && locationFields > 0:
 		return LayoutAmbiguous
 	case hasURI:
 		return LayoutLegacy

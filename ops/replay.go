@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -148,10 +149,9 @@ type ReplaySummary struct {
 
 // BlockReader reads a block's current fields for replay. Implementations only read.
 type BlockReader interface {
-	// ReadBlock returns the block's __uri__ (found false when absent or empty) and its
-	// __lru_time__ ("" when not read; the replay then falls back to the recorded one when the
-	// block is byte-identical to what was scanned).
-	ReadBlock(ctx context.Context, store, instance string, key int64) (uri []byte, lru string, found bool, err error)
+	// ReadBlock reads the block whole, as the pipeline does; exists is false when the key is
+	// absent.
+	ReadBlock(ctx context.Context, store, instance string, key int64) (e meta.Entry, exists bool, err error)
 }
 
 // ReplayDeps is what a replay consults. Everything is used read-only: the prober's rules
@@ -432,42 +432,55 @@ func decisionClass(v Verdict) string {
 	return "keep"
 }
 
-// batch explains every location of a batch (the prober's input).
+// batch explains every location of a batch (the prober's input), in the layout it was read in.
 func (r *replayer) batch(ctx context.Context, rm *ReplayMessage, src subjects.Source, b subjects.Batch) {
 	events := r.idx.bySource[src]
 	now := r.deps.Now()
-	for _, be := range b.Blocks {
+	at := time.UnixMicro(b.ScannedAt)
+	for bi := range b.Blocks {
+		be := &b.Blocks[bi]
 		if r.q.BlockKey != nil && be.Key != *r.q.BlockKey {
 			continue
 		}
-		cur, lru, found, readErr := r.deps.Blocks.ReadBlock(ctx, b.Store, b.Instance, be.Key)
-		if lru == "" && found && bytes.Equal(cur, []byte(be.URI)) {
-			lru = be.LRUTime // unchanged block: its __lru_time__ has not moved either
+		cur, exists, readErr := r.deps.Blocks.ReadBlock(ctx, b.Store, b.Instance, be.Key)
+		switch be.Layout {
+		case subjects.LayoutLocation:
+			for _, f := range be.Locs {
+				rm.Locations = append(rm.Locations, r.locationField(ctx, events, b, be, f, &cur, exists, readErr, at, now))
+			}
+			continue
+		case subjects.LayoutAmbiguous:
+			lr := LocationReplay{Key: be.Key, Status: "-"}
+			lr.Then = r.thenProber(events, b, be.Key, "")
+			lr.Rerun = r.judgeBlock(ctx, b, *be, at)
+			lr.Now = r.nowLayout(&cur, exists, readErr, kvcm.LayoutAmbiguous)
+			rm.Locations = append(rm.Locations, lr)
+			continue
 		}
+		lru := cur.LRUTime
 		blk, err := kvcm.DecodeBlock([]byte(be.URI))
 		if err != nil {
 			lr := LocationReplay{Key: be.Key, Status: "-"}
 			lr.Then = r.thenProber(events, b, be.Key, "")
 			lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: err.Error()}
-			lr.Now = r.nowBlockOnly(cur, found, readErr)
+			lr.Now = r.nowLayout(&cur, exists, readErr, kvcm.LayoutLegacy)
 			rm.Locations = append(rm.Locations, lr)
 			continue
 		}
 		var curBlk *kvcm.Block
-		if found && readErr == nil {
-			curBlk, _ = kvcm.DecodeBlock(cur)
+		if exists && readErr == nil && cur.Layout == kvcm.LayoutLegacy {
+			curBlk, _ = kvcm.DecodeBlock(cur.URI)
 		}
 		for i := range blk.Locations {
 			loc := &blk.Locations[i]
 			lr := LocationReplay{Key: be.Key, Location: loc.ID, Status: loc.Status.String()}
 			lr.Then = r.thenProber(events, b, be.Key, loc.ID)
-			rerun := r.judgeOne(ctx, b, be.Key, loc, be.LRUTime, time.UnixMicro(b.ScannedAt))
+			one := subjects.BlockEntry{Key: be.Key, URI: subjects.RawText(oneLocation(loc.ID, loc.Raw)), LRUTime: be.LRUTime}
+			rerun := r.judgeOne(ctx, b, one, loc, at)
 			lr.Rerun = &rerun
 			switch {
-			case readErr != nil:
-				lr.Now = Verdict{Decision: DecisionError, Detail: readErr.Error()}
-			case !found:
-				lr.Now = Verdict{Decision: DecisionGone, Detail: "block no longer exists"}
+			case readErr != nil || !exists || cur.Layout != kvcm.LayoutLegacy:
+				lr.Now = r.nowLayout(&cur, exists, readErr, kvcm.LayoutLegacy)
 			case curBlk == nil:
 				lr.Now = Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: "current __uri__ does not decode"}
 			default:
@@ -477,7 +490,8 @@ func (r *replayer) batch(ctx context.Context, rm *ReplayMessage, src subjects.So
 					break
 				}
 				lr.Changed = !bytes.Equal(cl.Raw, loc.Raw)
-				lr.Now = r.judgeOne(ctx, b, be.Key, cl, lru, now)
+				one := subjects.BlockEntry{Key: be.Key, URI: subjects.RawText(oneLocation(cl.ID, cl.Raw)), LRUTime: lru}
+				lr.Now = r.judgeOne(ctx, b, one, cl, now)
 				if lr.Changed {
 					lr.Now.Detail = joinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
 				}
@@ -487,15 +501,58 @@ func (r *replayer) batch(ctx context.Context, rm *ReplayMessage, src subjects.So
 	}
 }
 
-func (r *replayer) nowBlockOnly(cur []byte, found bool, readErr error) Verdict {
+// locationField explains one location field of a location-layout block.
+func (r *replayer) locationField(ctx context.Context, events map[eventKey][]indexedEvent, b subjects.Batch, be *subjects.BlockEntry,
+	f subjects.LocField, cur *meta.Entry, exists bool, readErr error, at, now time.Time) LocationReplay {
+	id := string(f.ID)
+	lr := LocationReplay{Key: be.Key, Location: id, Status: "-"}
+	lr.Then = r.thenProber(events, b, be.Key, id)
+	if len(f.V) == 0 {
+		lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: pipeline.SkipTombstone}
+	} else {
+		loc, err := kvcm.DecodeLocation(id, f.V)
+		if err == nil {
+			lr.Status = loc.Status.String()
+		}
+		one := subjects.BlockEntry{Key: be.Key, Layout: subjects.LayoutLocation, Locs: []subjects.LocField{f}}
+		rerun := r.judgeOne(ctx, b, one, &loc, at)
+		lr.Rerun = &rerun
+	}
+	if readErr != nil || !exists || cur.Layout != kvcm.LayoutLocation {
+		lr.Now = r.nowLayout(cur, exists, readErr, kvcm.LayoutLocation)
+		return lr
+	}
+	v, ok := cur.Location(id)
+	if !ok || len(v) == 0 {
+		lr.Now = Verdict{Decision: DecisionGone, Detail: "location field no longer in the block"}
+		return lr
+	}
+	lr.Changed = !bytes.Equal(v, f.V)
+	cl, err := kvcm.DecodeLocation(id, v)
+	one := subjects.BlockEntry{Key: be.Key, Layout: subjects.LayoutLocation, Locs: []subjects.LocField{{ID: f.ID, V: subjects.RawText(v)}}}
+	lr.Now = r.judgeOne(ctx, b, one, &cl, now)
+	if lr.Changed && err == nil {
+		lr.Now.Detail = joinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
+	}
+	return lr
+}
+
+// nowLayout is the decision now about a block that cannot be read, is gone, or is no longer
+// (or never was) in one layout the rules judge.
+func (r *replayer) nowLayout(cur *meta.Entry, exists bool, readErr error, was kvcm.Layout) Verdict {
 	switch {
 	case readErr != nil:
 		return Verdict{Decision: DecisionError, Detail: readErr.Error()}
-	case !found:
-		return Verdict{Decision: DecisionGone, Detail: "block no longer exists"}
-	}
-	if _, err := kvcm.DecodeBlock(cur); err != nil {
-		return Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: err.Error()}
+	case !exists || cur.Layout == kvcm.LayoutNone:
+		return Verdict{Decision: DecisionGone, Detail: "block no longer holds a location"}
+	case cur.Layout == kvcm.LayoutAmbiguous:
+		return Verdict{Decision: DecisionSkip, Reason: pipeline.SkipAmbiguousLayout, Detail: "the block holds both __uri__ and L# fields"}
+	case cur.Layout != was:
+		return Verdict{Decision: DecisionSkip, Reason: "layout_changed", Detail: fmt.Sprintf("the block is in the %s layout now", cur.Layout)}
+	case was == kvcm.LayoutLegacy:
+		if _, err := kvcm.DecodeBlock(cur.URI); err != nil {
+			return Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: err.Error()}
+		}
 	}
 	return Verdict{Decision: DecisionKept, Detail: "block decodes now; replay it from a newer batch"}
 }
@@ -541,13 +598,28 @@ func lastDelete(evs []indexedEvent, round uint64) *indexedEvent {
 	return last
 }
 
-// judgeOne runs the prober's rules on one location alone, as a one-location block with the
-// block's __lru_time__, so the verdict's single candidate or skip is this location's.
-// Locations are judged independently by both rules, so judging one alone decides it as the
-// prober did within the whole batch (only the per-batch target cap is left out).
-func (r *replayer) judgeOne(ctx context.Context, b subjects.Batch, key int64, loc *kvcm.Location, lru string, at time.Time) Verdict {
+// judgeOne runs the prober's rules on one location alone, as a one-location block entry in
+// its layout, so the verdict's single candidate or skip is this location's. Locations are
+// judged independently by both rules, so judging one alone decides it as the prober did
+// within the whole batch (only the per-batch target cap is left out).
+func (r *replayer) judgeOne(ctx context.Context, b subjects.Batch, one subjects.BlockEntry, loc *kvcm.Location, at time.Time) Verdict {
+	v := r.judge(ctx, b, one, at)
+	if v.Decision == DecisionKept && v.Reason == "" {
+		v.Reason = keptReason(loc, one.LRUTime, one.Layout == subjects.LayoutLocation, at, r.deps.Rules.Config)
+	}
+	return v
+}
+
+// judgeBlock runs the rules on a whole block entry (one that judges as a whole, such as an
+// ambiguous one).
+func (r *replayer) judgeBlock(ctx context.Context, b subjects.Batch, be subjects.BlockEntry, at time.Time) *Verdict {
+	v := r.judge(ctx, b, be, at)
+	return &v
+}
+
+func (r *replayer) judge(ctx context.Context, b subjects.Batch, be subjects.BlockEntry, at time.Time) Verdict {
 	one := b
-	one.Blocks = []subjects.BlockEntry{{Key: key, URI: subjects.RawText(oneLocation(loc.ID, loc.Raw)), LRUTime: lru}}
+	one.Blocks = []subjects.BlockEntry{be}
 	rules := *r.deps.Rules
 	rules.ObserveProbe = nil
 	rules.Config.MaxTargets = max(rules.Config.MaxTargets, 1)
@@ -563,7 +635,7 @@ func (r *replayer) judgeOne(ctx context.Context, b subjects.Batch, key int64, lo
 			return Verdict{Decision: DecisionSkip, Reason: reason}
 		}
 	}
-	return Verdict{Decision: DecisionKept, Reason: keptReason(loc, lru, at, rules.Config)}
+	return Verdict{Decision: DecisionKept}
 }
 
 // oneLocation builds the __uri__ of a block holding only the location id with value raw.
@@ -578,10 +650,14 @@ func oneLocation(id string, raw []byte) []byte {
 }
 
 // keptReason says why a location that no rule skipped was not a candidate.
-func keptReason(loc *kvcm.Location, lru string, at time.Time, cfg pipeline.ProberConfig) string {
+func keptReason(loc *kvcm.Location, lru string, locationLayout bool, at time.Time, cfg pipeline.ProberConfig) string {
 	switch loc.Status {
 	case kvcm.StatusWriting:
-		if age, ok := kvcm.LegacyAge(loc, lru, at); ok {
+		age, ok := kvcm.LegacyAge(loc, lru, at)
+		if locationLayout {
+			age, ok = kvcm.LocationAge(loc, at)
+		}
+		if ok {
 			return fmt.Sprintf("writing_within_grace (age %s < %s)", humanDuration(age), cfg.OrphanWritingGrace)
 		}
 		return "writing_within_grace"
@@ -602,8 +678,8 @@ func (r *replayer) request(ctx context.Context, rm *ReplayMessage, src subjects.
 			continue
 		}
 		lr := LocationReplay{Key: t.Key, Location: t.Location, Reason: t.Reason, Status: "-"}
-		if l, err := kvcm.DecodeBlock(oneLocation(t.Location, t.Expected)); err == nil && len(l.Locations) == 1 {
-			lr.Status = l.Locations[0].Status.String()
+		if l, err := kvcm.DecodeLocation(t.Location, t.Expected); err == nil {
+			lr.Status = l.Status.String()
 		}
 		lr.Then = Verdict{Decision: DecisionNoEvent, Detail: "no delete event for this request"}
 		if evs := events[eventKey{req.Instance, t.Key, t.Location}]; len(evs) > 0 {
@@ -622,30 +698,23 @@ func (r *replayer) request(ctx context.Context, rm *ReplayMessage, src subjects.
 	}
 }
 
+// nowDeleter is the deleter's own step 1 (pipeline.CheckTarget) against the block now.
 func (r *replayer) nowDeleter(ctx context.Context, req subjects.DeleteRequest, t subjects.Target) (Verdict, bool) {
-	cur, _, found, err := r.deps.Blocks.ReadBlock(ctx, req.Store, req.Instance, t.Key)
+	cur, exists, err := r.deps.Blocks.ReadBlock(ctx, req.Store, req.Instance, t.Key)
 	if err != nil {
 		return Verdict{Decision: DecisionError, Detail: err.Error()}, false
 	}
-	if !found {
-		return Verdict{Decision: DecisionNoopGone, Detail: "block no longer exists"}, true
+	if !exists {
+		cur = meta.Entry{Instance: req.Instance, BlockKey: t.Key}
 	}
-	blk, err := kvcm.DecodeBlock(cur)
-	if err != nil {
-		return Verdict{Decision: DecisionNoopMismatch, Detail: "current __uri__ does not decode"}, true
+	outcome, detail := pipeline.CheckTarget(&cur, t)
+	switch outcome {
+	case pipeline.CheckWouldDelete:
+		return Verdict{Decision: DecisionWouldDelete, Detail: detail}, false
+	case pipeline.CheckWouldResume:
+		return Verdict{Decision: DecisionWouldResume, Detail: detail}, true
 	}
-	l, ok := blk.Find(t.Location)
-	if !ok {
-		return Verdict{Decision: DecisionNoopGone, Detail: "location no longer in the block"}, true
-	}
-	expected := []byte(t.Expected)
-	if bytes.Equal(l.Raw, expected) {
-		return Verdict{Decision: DecisionWouldDelete, Detail: "bytes equal the judged bytes: the CAS would succeed"}, false
-	}
-	if deleting, err := kvcm.LocationWithStatus(expected, kvcm.StatusDeleting); err == nil && bytes.Equal(l.Raw, deleting) {
-		return Verdict{Decision: DecisionWouldResume, Detail: "DELETING by an earlier delivery: a redelivery finishes it"}, true
-	}
-	return Verdict{Decision: DecisionNoopMismatch, Detail: "bytes differ from the judged bytes (status now " + l.Status.String() + ")"}, true
+	return Verdict{Decision: outcome, Detail: detail}, true
 }
 
 func joinDetail(a, b string) string {

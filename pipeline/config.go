@@ -58,8 +58,9 @@ type DeleterConfig struct {
 	// AckWait must equal the consumer's AckWait: a delayed message is kept alive with
 	// InProgress at a third of it.
 	AckWait time.Duration
-	// Parallelism is how many blocks of one request are worked on at once. Default 16.
-	Parallelism int
+	// UnlinkWorkers is how many goroutines unlink the data files of one request at once
+	// (each with a chunk of at least 32 files). Default 16.
+	UnlinkWorkers int
 }
 
 // Defaults.
@@ -72,7 +73,7 @@ func DefaultProberConfig() ProberConfig {
 }
 
 func DefaultDeleterConfig() DeleterConfig {
-	return DeleterConfig{CASRetries: 3, AckWait: 60 * time.Second, Parallelism: 16}
+	return DeleterConfig{CASRetries: 3, AckWait: 60 * time.Second, UnlinkWorkers: 16}
 }
 
 // Validate names the offending key (configuration names of DESIGN §9).
@@ -124,8 +125,8 @@ func (c DeleterConfig) Validate() error {
 	if c.AckWait <= 0 {
 		errs = append(errs, fmt.Errorf("deleter_ack_wait: must be > 0, got %s", c.AckWait))
 	}
-	if c.Parallelism < 1 {
-		errs = append(errs, fmt.Errorf("delete_parallelism: must be >= 1, got %d", c.Parallelism))
+	if c.UnlinkWorkers < 1 {
+		errs = append(errs, fmt.Errorf("unlink workers: must be >= 1, got %d", c.UnlinkWorkers))
 	}
 	return errors.Join(errs...)
 }

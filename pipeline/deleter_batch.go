@@ -5,8 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
@@ -16,18 +17,22 @@ import (
 
 // The protocol of DESIGN §6 for all targets of a request at once. Each step is one round
 // trip for every block of the request instead of one per target: one batch read, one CAS per
-// block, one wait, one batch re-read, the unlinks, one CAD per block. Targets of one block
-// share that block's CAS and CAD: the new value applies every target's change in turn to the
-// bytes read, so they never conflict with one another.
+// cell, one wait, one batch re-read, the unlinks, one CAD per cell.
+//
+// A cell is what one conditional write compares and replaces: in the legacy layout the
+// block's whole __uri__ (every target of the block shares it: the new value applies every
+// target's change in turn to the bytes read, so they never conflict with one another), in the
+// location layout one field L#<id> (one target). A target is only ever judged and written in
+// the layout it was judged in (DESIGN §8.9).
 
 // targetState is where one target of a request stands.
 type targetState int
 
 const (
-	stateOpen    targetState = iota // to be judged against the next read of its block
-	stateRiding                     // changed in the next conditional write of its block
+	stateOpen    targetState = iota // to be judged against the next read of its cell
+	stateRiding                     // changed in the next conditional write of its cell
 	stateMarked                     // held in DELETING by this delivery (steps 1–2 done)
-	stateCleared                    // unlinked; its location goes in the next CAD of its block
+	stateCleared                    // unlinked; its location goes in the next CAD of its cell
 	stateDone                       // res is final
 )
 
@@ -41,14 +46,17 @@ type reqTarget struct {
 	err      error          // the transient error of a target done with OutcomeError
 }
 
-// reqBlock is one block of a request with its targets in request order, and its bytes as
-// last read or written (cur), which the next conditional write expects. blk, when not nil,
-// is cur decoded.
-type reqBlock struct {
-	key     int64
-	targets []*reqTarget
-	cur     []byte
-	blk     *kvcm.Block
+// reqCell is one cell of a request with its targets in request order, and its bytes as last
+// read or written (cur), which the next conditional write expects. val, when not nil, is cur
+// decoded; entry is the whole block as last read.
+type reqCell struct {
+	key      int64
+	layout   kvcm.Layout
+	location string // location layout: the field's location id
+	targets  []*reqTarget
+	cur      []byte
+	val      cellValue
+	entry    *meta.Entry
 }
 
 func (t *reqTarget) finish(outcome, detail string) {
@@ -58,21 +66,21 @@ func (t *reqTarget) finish(outcome, detail string) {
 // fail ends the target with a transient error: the request will be redelivered and the next
 // delivery resumes from what Redis holds then (invariant 6).
 func (t *reqTarget) fail(err error) {
-	t.err = transientError{err}
+	t.err = err
 	t.finish(subjects.OutcomeError, err.Error())
 }
 
-func (b *reqBlock) each(s targetState, f func(t *reqTarget)) {
-	for _, t := range b.targets {
+func (c *reqCell) each(s targetState, f func(t *reqTarget)) {
+	for _, t := range c.targets {
 		if t.state == s {
 			f(t)
 		}
 	}
 }
 
-// clears reports whether a target of the block already clears location id.
-func (b *reqBlock) clears(id string) bool {
-	for _, t := range b.targets {
+// clears reports whether a target of the cell already clears location id.
+func (c *reqCell) clears(id string) bool {
+	for _, t := range c.targets {
 		if t.state == stateCleared && t.res.Target.Location == id {
 			return true
 		}
@@ -80,8 +88,8 @@ func (b *reqBlock) clears(id string) bool {
 	return false
 }
 
-func (b *reqBlock) has(s targetState) bool {
-	for _, t := range b.targets {
+func (c *reqCell) has(s targetState) bool {
+	for _, t := range c.targets {
 		if t.state == s {
 			return true
 		}
@@ -92,32 +100,40 @@ func (b *reqBlock) has(s targetState) bool {
 // request is the protocol's state for the targets of one request.
 type request struct {
 	p        Protocol
-	store    meta.BatchStore
+	store    meta.Store
 	instance string
 	targets  []*reqTarget
-	blocks   []*reqBlock // in order of first appearance
+	cells    []*reqCell // in order of first appearance
 }
 
 func (p Protocol) newRequest(store meta.Store, instance string, targets []subjects.Target) *request {
-	r := &request{p: p, store: batchOf(store), instance: instance, targets: make([]*reqTarget, len(targets))}
+	r := &request{p: p, store: store, instance: instance, targets: make([]*reqTarget, len(targets))}
 	ts := make([]reqTarget, len(targets))
-	var byKey map[int64]*reqBlock
+	type cellKey struct {
+		key int64
+		loc string // "" for a legacy cell
+	}
+	var byKey map[cellKey]*reqCell
 	if len(targets) > 1 {
-		byKey = make(map[int64]*reqBlock, len(targets))
+		byKey = make(map[cellKey]*reqCell, len(targets))
 	}
 	for i, tg := range targets {
 		t := &ts[i]
 		t.res, t.expected = TargetResult{Target: tg}, []byte(tg.Expected)
 		r.targets[i] = t
-		b := byKey[tg.Key]
-		if b == nil {
-			b = &reqBlock{key: tg.Key}
-			if byKey != nil {
-				byKey[tg.Key] = b
-			}
-			r.blocks = append(r.blocks, b)
+		layout, ck := kvcm.LayoutLegacy, cellKey{key: tg.Key}
+		if tg.Layout == subjects.LayoutLocation {
+			layout, ck.loc = kvcm.LayoutLocation, tg.Location
 		}
-		b.targets = append(b.targets, t)
+		c := byKey[ck]
+		if c == nil {
+			c = &reqCell{key: tg.Key, layout: layout, location: ck.loc}
+			if byKey != nil {
+				byKey[ck] = c
+			}
+			r.cells = append(r.cells, c)
+		}
+		c.targets = append(c.targets, t)
 		// The bytes our own CAS writes: only the status token differs. Seeing them on a
 		// redelivery means an earlier delivery got past step 2.
 		var err error
@@ -129,7 +145,7 @@ func (p Protocol) newRequest(store meta.Store, instance string, targets []subjec
 }
 
 // DeleteAll runs the whole protocol for every target of one request, pipelined across its
-// blocks, and waits delete_delay once. It returns one result per target, in order. The error
+// cells, and waits delete_delay once. It returns one result per target, in order. The error
 // joins the transient failures (their targets have OutcomeError): the request must be
 // redelivered, and the next delivery resumes where this one stopped (invariant 6).
 func (p Protocol) DeleteAll(ctx context.Context, store meta.Store, storages storage.Set, instance string, targets []subjects.Target) ([]TargetResult, error) {
@@ -138,7 +154,7 @@ func (p Protocol) DeleteAll(ctx context.Context, store meta.Store, storages stor
 	var waitErr error
 	if r.any(stateMarked) {
 		// One delete_delay per request, not per target.
-		if waitErr = p.Wait(ctx); waitErr != nil {
+		if waitErr = p.wait(ctx); waitErr != nil {
 			for _, t := range r.targets {
 				if t.state == stateMarked { // resumed from DELETING on the redelivery
 					t.finish(subjects.OutcomeError, waitErr.Error())
@@ -165,62 +181,128 @@ func (r *request) any(s targetState) bool {
 	return false
 }
 
-// read reads the blocks' current bytes into cur and blk, and returns the blocks it could
-// read. A block that could not be read fails every target of it in state s.
-func (r *request) read(ctx context.Context, blocks []*reqBlock, s ...targetState) []*reqBlock {
-	if len(blocks) == 0 {
+// read reads the cells' blocks whole (one read per block) into cur, val and entry, and
+// returns the cells it could read. A cell that could not be read fails every target of it in
+// state s. A block no longer in the cell's layout reads as a cell that changed (cur set, val
+// nil): nothing in it is ours to change any more.
+func (r *request) read(ctx context.Context, cells []*reqCell, s ...targetState) []*reqCell {
+	if len(cells) == 0 {
 		return nil
 	}
-	keys := make([]int64, len(blocks))
-	for i, b := range blocks {
-		keys[i] = b.key
+	index := make(map[int64]int, len(cells))
+	var keys []int64
+	for _, c := range cells {
+		if _, ok := index[c.key]; !ok {
+			index[c.key] = len(keys)
+			keys = append(keys, c.key)
+		}
 	}
-	reads, err := r.store.GetURIs(ctx, r.instance, keys)
-	out := blocks[:0:0]
-	for i, b := range blocks {
+	reads, err := r.store.ReadBlocks(ctx, r.instance, keys)
+	out := cells[:0:0]
+	for _, c := range cells {
+		var rd *meta.BlockRead
 		rerr := err
 		if rerr == nil {
-			rerr = reads[i].Err
+			rd = &reads[index[c.key]]
+			rerr = rd.Err
+		}
+		if errors.Is(rerr, meta.ErrLayout) {
+			// A layout this store refuses (a legacy key outside DB 0): as a changed cell.
+			c.cur, c.val, c.entry = []byte{}, nil, nil
+			out = append(out, c)
+			continue
 		}
 		if rerr != nil {
 			for _, st := range s {
-				b.each(st, func(t *reqTarget) { t.fail(fmt.Errorf("read block %d: %w", b.key, rerr)) })
+				c.each(st, func(t *reqTarget) { t.fail(fmt.Errorf("read block %d: %w", c.key, rerr)) })
 			}
 			continue
 		}
-		uri := reads[i].URI
-		switch {
-		case uri == nil:
-			b.cur, b.blk = nil, nil
-		case b.blk != nil && bytes.Equal(uri, b.cur):
-			// Unchanged since the last read (a resumed mark): decoded already.
-		default:
-			// A corrupt block leaves blk nil: nothing in it is ours to change.
-			b.cur = uri
-			b.blk, _ = kvcm.DecodeBlock(uri)
-		}
-		out = append(out, b)
+		c.load(&rd.Entry)
+		out = append(out, c)
 	}
 	return out
 }
 
-// mark does steps 1–2 for every open target: it judges each against its block's bytes and
-// CASes the block to DELETING, re-reading and retrying only the blocks that conflicted
+// load sets the cell from its block as read whole.
+func (c *reqCell) load(e *meta.Entry) {
+	c.entry = e
+	cur, present, sameLayout := c.field(e)
+	switch {
+	case !sameLayout:
+		c.cur, c.val = []byte{}, nil
+	case !present:
+		c.cur, c.val = nil, nil
+	case c.val != nil && bytes.Equal(cur, c.cur):
+		// Unchanged since the last read (a resumed mark): decoded already.
+	default:
+		// A corrupt value leaves val nil: nothing in it is ours to change.
+		c.cur = cur
+		c.val = decodeCell(c, cur)
+	}
+}
+
+// Outcomes of CheckTarget besides the no-op outcomes.
+const (
+	// CheckWouldDelete: the location holds the judged bytes; the CAS would be tried.
+	CheckWouldDelete = "would_delete"
+	// CheckWouldResume: the location holds our own DELETING form of the judged bytes; a
+	// redelivery finishes the job.
+	CheckWouldResume = "would_resume"
+)
+
+// CheckTarget is the deleter's step 1 for target t against its block as e shows it now (an
+// absent key: layout none, no field), without writing anything: the protocol's own judgement
+// before its CAS (DESIGN §6), for replay. The outcome is CheckWouldDelete, CheckWouldResume,
+// subjects.OutcomeNoopGone or subjects.OutcomeNoopMismatch, with the protocol's detail.
+func CheckTarget(e *meta.Entry, t subjects.Target) (outcome, detail string) {
+	r := Protocol{}.newRequest(nil, e.Instance, []subjects.Target{t})
+	rt, c := r.targets[0], r.cells[0]
+	if rt.state == stateOpen {
+		c.load(e)
+		c.judge()
+	}
+	switch rt.state {
+	case stateRiding:
+		return CheckWouldDelete, "bytes equal the judged bytes: the CAS would succeed"
+	case stateMarked:
+		return CheckWouldResume, "DELETING by an earlier delivery: a redelivery finishes it"
+	}
+	return rt.res.Outcome, rt.res.Detail
+}
+
+// field returns the cell's current bytes in e: present is false when the field (or the
+// key) is absent; sameLayout is false when the key exists in another layout than the cell's.
+func (c *reqCell) field(e *meta.Entry) (cur []byte, present, sameLayout bool) {
+	switch {
+	case e.Layout == kvcm.LayoutNone:
+		return nil, false, true // key gone, or no location field left
+	case e.Layout != c.layout:
+		return nil, false, false
+	case c.layout == kvcm.LayoutLegacy:
+		return e.URI, e.URI != nil, true
+	}
+	v, ok := e.Location(c.location)
+	return v, ok && len(v) > 0, true
+}
+
+// mark does steps 1–2 for every open target: it judges each against its cell's bytes and
+// CASes the cell to DELETING, re-reading and retrying only the cells that conflicted
 // (CASRetries attempts in all, as for a single target).
 func (r *request) mark(ctx context.Context) {
-	var pending []*reqBlock
-	for _, b := range r.blocks {
-		if b.has(stateOpen) {
-			pending = append(pending, b)
+	var pending []*reqCell
+	for _, c := range r.cells {
+		if c.has(stateOpen) {
+			pending = append(pending, c)
 		}
 	}
 	for attempt := 1; len(pending) > 0; attempt++ {
 		var writes []meta.CondWrite
-		var written []*reqBlock
-		for _, b := range r.read(ctx, pending, stateOpen) {
-			if next := b.judge(); next != nil {
-				writes = append(writes, meta.CondWrite{BlockKey: b.key, Expected: b.cur, Next: next})
-				written = append(written, b)
+		var written []*reqCell
+		for _, c := range r.read(ctx, pending, stateOpen) {
+			if next := c.judge(); next != nil {
+				writes = append(writes, c.write(next))
+				written = append(written, c)
 			}
 		}
 		pending = nil
@@ -228,7 +310,7 @@ func (r *request) mark(ctx context.Context) {
 			return
 		}
 		errs, err := r.store.CASMany(ctx, r.instance, writes)
-		for i, b := range written {
+		for i, c := range written {
 			werr := err
 			if werr == nil {
 				werr = errs[i]
@@ -236,59 +318,72 @@ func (r *request) mark(ctx context.Context) {
 			switch {
 			case werr == nil:
 				// loc still describes the specs; only its status changed.
-				b.each(stateRiding, func(t *reqTarget) { t.state = stateMarked })
-				b.cur, b.blk = writes[i].Next, nil
+				c.each(stateRiding, func(t *reqTarget) { t.state = stateMarked })
+				c.cur, c.val = writes[i].Next, nil
 			case errors.Is(werr, meta.ErrDryRun):
-				b.each(stateRiding, func(t *reqTarget) {
+				c.each(stateRiding, func(t *reqTarget) {
 					t.finish(subjects.OutcomeWouldDelete, "dry-run: CAS refused by the store")
 				})
-			case errors.Is(werr, meta.ErrConflict) && attempt < r.p.Config.CASRetries:
-				b.each(stateRiding, func(t *reqTarget) { t.state, t.loc, t.res.Resumed = stateOpen, nil, false })
-				pending = append(pending, b)
+			case errors.Is(werr, meta.ErrLayout):
+				// Invariant 9: the key gained fields of the other layout; it is ambiguous now.
+				c.each(stateRiding, func(t *reqTarget) {
+					t.finish(subjects.OutcomeNoopMismatch, "key layout changed since it was judged")
+				})
+			case errors.Is(werr, meta.ErrConflict) && attempt < r.p.config.CASRetries:
+				c.each(stateRiding, func(t *reqTarget) { t.state, t.loc, t.res.Resumed = stateOpen, nil, false })
+				pending = append(pending, c)
 			case errors.Is(werr, meta.ErrConflict):
-				// The block keeps changing; the next round judges it again.
-				b.each(stateRiding, func(t *reqTarget) {
+				// The cell keeps changing; the next round judges it again.
+				c.each(stateRiding, func(t *reqTarget) {
 					t.finish(subjects.OutcomeNoopMismatch, fmt.Sprintf("CAS conflict %d times", attempt))
 				})
 			default:
-				b.each(stateRiding, func(t *reqTarget) { t.fail(fmt.Errorf("cas block %d: %w", b.key, werr)) })
+				c.each(stateRiding, func(t *reqTarget) { t.fail(fmt.Errorf("cas block %d: %w", c.key, werr)) })
 			}
 		}
 	}
 }
 
-// judge is step 1 for the open targets of a block just read, in request order, each against
+// write is the conditional write of the cell from its last-read bytes to next.
+func (c *reqCell) write(next []byte) meta.CondWrite {
+	return meta.CondWrite{BlockKey: c.key, Layout: c.layout, Location: c.location, Expected: c.cur, Next: next}
+}
+
+// judge is step 1 for the open targets of a cell just read, in request order, each against
 // the bytes the targets before it would leave. A target already in our DELETING form is
 // marked at once (a redelivery after our own CAS); one still in its expected form rides on
-// the block's CAS, whose new value judge returns (nil: nothing to write).
-func (b *reqBlock) judge() []byte {
-	if b.cur == nil {
-		b.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopGone, "before CAS") })
+// the cell's CAS, whose new value judge returns (nil: nothing to write).
+func (c *reqCell) judge() []byte {
+	if c.cur == nil {
+		c.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopGone, "before CAS") })
 		return nil
 	}
-	if b.blk == nil {
-		b.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopMismatch, "before CAS") })
+	if c.val == nil {
+		detail := "before CAS"
+		if len(c.cur) == 0 {
+			detail = "key layout changed since it was judged"
+		}
+		c.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopMismatch, detail) })
 		return nil
 	}
 	var next []byte
-	blk := b.blk
-	b.each(stateOpen, func(t *reqTarget) {
-		if blk == nil {
+	val := c.val
+	c.each(stateOpen, func(t *reqTarget) {
+		if val == nil {
 			// What the targets before this one leave, decoded only when a target follows.
-			var err error
-			if blk, err = kvcm.DecodeBlock(next); err != nil {
-				t.finish(subjects.OutcomeNoopMismatch, fmt.Sprintf("re-encode: %v", err))
+			if val = decodeCell(c, next); val == nil {
+				t.finish(subjects.OutcomeNoopMismatch, "re-encode: the new value does not decode")
 				return
 			}
 		}
-		l, ok := blk.Find(t.res.Target.Location)
+		l, ok := val.find(t.res.Target.Location)
 		switch {
 		case !ok:
 			t.finish(subjects.OutcomeNoopGone, "before CAS")
 		case bytes.Equal(l.Raw, t.deleting):
 			t.loc = l
-			if stored, _ := b.blk.Find(t.res.Target.Location); stored != nil && bytes.Equal(stored.Raw, t.deleting) {
-				// Our DELETING from an earlier delivery: marked whatever the block's CAS does.
+			if stored, _ := c.val.find(t.res.Target.Location); stored != nil && bytes.Equal(stored.Raw, t.deleting) {
+				// Our DELETING from an earlier delivery: marked whatever the cell's CAS does.
 				t.state, t.res.Resumed = stateMarked, true
 			} else {
 				t.state = stateRiding // a repeated target, marked by its first copy's CAS
@@ -297,46 +392,47 @@ func (b *reqBlock) judge() []byte {
 			// Invariant 1: a concurrent FinishWrite, refresh or another deleter won.
 			t.finish(subjects.OutcomeNoopMismatch, "location changed since it was judged")
 		default:
-			nb, err := blk.WithStatus(t.res.Target.Location, kvcm.StatusDeleting)
+			nb, err := val.withStatus(t.res.Target.Location, kvcm.StatusDeleting)
 			if err != nil {
 				t.finish(subjects.OutcomeNoopMismatch, fmt.Sprintf("re-encode: %v", err))
 				return
 			}
 			t.loc, t.state = l, stateRiding
-			next, blk = nb, nil
+			next, val = nb, nil
 		}
 	})
 	return next
 }
 
 // finish does steps 4–5 for every marked target: one re-read of their blocks, the physical
-// deletes of those whose mark is still there, then one CAD per block.
+// deletes of those whose mark is still there, then one CAD per cell.
 func (r *request) finish(ctx context.Context, storages storage.Set) {
-	var blocks []*reqBlock
-	for _, b := range r.blocks {
-		if b.has(stateMarked) {
-			blocks = append(blocks, b)
+	var cells []*reqCell
+	for _, c := range r.cells {
+		if c.has(stateMarked) {
+			cells = append(cells, c)
 		}
 	}
-	if len(blocks) == 0 {
+	if len(cells) == 0 {
 		return
 	}
 	// Re-read after the delay, as KVCM's own delete task does: if our DELETING mark is no
 	// longer there (KVCM finished the write anyway, or someone removed it), the data may be
 	// in use again and must not be unlinked. The same read serves the first CAD attempt.
 	var cleared []*reqTarget
-	for _, b := range r.read(ctx, blocks, stateMarked) {
+	read := r.read(ctx, cells, stateMarked)
+	for _, c := range read {
 		const detail = "location changed after CAS; data left in place"
-		b.each(stateMarked, func(t *reqTarget) {
+		c.each(stateMarked, func(t *reqTarget) {
 			var l *kvcm.Location
-			ok := b.blk != nil
+			ok := c.val != nil
 			if ok {
-				l, ok = b.blk.Find(t.res.Target.Location)
+				l, ok = c.val.find(t.res.Target.Location)
 			}
 			switch {
-			case b.cur != nil && b.blk == nil:
+			case c.cur != nil && c.val == nil:
 				t.finish(subjects.OutcomeNoopMismatch, detail)
-			case !ok || b.clears(t.res.Target.Location):
+			case !ok || c.clears(t.res.Target.Location):
 				// Gone, or a repeated target whose first copy deletes it.
 				t.finish(subjects.OutcomeNoopGone, detail)
 			case !bytes.Equal(l.Raw, t.deleting):
@@ -347,13 +443,88 @@ func (r *request) finish(ctx context.Context, storages storage.Set) {
 			}
 		})
 	}
-	r.unlink(ctx, storages, cleared)
-	r.cad(ctx, blocks)
+	r.unlink(ctx, storages, cleared, referencedElsewhere(read))
+	r.cad(ctx, cells)
+}
+
+// dataRef names one data object: a storage and a path in it.
+type dataRef struct{ host, path string }
+
+// referencedElsewhere returns, per block key, the data objects that the block's locations name
+// other than the ones this request clears, as the re-read shows them: the unlink leaves those
+// alone (invariant 11: data is unlinked only where no location of the block, in any status,
+// names it at the moment of the unlink). A block whose other locations cannot all be read
+// (a corrupt value, an ambiguous key) maps to nil: none of its data is unlinked.
+func referencedElsewhere(cells []*reqCell) map[int64]map[dataRef]bool {
+	clearing := map[int64]map[string]bool{}
+	entries := map[int64]*meta.Entry{}
+	for _, c := range cells {
+		if c.entry == nil {
+			continue
+		}
+		entries[c.key] = c.entry
+		c.each(stateCleared, func(t *reqTarget) {
+			if clearing[c.key] == nil {
+				clearing[c.key] = map[string]bool{}
+			}
+			clearing[c.key][t.res.Target.Location] = true
+		})
+	}
+	out := make(map[int64]map[dataRef]bool, len(clearing))
+	for key, ids := range clearing {
+		refs, ok := blockRefs(entries[key], ids)
+		if ok {
+			out[key] = refs
+		} else {
+			out[key] = nil
+		}
+	}
+	return out
+}
+
+// blockRefs lists the data objects named by the locations of e other than those in skip.
+// ok is false when a location cannot be decoded (what it names is unknown).
+func blockRefs(e *meta.Entry, skip map[string]bool) (map[dataRef]bool, bool) {
+	refs := map[dataRef]bool{}
+	add := func(l *kvcm.Location) {
+		for _, s := range l.Specs {
+			if u, err := kvcm.ParseDataURI(s.URI); err == nil {
+				refs[dataRef{u.Host, u.Path}] = true
+			}
+		}
+	}
+	switch e.Layout {
+	case kvcm.LayoutLegacy:
+		blk, err := kvcm.DecodeBlock(e.URI)
+		if err != nil {
+			return nil, false
+		}
+		for i := range blk.Locations {
+			if l := &blk.Locations[i]; !skip[l.ID] {
+				add(l)
+			}
+		}
+	case kvcm.LayoutLocation:
+		for _, f := range e.Locations {
+			if skip[f.ID] || len(f.Value) == 0 {
+				continue // ours, or a tombstone (names nothing)
+			}
+			l, err := kvcm.DecodeLocation(f.ID, f.Value)
+			if err != nil {
+				return nil, false
+			}
+			add(&l)
+		}
+	default:
+		return nil, false
+	}
+	return refs, true
 }
 
 // unlink is step 4 for the cleared targets: the physical delete of every spec, best effort
-// ("already absent" is success; shared files are never unlinked), grouped by storage.
-func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*reqTarget) {
+// ("already absent" is success; shared files, and data another location of the block names,
+// are never unlinked), grouped by storage.
+func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*reqTarget, refs map[int64]map[dataRef]bool) {
 	type job struct {
 		t      *reqTarget
 		u      kvcm.DataURI
@@ -363,8 +534,12 @@ func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*r
 	byBackend := map[string][]int{} // job indexes by storage name
 	var order []string
 	for _, t := range cleared {
+		blockRefs, known := refs[t.res.Target.Key]
 		for _, spec := range t.loc.Specs {
 			u, be, reason := physicalTarget(storages, spec.URI)
+			if reason == "" && (!known || blockRefs == nil || blockRefs[dataRef{u.Host, u.Path}]) {
+				reason = PhysSkipReferenced
+			}
 			jobs = append(jobs, job{t: t, u: u, reason: reason})
 			if reason != "" {
 				continue
@@ -376,14 +551,14 @@ func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*r
 		}
 	}
 	// A storage's files are deleted in one DeleteMany call per chunk (one root per directory
-	// for the chunk), chunks of all storages spread over Parallelism workers, this goroutine
-	// one of them. Contiguous chunks keep a target's directories together.
+	// for the chunk), chunks of all storages spread over UnlinkWorkers goroutines, this one
+	// among them. Contiguous chunks keep a target's directories together.
 	type chunk struct {
 		be  storage.Backend
 		idx []int
 	}
 	var chunks []chunk
-	workers := max(r.p.Config.Parallelism, 1)
+	workers := max(r.p.config.UnlinkWorkers, 1)
 	for _, name := range order {
 		be, _ := storages.Lookup(name)
 		idx := byBackend[name]
@@ -395,7 +570,7 @@ func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*r
 		}
 	}
 	var next atomic.Int64
-	work := func() {
+	work := func() error {
 		for c := int(next.Add(1)) - 1; c < len(chunks); c = int(next.Add(1)) - 1 {
 			ch := chunks[c]
 			uris := make([]kvcm.DataURI, len(ch.idx))
@@ -406,13 +581,14 @@ func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*r
 				jobs[ch.idx[k]].reason = physicalSkip(err)
 			}
 		}
+		return nil
 	}
-	var wg sync.WaitGroup
+	var g errgroup.Group
 	for range min(workers, len(chunks)) - 1 {
-		wg.Go(work)
+		g.Go(work)
 	}
-	work()
-	wg.Wait()
+	_ = work()
+	_ = g.Wait()
 	for _, j := range jobs {
 		if j.reason == "" {
 			continue
@@ -440,85 +616,91 @@ func deleteMany(ctx context.Context, be storage.Backend, uris []kvcm.DataURI) []
 	return errs
 }
 
-// cad is step 5: per block, one CAD of the bytes last read to those bytes without every
-// cleared location (an empty result deletes the key). A conflict re-reads the block and
-// retries with what is still ours.
-func (r *request) cad(ctx context.Context, blocks []*reqBlock) {
+// cad is step 5: per cell, one CAD of the bytes last read to those bytes without every
+// cleared location (legacy: a new __uri__, nil when none remains; location layout: the field
+// removed). A conflict re-reads the cell and retries with what is still ours.
+func (r *request) cad(ctx context.Context, cells []*reqCell) {
 	for attempt := 1; ; attempt++ {
 		var writes []meta.CondWrite
-		var written []*reqBlock
-		for _, b := range blocks {
-			if next, ok := b.without(); ok {
-				writes = append(writes, meta.CondWrite{BlockKey: b.key, Expected: b.cur, Next: next})
-				written = append(written, b)
+		var written []*reqCell
+		for _, c := range cells {
+			if next, ok := c.without(); ok {
+				writes = append(writes, c.write(next))
+				written = append(written, c)
 			}
 		}
 		if len(writes) == 0 {
 			return
 		}
-		errs, err := r.store.CADMany(ctx, r.instance, writes)
-		var retry []*reqBlock
-		for i, b := range written {
-			werr := err
-			if werr == nil {
-				werr = errs[i]
+		res, err := r.store.CADMany(ctx, r.instance, writes)
+		var retry []*reqCell
+		for i, c := range written {
+			var werr error
+			keyDeleted := false
+			if err != nil {
+				werr = err
+			} else {
+				werr, keyDeleted = res[i].Err, res[i].KeyDeleted
 			}
 			switch {
 			case werr == nil:
-				b.each(stateCleared, (*reqTarget).deleted)
-			case errors.Is(werr, meta.ErrConflict) && attempt < r.p.Config.CASRetries:
-				retry = append(retry, b)
+				c.each(stateCleared, (*reqTarget).deleted)
+				if keyDeleted {
+					c.targets[len(c.targets)-1].res.KeyDeleted = true
+				}
+			case errors.Is(werr, meta.ErrConflict) && attempt < r.p.config.CASRetries:
+				retry = append(retry, c)
 			default:
-				// A conflict storm or an outage: the redelivery resumes from DELETING.
-				b.each(stateCleared, func(t *reqTarget) { t.fail(fmt.Errorf("cad block %d: %w", b.key, werr)) })
+				// A conflict storm, a changed layout or an outage: our DELETING stays, and
+				// the redelivery (or the next round) resumes from it.
+				c.each(stateCleared, func(t *reqTarget) { t.fail(fmt.Errorf("cad block %d: %w", c.key, werr)) })
 			}
 		}
-		blocks = nil
-		for _, b := range r.read(ctx, retry, stateCleared) {
-			b.each(stateCleared, func(t *reqTarget) {
+		cells = nil
+		for _, c := range r.read(ctx, retry, stateCleared) {
+			c.each(stateCleared, func(t *reqTarget) {
 				var l *kvcm.Location
-				ok := b.blk != nil
+				ok := c.val != nil
 				if ok {
-					l, ok = b.blk.Find(t.res.Target.Location)
+					l, ok = c.val.find(t.res.Target.Location)
 				}
 				switch {
-				case b.cur == nil || (b.blk != nil && !ok):
+				case c.cur == nil || (c.val != nil && !ok):
 					t.deleted() // someone else finished the job
-				case b.blk == nil || !bytes.Equal(l.Raw, t.deleting):
+				case c.val == nil || !bytes.Equal(l.Raw, t.deleting):
 					// Rewritten after the unlink (e.g. KVCM's unconditional FinishWrite): left as it is.
 					t.finish(subjects.OutcomeNoopMismatch, "location changed after CAS")
 				}
 			})
-			blocks = append(blocks, b)
+			cells = append(cells, c)
 		}
 	}
 }
 
-// without returns the block's last-read bytes without every cleared location, removed in
-// request order (next is nil when no location remains: the CAD deletes the key); ok is
-// false when the block has nothing to remove.
-func (b *reqBlock) without() (next []byte, ok bool) {
-	blk, next := b.blk, b.cur
-	b.each(stateCleared, func(t *reqTarget) {
+// without returns the cell's last-read bytes without every cleared location, removed in
+// request order (next is nil when no location remains, and always for a location field);
+// ok is false when the cell has nothing to remove.
+func (c *reqCell) without() (next []byte, ok bool) {
+	val, next := c.val, c.cur
+	c.each(stateCleared, func(t *reqTarget) {
 		id := t.res.Target.Location
-		if blk == nil && next != nil {
+		if val == nil && next != nil {
 			// What the targets before this one leave, decoded only when a target follows.
-			var err error
-			if blk, err = kvcm.DecodeBlock(next); err != nil {
-				t.fail(fmt.Errorf("re-encode without %s: %w", id, err))
+			if val = decodeCell(c, next); val == nil {
+				t.fail(fmt.Errorf("re-encode without %s: the new value does not decode", id))
 				return
 			}
 		}
-		if blk == nil {
+		if val == nil {
 			t.fail(fmt.Errorf("re-encode without %s: no location left", id))
 			return
 		}
-		out, empty, err := blk.Without(id)
+		out, empty, err := val.without(id)
 		if err != nil {
 			t.fail(fmt.Errorf("re-encode without %s: %w", id, err))
 			return
 		}
-		ok, next, blk = true, out, nil
+		ok, next, val = true, out, nil
 		if empty {
 			next = nil
 		}
@@ -537,41 +719,66 @@ func (t *reqTarget) deleted() {
 	t.res.Outcome, t.state = outcome, stateDone
 }
 
-// batchOf returns the store's batch methods, or the single-block methods one after the other
-// for a store without them (a wrapper that injects faults into one method keeps working).
-func batchOf(s meta.Store) meta.BatchStore {
-	if b, ok := s.(meta.BatchStore); ok {
-		return b
-	}
-	return oneByOne{s}
+// cellValue is a cell's bytes decoded: the edits the protocol makes, one per layout.
+type cellValue interface {
+	// find returns location id.
+	find(id string) (*kvcm.Location, bool)
+	// withStatus returns the cell's bytes with location id's status token replaced.
+	withStatus(id string, s kvcm.Status) ([]byte, error)
+	// without returns the cell's bytes without location id; empty when none remains.
+	without(id string) (next []byte, empty bool, err error)
 }
 
-type oneByOne struct{ meta.Store }
-
-func (o oneByOne) GetURIs(ctx context.Context, instance string, keys []int64) ([]meta.URIRead, error) {
-	out := make([]meta.URIRead, len(keys))
-	for i, k := range keys {
-		uri, ok, err := o.GetURI(ctx, instance, k)
-		if ok {
-			out[i].URI = uri
+// decodeCell decodes a cell's bytes; nil when they do not decode.
+func decodeCell(c *reqCell, cur []byte) cellValue {
+	if c.layout == kvcm.LayoutLocation {
+		l, err := kvcm.DecodeLocation(c.location, cur)
+		if err != nil {
+			return nil
 		}
-		out[i].Err = err
+		return &locationCell{l}
 	}
-	return out, nil
+	blk, err := kvcm.DecodeBlock(cur)
+	if err != nil {
+		return nil
+	}
+	return legacyCell{blk}
 }
 
-func (o oneByOne) CASMany(ctx context.Context, instance string, ws []meta.CondWrite) ([]error, error) {
-	errs := make([]error, len(ws))
-	for i, w := range ws {
-		errs[i] = o.CAS(ctx, instance, w.BlockKey, w.Expected, w.Next)
+// legacyCell is a whole __uri__: every edit re-encodes the map, the other locations byte for
+// byte.
+type legacyCell struct{ *kvcm.Block }
+
+func (b legacyCell) find(id string) (*kvcm.Location, bool) { return b.Find(id) }
+func (b legacyCell) withStatus(id string, s kvcm.Status) ([]byte, error) {
+	return b.WithStatus(id, s)
+}
+func (b legacyCell) without(id string) ([]byte, bool, error) { return b.Without(id) }
+
+// locationCell is one location field: the status edit changes its status token, and removing
+// it removes the field.
+type locationCell struct{ l kvcm.Location }
+
+func (c *locationCell) find(id string) (*kvcm.Location, bool) {
+	if id != c.l.ID {
+		return nil, false
 	}
-	return errs, nil
+	return &c.l, true
 }
 
-func (o oneByOne) CADMany(ctx context.Context, instance string, ws []meta.CondWrite) ([]error, error) {
-	errs := make([]error, len(ws))
-	for i, w := range ws {
-		errs[i] = o.CAD(ctx, instance, w.BlockKey, w.Expected, w.Next)
+func (c *locationCell) withStatus(id string, s kvcm.Status) ([]byte, error) {
+	if id != c.l.ID {
+		return nil, fmt.Errorf("set status of location %q: %w", id, kvcm.ErrNoLocation)
 	}
-	return errs, nil
+	if c.l.Err != nil {
+		return nil, fmt.Errorf("set status: %w", c.l.Err)
+	}
+	return kvcm.LocationWithStatus(c.l.Raw, s)
+}
+
+func (c *locationCell) without(id string) ([]byte, bool, error) {
+	if id != c.l.ID {
+		return nil, false, fmt.Errorf("remove location %q: %w", id, kvcm.ErrNoLocation)
+	}
+	return nil, true, nil
 }

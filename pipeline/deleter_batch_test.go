@@ -17,20 +17,22 @@ import (
 
 // spyStore records the batch calls the deleter makes and lets a test act between them.
 type spyStore struct {
-	meta.BatchStore
+	meta.Store
 	calls []string // "get:<n>", "cas:<n>", "cad:<n>" with the number of items
 	gets  int
-	// afterGet runs after the n-th GetURIs (1-based).
+	// afterGet runs after the n-th ReadBlocks (1-based).
 	afterGet func(n int)
+	// afterCAS runs after every CAS batch.
+	afterCAS func()
 	// write, when it returns non-nil for an item, is that item's error and the item is not sent.
 	write func(op string, w meta.CondWrite) error
 	// lost makes a whole batch of that op ("cas", "cad") go unanswered, after it ran.
 	lost string
 }
 
-func (s *spyStore) GetURIs(ctx context.Context, inst string, keys []int64) ([]meta.URIRead, error) {
+func (s *spyStore) ReadBlocks(ctx context.Context, inst string, keys []int64) ([]meta.BlockRead, error) {
 	s.calls = append(s.calls, fmt.Sprintf("get:%d", len(keys)))
-	out, err := s.BatchStore.GetURIs(ctx, inst, keys)
+	out, err := s.Store.ReadBlocks(ctx, inst, keys)
 	s.gets++
 	if s.afterGet != nil {
 		s.afterGet(s.gets)
@@ -38,39 +40,61 @@ func (s *spyStore) GetURIs(ctx context.Context, inst string, keys []int64) ([]me
 	return out, err
 }
 
-func (s *spyStore) many(ctx context.Context, op, inst string, ws []meta.CondWrite, f func(context.Context, string, []meta.CondWrite) ([]error, error)) ([]error, error) {
+func (s *spyStore) many(ctx context.Context, op, inst string, ws []meta.CondWrite) ([]meta.CADResult, error) {
 	s.calls = append(s.calls, fmt.Sprintf("%s:%d", op, len(ws)))
-	errs := make([]error, len(ws))
+	res := make([]meta.CADResult, len(ws))
 	var send []meta.CondWrite
 	var idx []int
 	for i, w := range ws {
 		if s.write != nil {
-			if errs[i] = s.write(op, w); errs[i] != nil {
+			if res[i].Err = s.write(op, w); res[i].Err != nil {
 				continue
 			}
 		}
 		send = append(send, w)
 		idx = append(idx, i)
 	}
-	got, err := f(ctx, inst, send)
-	if err != nil {
-		return nil, err
+	var got []meta.CADResult
+	if op == "cas" {
+		errs, err := s.Store.CASMany(ctx, inst, send)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range errs {
+			got = append(got, meta.CADResult{Err: e})
+		}
+		if s.afterCAS != nil {
+			defer s.afterCAS()
+		}
+	} else {
+		var err error
+		if got, err = s.Store.CADMany(ctx, inst, send); err != nil {
+			return nil, err
+		}
 	}
 	for j, i := range idx {
-		errs[i] = got[j]
+		res[i] = got[j]
 	}
 	if s.lost == op {
 		return nil, errors.New("connection reset")
 	}
-	return errs, nil
+	return res, nil
 }
 
 func (s *spyStore) CASMany(ctx context.Context, inst string, ws []meta.CondWrite) ([]error, error) {
-	return s.many(ctx, "cas", inst, ws, s.BatchStore.CASMany)
+	res, err := s.many(ctx, "cas", inst, ws)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(res))
+	for i, r := range res {
+		errs[i] = r.Err
+	}
+	return errs, nil
 }
 
-func (s *spyStore) CADMany(ctx context.Context, inst string, ws []meta.CondWrite) ([]error, error) {
-	return s.many(ctx, "cad", inst, ws, s.BatchStore.CADMany)
+func (s *spyStore) CADMany(ctx context.Context, inst string, ws []meta.CondWrite) ([]meta.CADResult, error) {
+	return s.many(ctx, "cad", inst, ws)
 }
 
 // dloc is a location with one file spec (or none when path is "").
@@ -123,8 +147,8 @@ func TestDeleteAllOneRoundTripPerStep(t *testing.T) {
 		}
 		targets = append(targets, target(k, "a", a), target(k, "b", b))
 	}
-	spy := &spyStore{BatchStore: f.store}
-	res, err := Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), spy, f.set, "i", targets)
+	spy := &spyStore{Store: f.store}
+	res, err := NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), spy, f.set, "i", targets)
 	require.NoError(t, err)
 	for i, r := range res {
 		require.Equal(t, subjects.OutcomeDeleted, r.Outcome, "target %d: %s", i, r.Detail)
@@ -139,7 +163,7 @@ func TestDeleteAllOneRoundTripPerStep(t *testing.T) {
 		if k%2 == 0 {
 			require.Equal(t, map[string]string{"__uri__": dblock(dloc("live", kvcm.StatusServing, "")), "__lru_time__": "123", "_prev_key_": ""}, f.get(k))
 		} else {
-			require.Empty(t, f.get(k), "the last location's CAD deletes the key")
+			f.requireKeptEmpty(k)
 		}
 	}
 }
@@ -171,7 +195,7 @@ func TestDeleteAllOutcomes(t *testing.T) {
 		target(1, "d", del),             // the same target twice
 		target(6, "bad", `{"id":"bad"`), // expected bytes unusable
 	}
-	got, err := Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), f.store, f.set, "i", targets)
+	got, err := NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), f.store, f.set, "i", targets)
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted, subjects.OutcomeNoopMismatch, subjects.OutcomeNoopGone,
 		subjects.OutcomeDeleted, subjects.OutcomeNoopMismatch, subjects.OutcomeNoopMismatch, subjects.OutcomeNoopGone,
@@ -184,7 +208,7 @@ func TestDeleteAllOutcomes(t *testing.T) {
 	require.FileExists(t, pMis)
 	require.FileExists(t, pShared, "a shared file is never unlinked")
 	require.Equal(t, dblock(misNow), f.get(1)["__uri__"])
-	require.Empty(t, f.get(2))
+	f.requireKeptEmpty(2)
 	require.Equal(t, `{"broken":`, f.get(3)["__uri__"])
 }
 
@@ -199,14 +223,14 @@ func TestDeleteAllConflictRetriesOnlyConflicting(t *testing.T) {
 		targets = append(targets, target(k, "a", l))
 	}
 	conflicts := map[int64]int{1: 2, 2: 100} // block 1 wins on the third attempt, block 2 never
-	spy := &spyStore{BatchStore: f.store, write: func(op string, w meta.CondWrite) error {
+	spy := &spyStore{Store: f.store, write: func(op string, w meta.CondWrite) error {
 		if op == "cas" && conflicts[w.BlockKey] > 0 {
 			conflicts[w.BlockKey]--
 			return meta.ErrConflict
 		}
 		return nil
 	}}
-	res, err := Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), spy, f.set, "i", targets)
+	res, err := NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), spy, f.set, "i", targets)
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted, subjects.OutcomeNoopMismatch, subjects.OutcomeDeleted}, outcomes(res))
 	require.Equal(t, "CAS conflict 3 times", res[2].Detail)
@@ -222,10 +246,10 @@ func TestDeleteAllMarkLostDuringDelay(t *testing.T) {
 	pa, pb := f.file("a"), f.file("b")
 	a, b := dloc("a", kvcm.StatusWriting, pa), dloc("b", kvcm.StatusWriting, pb)
 	f.put(1, dblock(a, b))
-	p := Protocol{Config: DefaultDeleterConfig()}
+	p := NewProtocol(DefaultDeleterConfig(), nil)
 	servingA := dloc("a", kvcm.StatusServing, pa)
 	// The FinishWrite lands between our CAS and the re-read: during the delay.
-	st := &waitHook{spyStore: &spyStore{BatchStore: f.store}, before: func() { f.put(1, dblock(servingA, deleting(t, b))) }}
+	st := &waitHook{spyStore: &spyStore{Store: f.store}, before: func() { f.put(1, dblock(servingA, deleting(t, b))) }}
 	res, err := p.DeleteAll(context.Background(), st, f.set, "i", []subjects.Target{target(1, "a", a), target(1, "b", b)})
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeNoopMismatch, subjects.OutcomeDeleted}, outcomes(res))
@@ -242,11 +266,11 @@ type waitHook struct {
 	n      int
 }
 
-func (w *waitHook) GetURIs(ctx context.Context, inst string, keys []int64) ([]meta.URIRead, error) {
+func (w *waitHook) ReadBlocks(ctx context.Context, inst string, keys []int64) ([]meta.BlockRead, error) {
 	if w.n++; w.n == 2 {
 		w.before()
 	}
-	return w.spyStore.GetURIs(ctx, inst, keys)
+	return w.spyStore.ReadBlocks(ctx, inst, keys)
 }
 
 // TestDeleteAllCADConflict: a block changed between the re-read and the CAD. A new location
@@ -259,7 +283,7 @@ func TestDeleteAllCADConflict(t *testing.T) {
 	for k := range int64(3) {
 		f.put(k, dblock(a))
 	}
-	st := &waitHook{spyStore: &spyStore{BatchStore: f.store}}
+	st := &waitHook{spyStore: &spyStore{Store: f.store}}
 	st.before = func() {
 		st.afterGet = func(n int) {
 			if n != 2 {
@@ -270,14 +294,14 @@ func TestDeleteAllCADConflict(t *testing.T) {
 			f.put(2, dblock(dloc("a", kvcm.StatusServing, "")))
 		}
 	}
-	res, err := Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), st, f.set, "i",
+	res, err := NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), st, f.set, "i",
 		[]subjects.Target{target(0, "a", a), target(1, "a", a), target(2, "a", a)})
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted, subjects.OutcomeNoopMismatch}, outcomes(res))
 	require.Equal(t, "location changed after CAS", res[2].Detail)
 	require.Equal(t, []string{"get:3", "cas:3", "get:3", "cad:3", "get:3", "cad:1"}, st.calls)
 	require.Equal(t, dblock(newcomer), f.get(0)["__uri__"])
-	require.Empty(t, f.get(1))
+	require.Empty(t, f.get(1), "someone else deleted it")
 	require.Equal(t, dblock(dloc("a", kvcm.StatusServing, "")), f.get(2)["__uri__"])
 }
 
@@ -290,24 +314,24 @@ func TestDeleteAllTransientResumes(t *testing.T) {
 	f.put(1, dblock(a))
 	f.put(2, dblock(b, dloc("c", kvcm.StatusServing, "")))
 	targets := []subjects.Target{target(1, "a", a), target(2, "b", b)}
-	spy := &spyStore{BatchStore: f.store, write: func(op string, w meta.CondWrite) error {
+	spy := &spyStore{Store: f.store, write: func(op string, w meta.CondWrite) error {
 		if op == "cad" {
 			return errors.New("OOM command not allowed")
 		}
 		return nil
 	}}
-	res, err := Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), spy, f.set, "i", targets)
+	res, err := NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), spy, f.set, "i", targets)
 	require.Error(t, err)
 	require.ErrorContains(t, err, "cad block 1")
 	require.Equal(t, []string{subjects.OutcomeError, subjects.OutcomeError}, outcomes(res))
 	require.Equal(t, dblock(deleting(t, a)), f.get(1)["__uri__"])
 
-	res, err = Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), f.store, f.set, "i", targets)
+	res, err = NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), f.store, f.set, "i", targets)
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted}, outcomes(res))
 	require.True(t, res[0].Resumed)
 	require.True(t, res[1].Resumed)
-	require.Empty(t, f.get(1))
+	f.requireKeptEmpty(1)
 	require.Equal(t, dblock(dloc("c", kvcm.StatusServing, "")), f.get(2)["__uri__"])
 
 	// A CAS batch whose answer is lost after it ran: error now, resumed on the redelivery.
@@ -316,13 +340,13 @@ func TestDeleteAllTransientResumes(t *testing.T) {
 	a = dloc("a", kvcm.StatusWriting, pa)
 	f.put(3, dblock(a))
 	targets[0] = target(3, "a", a)
-	spy = &spyStore{BatchStore: f.store, lost: "cas"}
-	res, err = Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), spy, f.set, "i", targets[:1:1])
+	spy = &spyStore{Store: f.store, lost: "cas"}
+	res, err = NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), spy, f.set, "i", targets[:1:1])
 	require.Error(t, err)
 	require.Equal(t, subjects.OutcomeError, res[0].Outcome)
 	require.Equal(t, []string{"get:1", "cas:1"}, spy.calls, "nothing unlinked or removed without an answer")
 	require.FileExists(t, pa)
-	res, err = Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), f.store, f.set, "i", targets[:1:1])
+	res, err = NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), f.store, f.set, "i", targets[:1:1])
 	require.NoError(t, err)
 	require.True(t, res[0].Resumed)
 	require.Equal(t, subjects.OutcomeDeleted, res[0].Outcome)
@@ -338,14 +362,14 @@ func TestDeleteAllWaitCancelled(t *testing.T) {
 	f.put(1, dblock(a))
 	f.put(2, dblock(dloc("b", kvcm.StatusServing, "")))
 	ctx, cancel := context.WithCancel(context.Background())
-	p := Protocol{Config: DefaultDeleterConfig()}
-	p.Config.DeleteDelay, p.Config.AckWait = time.Hour, 30*time.Millisecond
+	cfg := DefaultDeleterConfig()
+	cfg.DeleteDelay, cfg.AckWait = time.Hour, 30*time.Millisecond
 	kept := 0
-	p.KeepAlive = func() {
+	p := NewProtocol(cfg, func() {
 		if kept++; kept == 2 {
 			cancel()
 		}
-	}
+	})
 	res, err := p.DeleteAll(ctx, f.store, f.set, "i", []subjects.Target{target(1, "a", a), target(2, "x", a)})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, []string{subjects.OutcomeError, subjects.OutcomeNoopGone}, outcomes(res))
@@ -362,8 +386,8 @@ func TestDeleteAllDryRun(t *testing.T) {
 	f.put(1, dblock(a, b))
 	f.put(2, dblock(b))
 	before1, before2 := f.get(1), f.get(2)
-	spy := &spyStore{BatchStore: f.store}
-	res, err := Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), spy, f.set, "i",
+	spy := &spyStore{Store: f.store}
+	res, err := NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), spy, f.set, "i",
 		[]subjects.Target{target(1, "a", a), target(1, "b", b), target(2, "b", b), target(2, "z", b)})
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeWouldDelete, subjects.OutcomeWouldDelete, subjects.OutcomeWouldDelete, subjects.OutcomeNoopGone}, outcomes(res))
@@ -381,14 +405,14 @@ func TestDeleteAllCombinedCASBytes(t *testing.T) {
 	a, b, c := dloc("a", kvcm.StatusWriting, ""), dloc("b", kvcm.StatusServing, ""), dloc("c", kvcm.StatusServing, "")
 	f.put(1, dblock(a, c, b))
 	var written []string
-	spy := &spyStore{BatchStore: f.store, write: func(op string, w meta.CondWrite) error {
+	spy := &spyStore{Store: f.store, write: func(op string, w meta.CondWrite) error {
 		written = append(written, op+" "+string(w.Next))
 		if op == "cad" {
 			return errors.New("stop here")
 		}
 		return nil
 	}}
-	_, err := Protocol{Config: DefaultDeleterConfig()}.DeleteAll(context.Background(), spy, f.set, "i", []subjects.Target{target(1, "b", b), target(1, "a", a)})
+	_, err := NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), spy, f.set, "i", []subjects.Target{target(1, "b", b), target(1, "a", a)})
 	require.Error(t, err)
 	require.Equal(t, []string{
 		"cas " + dblock(deleting(t, a), c, deleting(t, b)),

@@ -31,7 +31,7 @@ func BenchmarkDeleteRequest(b *testing.B) {
 		uris[k] = fmt.Sprintf(`{"a":%s,"b":%s,"live":{"id":"live","status":3,"type":4,"spec_size":0,"location_specs":[]}}`, locs[0], locs[1])
 	}
 	ctx := context.Background()
-	p := Protocol{Config: DefaultDeleterConfig()}
+	p := NewProtocol(DefaultDeleterConfig(), nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()

@@ -25,10 +25,15 @@ type deleterFixture struct {
 }
 
 func newDeleterFixture(t testing.TB, dryRun bool) *deleterFixture {
+	return newDeleterFixtureWith(t, redismeta.StoreOptions{DryRun: dryRun})
+}
+
+func newDeleterFixtureWith(t testing.TB, o redismeta.StoreOptions) *deleterFixture {
+	dryRun := o.DryRun
 	r := testenv.StartRedis(t)
 	conn, err := redismeta.ParseURI(r.URI())
 	require.NoError(t, err)
-	st, err := redismeta.OpenStore(context.Background(), conn, redismeta.StoreOptions{DryRun: dryRun})
+	st, err := redismeta.OpenStore(context.Background(), conn, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	root := t.TempDir() + "/"
@@ -51,10 +56,24 @@ func (f *deleterFixture) put(key int64, uri string) {
 	require.NoError(f.t, f.r.Client().HSet(context.Background(), kvcm.BlockKey("i", key), "__uri__", uri, "__lru_time__", "123", "_prev_key_", "").Err())
 }
 
+// requireKeptEmpty checks a legacy block whose last location went under empty_block: keep:
+// __uri__ is {} and the fields KVCM wrote are untouched (DESIGN §8.10).
+func (f *deleterFixture) requireKeptEmpty(key int64) {
+	f.t.Helper()
+	require.Equal(f.t, map[string]string{"__uri__": "{}", "__lru_time__": "123", "_prev_key_": ""}, f.get(key),
+		"the last location's CAD keeps the key as KVCM reads 'exists, no location'")
+}
+
 func (f *deleterFixture) get(key int64) map[string]string {
 	m, err := f.r.Client().HGetAll(context.Background(), kvcm.BlockKey("i", key)).Result()
 	require.NoError(f.t, err)
 	return m
+}
+
+// deleteOne runs the protocol for one target.
+func deleteOne(p Protocol, ctx context.Context, st meta.Store, set storage.Set, inst string, t subjects.Target) (TargetResult, error) {
+	res, err := p.DeleteAll(ctx, st, set, inst, []subjects.Target{t})
+	return res[0], err
 }
 
 func target(key int64, id, raw string) subjects.Target {
@@ -67,18 +86,18 @@ func TestProtocolDeletesAndKeepsTheRest(t *testing.T) {
 	a := `{"id":"a","status":2,"type":4,"spec_size":1,"location_specs":[{"name":"tp0","uri":"file://nfs` + p1 + `?size=1"}],"zz":[1,"&"]}`
 	b := `{"id":"b","status":3,"type":4,"spec_size":0,"location_specs":[],"x":"<&>"}`
 	f.put(1, `{"a":`+a+`,"b":`+b+`}`)
-	res, err := Protocol{Config: DefaultDeleterConfig()}.Delete(context.Background(), f.store, f.set, "i", target(1, "a", a))
+	res, err := deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", target(1, "a", a))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome)
 	require.NoFileExists(t, p1)
 	require.Equal(t, map[string]string{"__uri__": `{"b":` + b + `}`, "__lru_time__": "123", "_prev_key_": ""}, f.get(1))
 
-	res, err = Protocol{Config: DefaultDeleterConfig()}.Delete(context.Background(), f.store, f.set, "i", target(1, "b", b))
+	res, err = deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", target(1, "b", b))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome)
-	require.Empty(t, f.get(1), "the last location's CAD deletes the key")
+	f.requireKeptEmpty(1)
 
-	res, err = Protocol{Config: DefaultDeleterConfig()}.Delete(context.Background(), f.store, f.set, "i", target(1, "b", b))
+	res, err = deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", target(1, "b", b))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopGone, res.Outcome, "a redelivery after completion is a no-op")
 }
@@ -102,7 +121,7 @@ func TestProtocolPhysicalSkips(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			loc := `{"id":"a","status":2,"type":4,"spec_size":1,"location_specs":[{"name":"tp0","uri":"` + tc.uri + `"}]}`
 			f.put(int64(i), `{"a":`+loc+`}`)
-			res, err := Protocol{Config: DefaultDeleterConfig()}.Delete(context.Background(), f.store, f.set, "i", target(int64(i), "a", loc))
+			res, err := deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", target(int64(i), "a", loc))
 			require.NoError(t, err)
 			require.Equal(t, tc.outcome, res.Outcome)
 			if tc.skip != "" {
@@ -113,7 +132,7 @@ func TestProtocolPhysicalSkips(t *testing.T) {
 			if tc.keep != "" {
 				require.FileExists(t, tc.keep, "a shared file is never unlinked")
 			}
-			require.Empty(t, f.get(int64(i)), "metadata removed either way")
+			f.requireKeptEmpty(int64(i))
 		})
 	}
 }
@@ -125,7 +144,7 @@ func TestProtocolResumesFromOwnDeleting(t *testing.T) {
 	deleting, err := kvcm.LocationWithStatus([]byte(loc), kvcm.StatusDeleting)
 	require.NoError(t, err)
 	f.put(1, `{"a":`+string(deleting)+`,"b":{"id":"b","status":3}}`) // an earlier delivery's CAS, then a crash
-	res, err := Protocol{Config: DefaultDeleterConfig()}.Delete(context.Background(), f.store, f.set, "i", target(1, "a", loc))
+	res, err := deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.True(t, res.Resumed)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome)
@@ -139,7 +158,7 @@ func TestProtocolDeletingOfSomeoneElseIsNotOurs(t *testing.T) {
 	loc := `{"id":"a","status":3,"type":4,"spec_size":0,"location_specs":[]}`
 	other := `{"id":"a","status":4,"type":4,"spec_size":0,"location_specs":[],"by":"reclaimer"}`
 	f.put(1, `{"a":`+other+`}`)
-	res, err := Protocol{Config: DefaultDeleterConfig()}.Delete(context.Background(), f.store, f.set, "i", target(1, "a", loc))
+	res, err := deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
 	require.Equal(t, `{"a":`+other+`}`, f.get(1)["__uri__"])
@@ -151,7 +170,7 @@ func TestProtocolDryRunWritesNothing(t *testing.T) {
 	loc := `{"id":"a","status":2,"type":4,"spec_size":1,"location_specs":[{"name":"tp0","uri":"file://nfs` + p + `?size=1"}]}`
 	f.put(1, `{"a":`+loc+`}`)
 	before := f.get(1)
-	res, err := Protocol{Config: DefaultDeleterConfig()}.Delete(context.Background(), f.store, f.set, "i", target(1, "a", loc))
+	res, err := deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeWouldDelete, res.Outcome)
 	require.Equal(t, before, f.get(1))
@@ -161,7 +180,9 @@ func TestProtocolDryRunWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	be, _ := f.set.Lookup("nfs")
 	require.ErrorIs(t, be.Delete(context.Background(), u), storage.ErrDryRun)
-	require.ErrorIs(t, f.store.CAD(context.Background(), "i", 1, []byte(before["__uri__"]), nil), meta.ErrDryRun)
+	res2, err := f.store.CADMany(context.Background(), "i", []meta.CondWrite{{BlockKey: 1, Layout: kvcm.LayoutLegacy, Expected: []byte(before["__uri__"])}})
+	require.NoError(t, err)
+	require.ErrorIs(t, res2[0].Err, meta.ErrDryRun)
 }
 
 // conflictStore makes the first n CAS/CAD calls conflict, as a concurrent writer would.
@@ -171,13 +192,17 @@ type conflictStore struct {
 	calls     int
 }
 
-func (c *conflictStore) CAS(ctx context.Context, inst string, key int64, exp, next []byte) error {
+func (c *conflictStore) CASMany(ctx context.Context, inst string, ws []meta.CondWrite) ([]error, error) {
 	c.calls++
 	if c.conflicts > 0 {
 		c.conflicts--
-		return meta.ErrConflict
+		errs := make([]error, len(ws))
+		for i := range errs {
+			errs[i] = meta.ErrConflict
+		}
+		return errs, nil
 	}
-	return c.Store.CAS(ctx, inst, key, exp, next)
+	return c.Store.CASMany(ctx, inst, ws)
 }
 
 func TestProtocolBoundedConflictRetries(t *testing.T) {
@@ -185,14 +210,14 @@ func TestProtocolBoundedConflictRetries(t *testing.T) {
 	loc := `{"id":"a","status":2,"type":4,"spec_size":0,"location_specs":[]}`
 	f.put(1, `{"a":`+loc+`}`)
 	cs := &conflictStore{Store: f.store, conflicts: 2}
-	res, err := Protocol{Config: DefaultDeleterConfig()}.Delete(context.Background(), cs, f.set, "i", target(1, "a", loc))
+	res, err := deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), cs, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome, "a conflict re-reads and retries")
 	require.Equal(t, 3, cs.calls)
 
 	f.put(2, `{"a":`+loc+`}`)
 	cs = &conflictStore{Store: f.store, conflicts: 100}
-	res, err = Protocol{Config: DefaultDeleterConfig()}.Delete(context.Background(), cs, f.set, "i", target(2, "a", loc))
+	res, err = deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), cs, f.set, "i", target(2, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
 	require.Equal(t, DefaultDeleterConfig().CASRetries, cs.calls, "retries are bounded")
@@ -206,14 +231,11 @@ func TestProtocolFinishedOverOurMarkKeepsData(t *testing.T) {
 	p := f.file("fw")
 	loc := `{"id":"a","status":2,"type":4,"spec_size":1,"location_specs":[{"name":"tp0","uri":"file://nfs` + p + `?size=1"}]}`
 	f.put(1, `{"a":`+loc+`}`)
-	proto := Protocol{Config: DefaultDeleterConfig()}
-	m, _, err := proto.Mark(context.Background(), f.store, "i", target(1, "a", loc))
-	require.NoError(t, err)
-	require.NotNil(t, m)
 	serving, err := kvcm.LocationWithStatus([]byte(loc), kvcm.StatusServing)
 	require.NoError(t, err)
-	f.put(1, `{"a":`+string(serving)+`}`) // FinishWrite during delete_delay
-	res, err := proto.Finish(context.Background(), f.store, f.set, "i", m)
+	// FinishWrite during delete_delay: after our CAS, before the re-read.
+	spy := &spyStore{Store: f.store, afterCAS: func() { f.put(1, `{"a":`+string(serving)+`}`) }}
+	res, err := deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), spy, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
 	require.FileExists(t, p)

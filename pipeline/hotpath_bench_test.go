@@ -145,30 +145,31 @@ func BenchmarkJudgeStatProbe(b *testing.B) {
 	}
 }
 
-// memStore is a meta.Store in memory: the deleter's protocol without Redis.
+// memStore is a meta.Store in memory, legacy layout only: the deleter's protocol without
+// Redis.
 type memStore struct {
 	mu sync.Mutex
 	m  map[int64][]byte
-}
-
-func (s *memStore) ScanPage(context.Context, string, uint64, int) (meta.Page, error) {
-	return meta.Page{}, nil
 }
 
 func (s *memStore) ScanStore(context.Context, uint64, int, func(string) bool) (meta.Page, error) {
 	return meta.Page{}, nil
 }
 
-func (s *memStore) GetURI(_ context.Context, _ string, key int64) ([]byte, bool, error) {
+func (s *memStore) ReadBlocks(_ context.Context, inst string, keys []int64) ([]meta.BlockRead, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.m[key]
-	return v, ok, nil
+	out := make([]meta.BlockRead, len(keys))
+	for i, k := range keys {
+		out[i].Entry = meta.Entry{Instance: inst, BlockKey: k}
+		if v, ok := s.m[k]; ok {
+			out[i].Exists, out[i].Entry.Layout, out[i].Entry.URI = true, kvcm.LayoutLegacy, v
+		}
+	}
+	return out, nil
 }
 
 func (s *memStore) swap(key int64, expected, next []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if string(s.m[key]) != string(expected) {
 		return meta.ErrConflict
 	}
@@ -180,12 +181,24 @@ func (s *memStore) swap(key int64, expected, next []byte) error {
 	return nil
 }
 
-func (s *memStore) CAS(_ context.Context, _ string, key int64, expected, next []byte) error {
-	return s.swap(key, expected, next)
+func (s *memStore) CASMany(_ context.Context, _ string, ws []meta.CondWrite) ([]error, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	errs := make([]error, len(ws))
+	for i, w := range ws {
+		errs[i] = s.swap(w.BlockKey, w.Expected, w.Next)
+	}
+	return errs, nil
 }
 
-func (s *memStore) CAD(_ context.Context, _ string, key int64, expected, next []byte) error {
-	return s.swap(key, expected, next)
+func (s *memStore) CADMany(_ context.Context, _ string, ws []meta.CondWrite) ([]meta.CADResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := make([]meta.CADResult, len(ws))
+	for i, w := range ws {
+		res[i].Err = s.swap(w.BlockKey, w.Expected, w.Next)
+	}
+	return res, nil
 }
 
 // BenchmarkDeleteProtocol is the deleter's protocol for one target (check, CAS to DELETING,
@@ -198,7 +211,7 @@ func BenchmarkDeleteProtocol(b *testing.B) {
 	for _, be := range batch.Blocks {
 		seeded[be.Key] = be.URI
 	}
-	proto := pipeline.Protocol{Config: pipeline.DefaultDeleterConfig()}
+	proto := pipeline.NewProtocol(pipeline.DefaultDeleterConfig(), nil)
 	store := &memStore{m: map[int64][]byte{}}
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -213,8 +226,8 @@ func BenchmarkDeleteProtocol(b *testing.B) {
 			b.StartTimer()
 		}
 		i++
-		res, err := proto.Delete(ctx, store, set, "inst0", t)
-		if err != nil || res.Outcome != subjects.OutcomeDeleted {
+		res, err := proto.DeleteAll(ctx, store, set, "inst0", []subjects.Target{t})
+		if err != nil || res[0].Outcome != subjects.OutcomeDeleted {
 			b.Fatalf("target %d/%s: %v %+v", t.Key, t.Location, err, res)
 		}
 	}

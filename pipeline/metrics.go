@@ -37,11 +37,17 @@ const (
 	SkipExcludedType        = "excluded_type"
 	SkipNoSpec              = "no_spec"
 	SkipOverCap             = "over_target_cap"
+	// SkipCorruptLocation: a location field (location layout) that is not one JSON object.
+	SkipCorruptLocation = "corrupt_location"
+	// SkipTombstone: an empty location field, KVCM's tombstone.
+	SkipTombstone = "tombstone"
+	// SkipAmbiguousLayout: a block holding both __uri__ and L# fields (invariant 9).
+	SkipAmbiguousLayout = "ambiguous_layout"
 )
 
 var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown, SkipGuardError, SkipCopyTarget,
 	SkipBadSpecURI, SkipStorageNotFound, SkipStorageTypeMismatch, SkipProbeShape, SkipProbeError, SkipExcludedType,
-	SkipNoSpec, SkipOverCap}
+	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout}
 
 // Reasons a physical delete was not done (kvcm_gc_physical_delete_skips_total).
 const (
@@ -51,10 +57,14 @@ const (
 	PhysSkipUnknownStorage = "unknown_storage"
 	PhysSkipBadURI         = "bad_uri"
 	PhysSkipFailed         = "failed"
+	// PhysSkipReferenced: another location of the block, in any status, names the same data
+	// at the moment of the unlink (or the block's other locations cannot all be read), so it
+	// is left in place (invariant 11).
+	PhysSkipReferenced = "referenced"
 )
 
 var physSkipReasons = []string{PhysSkipShared, PhysSkipUnsupported, PhysSkipDisabled, PhysSkipUnknownStorage,
-	PhysSkipBadURI, PhysSkipFailed}
+	PhysSkipBadURI, PhysSkipFailed, PhysSkipReferenced}
 
 // Message results of a consumer (kvcm_gc_messages_total).
 const (

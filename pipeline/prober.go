@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
@@ -25,6 +26,8 @@ type Verdict struct {
 	Candidates map[string]int
 	// Skips counts what was kept because it could not be judged, by Skip* reason.
 	Skips map[string]int
+	// Ambiguous counts the blocks holding both layouts (judged by nothing).
+	Ambiguous int
 	// Notes are the notable skips (corrupt blocks, bad locations, probe failures) worth an
 	// audit event; never one per ordinary kept location.
 	Notes []Note
@@ -66,49 +69,88 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 	type cand struct {
 		key    int64
 		loc    *kvcm.Location
+		layout string
 		reason string
 	}
 	var cands []cand
 	var serving []servingLoc
 
+	// judge applies the rules to one decoded location of block be.
+	judge := func(be *subjects.BlockEntry, loc *kvcm.Location, layout string) {
+		v.Judged++
+		if loc.Err != nil {
+			v.note(be.Key, loc.ID, SkipBadLocation, loc.Err.Error())
+			return
+		}
+		if !utf8.ValidString(loc.ID) {
+			// A delete request carries the id as a JSON string, which cannot hold it exactly.
+			v.note(be.Key, loc.ID, SkipBadLocation, "location id is not valid UTF-8")
+			return
+		}
+		switch loc.Status {
+		case kvcm.StatusWriting:
+			age, ok := kvcm.LocationAge(loc, now)
+			if layout == subjects.LayoutLegacy {
+				age, ok = kvcm.LegacyAge(loc, be.LRUTime, now)
+			}
+			if reason, ok := judgeWriting(ctx, cfg, b.Instance, be.Key, loc, age, ok, g, &v); ok {
+				cands = append(cands, cand{be.Key, loc, layout, reason})
+			}
+		case kvcm.StatusServing:
+			if !loc.Type.Probed() || excluded(loc.Type) {
+				// Unknown, dummy, vineyard and EventReport kinds never enter this rule.
+				v.skip(SkipExcludedType, 1)
+				return
+			}
+			if len(loc.Specs) == 0 {
+				v.skip(SkipNoSpec, 1)
+				return
+			}
+			serving = append(serving, servingLoc{key: be.Key, loc: loc, layout: layout})
+		}
+	}
+
 	for i := range b.Blocks {
 		be := &b.Blocks[i]
-		if len(be.URI) == 0 {
-			continue // absent, as in KVCM
-		}
-		blk, err := kvcm.DecodeBlock(be.URI)
-		if err != nil {
-			v.note(be.Key, "", SkipCorruptURI, err.Error())
-			continue
-		}
-		for j := range blk.Locations {
-			loc := &blk.Locations[j]
-			v.Judged++
-			if loc.Err != nil {
-				v.note(be.Key, loc.ID, SkipBadLocation, loc.Err.Error())
+		switch be.Layout {
+		case "", subjects.LayoutLegacy:
+			if len(be.URI) == 0 {
+				continue // absent, as in KVCM
+			}
+			blk, err := kvcm.DecodeBlock(be.URI)
+			if err != nil {
+				v.note(be.Key, "", SkipCorruptURI, err.Error())
 				continue
 			}
-			switch loc.Status {
-			case kvcm.StatusWriting:
-				if reason, ok := judgeWriting(ctx, cfg, b.Instance, be, loc, g, now, &v); ok {
-					cands = append(cands, cand{be.Key, loc, reason})
-				}
-			case kvcm.StatusServing:
-				if loc.Type == kvcm.TypeUnknown || loc.Type > kvcm.TypeVCNSHF3FS || excluded(loc.Type) {
-					v.skip(SkipExcludedType, 1)
-					continue
-				}
-				if len(loc.Specs) == 0 {
-					v.skip(SkipNoSpec, 1)
-					continue
-				}
-				serving = append(serving, servingLoc{key: be.Key, loc: loc})
+			for j := range blk.Locations {
+				judge(be, &blk.Locations[j], subjects.LayoutLegacy)
 			}
+		case subjects.LayoutLocation:
+			for j := range be.Locs {
+				f := &be.Locs[j]
+				if len(f.V) == 0 {
+					// KVCM's tombstone: never judged, never touched.
+					v.skip(SkipTombstone, 1)
+					continue
+				}
+				loc, err := kvcm.DecodeLocation(string(f.ID), f.V)
+				if err != nil {
+					v.Judged++
+					v.note(be.Key, string(f.ID), SkipCorruptLocation, err.Error())
+					continue
+				}
+				judge(be, &loc, subjects.LayoutLocation)
+			}
+		default:
+			// Both layouts in one key (a block touched before and after an upgrade): which
+			// locations KVCM reads depends on its version. Judged by nothing (invariant 9).
+			v.Ambiguous++
+			v.note(be.Key, "", SkipAmbiguousLayout, fmt.Sprintf("layout %q: both __uri__ and L# fields; nothing judged", be.Layout))
 		}
 	}
 
 	for _, s := range r.probeServing(ctx, serving, storages, &v) {
-		cands = append(cands, cand{s.key, s.loc, subjects.ReasonStorageMissing})
+		cands = append(cands, cand{s.key, s.loc, s.layout, subjects.ReasonStorageMissing})
 	}
 
 	// Keep batch order (blocks, then locations) so a replay gives the same request.
@@ -129,7 +171,11 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 			v.skip(SkipOverCap, 1)
 			continue
 		}
-		v.Targets = append(v.Targets, subjects.Target{Key: c.key, Location: c.loc.ID, Reason: c.reason, Expected: subjects.RawText(c.loc.Raw)})
+		t := subjects.Target{Key: c.key, Location: c.loc.ID, Reason: c.reason, Expected: subjects.RawText(c.loc.Raw)}
+		if c.layout == subjects.LayoutLocation {
+			t.Layout = subjects.LayoutLocation
+		}
+		v.Targets = append(v.Targets, t)
 		for _, spec := range c.loc.Specs {
 			if u, err := kvcm.ParseDataURI(spec.URI); err == nil {
 				v.Hosts[u.Host] = true
@@ -139,24 +185,24 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 	return v
 }
 
-// judgeWriting is rule 1 (orphan WRITING). Invariant 2: young, unknown-age or future WRITING
-// is never a candidate; a guard error keeps the location.
-func judgeWriting(ctx context.Context, cfg ProberConfig, instance string, be *subjects.BlockEntry, loc *kvcm.Location, g guard.Guard, now time.Time, v *Verdict) (string, bool) {
+// judgeWriting is rule 1 (orphan WRITING), given the location's age as its layout tells it.
+// Invariant 2: young, unknown-age or future WRITING is never a candidate; a guard error keeps
+// the location.
+func judgeWriting(ctx context.Context, cfg ProberConfig, instance string, key int64, loc *kvcm.Location, age time.Duration, known bool, g guard.Guard, v *Verdict) (string, bool) {
 	if loc.ID == "" {
 		v.skip(SkipBadLocation, 1)
 		return "", false
 	}
-	age, ok := kvcm.LegacyAge(loc, be.LRUTime, now)
-	if !ok {
+	if !known {
 		v.skip(SkipAgeUnknown, 1)
 		return "", false
 	}
 	if age < cfg.OrphanWritingGrace {
 		return "", false
 	}
-	target, err := g.IsCopyTarget(ctx, instance, be.Key, loc.ID)
+	target, err := g.IsCopyTarget(ctx, instance, key, loc.ID)
 	if err != nil {
-		v.note(be.Key, loc.ID, SkipGuardError, err.Error())
+		v.note(key, loc.ID, SkipGuardError, err.Error())
 		return "", false
 	}
 	if target {
@@ -167,8 +213,9 @@ func judgeWriting(ctx context.Context, cfg ProberConfig, instance string, be *su
 }
 
 type servingLoc struct {
-	key int64
-	loc *kvcm.Location
+	key    int64
+	loc    *kvcm.Location
+	layout string
 }
 
 // probeServing is rule 2 (storage-missing SERVING). A location is a candidate only when at

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,31 @@ func block(locs ...string) subjects.RawText {
 	return subjects.RawText(s + "}")
 }
 
+// lf is one location of the location layout, as "id\x00json" (see lfField).
+func lf(id string, status, typ int, extra string, uris ...string) string {
+	l := loc(id, status, typ, extra, uris...)
+	return id + "\x00" + l[len(fmt.Sprintf("%q:", id)):]
+}
+
+func lfValue(l string) string { _, v, _ := strings.Cut(l, "\x00"); return v }
+
+func lfField(l string) subjects.LocField {
+	id, v, _ := strings.Cut(l, "\x00")
+	return subjects.LocField{ID: subjects.RawText(id), V: subjects.RawText(v)}
+}
+
+// locBlock is a block of the location layout.
+func locBlock(key int64, locs ...string) subjects.BlockEntry {
+	b := subjects.BlockEntry{Key: key, Layout: subjects.LayoutLocation, Fields: []string{kvcm.FieldPrevKey}}
+	for _, l := range locs {
+		b.Locs = append(b.Locs, lfField(l))
+	}
+	return b
+}
+
+// ct is a create_time member d from judgeNow.
+func ct(d time.Duration) string { return fmt.Sprintf(`,"create_time":%d`, judgeNow.Add(d).UnixMicro()) }
+
 func TestJudgeRules(t *testing.T) {
 	old := us(judgeNow.Add(-25 * time.Hour))
 	nfsURI := func(p string) string { return "file://nfs_01/data/" + p + "?size=1024" }
@@ -122,7 +148,10 @@ func TestJudgeRules(t *testing.T) {
 			URI: block(loc("a", 2, 4, fmt.Sprintf(`,"create_time":%d`, judgeNow.Add(-time.Hour).UnixMicro())))}}},
 		{name: "create_time in the future kept", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old,
 			URI: block(loc("a", 2, 4, fmt.Sprintf(`,"create_time":%d`, judgeNow.Add(time.Hour).UnixMicro())))}}, skips: map[string]int{SkipAgeUnknown: 1}},
-		{name: "old create_time is a candidate", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: us(judgeNow),
+		// Legacy: the later of create_time and __lru_time__, the younger age.
+		{name: "old create_time, recent lru kept", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: us(judgeNow),
+			URI: block(loc("a", 2, 4, fmt.Sprintf(`,"create_time":%d`, judgeNow.Add(-30*time.Hour).UnixMicro())))}}},
+		{name: "old create_time and old lru is a candidate", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old,
 			URI: block(loc("a", 2, 4, fmt.Sprintf(`,"create_time":%d`, judgeNow.Add(-30*time.Hour).UnixMicro())))}}, want: []string{"1/a/orphan_writing"}},
 		{name: "copy target kept", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old, URI: block(loc("a", 2, 4, ""))}},
 			guard: fakeGuard{targets: map[string]bool{"inst1/1/a": true}}, skips: map[string]int{SkipCopyTarget: 1}},
@@ -164,6 +193,42 @@ func TestJudgeRules(t *testing.T) {
 			{Key: 3, LRUTime: old, URI: block(loc("a", 2, 4, ""))}, {Key: 3, LRUTime: old, URI: block(loc("a", 2, 4, ""))}},
 			want: []string{"3/a/orphan_writing"}},
 		{name: "absent block ignored", blocks: []subjects.BlockEntry{{Key: 3, LRUTime: old}}},
+		{name: "non-UTF-8 location id kept", blocks: []subjects.BlockEntry{{Key: 1, LRUTime: old, URI: subjects.RawText("{\"a\xff\":{\"id\":\"a\xff\",\"status\":2,\"type\":4,\"spec_size\":0,\"location_specs\":[]}}")}},
+			skips: map[string]int{SkipBadLocation: 1}},
+		{name: "type outside uint8 kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 260, "", nfsURI("gone")))}},
+			skips: map[string]int{SkipBadLocation: 1}},
+		{name: "dummy, vineyard and event-report serving never storage-missing", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old,
+			URI: block(loc("d", 3, 6, "", nfsURI("gone")), loc("v", 3, 7, "", nfsURI("gone")), loc("e", 3, 8, "", nfsURI("gone")))}},
+			skips: map[string]int{SkipExcludedType: 3}},
+
+		// The location layout: one field per location, ages from create_time only.
+		{name: "location: orphan writing past grace", blocks: []subjects.BlockEntry{locBlock(-5, lf("a", 2, 4, ct(-25*time.Hour), nfsURI("x")))},
+			want: []string{"-5/a/orphan_writing"}},
+		{name: "location: writing just under grace kept", blocks: []subjects.BlockEntry{locBlock(1, lf("a", 2, 4, ct(-24*time.Hour+time.Second)))}},
+		{name: "location: create_time 0 is pre-create_time data, kept", blocks: []subjects.BlockEntry{locBlock(1, lf("a", 2, 4, `,"create_time":0`))},
+			skips: map[string]int{SkipAgeUnknown: 1}},
+		{name: "location: no create_time kept, whatever lru says", blocks: []subjects.BlockEntry{
+			func() subjects.BlockEntry { b := locBlock(1, lf("a", 2, 4, "")); b.LRUTime = old; return b }()},
+			skips: map[string]int{SkipAgeUnknown: 1}},
+		{name: "location: create_time in the future kept", blocks: []subjects.BlockEntry{locBlock(1, lf("a", 2, 4, ct(time.Hour)))},
+			skips: map[string]int{SkipAgeUnknown: 1}},
+		{name: "location: serving missing", blocks: []subjects.BlockEntry{locBlock(7, lf("s", 3, 4, ct(-time.Hour), nfsURI("gone")), lf("t", 3, 4, ct(-time.Hour), nfsURI("here")))},
+			want: []string{"7/s/storage_missing"}},
+		{name: "location: tombstone never judged", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutLocation,
+			Locs: []subjects.LocField{{ID: subjects.RawText("t"), V: nil}}}}, skips: map[string]int{SkipTombstone: 1}},
+		{name: "location: corrupt field kept, neighbour judged", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutLocation,
+			Locs: []subjects.LocField{{ID: subjects.RawText("c"), V: subjects.RawText(`{"id":"c",`)}, lfField(lf("a", 2, 4, ct(-48*time.Hour)))}}},
+			want: []string{"1/a/orphan_writing"}, skips: map[string]int{SkipCorruptLocation: 1}},
+		{name: "location: inner id differs from its field", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutLocation,
+			Locs: []subjects.LocField{{ID: subjects.RawText("x"), V: subjects.RawText(lfValue(lf("a", 2, 4, ct(-48*time.Hour))))}}}},
+			skips: map[string]int{SkipBadLocation: 1}},
+		{name: "location: deleting and new never judged", blocks: []subjects.BlockEntry{locBlock(1, lf("d", 4, 4, ct(-48*time.Hour), nfsURI("gone")), lf("n", 1, 4, ct(-48*time.Hour)))}},
+
+		// Both layouts in one key: nothing in it is judged.
+		{name: "ambiguous: nothing judged", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutAmbiguous, LRUTime: old,
+			URI:  block(loc("o", 2, 4, "", nfsURI("x"))),
+			Locs: []subjects.LocField{lfField(lf("s", 3, 4, ct(-48*time.Hour), nfsURI("gone")))}}},
+			skips: map[string]int{SkipAmbiguousLayout: 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,10 +251,26 @@ func TestJudgeRules(t *testing.T) {
 			for r, n := range tc.skips {
 				require.Equal(t, n, v.Skips[r], "skip %s (all: %v)", r, v.Skips)
 			}
-			// The expected bytes are the location's exact JSON value.
+			// The expected bytes are the location's exact JSON value, in the layout it was read in.
 			for _, tg := range v.Targets {
 				for _, b := range tc.blocks {
-					if blk, err := kvcm.DecodeBlock(b.URI); err == nil && b.Key == tg.Key {
+					if b.Key != tg.Key {
+						continue
+					}
+					if b.Layout == subjects.LayoutLocation {
+						require.Equal(t, subjects.LayoutLocation, tg.Layout)
+						var found bool
+						for _, f := range b.Locs {
+							if string(f.ID) == tg.Location {
+								found = true
+								require.Equal(t, string(f.V), string(tg.Expected))
+							}
+						}
+						require.True(t, found)
+						continue
+					}
+					require.Empty(t, tg.Layout, "legacy targets carry no layout (as older builds wrote them)")
+					if blk, err := kvcm.DecodeBlock(b.URI); err == nil {
 						l, ok := blk.Find(tg.Location)
 						require.True(t, ok)
 						require.Equal(t, string(l.Raw), string(tg.Expected))

@@ -490,12 +490,14 @@ func (s *Scanner) batches(ctx context.Context, walk storeWalk, page meta.Page, c
 		}
 		return b
 	}
-	for _, e := range page.Entries {
-		if len(e.URI) == 0 {
-			continue // absent block: nothing to judge
+	for i := range page.Entries {
+		e := &page.Entries[i]
+		be, ok := blockEntry(e)
+		if !ok {
+			continue // no location field: nothing to judge
 		}
 		b := batch(e.Instance)
-		b.Blocks = append(b.Blocks, subjects.BlockEntry{Key: e.BlockKey, URI: subjects.RawText(e.URI), LRUTime: e.LRUTime})
+		b.Blocks = append(b.Blocks, be)
 	}
 	for _, id := range slices.Sorted(maps.Keys(bad)) {
 		keys := bad[id]

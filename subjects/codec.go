@@ -143,6 +143,22 @@ func (b *Batch) Validate() error {
 	case b.BadKeys < 0:
 		return fmt.Errorf("batch: bad_keys %d is negative", b.BadKeys)
 	}
+	for i := range b.Blocks {
+		e := &b.Blocks[i]
+		legacy, location := len(e.URI) > 0 || e.LRUTime != "", len(e.Locs) > 0
+		var ok bool
+		switch e.Layout {
+		case "", LayoutLegacy:
+			ok = !location
+		case LayoutLocation:
+			ok = location && !legacy
+		case LayoutAmbiguous:
+			ok = true
+		}
+		if !ok {
+			return fmt.Errorf("batch: block %d (key %d): layout %q does not fit its fields", i, e.Key, e.Layout)
+		}
+	}
 	return nil
 }
 
@@ -177,6 +193,8 @@ func (r *DeleteRequest) Validate() error {
 			return fmt.Errorf("delete request: target %d (key %d, location %q): unknown reason %q", i, t.Key, t.Location, t.Reason)
 		case len(t.Expected) == 0:
 			return fmt.Errorf("delete request: target %d (key %d, location %q): expected bytes are empty", i, t.Key, t.Location)
+		case t.Layout != "" && t.Layout != LayoutLegacy && t.Layout != LayoutLocation:
+			return fmt.Errorf("delete request: target %d (key %d, location %q): unknown layout %q", i, t.Key, t.Location, t.Layout)
 		}
 		k := loc{t.Key, t.Location}
 		if _, dup := seen[k]; dup {

@@ -224,6 +224,25 @@ func (d *fastDecoder) block(e *BlockEntry) bool {
 			return m.first(1) && d.rawText(&e.URI)
 		case "lru":
 			return m.first(2) && d.string(&e.LRUTime)
+		case "layout":
+			return m.first(3) && d.string(&e.Layout, LayoutLegacy, LayoutLocation, LayoutAmbiguous)
+		case "locs":
+			return m.first(4) && array(d, &e.Locs, func() int { return 2 }, d.locField)
+		case "fields":
+			return m.first(5) && array(d, &e.Fields, func() int { return 2 }, func(f *string) bool { return d.string(f) })
+		}
+		return false
+	})
+}
+
+func (d *fastDecoder) locField(l *LocField) bool {
+	var m members
+	return d.object(func(name []byte) bool {
+		switch string(name) {
+		case "id":
+			return m.first(0) && d.rawText(&l.ID)
+		case "v":
+			return m.first(1) && d.rawText(&l.V)
 		}
 		return false
 	})
@@ -436,6 +455,8 @@ func (d *fastDecoder) target(t *Target) bool {
 			return m.first(2) && d.string(&t.Reason, ReasonOrphanWriting, ReasonStorageMissing)
 		case "expected":
 			return m.first(3) && d.rawText(&t.Expected)
+		case "layout":
+			return m.first(4) && d.string(&t.Layout, LayoutLegacy, LayoutLocation)
 		}
 		return false
 	})

@@ -56,6 +56,9 @@ func testBatch(s string) Batch {
 			{Key: 1<<63 - 1, URI: RawText(s)},
 			{Key: 0, URI: RawText(""), LRUTime: s},
 			{Key: 5},
+			{Key: 6, Layout: LayoutLocation, Locs: []LocField{{ID: RawText("a1b2c3d4"), V: RawText(`{"id":"a1b2c3d4","status":2}` + s)},
+				{ID: RawText(s), V: RawText("")}}, Fields: []string{"BP#prev_key", "__mig_tier_target__" + s}},
+			{Key: 9, Layout: LayoutAmbiguous, URI: RawText(`{}`), Locs: []LocField{{ID: RawText("z"), V: RawText(`{"id":"z"}`)}}},
 		}}
 }
 

@@ -67,7 +67,14 @@ func (b *Batch) appendHeader(dst []byte) []byte {
 func (b *Batch) sizeHint() int {
 	n := 256 + len(b.Cluster) + len(b.Instance) + len(b.Group) + len(b.Store)
 	for i := range b.Blocks {
-		n += len(b.Blocks[i].URI)*5/4 + len(b.Blocks[i].LRUTime) + 64
+		e := &b.Blocks[i]
+		n += len(e.URI)*5/4 + len(e.LRUTime) + 64
+		for _, l := range e.Locs {
+			n += (len(l.ID)+len(l.V))*5/4 + 16
+		}
+		for _, f := range e.Fields {
+			n += len(f) + 3
+		}
 	}
 	return n
 }
@@ -76,11 +83,42 @@ func (b *Batch) sizeHint() int {
 func (e *BlockEntry) appendJSON(dst []byte) []byte {
 	dst = append(dst, `{"key":"`...)
 	dst = strconv.AppendInt(dst, e.Key, 10)
-	dst = append(dst, `","uri":`...)
-	dst = e.URI.appendJSON(dst)
+	dst = append(dst, '"')
+	if e.Layout != "" {
+		dst = append(dst, `,"layout":`...)
+		dst = appendString(dst, e.Layout)
+	}
+	if len(e.URI) > 0 {
+		dst = append(dst, `,"uri":`...)
+		dst = e.URI.appendJSON(dst)
+	}
 	if e.LRUTime != "" {
 		dst = append(dst, `,"lru":`...)
 		dst = appendString(dst, e.LRUTime)
+	}
+	if len(e.Locs) > 0 {
+		dst = append(dst, `,"locs":[`...)
+		for i := range e.Locs {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"id":`...)
+			dst = e.Locs[i].ID.appendJSON(dst)
+			dst = append(dst, `,"v":`...)
+			dst = e.Locs[i].V.appendJSON(dst)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
+	if len(e.Fields) > 0 {
+		dst = append(dst, `,"fields":[`...)
+		for i, f := range e.Fields {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, f)
+		}
+		dst = append(dst, ']')
 	}
 	return append(dst, '}')
 }

@@ -35,6 +35,9 @@ func TestFastBatchEqualsEncodingJSON(t *testing.T) {
 			{Key: -5, URI: RawText(s), LRUTime: s},
 			{Key: 1 << 62, URI: RawText(`{"a":1}`)},
 			{Key: -1 << 63, URI: nil, LRUTime: "1760000000000000"},
+			{Key: 7, Layout: LayoutLocation, Locs: []LocField{{ID: RawText(s), V: RawText(`{"id":"x"}`)}, {ID: RawText("t"), V: nil}},
+				Fields: []string{"BP#prev_key", s}},
+			{Key: 8, Layout: s, URI: RawText(s), LRUTime: s, Locs: []LocField{{ID: RawText("a"), V: RawText(s)}}, Fields: []string{}},
 		}} {
 			for _, badKeys := range []int{0, len(s) + 1} {
 				b := Batch{V: 1, Cluster: s, Instance: s + "i", Group: s, Store: s, Round: 1<<64 - 1, LeaseRev: 3,

@@ -33,12 +33,32 @@ type Batch struct {
 	Blocks    []BlockEntry `json:"blocks"`
 }
 
-// BlockEntry is one block as the scanner read it.
+// BlockEntry is one block as the scanner read it, in either KVCM layout (DESIGN §2).
 type BlockEntry struct {
-	Key     int64   `json:"key,string"`    // block key (signed int64, as a decimal string)
-	URI     RawText `json:"uri"`           // the exact __uri__ bytes read
-	LRUTime string  `json:"lru,omitempty"` // the raw __lru_time__ field (µs), "" when absent
+	Key int64 `json:"key,string"` // block key (signed int64, as a decimal string)
+	// Layout is the key's layout as its field names showed it: "legacy", "location" or
+	// "ambiguous" (both kinds of field: judged by nothing). Absent means legacy (a batch of a
+	// scanner that read __uri__ only).
+	Layout  string     `json:"layout,omitempty"`
+	URI     RawText    `json:"uri,omitempty"`    // legacy, ambiguous: the exact __uri__ bytes read
+	LRUTime string     `json:"lru,omitempty"`    // legacy, ambiguous: the raw __lru_time__ field (µs), "" when absent
+	Locs    []LocField `json:"locs,omitempty"`   // location, ambiguous: every L#<id> field, by id
+	Fields  []string   `json:"fields,omitempty"` // names of the block's other fields (BP#prev_key, …), sorted
 }
+
+// LocField is one location field of the location layout: L#<ID> holding V, both exact
+// (an empty V is KVCM's tombstone).
+type LocField struct {
+	ID RawText `json:"id"`
+	V  RawText `json:"v"`
+}
+
+// Layouts of BlockEntry.Layout and Target.Layout.
+const (
+	LayoutLegacy    = "legacy"
+	LayoutLocation  = "location"
+	LayoutAmbiguous = "ambiguous"
+)
 
 // DeleteRequest is the prober's verdict on one batch: the locations to delete, each with the
 // exact bytes it judged. Subject: DeleteSubject(instance).
@@ -58,10 +78,14 @@ type DeleteRequest struct {
 
 // Target is one location to delete.
 type Target struct {
-	Key      int64   `json:"key,string"` // block key
-	Location string  `json:"location"`   // location id (the __uri__ map key)
-	Reason   string  `json:"reason"`     // ReasonOrphanWriting | ReasonStorageMissing
-	Expected RawText `json:"expected"`   // the location's exact JSON value bytes as scanned
+	Key      int64  `json:"key,string"` // block key
+	Location string `json:"location"`   // location id (the __uri__ map key, or the suffix of its L#<id> field)
+	// Layout is the layout the location was judged in: "location" (its own field L#<id>),
+	// or "legacy" (one member of __uri__), also when absent. The deleter's writes refuse a
+	// key that is no longer in it (DESIGN §8.9).
+	Layout   string  `json:"layout,omitempty"`
+	Reason   string  `json:"reason"`   // ReasonOrphanWriting | ReasonStorageMissing
+	Expected RawText `json:"expected"` // the location's exact JSON value bytes as scanned
 }
 
 // Source identifies the stream message a message was derived from.

@@ -183,10 +183,10 @@ type racingStore struct {
 	mutate func()
 }
 
-func (r *racingStore) GetURI(ctx context.Context, inst string, key int64) ([]byte, bool, error) {
-	b, ok, err := r.Store.GetURI(ctx, inst, key)
+func (r *racingStore) ReadBlocks(ctx context.Context, inst string, keys []int64) ([]meta.BlockRead, error) {
+	b, err := r.Store.ReadBlocks(ctx, inst, keys)
 	r.once.Do(r.mutate)
-	return b, ok, err
+	return b, err
 }
 
 func TestInvariant1RaceBetweenReadAndCAS(t *testing.T) {
@@ -203,11 +203,11 @@ func TestInvariant1RaceBetweenReadAndCAS(t *testing.T) {
 
 	var written []byte
 	st := &racingStore{Store: e.store(), mutate: func() { written = finishWrite(t, e, l.Instance, l.Key, l.Location) }}
-	p := pipeline.Protocol{Config: pipeline.DefaultDeleterConfig()}
-	res, err := p.Delete(ctx, st, fakeNoStorage{}, l.Instance, subjects.Target{Key: l.Key, Location: l.Location,
-		Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(loc.Raw)})
+	p := pipeline.NewProtocol(pipeline.DefaultDeleterConfig(), nil)
+	res, err := p.DeleteAll(ctx, st, fakeNoStorage{}, l.Instance, []subjects.Target{{Key: l.Key, Location: l.Location,
+		Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(loc.Raw)}})
 	require.NoError(t, err)
-	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome, res.Detail)
+	require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome, res[0].Detail)
 	got, err := e.redis.Client().HGet(ctx, k, "__uri__").Bytes()
 	require.NoError(t, err)
 	require.Equal(t, string(written), string(got))
@@ -245,7 +245,9 @@ func TestInvariant2YoungAndFutureWritingKept(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, blocks[k], got, "block %d", k)
 	}
-	require.Zero(t, c.Exists(ctx, kvcm.BlockKey("inst1", 4)).Val(), "the old orphan is collected, so the rule is live")
+	// The old orphan is collected, so the rule is live; the key stays as KVCM reads "exists,
+	// no location" (empty_block: keep).
+	require.Equal(t, "{}", c.HGet(ctx, kvcm.BlockKey("inst1", 4), "__uri__").Val())
 
 	o.Prober.OrphanWritingGrace = 59 * time.Minute
 	o.Reg = prometheus.NewRegistry()
@@ -283,7 +285,7 @@ func TestInvariant4WrongInstanceIsPoison(t *testing.T) {
 
 	// A real batch of inst10's garbage, published under inst1's subject.
 	st := e.store()
-	page, err := st.ScanPage(ctx, "inst10", 0, 1000)
+	page, err := scanPage(ctx, st, "inst10", 0, 1000)
 	require.NoError(t, err)
 	b := subjects.Batch{V: subjects.SchemaVersion, Cluster: cluster, Instance: "inst10", Group: seed.GroupRedis, Store: "x", Round: 1, Parts: 1}
 	for _, en := range page.Entries {
@@ -384,9 +386,16 @@ func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
 			require.NoError(t, err)
 			st, err := pool.Store(req.Store)
 			require.NoError(t, err)
+			// Steps 1–2 of the protocol (the CAS to DELETING) for every target, then the crash.
 			for _, tg := range req.Targets {
-				_, _, err := pipeline.Protocol{Config: o.Deleter}.Mark(ctx, st, req.Instance, tg)
+				cur, ok, err := getURI(ctx, st, req.Instance, tg.Key)
 				require.NoError(t, err)
+				require.True(t, ok)
+				blk, err := kvcm.DecodeBlock(cur)
+				require.NoError(t, err)
+				next, err := blk.WithStatus(tg.Location, kvcm.StatusDeleting)
+				require.NoError(t, err)
+				require.NoError(t, casOne(ctx, st, req.Instance, tg.Key, cur, next))
 			}
 			crashedKeys <- req
 			runtime.Goexit()

@@ -183,7 +183,7 @@ func TestPoison(t *testing.T) {
 
 	// Real bytes to build poison from: inst2's first page, and a delete request for one of
 	// inst2's garbage locations with its exact bytes.
-	page, err := e.store().ScanPage(ctx, "inst2", 0, 1000)
+	page, err := scanPage(ctx, e.store(), "inst2", 0, 1000)
 	require.NoError(t, err)
 	valid := subjects.Batch{V: subjects.SchemaVersion, Cluster: cluster, Instance: "inst2", Group: seed.GroupRedis, Store: e.redis.Addr(), Round: 1, Parts: 1}
 	for _, en := range page.Entries {

@@ -10,47 +10,43 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
-// batchStore returns the store's batch methods, or skips the subtest.
-func (s suite) batchStore(t *testing.T, o Options) meta.BatchStore {
+// batchStore returns a store over an empty keyspace.
+func (s suite) batchStore(t *testing.T, o Options) meta.Store {
 	t.Helper()
-	st := s.h.NewStore(t, o)
-	bs, ok := st.(meta.BatchStore)
-	if !ok {
-		t.Skip("store is not a meta.BatchStore")
-	}
-	return bs
+	return s.h.NewStore(t, o)
 }
 
-// batchGetURIs: one batch returns what GetURI returns for each block, in order, duplicates
-// included; a key that is not a hash is an error of its own item only.
+// batchGetURIs: one batch read returns every block whole, as the scan reads it, in order,
+// duplicates included; a key that is not a hash is an error of its own item only.
 func (s suite) batchGetURIs(t *testing.T) {
 	st := s.batchStore(t, Options{})
 	f := NewFixture()
 	s.load(t, f)
 	const inst = "inst1"
-	blocks := []int64{-7262535415567954716, 42, 43, 44, 46, -9223372036854775808, 77, -1, 9223372036854775807, -7262535415567954716}
-	got, err := st.GetURIs(ctx(t), inst, blocks)
+	blocks := []int64{-7262535415567954716, 42, 43, 44, 46, -9223372036854775808, 77, -1, 9223372036854775807, 1000, 1001, 1003, 1005, -7262535415567954716}
+	got, err := st.ReadBlocks(ctx(t), inst, blocks)
 	require.NoError(t, err)
 	require.Len(t, got, len(blocks))
 	for i, b := range blocks {
 		if b == 77 { // the fixture's string key
 			require.Error(t, got[i].Err, "block %d", b)
-			require.Nil(t, got[i].URI)
 			continue
 		}
 		require.NoError(t, got[i].Err, "block %d", b)
-		want, ok, err := st.GetURI(ctx(t), inst, b)
-		require.NoError(t, err)
-		require.Equal(t, want, got[i].URI, "block %d", b)
-		require.Equal(t, ok, got[i].URI != nil, "block %d", b)
+		want, ok := f.Instances[inst].Entries[kvcm.BlockKey(inst, b)]
+		require.Equal(t, ok, got[i].Exists, "block %d", b)
+		if !ok {
+			want = meta.Entry{Key: kvcm.BlockKey(inst, b), Instance: inst, BlockKey: b}
+		}
+		require.Equal(t, want, got[i].Entry, "block %d", b)
 	}
 	// Instances are isolated (DESIGN §8.4): the same block keys of another instance.
-	other, err := st.GetURIs(ctx(t), "inst10", []int64{1, 7, -7262535415567954716})
+	other, err := st.ReadBlocks(ctx(t), "inst10", []int64{1, 7, -7262535415567954716})
 	require.NoError(t, err)
-	require.Equal(t, []byte(f.Instances["inst10"].Entries[kvcm.BlockKey("inst10", 1)].URI), other[0].URI)
-	require.Nil(t, other[2].URI)
+	require.Equal(t, f.Instances["inst10"].Entries[kvcm.BlockKey("inst10", 1)], other[0].Entry)
+	require.False(t, other[2].Exists)
 
-	empty, err := st.GetURIs(ctx(t), inst, nil)
+	empty, err := st.ReadBlocks(ctx(t), inst, nil)
 	require.NoError(t, err)
 	require.Empty(t, empty)
 }
@@ -67,12 +63,12 @@ func (s suite) batchCASPerItem(t *testing.T) {
 	}
 	s.h.HSet(t, kvcm.BlockKey(casInst, casBlock+1), "__uri__", changed) // a concurrent writer
 	writes := []meta.CondWrite{
-		{BlockKey: casBlock, Expected: []byte(orig), Next: []byte(next)},
-		{BlockKey: casBlock + 1, Expected: []byte(orig), Next: []byte(next)},       // conflict
-		{BlockKey: casBlock + 2, Expected: nil, Next: []byte(next)},                // no expected bytes
-		{BlockKey: casBlock + 3, Expected: []byte(orig), Next: nil},                // empty next
-		{BlockKey: casBlock + 9, Expected: []byte(orig), Next: []byte(next)},       // key gone
-		{BlockKey: casBlock + 3, Expected: []byte(orig + " "), Next: []byte(next)}, // near miss
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock, Expected: []byte(orig), Next: []byte(next)},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 1, Expected: []byte(orig), Next: []byte(next)},       // conflict
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 2, Expected: nil, Next: []byte(next)},                // no expected bytes
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 3, Expected: []byte(orig), Next: nil},                // empty next
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 9, Expected: []byte(orig), Next: []byte(next)},       // key gone
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 3, Expected: []byte(orig + " "), Next: []byte(next)}, // near miss
 	}
 	keysBefore := len(s.h.Keys(t))
 	errs, err := st.CASMany(ctx(t), casInst, writes)
@@ -118,7 +114,7 @@ func (s suite) batchCASChangesOnlyURI(t *testing.T) {
 	for i := range n {
 		b := casBlock + int64(i)
 		s.h.HSet(t, kvcm.BlockKey(casInst, b), casFields()...)
-		writes[i] = meta.CondWrite{BlockKey: b, Expected: []byte(orig), Next: []byte(URI(locServing, locUnknown))}
+		writes[i] = meta.CondWrite{Layout: kvcm.LayoutLegacy, BlockKey: b, Expected: []byte(orig), Next: []byte(URI(locServing, locUnknown))}
 	}
 	bystander := kvcm.BlockKey(casInst, casBlock+n)
 	s.h.HSet(t, bystander, casFields()...)
@@ -144,25 +140,36 @@ func (s suite) batchCADLastLocation(t *testing.T) {
 	s.h.HSet(t, one, casFields()...)
 	s.h.HSet(t, conflict, casFields()...)
 	writes := []meta.CondWrite{
-		{BlockKey: casBlock, Expected: []byte(only), Next: nil},
-		{BlockKey: casBlock + 1, Expected: []byte(orig), Next: []byte(URI(locServing, locUnknown))},
-		{BlockKey: casBlock + 2, Expected: []byte(only), Next: nil},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock, Expected: []byte(only), Next: nil},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 1, Expected: []byte(orig), Next: []byte(URI(locServing, locUnknown))},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 2, Expected: []byte(only), Next: nil},
 	}
-	errs, err := st.CADMany(ctx(t), casInst, writes)
+	res, err := st.CADMany(ctx(t), casInst, writes)
 	require.NoError(t, err)
-	require.NoError(t, errs[0])
-	require.NoError(t, errs[1])
-	require.ErrorIs(t, errs[2], meta.ErrConflict)
-	require.Nil(t, s.h.HGetAll(t, last), "the last location's CAD deletes the key")
-	require.NotContains(t, s.h.Keys(t), last)
+	require.NoError(t, res[0].Err)
+	require.NoError(t, res[1].Err)
+	require.ErrorIs(t, res[2].Err, meta.ErrConflict)
+	require.Equal(t, []bool{false, false, false}, []bool{res[0].KeyDeleted, res[1].KeyDeleted, res[2].KeyDeleted})
+	// empty_block: keep — KVCM reads {} as "exists, no location"; its other fields stay.
+	require.Equal(t, map[string]string{"__uri__": "{}", "__lru_time__": FixtureLRUTime, "_prev_key_": prevKey}, s.h.HGetAll(t, last))
 	want := fieldMap(casFields())
 	want["__uri__"] = URI(locServing, locUnknown)
 	require.Equal(t, want, s.h.HGetAll(t, one))
 	require.Equal(t, fieldMap(casFields()), s.h.HGetAll(t, conflict))
 
-	errs, err = st.CADMany(ctx(t), casInst, writes[:1])
+	res, err = st.CADMany(ctx(t), casInst, writes[:1])
 	require.NoError(t, err)
-	require.ErrorIs(t, errs[0], meta.ErrConflict, "deleting again is a conflict (gone)")
+	require.ErrorIs(t, res[0].Err, meta.ErrConflict, "removing again is a conflict (gone)")
+
+	// empty_block: delete — the key goes, and the result says so.
+	del := s.batchStore(t, Options{EmptyBlock: meta.EmptyBlockDelete})
+	s.h.HSet(t, last, "__uri__", only, "__lru_time__", FixtureLRUTime, "_prev_key_", prevKey)
+	res, err = del.CADMany(ctx(t), casInst, writes[:1])
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	require.True(t, res[0].KeyDeleted)
+	require.Nil(t, s.h.HGetAll(t, last), "the last location's CAD deletes the key")
+	require.NotContains(t, s.h.Keys(t), last)
 }
 
 // batchConflictKinds: the single-block conflict table, as one batch of CAS and one of CAD.
@@ -183,13 +190,13 @@ func (s suite) batchConflictKinds(t *testing.T) {
 		if cur != nil {
 			s.h.HSet(t, kvcm.BlockKey(casInst, b), cur...)
 		}
-		cas = append(cas, meta.CondWrite{BlockKey: b, Expected: []byte(orig), Next: []byte(URI(locServing))})
-		cad = append(cad, meta.CondWrite{BlockKey: b, Expected: []byte(orig), Next: nil})
+		cas = append(cas, meta.CondWrite{Layout: kvcm.LayoutLegacy, BlockKey: b, Expected: []byte(orig), Next: []byte(URI(locServing))})
+		cad = append(cad, meta.CondWrite{Layout: kvcm.LayoutLegacy, BlockKey: b, Expected: []byte(orig), Next: nil})
 	}
 	keysBefore := len(s.h.Keys(t))
 	for name, call := range map[string]func() ([]error, error){
 		"cas": func() ([]error, error) { return st.CASMany(ctx(t), casInst, cas) },
-		"cad": func() ([]error, error) { return st.CADMany(ctx(t), casInst, cad) },
+		"cad": func() ([]error, error) { return cadErrs(st.CADMany(ctx(t), casInst, cad)) },
 	} {
 		errs, err := call()
 		require.NoError(t, err, name)
@@ -214,9 +221,9 @@ func (s suite) batchDryRun(t *testing.T) {
 	s.h.HSet(t, key, casFields()...)
 	expected := []byte(fieldMap(casFields())["__uri__"])
 	writes := []meta.CondWrite{
-		{BlockKey: casBlock, Expected: expected, Next: []byte(URI(locServing))},
-		{BlockKey: casBlock, Expected: expected, Next: nil},
-		{BlockKey: casBlock + 1, Expected: expected, Next: []byte(URI(locServing))},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock, Expected: expected, Next: []byte(URI(locServing))},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock, Expected: expected, Next: nil},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 1, Expected: expected, Next: []byte(URI(locServing))},
 	}
 	var before map[string]int64
 	if s.h.CommandCalls != nil {
@@ -224,7 +231,7 @@ func (s suite) batchDryRun(t *testing.T) {
 	}
 	for name, call := range map[string]func() ([]error, error){
 		"cas": func() ([]error, error) { return st.CASMany(ctx(t), casInst, writes) },
-		"cad": func() ([]error, error) { return st.CADMany(ctx(t), casInst, writes) },
+		"cad": func() ([]error, error) { return cadErrs(st.CADMany(ctx(t), casInst, writes)) },
 	} {
 		errs, err := call()
 		require.NoError(t, err, name)
@@ -238,9 +245,10 @@ func (s suite) batchDryRun(t *testing.T) {
 	require.Equal(t, fieldMap(casFields()), s.h.HGetAll(t, key))
 	require.Nil(t, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock+1)))
 
-	got, err := st.GetURIs(ctx(t), casInst, []int64{casBlock, casBlock + 1})
+	got, err := st.ReadBlocks(ctx(t), casInst, []int64{casBlock, casBlock + 1})
 	require.NoError(t, err)
-	require.Equal(t, []meta.URIRead{{URI: expected}, {}}, got)
+	require.Equal(t, expected, got[0].Entry.URI)
+	require.False(t, got[1].Exists)
 }
 
 // batchReadOnlyUser: batch reads work where writing is forbidden; batch writes fail there,
@@ -252,19 +260,16 @@ func (s suite) batchReadOnlyUser(t *testing.T) {
 	s.h.NewStore(t, Options{})
 	key := kvcm.BlockKey(casInst, casBlock)
 	s.h.HSet(t, key, casFields()...)
-	ro, ok := s.h.ReadOnlyStore(t).(meta.BatchStore)
-	if !ok {
-		t.Skip("store is not a meta.BatchStore")
-	}
-	got, err := ro.GetURIs(ctx(t), casInst, []int64{casBlock})
+	ro := s.h.ReadOnlyStore(t)
+	got, err := ro.ReadBlocks(ctx(t), casInst, []int64{casBlock})
 	require.NoError(t, err)
 	require.NoError(t, got[0].Err)
 	expected := []byte(fieldMap(casFields())["__uri__"])
-	require.Equal(t, expected, got[0].URI)
-	w := []meta.CondWrite{{BlockKey: casBlock, Expected: expected, Next: []byte(URI(locServing))}}
+	require.Equal(t, expected, got[0].Entry.URI)
+	w := []meta.CondWrite{{Layout: kvcm.LayoutLegacy, BlockKey: casBlock, Expected: expected, Next: []byte(URI(locServing))}}
 	for name, call := range map[string]func() ([]error, error){
 		"cas": func() ([]error, error) { return ro.CASMany(ctx(t), casInst, w) },
-		"cad": func() ([]error, error) { return ro.CADMany(ctx(t), casInst, w) },
+		"cad": func() ([]error, error) { return cadErrs(ro.CADMany(ctx(t), casInst, w)) },
 	} {
 		errs, err := call()
 		if err == nil {
@@ -293,8 +298,8 @@ func (s suite) batchScriptCacheLoss(t *testing.T) {
 		before = s.h.CommandCalls(t)
 	}
 	errs, err := st.CASMany(ctx(t), casInst, []meta.CondWrite{
-		{BlockKey: casBlock, Expected: []byte(only), Next: []byte("v1")},
-		{BlockKey: casBlock + 1, Expected: []byte("other"), Next: []byte("v1")},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock, Expected: []byte(only), Next: []byte("v1")},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 1, Expected: []byte("other"), Next: []byte("v1")},
 	})
 	require.NoError(t, err)
 	require.NoError(t, errs[0])
@@ -306,16 +311,28 @@ func (s suite) batchScriptCacheLoss(t *testing.T) {
 	}
 
 	s.h.FlushScripts(t)
-	errs, err = st.CADMany(ctx(t), casInst, []meta.CondWrite{
-		{BlockKey: casBlock, Expected: []byte("v1"), Next: nil},
-		{BlockKey: casBlock + 1, Expected: []byte(only), Next: []byte("v2")},
-		{BlockKey: casBlock + 2, Expected: []byte("v1"), Next: nil},
-	})
+	errs, err = cadErrs(st.CADMany(ctx(t), casInst, []meta.CondWrite{
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock, Expected: []byte("v1"), Next: nil},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 1, Expected: []byte(only), Next: []byte("v2")},
+		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 2, Expected: []byte("v1"), Next: nil},
+	}))
 	require.NoError(t, err)
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 	require.ErrorIs(t, errs[2], meta.ErrConflict)
-	require.Nil(t, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock)))
+	require.Equal(t, map[string]string{"__uri__": "{}", "__lru_time__": FixtureLRUTime}, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock)))
 	require.Equal(t, map[string]string{"__uri__": "v2", "__lru_time__": FixtureLRUTime}, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock+1)))
 	require.Equal(t, map[string]string{"__uri__": only, "__lru_time__": FixtureLRUTime}, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock+2)))
+}
+
+// cadErrs is a CADMany's answer as CASMany's.
+func cadErrs(res []meta.CADResult, err error) ([]error, error) {
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(res))
+	for i, r := range res {
+		errs[i] = r.Err
+	}
+	return errs, nil
 }

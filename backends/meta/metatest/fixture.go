@@ -2,7 +2,9 @@ package metatest
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -69,9 +71,66 @@ func URI(locs ...string) string {
 	return out + "}"
 }
 
-// Block returns the fields KVCM's BatchAddLocation + ReadModifyWrite leave on a block hash.
+// Block returns the fields KVCM's BatchAddLocation + ReadModifyWrite leave on a block hash of
+// the legacy layout.
 func Block(uri, prevKey string) []string {
 	return []string{"__uri__", uri, "__lru_time__", FixtureLRUTime, "_prev_key_", prevKey}
+}
+
+// FixtureCreateTime is the create_time of every location-layout fixture location: µs.
+const FixtureCreateTime = 1767225600000001
+
+// LocationField returns one location as today's KVCM writes it into its field L#<id>:
+// compact, members id,status,type,spec_size,create_time,location_specs.
+func LocationField(id string, status kvcm.Status, typ kvcm.StorageType, uris ...string) string {
+	l := Location(id, status, typ, uris...)
+	i := strings.Index(l, `,"location_specs":`)
+	return l[:i] + fmt.Sprintf(`,"create_time":%d`, FixtureCreateTime) + l[i:]
+}
+
+// LocationBlock returns the fields today's KVCM leaves on a block hash: BP#prev_key (written
+// when KVCM creates the key) and one L#<id> field per location, in the given order.
+func LocationBlock(prevKey string, locs ...string) []string {
+	out := []string{kvcm.FieldPrevKey, prevKey}
+	for _, l := range locs {
+		var id string
+		if _, err := fmt.Sscanf(l, `{"id":%q`, &id); err != nil {
+			panic(fmt.Sprintf("metatest: location without leading id: %s", l))
+		}
+		out = append(out, kvcm.LocationField(id), l)
+	}
+	return out
+}
+
+// ExpectedEntry is what a scan or a read returns for a block hash holding fields (pairs of
+// field and value, in write order; a later pair of the same field wins, as HSET does).
+func ExpectedEntry(inst string, key int64, fields ...string) meta.Entry {
+	e := meta.Entry{Key: kvcm.BlockKey(inst, key), Instance: inst, BlockKey: key}
+	m := map[string]string{}
+	for i := 0; i+1 < len(fields); i += 2 {
+		m[fields[i]] = fields[i+1]
+	}
+	hasURI, interim := false, false
+	for name, v := range m {
+		switch {
+		case name == kvcm.FieldURI:
+			hasURI = true
+			if v != "" {
+				e.URI = []byte(v)
+			}
+		case name == kvcm.FieldLRUTime:
+			e.LRUTime = v
+		case strings.HasPrefix(name, kvcm.LocationFieldPrefix):
+			e.Locations = append(e.Locations, meta.Field{ID: strings.TrimPrefix(name, kvcm.LocationFieldPrefix), Value: []byte(v)})
+		default:
+			interim = interim || strings.HasPrefix(name, kvcm.InterimLocationPrefix)
+			e.Others = append(e.Others, name)
+		}
+	}
+	slices.SortFunc(e.Locations, func(a, b meta.Field) int { return strings.Compare(a.ID, b.ID) })
+	slices.Sort(e.Others)
+	e.Layout = kvcm.LayoutOf(hasURI, len(e.Locations), interim)
+	return e
 }
 
 // NewFixture builds the standard fixture. Instance ids cover a shared prefix ("inst1" and
@@ -94,18 +153,7 @@ func NewFixture() Fixture {
 	block := func(inst string, key int64, fields ...string) {
 		k := kvcm.BlockKey(inst, key)
 		f.Keys = append(f.Keys, FixtureKey{Key: k, Fields: fields})
-		e := meta.Entry{Key: k, Instance: inst, BlockKey: key}
-		for i := 0; i+1 < len(fields); i += 2 {
-			switch fields[i] {
-			case "__uri__":
-				if fields[i+1] != "" {
-					e.URI = []byte(fields[i+1])
-				}
-			case "__lru_time__":
-				e.LRUTime = fields[i+1]
-			}
-		}
-		expect(inst).Entries[k] = e
+		expect(inst).Entries[k] = ExpectedEntry(inst, key, fields...)
 	}
 	bad := func(inst, key string, fields ...string) {
 		f.Keys = append(f.Keys, FixtureKey{Key: key, Fields: fields})
@@ -143,7 +191,7 @@ func NewFixture() Fixture {
 	block(inst1, 45, "__uri__", URI(Location("nolrut00", kvcm.StatusServing, kvcm.TypeFile, "file://nfs_01/x?size=1")))
 	for i := range 150 {
 		k := int64(i)*7919 - 500000
-		if k == 0 || k == -1 || (k >= 42 && k <= 45) {
+		if k == 0 || k == -1 || (k >= 42 && k <= 45) || (k >= 1000 && k <= 1005) {
 			continue
 		}
 		block(inst1, k, Block(URI(Location(fmt.Sprintf("v%07d", i), kvcm.StatusServing, kvcm.TypeFile,
@@ -156,6 +204,22 @@ func NewFixture() Fixture {
 	}
 	// KVCM's metadata hash does not match the block pattern and is never returned.
 	f.Keys = append(f.Keys, FixtureKey{Key: "kvcache:instance_" + inst1 + ":metadata", Fields: []string{"__key_count__", "160"}})
+
+	// The location layout (today's KVCM): one field per location, BP#prev_key, tier marks,
+	// a tombstone, a corrupt field; a block holding both layouts (ambiguous); a key of KVCM's
+	// interim layout; a key left with no location at all.
+	nfs := func(k int64) string { return fmt.Sprintf("file://nfs_01/tmp/nfs/inst1/tp0/%x?size=1024", uint64(k)) }
+	block(inst1, 1000, LocationBlock("",
+		LocationField("l0c0l0c0", kvcm.StatusWriting, kvcm.TypeFile, nfs(1000)),
+		LocationField("l1c1l1c1", kvcm.StatusServing, kvcm.TypeHF3FS, hf3fs))...)
+	block(inst1, 1001, append(LocationBlock("1000", LocationField("t1e1t1e1", kvcm.StatusServing, kvcm.TypeFile, nfs(1001))),
+		"__mig_tier_target__", "cold_01", "__mig_tier_deadline_ms__", "1767225600000", "L#tomb0000", "")...)
+	block(inst1, 1002, append(LocationBlock("", LocationField("c0c0c0c0", kvcm.StatusServing, kvcm.TypeFile, nfs(1002))),
+		"L#broken00", `{"id":"broken00","status":`)...)
+	block(inst1, 1003, append(Block(URI(Location("o1d1o1d1", kvcm.StatusWriting, kvcm.TypeFile, nfs(1003))), ""),
+		"L#n3w0n3w0", LocationField("n3w0n3w0", kvcm.StatusServing, kvcm.TypeFile, nfs(1003)))...)
+	block(inst1, 1004, "__loc__i0i0i0i0", Location("i0i0i0i0", kvcm.StatusServing, kvcm.TypeFile, nfs(1004)))
+	block(inst1, 1005, kvcm.FieldPrevKey, "")
 
 	// inst10 shares the prefix "inst1"; its keys must never show up in inst1's scan.
 	for _, k := range []int64{1, -1, 7, 10} {

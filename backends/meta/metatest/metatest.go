@@ -23,6 +23,8 @@ import (
 // Options are the store settings a subtest asks the harness for.
 type Options struct {
 	DryRun bool
+	// EmptyBlock is what the store's CADs do with a block whose last location goes.
+	EmptyBlock meta.EmptyBlock
 }
 
 // Harness gives the suite a store and a direct, implementation-independent view of the same
@@ -39,6 +41,8 @@ type Harness struct {
 	HGetAll func(t *testing.T, key string) map[string]string
 	// Keys returns every key of the keyspace.
 	Keys func(t *testing.T) []string
+	// Del deletes a key.
+	Del func(t *testing.T, key string)
 
 	// ReadOnlyStore, optional, returns a store over the current keyspace whose connection
 	// may read but not write (for Redis, an ACL user with only +scan +hmget +hget +ping).
@@ -57,7 +61,7 @@ type Harness struct {
 }
 
 var redisReadCommands = []string{
-	"scan", "hmget", "hget", "ping", "hello", "auth", "select", "info",
+	"scan", "hgetall", "hmget", "hget", "ping", "hello", "auth", "select", "info",
 	"client|setinfo", "client|setname", "readonly",
 }
 
@@ -68,12 +72,14 @@ func Run(t *testing.T, h Harness) {
 	require.NotNil(t, h.SetString, "Harness.SetString")
 	require.NotNil(t, h.HGetAll, "Harness.HGetAll")
 	require.NotNil(t, h.Keys, "Harness.Keys")
+	require.NotNil(t, h.Del, "Harness.Del")
 	s := suite{h: h}
 	t.Run("ScanFixture", s.scanFixture)
 	t.Run("ScanPageSizes", s.scanPageSizes)
 	t.Run("ScanSendsNoWrite", s.scanSendsNoWrite)
 	t.Run("ScanReadOnlyUser", s.scanReadOnlyUser)
 	t.Run("ScanStore", s.scanStore)
+	t.Run("ScanLayouts", s.scanLayouts)
 	t.Run("GetURI", s.getURI)
 	t.Run("CASChangesOnlyURI", s.casChangesOnlyURI)
 	t.Run("CASConflict", s.casConflict)
@@ -91,6 +97,10 @@ func Run(t *testing.T, h Harness) {
 	t.Run("BatchDryRun", s.batchDryRun)
 	t.Run("BatchReadOnlyUser", s.batchReadOnlyUser)
 	t.Run("BatchScriptCacheLoss", s.batchScriptCacheLoss)
+	// The location layout, and keys of both layouts.
+	t.Run("LocationCAS", s.locationCAS)
+	t.Run("LocationCAD", s.locationCAD)
+	t.Run("LocationDryRun", s.locationDryRun)
 }
 
 type suite struct{ h Harness }
@@ -124,33 +134,13 @@ func (s suite) snapshot(t *testing.T, f Fixture) map[string]map[string]string {
 	return out
 }
 
-// FullScan walks an instance's keyspace from cursor 0 back to 0 with the given COUNT and
-// returns every entry by key and every bad key. SCAN may return a key twice; a duplicate must
-// carry the same values. It fails the test after maxPages pages.
+// FullScan walks a store from cursor 0 back to 0 with the given COUNT reading the keys of one
+// instance only, and returns every entry by key and every bad key. SCAN may return a key
+// twice; a duplicate must carry the same values. It fails the test after maxPages pages.
 func FullScan(t *testing.T, sc meta.Scanner, instanceID string, count, maxPages int) (map[string]meta.Entry, map[string]bool) {
 	t.Helper()
-	c := ctx(t)
-	entries := make(map[string]meta.Entry)
-	bad := make(map[string]bool)
-	var cursor uint64
-	for page := 0; ; page++ {
-		require.Less(t, page, maxPages, "scan of %q did not return to cursor 0", instanceID)
-		p, err := sc.ScanPage(c, instanceID, cursor, count)
-		require.NoError(t, err, "scan %q cursor %d", instanceID, cursor)
-		for _, e := range p.Entries {
-			if prev, dup := entries[e.Key]; dup {
-				require.Equal(t, prev, e, "duplicate entry %q differs", e.Key)
-			}
-			entries[e.Key] = e
-		}
-		for _, k := range p.BadKeys {
-			bad[k] = true
-		}
-		if p.Next == 0 {
-			return entries, bad
-		}
-		cursor = p.Next
-	}
+	entries, bad, _ := FullStoreScan(t, sc, []string{instanceID}, count, maxPages)
+	return entries, bad
 }
 
 func (s suite) requireScan(t *testing.T, sc meta.Scanner, f Fixture, count int) {
@@ -191,10 +181,9 @@ func (s suite) scanPageSizes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { s.requireScan(t, st, f, tc.count) })
 	}
 	t.Run("empty instance", func(t *testing.T) {
-		p, err := st.ScanPage(ctx(t), "no-such-instance", 0, 100)
-		require.NoError(t, err)
-		require.Empty(t, p.Entries)
-		require.Empty(t, p.BadKeys)
+		entries, bad := FullScan(t, st, "no-such-instance", 100, 1000)
+		require.Empty(t, entries)
+		require.Empty(t, bad)
 	})
 }
 
@@ -261,13 +250,13 @@ func (s suite) scanReadOnlyUser(t *testing.T) {
 
 	key := kvcm.BlockKey("inst1", -7262535415567954716)
 	before := s.h.HGetAll(t, key)
-	uri, ok, err := ro.GetURI(ctx(t), "inst1", -7262535415567954716)
+	uri, ok, err := getURI(ctx(t), ro, "inst1", -7262535415567954716)
 	require.NoError(t, err)
 	require.True(t, ok)
-	err = ro.CAS(ctx(t), "inst1", -7262535415567954716, uri, []byte(`{}`))
+	err = cas(ctx(t), ro, "inst1", -7262535415567954716, uri, []byte(`{}`))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, meta.ErrConflict, "a refused write is not a conflict")
-	err = ro.CAD(ctx(t), "inst1", -7262535415567954716, uri, nil)
+	err = cad(ctx(t), ro, "inst1", -7262535415567954716, uri, nil)
 	require.Error(t, err)
 	require.Equal(t, before, s.h.HGetAll(t, key))
 }
@@ -295,7 +284,7 @@ func (s suite) getURI(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			uri, ok, err := st.GetURI(ctx(t), tc.inst, tc.block)
+			uri, ok, err := getURI(ctx(t), st, tc.inst, tc.block)
 			require.NoError(t, err)
 			require.Equal(t, tc.ok, ok)
 			key := kvcm.BlockKey(tc.inst, tc.block)
@@ -347,17 +336,17 @@ func (s suite) casChangesOnlyURI(t *testing.T) {
 	// Status 2 → 4 of one location, the others written back byte for byte.
 	next := URI(Location("a0a0a0a0", kvcm.StatusDeleting, kvcm.TypeHF3FS, "hf3fs://hf3fs_01/3fs/k/cas/tp0/c000000000000000?size=1024"), locServing, locUnknown)
 
-	uri, ok, err := st.GetURI(ctx(t), casInst, casBlock)
+	uri, ok, err := getURI(ctx(t), st, casInst, casBlock)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, st.CAS(ctx(t), casInst, casBlock, uri, []byte(next)))
+	require.NoError(t, cas(ctx(t), st, casInst, casBlock, uri, []byte(next)))
 
 	want := fieldMap(casFields())
 	want["__uri__"] = next
 	require.Equal(t, want, s.h.HGetAll(t, key))
 
 	// The same CAS again is now a conflict: the bytes it expects are gone.
-	require.ErrorIs(t, st.CAS(ctx(t), casInst, casBlock, uri, []byte(next)), meta.ErrConflict)
+	require.ErrorIs(t, cas(ctx(t), st, casInst, casBlock, uri, []byte(next)), meta.ErrConflict)
 	require.Equal(t, want, s.h.HGetAll(t, key))
 }
 
@@ -390,10 +379,10 @@ func (s suite) casConflict(t *testing.T) {
 			}
 			for _, op := range []struct {
 				name string
-				fn   func(context.Context, string, int64, []byte, []byte) error
+				fn   func(context.Context, meta.Store, string, int64, []byte, []byte) error
 				next []byte
-			}{{"cas", st.CAS, next}, {"cad", st.CAD, next}, {"cad delete", st.CAD, nil}} {
-				err := op.fn(ctx(t), casInst, block, []byte(tc.expected), op.next)
+			}{{"cas", cas, next}, {"cad", cad, next}, {"cad delete", cad, nil}} {
+				err := op.fn(ctx(t), st, casInst, block, []byte(tc.expected), op.next)
 				require.ErrorIs(t, err, meta.ErrConflict, op.name)
 				if tc.current == nil {
 					require.Nil(t, s.h.HGetAll(t, key), "%s created the key", op.name)
@@ -417,7 +406,7 @@ func (s suite) casRace(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			errs[i] = st.CAS(ctx(t), casInst, casBlock, expected, []byte(URI(Location(fmt.Sprintf("r%07d", i), kvcm.StatusDeleting, kvcm.TypeFile, "file://x/y?size=1"))))
+			errs[i] = cas(ctx(t), st, casInst, casBlock, expected, []byte(URI(Location(fmt.Sprintf("r%07d", i), kvcm.StatusDeleting, kvcm.TypeFile, "file://x/y?size=1"))))
 		})
 	}
 	wg.Wait()
@@ -437,18 +426,25 @@ func (s suite) casRace(t *testing.T) {
 }
 
 func (s suite) cadLastLocation(t *testing.T) {
-	st := s.h.NewStore(t, Options{})
-	key := kvcm.BlockKey(casInst, casBlock)
-	other := kvcm.BlockKey(casInst, casBlock+1)
-	only := URI(Location("d4d4d4d4", kvcm.StatusDeleting, kvcm.TypeFile, "file://nfs_01/d?size=1"))
-	s.h.HSet(t, key, "__uri__", only, "__lru_time__", FixtureLRUTime, "_prev_key_", prevKey)
-	s.h.HSet(t, other, "__uri__", only, "__lru_time__", FixtureLRUTime)
-	require.NoError(t, st.CAD(ctx(t), casInst, casBlock, []byte(only), nil))
-	require.Nil(t, s.h.HGetAll(t, key), "the key must be gone")
-	require.NotContains(t, s.h.Keys(t), key)
-	require.Equal(t, map[string]string{"__uri__": only, "__lru_time__": FixtureLRUTime}, s.h.HGetAll(t, other))
-	// Deleting again is a conflict (gone), not an error of another kind.
-	require.ErrorIs(t, st.CAD(ctx(t), casInst, casBlock, []byte(only), nil), meta.ErrConflict)
+	for _, mode := range []meta.EmptyBlock{meta.EmptyBlockKeep, meta.EmptyBlockDelete} {
+		st := s.h.NewStore(t, Options{EmptyBlock: mode})
+		key := kvcm.BlockKey(casInst, casBlock)
+		other := kvcm.BlockKey(casInst, casBlock+1)
+		only := URI(Location("d4d4d4d4", kvcm.StatusDeleting, kvcm.TypeFile, "file://nfs_01/d?size=1"))
+		s.h.HSet(t, key, "__uri__", only, "__lru_time__", FixtureLRUTime, "_prev_key_", prevKey)
+		s.h.HSet(t, other, "__uri__", only, "__lru_time__", FixtureLRUTime)
+		require.NoError(t, cad(ctx(t), st, casInst, casBlock, []byte(only), nil))
+		if mode == meta.EmptyBlockKeep {
+			// KVCM reads {} as "exists, no location"; every other field stays.
+			require.Equal(t, map[string]string{"__uri__": "{}", "__lru_time__": FixtureLRUTime, "_prev_key_": prevKey}, s.h.HGetAll(t, key))
+		} else {
+			require.Nil(t, s.h.HGetAll(t, key), "the key must be gone")
+			require.NotContains(t, s.h.Keys(t), key)
+		}
+		require.Equal(t, map[string]string{"__uri__": only, "__lru_time__": FixtureLRUTime}, s.h.HGetAll(t, other))
+		// Removing again is a conflict (gone), not an error of another kind.
+		require.ErrorIs(t, cad(ctx(t), st, casInst, casBlock, []byte(only), nil), meta.ErrConflict)
+	}
 }
 
 func (s suite) cadOneLocation(t *testing.T) {
@@ -457,7 +453,7 @@ func (s suite) cadOneLocation(t *testing.T) {
 	s.h.HSet(t, key, casFields()...)
 	expected := fieldMap(casFields())["__uri__"]
 	next := URI(locServing, locUnknown) // a0a0a0a0 removed, the others byte for byte
-	require.NoError(t, st.CAD(ctx(t), casInst, casBlock, []byte(expected), []byte(next)))
+	require.NoError(t, cad(ctx(t), st, casInst, casBlock, []byte(expected), []byte(next)))
 	want := fieldMap(casFields())
 	want["__uri__"] = next
 	require.Equal(t, want, s.h.HGetAll(t, key))
@@ -474,7 +470,7 @@ func (s suite) cadConflict(t *testing.T) {
 	want := fieldMap(casFields())
 	want["__uri__"] = flipped
 	for _, next := range [][]byte{nil, []byte(URI(locServing, locUnknown))} {
-		require.ErrorIs(t, st.CAD(ctx(t), casInst, casBlock, []byte(expected), next), meta.ErrConflict)
+		require.ErrorIs(t, cad(ctx(t), st, casInst, casBlock, []byte(expected), next), meta.ErrConflict)
 		require.Equal(t, want, s.h.HGetAll(t, key))
 	}
 }
@@ -494,10 +490,10 @@ func (s suite) dryRun(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"cas", st.CAS(ctx(t), casInst, casBlock, expected, []byte(URI(locServing)))},
-		{"cad", st.CAD(ctx(t), casInst, casBlock, expected, []byte(URI(locServing)))},
-		{"cad delete", st.CAD(ctx(t), casInst, casBlock, expected, nil)},
-		{"cas absent key", st.CAS(ctx(t), casInst, casBlock+1, expected, []byte(URI(locServing)))},
+		{"cas", cas(ctx(t), st, casInst, casBlock, expected, []byte(URI(locServing)))},
+		{"cad", cad(ctx(t), st, casInst, casBlock, expected, []byte(URI(locServing)))},
+		{"cad delete", cad(ctx(t), st, casInst, casBlock, expected, nil)},
+		{"cas absent key", cas(ctx(t), st, casInst, casBlock+1, expected, []byte(URI(locServing)))},
 	} {
 		require.ErrorIs(t, tc.err, meta.ErrDryRun, tc.name)
 		require.False(t, errors.Is(tc.err, meta.ErrConflict), tc.name)
@@ -507,7 +503,7 @@ func (s suite) dryRun(t *testing.T) {
 	require.Nil(t, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock+1)))
 
 	// Reads still work in dry-run.
-	uri, ok, err := st.GetURI(ctx(t), casInst, casBlock)
+	uri, ok, err := getURI(ctx(t), st, casInst, casBlock)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, expected, uri)

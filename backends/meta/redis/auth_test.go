@@ -25,10 +25,10 @@ func useStore(t *testing.T, base redismeta.ConnOptions, uri string) error {
 		return err
 	}
 	defer st.Close()
-	if _, err := st.ScanPage(testCtx(t), "i", 0, 10); err != nil {
+	if _, err := scanPage(testCtx(t), st, "i", 0, 10); err != nil {
 		return err
 	}
-	_, _, err = st.GetURI(testCtx(t), "i", 1)
+	_, _, err = getURI(testCtx(t), st, "i", 1)
 	return err
 }
 
@@ -125,7 +125,10 @@ func TestKVCMAuthWithDB(t *testing.T) {
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 0), "__uri__", "db0").Err())
 	db2 := redis.NewClient(&redis.Options{Addr: srv.Addr(), DB: 2, Protocol: 2, DisableIdentity: true})
 	t.Cleanup(func() { require.NoError(t, db2.Close()) })
-	require.NoError(t, db2.HSet(ctx, kvcm.BlockKey("i", 2), "__uri__", "db2").Err())
+	require.NoError(t, db2.HSet(ctx, kvcm.BlockKey("i", 2), "L#a", "db2").Err())
+	// A legacy key in a database other than 0 is nobody's: a KVCM of that layout ignores
+	// db= and keeps its blocks in DB 0.
+	require.NoError(t, db2.HSet(ctx, kvcm.BlockKey("i", 3), "__uri__", "copy").Err())
 	srv.RequirePass(t, "u:pw")
 
 	for _, uri := range []string{"redis://u:pw@" + srv.Addr() + "?db=2", "redis://" + srv.Addr() + "?db=2"} {
@@ -137,12 +140,24 @@ func TestKVCMAuthWithDB(t *testing.T) {
 		require.NoError(t, err)
 		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
 		require.NoError(t, err)
-		p, err := st.ScanPage(ctx, "i", 0, 10)
+		p, err := scanPage(ctx, st, "i", 0, 10)
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 1, uri)
-		require.Equal(t, "db2", string(p.Entries[0].URI))
-		require.NoError(t, st.CAS(ctx, "i", 2, []byte("db2"), []byte("db2'")))
-		require.NoError(t, st.CAS(ctx, "i", 2, []byte("db2'"), []byte("db2")))
+		require.Equal(t, 1, p.WrongDB, uri)
+		v, _ := p.Entries[0].Location("a")
+		require.Equal(t, "db2", string(v))
+		w := func(exp, next string) []meta.CondWrite {
+			return []meta.CondWrite{{BlockKey: 2, Layout: kvcm.LayoutLocation, Location: "a", Expected: []byte(exp), Next: []byte(next)}}
+		}
+		for _, step := range [][2]string{{"db2", "db2'"}, {"db2'", "db2"}} {
+			errs, err := st.CASMany(ctx, "i", w(step[0], step[1]))
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+		}
+		require.ErrorIs(t, casOne(ctx, st, "i", 3, []byte("copy"), []byte("x")), meta.ErrLayout)
+		r, err := st.ReadBlocks(ctx, "i", []int64{3})
+		require.NoError(t, err)
+		require.ErrorIs(t, r[0].Err, meta.ErrLayout)
 		require.NoError(t, st.Close())
 	}
 }
@@ -162,16 +177,16 @@ func TestRefusedConnectionFailsEveryCall(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 
-	_, err = st.GetURIs(ctx, "i", []int64{1, 2})
+	_, err = st.ReadBlocks(ctx, "i", []int64{1, 2})
 	require.ErrorContains(t, err, "WRONGPASS")
-	_, err = st.CASMany(ctx, "i", []meta.CondWrite{{BlockKey: 1, Expected: []byte("v"), Next: []byte("w")}})
+	_, err = st.CASMany(ctx, "i", []meta.CondWrite{{Layout: kvcm.LayoutLegacy, BlockKey: 1, Expected: []byte("v"), Next: []byte("w")}})
 	require.ErrorContains(t, err, "WRONGPASS")
-	_, err = st.CADMany(ctx, "i", []meta.CondWrite{{BlockKey: 1, Expected: []byte("v")}})
+	_, err = st.CADMany(ctx, "i", []meta.CondWrite{{Layout: kvcm.LayoutLegacy, BlockKey: 1, Expected: []byte("v")}})
 	require.ErrorContains(t, err, "WRONGPASS")
 	_, err = st.ScanStore(ctx, 0, 10, func(string) bool { return true })
 	require.ErrorContains(t, err, "WRONGPASS")
-	_, err = st.ScanPage(ctx, "i", 0, 10)
+	_, err = scanPage(ctx, st, "i", 0, 10)
 	require.ErrorContains(t, err, "WRONGPASS")
-	_, _, err = st.GetURI(ctx, "i", 1)
+	_, _, err = getURI(ctx, st, "i", 1)
 	require.ErrorContains(t, err, "WRONGPASS")
 }

@@ -11,65 +11,119 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
-var _ meta.BatchStore = (*Store)(nil)
+// errEmptyExpected: a conditional write needs the bytes it read; an empty expected value
+// would match a present-but-empty field, which KVCM treats as absent.
+var errEmptyExpected = errors.New("empty expected value")
 
-// GetURIs implements meta.BatchStore with one pipeline of HGET __uri__, one per block.
-func (s *Store) GetURIs(ctx context.Context, instanceID string, blockKeys []int64) ([]meta.URIRead, error) {
-	out := make([]meta.URIRead, len(blockKeys))
+// ReadBlocks implements meta.Store with one pipeline of HGETALL, one per block.
+func (s *Store) ReadBlocks(ctx context.Context, instanceID string, blockKeys []int64) ([]meta.BlockRead, error) {
+	out := make([]meta.BlockRead, len(blockKeys))
 	if len(blockKeys) == 0 {
 		return out, nil
 	}
 	pipe := s.c.Pipeline()
-	cmds := make([]*redis.StringCmd, len(blockKeys))
+	cmds := make([]*redis.Cmd, len(blockKeys))
 	for i, b := range blockKeys {
-		cmds[i] = pipe.HGet(ctx, kvcm.BlockKey(instanceID, b), fieldURI)
+		out[i].Entry = meta.Entry{Key: kvcm.BlockKey(instanceID, b), Instance: instanceID, BlockKey: b}
+		cmds[i] = pipe.Do(ctx, "hgetall", out[i].Entry.Key)
 	}
 	if err := execPipeline(ctx, pipe); err != nil {
-		return nil, fmt.Errorf("get __uri__ of %d blocks of instance %q: %w", len(blockKeys), instanceID, err)
+		return nil, fmt.Errorf("read %d blocks of instance %q: %w", len(blockKeys), instanceID, err)
 	}
 	for i, cmd := range cmds {
-		v, err := cmd.Result()
+		r := &out[i]
+		exists, err := readEntry(cmd, &r.Entry)
 		switch {
-		case errors.Is(err, redis.Nil):
 		case isReply(err):
-			out[i].Err = fmt.Errorf("get __uri__ of %q: %w", cmd.Args()[1], err)
+			r.Err = fmt.Errorf("read %q: %w", r.Entry.Key, err)
 		case err != nil:
-			return nil, fmt.Errorf("get __uri__ of %d blocks of instance %q: %w", len(blockKeys), instanceID, err)
-		case v != "":
-			out[i].URI = []byte(v)
+			return nil, fmt.Errorf("read %d blocks of instance %q: %w", len(blockKeys), instanceID, err)
+		case exists && s.wrongDB(r.Entry.Layout):
+			r.Err = fmt.Errorf("read %q: a %s-layout key in db %d, where no KVCM of that layout keeps its blocks: %w",
+				r.Entry.Key, r.Entry.Layout, s.db, meta.ErrLayout)
+		default:
+			r.Exists = exists
 		}
 	}
 	return out, nil
 }
 
-// CASMany implements meta.BatchStore: casScript for every write, in one pipeline.
+// CASMany implements meta.Store: one script per write, in one pipeline.
 func (s *Store) CASMany(ctx context.Context, instanceID string, writes []meta.CondWrite) ([]error, error) {
-	return s.runMany(ctx, "cas", casScript, instanceID, writes)
+	res, err := s.runMany(ctx, "cas", instanceID, writes)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(res))
+	for i, r := range res {
+		errs[i] = r.Err
+	}
+	return errs, nil
 }
 
-// CADMany implements meta.BatchStore: cadScript for every write, in one pipeline.
-func (s *Store) CADMany(ctx context.Context, instanceID string, writes []meta.CondWrite) ([]error, error) {
-	return s.runMany(ctx, "cad", cadScript, instanceID, writes)
+// CADMany implements meta.Store: one script per write, in one pipeline.
+func (s *Store) CADMany(ctx context.Context, instanceID string, writes []meta.CondWrite) ([]meta.CADResult, error) {
+	return s.runMany(ctx, "cad", instanceID, writes)
 }
 
-// runMany checks every write as run does, then sends the valid ones as one pipeline of
-// EVALSHA. Writes that answer NOSCRIPT (a restarted server, SCRIPT FLUSH) did not run, and go
-// again as EVAL in a second pipeline, which also caches the script: redis.Script.Run's
-// fallback, per item.
-func (s *Store) runMany(ctx context.Context, op string, script *redis.Script, instanceID string, writes []meta.CondWrite) ([]error, error) {
-	errs := make([]error, len(writes))
+// script returns the script of a write and its arguments.
+func (s *Store) script(op string, w meta.CondWrite) (*redis.Script, []any, error) {
+	mode := "keep"
+	if s.emptyBlock == meta.EmptyBlockDelete {
+		mode = "delete"
+	}
+	switch w.Layout {
+	case kvcm.LayoutLegacy:
+		if s.db != 0 {
+			return nil, nil, fmt.Errorf("a legacy-layout key in db %d, where no KVCM of that layout keeps its blocks: %w", s.db, meta.ErrLayout)
+		}
+		if op == "cas" {
+			if len(w.Next) == 0 {
+				return nil, nil, errors.New("empty new __uri__ (use CAD to delete)")
+			}
+			return casLegacyScript, []any{w.Expected, w.Next}, nil
+		}
+		return cadLegacyScript, []any{w.Expected, w.Next, mode}, nil
+	case kvcm.LayoutLocation:
+		if w.Location == "" {
+			return nil, nil, errors.New("no location id")
+		}
+		field := kvcm.LocationField(w.Location)
+		if op == "cas" {
+			if len(w.Next) == 0 {
+				return nil, nil, fmt.Errorf("empty new value of %s (use CAD to delete)", field)
+			}
+			return casLocationScript, []any{field, w.Expected, w.Next}, nil
+		}
+		if len(w.Next) != 0 {
+			return nil, nil, fmt.Errorf("cad of %s with a new value: a location field is only removed", field)
+		}
+		return cadLocationScript, []any{field, w.Expected, mode}, nil
+	}
+	return nil, nil, fmt.Errorf("no conditional write in the %s layout", w.Layout)
+}
+
+// runMany checks every write, then sends the valid ones as one pipeline of EVALSHA. Writes
+// that answer NOSCRIPT (a restarted server, SCRIPT FLUSH) did not run, and go again as EVAL
+// in a second pipeline, which also caches the script: redis.Script.Run's fallback, per item.
+func (s *Store) runMany(ctx context.Context, op, instanceID string, writes []meta.CondWrite) ([]meta.CADResult, error) {
+	res := make([]meta.CADResult, len(writes))
 	keys := make([]string, len(writes))
+	scripts := make([]*redis.Script, len(writes))
+	args := make([][]any, len(writes))
 	send := make([]int, 0, len(writes))
 	for i, w := range writes {
 		keys[i] = kvcm.BlockKey(instanceID, w.BlockKey)
+		var err error
+		scripts[i], args[i], err = s.script(op, w)
 		switch {
 		case s.dryRun:
 			// DESIGN §8.8: refused before anything is sent.
-			errs[i] = fmt.Errorf("%s %q: %w", op, keys[i], meta.ErrDryRun)
+			res[i].Err = fmt.Errorf("%s %q: %w", op, keys[i], meta.ErrDryRun)
 		case len(w.Expected) == 0:
-			errs[i] = fmt.Errorf("%s %q: %w", op, keys[i], errEmptyExpected)
-		case op == "cas" && len(w.Next) == 0:
-			errs[i] = fmt.Errorf("cas %q: empty new __uri__ (use CAD to delete)", keys[i])
+			res[i].Err = fmt.Errorf("%s %q: %w", op, keys[i], errEmptyExpected)
+		case err != nil:
+			res[i].Err = fmt.Errorf("%s %q: %w", op, keys[i], err)
 		default:
 			send = append(send, i)
 		}
@@ -78,11 +132,11 @@ func (s *Store) runMany(ctx context.Context, op string, script *redis.Script, in
 		pipe := s.c.Pipeline()
 		cmds := make([]*redis.Cmd, len(send))
 		for j, i := range send {
-			args := []string{keys[i]}
+			k := []string{keys[i]}
 			if pass == 0 {
-				cmds[j] = script.EvalSha(ctx, pipe, args, writes[i].Expected, writes[i].Next)
+				cmds[j] = scripts[i].EvalSha(ctx, pipe, k, args[i]...)
 			} else {
-				cmds[j] = script.Eval(ctx, pipe, args, writes[i].Expected, writes[i].Next)
+				cmds[j] = scripts[i].Eval(ctx, pipe, k, args[i]...)
 			}
 		}
 		if err := execPipeline(ctx, pipe); err != nil {
@@ -93,12 +147,16 @@ func (s *Store) runMany(ctx context.Context, op string, script *redis.Script, in
 			n, err := cmds[j].Int()
 			switch {
 			case err == nil && n == 1:
+			case err == nil && n == 2:
+				res[i].KeyDeleted = true
+			case err == nil && n == -1:
+				res[i].Err = fmt.Errorf("%s %q: %w", op, keys[i], meta.ErrLayout)
 			case err == nil:
-				errs[i] = fmt.Errorf("%s %q: %w", op, keys[i], meta.ErrConflict)
+				res[i].Err = fmt.Errorf("%s %q: %w", op, keys[i], meta.ErrConflict)
 			case pass == 0 && redis.HasErrorPrefix(err, "NOSCRIPT"):
 				again = append(again, i)
 			case isReply(err):
-				errs[i] = fmt.Errorf("%s %q: %w", op, keys[i], err)
+				res[i].Err = fmt.Errorf("%s %q: %w", op, keys[i], err)
 			default:
 				// No answer for this write: it may have run. Nothing of the batch is certain.
 				return nil, fmt.Errorf("%s %d blocks of instance %q: %w", op, len(send), instanceID, err)
@@ -109,7 +167,7 @@ func (s *Store) runMany(ctx context.Context, op string, script *redis.Script, in
 		}
 		send = again
 	}
-	return errs, nil
+	return res, nil
 }
 
 // execPipeline runs pipe and returns an error when the pipeline failed as a whole: no

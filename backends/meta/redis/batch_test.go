@@ -20,16 +20,22 @@ func TestBatchWrongType(t *testing.T) {
 	require.NoError(t, srv.Client().Set(ctx, kvcm.BlockKey("i", 1), "s", 0).Err())
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 2), "__uri__", "v0").Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
-	reads, err := st.GetURIs(ctx, "i", []int64{1, 2})
+	reads, err := st.ReadBlocks(ctx, "i", []int64{1, 2})
 	require.NoError(t, err)
 	require.ErrorContains(t, reads[0].Err, "WRONGTYPE")
-	require.Equal(t, meta.URIRead{URI: []byte("v0")}, reads[1])
+	require.NoError(t, reads[1].Err)
+	require.Equal(t, []byte("v0"), reads[1].Entry.URI)
 	for _, op := range []func() ([]error, error){
 		func() ([]error, error) {
-			return st.CASMany(ctx, "i", []meta.CondWrite{{BlockKey: 1, Expected: []byte("s"), Next: []byte("x")}, {BlockKey: 2, Expected: []byte("v0"), Next: []byte("v1")}})
+			return st.CASMany(ctx, "i", []meta.CondWrite{{Layout: kvcm.LayoutLegacy, BlockKey: 1, Expected: []byte("s"), Next: []byte("x")}, {Layout: kvcm.LayoutLegacy, BlockKey: 2, Expected: []byte("v0"), Next: []byte("v1")}})
 		},
 		func() ([]error, error) {
-			return st.CADMany(ctx, "i", []meta.CondWrite{{BlockKey: 1, Expected: []byte("s"), Next: nil}, {BlockKey: 2, Expected: []byte("v1"), Next: []byte("v2")}})
+			res, err := st.CADMany(ctx, "i", []meta.CondWrite{{Layout: kvcm.LayoutLegacy, BlockKey: 1, Expected: []byte("s"), Next: nil}, {Layout: kvcm.LayoutLegacy, BlockKey: 2, Expected: []byte("v1"), Next: []byte("v2")}})
+			errs := make([]error, len(res))
+			for i, r := range res {
+				errs[i] = r.Err
+			}
+			return errs, err
 		},
 	} {
 		errs, err := op()
@@ -49,9 +55,9 @@ func TestBatchServerDown(t *testing.T) {
 	ctx := testCtx(t)
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v0").Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
-	w := []meta.CondWrite{{BlockKey: 1, Expected: []byte("v0"), Next: []byte("v1")}}
+	w := []meta.CondWrite{{Layout: kvcm.LayoutLegacy, BlockKey: 1, Expected: []byte("v0"), Next: []byte("v1")}}
 	srv.Stop()
-	_, err := st.GetURIs(ctx, "i", []int64{1})
+	_, err := st.ReadBlocks(ctx, "i", []int64{1})
 	require.Error(t, err)
 	errs, err := st.CASMany(ctx, "i", w)
 	require.Error(t, err)
@@ -63,7 +69,7 @@ func TestBatchServerDown(t *testing.T) {
 	errs, err = st.CASMany(ctx, "i", w)
 	require.NoError(t, err)
 	require.NoError(t, errs[0])
-	reads, err := st.GetURIs(ctx, "i", []int64{1})
+	reads, err := st.ReadBlocks(ctx, "i", []int64{1})
 	require.NoError(t, err)
-	require.Equal(t, []byte("v1"), reads[0].URI)
+	require.Equal(t, []byte("v1"), reads[0].Entry.URI)
 }

@@ -38,7 +38,7 @@ func BenchmarkScanPage(b *testing.B) {
 	var cursor uint64
 	keys := 0
 	for b.Loop() {
-		p, err := st.ScanPage(ctx, "inst", cursor, 256)
+		p, err := scanPage(ctx, st, "inst", cursor, 256)
 		if err != nil {
 			b.Fatal(err)
 		}

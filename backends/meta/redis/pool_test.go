@@ -81,15 +81,15 @@ func TestPoolOpensOncePerName(t *testing.T) {
 	for _, st := range stores {
 		require.Same(t, stores[0], st)
 	}
-	page, err := stores[0].ScanPage(ctx, "i", 0, 10)
+	page, err := scanPage(ctx, stores[0], "i", 0, 10)
 	require.NoError(t, err)
 	require.Len(t, page.Entries, 1)
-	require.NoError(t, stores[0].CAS(ctx, "i", 1, []byte("v"), []byte("w")))
+	require.NoError(t, casOne(ctx, stores[0], "i", 1, []byte("v"), []byte("w")))
 
 	require.NoError(t, p.Close())
 	_, err = p.Store(srv.Addr())
 	require.Error(t, err)
-	_, err = stores[0].ScanPage(ctx, "i", 0, 10)
+	_, err = scanPage(ctx, stores[0], "i", 0, 10)
 	require.Error(t, err, "a closed pool's stores are closed")
 }
 
@@ -102,7 +102,7 @@ func TestPoolDryRun(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, p.Close()) })
 	st, err := p.Store(srv.Addr())
 	require.NoError(t, err)
-	require.ErrorIs(t, st.CAS(ctx, "i", 1, []byte("v"), []byte("w")), meta.ErrDryRun)
-	require.ErrorIs(t, st.CAD(ctx, "i", 1, []byte("v"), nil), meta.ErrDryRun)
+	require.ErrorIs(t, casOne(ctx, st, "i", 1, []byte("v"), []byte("w")), meta.ErrDryRun)
+	require.ErrorIs(t, cadOne(ctx, st, "i", 1, []byte("v"), nil), meta.ErrDryRun)
 	require.Equal(t, "v", srv.Client().HGet(ctx, key, "__uri__").Val())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -13,64 +14,135 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
-// Field names of a KVCM block hash (kvcm-reference.md §1).
-const (
-	fieldURI     = "__uri__"
-	fieldLRUTime = "__lru_time__"
-)
+// The conditional writes are Lua scripts: each compares the one field it writes with the
+// bytes the deleter judged, byte for byte (Lua strings are 8-bit clean and ~= compares bytes,
+// so any difference, even a KVCM re-encoding that only reorders members, is a conflict; an
+// absent field or key reads as false and is one too), then checks that the key is still in
+// the layout the location was judged in, and only then writes. They never write another field
+// than the one named, except the one field that keeps an emptied location-layout block in
+// existence (DESIGN §8.5, §8.9, §8.10).
+//
+// layoutOK is the layout check shared by every script: a key judged in the legacy layout may
+// hold no L# field, one judged in the location layout no __uri__, and neither may hold a field
+// of KVCM's interim layout (__loc__<id>). HKEYS is O(fields); a block holds a handful.
+const layoutOK = `
+local function layout_ok(key, layout)
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    if string.sub(f, 1, 7) == '__loc__' then return false end
+    if layout == 'legacy' then
+      if string.sub(f, 1, 2) == 'L#' then return false end
+    elseif f == '__uri__' then
+      return false
+    end
+  end
+  return true
+end
+`
 
-// casScript sets __uri__ to ARGV[2] only when it equals ARGV[1] byte for byte. Lua strings
-// are 8-bit clean and ~= compares bytes, so any difference (including a KVCM re-encoding that
-// only reorders locations) is a conflict; an absent field or key reads as false and is one
-// too. Only __uri__ is written: __lru_time__ stays KVCM's last-write time (DESIGN §8.5), and
-// HSET on an existing key never creates other fields. An empty new value is refused here as
-// well as in Go, because an empty __uri__ would leave a key KVCM reads as absent.
-var casScript = redis.NewScript(`
+// casLegacyScript: __uri__ becomes ARGV[2] only when it is ARGV[1] and the key holds no L#
+// field. Only __uri__ is written: __lru_time__ stays KVCM's last-write time, and HSET on an
+// existing key never creates other fields. Returns 1 written, 0 conflict, -1 layout changed.
+var casLegacyScript = redis.NewScript(layoutOK + `
 local cur = redis.call('HGET', KEYS[1], '__uri__')
 if cur ~= ARGV[1] then return 0 end
+if not layout_ok(KEYS[1], 'legacy') then return -1 end
 if ARGV[2] == '' then return redis.error_reply('ERR kvcm-gc cas: empty new value') end
 redis.call('HSET', KEYS[1], '__uri__', ARGV[2])
 return 1
 `)
 
-// cadScript is casScript whose empty ARGV[2] deletes the whole key: the last location is
-// gone, and KVCM itself DELs a block with no location (BatchCADLocationStatus).
-var cadScript = redis.NewScript(`
+// cadLegacyScript is casLegacyScript whose empty ARGV[2] means no location remains: with
+// ARGV[3] 'keep', __uri__ becomes {} (KVCM reads "exists, no location", and its key count
+// still counts the key); with 'delete' the key is deleted (returns 2), as KVCM itself
+// deletes a block whose map empties. __lru_time__ stays: KVCM's reclaimer gives up a whole
+// round on a sampled key without one.
+var cadLegacyScript = redis.NewScript(layoutOK + `
 local cur = redis.call('HGET', KEYS[1], '__uri__')
 if cur ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then
-  redis.call('DEL', KEYS[1])
-else
+if not layout_ok(KEYS[1], 'legacy') then return -1 end
+if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], '__uri__', ARGV[2])
+  return 1
 end
+if ARGV[3] == 'delete' then
+  redis.call('DEL', KEYS[1])
+  return 2
+end
+redis.call('HSET', KEYS[1], '__uri__', '{}')
 return 1
 `)
 
-// errEmptyExpected: a conditional write needs the bytes it read; an empty expected value
-// would match a present-but-empty field, which KVCM treats as an absent block.
-var errEmptyExpected = errors.New("empty expected __uri__")
+// casLocationScript: field ARGV[1] (L#<id>) becomes ARGV[3] only when it is ARGV[2] and the
+// key holds no __uri__.
+var casLocationScript = redis.NewScript(layoutOK + `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur ~= ARGV[2] then return 0 end
+if not layout_ok(KEYS[1], 'location') then return -1 end
+if ARGV[3] == '' then return redis.error_reply('ERR kvcm-gc cas: empty new value') end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+`)
+
+// cadLocationScript removes field ARGV[1] when it is ARGV[2] and the key holds no __uri__.
+// With ARGV[3] 'keep' the key stays: when that field is its last, BP#prev_key = "" is written
+// first, the field KVCM itself writes when it creates a key, so KVCM reads the block as
+// "exists, no location" (never an empty L# value: KVCM decodes that as a live NEW location
+// and would never write the block again). With 'delete' the key is deleted (returns 2) when
+// no other location (a non-empty L# value) remains, as KVCM's own empty-key recycle does.
+var cadLocationScript = redis.NewScript(layoutOK + `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur ~= ARGV[2] then return 0 end
+if not layout_ok(KEYS[1], 'location') then return -1 end
+if ARGV[3] == 'delete' then
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if all[i] ~= ARGV[1] and string.sub(all[i], 1, 2) == 'L#' and all[i + 1] ~= '' then
+      redis.call('HDEL', KEYS[1], ARGV[1])
+      return 1
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  return 2
+end
+if redis.call('HLEN', KEYS[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'BP#prev_key', '')
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return 1
+`)
+
+var allScripts = []*redis.Script{casLegacyScript, cadLegacyScript, casLocationScript, cadLocationScript}
 
 // StoreOptions configure a Store.
 type StoreOptions struct {
-	// DryRun makes CAS and CAD return meta.ErrDryRun without sending anything (DESIGN §8.8):
-	// dry-run is enforced here, at the bottom, so no caller can write by mistake.
+	// DryRun makes CASMany and CADMany refuse every write with meta.ErrDryRun without
+	// sending anything (DESIGN §8.8): dry-run is enforced here, at the bottom, so no caller
+	// can write by mistake.
 	DryRun bool
+	// DB is the database the client selected. A KVCM of the legacy layout always uses DB 0
+	// (it ignores db=), so in any other database a legacy key is nobody's live block: the
+	// scan leaves such keys out and the writes refuse them.
+	DB int
+	// EmptyBlock is what a CAD does with a block whose last location it removes.
+	EmptyBlock meta.EmptyBlock
 	// Logger receives debug lines about script loading; nil discards.
 	Logger *slog.Logger
 }
 
 // Store is a meta.Store on one KVCM metadata Redis.
 type Store struct {
-	c      redis.UniversalClient
-	dryRun bool
-	log    *slog.Logger
+	c          redis.UniversalClient
+	dryRun     bool
+	db         int
+	emptyBlock meta.EmptyBlock
+	log        *slog.Logger
 }
 
 var _ meta.Store = (*Store)(nil)
 
 // NewStore wraps c, which it owns from now on (Close closes it). Unless in dry-run it loads
-// the CAS/CAD scripts with SCRIPT LOAD, best effort: a user without +script or a server that
-// is down does not fail here, since every call falls back from EVALSHA to EVAL on NOSCRIPT.
+// the scripts with SCRIPT LOAD, best effort: a user without +script or a server that is down
+// does not fail here, since every call falls back from EVALSHA to EVAL on NOSCRIPT.
 func NewStore(ctx context.Context, c redis.UniversalClient, o StoreOptions) *Store {
 	s := newStore(c, o)
 	if !s.dryRun {
@@ -82,7 +154,7 @@ func NewStore(ctx context.Context, c redis.UniversalClient, o StoreOptions) *Sto
 }
 
 func newStore(c redis.UniversalClient, o StoreOptions) *Store {
-	return &Store{c: c, dryRun: o.DryRun, log: orDiscard(o.Logger)}
+	return &Store{c: c, dryRun: o.DryRun, db: o.DB, emptyBlock: o.EmptyBlock, log: orDiscard(o.Logger)}
 }
 
 // OpenStore builds a client for conn and a Store on it.
@@ -91,56 +163,47 @@ func OpenStore(ctx context.Context, conn ConnOptions, o StoreOptions) (*Store, e
 	if err != nil {
 		return nil, err
 	}
+	o.DB = conn.DB
 	return NewStore(ctx, c, o), nil
 }
 
-// LoadScripts sends SCRIPT LOAD for the CAS and CAD scripts.
+// LoadScripts sends SCRIPT LOAD for the conditional-write scripts.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	return errors.Join(casScript.Load(ctx, s.c).Err(), cadScript.Load(ctx, s.c).Err())
+	var errs []error
+	for _, sc := range allScripts {
+		errs = append(errs, sc.Load(ctx, s.c).Err())
+	}
+	return errors.Join(errs...)
 }
 
 // Close closes the client.
 func (s *Store) Close() error { return s.c.Close() }
 
-// ScanPage implements meta.Scanner: one SCAN page of the instance's block keys and one
-// pipelined HMGET __uri__ __lru_time__ for the keys it returned. Keys that do not parse as
-// canonical block keys of this instance (other instances whose id extends the pattern, junk
-// like "cache_05") and keys that are not hashes (HMGET answers WRONGTYPE) are returned in
-// BadKeys and never read further. A SCAN failure or a network failure of the
-// pipeline returns the error, and the caller keeps its cursor.
-func (s *Store) ScanPage(ctx context.Context, instanceID string, cursor uint64, count int) (meta.Page, error) {
-	return s.scan(ctx, fmt.Sprintf("instance %q", instanceID), kvcm.ScanPattern(instanceID), cursor, count,
-		func(string) (string, bool) { return instanceID, true })
-}
-
 // ScanStore implements meta.Scanner: one SCAN page of every instance's block keys and one
-// pipelined HMGET for the keys of the instances owns accepts. A key owned by an accepted
-// instance that is not a canonical block key, or not a hash, is a bad key as in ScanPage;
-// keys owned by no accepted instance are counted in Unowned and not read.
+// pipelined HGETALL of the keys of the instances owns accepts. A key owned by an accepted
+// instance that is not a canonical block key (other instances whose id extends another's,
+// junk like "cache_05") or not a hash (HGETALL answers WRONGTYPE) is returned in BadKeys and
+// never read further; keys owned by no accepted instance are counted in Unowned and not read.
+// A SCAN failure or a network failure of the pipeline returns the error, and the caller keeps
+// its cursor. Read commands only: SCAN and HGETALL never write, and KVCM's Redis backends
+// never write read-time fields either.
 func (s *Store) ScanStore(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool) (meta.Page, error) {
-	return s.scan(ctx, "store", kvcm.StoreScanPattern, cursor, count,
-		func(key string) (string, bool) { return kvcm.OwnerOf(key, owns) })
-}
-
-// scan is one SCAN page with pattern, then one pipelined HMGET of the keys owner assigns to
-// an instance.
-func (s *Store) scan(ctx context.Context, what, pattern string, cursor uint64, count int, owner func(key string) (string, bool)) (meta.Page, error) {
 	if count <= 0 {
-		return meta.Page{}, fmt.Errorf("scan %s: count %d is not positive", what, count)
+		return meta.Page{}, fmt.Errorf("scan store: count %d is not positive", count)
 	}
-	keys, next, err := s.c.Scan(ctx, cursor, pattern, int64(count)).Result()
+	keys, next, err := s.c.Scan(ctx, cursor, kvcm.StoreScanPattern, int64(count)).Result()
 	if err != nil {
-		return meta.Page{}, fmt.Errorf("scan %s: %w", what, err)
+		return meta.Page{}, fmt.Errorf("scan store: %w", err)
 	}
 	page := meta.Page{Next: next}
 	type pending struct {
 		key, instance string
 		block         int64
-		cmd           *redis.SliceCmd
+		cmd           *redis.Cmd
 	}
 	reads := make([]pending, 0, len(keys))
 	for _, k := range keys {
-		inst, ok := owner(k)
+		inst, ok := kvcm.OwnerOf(k, owns)
 		if !ok {
 			page.Unowned++
 			continue
@@ -157,14 +220,15 @@ func (s *Store) scan(ctx context.Context, what, pattern string, cursor uint64, c
 	}
 	pipe := s.c.Pipeline()
 	for i := range reads {
-		reads[i].cmd = pipe.HMGet(ctx, reads[i].key, fieldURI, fieldLRUTime)
+		reads[i].cmd = pipe.Do(ctx, "hgetall", reads[i].key)
 	}
 	if err := execPipeline(ctx, pipe); err != nil {
-		return meta.Page{}, fmt.Errorf("read blocks of %s: %w", what, err)
+		return meta.Page{}, fmt.Errorf("read blocks of store: %w", err)
 	}
 	page.Entries = make([]meta.Entry, 0, len(reads))
 	for _, r := range reads {
-		vals, err := r.cmd.Result()
+		e := meta.Entry{Key: r.key, Instance: r.instance, BlockKey: r.block}
+		exists, err := readEntry(r.cmd, &e)
 		if err != nil {
 			// Only WRONGTYPE is about this key alone. Anything else (network, auth, NOPERM,
 			// OOM, …) would hit every key alike and must fail the page, not empty it into
@@ -173,68 +237,67 @@ func (s *Store) scan(ctx context.Context, what, pattern string, cursor uint64, c
 				page.BadKeys = append(page.BadKeys, r.key)
 				continue
 			}
-			return meta.Page{}, fmt.Errorf("read blocks of %s: %w", what, err)
+			return meta.Page{}, fmt.Errorf("read blocks of store: %w", err)
 		}
-		e := meta.Entry{Key: r.key, Instance: r.instance, BlockKey: r.block}
-		if len(vals) == 2 {
-			if v, ok := vals[0].(string); ok && v != "" {
-				e.URI = []byte(v)
-			}
-			if v, ok := vals[1].(string); ok {
-				e.LRUTime = v
-			}
+		switch {
+		case !exists:
+			// Deleted between SCAN and HGETALL.
+		case s.wrongDB(e.Layout):
+			page.WrongDB++
+		default:
+			page.Entries = append(page.Entries, e)
 		}
-		page.Entries = append(page.Entries, e)
 	}
 	return page, nil
 }
 
-// GetURI implements meta.Store with one HGET.
-func (s *Store) GetURI(ctx context.Context, instanceID string, blockKey int64) ([]byte, bool, error) {
-	key := kvcm.BlockKey(instanceID, blockKey)
-	v, err := s.c.HGet(ctx, key, fieldURI).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, false, nil
-	}
+// wrongDB reports whether a key of this layout cannot be a live KVCM block in this store's
+// database: a KVCM of the legacy layout ignores db= and always uses DB 0.
+func (s *Store) wrongDB(l kvcm.Layout) bool {
+	return s.db != 0 && (l == kvcm.LayoutLegacy || l == kvcm.LayoutAmbiguous)
+}
+
+// readEntry fills e from the reply of HGETALL; exists is false for an absent key (no field).
+func readEntry(cmd *redis.Cmd, e *meta.Entry) (exists bool, err error) {
+	v, err := cmd.Result()
 	if err != nil {
-		return nil, false, fmt.Errorf("get __uri__ of %q: %w", key, err)
+		return false, err
 	}
-	if v == "" {
-		return nil, false, nil
+	pairs, ok := v.([]any)
+	if !ok || len(pairs)%2 != 0 {
+		return false, fmt.Errorf("hgetall %q: unexpected reply %T", e.Key, v)
 	}
-	return []byte(v), true, nil
-}
-
-// CAS implements meta.Store: __uri__ becomes next only if it is byte-for-byte expected.
-func (s *Store) CAS(ctx context.Context, instanceID string, blockKey int64, expected, next []byte) error {
-	key := kvcm.BlockKey(instanceID, blockKey)
-	if len(next) == 0 {
-		return fmt.Errorf("cas %q: empty new __uri__ (use CAD to delete)", key)
+	if len(pairs) == 0 {
+		return false, nil
 	}
-	return s.run(ctx, "cas", casScript, key, expected, next)
-}
-
-// CAD implements meta.Store: like CAS, but an empty next deletes the key.
-func (s *Store) CAD(ctx context.Context, instanceID string, blockKey int64, expected, next []byte) error {
-	return s.run(ctx, "cad", cadScript, kvcm.BlockKey(instanceID, blockKey), expected, next)
-}
-
-func (s *Store) run(ctx context.Context, op string, script *redis.Script, key string, expected, next []byte) error {
-	if s.dryRun {
-		return fmt.Errorf("%s %q: %w", op, key, meta.ErrDryRun)
+	hasURI, interim := false, false
+	for i := 0; i < len(pairs); i += 2 {
+		name, ok1 := pairs[i].(string)
+		val, ok2 := pairs[i+1].(string)
+		if !ok1 || !ok2 {
+			return false, fmt.Errorf("hgetall %q: unexpected field reply", e.Key)
+		}
+		switch {
+		case name == kvcm.FieldURI:
+			hasURI = true
+			if val != "" {
+				e.URI = []byte(val)
+			}
+		case name == kvcm.FieldLRUTime:
+			e.LRUTime = val
+		case strings.HasPrefix(name, kvcm.LocationFieldPrefix):
+			e.Locations = append(e.Locations, meta.Field{ID: name[len(kvcm.LocationFieldPrefix):], Value: []byte(val)})
+		default:
+			interim = interim || strings.HasPrefix(name, kvcm.InterimLocationPrefix)
+			e.Others = append(e.Others, name)
+		}
 	}
-	if len(expected) == 0 {
-		return fmt.Errorf("%s %q: %w", op, key, errEmptyExpected)
+	e.Layout = kvcm.LayoutOf(hasURI, len(e.Locations), interim)
+	if len(e.Locations) > 1 {
+		slices.SortFunc(e.Locations, func(a, b meta.Field) int { return strings.Compare(a.ID, b.ID) })
 	}
-	// Run is EVALSHA with an EVAL fallback on NOSCRIPT (a restarted or flushed script cache).
-	n, err := script.Run(ctx, s.c, []string{key}, expected, next).Int()
-	if err != nil {
-		return fmt.Errorf("%s %q: %w", op, key, err)
-	}
-	if n != 1 {
-		return fmt.Errorf("%s %q: %w", op, key, meta.ErrConflict)
-	}
-	return nil
+	slices.Sort(e.Others)
+	return true, nil
 }
 
 func isWrongType(err error) bool {
