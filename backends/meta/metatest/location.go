@@ -77,10 +77,10 @@ func (s suite) locationCAS(t *testing.T) {
 	for i := range 7 {
 		s.h.HSet(t, kvcm.BlockKey(casInst, locBlock+int64(i)), locFields()...)
 	}
-	s.h.HSet(t, kvcm.BlockKey(casInst, locBlock+1), "L#a0a0a0a0", lWriting+" ")          // other bytes
-	s.h.HSet(t, kvcm.BlockKey(casInst, locBlock+2), "__uri__", "{}")                        // now ambiguous
-	s.h.HSet(t, kvcm.BlockKey(casInst, locBlock+3), "__loc__a0a0a0a0", lWriting)            // interim field
-	s.h.HSet(t, kvcm.BlockKey(casInst, locBlock+4), "L#a0a0a0a0", lServing)                 // a FinishWrite
+	s.h.HSet(t, kvcm.BlockKey(casInst, locBlock+1), "L#a0a0a0a0", lWriting+" ")  // other bytes
+	s.h.HSet(t, kvcm.BlockKey(casInst, locBlock+2), "__uri__", "{}")             // now ambiguous
+	s.h.HSet(t, kvcm.BlockKey(casInst, locBlock+3), "__loc__a0a0a0a0", lWriting) // interim field
+	s.h.HSet(t, kvcm.BlockKey(casInst, locBlock+4), "L#a0a0a0a0", lServing)      // a FinishWrite
 	writes := []meta.CondWrite{
 		lwrite(locBlock, "a0a0a0a0", lWriting, deleting),
 		lwrite(locBlock+1, "a0a0a0a0", lWriting, deleting),
