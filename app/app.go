@@ -168,6 +168,14 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		}
 		p := &pipeline.Prober{Config: o.Prober, Names: names, Registry: registry, StorageOptions: so, Guard: gd,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m, Logger: log.With("stage", pipeline.StageProber)}
+		if o.Prober.CollectDeleting {
+			kv, err := js.KeyValue(ctx, names.ObservedBucket())
+			if err != nil {
+				return fmt.Errorf("open observation bucket: %w", err)
+			}
+			// A first sight must outlive the grace and the round pause between two sights.
+			p.Observer = pipeline.KVObserver{KV: kv, TTL: 2*o.Prober.DeletingGrace + o.Scanner.RoundPause + 24*time.Hour}
+		}
 		cons, err := js.Consumer(ctx, names.BatchesStream(), names.ProberConsumer())
 		if err != nil {
 			return fmt.Errorf("open prober consumer: %w", err)

@@ -37,6 +37,8 @@ type Config struct {
 	ProbeChunkSize     int           `yaml:"probe_chunk_size" help:"most storage URIs in one existence probe, 1..512"`
 	RegistryRefresh    time.Duration `yaml:"registry_refresh" help:"how long the prober reuses a snapshot of the registry's storage table"`
 	ExcludedTypes      []string      `yaml:"excluded_storage_types" help:"storage types (hf3fs, mooncake, pace, file, vcns_hf3fs) never judged storage-missing"`
+	CollectDeleting    bool          `yaml:"collect_deleting" help:"also collect stuck DELETING locations (left by a KVCM crash or failover mid-delete), DELETING with the same bytes for deleting_grace"`
+	DeletingGrace      time.Duration `yaml:"deleting_grace" help:"least time a location must have been DELETING with the same bytes before it is stuck; at least 1h, and above every group's delay_before_delete_ms + 1h"`
 
 	// Deleter (DESIGN §6).
 	MaxInflightDeletes int           `yaml:"max_inflight_delete_requests" help:"delete requests in flight across all deleters (the deleter consumer's MaxAckPending)"`
@@ -185,6 +187,7 @@ func Default() Config {
 		OrphanWritingGrace: pc.OrphanWritingGrace,
 		ProbeChunkSize:     pc.ProbeChunkSize,
 		RegistryRefresh:    pc.RegistryRefresh,
+		DeletingGrace:      pc.DeletingGrace,
 		MaxInflightDeletes: js.DeleterMaxAckPending,
 		DeleteDelay:        dc.DeleteDelay,
 		CASRetries:         dc.CASRetries,

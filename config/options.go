@@ -110,6 +110,8 @@ func (c Config) AppOptions() (app.Options, error) {
 	pc.ProbeChunkSize = c.ProbeChunkSize
 	pc.MaxTargets = c.ScanBatchSize
 	pc.RegistryRefresh = c.RegistryRefresh
+	pc.CollectDeleting = c.CollectDeleting
+	pc.DeletingGrace = c.DeletingGrace
 	for _, t := range c.ExcludedTypes {
 		st, _ := kvcm.ParseStorageType(t)
 		pc.ExcludedTypes = append(pc.ExcludedTypes, st)
@@ -169,6 +171,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("max_inflight_delete_requests", c.MaxInflightDeletes),
 		slog.Duration("delete_delay", c.DeleteDelay),
 		slog.String("empty_block", c.EmptyBlock),
+		slog.Bool("collect_deleting", c.CollectDeleting),
+		slog.Duration("deleting_grace", c.DeletingGrace),
 	)
 }
 

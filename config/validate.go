@@ -50,6 +50,9 @@ func (c Config) Validate() error {
 	if c.OrphanWritingGrace < pipeline.MinOrphanWritingGrace {
 		bad("orphan_writing_grace", "must be >= %s, got %s", pipeline.MinOrphanWritingGrace, c.OrphanWritingGrace)
 	}
+	if c.DeletingGrace < pipeline.MinDeletingGrace {
+		bad("deleting_grace", "must be >= %s, got %s", pipeline.MinDeletingGrace, c.DeletingGrace)
+	}
 	if c.ProbeChunkSize < 1 || c.ProbeChunkSize > storage.MaxProbeChunk {
 		bad("probe_chunk_size", "must be in 1..%d, got %d", storage.MaxProbeChunk, c.ProbeChunkSize)
 	}

@@ -47,6 +47,11 @@ type ProberConfig struct {
 	ExcludedTypes []kvcm.StorageType
 	// RegistryRefresh is how long a registry snapshot (storage table) is reused. Default 30s.
 	RegistryRefresh time.Duration
+	// CollectDeleting enables rule 3, stuck DELETING (collect_deleting). Default false.
+	CollectDeleting bool
+	// DeletingGrace is the least time a location must have been DELETING, with the same
+	// bytes, before it is a stuck-DELETING candidate. Default 24h, at least MinDeletingGrace.
+	DeletingGrace time.Duration
 }
 
 // DeleterConfig steers the deleter (DESIGN §6).
@@ -69,7 +74,8 @@ func DefaultScannerConfig() ScannerConfig {
 }
 
 func DefaultProberConfig() ProberConfig {
-	return ProberConfig{OrphanWritingGrace: 24 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256, RegistryRefresh: 30 * time.Second}
+	return ProberConfig{OrphanWritingGrace: 24 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256,
+		RegistryRefresh: 30 * time.Second, DeletingGrace: 24 * time.Hour}
 }
 
 func DefaultDeleterConfig() DeleterConfig {
@@ -110,6 +116,9 @@ func (c ProberConfig) Validate() error {
 	}
 	if c.RegistryRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("registry_refresh: must be > 0, got %s", c.RegistryRefresh))
+	}
+	if c.DeletingGrace < MinDeletingGrace {
+		errs = append(errs, fmt.Errorf("deleting_grace: must be >= %s, got %s", MinDeletingGrace, c.DeletingGrace))
 	}
 	return errors.Join(errs...)
 }

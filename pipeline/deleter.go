@@ -20,6 +20,8 @@ type TargetResult struct {
 	PhysicalSkips map[string]int
 	// Resumed is true when an earlier delivery had already moved the location to DELETING.
 	Resumed bool
+	// StorageType is the location's storage type (KVCM's name), once its data was handled.
+	StorageType string
 	// KeyDeleted is true on the last target of a block whose key the CAD deleted
 	// (empty_block: delete): KVCM's key count still counts it.
 	KeyDeleted bool

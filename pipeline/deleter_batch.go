@@ -44,6 +44,9 @@ type reqTarget struct {
 	deleting []byte         // expected with the status DELETING: the bytes our CAS writes
 	loc      *kvcm.Location // the specs to unlink, once marked
 	err      error          // the transient error of a target done with OutcomeError
+	// stuck is a stuck-DELETING target: its expected bytes are DELETING already (no CAS), and
+	// its data is unlinked only where the name cannot have been reused.
+	stuck bool
 }
 
 // reqCell is one cell of a request with its targets in request order, and its bytes as last
@@ -139,6 +142,9 @@ func (p Protocol) newRequest(store meta.Store, instance string, targets []subjec
 		var err error
 		if t.deleting, err = kvcm.LocationWithStatus(t.expected, kvcm.StatusDeleting); err != nil {
 			t.finish(subjects.OutcomeNoopMismatch, fmt.Sprintf("expected bytes unusable: %v", err))
+		}
+		if t.stuck = tg.Reason == subjects.ReasonStuckDeleting; t.stuck && t.state == stateOpen && !bytes.Equal(t.deleting, t.expected) {
+			t.finish(subjects.OutcomeNoopMismatch, "a stuck_deleting target whose judged bytes are not DELETING")
 		}
 	}
 	return r
@@ -383,8 +389,9 @@ func (c *reqCell) judge() []byte {
 		case bytes.Equal(l.Raw, t.deleting):
 			t.loc = l
 			if stored, _ := c.val.find(t.res.Target.Location); stored != nil && bytes.Equal(stored.Raw, t.deleting) {
-				// Our DELETING from an earlier delivery: marked whatever the cell's CAS does.
-				t.state, t.res.Resumed = stateMarked, true
+				// Our DELETING from an earlier delivery, or (stuck_deleting) the DELETING that
+				// was judged, byte for byte: marked whatever the cell's CAS does.
+				t.state, t.res.Resumed = stateMarked, !t.stuck
 			} else {
 				t.state = stateRiding // a repeated target, marked by its first copy's CAS
 			}
@@ -534,9 +541,14 @@ func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*r
 	byBackend := map[string][]int{} // job indexes by storage name
 	var order []string
 	for _, t := range cleared {
+		t.res.StorageType = t.loc.Type.String()
 		blockRefs, known := refs[t.res.Target.Key]
 		for _, spec := range t.loc.Specs {
 			u, be, reason := physicalTarget(storages, spec.URI)
+			if t.stuck && reason == "" {
+				// Only data whose name cannot have been reused goes (stuck DELETING).
+				reason = stuckDataLeft(r.instance, t.res.Target.Key, spec, u, be)
+			}
 			if reason == "" && (!known || blockRefs == nil || blockRefs[dataRef{u.Host, u.Path}]) {
 				reason = PhysSkipReferenced
 			}
@@ -650,6 +662,10 @@ func (r *request) cad(ctx context.Context, cells []*reqCell) {
 				}
 			case errors.Is(werr, meta.ErrConflict) && attempt < r.p.config.CASRetries:
 				retry = append(retry, c)
+			case errors.Is(werr, meta.ErrDryRun):
+				// A stuck DELETING has no CAS: in dry-run its CAD is the first write refused
+				// (the storage refused its unlink too, DESIGN §8.8).
+				c.each(stateCleared, func(t *reqTarget) { t.finish(subjects.OutcomeWouldDelete, "dry-run: CAD refused by the store") })
 			default:
 				// A conflict storm, a changed layout or an outage: our DELETING stays, and
 				// the redelivery (or the next round) resumes from it.

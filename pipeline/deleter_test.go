@@ -241,3 +241,6 @@ func TestProtocolFinishedOverOurMarkKeepsData(t *testing.T) {
 	require.FileExists(t, p)
 	require.Equal(t, `{"a":`+string(serving)+`}`, f.get(1)["__uri__"])
 }
+
+func osMkdirAll(p string) error { return os.MkdirAll(p, 0o755) }
+func osWrite(p string) error    { return os.WriteFile(p, []byte("x"), 0o644) }

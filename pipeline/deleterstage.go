@@ -75,6 +75,12 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 		d.Metrics.DeleteResults.WithLabelValues(r.Outcome).Inc()
 		for reason, n := range r.PhysicalSkips {
 			d.Metrics.PhysicalSkips.WithLabelValues(reason).Add(float64(n))
+			if r.Target.Reason == subjects.ReasonStuckDeleting && r.StorageType != "" {
+				d.Metrics.StuckDataLeft.WithLabelValues(r.StorageType, reason).Add(float64(n))
+			}
+		}
+		if r.KeyDeleted {
+			d.Metrics.DeletedKeys.WithLabelValues(req.Instance).Inc()
 		}
 		if r.Outcome == subjects.OutcomeError {
 			d.Metrics.opError(StageDeleter, "delete")

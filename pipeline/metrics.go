@@ -4,12 +4,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // Closed label sets. Every value is pre-initialised so a dashboard sees zeros, not gaps.
 var (
-	candidateReasons = []string{subjects.ReasonOrphanWriting, subjects.ReasonStorageMissing}
+	candidateReasons = []string{subjects.ReasonOrphanWriting, subjects.ReasonStorageMissing, subjects.ReasonStuckDeleting}
 	deleteOutcomes   = []string{subjects.OutcomeDeleted, subjects.OutcomePartial, subjects.OutcomeNoopMismatch,
 		subjects.OutcomeNoopGone, subjects.OutcomeError, subjects.OutcomeWouldDelete}
 	stages = []string{StageScanner, StageProber, StageDeleter}
@@ -43,11 +44,19 @@ const (
 	SkipTombstone = "tombstone"
 	// SkipAmbiguousLayout: a block holding both __uri__ and L# fields (invariant 9).
 	SkipAmbiguousLayout = "ambiguous_layout"
+	// Rule 3 (stuck DELETING): the instance group is not in the registry; its
+	// delay_before_delete_ms + 1h exceeds deleting_grace; a first sight of the location
+	// (location layout: only a later round nominates it); the sight could not be recorded.
+	SkipDeletingGroup      = "deleting_group_unknown"
+	SkipDeletingLease      = "deleting_lease_too_long"
+	SkipDeletingFirstSeen  = "deleting_first_seen"
+	SkipDeletingUnobserved = "deleting_unobserved"
 )
 
 var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown, SkipGuardError, SkipCopyTarget,
 	SkipBadSpecURI, SkipStorageNotFound, SkipStorageTypeMismatch, SkipProbeShape, SkipProbeError, SkipExcludedType,
-	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout}
+	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout,
+	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved}
 
 // Reasons a physical delete was not done (kvcm_gc_physical_delete_skips_total).
 const (
@@ -61,10 +70,14 @@ const (
 	// at the moment of the unlink (or the block's other locations cannot all be read), so it
 	// is left in place (invariant 11).
 	PhysSkipReferenced = "referenced"
+	// PhysSkipReusable and PhysSkipNotPerBlock: stuck DELETING data left in place (see
+	// DataLeftReusable, DataLeftNotPerBlock).
+	PhysSkipReusable    = DataLeftReusable
+	PhysSkipNotPerBlock = DataLeftNotPerBlock
 )
 
 var physSkipReasons = []string{PhysSkipShared, PhysSkipUnsupported, PhysSkipDisabled, PhysSkipUnknownStorage,
-	PhysSkipBadURI, PhysSkipFailed, PhysSkipReferenced}
+	PhysSkipBadURI, PhysSkipFailed, PhysSkipReferenced, PhysSkipReusable, PhysSkipNotPerBlock}
 
 // Message results of a consumer (kvcm_gc_messages_total).
 const (
@@ -103,6 +116,8 @@ type Metrics struct {
 	PhysicalSkips   *prometheus.CounterVec
 	InflightDeletes prometheus.Gauge
 	InflightOldest  prometheus.Gauge
+	StuckDataLeft   *prometheus.CounterVec
+	DeletedKeys     *prometheus.CounterVec
 
 	OperationErrors *prometheus.CounterVec
 	Messages        *prometheus.CounterVec
@@ -139,6 +154,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		PhysicalSkips:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_physical_delete_skips_total", Help: "Spec URIs whose data was not unlinked, by reason."}, []string{"reason"}),
 		InflightDeletes: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_inflight_delete_requests", Help: "Delete requests being handled by this process."}),
 		InflightOldest:  f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_inflight_delete_oldest_age_seconds", Help: "Age of the oldest delete request in flight in this process (0: none)."}),
+		StuckDataLeft: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_stuck_deleting_data_left_total",
+			Help: "Spec URIs of collected stuck DELETING locations whose data was left in place (metadata only), by storage type and reason."}, []string{"storage_type", "reason"}),
+		DeletedKeys: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_deleted_keys_total",
+			Help: "Block keys the deleter deleted because their last location went (empty_block: delete); KVCM's key count still counts each."}, []string{"instance"}),
 
 		OperationErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_operation_errors_total", Help: "Failed operations, by stage and operation."}, []string{"stage", "op"}),
 		Messages:        f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total", Help: "Consumed messages by stage and disposition (ack, nak, term)."}, []string{"stage", "result"}),
@@ -154,6 +173,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range physSkipReasons {
 		m.PhysicalSkips.WithLabelValues(r)
+	}
+	for t := kvcm.TypeUnknown; t <= kvcm.TypeVineyard; t++ {
+		for _, r := range physSkipReasons {
+			m.StuckDataLeft.WithLabelValues(t.String(), r)
+		}
 	}
 	for _, s := range stages {
 		for _, r := range []string{MsgAck, MsgNak, MsgTerm} {

@@ -57,6 +57,11 @@ type Rules struct {
 	Guard guard.Guard
 	// ObserveProbe, when set, receives the latency of each MightExist chunk.
 	ObserveProbe func(t kvcm.StorageType, d time.Duration)
+	// GroupDelay returns an instance group's delay_before_delete_ms (rule 3; ok false: the
+	// group is not in the registry).
+	GroupDelay func(group string) (time.Duration, bool)
+	// Observer remembers the first sight of DELETING locations of the location layout (rule 3).
+	Observer DeletingObserver
 }
 
 // Judge applies the rules to a batch at time now. It never fails on data it cannot judge:
@@ -107,6 +112,10 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 				return
 			}
 			serving = append(serving, servingLoc{key: be.Key, loc: loc, layout: layout})
+		case kvcm.StatusDeleting:
+			if cfg.CollectDeleting && r.judgeDeleting(ctx, &b, be, loc, layout, now, &v) {
+				cands = append(cands, cand{be.Key, loc, layout, subjects.ReasonStuckDeleting})
+			}
 		}
 	}
 

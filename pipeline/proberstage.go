@@ -23,40 +23,61 @@ type Prober struct {
 	Registry       meta.RegistryReader // for the storage table
 	StorageOptions storage.Options     // local overrides, probe modes
 	Guard          guard.Guard
-	Publisher      Publisher
-	Events         *EventLog
-	Metrics        *Metrics
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// Observer remembers first sights of DELETING locations (collect_deleting).
+	Observer  DeletingObserver
+	Publisher Publisher
+	Events    *EventLog
+	Metrics   *Metrics
+	Logger    *slog.Logger
+	Now       func() time.Time
 
 	mu      sync.Mutex
 	set     *storage.StaticSet
 	tables  map[string]kvcm.StorageConfig
+	delays  map[string]time.Duration // delay_before_delete_ms by instance group
 	fetched time.Time
 }
 
-// storages returns the storage set, re-reading the registry at most every RegistryRefresh.
-func (p *Prober) storages(ctx context.Context) (*storage.StaticSet, map[string]kvcm.StorageConfig, error) {
+// registrySnapshot is what the prober takes from the registry.
+type registrySnapshot struct {
+	set    *storage.StaticSet
+	tables map[string]kvcm.StorageConfig
+	delays map[string]time.Duration
+}
+
+// groupDelay is Rules.GroupDelay on the snapshot.
+func (s registrySnapshot) groupDelay(group string) (time.Duration, bool) {
+	d, ok := s.delays[group]
+	return d, ok
+}
+
+// storages returns the registry snapshot, re-reading the registry at most every
+// RegistryRefresh.
+func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.set != nil && time.Since(p.fetched) < p.Config.RegistryRefresh {
-		return p.set, p.tables, nil
+		return registrySnapshot{p.set, p.tables, p.delays}, nil
 	}
 	reg, err := p.Registry.ReadRegistry(ctx)
 	if err != nil {
 		if p.set != nil {
 			// Keep judging with the last table; a stale table can only make storages unknown.
 			p.Logger.Warn("refresh registry; using the previous storage table", "err", err)
-			return p.set, p.tables, nil
+			return registrySnapshot{p.set, p.tables, p.delays}, nil
 		}
-		return nil, nil, fmt.Errorf("read registry: %w", err)
+		return registrySnapshot{}, fmt.Errorf("read registry: %w", err)
 	}
 	set, err := storage.NewSet(reg.Storages, p.StorageOptions)
 	if err != nil {
-		return nil, nil, fmt.Errorf("build storage set: %w", err)
+		return registrySnapshot{}, fmt.Errorf("build storage set: %w", err)
 	}
-	p.set, p.tables, p.fetched = set, reg.Storages, time.Now()
-	return set, reg.Storages, nil
+	delays := make(map[string]time.Duration, len(reg.Groups))
+	for name, g := range reg.Groups {
+		delays[name] = time.Duration(g.DelayBeforeDeleteMs) * time.Millisecond
+	}
+	p.set, p.tables, p.delays, p.fetched = set, reg.Storages, delays, time.Now()
+	return registrySnapshot{set, reg.Storages, delays}, nil
 }
 
 // Handle judges one batch message (a Handler).
@@ -73,7 +94,7 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	if inst != b.Instance || b.Cluster != p.Names.Cluster {
 		return fmt.Errorf("%w: batch for instance %q of cluster %q on subject %q", subjects.ErrPoison, b.Instance, b.Cluster, msg.Subject())
 	}
-	set, tables, err := p.storages(ctx)
+	snap, err := p.storages(ctx)
 	if err != nil {
 		p.Metrics.opError(StageProber, "registry")
 		return err
@@ -82,9 +103,9 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	if p.Now != nil {
 		now = p.Now
 	}
-	rules := Rules{Config: p.Config, Storages: set, Guard: p.Guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
+	rules := Rules{Config: p.Config, Storages: snap.set, Guard: p.Guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
 		p.Metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
-	}}
+	}, GroupDelay: snap.groupDelay, Observer: p.Observer}
 	v := rules.Judge(ctx, b, now())
 
 	var src subjects.Source
@@ -96,7 +117,7 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 		req := subjects.DeleteRequest{
 			V: subjects.SchemaVersion, Cluster: b.Cluster, Instance: b.Instance, Group: b.Group, Store: b.Store,
 			Round: b.Round, Source: src, JudgedAt: now().UnixMicro(), Targets: v.Targets,
-			Storages: storageInfos(v.Hosts, tables),
+			Storages: storageInfos(v.Hosts, snap.tables),
 		}
 		data, err := subjects.Encode(req)
 		if err != nil {

@@ -79,8 +79,10 @@ func TestTopology(t *testing.T) {
 	require.Equal(t, s.EventsMaxAge, top.Streams[2].MaxAge)
 	require.Equal(t, n.BatchFilter(), top.Consumers[n.BatchesStream()].FilterSubject)
 	require.Equal(t, n.DeleteFilter(), top.Consumers[n.DeletesStream()].FilterSubject)
-	require.Len(t, top.Buckets, 2)
+	require.Len(t, top.Buckets, 3)
 	require.Equal(t, s.LeaseTTL, top.Buckets[1].TTL)
+	require.Equal(t, n.ObservedBucket(), top.Buckets[2].Bucket)
+	require.Positive(t, top.Buckets[2].LimitMarkerTTL, "keys of the observations carry their own TTL")
 }
 
 func TestEnsure(t *testing.T) {
@@ -331,6 +333,6 @@ func TestEnsureConcurrent(t *testing.T) {
 	}
 	require.NoError(t, names.Err())
 	require.ElementsMatch(t, []string{
-		n.BatchesStream(), n.DeletesStream(), n.EventsStream(), "KV_" + n.StateBucket(), "KV_" + n.LeaseBucket(),
+		n.BatchesStream(), n.DeletesStream(), n.EventsStream(), "KV_" + n.StateBucket(), "KV_" + n.LeaseBucket(), "KV_" + n.ObservedBucket(),
 	}, got)
 }

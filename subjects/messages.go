@@ -10,6 +10,10 @@ const SchemaVersion = 1
 const (
 	ReasonOrphanWriting  = "orphan_writing"
 	ReasonStorageMissing = "storage_missing"
+	// ReasonStuckDeleting: a DELETING location left behind by a KVCM that crashed or was
+	// demoted mid-delete, DELETING with the same bytes for at least deleting_grace (opt-in,
+	// collect_deleting).
+	ReasonStuckDeleting = "stuck_deleting"
 )
 
 // Batch is the blocks of one instance in one maintenance scan page of its metadata store (or
@@ -84,7 +88,7 @@ type Target struct {
 	// or "legacy" (one member of __uri__), also when absent. The deleter's writes refuse a
 	// key that is no longer in it (DESIGN §8.9).
 	Layout   string  `json:"layout,omitempty"`
-	Reason   string  `json:"reason"`   // ReasonOrphanWriting | ReasonStorageMissing
+	Reason   string  `json:"reason"`   // ReasonOrphanWriting | ReasonStorageMissing | ReasonStuckDeleting
 	Expected RawText `json:"expected"` // the location's exact JSON value bytes as scanned
 }
 

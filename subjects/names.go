@@ -173,6 +173,10 @@ func (n Names) DeleterConsumer() string { return deleterConsumer }
 // "KVCMGC_<prefix>_<cluster>_STATE".
 func (n Names) StateBucket() string { return n.objectName("STATE") }
 
+// ObservedBucket is the KV bucket of the prober's observations: when a DELETING location of
+// the location layout was first seen with its bytes (keys expire on their own, per-key TTL).
+func (n Names) ObservedBucket() string { return n.objectName("OBSERVED") }
+
 // LeaseBucket is the KV bucket of the scanner leader lease, whose bucket-wide TTL is the lease
 // TTL: "KVCMGC_<prefix>_<cluster>_LEASE".
 func (n Names) LeaseBucket() string { return n.objectName("LEASE") }

@@ -181,6 +181,15 @@ func (n Names) Topology(s Settings) Topology {
 				Storage:     s.Storage,
 				Replicas:    s.Replicas,
 			},
+			{
+				Bucket:      n.ObservedBucket(),
+				Description: fmt.Sprintf("kvcm-gc prober observations (first sight of a DELETING location) of KVCM cluster %q", n.Cluster),
+				History:     1,
+				// Every key is written with its own TTL; expired keys leave no marker for long.
+				LimitMarkerTTL: time.Minute,
+				Storage:        s.Storage,
+				Replicas:       s.Replicas,
+			},
 		},
 	}
 }

@@ -14,3 +14,4 @@ nats consumer add KVCMGC_kvcmgc_kvcm-prod_BATCHES prober --config KVCMGC_kvcmgc_
 nats consumer add KVCMGC_kvcmgc_kvcm-prod_DELETES deleter --config KVCMGC_kvcmgc_kvcm-prod_DELETES.deleter.consumer.json
 nats kv add KVCMGC_kvcmgc_kvcm-prod_STATE --history 1 --storage file --replicas 3 --description 'kvcm-gc scanner checkpoint and schedule of KVCM cluster "kvcm-prod"'
 nats kv add KVCMGC_kvcmgc_kvcm-prod_LEASE --history 1 --storage file --replicas 3 --ttl 15s --description 'kvcm-gc scanner leader lease of KVCM cluster "kvcm-prod"'
+nats kv add KVCMGC_kvcmgc_kvcm-prod_OBSERVED --history 1 --storage file --replicas 3 --description 'kvcm-gc prober observations (first sight of a DELETING location) of KVCM cluster "kvcm-prod"'

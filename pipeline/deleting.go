@@ -1,0 +1,195 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Stuck DELETING (DESIGN §5.3, opt-in collect_deleting). KVCM's delete path is CAS to
+// DELETING, delay_before_delete_ms, the physical delete, then CAD, all in the leader's memory:
+// a crash or a demotion in between leaves the DELETING behind, and nothing retries it. A
+// DELETING location is collected once it has been DELETING, with the same bytes, for at least
+// deleting_grace, and its data only where its name cannot have been reused.
+
+// MinDeletingGrace is the smallest deleting_grace accepted.
+const MinDeletingGrace = time.Hour
+
+// deletingLeaseMargin is what a group's delay_before_delete_ms (KVCM's read lease for clients
+// that hold the URI of a location it is deleting) plus this may not exceed deleting_grace.
+const deletingLeaseMargin = time.Hour
+
+// Observation is when the prober first saw a DELETING location with given bytes.
+type Observation struct {
+	FirstUs int64  `json:"first_us"` // wall clock of the first sight, µs since the epoch
+	Round   uint64 `json:"round"`    // scan round of the batch that showed it first
+	// What was seen, for an operator reading the bucket.
+	Instance string `json:"instance"`
+	Key      int64  `json:"key,string"`
+	Location string `json:"location"`
+}
+
+// DeletingObserver remembers the first sight of DELETING locations of the location layout,
+// where nothing in Redis says when a location became DELETING (create_time is the write's
+// start and survives the CAS).
+type DeletingObserver interface {
+	// Observe returns the first sight of location id of block key with these exact bytes,
+	// recording o as the first when there is none yet.
+	Observe(ctx context.Context, instance string, key int64, id string, raw []byte, o Observation) (Observation, error)
+}
+
+// KVObserver is a DeletingObserver on a JetStream KV bucket whose keys each live TTL (a
+// location still DELETING after that is first seen anew: only conservative).
+type KVObserver struct {
+	KV  jetstream.KeyValue
+	TTL time.Duration
+}
+
+// observationKey names one (instance, block, location, bytes) in the bucket: a hash, so any
+// instance id or location id fits the bucket's key alphabet, and other bytes are another key.
+func observationKey(instance string, key int64, id string, raw []byte) string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(instance), []byte(strconv.FormatInt(key, 10)), []byte(id), raw} {
+		h.Write([]byte(strconv.Itoa(len(part))))
+		h.Write([]byte{':'})
+		h.Write(part)
+	}
+	return "deleting." + hex.EncodeToString(h.Sum(nil))
+}
+
+// Observe implements DeletingObserver: Create (only when absent), else the stored first sight.
+func (k KVObserver) Observe(ctx context.Context, instance string, key int64, id string, raw []byte, o Observation) (Observation, error) {
+	name := observationKey(instance, key, id, raw)
+	val, err := json.Marshal(o)
+	if err != nil {
+		return Observation{}, fmt.Errorf("encode observation: %w", err)
+	}
+	_, err = k.KV.Create(ctx, name, val, jetstream.KeyTTL(k.TTL))
+	if err == nil {
+		return o, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return Observation{}, fmt.Errorf("record first sight of DELETING %s/%d/%s: %w", instance, key, id, err)
+	}
+	e, err := k.KV.Get(ctx, name)
+	if err != nil {
+		return Observation{}, fmt.Errorf("read first sight of DELETING %s/%d/%s: %w", instance, key, id, err)
+	}
+	var got Observation
+	if err := json.Unmarshal(e.Value(), &got); err != nil {
+		return Observation{}, fmt.Errorf("decode first sight of DELETING %s/%d/%s: %w", instance, key, id, err)
+	}
+	return got, nil
+}
+
+// judgeDeleting is rule 3 (stuck DELETING) for a DELETING location of batch b. Every doubt
+// keeps: an unknown group or one whose read lease is too long for the grace, an age that
+// cannot be told, a first sight in this very round, an observation that cannot be recorded.
+func (r Rules) judgeDeleting(ctx context.Context, b *subjects.Batch, be *subjects.BlockEntry, loc *kvcm.Location, layout string, now time.Time, v *Verdict) bool {
+	cfg := r.Config
+	delay, ok := time.Duration(0), false
+	if r.GroupDelay != nil {
+		delay, ok = r.GroupDelay(b.Group)
+	}
+	if !ok {
+		v.skip(SkipDeletingGroup, 1)
+		return false
+	}
+	if delay+deletingLeaseMargin > cfg.DeletingGrace {
+		// KVCM's read lease of this group does not fit the grace: not collected.
+		v.skip(SkipDeletingLease, 1)
+		return false
+	}
+	var age time.Duration
+	if layout == subjects.LayoutLegacy {
+		// KVCM rewrites __lru_time__ with every write of the block, its CAS to DELETING
+		// included: now − __lru_time__ is a lower bound of the time DELETING.
+		if age, ok = kvcm.LegacyAge(loc, be.LRUTime, now); !ok {
+			v.skip(SkipAgeUnknown, 1)
+			return false
+		}
+	} else {
+		if r.Observer == nil {
+			v.skip(SkipDeletingUnobserved, 1)
+			return false
+		}
+		first, err := r.Observer.Observe(ctx, b.Instance, be.Key, loc.ID, loc.Raw,
+			Observation{FirstUs: now.UnixMicro(), Round: b.Round, Instance: b.Instance, Key: be.Key, Location: loc.ID})
+		if err != nil {
+			v.note(be.Key, loc.ID, SkipDeletingUnobserved, err.Error())
+			return false
+		}
+		if first.Round >= b.Round {
+			// Never on first sight: only a later round may nominate it.
+			v.skip(SkipDeletingFirstSeen, 1)
+			return false
+		}
+		if age, ok = ageSinceUs(first.FirstUs, now); !ok {
+			v.skip(SkipAgeUnknown, 1)
+			return false
+		}
+	}
+	return age >= cfg.DeletingGrace
+}
+
+// ageSinceUs is now − t for t in µs; ok is false for a time that is not positive or is in
+// the future.
+func ageSinceUs(t int64, now time.Time) (time.Duration, bool) {
+	n := now.UnixMicro()
+	if t <= 0 || n < t {
+		return 0, false
+	}
+	return time.Duration(n-t) * time.Microsecond, true
+}
+
+// Reasons the data of a stuck DELETING location is left in place (only its metadata goes),
+// the "reason" label of kvcm_gc_stuck_deleting_data_left_total.
+const (
+	// DataLeftReusable: the storage may reuse the object's name or address for other data
+	// (pace offsets after a free, mooncake keys, vcns_hf3fs, vineyard, unknown types).
+	DataLeftReusable = "reusable_storage"
+	// DataLeftShared: a file several blocks share (blkid, key_count_per_file > 1).
+	DataLeftShared = "shared"
+	// DataLeftNotPerBlock: a file or hf3fs object whose name is not KVCM's per-block name
+	// <instance>/<spec>/<hex block key>.
+	DataLeftNotPerBlock = "not_per_block_name"
+	// DataLeftReferenced: another location of the block names the same object at the unlink.
+	DataLeftReferenced = "referenced"
+	// DataLeftOther: the URI does not parse, or its storage is unknown.
+	DataLeftOther = "unknown_storage"
+)
+
+// stuckDataLeft says why the data behind spec uri u of a stuck DELETING location of block key
+// of instance must stay ("" when it may be unlinked): only a file or hf3fs object named per
+// block, which KVCM would name the same way for any write of this block and which it blocks
+// every rewrite of the block while this DELETING exists, so the name cannot have been reused.
+func stuckDataLeft(instance string, key int64, spec kvcm.Spec, u kvcm.DataURI, be storage.Backend) string {
+	if be == nil {
+		return DataLeftOther
+	}
+	switch be.Type() {
+	case kvcm.TypeFile, kvcm.TypeHF3FS:
+	default:
+		return DataLeftReusable
+	}
+	if u.Shared() || be.KeyCountPerFile() > 1 {
+		return DataLeftShared
+	}
+	name := "/" + instance + "/" + spec.Name + "/" + strconv.FormatUint(uint64(key), 16)
+	if !strings.HasSuffix(u.Path, name) {
+		return DataLeftNotPerBlock
+	}
+	return ""
+}
