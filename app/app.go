@@ -188,6 +188,13 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	if which.Deleter {
 		d := &pipeline.Deleter{Config: o.Deleter, Names: names, Stores: pool, StorageOptions: so, Events: events,
 			Metrics: m, Logger: log.With("stage", pipeline.StageDeleter)}
+		if o.EmptyBlock == meta.EmptyBlockDelete {
+			state, err := js.KeyValue(ctx, names.StateBucket())
+			if err != nil {
+				return fmt.Errorf("open state bucket: %w", err)
+			}
+			d.State = state
+		}
 		cons, err := js.Consumer(ctx, names.DeletesStream(), names.DeleterConsumer())
 		if err != nil {
 			return fmt.Errorf("open deleter consumer: %w", err)

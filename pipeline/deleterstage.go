@@ -2,9 +2,12 @@ package pipeline
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -23,8 +26,11 @@ type Deleter struct {
 	Stores         meta.StoreResolver
 	StorageOptions storage.Options // local overrides, dry-run
 	Events         *EventLog
-	Metrics        *Metrics
-	Logger         *slog.Logger
+	// State, when set, keeps the count of block keys deleted per instance (DeletedKeysKey),
+	// for status: KVCM's key count still counts each of them.
+	State   jetstream.KeyValue
+	Metrics *Metrics
+	Logger  *slog.Logger
 
 	mu       sync.Mutex
 	sets     map[string]*storage.StaticSet // by the request's storage table
@@ -71,6 +77,7 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 	results, delErr := proto.DeleteAll(ctx, store, set, req.Instance, req.Targets)
 
 	var fs []jetstream.PubAckFuture
+	keysDeleted := 0
 	for _, r := range results {
 		d.Metrics.DeleteResults.WithLabelValues(r.Outcome).Inc()
 		for reason, n := range r.PhysicalSkips {
@@ -81,6 +88,7 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 		if r.KeyDeleted {
 			d.Metrics.DeletedKeys.WithLabelValues(req.Instance).Inc()
+			keysDeleted++
 		}
 		if r.Outcome == subjects.OutcomeError {
 			d.Metrics.opError(StageDeleter, "delete")
@@ -98,6 +106,11 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 			fs = append(fs, d.Events.Emit(ctx, subjects.Event{Kind: subjects.EventDelete, Stage: StageDeleter, Instance: req.Instance,
 				Round: req.Round, Key: &key, Location: r.Target.Location, Reason: r.Target.Reason, Outcome: r.Outcome,
 				Detail: detail, Source: &src}))
+		}
+	}
+	if keysDeleted > 0 && d.State != nil {
+		if err := AddDeletedKeys(ctx, d.State, req.Instance, keysDeleted); err != nil {
+			d.Logger.Warn("count deleted keys", "instance", req.Instance, "err", err)
 		}
 	}
 	if d.Events != nil {
@@ -156,4 +169,60 @@ func (d *Deleter) track(seq uint64, start bool) {
 	} else {
 		d.Metrics.InflightOldest.Set(time.Since(oldest).Seconds())
 	}
+}
+
+// DeletedKeys is the value of DeletedKeysKey(instance) in the state bucket.
+type DeletedKeys struct {
+	Keys      uint64 `json:"keys"`
+	UpdatedUs int64  `json:"updated_us"`
+}
+
+// DeletedKeysKey is the state-bucket key counting the block keys of instance the deleter
+// deleted (empty_block: delete); the id is base64url, which any id fits into a bucket key.
+func DeletedKeysKey(instance string) string {
+	return "deleted_keys." + base64.RawURLEncoding.EncodeToString([]byte(instance))
+}
+
+// AddDeletedKeys adds n to the count of instance's deleted keys (by revision, retried with a
+// short random wait against concurrent deleters).
+func AddDeletedKeys(ctx context.Context, kv jetstream.KeyValue, instance string, n int) error {
+	key := DeletedKeysKey(instance)
+	var err error
+	for attempt := range 50 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("update %s: %w", key, ctx.Err())
+			case <-time.After(time.Duration(rand.Int64N(int64(5 * time.Millisecond)))):
+			}
+		}
+		var cur DeletedKeys
+		var rev uint64
+		e, gerr := kv.Get(ctx, key)
+		switch {
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		case gerr != nil:
+			return fmt.Errorf("read %s: %w", key, gerr)
+		default:
+			if jerr := json.Unmarshal(e.Value(), &cur); jerr != nil {
+				return fmt.Errorf("decode %s: %w", key, jerr)
+			}
+			rev = e.Revision()
+		}
+		cur.Keys += uint64(n)
+		cur.UpdatedUs = time.Now().UnixMicro()
+		val, _ := json.Marshal(cur)
+		if rev == 0 {
+			_, err = kv.Create(ctx, key, val)
+		} else {
+			_, err = kv.Update(ctx, key, val, rev)
+		}
+		if err == nil || !(errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("update %s: %w", key, err)
+	}
+	return nil
 }

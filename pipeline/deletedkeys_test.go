@@ -1,0 +1,39 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// TestAddDeletedKeys: concurrent deleters' counts of deleted keys add up, per instance.
+func TestAddDeletedKeys(t *testing.T) {
+	ctx := context.Background()
+	js := testenv.StartNATS(t).JetStream(t)
+	n, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
+	kv, err := js.KeyValue(ctx, n.StateBucket())
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 5 {
+				require.NoError(t, AddDeletedKeys(ctx, kv, "inst a.b", 2))
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, AddDeletedKeys(ctx, kv, "other", 1))
+	e, err := kv.Get(ctx, DeletedKeysKey("inst a.b"))
+	require.NoError(t, err)
+	var got DeletedKeys
+	require.NoError(t, json.Unmarshal(e.Value(), &got))
+	require.Equal(t, uint64(40), got.Keys)
+}
