@@ -58,6 +58,8 @@ func (g *gen) forcedForms() []blockForm {
 			blockForm{kinds: []string{KindMissingServing}, tier: true},
 			// ... and no other field: the collector leaves BP#prev_key = "".
 			blockForm{kinds: []string{KindMissingServing}, noPrevKey: true},
+			// ... a tier mark and no BP#prev_key: the mark keeps the key, nothing is added.
+			blockForm{kinds: []string{KindOrphanWriting}, noPrevKey: true, tier: true},
 			// Garbage beside live locations and a tier mark.
 			blockForm{kinds: []string{KindOrphanWriting, KindLiveServing}, tier: true},
 		)

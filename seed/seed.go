@@ -151,8 +151,9 @@ type Manifest struct {
 	// Layout is the layout seeded (legacy or location); a few keys may hold both (Ambiguous).
 	Layout    string   `json:"layout,omitempty"`
 	Instances []string `json:"instances"`
-	Blocks    int      `json:"blocks"`
-	Locations []Loc    `json:"locations"`
+	// Blocks counts the collected instances' block keys (the cached group's are in Skipped).
+	Blocks    int   `json:"blocks"`
+	Locations []Loc `json:"locations"`
 	// Corrupt keys hold a __uri__, or an L# value, that is not valid JSON (kept).
 	Corrupt []string `json:"corrupt_keys"`
 	BadKeys []string `json:"bad_keys"` // keys that are not canonical block keys (kept)
@@ -262,7 +263,7 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 	if sp.Progress != nil {
 		sp.Progress(g.total, g.total)
 	}
-	g.m.Blocks = g.total
+	g.m.Blocks = len(sp.Instances) * sp.Blocks // the collected instances' blocks
 	for _, l := range g.m.Locations {
 		g.m.Counts[l.Kind]++
 	}
