@@ -153,8 +153,8 @@ func (g *gen) legacyBlock(inst string, key int64) ([]any, []Loc) {
 			status, typ = 3, 2
 			uris = []string{fmt.Sprintf("mooncake://%s/?key=%s/tp0/%s&size=1024", StorageMooncake, inst, hex)}
 		}
-		// In a block written recently, only create_time can prove an orphan old enough: the
-		// block's __lru_time__ is a lower bound of every location's age.
+		// A newer KVCM's create_time on some orphans (on every one in a block written within
+		// the grace, which makes them live: see below).
 		if (kind == KindOrphanWriting || kind == KindSharedOrphan) && (youngBlock || g.rng.IntN(2) == 0) {
 			// A newer KVCM's create_time, older than the grace.
 			extra = fmt.Sprintf(`,"create_time":%d`, now.Add(-g.sp.Grace-3*time.Hour).UnixMicro())
@@ -163,6 +163,11 @@ func (g *gen) legacyBlock(inst string, key int64) ([]any, []Loc) {
 			extra += `,"x_future":{"a":[1,2,{"b":null}],"s":"<&>"}` // a member this GC does not know
 		}
 		loc.Garbage = isGarbage(kind)
+		if youngBlock && (kind == KindOrphanWriting || kind == KindSharedOrphan) {
+			// Its create_time is past the grace, but a legacy location is as young as its
+			// block's last write when that is later (kvcm.LegacyAge): live.
+			loc.Kind, loc.Garbage = KindRecentBlockWriting, false
+		}
 		if i > 0 {
 			b.WriteByte(',')
 		}

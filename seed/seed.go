@@ -95,6 +95,9 @@ const (
 	KindMooncake       = "mooncake_serving" // live: probe unknown
 	KindDeleting       = "deleting"         // live: someone else's DELETING, never touched
 	KindSharedOrphan   = "shared_orphan"    // garbage: orphan WRITING on a shared file (file must stay)
+	// KindRecentBlockWriting (legacy layout): live, a WRITING whose create_time is past the
+	// grace in a block whose __lru_time__ is not: its age is the younger of the two.
+	KindRecentBlockWriting = "recent_block_writing"
 
 	// Location layout only.
 	KindZeroCreateTime = "zero_create_time" // live: WRITING with create_time 0, data from before KVCM had it
