@@ -18,7 +18,7 @@ var locationTricky = append(append([]string(nil), legacyTricky...), KindZeroCrea
 type special uint8
 
 const (
-	plain special = iota
+	plain special = iota // locations and properties only
 	// tombstone: an empty-valued L# field, KVCM's tombstone of a location (written when its
 	// serializer meets a null entry). Reads skip it; the collector never judges or touches
 	// it.
@@ -94,7 +94,7 @@ func (g *gen) randomForm() blockForm {
 			return blockForm{kinds: []string{KindOrphanWriting}, special: upgradedEmptied}
 		}
 	}
-	f := blockForm{kinds: make([]string, g.sp.LocationsPerBlock)}
+	f := blockForm{kinds: make([]string, g.sp.LocationsPerBlock), special: plain}
 	for i := range f.kinds {
 		f.kinds[i] = g.pickKind(locationTricky)
 	}

@@ -41,8 +41,12 @@ type Report struct {
 
 func newReport(o Options, m *seed.Manifest, res result, vr seed.Report) Report {
 	g := res.Gathered
+	locations := 0 // of the collected instances (the skipped groups' are counted apart)
+	for _, c := range m.Layouts {
+		locations += c.Locations
+	}
 	return Report{
-		Instances: o.Instances, Blocks: o.Blocks, Layout: m.Layout, Locations: len(m.Locations), Garbage: len(m.Garbage()),
+		Instances: o.Instances, Blocks: o.Blocks, Layout: m.Layout, Locations: locations, Garbage: len(m.Garbage()),
 		BadKeys: len(m.BadKeys), Corrupt: len(m.Corrupt), ByLayout: m.LayoutLines(),
 		Round:       res.Round.Round,
 		KeysScanned: g.sum("kvcm_gc_scanned_keys_total"),
