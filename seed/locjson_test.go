@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -151,4 +152,41 @@ func TestLegacyMapIsKVCMBytes(t *testing.T) {
 			require.Equal(t, want, appendLegacyMap(nil, keys, locs))
 		})
 	}
+}
+
+// FuzzLocationJSON: whatever the strings and numbers, the writer's output is one location
+// that kvcm-gc's decoder (held to KVCM's reading) reads back as written.
+func FuzzLocationJSON(f *testing.F) {
+	f.Add("a1b2c3d4", "tp0", "file://nfs_01/p/\u0001\"\\&<>é\x7f?size=1", int32(2), uint8(4), int64(1716345600123456))
+	f.Add("x", "", "", int32(-1), uint8(255), int64(-9223372036854775808))
+	f.Fuzz(func(t *testing.T, id, name, uri string, status int32, typ uint8, ct int64) {
+		if !utf8.ValidString(id) || !utf8.ValidString(name) || !utf8.ValidString(uri) {
+			t.Skip("KVCM writes invalid UTF-8 raw; kvcm-gc's decoder need not read it")
+		}
+		l := locationJSON{ID: id, Status: status, Type: typ, SpecSize: 1, CreateTime: ct, Specs: []kvcm.Spec{{Name: name, URI: uri}}}
+		raw := l.bytes()
+		require.True(t, json.Valid(raw), "%q", raw)
+		loc, err := kvcm.DecodeLocation(id, raw)
+		require.NoError(t, err, "%q", raw)
+		require.Equal(t, raw, loc.Raw)
+		require.Equal(t, id, loc.InnerID)
+		require.Equal(t, kvcm.Status(status), loc.Status)
+		require.Equal(t, kvcm.StorageType(typ), loc.Type)
+		require.Equal(t, ct, loc.CreateTimeUs)
+		require.True(t, loc.HasCreateTime)
+		if loc.Err == nil {
+			require.Equal(t, l.Specs, loc.Specs)
+		}
+		// encoding/json reads the same strings (it differs only in how it writes them).
+		var std struct {
+			ID    string `json:"id"`
+			Specs []struct {
+				Name, URI string
+			} `json:"location_specs"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &std))
+		require.Equal(t, id, std.ID)
+		require.Equal(t, name, std.Specs[0].Name)
+		require.Equal(t, uri, std.Specs[0].URI)
+	})
 }
