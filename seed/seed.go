@@ -2,11 +2,14 @@
 // (storages, groups, instances) and block hashes — with a known mix of garbage and live
 // locations and real files under an NFS-like root, and returns a manifest of what is garbage
 // so a collection run can be verified byte for byte.
+//
+// It writes either block layout (DESIGN.md §2): the location layout of today's KVCM, one hash
+// field L#<location id> per location beside BP#prev_key and tier marks, or the legacy layout
+// of KVCM f6aa2b2, one __uri__ map beside __lru_time__.
 package seed
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,14 +29,35 @@ const (
 	StorageNFS      = "nfs_01"     // file, key_count_per_file 1: files unlinked on delete
 	StorageShared   = "nfs_shared" // file, key_count_per_file 8: files shared, never unlinked
 	StorageMooncake = "mc_01"      // mooncake: no client here, always unknown
-	GroupRedis      = "group_redis"
-	GroupLocal      = "group_local" // on KVCM's in-process store: skipped by the GC
+	// Location layout only (KVCM f6aa2b2 knows neither type).
+	StorageDummy    = "dummy_01"    // dummy (type 6): no data at all
+	StorageVineyard = "vineyard_01" // vineyard (type 7)
+
+	GroupRedis = "group_redis"
+	GroupLocal = "group_local" // on KVCM's in-process store: skipped by the GC
+	// GroupCached (location layout only) is on KVCM's cached store: Redis is a write-behind
+	// copy of KVCM's memory there, not the truth, so the GC must skip it although its
+	// instance's keys sit in the same Redis and look like garbage.
+	GroupCached = "group_cached"
+
+	// InstanceLocal and InstanceCached are the instances of the skipped groups.
+	InstanceLocal  = "local_inst"
+	InstanceCached = "cached_inst"
 )
 
 // Spec describes the deployment to generate.
 type Spec struct {
 	Cluster string
-	// Instances are the instance ids of the redis group (default inst0..instN-1).
+	// Layout is the block layout written: kvcm.LayoutLocation (today's KVCM) or
+	// kvcm.LayoutLegacy (KVCM f6aa2b2). The zero value writes the legacy layout, the only
+	// one seed wrote before it knew two, so its callers keep their keyspace; the seed command
+	// and the demo default to the location layout.
+	Layout kvcm.Layout
+	// Ambiguous, in the legacy layout, turns a few blocks into upgraded ones: today's KVCM
+	// wrote an L# field beside the legacy __uri__ (DESIGN.md §8 invariant 9: nothing in them
+	// may be judged or written). The location layout always has some.
+	Ambiguous bool
+	// Instances are the instance ids of the redis group (default inst0..inst2).
 	Instances []string
 	// Blocks per instance.
 	Blocks int
@@ -72,27 +95,82 @@ const (
 	KindMooncake       = "mooncake_serving" // live: probe unknown
 	KindDeleting       = "deleting"         // live: someone else's DELETING, never touched
 	KindSharedOrphan   = "shared_orphan"    // garbage: orphan WRITING on a shared file (file must stay)
+	// KindRecentBlockWriting (legacy layout): live, a WRITING whose create_time is past the
+	// grace in a block whose __lru_time__ is not: its age is the younger of the two.
+	KindRecentBlockWriting = "recent_block_writing"
+
+	// Location layout only.
+	KindZeroCreateTime = "zero_create_time" // live: WRITING with create_time 0, data from before KVCM had it
+	KindDummy          = "dummy_serving"    // live: SERVING of type 6 (dummy), no data
+	KindVineyard       = "vineyard_serving" // live: SERVING of type 7 (vineyard), no data here
+	KindEventReport    = "event_report"     // live: SERVING of an EventReport type (8 and up), file missing
+	// KindAmbiguous is any location of a key holding both layouts (an upgraded block), in
+	// __uri__ or in an L# field, whatever it looks like: live, as nothing in such a key may be
+	// judged.
+	KindAmbiguous = "ambiguous"
+	// KindCachedStore is any location of the cached group's instance: live, although it
+	// looks like garbage (orphan WRITING, SERVING with missing data).
+	KindCachedStore = "cached_store"
 )
 
 // Loc is one generated location.
 type Loc struct {
-	Instance string   `json:"instance"`
-	Key      int64    `json:"key,string"`
-	Location string   `json:"location"`
-	Kind     string   `json:"kind"`
-	Garbage  bool     `json:"garbage"`
-	Files    []string `json:"files,omitempty"` // local paths of its data
+	Instance string `json:"instance"`
+	Key      int64  `json:"key,string"`
+	Location string `json:"location"`
+	Kind     string `json:"kind"`
+	Garbage  bool   `json:"garbage"`
+	// Layout is its key's layout as the collector sees it: legacy, location or ambiguous.
+	Layout string `json:"layout,omitempty"`
+	// Field is the hash field holding it: __uri__ or L#<location>.
+	Field string   `json:"field,omitempty"`
+	Files []string `json:"files,omitempty"` // local paths of its data
+}
+
+// FieldName is the hash field holding the location (__uri__ for manifests without fields).
+func (l Loc) FieldName() string {
+	if l.Field == "" {
+		return kvcm.FieldURI
+	}
+	return l.Field
+}
+
+// Shared reports whether the location's files are shared with other blocks (never unlinked).
+func (l Loc) Shared() bool { return l.Kind == KindSharedOrphan || l.Kind == KindSharedServing }
+
+// LayoutCount is what the keys of one layout hold.
+type LayoutCount struct {
+	Keys      int `json:"keys"`
+	Locations int `json:"locations"`
+	Garbage   int `json:"garbage"`
+	// AllGarbage keys lose every location: the collector leaves them in KVCM's "exists, no
+	// location" form (empty_block: keep) or deletes them (delete).
+	AllGarbage int `json:"all_garbage_keys"`
 }
 
 // Manifest is what was generated.
 type Manifest struct {
-	Cluster   string         `json:"cluster"`
-	Instances []string       `json:"instances"`
-	Blocks    int            `json:"blocks"`
-	Locations []Loc          `json:"locations"`
-	Corrupt   []string       `json:"corrupt_keys"` // keys whose __uri__ is not valid JSON (kept)
-	BadKeys   []string       `json:"bad_keys"`     // keys that are not canonical block keys (kept)
-	Counts    map[string]int `json:"counts"`
+	Cluster string `json:"cluster"`
+	// Layout is the layout seeded (legacy or location); a few keys may hold both (Ambiguous).
+	Layout    string   `json:"layout,omitempty"`
+	Instances []string `json:"instances"`
+	// Blocks counts the collected instances' block keys (the cached group's are in Skipped).
+	Blocks    int   `json:"blocks"`
+	Locations []Loc `json:"locations"`
+	// Corrupt keys hold a __uri__, or an L# value, that is not valid JSON (kept).
+	Corrupt []string `json:"corrupt_keys"`
+	BadKeys []string `json:"bad_keys"` // keys that are not canonical block keys (kept)
+	// Ambiguous keys hold both __uri__ and L# fields (kept byte for byte).
+	Ambiguous []string `json:"ambiguous_keys,omitempty"`
+	// Tombstones are keys with an empty-valued L# field, KVCM's tombstone (never touched).
+	Tombstones []string `json:"tombstone_keys,omitempty"`
+	// TierMarked keys carry __mig_tier_target__ and __mig_tier_deadline_ms__ (kept).
+	TierMarked []string `json:"tier_marked_keys,omitempty"`
+	// Layouts counts the collected instances' block keys by layout.
+	Layouts map[string]LayoutCount `json:"layouts,omitempty"`
+	// Skipped counts the block keys of groups the collector must skip, by group.
+	Skipped map[string]LayoutCount `json:"skipped_groups,omitempty"`
+	Counts  map[string]int         `json:"counts"`
 }
 
 // Garbage returns the garbage locations.
@@ -106,10 +184,26 @@ func (m *Manifest) Garbage() []Loc {
 	return out
 }
 
+// Tier-mark fields of the location layout (KVCM #209): a Mark steering the block's next write
+// to another tier. kvcm-gc never writes them.
+const (
+	FieldTierTarget   = "__mig_tier_target__"
+	FieldTierDeadline = "__mig_tier_deadline_ms__"
+	// FieldLegacyPrevKey is the legacy layout's BP#prev_key.
+	FieldLegacyPrevKey = "_prev_key_"
+)
+
 // Generate writes the deployment. Existing keys of the same names are overwritten.
 func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifest, error) {
 	if sp.Cluster == "" {
 		return nil, errors.New("seed: cluster name is empty")
+	}
+	switch sp.Layout {
+	case kvcm.LayoutNone:
+		sp.Layout = kvcm.LayoutLegacy
+	case kvcm.LayoutLegacy, kvcm.LayoutLocation:
+	default:
+		return nil, fmt.Errorf("seed: cannot write layout %s", sp.Layout)
 	}
 	if sp.LocationsPerBlock <= 0 {
 		sp.LocationsPerBlock = 2
@@ -132,61 +226,47 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 			}
 		}
 	}
-	g := &gen{sp: sp, rng: rand.New(rand.NewPCG(sp.Seed, sp.Seed^0x9e3779b97f4a7c15)), nfsRoot: nfsRoot, sharedRoot: sharedRoot,
-		m: &Manifest{Cluster: sp.Cluster, Instances: sp.Instances, Counts: map[string]int{}}}
+	g := &gen{sp: sp, rng: rand.New(rand.NewPCG(sp.Seed, sp.Seed^0x9e3779b97f4a7c15)),
+		// The draws of the options come from a stream of their own, so that a legacy
+		// keyspace without them stays what it was for the same seed.
+		extra:   rand.New(rand.NewPCG(sp.Seed^0x5bd1e9955bd1e995, sp.Seed)),
+		nfsRoot: nfsRoot, sharedRoot: sharedRoot,
+		m: &Manifest{Cluster: sp.Cluster, Layout: sp.Layout.String(), Instances: sp.Instances, Counts: map[string]int{},
+			Layouts: map[string]LayoutCount{}}}
 	if err := g.registry(ctx, rdb); err != nil {
 		return nil, err
 	}
 	g.files = newFileWriter(fileWriters)
 	// Every file exists when Generate returns, whatever the outcome.
 	defer g.files.close()
-	total := len(sp.Instances) * sp.Blocks
-	done := 0
-	pipe := rdb.Pipeline()
-	flush := func() error {
-		if pipe.Len() == 0 {
-			return nil
-		}
-		_, err := pipe.Exec(ctx)
-		return err
-	}
+	g.pipe = rdb.Pipeline()
+	g.total = len(sp.Instances) * sp.Blocks
 	for _, inst := range sp.Instances {
-		used := map[int64]bool{}
-		for i := 0; i < sp.Blocks; i++ {
-			key := g.blockKey(used)
-			fields, err := g.block(inst, key)
-			if err != nil {
-				return nil, err
-			}
-			pipe.HSet(ctx, kvcm.BlockKey(inst, key), fields...)
-			done++
-			if pipe.Len() >= 512 {
-				if err := flush(); err != nil {
-					return nil, fmt.Errorf("seed: write blocks: %w", err)
-				}
-				if sp.Progress != nil {
-					sp.Progress(done, total)
-				}
-			}
+		var err error
+		if sp.Layout == kvcm.LayoutLocation {
+			err = g.locationInstance(ctx, inst)
+		} else {
+			err = g.legacyInstance(ctx, inst)
 		}
-		// A metadata hash and keys that are not canonical block keys: never touched.
-		pipe.HSet(ctx, "kvcache:instance_"+inst+":metadata", "__key_count__", strconv.Itoa(sp.Blocks))
-		for _, bad := range []string{"abc", "05", "+7"} {
-			k := kvcm.KeyPrefix(inst) + bad
-			pipe.HSet(ctx, k, "__uri__", "{}", "__lru_time__", "1")
-			g.m.BadKeys = append(g.m.BadKeys, k)
+		if err != nil {
+			return nil, err
 		}
 	}
-	if err := flush(); err != nil {
-		return nil, fmt.Errorf("seed: write blocks: %w", err)
+	if sp.Layout == kvcm.LayoutLocation {
+		if err := g.cachedInstance(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := g.flush(ctx); err != nil {
+		return nil, err
 	}
 	if err := g.files.close(); err != nil {
 		return nil, err
 	}
 	if sp.Progress != nil {
-		sp.Progress(total, total)
+		sp.Progress(g.total, g.total)
 	}
-	g.m.Blocks = total
+	g.m.Blocks = len(sp.Instances) * sp.Blocks // the collected instances' blocks
 	for _, l := range g.m.Locations {
 		g.m.Counts[l.Kind]++
 	}
@@ -196,18 +276,81 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 
 type gen struct {
 	sp                  Spec
-	rng                 *rand.Rand
+	rng, extra          *rand.Rand
 	nfsRoot, sharedRoot string
 	m                   *Manifest
 	files               *fileWriter
+
+	pipe        redis.Pipeliner
+	done, total int
+}
+
+// hset queues one block's fields and flushes every 512 blocks.
+func (g *gen) hset(ctx context.Context, key string, fields []any) error {
+	g.pipe.HSet(ctx, key, fields...)
+	g.done++
+	if g.pipe.Len() < 512 {
+		return nil
+	}
+	if err := g.flush(ctx); err != nil {
+		return err
+	}
+	if g.sp.Progress != nil {
+		g.sp.Progress(min(g.done, g.total), g.total)
+	}
+	return nil
+}
+
+func (g *gen) flush(ctx context.Context) error {
+	if g.pipe.Len() == 0 {
+		return nil
+	}
+	if _, err := g.pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("seed: write blocks: %w", err)
+	}
+	return nil
+}
+
+// record adds a block's locations to the manifest and counts the key under its layout (or
+// its skipped group), and queues its files.
+func (g *gen) record(counts map[string]LayoutCount, class string, locs []Loc) error {
+	c := counts[class]
+	c.Keys++
+	garbage := 0
+	for i := range locs {
+		if locs[i].Garbage {
+			garbage++
+		}
+		if g.sp.NoFiles {
+			locs[i].Files = nil
+		}
+		for _, f := range locs[i].Files {
+			if err := g.files.write(f); err != nil {
+				return err
+			}
+		}
+	}
+	c.Locations += len(locs)
+	c.Garbage += garbage
+	if garbage > 0 && garbage == len(locs) {
+		c.AllGarbage++
+	}
+	counts[class] = c
+	g.m.Locations = append(g.m.Locations, locs...)
+	return nil
 }
 
 func (g *gen) registry(ctx context.Context, rdb redis.UniversalClient) error {
 	p := "kvcache_registry:" + g.sp.Cluster + ":"
+	location := g.sp.Layout == kvcm.LayoutLocation
 	storages := map[string]any{
 		StorageNFS:      fmt.Sprintf(`{"type":"file","is_available":true,"global_unique_name":%q,"storage_spec":{"root_path":%q,"key_count_per_file":1}}`, StorageNFS, g.nfsRoot),
 		StorageShared:   fmt.Sprintf(`{"type":"file","is_available":true,"global_unique_name":%q,"storage_spec":{"root_path":%q,"key_count_per_file":8}}`, StorageShared, g.sharedRoot),
 		StorageMooncake: fmt.Sprintf(`{"type":"mooncake","is_available":true,"global_unique_name":%q,"storage_spec":{"local_hostname":"h","metadata_connstring":"x","protocol":"tcp","rdma_device":"","master_server_entry":"m"}}`, StorageMooncake),
+	}
+	if location {
+		storages[StorageDummy] = fmt.Sprintf(`{"type":"dummy","is_available":true,"global_unique_name":%q,"storage_spec":{}}`, StorageDummy)
+		storages[StorageVineyard] = fmt.Sprintf(`{"type":"vineyard","is_available":true,"global_unique_name":%q,"storage_spec":{}}`, StorageVineyard)
 	}
 	// The quota section repeats "storage_type" (string, then number) as KVCM writes it, and
 	// max_key_count is 2^64-1.
@@ -223,6 +366,10 @@ func (g *gen) registry(ctx context.Context, rdb redis.UniversalClient) error {
 		GroupRedis: group(GroupRedis, "redis", g.sp.MetaURI),
 		GroupLocal: group(GroupLocal, "local", "file:///var/kvcm/meta"),
 	}
+	if location {
+		// cached mode takes its persistent side from a parameter of the same URI.
+		groups[GroupCached] = group(GroupCached, "cached", withParam(g.sp.MetaURI, "persistent_type=redis"))
+	}
 	info := func(id, grp string) string {
 		return fmt.Sprintf(`{"quota_group_name":"q","instance_group_name":%q,"instance_id":%q,"block_size":16,"location_spec_infos":[{"name":"tp0","size":1024},{"name":"tp1","size":1024}],`+
 			`"model_deployment":{"model_name":"m","dtype":"fp16","use_mla":false,"tp_size":2,"dp_size":1,"lora_name":"","pp_size":1,"extra":"","user_data":""},"location_spec_groups":[{"name":"g","spec_names":["tp0","tp1"]}]}`, grp, id)
@@ -236,13 +383,25 @@ func (g *gen) registry(ctx context.Context, rdb redis.UniversalClient) error {
 		idx[id] = id
 		pipe.HSet(ctx, p+id, id, info(id, GroupRedis))
 	}
-	idx["local_inst"] = "local_inst"
-	pipe.HSet(ctx, p+"local_inst", "local_inst", info("local_inst", GroupLocal))
+	idx[InstanceLocal] = InstanceLocal
+	pipe.HSet(ctx, p+InstanceLocal, InstanceLocal, info(InstanceLocal, GroupLocal))
+	if location {
+		idx[InstanceCached] = InstanceCached
+		pipe.HSet(ctx, p+InstanceCached, InstanceCached, info(InstanceCached, GroupCached))
+	}
 	pipe.HSet(ctx, p+"instance", idx)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("seed: write registry: %w", err)
 	}
 	return nil
+}
+
+// withParam adds a query parameter to a KVCM-style URI.
+func withParam(uri, param string) string {
+	if strings.Contains(uri, "?") {
+		return uri + "&" + param
+	}
+	return uri + "?" + param
 }
 
 func (g *gen) blockKey(used map[int64]bool) int64 {
@@ -257,6 +416,7 @@ func (g *gen) blockKey(used map[int64]bool) int64 {
 
 const idChars = "abcdefghijklmnopqrstuvwxyz0123456789"
 
+// locID draws a location id as KVCM's GenerateRandomString(8) makes them.
 func (g *gen) locID() string {
 	var b [8]byte
 	for i := range b {
@@ -265,8 +425,8 @@ func (g *gen) locID() string {
 	return string(b[:])
 }
 
-// pickKind draws the kind of one location.
-func (g *gen) pickKind() string {
+// pickKind draws the kind of one location among the garbage kinds and the tricky live ones.
+func (g *gen) pickKind(tricky []string) string {
 	x := g.rng.Float64()
 	switch {
 	case x < g.sp.GarbageFraction/2:
@@ -277,198 +437,15 @@ func (g *gen) pickKind() string {
 		}
 		return KindMissingServing
 	case x < g.sp.GarbageFraction+g.sp.TrickyFraction:
-		tricky := []string{KindYoungWriting, KindFutureWriting, KindSharedServing, KindUnknownType, KindMooncake, KindDeleting}
 		return tricky[g.rng.IntN(len(tricky))]
 	default:
 		return KindLiveServing
 	}
 }
 
-// block returns the hash fields of one block and records its locations.
-func (g *gen) block(inst string, key int64) ([]any, error) {
-	now := g.sp.Now
-	// A small share of blocks is corrupt: KVCM cannot parse them, the GC must keep them.
-	if g.sp.TrickyFraction > 0 && g.rng.Float64() < g.sp.TrickyFraction/20 {
-		k := kvcm.BlockKey(inst, key)
-		g.m.Corrupt = append(g.m.Corrupt, k)
-		return []any{"__uri__", `{"abc":{"id":"abc","status":2,`, "__lru_time__", strconv.FormatInt(now.Add(-72*time.Hour).UnixMicro(), 10)}, nil
-	}
-	kinds := make([]string, g.sp.LocationsPerBlock)
-	for i := range kinds {
-		kinds[i] = g.pickKind()
-	}
-	// __lru_time__ is the last write of the block: old enough for orphans unless a location
-	// needs a younger block.
-	lru := now.Add(-g.sp.Grace - 2*time.Hour)
-	youngBlock := false
-	for _, k := range kinds {
-		if k == KindYoungWriting {
-			lru, youngBlock = now.Add(-g.sp.Grace+time.Hour), true
-		}
-	}
-	var b strings.Builder
-	b.WriteByte('{')
-	hex := strconv.FormatUint(uint64(key), 16)
-	for i, kind := range kinds {
-		id := g.locID()
-		loc := Loc{Instance: inst, Key: key, Location: id, Kind: kind}
-		var status, typ int
-		var uris []string
-		extra := ""
-		switch kind {
-		case KindOrphanWriting, KindMissingServing, KindLiveServing, KindYoungWriting, KindFutureWriting, KindDeleting, KindUnknownType:
-			status = map[string]int{KindOrphanWriting: 2, KindMissingServing: 3, KindLiveServing: 3, KindYoungWriting: 2,
-				KindFutureWriting: 2, KindDeleting: 4, KindUnknownType: 3}[kind]
-			typ = 4
-			for s := 0; s < 2; s++ {
-				name := fmt.Sprintf("%s/tp%d/%s_%s", inst, s, hex, id)
-				path := g.nfsRoot + name
-				// '&' in the query stays raw: KVCM's rapidjson does not escape it.
-				uris = append(uris, fmt.Sprintf("file://%s%s?blkid=0&size=1024", StorageNFS, path))
-				exists := kind != KindMissingServing && kind != KindUnknownType
-				if kind == KindMissingServing && s == 0 {
-					exists = true // one spec present, one missing: still garbage
-				}
-				if exists {
-					loc.Files = append(loc.Files, path)
-				}
-			}
-			// blkid=0 with key_count_per_file 1 is how KVCM writes a single-key file; the
-			// collector treats any blkid as shared, so these use a separate, unshared form.
-			for j := range uris {
-				uris[j] = strings.Replace(uris[j], "?blkid=0&size=1024", "?size=1024", 1)
-			}
-			if kind == KindUnknownType {
-				typ = 9
-			}
-			if kind == KindFutureWriting {
-				extra = fmt.Sprintf(`,"create_time":%d`, now.Add(48*time.Hour).UnixMicro())
-			}
-		case KindSharedServing, KindSharedOrphan:
-			status = 3
-			if kind == KindSharedOrphan {
-				status = 2
-			}
-			typ = 4
-			path := fmt.Sprintf("%s%s/tp0/%s_%016x", g.sharedRoot, inst, hex, g.rng.Uint64())
-			uris = []string{fmt.Sprintf("file://%s%s?blkid=%d&size=1024", StorageShared, path, g.rng.IntN(8))}
-			loc.Files = []string{path} // exists for both: a shared file is never unlinked
-		case KindMooncake:
-			status, typ = 3, 2
-			uris = []string{fmt.Sprintf("mooncake://%s/?key=%s/tp0/%s&size=1024", StorageMooncake, inst, hex)}
-		}
-		// In a block written recently, only create_time can prove an orphan old enough: the
-		// block's __lru_time__ is a lower bound of every location's age.
-		if (kind == KindOrphanWriting || kind == KindSharedOrphan) && (youngBlock || g.rng.IntN(2) == 0) {
-			// A newer KVCM's create_time, older than the grace.
-			extra = fmt.Sprintf(`,"create_time":%d`, now.Add(-g.sp.Grace-3*time.Hour).UnixMicro())
-		}
-		if g.rng.IntN(4) == 0 {
-			extra += `,"x_future":{"a":[1,2,{"b":null}],"s":"<&>"}` // a member this GC does not know
-		}
-		loc.Garbage = kind == KindOrphanWriting || kind == KindMissingServing || kind == KindSharedOrphan
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		specs := make([]string, len(uris))
-		for s, u := range uris {
-			uj, _ := json.Marshal(u)
-			specs[s] = fmt.Sprintf(`{"name":"tp%d","uri":%s}`, s, strings.ReplaceAll(string(uj), `\u0026`, "&"))
-		}
-		fmt.Fprintf(&b, `%q:{"id":%q,"status":%d,"type":%d,"spec_size":%d,"location_specs":[%s]%s}`,
-			id, id, status, typ, len(specs), strings.Join(specs, ","), extra)
-		if !g.sp.NoFiles {
-			for _, f := range loc.Files {
-				if err := g.files.write(f); err != nil {
-					return nil, err
-				}
-			}
-		} else {
-			loc.Files = nil
-		}
-		g.m.Locations = append(g.m.Locations, loc)
-	}
-	b.WriteByte('}')
-	fields := []any{"__uri__", b.String(), "__lru_time__", strconv.FormatInt(lru.UnixMicro(), 10)}
-	return fields, nil
+// isGarbage reports whether a location of kind, in a key the collector judges, is garbage.
+func isGarbage(kind string) bool {
+	return kind == KindOrphanWriting || kind == KindMissingServing || kind == KindSharedOrphan
 }
 
-// fileWriters is the number of goroutines creating data files. Creating a file is a few
-// system calls that mostly wait on the file system; a few at once fill a small machine's
-// cores while the generator builds the next blocks.
-const fileWriters = 4
-
-// fileWriter creates data files in the background; the first error is kept and returned by
-// every later write and by close.
-type fileWriter struct {
-	paths chan string
-	wg    sync.WaitGroup
-	once  sync.Once
-
-	mu   sync.Mutex
-	err  error
-	dirs map[string]bool // directories known to exist
-}
-
-func newFileWriter(n int) *fileWriter {
-	w := &fileWriter{paths: make(chan string, 1024), dirs: map[string]bool{}}
-	for range n {
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			for p := range w.paths {
-				if w.failed() != nil {
-					continue
-				}
-				if err := w.create(p); err != nil {
-					w.mu.Lock()
-					if w.err == nil {
-						w.err = err
-					}
-					w.mu.Unlock()
-				}
-			}
-		}()
-	}
-	return w
-}
-
-func (w *fileWriter) failed() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
-
-func (w *fileWriter) write(path string) error {
-	if err := w.failed(); err != nil {
-		return err
-	}
-	w.paths <- path
-	return nil
-}
-
-// close waits for every queued file; it may be called more than once.
-func (w *fileWriter) close() error {
-	w.once.Do(func() { close(w.paths) })
-	w.wg.Wait()
-	return w.failed()
-}
-
-func (w *fileWriter) create(path string) error {
-	dir := filepath.Dir(path)
-	w.mu.Lock()
-	known := w.dirs[dir]
-	w.mu.Unlock()
-	if !known {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("seed: %w", err)
-		}
-		w.mu.Lock()
-		w.dirs[dir] = true
-		w.mu.Unlock()
-	}
-	if err := os.WriteFile(path, []byte("kv"), 0o644); err != nil {
-		return fmt.Errorf("seed: %w", err)
-	}
-	return nil
-}
+func us(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,6 +46,27 @@ func Take(ctx context.Context, rdb redis.UniversalClient, pattern string) (Snaps
 	}
 }
 
+// The collector's empty_block settings: what becomes of a block whose last location it
+// removes.
+const (
+	// EmptyKeep leaves the key in a form KVCM reads as "exists, no location", so KVCM's key
+	// count stays equal to the keys in Redis (DESIGN.md §8 invariant 10): legacy, __uri__ =
+	// {} beside the untouched __lru_time__ and _prev_key_; location layout, the key's other
+	// fields (BP#prev_key, tier marks), or BP#prev_key = "" where none would remain.
+	EmptyKeep = "keep"
+	// EmptyDelete DELs the key.
+	EmptyDelete = "delete"
+)
+
+// VerifyOptions steer VerifyWith.
+type VerifyOptions struct {
+	// Pattern selects the keys compared (default "*": every key).
+	Pattern string
+	// EmptyBlock is the collector's empty_block setting: EmptyKeep (the default) or
+	// EmptyDelete.
+	EmptyBlock string
+}
+
 // Report is the outcome of a verification.
 type Report struct {
 	GarbageLocations int `json:"garbage_locations"`
@@ -57,6 +79,24 @@ type Report struct {
 	GarbageFilesGone int `json:"garbage_files_gone"`
 	LiveFilesPresent int `json:"live_files_present"`
 	LiveFiles        int `json:"live_files"`
+
+	// EmptyBlock is the setting verified. EmptyKeys lost every location; EmptyKept of them
+	// are still there (in the expected form, or a problem says otherwise), EmptyDeleted are
+	// gone.
+	EmptyBlock   string `json:"empty_block"`
+	EmptyKeys    int    `json:"empty_keys"`
+	EmptyKept    int    `json:"empty_kept"`
+	EmptyDeleted int    `json:"empty_deleted"`
+	// Keys that must stay byte for byte whatever the collector removed around them: keys
+	// holding both layouts, keys with a tier mark (the marks compared), keys with an empty
+	// L# field (KVCM's tombstone).
+	AmbiguousKeys    int `json:"ambiguous_keys"`
+	AmbiguousIntact  int `json:"ambiguous_intact"`
+	TierKeys         int `json:"tier_marked_keys"`
+	TierIntact       int `json:"tier_marks_intact"`
+	TombstoneKeys    int `json:"tombstone_keys"`
+	TombstonesIntact int `json:"tombstones_intact"`
+
 	// Problems lists every mismatch (capped).
 	Problems []string `json:"problems,omitempty"`
 	Mismatch int      `json:"mismatch"`
@@ -72,52 +112,41 @@ func (r *Report) problem(format string, a ...any) {
 	}
 }
 
-// Verify compares Redis and the files now with before minus the manifest's garbage: every
-// garbage location gone (its unshared files too), every other byte and file as it was.
+// Verify is VerifyWith for the keys matching pattern and empty_block: keep.
 func Verify(ctx context.Context, rdb redis.UniversalClient, before Snapshot, m *Manifest, pattern string) (Report, error) {
-	after, err := Take(ctx, rdb, pattern)
+	return VerifyWith(ctx, rdb, before, m, VerifyOptions{Pattern: pattern})
+}
+
+// VerifyWith compares Redis and the files now with before minus the manifest's garbage:
+// every garbage location gone — legacy, out of __uri__ with every other location's bytes
+// kept; location layout, its L# field removed, never rewritten — and its unshared files
+// too; a key that lost every location in the form o.EmptyBlock gives it; every other field
+// of every key, and every live file, as it was; nothing left DELETING by the collector.
+func VerifyWith(ctx context.Context, rdb redis.UniversalClient, before Snapshot, m *Manifest, o VerifyOptions) (Report, error) {
+	switch o.EmptyBlock {
+	case "":
+		o.EmptyBlock = EmptyKeep
+	case EmptyKeep, EmptyDelete:
+	default:
+		return Report{}, fmt.Errorf("verify: empty_block %q: want %q or %q", o.EmptyBlock, EmptyKeep, EmptyDelete)
+	}
+	if o.Pattern == "" {
+		o.Pattern = "*"
+	}
+	after, err := Take(ctx, rdb, o.Pattern)
 	if err != nil {
 		return Report{}, err
 	}
-	garbage := map[string][]string{} // redis key -> location ids
+	garbage := map[string][]Loc{} // redis key -> its garbage locations
 	for _, l := range m.Locations {
 		if l.Garbage {
 			k := kvcm.BlockKey(l.Instance, l.Key)
-			garbage[k] = append(garbage[k], l.Location)
+			garbage[k] = append(garbage[k], l)
 		}
 	}
-	var r Report
+	r := Report{EmptyBlock: o.EmptyBlock}
 	for _, k := range slices.Sorted(maps.Keys(before)) {
-		r.KeysChecked++
-		want, err := expected(before[k], garbage[k])
-		if err != nil {
-			r.problem("%s: %v", k, err)
-			continue
-		}
-		got, exists := after[k]
-		switch {
-		case want == nil && exists:
-			r.problem("%s: should be deleted, still has __uri__ %q", k, got["__uri__"])
-		case want != nil && !exists:
-			r.problem("%s: deleted, but it had live locations", k)
-		case want != nil && !maps.Equal(want, got):
-			r.problem("%s: fields differ: want %q, got %q", k, want["__uri__"], got["__uri__"])
-		default:
-			r.KeysIntact++
-		}
-		if exists {
-			if blk, err := kvcm.DecodeBlock([]byte(got["__uri__"])); err == nil {
-				orig, _ := kvcm.DecodeBlock([]byte(before[k]["__uri__"]))
-				for _, l := range blk.Locations {
-					if l.Status == kvcm.StatusDeleting && orig != nil {
-						if o, ok := orig.Find(l.ID); ok && o.Status != kvcm.StatusDeleting {
-							r.StrandedDeleting++
-							r.problem("%s: location %s left DELETING", k, l.ID)
-						}
-					}
-				}
-			}
-		}
+		r.checkKey(k, before[k], after, garbage[k], o.EmptyBlock)
 	}
 	for k := range after {
 		if _, ok := before[k]; !ok {
@@ -125,15 +154,7 @@ func Verify(ctx context.Context, rdb redis.UniversalClient, before Snapshot, m *
 		}
 	}
 	for _, l := range m.Locations {
-		gone := false
-		if a, ok := after[kvcm.BlockKey(l.Instance, l.Key)]; ok {
-			if blk, err := kvcm.DecodeBlock([]byte(a["__uri__"])); err == nil {
-				_, found := blk.Find(l.Location)
-				gone = !found
-			}
-		} else {
-			gone = true
-		}
+		gone := !present(after, l)
 		if l.Garbage {
 			r.GarbageLocations++
 			if gone {
@@ -151,9 +172,8 @@ func Verify(ctx context.Context, rdb redis.UniversalClient, before Snapshot, m *
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				return r, fmt.Errorf("verify: stat %s: %w", f, err)
 			}
-			shared := l.Kind == KindSharedOrphan || l.Kind == KindSharedServing
 			switch {
-			case l.Garbage && !shared:
+			case l.Garbage && !l.Shared():
 				if present {
 					r.problem("%s/%d/%s: garbage file %s still present", l.Instance, l.Key, l.Location, f)
 				} else {
@@ -172,28 +192,250 @@ func Verify(ctx context.Context, rdb redis.UniversalClient, before Snapshot, m *
 	return r, nil
 }
 
-// expected returns the fields a key must have after the garbage ids are removed (nil: the key
-// must be gone). Untouched locations keep their bytes, so the result is exact.
-func expected(fields map[string]string, ids []string) (map[string]string, error) {
-	if len(ids) == 0 {
-		return fields, nil
+// checkKey compares one key with what it must be now.
+func (r *Report) checkKey(k string, fields map[string]string, after Snapshot, garbage []Loc, mode string) {
+	r.KeysChecked++
+	layout := layoutOf(fields)
+	got, exists := after[k]
+	want, emptied, err := expected(fields, layout, garbage, mode)
+	if err != nil {
+		r.problem("%s: %v", k, err)
+		return
 	}
-	uri := []byte(fields["__uri__"])
-	for _, id := range ids {
-		blk, err := kvcm.DecodeBlock(uri)
-		if err != nil {
-			return nil, fmt.Errorf("decode seeded __uri__: %w", err)
+	// Fields that must keep their bytes in a key that must stay (a key deleted under
+	// empty_block: delete takes its tier mark with it).
+	if want != nil {
+		if layout == kvcm.LayoutAmbiguous {
+			r.AmbiguousKeys++
+			if exists && maps.Equal(fields, got) {
+				r.AmbiguousIntact++
+			}
 		}
-		out, empty, err := blk.Without(id)
-		if err != nil {
-			return nil, fmt.Errorf("remove %s: %w", id, err)
+		if _, ok := fields[FieldTierTarget]; ok {
+			r.TierKeys++
+			if exists && got[FieldTierTarget] == fields[FieldTierTarget] && got[FieldTierDeadline] == fields[FieldTierDeadline] {
+				r.TierIntact++
+			}
 		}
-		if empty {
-			return nil, nil
+		if hasTombstone(fields) {
+			r.TombstoneKeys++
+			if exists && sameTombstones(fields, got) {
+				r.TombstonesIntact++
+			}
 		}
-		uri = out
+	}
+	if emptied {
+		r.EmptyKeys++
+		if exists {
+			r.EmptyKept++
+		} else {
+			r.EmptyDeleted++
+		}
+	}
+	switch {
+	case want == nil && exists:
+		r.problem("%s: every location was garbage and empty_block is %s, but the key is still there: %s", k, mode, fieldNames(got))
+	case want != nil && !exists && emptied:
+		r.problem("%s: deleted, but empty_block: %s keeps a key that lost its last location (%s)", k, mode, fieldNames(want))
+	case want != nil && !exists:
+		r.problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want))
+	case want != nil && !maps.Equal(want, got):
+		r.problem("%s (%s layout): %s", k, layout, diff(want, got, garbage))
+	default:
+		r.KeysIntact++
+	}
+	if exists {
+		r.StrandedDeleting += strandedDeleting(k, fields, got, r)
+	}
+}
+
+// layoutOf is the layout of a key by its field names (kvcm.LayoutOf).
+func layoutOf(fields map[string]string) kvcm.Layout {
+	_, hasURI := fields[kvcm.FieldURI]
+	n := 0
+	for f := range fields {
+		if _, ok := kvcm.LocationID(f); ok {
+			n++
+		}
+	}
+	return kvcm.LayoutOf(hasURI, n)
+}
+
+// expected returns the fields a key must have after its garbage locations are removed under
+// empty_block mode (nil: the key must be gone), and whether it lost every location. Untouched
+// locations keep their bytes, so the result is exact.
+func expected(fields map[string]string, layout kvcm.Layout, garbage []Loc, mode string) (map[string]string, bool, error) {
+	if len(garbage) == 0 {
+		return fields, false, nil
 	}
 	want := maps.Clone(fields)
-	want["__uri__"] = string(uri)
-	return want, nil
+	switch layout {
+	case kvcm.LayoutLegacy:
+		uri := []byte(fields[kvcm.FieldURI])
+		for _, l := range garbage {
+			if l.FieldName() != kvcm.FieldURI {
+				return nil, false, fmt.Errorf("manifest: garbage location %s in field %s of a legacy key", l.Location, l.FieldName())
+			}
+			blk, err := kvcm.DecodeBlock(uri)
+			if err != nil {
+				return nil, false, fmt.Errorf("decode seeded __uri__: %w", err)
+			}
+			out, empty, err := blk.Without(l.Location)
+			if err != nil {
+				return nil, false, fmt.Errorf("remove %s: %w", l.Location, err)
+			}
+			if empty {
+				if mode == EmptyDelete {
+					return nil, true, nil
+				}
+				// KVCM f6aa2b2 reads {} as "exists, no location"; __lru_time__ (its
+				// reclaimer needs one on every key) and _prev_key_ stay as they were.
+				want[kvcm.FieldURI] = "{}"
+				return want, true, nil
+			}
+			uri = out
+		}
+		want[kvcm.FieldURI] = string(uri)
+		return want, false, nil
+	case kvcm.LayoutLocation:
+		for _, l := range garbage {
+			if _, ok := want[l.FieldName()]; !ok || l.FieldName() != kvcm.LocationField(l.Location) {
+				return nil, false, fmt.Errorf("manifest: garbage location %s is not field %s of the key", l.Location, l.FieldName())
+			}
+			delete(want, l.FieldName())
+		}
+		for f := range want {
+			if _, ok := kvcm.LocationID(f); ok {
+				return want, false, nil
+			}
+		}
+		if mode == EmptyDelete {
+			return nil, true, nil
+		}
+		// The key's other fields keep it existing; where there are none, BP#prev_key = ""
+		// does (KVCM writes "" for the first block of a request, and reads the key as
+		// existing with no location: no new count, no new BP#prev_key at its next write).
+		if len(want) == 0 {
+			want[kvcm.FieldPrevKey] = ""
+		}
+		return want, true, nil
+	}
+	return nil, false, fmt.Errorf("manifest: garbage in a key of the %s layout, which nothing may collect", layout)
+}
+
+// present reports whether location l is still in its field in after.
+func present(after Snapshot, l Loc) bool {
+	a, ok := after[kvcm.BlockKey(l.Instance, l.Key)]
+	if !ok {
+		return false
+	}
+	if f := l.FieldName(); f != kvcm.FieldURI {
+		_, ok := a[f]
+		return ok
+	}
+	blk, err := kvcm.DecodeBlock([]byte(a[kvcm.FieldURI]))
+	if err != nil {
+		return true // not decodable: not removed either
+	}
+	_, found := blk.Find(l.Location)
+	return found
+}
+
+// strandedDeleting counts the locations DELETING in got that were not in before, and reports
+// each.
+func strandedDeleting(k string, before, got map[string]string, r *Report) int {
+	n := 0
+	if u, ok := got[kvcm.FieldURI]; ok {
+		if blk, err := kvcm.DecodeBlock([]byte(u)); err == nil {
+			orig, _ := kvcm.DecodeBlock([]byte(before[kvcm.FieldURI]))
+			for _, l := range blk.Locations {
+				if l.Status == kvcm.StatusDeleting && orig != nil {
+					if o, ok := orig.Find(l.ID); ok && o.Status != kvcm.StatusDeleting {
+						n++
+						r.problem("%s: location %s left DELETING", k, l.ID)
+					}
+				}
+			}
+		}
+	}
+	for f, v := range got {
+		id, ok := kvcm.LocationID(f)
+		if !ok || v == "" {
+			continue
+		}
+		l, err := kvcm.DecodeLocation(id, []byte(v))
+		if err != nil || l.Status != kvcm.StatusDeleting {
+			continue
+		}
+		o, err := kvcm.DecodeLocation(id, []byte(before[f]))
+		if err == nil && o.Status != kvcm.StatusDeleting {
+			n++
+			r.problem("%s: field %s left DELETING", k, f)
+		}
+	}
+	return n
+}
+
+func hasTombstone(fields map[string]string) bool {
+	for f, v := range fields {
+		if _, ok := kvcm.LocationID(f); ok && v == "" {
+			return true
+		}
+	}
+	return false
+}
+
+func sameTombstones(before, got map[string]string) bool {
+	for f, v := range before {
+		if _, ok := kvcm.LocationID(f); ok && v == "" {
+			if g, ok := got[f]; !ok || g != "" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func fieldNames(fields map[string]string) string {
+	return strings.Join(slices.Sorted(maps.Keys(fields)), " ")
+}
+
+// diff describes the first few fields in which got differs from want.
+func diff(want, got map[string]string, garbage []Loc) string {
+	isGarbage := map[string]bool{}
+	for _, l := range garbage {
+		if l.FieldName() != kvcm.FieldURI {
+			isGarbage[l.FieldName()] = true
+		}
+	}
+	var parts []string
+	for _, f := range slices.Sorted(maps.Keys(want)) {
+		g, ok := got[f]
+		switch {
+		case !ok:
+			parts = append(parts, fmt.Sprintf("field %s gone (was %s)", f, clip(want[f])))
+		case g != want[f]:
+			parts = append(parts, fmt.Sprintf("field %s changed: want %s, got %s", f, clip(want[f]), clip(g)))
+		}
+	}
+	for _, f := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[f]; !ok {
+			what := "unexpected field"
+			if isGarbage[f] {
+				what = "garbage field left"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s = %s", what, f, clip(got[f])))
+		}
+	}
+	if len(parts) > 3 {
+		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func clip(s string) string {
+	if len(s) > 160 {
+		return fmt.Sprintf("%q…", s[:160])
+	}
+	return fmt.Sprintf("%q", s)
 }

@@ -3,19 +3,26 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 	"github.com/kvcm-gc/kvcm-gc/internal/demo"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/seed"
 )
 
 func init() {
 	o := demo.Options{}
+	var layout string
 	register(&cli.Command{
 		Name: "demo",
 		Summary: "start a redis-server, seed a KVCM keyspace with garbage, collect one round with the " +
 			"all-in-one process, verify and report (needs redis-server on PATH)",
 		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&layout, "layout", "location", "block layout of the seeded keyspace: location (today's KVCM) or legacy (KVCM f6aa2b2)")
+			fs.BoolVar(&o.Ambiguous, "ambiguous", false, "legacy layout: also seed a few upgraded blocks that hold both layouts (the location layout always has some)")
+			fs.StringVar(&o.EmptyBlock, "empty-block", "", "the collector's empty_block, keep or delete, which the verification checks (default: the collector's)")
 			fs.IntVar(&o.Instances, "instances", 3, "KVCM instances to seed")
 			fs.IntVar(&o.Blocks, "blocks", 20000, "blocks per instance (2 locations each)")
 			fs.Float64Var(&o.Garbage, "garbage", 0.1, "fraction of locations that are garbage")
@@ -25,6 +32,14 @@ func init() {
 			fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (Redis data, files, JetStream store)")
 		},
 		Run: func(ctx context.Context, e *cli.Env) error {
+			l, ok := kvcm.ParseLayout(layout)
+			if !ok || l != kvcm.LayoutLocation && l != kvcm.LayoutLegacy {
+				return cli.UsageError(fmt.Errorf("--layout %q: want location or legacy", layout))
+			}
+			if o.EmptyBlock != "" && o.EmptyBlock != seed.EmptyKeep && o.EmptyBlock != seed.EmptyDelete {
+				return cli.UsageError(fmt.Errorf("--empty-block %q: want keep or delete", o.EmptyBlock))
+			}
+			o.Layout = l
 			o.Out, o.Err = e.Stdout, e.Stderr
 			return demo.Run(ctx, o)
 		},

@@ -13,12 +13,15 @@ import (
 
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 )
 
 // seedOptions are the flags of the seed command.
 type seedOptions struct {
 	redis, metaURI, cluster string
+	layout                  string
+	ambiguous               bool
 	instances               int
 	ids                     string
 	blocks, locations       int
@@ -33,6 +36,8 @@ func (o *seedOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.redis, "redis", "redis://127.0.0.1:6379", "Redis to write the registry and the blocks into (KVCM-style URI)")
 	fs.StringVar(&o.metaURI, "meta-uri", "", "metadata store URI written into the instance group (default: --redis)")
 	fs.StringVar(&o.cluster, "cluster", "demo", "KVCM cluster name")
+	fs.StringVar(&o.layout, "layout", "location", "block layout: location (today's KVCM: one L#<id> field per location) or legacy (KVCM f6aa2b2: one __uri__ map)")
+	fs.BoolVar(&o.ambiguous, "ambiguous", false, "legacy layout: also upgrade a few blocks to hold both layouts, as a KVCM upgrade leaves them (the location layout always has some)")
 	fs.IntVar(&o.instances, "instances", 3, "number of instances (inst0, inst1, …)")
 	fs.StringVar(&o.ids, "instance-ids", "", "comma-separated instance ids, instead of --instances")
 	fs.IntVar(&o.blocks, "blocks", 20000, "blocks per instance")
@@ -51,6 +56,10 @@ func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 	if err != nil {
 		return cli.UsageError(fmt.Errorf("--redis: %w", err))
 	}
+	layout, ok := kvcm.ParseLayout(o.layout)
+	if !ok || layout != kvcm.LayoutLocation && layout != kvcm.LayoutLegacy {
+		return cli.UsageError(fmt.Errorf("--layout %q: want location or legacy", o.layout))
+	}
 	if o.locations < 1 || o.locations > 2 || o.blocks < 0 || o.garbage < 0 || o.tricky < 0 || o.garbage+o.tricky > 1 {
 		return cli.UsageError(errors.New("need 1 <= --locations <= 2, --blocks >= 0, --garbage, --tricky >= 0 with a sum <= 1"))
 	}
@@ -68,7 +77,7 @@ func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("ping %s: %w", conn, err)
 	}
-	sp := seed.Spec{Cluster: o.cluster, Blocks: o.blocks, LocationsPerBlock: o.locations, GarbageFraction: o.garbage,
+	sp := seed.Spec{Cluster: o.cluster, Layout: layout, Ambiguous: o.ambiguous, Blocks: o.blocks, LocationsPerBlock: o.locations, GarbageFraction: o.garbage,
 		TrickyFraction: o.tricky, Root: root, MetaURI: o.metaURI, Grace: o.grace, Seed: o.seed, NoFiles: o.noFiles}
 	if sp.MetaURI == "" {
 		sp.MetaURI = o.redis
@@ -96,8 +105,12 @@ func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 	if err := m.WriteFile(o.manifest); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.Stdout, "cluster %s on %s: %d instances, %d blocks, %d locations, %d garbage\n",
-		m.Cluster, conn, len(m.Instances), m.Blocks, len(m.Locations), len(m.Garbage()))
+	fmt.Fprintf(e.Stdout, "cluster %s on %s, %s layout: %d instances, %d blocks, %d locations, %d garbage\n",
+		m.Cluster, conn, m.Layout, len(m.Instances), m.Blocks, len(m.Locations), len(m.Garbage()))
+	for _, l := range m.LayoutLines() {
+		fmt.Fprintf(e.Stdout, "  %s\n", l)
+	}
+	fmt.Fprintln(e.Stdout, "locations by kind (corrupt_uri: keys whose __uri__ or an L# value is not JSON):")
 	for _, kind := range slices.Sorted(maps.Keys(m.Counts)) {
 		fmt.Fprintf(e.Stdout, "  %-18s %d\n", kind, m.Counts[kind])
 	}

@@ -1,7 +1,8 @@
 // Package demo proves kvcm-gc on one machine with one command: it starts a redis-server,
-// seeds a KVCM keyspace with known garbage and tricky live entries, runs the all-in-one
-// process (every stage and an embedded NATS JetStream server) for exactly one round, and
-// verifies byte for byte that the garbage, and only the garbage, is gone.
+// seeds a KVCM keyspace with known garbage and tricky live entries (in the location layout of
+// today's KVCM, or the legacy one), runs the all-in-one process (every stage and an embedded
+// NATS JetStream server) for exactly one round, and verifies byte for byte that the garbage,
+// and only the garbage, is gone.
 package demo
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 )
@@ -32,11 +34,19 @@ const Cluster = "demo"
 
 // Options size and steer the demo.
 type Options struct {
-	Instances int
-	Blocks    int // per instance
-	Garbage   float64
-	Tricky    float64
-	Seed      uint64
+	// Layout of the seeded blocks: kvcm.LayoutLocation (the zero value means it too) or
+	// kvcm.LayoutLegacy.
+	Layout kvcm.Layout
+	// Ambiguous mixes upgraded blocks (both layouts) into a legacy keyspace.
+	Ambiguous bool
+	// EmptyBlock is the collector's empty_block setting ("": its default), which the
+	// verification then checks.
+	EmptyBlock string
+	Instances  int
+	Blocks     int // per instance
+	Garbage    float64
+	Tricky     float64
+	Seed       uint64
 	// Timeout bounds the collection (seeding excluded).
 	Timeout time.Duration
 	// Keep leaves the work directory (Redis data, files, JetStream store) in place.
@@ -79,13 +89,24 @@ func Run(ctx context.Context, o Options) error {
 	}()
 	say("redis-server listening on %s", rs.Addr())
 	rdb := rs.Client()
+	if o.Layout == kvcm.LayoutNone {
+		o.Layout = kvcm.LayoutLocation
+	}
+	cfg := Config(rs.URI(), filepath.Join(dir, "jetstream"))
+	emptyBlock, err := setEmptyBlock(&cfg, o.EmptyBlock)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("demo configuration: %w", err)
+	}
 
 	instances := make([]string, o.Instances)
 	for i := range instances {
 		instances[i] = fmt.Sprintf("inst%d", i)
 	}
 	seedStart := time.Now()
-	m, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: Cluster, Instances: instances, Blocks: o.Blocks,
+	m, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: Cluster, Layout: o.Layout, Ambiguous: o.Ambiguous, Instances: instances, Blocks: o.Blocks,
 		LocationsPerBlock: 2, GarbageFraction: o.Garbage, TrickyFraction: o.Tricky, Root: filepath.Join(dir, "data"),
 		MetaURI: rs.URI(), Seed: o.Seed,
 		Progress: func(done, total int) {
@@ -94,17 +115,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return interrupted(ctx, fmt.Errorf("seed: %w", err))
 	}
-	prog.Done(fmt.Sprintf("seeded   %d instances × %d blocks, %d locations (%d garbage) in %s",
-		o.Instances, o.Blocks, len(m.Locations), len(m.Garbage()), time.Since(seedStart).Round(time.Millisecond)))
+	prog.Done(fmt.Sprintf("seeded   %d instances × %d blocks in the %s layout, %d locations (%d garbage) in %s",
+		o.Instances, o.Blocks, m.Layout, len(m.Locations), len(m.Garbage()), time.Since(seedStart).Round(time.Millisecond)))
 	before, err := seed.Take(ctx, rdb, "*")
 	if err != nil {
 		return interrupted(ctx, err)
 	}
 
-	cfg := Config(rs.URI(), filepath.Join(dir, "jetstream"))
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("demo configuration: %w", err)
-	}
 	collectStart := time.Now()
 	reg := prometheus.NewRegistry()
 	res, err := collect(ctx, cfg, reg, o, prog)
@@ -113,7 +130,7 @@ func Run(ctx context.Context, o Options) error {
 		return interrupted(ctx, err)
 	}
 
-	vr, err := seed.Verify(context.WithoutCancel(ctx), rdb, before, m, "*")
+	vr, err := seed.VerifyWith(context.WithoutCancel(ctx), rdb, before, m, seed.VerifyOptions{EmptyBlock: emptyBlock})
 	if err != nil {
 		return err
 	}
@@ -140,6 +157,25 @@ func workDir() (string, error) {
 		return "", fmt.Errorf("create work directory: %w", err)
 	}
 	return dir, nil
+}
+
+// setEmptyBlock sets the collector's empty_block to want ("": leave its default) and
+// returns the setting in force, for the verification. A build whose deleter predates the
+// setting DELs every key it empties: that is then the only setting there is.
+func setEmptyBlock(c *config.Config, want string) (string, error) {
+	k, ok := config.Lookup("empty_block")
+	if !ok {
+		if want == "" || want == seed.EmptyDelete {
+			return seed.EmptyDelete, nil
+		}
+		return "", fmt.Errorf("--empty-block %s: this build's deleter has no empty_block setting; it deletes every key it empties", want)
+	}
+	if want != "" {
+		if err := k.Set(c, want); err != nil {
+			return "", fmt.Errorf("--empty-block: %w", err)
+		}
+	}
+	return k.Format(c), nil
 }
 
 // Config is the all-in-one configuration of the demo: the defaults, except short intervals

@@ -18,9 +18,11 @@ import (
 // Report is the demo's outcome: what the pipeline counted, and what the verification found.
 type Report struct {
 	Instances, Blocks int
+	Layout            string
 	Locations         int
 	Garbage           int
 	BadKeys, Corrupt  int
+	ByLayout          []string // the seed's keys by layout (seed.Manifest.LayoutLines)
 
 	Round       uint64
 	KeysScanned float64
@@ -39,9 +41,13 @@ type Report struct {
 
 func newReport(o Options, m *seed.Manifest, res result, vr seed.Report) Report {
 	g := res.Gathered
+	locations := 0 // of the collected instances (the skipped groups' are counted apart)
+	for _, c := range m.Layouts {
+		locations += c.Locations
+	}
 	return Report{
-		Instances: o.Instances, Blocks: o.Blocks, Locations: len(m.Locations), Garbage: len(m.Garbage()),
-		BadKeys: len(m.BadKeys), Corrupt: len(m.Corrupt),
+		Instances: o.Instances, Blocks: o.Blocks, Layout: m.Layout, Locations: locations, Garbage: len(m.Garbage()),
+		BadKeys: len(m.BadKeys), Corrupt: len(m.Corrupt), ByLayout: m.LayoutLines(),
 		Round:       res.Round.Round,
 		KeysScanned: g.sum("kvcm_gc_scanned_keys_total"),
 		BadScanned:  g.sum("kvcm_gc_scan_bad_keys_total"),
@@ -63,8 +69,16 @@ func (r Report) Write(w io.Writer) {
 	noop := pick(r.Outcomes, subjects.OutcomeNoopMismatch, subjects.OutcomeNoopGone, subjects.OutcomeError)
 	line("")
 	line("kvcm-gc demo report")
-	line("  keyspace            %d instances × %d blocks: %d locations, %d of them garbage;", r.Instances, r.Blocks, r.Locations, r.Garbage)
+	line("  keyspace            %d instances × %d blocks in the %s layout: %d locations, %d of them garbage;",
+		r.Instances, r.Blocks, r.Layout, r.Locations, r.Garbage)
 	line("                      %d corrupt blocks, %d keys that are not block keys", r.Corrupt, r.BadKeys)
+	for i, l := range r.ByLayout {
+		label := ""
+		if i == 0 {
+			label = "by layout"
+		}
+		line("  %-19s %s", label, l)
+	}
 	line("  rounds              %d", r.Round)
 	line("  keys scanned        %.0f (and %.0f non-block keys skipped)", r.KeysScanned, r.BadScanned)
 	line("  candidates          %.0f %s", sum(r.Candidates), breakdown(r.Candidates))
@@ -76,10 +90,20 @@ func (r Report) Write(w io.Writer) {
 	line("  elapsed             %s (seed %s, collection %s)",
 		r.Total.Round(time.Millisecond), r.SeedTime.Round(time.Millisecond), r.CollectTime.Round(time.Millisecond))
 	line("")
-	line("verification")
+	line("verification (empty_block: %s)", v.EmptyBlock)
 	line("  garbage gone        %d/%d locations, %d files removed", v.GarbageGone, v.GarbageLocations, v.GarbageFilesGone)
 	line("  live intact         %d/%d locations, %d/%d files present", v.LiveIntact, v.LiveLocations, v.LiveFilesPresent, v.LiveFiles)
 	line("  keys as expected    %d/%d (byte-identical to the seed minus the garbage)", v.KeysIntact, v.KeysChecked)
+	switch v.EmptyBlock {
+	case seed.EmptyDelete:
+		line("  emptied keys        %d/%d deleted (%d left)", v.EmptyDeleted, v.EmptyKeys, v.EmptyKept)
+	default:
+		line("  emptied keys        %d/%d kept as KVCM's \"exists, no location\" (%d deleted)", v.EmptyKept, v.EmptyKeys, v.EmptyDeleted)
+	}
+	if v.AmbiguousKeys+v.TierKeys+v.TombstoneKeys > 0 {
+		line("  left byte for byte  ambiguous keys %d/%d, tier-marked keys %d/%d, tombstones %d/%d",
+			v.AmbiguousIntact, v.AmbiguousKeys, v.TierIntact, v.TierKeys, v.TombstonesIntact, v.TombstoneKeys)
+	}
 	line("  stranded DELETING   %d", v.StrandedDeleting)
 	if v.OK() {
 		line("  result              OK")

@@ -1,0 +1,335 @@
+package seed
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+// locationTricky are the tricky live kinds of the location layout: the legacy ones, and the
+// ones only today's KVCM writes.
+var locationTricky = append(append([]string(nil), legacyTricky...), KindZeroCreateTime, KindDummy, KindVineyard, KindEventReport)
+
+// special is what a location-layout block holds beside its locations.
+type special uint8
+
+const (
+	plain special = iota // locations and properties only
+	// tombstone: an empty-valued L# field, KVCM's tombstone of a location (written when its
+	// serializer meets a null entry). Reads skip it; the collector never judges or touches
+	// it.
+	tombstone
+	// corrupt: an L# value that is not JSON. KVCM fails every whole-key read of the block
+	// (EC_CORRUPTION); nothing in it is collected.
+	corrupt
+	// upgradedOrphan: the key was written by KVCM f6aa2b2 — __uri__ holding an old orphan
+	// WRITING, __lru_time__, _prev_key_ — and by today's KVCM since, which read no L# field,
+	// saw the key exist and added its locations. Ambiguous: judged by nothing.
+	upgradedOrphan
+	// upgradedEmptied: the same, but the legacy map is the empty {} a legacy collector left
+	// (empty_block: keep), and today's KVCM's location beside it looks like an old orphan.
+	upgradedEmptied
+)
+
+// blockForm is the shape of one location-layout block.
+type blockForm struct {
+	kinds []string
+	// noPrevKey: the key was re-created by a KVCM upsert (a plain HSET of one L# field) after
+	// an outside DEL, so it has no BP#prev_key.
+	noPrevKey bool
+	// tier: a tier-migration Mark (#209) sits beside the locations.
+	tier    bool
+	special special
+}
+
+// forcedForms are the first blocks of every instance: each form the verification must see
+// at least once, whatever the size and the draws.
+func (g *gen) forcedForms() []blockForm {
+	var out []blockForm
+	if g.sp.GarbageFraction > 0 {
+		out = append(out,
+			// Every location garbage: the key keeps BP#prev_key (empty_block: keep).
+			blockForm{kinds: []string{KindOrphanWriting, KindMissingServing}},
+			// ... and its tier mark.
+			blockForm{kinds: []string{KindMissingServing}, tier: true},
+			// ... and no other field: the collector leaves BP#prev_key = "".
+			blockForm{kinds: []string{KindMissingServing}, noPrevKey: true},
+			// ... a tier mark and no BP#prev_key: the mark keeps the key, nothing is added.
+			blockForm{kinds: []string{KindOrphanWriting}, noPrevKey: true, tier: true},
+			// Garbage beside live locations and a tier mark.
+			blockForm{kinds: []string{KindOrphanWriting, KindLiveServing}, tier: true},
+		)
+	}
+	if g.sp.TrickyFraction > 0 {
+		out = append(out,
+			blockForm{kinds: []string{KindZeroCreateTime, KindLiveServing}},
+			blockForm{kinds: []string{KindLiveServing}, special: tombstone},
+			blockForm{special: corrupt},
+			blockForm{kinds: []string{KindLiveServing}, special: corrupt},
+			blockForm{kinds: []string{KindLiveServing}, special: upgradedOrphan},
+			blockForm{kinds: []string{KindOrphanWriting}, special: upgradedEmptied},
+			blockForm{kinds: []string{KindDummy, KindVineyard, KindEventReport}},
+			blockForm{kinds: []string{KindYoungWriting, KindLiveServing}, tier: true},
+			blockForm{kinds: []string{KindFutureWriting, KindDeleting}},
+		)
+	}
+	return out
+}
+
+// randomForm draws a block's shape.
+func (g *gen) randomForm() blockForm {
+	if g.sp.TrickyFraction > 0 && g.rng.Float64() < g.sp.TrickyFraction/20 {
+		switch g.rng.IntN(4) {
+		case 0:
+			return blockForm{kinds: []string{KindLiveServing}, special: tombstone}
+		case 1:
+			return blockForm{kinds: []string{KindLiveServing}[:g.rng.IntN(2)], special: corrupt}
+		case 2:
+			return blockForm{kinds: []string{KindLiveServing}, special: upgradedOrphan}
+		default:
+			return blockForm{kinds: []string{KindOrphanWriting}, special: upgradedEmptied}
+		}
+	}
+	f := blockForm{kinds: make([]string, g.sp.LocationsPerBlock), special: plain}
+	for i := range f.kinds {
+		f.kinds[i] = g.pickKind(locationTricky)
+	}
+	f.tier = g.rng.IntN(40) == 0
+	f.noPrevKey = g.rng.IntN(50) == 0
+	return f
+}
+
+// locationInstance writes one instance's blocks in the location layout, as today's KVCM
+// writes them: HSET key BP#prev_key <prev> L#<id> <json> … for a new key.
+func (g *gen) locationInstance(ctx context.Context, inst string) error {
+	used := map[int64]bool{}
+	forced := g.forcedForms()
+	usage := map[kvcm.StorageType]uint64{}
+	var chain requestChain
+	for i := 0; i < g.sp.Blocks; i++ {
+		key := g.blockKey(used)
+		form := g.randomFormOr(forced, i)
+		fields, locs, class := g.locationBlock(inst, key, form, chain.next(g.rng, key), usage)
+		if err := g.record(g.m.Layouts, class, locs); err != nil {
+			return err
+		}
+		if err := g.hset(ctx, kvcm.BlockKey(inst, key), fields); err != nil {
+			return err
+		}
+	}
+	g.metadata(ctx, inst, g.sp.Blocks, usage)
+	// Keys that are not canonical block keys: never touched.
+	for _, bad := range []string{"abc", "05", "+7"} {
+		k := kvcm.KeyPrefix(inst) + bad
+		l, _ := g.locationOf(inst, 0, "badkey00", KindOrphanWriting, g.rng)
+		g.pipe.HSet(ctx, k, kvcm.FieldPrevKey, "", kvcm.LocationField(l.ID), string(l.bytes()))
+		g.m.BadKeys = append(g.m.BadKeys, k)
+	}
+	return nil
+}
+
+func (g *gen) randomFormOr(forced []blockForm, i int) blockForm {
+	if i < len(forced) {
+		return forced[i]
+	}
+	return g.randomForm()
+}
+
+// requestChain gives BP#prev_key as BatchAddLocation writes it: the blocks of one write
+// request in order, the first with "", each other with the previous block's key.
+type requestChain struct {
+	left int
+	prev string
+}
+
+func (c *requestChain) next(rng *rand.Rand, key int64) string {
+	if c.left == 0 {
+		c.left, c.prev = 1+rng.IntN(8), ""
+	}
+	prev := c.prev
+	c.prev = strconv.FormatInt(key, 10)
+	c.left--
+	return prev
+}
+
+// metadata writes the instance's metadata hash as MetaIndexer::PersistMetaData does.
+func (g *gen) metadata(ctx context.Context, inst string, keys int, usage map[kvcm.StorageType]uint64) {
+	b := []byte{'{'}
+	for i, t := range []kvcm.StorageType{kvcm.TypeUnknown, kvcm.TypeHF3FS, kvcm.TypeMooncake, kvcm.TypePace, kvcm.TypeFile,
+		kvcm.TypeVCNSHF3FS, kvcm.TypeDummy, kvcm.TypeVineyard} {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, t.String())
+		b = append(b, ':')
+		b = strconv.AppendUint(b, usage[t], 10)
+	}
+	b = append(b, '}')
+	g.pipe.HSet(ctx, "kvcache:instance_"+inst+":metadata", "__key_count__", strconv.Itoa(keys), "__storage_usage_data__", string(b))
+}
+
+// locationBlock returns the fields of one location-layout block, its locations and its
+// key's layout.
+func (g *gen) locationBlock(inst string, key int64, form blockForm, prev string, usage map[kvcm.StorageType]uint64) ([]any, []Loc, string) {
+	now := g.sp.Now
+	class := kvcm.LayoutLocation.String()
+	upgraded := form.special == upgradedOrphan || form.special == upgradedEmptied
+	if upgraded {
+		class = kvcm.LayoutAmbiguous.String()
+		g.m.Ambiguous = append(g.m.Ambiguous, kvcm.BlockKey(inst, key))
+	}
+	fields := make([]any, 0, 2+2*len(form.kinds)+4)
+	if !form.noPrevKey && !upgraded {
+		fields = append(fields, kvcm.FieldPrevKey, prev)
+	}
+	locs := make([]Loc, 0, len(form.kinds)+1)
+	for _, kind := range form.kinds {
+		id := g.locID()
+		l, files := g.locationOf(inst, key, id, kind, g.rng)
+		loc := Loc{Instance: inst, Key: key, Location: id, Kind: kind, Garbage: isGarbage(kind), Layout: class,
+			Field: kvcm.LocationField(id), Files: files}
+		if upgraded {
+			loc.Kind, loc.Garbage = KindAmbiguous, false
+		}
+		for range l.Specs {
+			usage[kvcm.StorageType(l.Type)] += 1024
+		}
+		fields = append(fields, loc.Field, string(l.bytes()))
+		locs = append(locs, loc)
+	}
+	switch form.special {
+	case tombstone:
+		fields = append(fields, kvcm.LocationField(g.locID()), "")
+		g.m.Tombstones = append(g.m.Tombstones, kvcm.BlockKey(inst, key))
+	case corrupt:
+		id := g.locID()
+		fields = append(fields, kvcm.LocationField(id), `{"id":"`+id+`","status":2,"type":4,`)
+		g.m.Corrupt = append(g.m.Corrupt, kvcm.BlockKey(inst, key))
+	case upgradedOrphan, upgradedEmptied:
+		uri := "{}"
+		if form.special == upgradedOrphan {
+			id := g.locID()
+			l, files := g.locationOf(inst, key, id, KindOrphanWriting, g.rng)
+			l.NoCreateTime = true // KVCM f6aa2b2 had none
+			uri = string(appendLegacyMap(nil, []string{id}, []locationJSON{l}))
+			locs = append(locs, Loc{Instance: inst, Key: key, Location: id, Kind: KindAmbiguous, Layout: class,
+				Field: kvcm.FieldURI, Files: files})
+		}
+		fields = append(fields, kvcm.FieldURI, uri, kvcm.FieldLRUTime, us(now.Add(-g.sp.Grace-5*time.Hour)), FieldLegacyPrevKey, prev)
+	}
+	if form.tier {
+		deadline := now.Add(10 * time.Minute)
+		if g.rng.IntN(2) == 0 {
+			deadline = now.Add(-time.Hour) // expired, not consumed yet
+		}
+		fields = append(fields, FieldTierTarget, StorageMooncake, FieldTierDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
+		g.m.TierMarked = append(g.m.TierMarked, kvcm.BlockKey(inst, key))
+	}
+	return fields, locs, class
+}
+
+// cachedInstance writes the cached group's instance: blocks in the same Redis whose every
+// location looks like garbage (orphan WRITING, SERVING with a file gone). KVCM serves them
+// from its memory, so none may be collected.
+func (g *gen) cachedInstance(ctx context.Context) error {
+	blocks := (g.sp.Blocks + 49) / 50
+	g.total += blocks
+	used := map[int64]bool{}
+	usage := map[kvcm.StorageType]uint64{}
+	g.m.Skipped = map[string]LayoutCount{}
+	for i := 0; i < blocks; i++ {
+		key := g.blockKey(used)
+		kinds := []string{KindOrphanWriting, KindMissingServing}[:min(g.sp.LocationsPerBlock, 2)]
+		fields, locs, _ := g.locationBlock(InstanceCached, key, blockForm{kinds: kinds}, "", usage)
+		for j := range locs {
+			locs[j].Kind, locs[j].Garbage = KindCachedStore, false
+		}
+		if err := g.record(g.m.Skipped, GroupCached, locs); err != nil {
+			return err
+		}
+		if err := g.hset(ctx, kvcm.BlockKey(InstanceCached, key), fields); err != nil {
+			return err
+		}
+	}
+	g.metadata(ctx, InstanceCached, blocks, usage)
+	return nil
+}
+
+// locationOf builds location id of kind in block key: its JSON fields (create_time included)
+// and the paths of its data files that exist.
+func (g *gen) locationOf(inst string, key int64, id, kind string, rng *rand.Rand) (locationJSON, []string) {
+	now := g.sp.Now
+	hex := strconv.FormatUint(uint64(key), 16)
+	l := locationJSON{ID: id, Type: uint8(kvcm.TypeFile)}
+	var files []string
+	nfs := func(missing ...int) {
+		for s := 0; s < 2; s++ {
+			path := fmt.Sprintf("%s%s/tp%d/%s_%s", g.nfsRoot, inst, s, hex, id)
+			l.Specs = append(l.Specs, kvcm.Spec{Name: "tp" + strconv.Itoa(s), URI: "file://" + StorageNFS + path + "?size=1024"})
+			gone := false
+			for _, m := range missing {
+				gone = gone || m == s
+			}
+			if !gone {
+				files = append(files, path)
+			}
+		}
+	}
+	past := func(atLeast, spread time.Duration) int64 {
+		return now.Add(-atLeast - time.Duration(rng.Int64N(int64(spread)))).UnixMicro()
+	}
+	switch kind {
+	case KindOrphanWriting:
+		l.Status, l.CreateTime = 2, past(g.sp.Grace+3*time.Hour, 48*time.Hour)
+		nfs()
+	case KindMissingServing:
+		l.Status, l.CreateTime = 3, past(time.Hour, 7*24*time.Hour)
+		nfs(1) // one spec present, one missing: still garbage
+	case KindLiveServing:
+		l.Status, l.CreateTime = 3, past(time.Minute, 7*24*time.Hour)
+		nfs()
+	case KindYoungWriting:
+		l.Status, l.CreateTime = 2, now.Add(-g.sp.Grace+time.Hour).UnixMicro()
+		nfs()
+	case KindFutureWriting:
+		l.Status, l.CreateTime = 2, now.Add(48*time.Hour).UnixMicro()
+		nfs()
+	case KindZeroCreateTime:
+		l.Status, l.CreateTime = 2, 0
+		nfs()
+	case KindDeleting:
+		l.Status, l.CreateTime = 4, past(g.sp.Grace+2*time.Hour, 7*24*time.Hour)
+		nfs()
+	case KindUnknownType:
+		l.Status, l.Type, l.CreateTime = 3, 9, past(time.Hour, 7*24*time.Hour)
+		nfs(0, 1)
+	case KindEventReport:
+		l.Status, l.Type, l.CreateTime = 3, uint8(8+rng.IntN(8)), past(time.Hour, 7*24*time.Hour)
+		nfs(0, 1)
+	case KindSharedServing, KindSharedOrphan:
+		l.Status, l.CreateTime = 3, past(time.Minute, 7*24*time.Hour)
+		if kind == KindSharedOrphan {
+			l.Status, l.CreateTime = 2, past(g.sp.Grace+3*time.Hour, 48*time.Hour)
+		}
+		path := fmt.Sprintf("%s%s/tp0/%s_%016x", g.sharedRoot, inst, hex, rng.Uint64())
+		l.Specs = []kvcm.Spec{{Name: "tp0", URI: fmt.Sprintf("file://%s%s?blkid=%d&size=1024", StorageShared, path, rng.IntN(8))}}
+		files = []string{path} // exists for both: a shared file is never unlinked
+	case KindMooncake:
+		l.Status, l.Type, l.CreateTime = 3, uint8(kvcm.TypeMooncake), past(time.Minute, 7*24*time.Hour)
+		l.Specs = []kvcm.Spec{{Name: "tp0", URI: fmt.Sprintf("mooncake://%s/?key=%s/tp0/%s&size=1024", StorageMooncake, inst, hex)}}
+	case KindDummy:
+		l.Status, l.Type, l.CreateTime = 3, uint8(kvcm.TypeDummy), past(time.Hour, 7*24*time.Hour)
+		l.Specs = []kvcm.Spec{{Name: "tp0", URI: fmt.Sprintf("dummy://%s/%s/tp0/%s?size=1024", StorageDummy, inst, hex)}}
+	case KindVineyard:
+		l.Status, l.Type, l.CreateTime = 3, uint8(kvcm.TypeVineyard), past(time.Hour, 7*24*time.Hour)
+		l.Specs = []kvcm.Spec{{Name: "tp0", URI: fmt.Sprintf("vineyard://%s/%s/tp0/%s?size=1024", StorageVineyard, inst, hex)}}
+	default:
+		panic("seed: no location of kind " + kind)
+	}
+	l.SpecSize = uint64(len(l.Specs))
+	return l, files
+}
