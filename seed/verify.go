@@ -252,13 +252,14 @@ func (r *Report) checkKey(k string, fields map[string]string, after Snapshot, ga
 // layoutOf is the layout of a key by its field names (kvcm.LayoutOf).
 func layoutOf(fields map[string]string) kvcm.Layout {
 	_, hasURI := fields[kvcm.FieldURI]
-	n := 0
+	n, interim := 0, false
 	for f := range fields {
 		if _, ok := kvcm.LocationID(f); ok {
 			n++
 		}
+		interim = interim || strings.HasPrefix(f, kvcm.InterimLocationPrefix)
 	}
-	return kvcm.LayoutOf(hasURI, n)
+	return kvcm.LayoutOf(hasURI, n, interim)
 }
 
 // expected returns the fields a key must have after its garbage locations are removed under
