@@ -1,8 +1,12 @@
 package kvcm
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"strconv"
+	"strings"
 )
 
 // The registry records are decoded with encoding/json into structs that name only the members
@@ -74,15 +78,41 @@ type InstanceGroup struct {
 	StorageCandidates []string
 	// MetaStorageType and MetaStorageURI come from
 	// cache_config.meta_indexer_config.meta_storage_backend_config{storage_type,storage_uri}.
-	// KVCM's default when absent is "local".
+	// KVCM's default when absent is "local" (MetaStoreLocal).
 	MetaStorageType string
 	MetaStorageURI  string
+	// MetaPersistentType and MetaCacheType are, for a "cached" store only, the persistent_type
+	// and cache_type parameters of MetaStorageURI, with KVCM's defaults ("redis", "local") when
+	// absent or empty. KVCM reads them from the URI, not from the JSON.
+	MetaPersistentType string
+	MetaCacheType      string
 	// DelayBeforeDeleteMs is cache_config.reclaim_strategy.delay_before_delete_ms (0 when absent).
 	DelayBeforeDeleteMs int64
 }
 
-// metaStorageLocal is KVCM's default meta storage backend type: in-process, not in Redis.
-const metaStorageLocal = "local"
+// The values of meta_storage_backend_config.storage_type KVCM knows
+// (MetaStorageBackendFactory, MetaStorageBackendManager::Init). f6aa2b2 knows redis and local
+// only; anything else fails the instance group there.
+const (
+	// MetaStoreRedis: the metadata lives in Redis, which is the truth. The only type kvcm-gc
+	// collects.
+	MetaStoreRedis = "redis"
+	// MetaStoreLocal: in KVCM's memory only; KVCM's default when storage_type is absent.
+	MetaStoreLocal = "local"
+	// MetaStoreDummy: KVCM keeps no metadata.
+	MetaStoreDummy = "dummy"
+	// MetaStoreCached: KVCM's memory in front of a persistent store (persistent_type redis or
+	// async_redis). Reads are served from memory once KVCM has recovered, and memory is written
+	// back to Redis, so Redis is a lagging copy: what an outside process changes there is not
+	// seen by KVCM and may be written back over.
+	MetaStoreCached = "cached"
+)
+
+// KVCM's defaults of the cached store's URI parameters.
+const (
+	defaultPersistentType = "redis"
+	defaultCacheType      = "local"
+)
 
 type instanceGroupJSON struct {
 	Name              string   `json:"name"`
@@ -110,12 +140,17 @@ func DecodeInstanceGroup(raw []byte) (InstanceGroup, error) {
 	g := InstanceGroup{
 		Name:                j.Name,
 		StorageCandidates:   j.StorageCandidates,
-		MetaStorageType:     metaStorageLocal,
+		MetaStorageType:     MetaStoreLocal,
 		MetaStorageURI:      backend.StorageURI,
 		DelayBeforeDeleteMs: j.CacheConfig.ReclaimStrategy.DelayBeforeDeleteMs,
 	}
 	if backend.StorageType != nil {
 		g.MetaStorageType = *backend.StorageType
+	}
+	if g.MetaStorageType == MetaStoreCached {
+		params := storeURIParams(g.MetaStorageURI)
+		g.MetaPersistentType = cmp.Or(params["persistent_type"], defaultPersistentType)
+		g.MetaCacheType = cmp.Or(params["cache_type"], defaultCacheType)
 	}
 	return g, nil
 }
@@ -171,4 +206,242 @@ func DecodeInstanceInfo(raw []byte) (InstanceInfo, error) {
 		}
 	}
 	return info, nil
+}
+
+// StoreURI is a metadata store URI (meta_storage_backend_config.storage_uri) as KVCM reads
+// it with StandardUri::Parse: no percent-decoding, no case folding.
+type StoreURI struct {
+	// UserInfo is the raw text between "://" and the first '@' after it, wherever that '@'
+	// is; KVCM's RedisClient sends it as the single argument of AUTH.
+	UserInfo string
+	Host     string
+	// Port is 0 when the URI names none (KVCM then dials port 0, which fails).
+	Port int64
+	// Params is the query split on '&' and each item on its first '='; a later duplicate
+	// wins, an item without '=' has the value "".
+	Params map[string]string
+}
+
+// StoreURIError says why a metadata store URI is refused: KVCM cannot read it, or KVCM
+// versions read it differently. It never holds the URI, which may hold credentials.
+type StoreURIError struct{ Reason string }
+
+func (e *StoreURIError) Error() string { return "bad meta store uri: " + e.Reason }
+
+// ParseStoreURI reads s as KVCM's StandardUri::Parse does in f6aa2b2:
+//
+//   - the scheme is the text before the first "://"; KVCM's Redis client never reads it;
+//   - the userinfo ends at the first '@' anywhere after "://", even in the path or query;
+//   - host and port end at the first '/' or '?' after "://". When that one lies inside the
+//     userinfo (a password holding '/' or '?'), KVCM's length computation wraps around and
+//     host and port run to the end of the string: "redis://u:pa/ss@h:6379" is h:6379 with
+//     userinfo "u:pa/ss", while "redis://u:pa/ss@h:6379/" has the port "6379/";
+//   - the port is what strtoll reads (leading spaces and a sign allowed) and must take the
+//     whole text after the first ':', else the parse fails;
+//   - the query is parsed only when it follows a path or when there is no '/' at all.
+//
+// A newer StandardUri (whether it is on KVCM's main is not known) ends the userinfo at an
+// '@' inside the authority only and reads ports with from_chars. Where both versions read a
+// server and they differ (an '@' after the host, a '/' in a query without a path), the URI
+// is refused: kvcm-gc could not know which Redis, database or credentials KVCM uses. Where
+// only f6aa2b2's reading yields a server (a '/' or '?' in the password, a "+" port), that is
+// the only server a working KVCM can be using, and it is taken.
+//
+// An empty scheme is refused (StandardUri::Valid is false). Errors are *StoreURIError.
+func ParseStoreURI(s string) (StoreURI, error) {
+	old, why := parseStandardURIf6aa2b2(s)
+	if why != "" {
+		return StoreURI{}, &StoreURIError{Reason: why}
+	}
+	if old.scheme == "" {
+		return StoreURI{}, &StoreURIError{Reason: "empty scheme (KVCM's URI is not valid)"}
+	}
+	if nu, ok := parseStandardURINewer(s); ok && nu.host != "" && nu.port != 0 &&
+		(nu.userInfo != old.userInfo || nu.host != old.host || nu.port != old.port || !maps.Equal(nu.params, old.params)) {
+		return StoreURI{}, &StoreURIError{Reason: "KVCM versions read different servers, credentials or parameters from it " +
+			"(an '@' after the host, or a '/' in a query without a path before it)"}
+	}
+	return StoreURI{UserInfo: old.userInfo, Host: old.host, Port: old.port, Params: old.params}, nil
+}
+
+// ParamInt64 reads a parameter as StandardUri::GetParamAs<int64_t> does (std::from_chars):
+// an optional '-', then digits, taking the whole value, within int64. ok is false when the
+// parameter is absent, empty or anything else, which leaves KVCM's value unchanged.
+func (u StoreURI) ParamInt64(name string) (v int64, ok bool) {
+	return fromCharsInt64(u.Params[name])
+}
+
+// storeURIParams returns the query parameters of a metadata store URI as either KVCM version
+// reads them, nil when neither can. It serves reports only (the cached store's types).
+func storeURIParams(s string) map[string]string {
+	if u, why := parseStandardURIf6aa2b2(s); why == "" {
+		return u.params
+	}
+	if u, ok := parseStandardURINewer(s); ok {
+		return u.params
+	}
+	return nil
+}
+
+// standardURI is what StandardUri::Parse keeps (the path is not needed).
+type standardURI struct {
+	scheme, userInfo, host string
+	port                   int64
+	params                 map[string]string
+}
+
+// parseStandardURIf6aa2b2 is f6aa2b2's StandardUri::Parse (common/standard_uri.cc). why is
+// empty when Parse returns true, and otherwise says why it does not; StandardUri::FromUri
+// then yields an empty URI, and KVCM fails to connect.
+func parseStandardURIf6aa2b2(s string) (u standardURI, why string) {
+	schemeEnd := strings.Index(s, "://")
+	if schemeEnd < 0 {
+		return u, `no "://"`
+	}
+	u.scheme = s[:schemeEnd]
+	authStart := schemeEnd + 3
+	hostStart := authStart
+	at := indexFrom(s, authStart, '@')
+	if at >= 0 {
+		u.userInfo = s[authStart:at]
+		hostStart = at + 1
+	}
+	pathStart, queryStart := indexFrom(s, authStart, '/'), indexFrom(s, authStart, '?')
+	hostEnd := len(s)
+	if pathStart >= 0 {
+		hostEnd = pathStart
+	}
+	if queryStart >= 0 && queryStart < hostEnd {
+		hostEnd = queryStart
+	}
+	hostPort := s[hostStart:]
+	if hostEnd >= hostStart {
+		hostPort = s[hostStart:hostEnd]
+	} // else: host_end - host_start wraps around as a size_t, and substr runs to the end.
+	if colon := strings.IndexByte(hostPort, ':'); colon < 0 {
+		u.host = hostPort
+	} else {
+		u.host = hostPort[:colon]
+		port, ok := strToInt64(hostPort[colon+1:])
+		if !ok {
+			if at >= 0 && hostEnd < hostStart {
+				return u, "a '/' or '?' in the userinfo makes KVCM read everything after the '@' as host and port, " +
+					"and the text after the port breaks its parse"
+			}
+			return u, "the port is not a decimal integer"
+		}
+		u.port = port
+	}
+	switch {
+	case pathStart >= 0 && queryStart > pathStart:
+		u.params = parseStandardParams(s[queryStart+1:])
+	case pathStart < 0 && queryStart >= 0:
+		u.params = parseStandardParams(s[queryStart+1:])
+	}
+	return u, ""
+}
+
+// parseStandardURINewer is the newer StandardUri::Parse: the authority ends at the first '/'
+// or '?', the userinfo at an '@' before that, and the port is from_chars without a sign.
+func parseStandardURINewer(s string) (u standardURI, ok bool) {
+	schemeEnd := strings.Index(s, "://")
+	if schemeEnd < 0 {
+		return u, false
+	}
+	u.scheme = s[:schemeEnd]
+	authStart := schemeEnd + 3
+	pathStart, queryStart := indexFrom(s, authStart, '/'), indexFrom(s, authStart, '?')
+	hostEnd := len(s)
+	if pathStart >= 0 {
+		hostEnd = pathStart
+	}
+	if queryStart >= 0 && queryStart < hostEnd {
+		hostEnd = queryStart
+	}
+	hostStart := authStart
+	if at := indexFrom(s, authStart, '@'); at >= 0 && at < hostEnd {
+		u.userInfo = s[authStart:at]
+		hostStart = at + 1
+	}
+	if colon := indexFrom(s, hostStart, ':'); colon < 0 || colon >= hostEnd {
+		u.host = s[hostStart:hostEnd]
+	} else {
+		u.host = s[hostStart:colon]
+		p := s[colon+1 : hostEnd]
+		if p == "" || p[0] == '-' {
+			return standardURI{}, false
+		}
+		port, ok := fromCharsInt64(p)
+		if !ok {
+			return standardURI{}, false
+		}
+		u.port = port
+	}
+	if pathStart >= 0 && (queryStart < 0 || pathStart < queryStart) {
+		if queryStart >= 0 {
+			u.params = parseStandardParams(s[queryStart+1:])
+		}
+	} else if queryStart >= 0 {
+		u.params = parseStandardParams(s[queryStart+1:])
+	}
+	return u, true
+}
+
+// parseStandardParams is StandardUri::ParseParams.
+func parseStandardParams(q string) map[string]string {
+	params := make(map[string]string)
+	for q != "" {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		k, v, _ := strings.Cut(kv, "=")
+		params[k] = v
+	}
+	return params
+}
+
+func indexFrom(s string, from int, c byte) int {
+	if i := strings.IndexByte(s[from:], c); i >= 0 {
+		return from + i
+	}
+	return -1
+}
+
+// strToInt64 is KVCM's StringUtil::StrToInt64 on a std::string's c_str(): strtoll base 10
+// (leading C spaces, an optional sign), which must take the whole string up to its first NUL,
+// must not overflow, and must have something to read.
+func strToInt64(s string) (int64, bool) {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	i := 0
+	for i < len(s) && strings.IndexByte(" \t\n\v\f\r", s[i]) >= 0 {
+		i++
+	}
+	s = s[i:]
+	digits := s
+	if digits != "" && (digits[0] == '+' || digits[0] == '-') {
+		digits = digits[1:]
+	}
+	if digits == "" || strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return v, true
+}
+
+// fromCharsInt64 is std::from_chars into an int64 that must take the whole, non-empty string:
+// an optional '-', then digits only.
+func fromCharsInt64(s string) (int64, bool) {
+	digits := strings.TrimPrefix(s, "-")
+	if digits == "" || strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return v, true
 }

@@ -1,6 +1,12 @@
 package kvcm
 
 import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -48,6 +54,41 @@ func TestDecodeInstanceGroup(t *testing.T) {
 			name: "local with uri",
 			in:   `{"name":"g","cache_config":{"meta_indexer_config":{"meta_storage_backend_config":{"storage_type":"local","storage_uri":"file:///w/meta_storage"}}}}`,
 			want: InstanceGroup{Name: "g", MetaStorageType: "local", MetaStorageURI: "file:///w/meta_storage"},
+		},
+		{
+			name: "dummy",
+			in:   `{"name":"g","cache_config":{"meta_indexer_config":{"meta_storage_backend_config":{"storage_type":"dummy","storage_uri":""}}}}`,
+			want: InstanceGroup{Name: "g", MetaStorageType: "dummy"},
+		},
+		{
+			name: "cached over async redis",
+			in: `{"name":"g","cache_config":{"meta_indexer_config":{"meta_storage_backend_config":{"storage_type":"cached",` +
+				`"storage_uri":"redis://tok@10.0.0.5:6379/?db=3&persistent_type=async_redis&cache_type=local&async_queue_count=8"}}}}`,
+			want: InstanceGroup{Name: "g", MetaStorageType: "cached",
+				MetaStorageURI:     "redis://tok@10.0.0.5:6379/?db=3&persistent_type=async_redis&cache_type=local&async_queue_count=8",
+				MetaPersistentType: "async_redis", MetaCacheType: "local"},
+		},
+		{
+			name: "cached with KVCM's defaults",
+			in:   `{"name":"g","cache_config":{"meta_indexer_config":{"meta_storage_backend_config":{"storage_type":"cached","storage_uri":"redis://h:1?persistent_type="}}}}`,
+			want: InstanceGroup{Name: "g", MetaStorageType: "cached", MetaStorageURI: "redis://h:1?persistent_type=",
+				MetaPersistentType: "redis", MetaCacheType: "local"},
+		},
+		{
+			name: "cached, a URI KVCM cannot read: the defaults",
+			in:   `{"name":"g","cache_config":{"meta_indexer_config":{"meta_storage_backend_config":{"storage_type":"cached","storage_uri":"redis://h:x?persistent_type=dummy"}}}}`,
+			want: InstanceGroup{Name: "g", MetaStorageType: "cached", MetaStorageURI: "redis://h:x?persistent_type=dummy",
+				MetaPersistentType: "redis", MetaCacheType: "local"},
+		},
+		{
+			name: "unknown type kept as is",
+			in:   `{"name":"g","cache_config":{"meta_indexer_config":{"meta_storage_backend_config":{"storage_type":"Redis"}}}}`,
+			want: InstanceGroup{Name: "g", MetaStorageType: "Redis"},
+		},
+		{
+			name: "empty type is not the default",
+			in:   `{"name":"g","cache_config":{"meta_indexer_config":{"meta_storage_backend_config":{"storage_type":""}}}}`,
+			want: InstanceGroup{Name: "g", MetaStorageType: ""},
 		},
 		{name: "not json", in: `{"name":`, wantErr: true},
 		{name: "not an object", in: `[]`, wantErr: true},
@@ -188,5 +229,162 @@ func FuzzDecodeInstanceInfo(f *testing.F) {
 	f.Add([]byte(`{"instance_id":"inst0"}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		_, _ = DecodeInstanceInfo(raw)
+	})
+}
+
+// TestParseStoreURI: each form of a metadata store URI and what KVCM's parser makes of it
+// (host, port, the userinfo AUTH gets, the parameters), or why it is refused.
+func TestParseStoreURI(t *testing.T) {
+	tests := []struct {
+		uri     string
+		want    StoreURI
+		wantErr string // substring of the reason; "" means success
+	}{
+		{uri: "redis://h:6379", want: StoreURI{Host: "h", Port: 6379}},
+		{uri: "redis://h", want: StoreURI{Host: "h"}},
+		{uri: "tcp://h:6379", want: StoreURI{Host: "h", Port: 6379}},
+		{uri: "rediss://h:6379", want: StoreURI{Host: "h", Port: 6379}},
+		{uri: "x://h:6379", want: StoreURI{Host: "h", Port: 6379}},
+		{uri: "redis://user:pw@h:6379", want: StoreURI{UserInfo: "user:pw", Host: "h", Port: 6379}},
+		{uri: "redis://tok@h:6379/?db=3&timeout_ms=500",
+			want: StoreURI{UserInfo: "tok", Host: "h", Port: 6379, Params: map[string]string{"db": "3", "timeout_ms": "500"}}},
+		{uri: "redis://h:6379/3", want: StoreURI{Host: "h", Port: 6379}},
+		// A '/' or '?' in the password: host and port run to the end of the string.
+		{uri: "redis://user:pa/ss@h:6379", want: StoreURI{UserInfo: "user:pa/ss", Host: "h", Port: 6379}},
+		{uri: "redis://user:pa?ss@h:6379", want: StoreURI{UserInfo: "user:pa?ss", Host: "h", Port: 6379,
+			Params: map[string]string{"ss@h:6379": ""}}},
+		{uri: "redis://user:pa/ss@h:6379/", wantErr: "a '/' or '?' in the userinfo"},
+		{uri: "redis://user:pa/ss@h:6379?db=1", wantErr: "a '/' or '?' in the userinfo"},
+		{uri: "redis://user:pa?ss@h:6379/?db=2", wantErr: "a '/' or '?' in the userinfo"},
+		// The first '@' wins.
+		{uri: "redis://user:p@ss@h:6379", want: StoreURI{UserInfo: "user:p", Host: "ss@h", Port: 6379}},
+		// strtoll: a sign and leading spaces are read, the whole text must be taken.
+		{uri: "redis://h:+6379", want: StoreURI{Host: "h", Port: 6379}},
+		{uri: "redis://h: 6379", want: StoreURI{Host: "h", Port: 6379}},
+		{uri: "redis://h:-1", want: StoreURI{Host: "h", Port: -1}},
+		{uri: "redis://h:99999", want: StoreURI{Host: "h", Port: 99999}},
+		{uri: "redis://h:0", want: StoreURI{Host: "h"}},
+		{uri: "redis://h:", wantErr: "not a decimal"},
+		{uri: "redis://h:6379x", wantErr: "not a decimal"},
+		{uri: "redis://h:6379 ", wantErr: "not a decimal"},
+		{uri: "redis://h:99999999999999999999", wantErr: "not a decimal"},
+		{uri: "redis://[::1]:6379", wantErr: "not a decimal"},
+		// Parameters: '&' and the first '='; duplicates keep the last; no decoding.
+		{uri: "redis://h:1?a=b=c&db=1&db=2&flag&&x=%31",
+			want: StoreURI{Host: "h", Port: 1, Params: map[string]string{"a": "b=c", "db": "2", "flag": "", "": "", "x": "%31"}}},
+		// An '@' after the host: f6aa2b2 takes it as the end of the userinfo, the newer
+		// parser does not; when both read a server, they read different ones.
+		{uri: "redis://h:6379/?x=a@b:1", wantErr: "KVCM versions read different"},
+		{uri: "redis://h:6379/?x=a@b", wantErr: "KVCM versions read different"}, // f6aa2b2: host b, port 0
+		{uri: "redis://h:6379/x@b:1", wantErr: "KVCM versions read different"},
+		// Where only f6aa2b2 reads a server, it is taken, '@' after the host or not.
+		{uri: "redis://pa/ss@h:6379", want: StoreURI{UserInfo: "pa/ss", Host: "h", Port: 6379}}, // newer: "pa", port 0
+		// A '/' in a query without a path: f6aa2b2 drops the parameters, the newer keeps them.
+		{uri: "redis://h:6379?db=3&x=/y", wantErr: "KVCM versions read different"},
+		{uri: "redis://h:6379?x=/y", wantErr: "KVCM versions read different"},
+		{uri: "redis://h:6379/p?x=/y", want: StoreURI{Host: "h", Port: 6379, Params: map[string]string{"x": "/y"}}},
+		{uri: "h:6379", wantErr: `no "://"`},
+		{uri: "", wantErr: `no "://"`},
+		{uri: "://h:6379", wantErr: "empty scheme"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.uri, func(t *testing.T) {
+			got, err := ParseStoreURI(tc.uri)
+			if tc.wantErr != "" {
+				var se *StoreURIError
+				require.True(t, errors.As(err, &se), "err %v", err)
+				require.Contains(t, se.Reason, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			if tc.want.Params == nil && len(got.Params) == 0 {
+				got.Params = nil
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestStoreURIParamInt64(t *testing.T) {
+	u := StoreURI{Params: map[string]string{"a": "3", "b": "-3", "c": "+3", "d": "", "e": "03", "f": "3x", "g": " 3",
+		"h": "9223372036854775807", "i": "9223372036854775808", "j": "0x10", "k": "-0", "l": "-"}}
+	tests := []struct {
+		name string
+		v    int64
+		ok   bool
+	}{
+		{"a", 3, true}, {"b", -3, true}, {"c", 0, false}, {"d", 0, false}, {"e", 3, true}, {"f", 0, false},
+		{"g", 0, false}, {"h", 9223372036854775807, true}, {"i", 0, false}, {"j", 0, false}, {"k", 0, true},
+		{"l", 0, false}, {"absent", 0, false},
+	}
+	for _, tc := range tests {
+		v, ok := u.ParamInt64(tc.name)
+		require.Equal(t, tc.ok, ok, tc.name)
+		require.Equal(t, tc.v, v, tc.name)
+	}
+}
+
+// TestStandardURIFixtures: the two ports of StandardUri::Parse read every fixture URI as
+// KVCM's own compiled parsers did (f6aa2b2's and the newer one).
+func TestStandardURIFixtures(t *testing.T) {
+	f, err := os.Open(filepath.Join("testdata", "kvcm", "uris", "cases.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	n := 0
+	for sc.Scan() {
+		var c uriFixture
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &c))
+		n++
+		t.Run(c.Name, func(t *testing.T) {
+			check := func(t *testing.T, want uriDecoded, got standardURI, ok bool) {
+				t.Helper()
+				require.Equal(t, want.ParseOK, ok)
+				if !ok {
+					return
+				}
+				require.Equal(t, want.Scheme, got.scheme)
+				require.Equal(t, want.UserInfo, got.userInfo)
+				require.Equal(t, want.Host, got.host)
+				require.Equal(t, want.Port, got.port)
+				params := map[string]string{}
+				for _, p := range want.Params {
+					params[p[0]] = p[1]
+				}
+				if got.params == nil {
+					got.params = map[string]string{}
+				}
+				require.Equal(t, params, got.params)
+			}
+			old, why := parseStandardURIf6aa2b2(c.Input)
+			check(t, c.Old.Decoded, old, why == "")
+			nu, ok := parseStandardURINewer(c.Input)
+			check(t, c.Decoded, nu, ok)
+		})
+	}
+	require.NoError(t, sc.Err())
+	require.Positive(t, n)
+}
+
+// FuzzParseStoreURI: store URIs are outside bytes. Parsing never panics and a refusal never
+// holds the URI's text.
+func FuzzParseStoreURI(f *testing.F) {
+	for _, s := range []string{"redis://h:1", "redis://u:pa/ss@h:6379", "redis://u:p?w@h:1/?db=3", "x://@:?&=", "redis://h:+1",
+		"redis://h:6379/?x=a@b:1", "redis://h:1?db=3&x=/y", "://"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := ParseStoreURI(s)
+		if err != nil {
+			var se *StoreURIError
+			require.True(t, errors.As(err, &se))
+			if len(s) >= 8 {
+				require.NotContains(t, se.Reason, s)
+			}
+			return
+		}
+		require.True(t, strings.Contains(s, "://"))
+		require.True(t, strings.Contains(s, u.Host))
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
 // KVCM's connection defaults (common/redis_client.cc), kept so a URI copied from KVCM's
@@ -24,9 +27,19 @@ const (
 	DefaultPoolTimeout = 1000 * time.Millisecond
 	DefaultRetryCount  = 2
 	DefaultMaxPoolSize = 16
-	// DefaultPort is used when a URI names no port. KVCM itself would dial port 0 and fail.
+	// DefaultPort is used when one of kvcm-gc's own URIs names no port (ApplyURI). KVCM
+	// itself would dial port 0 and fail, so a registry URI without a port is refused
+	// (ApplyKVCMURI).
 	DefaultPort = 6379
+	// MaxPoolSizeLimit caps MaxPoolSize: go-redis sizes its pool's bookkeeping by it up front.
+	MaxPoolSizeLimit = 1 << 16
 )
+
+// KVCMURIPrefix marks a URI taken from KVCM's registry: "kvcm+" followed by the URI as the
+// registry holds it ("kvcm+redis://u:pa/ss@h:6379"). Pool reads such a URI with
+// ApplyKVCMURI, any other with ApplyURI; RegistryReader hands registry URIs to Learn with it.
+// KVCM never reads a URI's scheme, so the prefix takes nothing away.
+const KVCMURIPrefix = "kvcm+"
 
 // ErrBadURI: a Redis URI could not be parsed. The message never holds credentials.
 var ErrBadURI = errors.New("bad redis uri")
@@ -37,8 +50,9 @@ var ErrBadURI = errors.New("bad redis uri")
 type ConnOptions struct {
 	// Addr is "host:port".
 	Addr string
-	// DB is the database, selected with SELECT when > 0. KVCM releases that know the "db" URI
-	// parameter use it; others always use DB 0.
+	// DB is the database, selected with SELECT when > 0: the "db" URI parameter, which KVCM
+	// uses since it learned it (8145bfa). KVCM of the legacy layout (f6aa2b2) ignores it and
+	// always uses DB 0, so what kvcm-gc reads from another database is not that KVCM's.
 	DB int
 
 	// UserInfo is KVCM-style authentication: the raw userinfo of a redis:// URI ("user:pw"),
@@ -52,7 +66,9 @@ type ConnOptions struct {
 	Username string
 	Password string
 
-	// TLS is used when TLS.Enabled (a rediss:// URI enables it).
+	// TLS is used when TLS.Enabled: a rediss:// URI of kvcm-gc's own enables it (ApplyURI);
+	// a URI from KVCM's registry keeps it as it is (ApplyKVCMURI), since KVCM itself speaks
+	// plain TCP whatever the scheme.
 	TLS TLSOptions
 
 	// Timeout bounds dialing and each read and write (URI timeout_ms). Default 2s.
@@ -85,23 +101,26 @@ type TLSOptions struct {
 	InsecureSkipVerify bool
 }
 
-// ParseURI parses a KVCM-style Redis URI with default options.
+// ParseURI parses one of kvcm-gc's own Redis URIs with default options.
 // See ConnOptions.ApplyURI for the syntax.
 func ParseURI(uri string) (ConnOptions, error) {
 	return ConnOptions{}.ApplyURI(uri)
 }
 
-// ApplyURI returns o changed by a URI, the way KVCM reads it (common/standard_uri.cc):
+// ApplyURI returns o changed by one of kvcm-gc's own URIs (registry.uri, meta.store_uris,
+// meta.group_store_uris), read strictly, in KVCM's style:
 //
 //	redis[s]://[userinfo@]host[:port][/ignored][?timeout_ms=&retry_count=&client_max_pool_size=&client_min_pool_size=&db=]
 //
 // There is no percent-decoding. userinfo, when present and not empty, becomes UserInfo (KVCM-
 // style AUTH) and clears o's Username and Password; without userinfo o's credentials stay, so
 // a URI of KVCM's can be combined with kvcm-gc's own ACL user. rediss enables TLS with o's TLS
-// material; redis disables it. Numeric parameters that are zero or negative keep the current
-// value, as in KVCM; parameters that are not decimal integers are an error (KVCM would ignore
-// them silently, which hides typos). Unknown parameters (cluster_name, …) are ignored.
-// Errors wrap ErrBadURI and never contain credentials.
+// material; redis disables it. A URI without a port gets DefaultPort. Numeric parameters that
+// are zero or negative keep the current value, as in KVCM; parameters that are not decimal
+// integers are an error (KVCM would ignore them silently, which hides typos). Unknown
+// parameters (cluster_name, …) are ignored. A '/' or '?' in the userinfo is an error. URIs
+// taken from KVCM's registry are read with ApplyKVCMURI instead. Errors wrap ErrBadURI and
+// never contain credentials.
 func (o ConnOptions) ApplyURI(uri string) (ConnOptions, error) {
 	red := Redact(uri)
 	scheme, rest, ok := strings.Cut(uri, "://")
@@ -200,6 +219,98 @@ func (o ConnOptions) ApplyURI(uri string) (ConnOptions, error) {
 	return o, nil
 }
 
+// ParseKVCMURI parses a metadata store URI of KVCM's registry with default options. See
+// ConnOptions.ApplyKVCMURI.
+func ParseKVCMURI(uri string) (ConnOptions, error) {
+	return ConnOptions{}.ApplyKVCMURI(uri)
+}
+
+// ApplyKVCMURI returns o changed by a metadata store URI taken from KVCM's registry
+// (meta_storage_backend_config.storage_uri), read exactly as KVCM's StandardUri and
+// RedisClient read it (kvcm.ParseStoreURI has the grammar):
+//
+//   - the scheme is ignored: tcp://, redis://, rediss:// and any other connect alike, in
+//     plain TCP for KVCM; TLS is o's (kvcm-gc's own meta.tls settings) and nothing else;
+//   - the userinfo, up to the first '@' anywhere after "://", becomes UserInfo (the single
+//     AUTH argument, sent after NOAUTH) when not empty, and clears o's Username and Password;
+//     a password holding '/' works ("redis://user:pa/ss@h:6379" is h:6379 with AUTH
+//     "user:pa/ss"), but then nothing may follow the port, as in KVCM;
+//   - a URI without a port (or with port 0) is refused: KVCM would dial port 0 and fail;
+//   - db: current KVCM selects database N for db=N with N > 0 (std::from_chars, digits only,
+//     the whole value; anything else leaves DB 0). DB is always KVCM's, whatever o's was;
+//   - timeout_ms, retry_count, client_max_pool_size and client_min_pool_size replace o's
+//     values when they read as a positive integer, as in KVCM; any other value keeps o's,
+//     as KVCM keeps its default.
+//
+// A URI KVCM cannot use, or that its versions read differently, is refused, and so is a
+// server KVCM could not dial (a host holding '@', '/' or '?', which is what a mis-split
+// password leaves), a port beyond 65535, a database SELECT refuses (above 2^31-1) and a pool
+// size above MaxPoolSizeLimit. Errors wrap ErrBadURI and never contain credentials.
+func (o ConnOptions) ApplyKVCMURI(uri string) (ConnOptions, error) {
+	red := Redact(uri)
+	u, err := kvcm.ParseStoreURI(uri)
+	if err != nil {
+		reason := err.Error()
+		if se := (*kvcm.StoreURIError)(nil); errors.As(err, &se) {
+			reason = se.Reason // without the "bad meta store uri" ErrBadURI says again
+		}
+		return o, fmt.Errorf("parse %q as KVCM does: %s: %w", red, reason, ErrBadURI)
+	}
+	// Neither the host nor the port is echoed: a mis-split URI may put part of a password there.
+	switch {
+	case u.Port == 0:
+		return o, fmt.Errorf("parse %q as KVCM does: no port: KVCM would dial port 0 and fail: %w", red, ErrBadURI)
+	case u.Port < 0 || u.Port > math.MaxUint16:
+		return o, fmt.Errorf("parse %q as KVCM does: port out of range: %w", red, ErrBadURI)
+	case !dialableHost(u.Host):
+		return o, fmt.Errorf("parse %q as KVCM does: the host is empty or not a name KVCM can dial: %w", red, ErrBadURI)
+	}
+	o.Addr = net.JoinHostPort(u.Host, strconv.FormatInt(u.Port, 10))
+	if u.UserInfo != "" {
+		o.UserInfo, o.Username, o.Password = u.UserInfo, "", ""
+	}
+	// RedisClient: db_ starts at 0 and takes a parsed value >= 0; SELECT only when > 0.
+	o.DB = 0
+	if n, ok := u.ParamInt64("db"); ok && n >= 0 {
+		if n > math.MaxInt32 {
+			return o, fmt.Errorf("parse %q as KVCM does: db %d: no Redis has that database, KVCM's SELECT would fail: %w", red, n, ErrBadURI)
+		}
+		o.DB = int(n)
+	}
+	if n, ok := u.ParamInt64("timeout_ms"); ok && n > 0 {
+		o.Timeout = time.Duration(min(n, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
+	}
+	if n, ok := u.ParamInt64("retry_count"); ok && n > 0 {
+		o.RetryCount = int(min(n, math.MaxInt32))
+	}
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"client_max_pool_size", &o.MaxPoolSize}, {"client_min_pool_size", &o.MinPoolSize}} {
+		if n, ok := u.ParamInt64(p.name); ok && n > 0 {
+			if n > MaxPoolSizeLimit {
+				return o, fmt.Errorf("parse %q as KVCM does: %s %d above kvcm-gc's limit %d: %w", red, p.name, n, MaxPoolSizeLimit, ErrBadURI)
+			}
+			*p.dst = int(n)
+		}
+	}
+	return o, nil
+}
+
+// dialableHost reports whether KVCM's client could resolve host at all. A host holding '@',
+// '/' or '?' is what is left of a URI whose password KVCM split in the wrong place.
+func dialableHost(host string) bool {
+	if host == "" {
+		return false
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; c <= ' ' || c == 0x7f || strings.IndexByte("@/?#[]", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Name returns the credential-free name of the server: "host:port", plus "?db=N" for a
 // database other than 0. It is a metadata store's name in a registry snapshot, and
 // "redis://"+Name() parses back to the same server.
@@ -242,6 +353,9 @@ func (o ConnOptions) Validate() error {
 	}
 	if o.UserInfo != "" && (o.Username != "" || o.Password != "") {
 		return fmt.Errorf("redis options %s: KVCM-style userinfo and ACL username/password are exclusive", o)
+	}
+	if o.MaxPoolSize > MaxPoolSizeLimit {
+		return fmt.Errorf("redis options %s: max pool size %d above %d", o, o.MaxPoolSize, MaxPoolSizeLimit)
 	}
 	if o.MinPoolSize > o.maxPoolSize() {
 		return fmt.Errorf("redis options %s: min pool size %d above max pool size %d", o, o.MinPoolSize, o.maxPoolSize())

@@ -154,6 +154,8 @@ func TestConnOptionsValidate(t *testing.T) {
 		{"two kinds of auth", redismeta.ConnOptions{Addr: "h:1", UserInfo: "u:p", Password: "p"}, false},
 		{"min above max", redismeta.ConnOptions{Addr: "h:1", MinPoolSize: 17}, false},
 		{"min at default max", redismeta.ConnOptions{Addr: "h:1", MinPoolSize: 16}, true},
+		{"max at the limit", redismeta.ConnOptions{Addr: "h:1", MaxPoolSize: redismeta.MaxPoolSizeLimit}, true},
+		{"max above the limit", redismeta.ConnOptions{Addr: "h:1", MaxPoolSize: redismeta.MaxPoolSizeLimit + 1}, false},
 		{"cert without key", redismeta.ConnOptions{Addr: "h:1", TLS: redismeta.TLSOptions{CertFile: "c"}}, false},
 	}
 	for _, tc := range tests {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
@@ -27,6 +28,10 @@ type PoolOptions struct {
 // Pool is a meta.StoreResolver that opens one Store per store name on first use and keeps
 // it. A name resolves, in this order, to the configured URI (PoolOptions.URIs), the URI
 // learned from the registry (Learn), or "redis://<name>" with the Defaults (credentials, TLS).
+// A learned URI with KVCMURIPrefix came from KVCM's registry and is read as KVCM reads it
+// (ApplyKVCMURI: any scheme, plain TCP unless the Defaults enable TLS, the database KVCM
+// selects); every other URI is kvcm-gc's own and read strictly (ApplyURI). Each store is
+// opened with StoreOptions.DB set to its connection's database.
 type Pool struct {
 	o   PoolOptions
 	log *slog.Logger
@@ -53,8 +58,9 @@ func NewPool(o PoolOptions) *Pool {
 }
 
 // Learn records the URI behind a store name, as read from the registry
-// (RegistryOptions.Learn). A store already open keeps its connection: a changed URI (a
-// rotated password) takes effect for a name only once the pool is rebuilt.
+// (RegistryOptions.Learn): KVCMURIPrefix and the registry's URI, or a configured override
+// URI. A store already open keeps its connection: a changed URI (a rotated password) takes
+// effect for a name only once the pool is rebuilt.
 func (p *Pool) Learn(name, uri string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -79,6 +85,13 @@ func (p *Pool) connOptionsLocked(name string) (ConnOptions, error) {
 	uri, ok := p.o.URIs[name]
 	if !ok {
 		uri, ok = p.learned[name]
+		if kvcmURI, fromKVCM := strings.CutPrefix(uri, KVCMURIPrefix); ok && fromKVCM {
+			conn, err := p.o.Defaults.ApplyKVCMURI(kvcmURI)
+			if err != nil {
+				return ConnOptions{}, fmt.Errorf("metadata store %q: %w", name, err)
+			}
+			return conn, nil
+		}
 	}
 	if !ok {
 		scheme := "redis://"
@@ -92,6 +105,14 @@ func (p *Pool) connOptionsLocked(name string) (ConnOptions, error) {
 		return ConnOptions{}, fmt.Errorf("metadata store %q: %w", name, err)
 	}
 	return conn, nil
+}
+
+// storeOptions are the options of the store opened on conn: the pool's, with the database
+// the connection selects, so the store knows which of the server's databases it reads.
+func (p *Pool) storeOptions(conn ConnOptions) StoreOptions {
+	o := p.o.Store
+	o.DB = conn.DB
+	return o
 }
 
 // Store implements meta.StoreResolver.
@@ -115,11 +136,11 @@ func (p *Pool) Store(name string) (meta.Store, error) {
 		p.mu.Unlock()
 		return nil, fmt.Errorf("metadata store %q: %w", name, err)
 	}
-	s := newStore(c, p.o.Store)
+	s := newStore(c, p.storeOptions(conn))
 	p.stores[name] = s
 	p.mu.Unlock()
 
-	p.log.Info("metadata store opened", "store", name, "uri", conn.String(), "dry_run", p.o.Store.DryRun)
+	p.log.Info("metadata store opened", "store", name, "uri", conn.String(), "db", conn.DB, "dry_run", p.o.Store.DryRun)
 	if !p.o.Store.DryRun {
 		// Outside the lock: a store that is down must not stall lookups of the others.
 		timeout := conn.Timeout

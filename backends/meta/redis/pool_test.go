@@ -24,6 +24,13 @@ func TestPoolResolution(t *testing.T) {
 	p.Learn("m1:6379", "redis://kvcm:Learned@m1:6379/") // configuration wins
 	p.Learn("m2:6379", "redis://kvcm:Pw2@m2:6379/?retry_count=4")
 	p.Learn("m4:6379", "redis://kvcm:Secret-Pw9@m4:bad")
+	// URIs from KVCM's registry, read as KVCM reads them.
+	p.Learn("m6:6379", redismeta.KVCMURIPrefix+"rediss://kvcm:pa/ss@m6:6379")
+	p.Learn("m7:6379?db=3", redismeta.KVCMURIPrefix+"tcp://m7:6379/?db=3&timeout_ms=250")
+	p.Learn("m8:6379", redismeta.KVCMURIPrefix+"redis://kvcm:Secret-Pw9@m8")
+	p.Learn("m9:6379", redismeta.KVCMURIPrefix+"redis://kvcm:Secret-Pw9/x@m9:6379/?db=1")
+	// A configured override (meta.group_store_uris) learned as is: strict, rediss is TLS.
+	p.Learn("m10:6379", "rediss://kvcm:Pw10@m10:6379")
 
 	tests := []struct {
 		name string
@@ -37,6 +44,12 @@ func TestPoolResolution(t *testing.T) {
 			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
 		{"m3:6380?db=2", redismeta.ConnOptions{Addr: "m3:6380", DB: 2, Username: "gc", Password: "Gc-Pw", Timeout: time.Second,
 			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
+		{"m6:6379", redismeta.ConnOptions{Addr: "m6:6379", UserInfo: "kvcm:pa/ss", Timeout: time.Second,
+			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
+		{"m7:6379?db=3", redismeta.ConnOptions{Addr: "m7:6379", DB: 3, Username: "gc", Password: "Gc-Pw", Timeout: 250 * time.Millisecond,
+			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
+		{"m10:6379", redismeta.ConnOptions{Addr: "m10:6379", UserInfo: "kvcm:Pw10", Timeout: time.Second,
+			TLS: redismeta.TLSOptions{Enabled: true, CAFile: "ca.pem"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,7 +58,7 @@ func TestPoolResolution(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
-	for _, bad := range []string{"", "m4:6379", "h:port"} {
+	for _, bad := range []string{"", "m4:6379", "h:port", "m8:6379", "m9:6379"} {
 		_, err := p.ConnOptions(bad)
 		require.Error(t, err, bad)
 		_, err = p.Store(bad)
@@ -57,6 +70,10 @@ func TestPoolResolution(t *testing.T) {
 	got, err := tlsPool.ConnOptions("m5:6379")
 	require.NoError(t, err)
 	require.True(t, got.TLS.Enabled, "a TLS default reaches stores known by name only")
+	tlsPool.Learn("m6:6379", redismeta.KVCMURIPrefix+"redis://m6:6379")
+	got, err = tlsPool.ConnOptions("m6:6379")
+	require.NoError(t, err)
+	require.True(t, got.TLS.Enabled, "a TLS default reaches stores learned from the registry")
 	require.NoError(t, tlsPool.Close())
 }
 

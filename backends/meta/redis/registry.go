@@ -16,22 +16,20 @@ import (
 
 // Skip reasons of a registry snapshot. Each is a constant prefix; details follow ": …".
 const (
-	SkipInfoMissing     = "instance info missing"
-	SkipBadInfo         = "bad instance info json"
-	SkipInfoIDMismatch  = "instance info id mismatch"
-	SkipUnknownGroup    = "unknown instance group"
-	SkipBadGroup        = "bad instance group json"
-	SkipLocalStore      = "local meta store"
-	SkipUnsupportedType = "unsupported meta store type"
-	SkipNoStoreURI      = "meta store uri missing"
-	SkipBadStoreURI     = "bad meta store uri"
-	SkipBadStorage      = "bad storage config json"
-)
-
-// KVCM's meta_storage_backend_config.storage_type values.
-const (
-	metaStoreRedis = "redis"
-	metaStoreLocal = "local"
+	SkipInfoMissing    = "instance info missing"
+	SkipBadInfo        = "bad instance info json"
+	SkipInfoIDMismatch = "instance info id mismatch"
+	SkipUnknownGroup   = "unknown instance group"
+	SkipBadGroup       = "bad instance group json"
+	// The group's metadata store is not one kvcm-gc collects: only in KVCM's memory (local),
+	// nowhere (dummy), Redis behind KVCM's memory (cached), or a type kvcm-gc does not know.
+	SkipLocalStore       = "local meta store"
+	SkipDummyStore       = "dummy meta store"
+	SkipCachedStore      = "cached meta store"
+	SkipUnknownStoreType = "unknown meta store type"
+	SkipNoStoreURI       = "meta store uri missing"
+	SkipBadStoreURI      = "bad meta store uri"
+	SkipBadStorage       = "bad storage config json"
 )
 
 // RegistryOptions configure a RegistryReader.
@@ -39,11 +37,14 @@ type RegistryOptions struct {
 	// Cluster is KVCM's cluster_name: the registry lives under kvcache_registry:<Cluster>:.
 	Cluster string
 	// GroupStoreURIs replaces the metadata store URI of instance groups (group name → URI),
-	// for example to give kvcm-gc its own credentials or a TLS endpoint. Groups whose KVCM
-	// store is "local" stay skipped: there is no Redis to reach.
+	// for example to give kvcm-gc its own credentials or a TLS endpoint. They are kvcm-gc's
+	// own URIs, read strictly (ApplyURI: rediss means TLS). Groups whose KVCM store is not
+	// "redis" stay skipped: there is no Redis to reach, or it is not the truth.
 	GroupStoreURIs map[string]string
 	// Learn, when set, is told the URI behind every store name of a snapshot (Pool.Learn),
-	// so the store can be opened by name later. It may be called from ReadRegistry.
+	// so the store can be opened by name later: a registry URI with KVCMURIPrefix in front,
+	// to be read as KVCM reads it (ApplyKVCMURI), an override of GroupStoreURIs as it is. It
+	// may be called from ReadRegistry.
 	Learn func(name, uri string)
 	// Logger receives one line per skipped registry entry at debug level; nil discards.
 	Logger *slog.Logger
@@ -98,17 +99,12 @@ func OpenRegistryReader(conn ConnOptions, o RegistryOptions) (*RegistryReader, e
 // Close closes the client.
 func (r *RegistryReader) Close() error { return r.c.Close() }
 
-// groupStore is what a snapshot decided about one instance group's metadata store.
-type groupStore struct {
-	name string // store name; "" when skipped
-	skip string // skip reason when name is ""
-}
-
 // ReadRegistry implements meta.RegistryReader. It reads, as KVCM's DoRecover does, the
 // instance index, the groups and the storages, then each instance's record. A Redis error
 // fails the snapshot (the round retries later); a record that does not decode skips only that
 // entry, with the reason in Registry.Skipped (a bad storage config is reported with an empty
-// Instance).
+// Instance). A group that is not collected is in Registry.SkippedGroups, and each of its
+// instances in Registry.Skipped, with the reason.
 func (r *RegistryReader) ReadRegistry(ctx context.Context) (*meta.Registry, error) {
 	pipe := r.c.Pipeline()
 	idsCmd := pipe.HGetAll(ctx, r.prefix+"instance")
@@ -118,8 +114,9 @@ func (r *RegistryReader) ReadRegistry(ctx context.Context) (*meta.Registry, erro
 		return nil, fmt.Errorf("read registry %q: %w", r.prefix, err)
 	}
 	reg := &meta.Registry{
-		Groups:   make(map[string]kvcm.InstanceGroup),
-		Storages: make(map[string]kvcm.StorageConfig),
+		Groups:        make(map[string]kvcm.InstanceGroup),
+		Storages:      make(map[string]kvcm.StorageConfig),
+		SkippedGroups: make(map[string]string),
 	}
 
 	for _, name := range sortedKeys(storagesCmd.Val()) {
@@ -131,16 +128,20 @@ func (r *RegistryReader) ReadRegistry(ctx context.Context) (*meta.Registry, erro
 		reg.Storages[name] = sc
 	}
 
-	badGroups := make(map[string]string)
-	stores := make(map[string]groupStore)
+	stores := make(map[string]string) // collected group → store name
 	for _, name := range sortedKeys(groupsCmd.Val()) {
 		g, err := kvcm.DecodeInstanceGroup([]byte(groupsCmd.Val()[name]))
 		if err != nil {
-			badGroups[name] = fmt.Sprintf("%s: %v", SkipBadGroup, err)
+			r.skipGroup(ctx, reg, name, fmt.Sprintf("%s: %v", SkipBadGroup, err))
 			continue
 		}
 		reg.Groups[name] = g
-		stores[name] = r.groupStore(name, g)
+		store, reason := r.groupStore(name, g)
+		if reason != "" {
+			r.skipGroup(ctx, reg, name, reason)
+			continue
+		}
+		stores[name] = store
 	}
 
 	ids := sortedKeys(idsCmd.Val())
@@ -163,7 +164,7 @@ func (r *RegistryReader) ReadRegistry(ctx context.Context) (*meta.Registry, erro
 			if err != nil {
 				return nil, fmt.Errorf("read registry instance %q: %w", id, err)
 			}
-			r.addInstance(ctx, reg, id, []byte(raw), badGroups, stores)
+			r.addInstance(ctx, reg, id, []byte(raw), stores)
 		}
 	}
 	slices.SortFunc(reg.Instances, func(a, b meta.Instance) int {
@@ -172,8 +173,7 @@ func (r *RegistryReader) ReadRegistry(ctx context.Context) (*meta.Registry, erro
 	return reg, nil
 }
 
-func (r *RegistryReader) addInstance(ctx context.Context, reg *meta.Registry, id string, raw []byte,
-	badGroups map[string]string, stores map[string]groupStore) {
+func (r *RegistryReader) addInstance(ctx context.Context, reg *meta.Registry, id string, raw []byte, stores map[string]string) {
 	info, err := kvcm.DecodeInstanceInfo(raw)
 	if err != nil {
 		r.skip(ctx, reg, meta.Skip{Instance: id, Reason: fmt.Sprintf("%s: %v", SkipBadInfo, err)})
@@ -187,49 +187,62 @@ func (r *RegistryReader) addInstance(ctx context.Context, reg *meta.Registry, id
 			Reason: fmt.Sprintf("%s: record names %q", SkipInfoIDMismatch, info.InstanceID)})
 		return
 	}
-	if reason, bad := badGroups[group]; bad {
+	if reason, skipped := reg.SkippedGroups[group]; skipped {
 		r.skip(ctx, reg, meta.Skip{Instance: id, Group: group, Reason: reason})
 		return
 	}
-	gs, ok := stores[group]
+	store, ok := stores[group]
 	if !ok {
 		r.skip(ctx, reg, meta.Skip{Instance: id, Group: group, Reason: SkipUnknownGroup})
 		return
 	}
-	if gs.name == "" {
-		r.skip(ctx, reg, meta.Skip{Instance: id, Group: group, Reason: gs.skip})
-		return
-	}
-	reg.Instances = append(reg.Instances, meta.Instance{ID: id, Group: group, Store: gs.name, Info: info})
+	reg.Instances = append(reg.Instances, meta.Instance{ID: id, Group: group, Store: store, Info: info})
 }
 
-// groupStore decides where a group's metadata lives. Only "redis" groups are collected; their
-// URI may be replaced by configuration. The store is named by its credential-free address, and
-// the URI behind the name is handed to Learn.
-func (r *RegistryReader) groupStore(name string, g kvcm.InstanceGroup) groupStore {
+// groupStore decides where a group's metadata lives: the store name, or why the group is not
+// collected. Only "redis" groups are collected: in a cached store Redis lags KVCM's memory,
+// which wins (a dropped write-behind leaves Redis with a WRITING location that KVCM serves;
+// a field deleted in Redis is written back from memory). A group's URI is read as KVCM reads
+// it, unless configuration replaces it with one of kvcm-gc's own. The store is named by its
+// credential-free address and database, and the URI behind the name is handed to Learn.
+func (r *RegistryReader) groupStore(name string, g kvcm.InstanceGroup) (store, reason string) {
 	switch g.MetaStorageType {
-	case metaStoreRedis:
-	case metaStoreLocal, "":
-		return groupStore{skip: SkipLocalStore}
+	case kvcm.MetaStoreRedis:
+	case kvcm.MetaStoreLocal:
+		return "", SkipLocalStore + ": in KVCM's memory, not in Redis"
+	case kvcm.MetaStoreDummy:
+		return "", SkipDummyStore + ": KVCM keeps no metadata"
+	case kvcm.MetaStoreCached:
+		return "", fmt.Sprintf("%s: Redis is a write-behind copy of KVCM's memory, not the truth (persistent_type=%s, cache_type=%s)",
+			SkipCachedStore, g.MetaPersistentType, g.MetaCacheType)
 	default:
-		return groupStore{skip: fmt.Sprintf("%s: %q", SkipUnsupportedType, g.MetaStorageType)}
+		return "", fmt.Sprintf("%s: %q", SkipUnknownStoreType, g.MetaStorageType)
 	}
-	uri := g.MetaStorageURI
-	if o, ok := r.overrides[name]; ok {
-		uri = o
+	uri, own := r.overrides[name]
+	if !own {
+		uri = g.MetaStorageURI
 	}
 	if uri == "" {
-		return groupStore{skip: SkipNoStoreURI}
+		return "", SkipNoStoreURI
 	}
-	conn, err := ParseURI(uri)
+	parse, learned := ParseKVCMURI, KVCMURIPrefix+uri
+	if own {
+		parse, learned = ParseURI, uri
+	}
+	conn, err := parse(uri)
 	if err != nil {
-		return groupStore{skip: fmt.Sprintf("%s: %v", SkipBadStoreURI, err)} // err is redacted
+		return "", fmt.Sprintf("%s: %v", SkipBadStoreURI, err) // err is redacted
 	}
-	storeName := conn.Name()
+	store = conn.Name()
 	if r.learn != nil {
-		r.learn(storeName, uri)
+		r.learn(store, learned)
 	}
-	return groupStore{name: storeName}
+	return store, ""
+}
+
+func (r *RegistryReader) skipGroup(ctx context.Context, reg *meta.Registry, group, reason string) {
+	r.log.DebugContext(ctx, "instance group skipped", "group", group, "reason", reason)
+	reg.SkippedGroups[group] = reason
 }
 
 func (r *RegistryReader) skip(ctx context.Context, reg *meta.Registry, s meta.Skip) {
