@@ -127,7 +127,6 @@ type StoreOptions struct {
 	EmptyBlock meta.EmptyBlock
 	// Logger receives debug lines about script loading; nil discards.
 	Logger *slog.Logger
-	DB     int // the database the connection selects (ConnOptions.DB); Pool sets it
 }
 
 // Store is a meta.Store on one KVCM metadata Redis.
