@@ -330,7 +330,7 @@ func TestLeastPrivilege(t *testing.T) {
 		require.NoError(t, l.redis.Client().ScriptFlush(ctx).Err())
 		evals := l.redis.CommandStats(t)["eval"]
 		require.NoError(t, cadOne(ctx, st, "inst1", key, marked, nil))
-		require.Zero(t, l.redis.Client().Exists(ctx, kvcm.BlockKey("inst1", key)).Val())
+		require.Equal(t, "{}", l.redis.Client().HGet(ctx, kvcm.BlockKey("inst1", key), "__uri__").Val(), "kept as KVCM reads \"exists, no location\"")
 		require.Equal(t, evals+1, l.redis.CommandStats(t)["eval"], "the CAD ran through EVAL")
 	})
 

@@ -285,7 +285,9 @@ func TestRegistryToStores(t *testing.T) {
 	// inst-db3's block lives in database 3 only; a copy in database 0 must not be seen.
 	db3 := redis.NewClient(&redis.Options{Addr: env.meta1.Addr(), DB: 3, Password: "kvcm:Meta-Pw1", Protocol: 2, DisableIdentity: true})
 	t.Cleanup(func() { require.NoError(t, db3.Close()) })
-	require.NoError(t, db3.HSet(ctx, kvcm.BlockKey("inst-db3", -5), metatest.Block(`{"x":{}}`, "")).Err())
+	// (A KVCM that reads db= keeps today's layout; a legacy key in DB 3 would be nobody's.)
+	require.NoError(t, db3.HSet(ctx, kvcm.BlockKey("inst-db3", -5),
+		metatest.LocationBlock("", metatest.LocationField("x0x0x0x0", kvcm.StatusServing, kvcm.TypeFile, "file://nfs_01/x?size=1"))).Err())
 	require.NoError(t, env.meta1.Client().HSet(ctx, kvcm.BlockKey("inst-db3", 7), metatest.Block(`{"y":{}}`, "")).Err())
 	pool := redismeta.NewPool(redismeta.PoolOptions{})
 	t.Cleanup(func() { require.NoError(t, pool.Close()) })
