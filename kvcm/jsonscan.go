@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/jsonstr"
 )
 
 // This file is a small strict JSON scanner (RFC 8259) that reports where things are instead of
@@ -213,7 +214,7 @@ func (s *jsonScanner) str() (esc bool, err error) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				r, ok := hex4(s.doc, i+2)
+				r, ok := jsonstr.Hex4(s.doc, i+2)
 				if !ok {
 					s.pos = i
 					return esc, s.errorf(`invalid \u escape`)
@@ -224,7 +225,7 @@ func (s *jsonScanner) str() (esc bool, err error) {
 					s.pos = i - 6
 					return esc, s.errorf("lone low surrogate")
 				case r >= 0xD800 && r <= 0xDBFF:
-					lo, ok := hex4(s.doc, i+2)
+					lo, ok := jsonstr.Hex4(s.doc, i+2)
 					if !ok || s.doc[i] != '\\' || s.doc[i+1] != 'u' || lo < 0xDC00 || lo > 0xDFFF {
 						s.pos = i - 6
 						return esc, s.errorf("lone high surrogate")
@@ -246,28 +247,6 @@ func (s *jsonScanner) str() (esc bool, err error) {
 	return esc, s.errorf("unterminated string")
 }
 
-// hex4 reads 4 hex digits at doc[i:] (either case, as JSON allows).
-func hex4(doc string, i int) (rune, bool) {
-	if i+4 > len(doc) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range []byte(doc[i : i+4]) {
-		var v byte
-		switch {
-		case c >= '0' && c <= '9':
-			v = c - '0'
-		case c >= 'a' && c <= 'f':
-			v = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			v = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(v)
-	}
-	return r, true
-}
 
 // number scans a number token; isInt is true when it has no fraction and no exponent.
 func (s *jsonScanner) number() (isInt bool, err error) {
@@ -329,45 +308,13 @@ func skipDigits(doc string, i int) int {
 
 // unquote returns the decoded content of the string token doc[t.start:t.end]. Without
 // escapes it is a substring of doc (no copy). The token must have been validated by str.
+// Bytes that are not valid UTF-8 are kept as they are, as rapidjson keeps them.
 func unquote(doc string, t span, esc bool) string {
 	body := doc[t.start+1 : t.end-1]
 	if !esc {
 		return body
 	}
-	out := make([]byte, 0, len(body))
-	for i := 0; i < len(body); {
-		c := body[i]
-		if c != '\\' {
-			out = append(out, c)
-			i++
-			continue
-		}
-		switch body[i+1] {
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, _ := hex4(body, i+2)
-			if r >= 0xD800 && r <= 0xDBFF {
-				lo, _ := hex4(body, i+8)
-				r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
-				i += 6
-			}
-			out = utf8.AppendRune(out, r)
-			i += 6
-			continue
-		default: // '"', '\\', '/'
-			out = append(out, body[i+1])
-		}
-		i += 2
-	}
+	out, _, _ := jsonstr.Unquote(make([]byte, 0, len(body)), body, jsonstr.RawBytes)
 	return string(out)
 }
 

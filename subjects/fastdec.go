@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"math"
 	"unicode/utf8"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/jsonstr"
 )
 
 // A batch is decoded by hand when it has the form Encode writes: encoding/json spent a fifth of
@@ -309,7 +311,7 @@ func (d *fastDecoder) unquote(dst []byte) ([]byte, bool) {
 		return nil, false
 	}
 	rest := d.data[d.i:]
-	out, n, err := unquote(dst, rest)
+	out, n, err := jsonstr.Unquote(dst, rest, jsonstr.Strict)
 	if err != nil || n == len(rest) {
 		return nil, false // refused, or no closing quote
 	}

@@ -2,7 +2,8 @@ package subjects
 
 import (
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/jsonstr"
 )
 
 // A scan batch, the largest and most frequent message, is encoded by hand: encoding/json
@@ -34,13 +35,13 @@ func (b *Batch) appendHeader(dst []byte) []byte {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, int64(b.V), 10)
 	dst = append(dst, `,"cluster":`...)
-	dst = appendString(dst, b.Cluster)
+	dst = jsonstr.Append(dst, b.Cluster)
 	dst = append(dst, `,"instance":`...)
-	dst = appendString(dst, b.Instance)
+	dst = jsonstr.Append(dst, b.Instance)
 	dst = append(dst, `,"group":`...)
-	dst = appendString(dst, b.Group)
+	dst = jsonstr.Append(dst, b.Group)
 	dst = append(dst, `,"store":`...)
-	dst = appendString(dst, b.Store)
+	dst = jsonstr.Append(dst, b.Store)
 	dst = append(dst, `,"round":`...)
 	dst = strconv.AppendUint(dst, b.Round, 10)
 	dst = append(dst, `,"lease_rev":`...)
@@ -86,7 +87,7 @@ func (e *BlockEntry) appendJSON(dst []byte) []byte {
 	dst = append(dst, '"')
 	if e.Layout != "" {
 		dst = append(dst, `,"layout":`...)
-		dst = appendString(dst, e.Layout)
+		dst = jsonstr.Append(dst, e.Layout)
 	}
 	if len(e.URI) > 0 {
 		dst = append(dst, `,"uri":`...)
@@ -94,7 +95,7 @@ func (e *BlockEntry) appendJSON(dst []byte) []byte {
 	}
 	if e.LRUTime != "" {
 		dst = append(dst, `,"lru":`...)
-		dst = appendString(dst, e.LRUTime)
+		dst = jsonstr.Append(dst, e.LRUTime)
 	}
 	if len(e.Locs) > 0 {
 		dst = append(dst, `,"locs":[`...)
@@ -116,63 +117,10 @@ func (e *BlockEntry) appendJSON(dst []byte) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendString(dst, f)
+			dst = jsonstr.Append(dst, f)
 		}
 		dst = append(dst, ']')
 	}
 	return append(dst, '}')
 }
 
-// appendString appends s as encoding/json quotes a string with HTML escaping off: short
-// escapes for \b \f \n \r \t, \u00XX for other control bytes, \ufffd for each invalid UTF-8
-// byte, and U+2028, U+2029 escaped.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
