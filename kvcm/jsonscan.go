@@ -247,7 +247,6 @@ func (s *jsonScanner) str() (esc bool, err error) {
 	return esc, s.errorf("unterminated string")
 }
 
-
 // number scans a number token; isInt is true when it has no fraction and no exponent.
 func (s *jsonScanner) number() (isInt bool, err error) {
 	i := s.pos

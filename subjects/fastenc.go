@@ -123,4 +123,3 @@ func (e *BlockEntry) appendJSON(dst []byte) []byte {
 	}
 	return append(dst, '}')
 }
-
