@@ -12,6 +12,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -33,29 +34,64 @@ type Prober struct {
 	set     *storage.StaticSet
 	tables  map[string]kvcm.StorageConfig
 	fetched time.Time
+	// After a failed registry read the next one waits for retryAt (registry backoff):
+	// meanwhile batches are judged with the previous table or, without one, fail at once
+	// with lastErr.
+	retry   *backoff.Backoff
+	retryAt time.Time
+	lastErr error
 }
 
-// storages returns the storage set, re-reading the registry at most every RegistryRefresh.
+// Waits between failed registry reads of the prober (backoff.Policy, with jitter).
+const (
+	RegistryRetryInitial = time.Second
+	RegistryRetryMax     = 30 * time.Second
+)
+
+func (p *Prober) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+// storages returns the storage set, re-reading the registry at most every RegistryRefresh,
+// and after a failed read not before the registry backoff allows: every batch of a busy
+// prober would otherwise send the failing registry a read of its own.
 func (p *Prober) storages(ctx context.Context) (*storage.StaticSet, map[string]kvcm.StorageConfig, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.set != nil && time.Since(p.fetched) < p.Config.RegistryRefresh {
+	now := p.now()
+	if p.set != nil && now.Sub(p.fetched) < p.Config.RegistryRefresh {
 		return p.set, p.tables, nil
+	}
+	if now.Before(p.retryAt) {
+		if p.set != nil {
+			return p.set, p.tables, nil
+		}
+		return nil, nil, p.lastErr
+	}
+	if p.retry == nil {
+		p.retry = backoff.New(RegistryRetryInitial, RegistryRetryMax).Start()
 	}
 	reg, err := p.Registry.ReadRegistry(ctx)
 	if err != nil {
+		wait := p.retry.Next()
+		p.retryAt, p.lastErr = now.Add(wait), fmt.Errorf("read registry: %w", err)
 		if p.set != nil {
 			// Keep judging with the last table; a stale table can only make storages unknown.
-			p.Logger.Warn("refresh registry; using the previous storage table", "err", err)
+			p.Logger.Warn("refresh registry; using the previous storage table", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
 			return p.set, p.tables, nil
 		}
-		return nil, nil, fmt.Errorf("read registry: %w", err)
+		p.Logger.Warn("read registry", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
+		return nil, nil, p.lastErr
 	}
 	set, err := storage.NewSet(reg.Storages, p.StorageOptions)
 	if err != nil {
 		return nil, nil, fmt.Errorf("build storage set: %w", err)
 	}
-	p.set, p.tables, p.fetched = set, reg.Storages, time.Now()
+	p.retry.Reset()
+	p.set, p.tables, p.fetched, p.retryAt, p.lastErr = set, reg.Storages, now, time.Time{}, nil
 	return set, reg.Storages, nil
 }
 
@@ -78,10 +114,7 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 		p.Metrics.opError(StageProber, "registry")
 		return err
 	}
-	now := time.Now
-	if p.Now != nil {
-		now = p.Now
-	}
+	now := p.now
 	rules := Rules{Config: p.Config, Storages: set, Guard: p.Guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
 		p.Metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
 	}}
