@@ -9,9 +9,9 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/internal/demo"
 )
 
-func init() {
+func demoCommand() *cli.Command {
 	o := demo.Options{}
-	register(&cli.Command{
+	return &cli.Command{
 		Name: "demo",
 		Summary: "start a redis-server, seed a KVCM keyspace with garbage, collect one round with the " +
 			"all-in-one process, verify and report (needs redis-server on PATH)",
@@ -28,5 +28,5 @@ func init() {
 			o.Out, o.Err = e.Stdout, e.Stderr
 			return demo.Run(ctx, o)
 		},
-	})
+	}
 }

@@ -46,13 +46,21 @@ func (o *seedOptions) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.noFiles, "no-files", false, "write metadata only, no data files")
 }
 
+// check validates the flags before anything connects.
+func (o *seedOptions) check(*cli.Env) error {
+	if _, err := redismeta.ParseURI(o.redis); err != nil {
+		return fmt.Errorf("--redis: %w", err)
+	}
+	if o.locations < 1 || o.locations > 2 || o.blocks < 0 || o.garbage < 0 || o.tricky < 0 || o.garbage+o.tricky > 1 {
+		return errors.New("need 1 <= --locations <= 2, --blocks >= 0, --garbage, --tricky >= 0 with a sum <= 1")
+	}
+	return nil
+}
+
 func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 	conn, err := redismeta.ParseURI(o.redis)
 	if err != nil {
 		return cli.UsageError(fmt.Errorf("--redis: %w", err))
-	}
-	if o.locations < 1 || o.locations > 2 || o.blocks < 0 || o.garbage < 0 || o.tricky < 0 || o.garbage+o.tricky > 1 {
-		return cli.UsageError(errors.New("need 1 <= --locations <= 2, --blocks >= 0, --garbage, --tricky >= 0 with a sum <= 1"))
 	}
 	// The registry records the storages' root paths; KVCM's and kvcm-gc's file backends need
 	// them absolute.
@@ -105,12 +113,13 @@ func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 	return nil
 }
 
-func init() {
+func seedCommand() *cli.Command {
 	o := &seedOptions{}
-	register(&cli.Command{
+	return &cli.Command{
 		Name:    "seed",
 		Summary: "write a synthetic KVCM deployment (registry, blocks, files) with known garbage, and its manifest",
 		Flags:   o.flags,
+		Check:   o.check,
 		Run:     o.run,
-	})
+	}
 }
