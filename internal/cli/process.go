@@ -141,11 +141,12 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(cfg.JS.APITimeout))
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := jsmetrics.Register(reg, js, names, p.Stages.Scanner, p.Stages.Prober, p.Stages.Deleter, jsmetrics.WithLogger(log)); err != nil {
+	if err := jsmetrics.Register(reg, js, names, p.Stages.Scanner, p.Stages.Prober, p.Stages.Deleter,
+		jsmetrics.WithLogger(log), jsmetrics.WithTimeout(cfg.JS.APITimeout)); err != nil {
 		return fmt.Errorf("register jetstream metrics: %w", err)
 	}
 	if p.Started != nil {
