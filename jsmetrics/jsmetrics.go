@@ -70,8 +70,15 @@ type reading struct {
 // Option configures a Collector.
 type Option func(*Collector)
 
-// WithTimeout bounds the server requests of one scrape (default DefaultTimeout).
-func WithTimeout(d time.Duration) Option { return func(c *Collector) { c.timeout = d } }
+// WithTimeout bounds the server requests of one scrape (default DefaultTimeout; d <= 0 keeps
+// it).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Collector) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
 
 // WithLogger receives one line per failed read; nil discards.
 func WithLogger(l *slog.Logger) Option { return func(c *Collector) { c.log = l } }

@@ -318,7 +318,11 @@ func (e *Env) JetStream(ctx context.Context) (jetstream.JetStream, error) {
 		}
 		e.nc = nc
 	}
-	js, err := jetstream.New(e.nc, jetstream.WithDefaultTimeout(e.Config.JS.APITimeout))
+	timeout := e.Config.JS.APITimeout
+	if timeout <= 0 {
+		timeout = subjects.DefaultCallTimeout
+	}
+	js, err := jetstream.New(e.nc, jetstream.WithDefaultTimeout(timeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}

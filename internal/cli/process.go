@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,7 +142,7 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(cfg.JS.APITimeout))
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(cmp.Or(cfg.JS.APITimeout, app.DefaultAPITimeout)))
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
