@@ -143,8 +143,10 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	defer pool.Close()
 	stores := &usedStores{StoreResolver: pool}
 
+	// The deleter does not read the registry (its least-privilege user may not), so its
+	// readiness pings the stores it was configured with or sent to.
 	var registry *redismeta.RegistryReader
-	if which.Scanner || which.Prober || o.Registry.Addr != "" {
+	if which.Scanner || which.Prober {
 		registry, err = redismeta.OpenRegistryReader(o.Registry, redismeta.RegistryOptions{Cluster: o.Cluster,
 			GroupStoreURIs: o.GroupStoreURIs, Learn: pool.Learn, Logger: log})
 		if err != nil {

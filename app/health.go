@@ -32,10 +32,9 @@ var ErrNoGroups = errors.New("no instance groups in the registry")
 // process is ready only while
 //
 //   - its NATS connection is up;
-//   - the registry (scanner, prober, and a deleter that knows it) can be read and holds
-//     instance groups for the cluster;
+//   - the registry (scanner, prober) can be read and holds instance groups for the cluster;
 //   - every metadata store its stages use answers PING (scanner, deleter): the stores the
-//     registry names, the configured ones, and those the deleter has been sent to;
+//     registry names (scanner), the configured ones, and those the deleter has been sent to;
 //   - every stage loop runs, a scanner holding the leader lease or able to read who does.
 //
 // A stage an operator paused is ready, and says so ("ready, paused until …"). Before the

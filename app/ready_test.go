@@ -53,7 +53,7 @@ func waitReport(t *testing.T, h *app.Health, ready bool, wants ...string) string
 	t.Helper()
 	var report string
 	var err error
-	require.Eventually(t, func() bool {
+	ok := func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		report, err = h.Ready(ctx)
@@ -70,7 +70,14 @@ func waitReport(t *testing.T, h *app.Health, ready bool, wants ...string) string
 			}
 		}
 		return true
-	}, 20*time.Second, 20*time.Millisecond, "report %q, err %v", report, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness never had %q (ready %v); last report %q, err %v", wants, ready, report, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a report; there is nothing to await
+	}
 	return report
 }
 
@@ -131,3 +138,27 @@ func TestReadyPaused(t *testing.T) {
 }
 
 func jetstreamOf(nc *nats.Conn) (jetstream.JetStream, error) { return jetstream.New(nc) }
+
+// TestReadyDeleterStores: a deleter, which reads no registry, pings the stores it is sent to.
+func TestReadyDeleterStores(t *testing.T) {
+	store := testenv.StartRedis(t)
+	h, nc := startStages(t, testenv.StartRedis(t), "c1", app.Stages{Deleter: true})
+	report := waitReport(t, h, true, "deleter: running")
+	require.NotContains(t, report, "registry", "the deleter reads no registry")
+	require.NotContains(t, report, "store ")
+
+	js, err := jetstreamOf(nc)
+	require.NoError(t, err)
+	names, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	// A request for a block that is not there: the deleter opens the store and finds nothing.
+	data, err := subjects.Encode(subjects.DeleteRequest{V: subjects.SchemaVersion, Cluster: "c1", Instance: "inst1", Store: store.Addr(),
+		Source: subjects.Source{MsgID: "test"}, Targets: []subjects.Target{{Key: 1, Location: "l1", Reason: subjects.ReasonOrphanWriting,
+			Expected: subjects.RawText(`{"id":"l1","status":2}`)}}})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), names.DeleteSubject("inst1"), data)
+	require.NoError(t, err)
+	waitReport(t, h, true, "store "+store.Addr()+": ping ok")
+	store.Stop()
+	waitReport(t, h, false, "store "+store.Addr()+": NOT READY")
+}
