@@ -31,6 +31,8 @@ type StatusReport struct {
 	// Problems lists what could not be read (a missing stream, a server error); the rest of
 	// the report is still filled in.
 	Problems []string `json:"problems,omitempty"`
+	// Warnings are what was read and looks wrong, e.g. a round that walked no metadata store.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // StreamStatus is one stream's state (`nats stream info`). A stream whose info could not be
@@ -234,6 +236,11 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, o
 	wg.Wait()
 	slices.Sort(r.Problems)
 	r.Scanner.HeldBack = heldBack(r, o.highWater, now)
+	if rd := r.Scanner.Round; rd != nil && rd.Stores == 0 && !rd.InProgress {
+		// A round of nothing: the registry names no Redis metadata store for the cluster.
+		r.Warnings = append(r.Warnings, fmt.Sprintf("round %d walked no metadata store: the registry of cluster %q names no "+
+			"instance group on a Redis store (a misspelt cluster name looks like this)", rd.ID, names.Cluster))
+	}
 	return r, ctx.Err()
 }
 

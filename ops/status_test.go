@@ -115,3 +115,26 @@ func mustJSON(t *testing.T, v any) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// TestStatusNoStores: a round that walked no metadata store is a warning naming the cluster.
+func TestStatusNoStores(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := testenv.StartNATS(t).JetStream(t)
+	names, err := subjects.NewNames("kvcmgc", "nosuch")
+	require.NoError(t, err)
+	require.NoError(t, subjects.Ensure(ctx, js, names, subjects.DefaultSettings()))
+	state, err := js.KeyValue(ctx, names.StateBucket())
+	require.NoError(t, err)
+	now := time.Now()
+	ck := pipeline.Checkpoint{Round: 1, RoundStartedUs: now.Add(-time.Second).UnixMicro(), LastRoundEndUs: now.UnixMicro(),
+		NextRoundUs: now.Add(time.Hour).UnixMicro()}
+	_, err = state.Put(ctx, pipeline.CheckpointKey, mustJSON(t, ck))
+	require.NoError(t, err)
+	rep, err := ops.Status(ctx, js, names)
+	require.NoError(t, err)
+	require.Equal(t, []string{`round 1 walked no metadata store: the registry of cluster "nosuch" names no instance group on a Redis store (a misspelt cluster name looks like this)`}, rep.Warnings)
+	var out bytes.Buffer
+	require.NoError(t, rep.WriteTable(&out))
+	require.Contains(t, out.String(), "WARNINGS\n  round 1 walked no metadata store")
+}

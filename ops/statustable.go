@@ -100,6 +100,12 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	}
 	_ = tw.Flush()
 
+	if len(r.Warnings) > 0 {
+		fmt.Fprintln(ew, "\nWARNINGS")
+		for _, w := range r.Warnings {
+			fmt.Fprintln(ew, "  "+w)
+		}
+	}
 	if len(r.Problems) > 0 {
 		fmt.Fprintln(ew, "\nPROBLEMS")
 		for _, p := range r.Problems {
