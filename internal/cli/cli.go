@@ -161,8 +161,8 @@ func isHelp(a string) bool {
 // second signal kills the process at once.
 //
 // Errors of the command line and the configuration are printed as such, with a pointer to
-// --help, and exit with ExitUsage. Once the configuration is loaded, every other error that
-// ends the command goes through the configured logger (JSON with log.format json).
+// --help, and exit with ExitUsage. In a command that reads the configuration, every other
+// error that ends it goes through the configured logger (JSON with log.format json).
 func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer) int {
 	if len(c.Sub) > 0 {
 		return runParent(prog, c, args, stdout, stderr)
@@ -241,10 +241,19 @@ func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer
 	case errors.Is(err, ErrUsage):
 		return usageErr(err)
 	case errors.Is(err, ErrInterrupted) || (ctx.Err() != nil && errors.Is(err, context.Canceled)):
-		e.Logger.Warn("interrupted", "err", err)
+		if c.Config {
+			e.Logger.Warn("interrupted", "err", err)
+		} else {
+			fmt.Fprintf(stderr, "%s: interrupted\n", prog)
+		}
 		return ExitInterrupted
-	default:
+	case c.Config:
 		e.Logger.Error("exiting on error", "err", err)
+		return ExitFailure
+	default:
+		// A command without a configuration (seed, demo) has no configured logger: its
+		// errors are lines for the person who typed it.
+		fmt.Fprintf(stderr, "%s: %v\n", prog, indent(err.Error()))
 		return ExitFailure
 	}
 }
