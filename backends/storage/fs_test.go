@@ -128,13 +128,6 @@ func (f *fsFixture) dataPath(name string) string {
 	return fsJoin(base, name)
 }
 
-func (f *fsFixture) uri(t *testing.T, p string) kvcm.DataURI {
-	t.Helper()
-	u, err := kvcm.ParseDataURI(fmt.Sprintf("%s://%s%s?size=4096", f.h.typ, f.h.name, p))
-	require.NoError(t, err)
-	return u
-}
-
 // local maps a URI path to the local path, independently of the backend's path map.
 func (f *fsFixture) local(t *testing.T, p string) string {
 	t.Helper()

@@ -112,18 +112,6 @@ func (s suite) load(t *testing.T, f Fixture) {
 	}
 }
 
-// snapshot reads every hash of the keyspace, to prove later that nothing changed.
-func (s suite) snapshot(t *testing.T, f Fixture) map[string]map[string]string {
-	t.Helper()
-	out := make(map[string]map[string]string)
-	for _, k := range f.Keys {
-		if !k.IsString {
-			out[k.Key] = s.h.HGetAll(t, k.Key)
-		}
-	}
-	return out
-}
-
 // FullScan walks an instance's keyspace from cursor 0 back to 0 with the given COUNT and
 // returns every entry by key and every bad key. SCAN may return a key twice; a duplicate must
 // carry the same values. It fails the test after maxPages pages.
