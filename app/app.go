@@ -73,10 +73,11 @@ var All = Stages{Scanner: true, Prober: true, Deleter: true}
 const (
 	// DefaultAPITimeout bounds a JetStream request whose caller sets no deadline of its own.
 	DefaultAPITimeout = subjects.DefaultCallTimeout
-	// OpenRetryInitial and OpenRetryMax are the waits between attempts to open a consumer or
-	// a bucket at startup (the backoff policy, with jitter).
-	OpenRetryInitial = 100 * time.Millisecond
-	OpenRetryMax     = 5 * time.Second
+	// StartupRetryInitial and StartupRetryMax are the waits between the attempts of startup
+	// to create the topology and to open a consumer or a bucket (the backoff policy, with
+	// jitter).
+	StartupRetryInitial = 100 * time.Millisecond
+	StartupRetryMax     = 5 * time.Second
 )
 
 // Run runs the selected stages on nc until ctx is done, then shuts them down gracefully:
@@ -129,12 +130,12 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	defer o.Health.stopped()
 	if !o.SkipEnsure {
 		if err := subjects.Ensure(ctx, js, names, o.JetStream, subjects.WithCallTimeout(apiTimeout),
-			subjects.WithEnsureLogger(log), subjects.WithEnsureRetry(backoff.New(OpenRetryInitial, OpenRetryMax))); err != nil {
+			subjects.WithEnsureLogger(log), subjects.WithEnsureRetry(backoff.New(StartupRetryInitial, StartupRetryMax))); err != nil {
 			return err
 		}
 	}
 	o.Health.starting("opening consumers and buckets")
-	op := opener{js: js, timeout: apiTimeout, ensured: !o.SkipEnsure, log: log, health: o.Health}
+	op := opener{js: js, timeout: apiTimeout, ensured: !o.SkipEnsure, log: log}
 	events := &pipeline.EventLog{JS: js, Names: names, DryRun: o.DryRun, Logger: log, Metrics: m}
 	pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: o.Meta, URIs: o.MetaURIs,
 		// Only the deleter writes: a process without it opens every store refusing writes, so no
@@ -234,24 +235,24 @@ type opener struct {
 	// not an object nobody made.
 	ensured bool
 	log     *slog.Logger
-	health  *Health
 }
 
 func (op opener) retry(ctx context.Context, what string, f func(ctx context.Context) error) error {
-	p := backoff.New(OpenRetryInitial, OpenRetryMax)
+	p := backoff.New(StartupRetryInitial, StartupRetryMax)
 	return p.Retry(ctx, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, op.timeout)
 		defer cancel()
 		err := f(cctx)
+		if err == nil {
+			return nil
+		}
 		notFound := errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
 			errors.Is(err, jetstream.ErrBucketNotFound)
-		if err != nil && !subjects.Transient(err) && !(notFound && op.ensured) {
-			return backoff.Permanent(fmt.Errorf("open %s: %w", what, err))
+		err = fmt.Errorf("open %s: %w", what, err)
+		if subjects.Transient(err) || (notFound && op.ensured) {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("open %s: %w", what, err)
-		}
-		return nil
+		return backoff.Permanent(err)
 	}, func(err error, failures int, wait time.Duration) {
 		op.log.Warn("open jetstream object; retrying", "what", what, "failures", failures, "retry_in", wait, "err", err)
 	})

@@ -162,3 +162,18 @@ func TestReadyDeleterStores(t *testing.T) {
 	store.Stop()
 	waitReport(t, h, false, "store "+store.Addr()+": NOT READY")
 }
+
+// TestRunSkipEnsureMissingConsumer: with skip_ensure, a consumer nobody created is a
+// configuration problem: Run says so at once instead of waiting for it.
+func TestRunSkipEnsureMissingConsumer(t *testing.T) {
+	nc := testenv.StartNATS(t).Conn(t)
+	o := app.Options{Cluster: "c1", Prefix: "kvcmgc", Deleter: pipeline.DefaultDeleterConfig(), JetStream: subjects.DefaultSettings(),
+		SkipEnsure: true, Logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	err := app.Run(ctx, nc, o, app.Stages{Deleter: true})
+	require.ErrorContains(t, err, "open consumer KVCMGC_kvcmgc_c1_DELETES/deleter")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	require.Less(t, time.Since(start), 10*time.Second)
+}
