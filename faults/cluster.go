@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 )
 
 // natsServerBin is the name of the nats-server binary Build makes for the cluster scenario.
@@ -36,7 +38,7 @@ func startNATSNodes(bin, dir string, n int) (*natsNodes, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("nats-server binary: %w", err)
 	}
-	ports, err := freeLoopbackPorts(2 * n)
+	ports, err := testenv.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -55,26 +57,6 @@ func startNATSNodes(bin, dir string, n int) (*natsNodes, error) {
 		return nil, fmt.Errorf("start nats cluster: %w", err)
 	}
 	return c, nil
-}
-
-// freeLoopbackPorts returns n distinct loopback ports that were free a moment ago.
-func freeLoopbackPorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	var out []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
 }
 
 // URLs lists every node's client URL, comma-separated.

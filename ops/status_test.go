@@ -16,6 +16,18 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
+// statusSetup starts a server with the topology of cluster.
+func statusSetup(t *testing.T, cluster string) (context.Context, jetstream.JetStream, subjects.Names) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	js := testenv.StartNATS(t).JetStream(t)
+	names, err := subjects.NewNames("kvcmgc", cluster)
+	require.NoError(t, err)
+	require.NoError(t, subjects.Ensure(ctx, js, names, subjects.DefaultSettings()))
+	return ctx, js, names
+}
+
 // silentJS leaves the info requests of one stream (and of its consumer) unanswered, as a
 // stream whose leader is being elected does.
 type silentJS struct {
@@ -42,12 +54,7 @@ func (s silentJS) Consumer(ctx context.Context, stream, name string) (jetstream.
 // TestStatusSilentStream: status reads everything at once, each request bounded by the call
 // timeout; a stream and a consumer that do not answer keep their rows, which say so.
 func TestStatusSilentStream(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js := testenv.StartNATS(t).JetStream(t)
-	names, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
-	require.NoError(t, subjects.Ensure(ctx, js, names, subjects.DefaultSettings()))
+	ctx, js, names := statusSetup(t, "c1")
 
 	start := time.Now()
 	rep, err := ops.Status(ctx, silentJS{JetStream: js, stream: names.DeletesStream()}, names, ops.WithCallTimeout(300*time.Millisecond))
@@ -75,12 +82,7 @@ func TestStatusSilentStream(t *testing.T) {
 // TestStatusHeldBack: a round that does not move says why: the scanner's pause, or a backlog
 // above the high-water mark.
 func TestStatusHeldBack(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js := testenv.StartNATS(t).JetStream(t)
-	names, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
-	require.NoError(t, subjects.Ensure(ctx, js, names, subjects.DefaultSettings()))
+	ctx, js, names := statusSetup(t, "c1")
 	state, err := js.KeyValue(ctx, names.StateBucket())
 	require.NoError(t, err)
 	ck := pipeline.Checkpoint{Round: 1, InRound: true, Stores: 1, RoundStartedUs: time.Now().Add(-time.Minute).UnixMicro()}
@@ -118,12 +120,7 @@ func mustJSON(t *testing.T, v any) []byte {
 
 // TestStatusNoStores: a round that walked no metadata store is a warning naming the cluster.
 func TestStatusNoStores(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js := testenv.StartNATS(t).JetStream(t)
-	names, err := subjects.NewNames("kvcmgc", "nosuch")
-	require.NoError(t, err)
-	require.NoError(t, subjects.Ensure(ctx, js, names, subjects.DefaultSettings()))
+	ctx, js, names := statusSetup(t, "nosuch")
 	state, err := js.KeyValue(ctx, names.StateBucket())
 	require.NoError(t, err)
 	now := time.Now()

@@ -68,9 +68,10 @@ type Command struct {
 	// Args: the command takes positional arguments (Env.Args). Its own flags and the
 	// configuration flags may come before, between or after them.
 	Args bool
-	// Tool marks an operator's command (status, pause, …): it logs warnings and errors only
-	// (debug when log.level says so), and with nats.url empty it connects to the all-in-one
-	// process's embedded server at nats.embedded.listen.
+	// Tool marks an operator's command (status, pause, …): it needs the cluster (checked with
+	// the arguments), logs warnings and errors only (debug when log.level says so), and with
+	// nats.url empty it connects to the all-in-one process's embedded server at
+	// nats.embedded.listen.
 	Tool bool
 	// Check validates the flags and arguments before anything connects; what it returns is
 	// a usage error (exit status 2).
@@ -222,6 +223,12 @@ func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer
 
 	if c.Check != nil {
 		if err := c.Check(e); err != nil {
+			return usageErr(err)
+		}
+	}
+	if c.Tool {
+		// An operator's command works on the names of the configuration.
+		if _, err := e.Names(); err != nil {
 			return usageErr(err)
 		}
 	}

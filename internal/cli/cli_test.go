@@ -204,11 +204,11 @@ func TestToolLogLevel(t *testing.T) {
 		e.Logger.Warn("something odd")
 		return nil
 	}}
-	code, _, stderr := run(t, c)
-	require.Equal(t, ExitOK, code)
+	code, _, stderr := run(t, c, "--cluster", "c1")
+	require.Equal(t, ExitOK, code, stderr)
 	require.NotContains(t, stderr, "nats connected")
 	require.Contains(t, stderr, "something odd")
-	_, _, stderr = run(t, c, "--log.level", "debug")
+	_, _, stderr = run(t, c, "--cluster", "c1", "--log.level", "debug")
 	require.Contains(t, stderr, "nats connected")
 }
 

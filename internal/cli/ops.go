@@ -39,7 +39,6 @@ func StatusCommand() *Command {
 			"once, each request bounded by jetstream.api_timeout; what cannot be read is shown as such.",
 		Config: true, Tool: true,
 		Flags: func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print the report as JSON") },
-		Check: func(e *Env) error { _, err := e.Names(); return err },
 		Run: func(ctx context.Context, e *Env) error {
 			js, names, err := e.opsClients(ctx)
 			if err != nil {
@@ -132,19 +131,12 @@ func PauseCommand() *Command {
 			default:
 				return errors.New("pause: needs --for (e.g. 2h) or --until (an RFC 3339 time)")
 			}
-			_, err := e.Names()
-			return err
+			return nil
 		},
 		Run: func(ctx context.Context, e *Env) error {
-			js, names, err := e.opsClients(ctx)
-			if err != nil {
-				return err
-			}
-			sts, err := ops.Pause(ctx, js, names, e.Args[0], until)
-			for _, st := range sts {
-				fmt.Fprintf(e.Stdout, "%s paused until %s\n", st.Stage, st.Until.UTC().Format(time.RFC3339))
-			}
-			return err
+			return e.onStage(ctx, func(js jetstream.JetStream, names subjects.Names, stage string) ([]ops.PauseState, error) {
+				return ops.Pause(ctx, js, names, stage, until)
+			}, func(st ops.PauseState) string { return "paused until " + st.Until.UTC().Format(time.RFC3339) })
 		},
 	}
 }
@@ -157,23 +149,11 @@ func ResumeCommand() *Command {
 		Usage:   "<scanner|prober|deleter|all>",
 		Help:    "Lifts a pause at once: the consumer pause of the prober and the deleter, the scanner's pause value.",
 		Config:  true, Tool: true, Args: true,
-		Check: func(e *Env) error {
-			if err := stageArg("resume", e.Args); err != nil {
-				return err
-			}
-			_, err := e.Names()
-			return err
-		},
+		Check: func(e *Env) error { return stageArg("resume", e.Args) },
 		Run: func(ctx context.Context, e *Env) error {
-			js, names, err := e.opsClients(ctx)
-			if err != nil {
-				return err
-			}
-			sts, err := ops.Resume(ctx, js, names, e.Args[0])
-			for _, st := range sts {
-				fmt.Fprintf(e.Stdout, "%s resumed\n", st.Stage)
-			}
-			return err
+			return e.onStage(ctx, func(js jetstream.JetStream, names subjects.Names, stage string) ([]ops.PauseState, error) {
+				return ops.Resume(ctx, js, names, stage)
+			}, func(ops.PauseState) string { return "resumed" })
 		},
 	}
 }
@@ -203,8 +183,7 @@ func dlqListCommand() *Command {
 			if since < 0 {
 				return fmt.Errorf("dlq list: --since %s: must not be negative", since)
 			}
-			_, err := e.Names()
-			return err
+			return nil
 		},
 		Run: func(ctx context.Context, e *Env) error {
 			js, names, err := e.opsClients(ctx)
@@ -247,8 +226,7 @@ func dlqRetryCommand() *Command {
 			if stream == "" || seq == 0 {
 				return errors.New("dlq retry: needs --stream and --seq")
 			}
-			_, err := e.Names()
-			return err
+			return nil
 		},
 		Run: func(ctx context.Context, e *Env) error {
 			js, names, err := e.opsClients(ctx)
@@ -337,8 +315,7 @@ func ReplayCommand() *Command {
 			if err := q.Validate(); err != nil {
 				return err
 			}
-			_, err := e.Names()
-			return err
+			return nil
 		},
 		Run: func(ctx context.Context, e *Env) error {
 			o, err := e.Config.AppOptions()
@@ -376,6 +353,20 @@ func ReplayCommand() *Command {
 			return sum.WriteTable(e.Stdout)
 		},
 	}
+}
+
+// onStage runs pause or resume on the stage argument and prints a line per stage it reached.
+func (e *Env) onStage(ctx context.Context, do func(jetstream.JetStream, subjects.Names, string) ([]ops.PauseState, error),
+	line func(ops.PauseState) string) error {
+	js, names, err := e.opsClients(ctx)
+	if err != nil {
+		return err
+	}
+	sts, err := do(js, names, e.Args[0])
+	for _, st := range sts {
+		fmt.Fprintf(e.Stdout, "%s %s\n", st.Stage, line(st))
+	}
+	return err
 }
 
 // opsClients connects to JetStream for an operator's command, with the names it works on.

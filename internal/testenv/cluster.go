@@ -66,7 +66,7 @@ func StartNATSClusterDir(dir string, size int) (*NATSCluster, error) {
 }
 
 func startCluster(dir string, size int) (*NATSCluster, error) {
-	ports, err := freePorts(2 * size)
+	ports, err := FreePorts(2 * size)
 	if err != nil {
 		return nil, err
 	}
@@ -100,8 +100,9 @@ func startCluster(dir string, size int) (*NATSCluster, error) {
 	return c, nil
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct loopback ports that were free a moment ago, for servers whose
+// ports must be known before they start (the nodes of a cluster route to each other).
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -231,22 +232,11 @@ func (c *NATSCluster) jetStreamReady() bool {
 // ends. It reconnects for ever, every 20 ms, so it survives a node's stop.
 func (c *NATSCluster) Conn(t testing.TB, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	all := []nats.Option{nats.Name(t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond),
-		nats.ReconnectJitter(0, 0)}
-	nc, err := nats.Connect(c.URLs(), append(all, opts...)...)
-	if err != nil {
-		t.Fatalf("connect to nats cluster %s: %v", c.URLs(), err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return natsConn(t, c.URLs(), opts)
 }
 
 // JetStream returns a JetStream context on a new connection (see Conn).
 func (c *NATSCluster) JetStream(t testing.TB, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	js, err := jetstream.New(c.Conn(t, opts...))
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
-	return js
+	return jetStreamOn(t, c.Conn(t, opts...))
 }
