@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -11,11 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -167,4 +171,38 @@ func TestOperatorCommandsReachTheEmbeddedServer(t *testing.T) {
 	code, _, stderr = kvcmgc(t, "status", "--cluster", "c1", "--nats.embedded.listen", "127.0.0.1:0")
 	require.Equal(t, cli.ExitUsage, code)
 	require.Contains(t, stderr, "nats.url: required (nats.embedded.listen \"127.0.0.1:0\"")
+}
+
+// TestStatusAPITimeout: against a JetStream API that does not answer (as a stream does while
+// its leader is elected), status takes about one jetstream.api_timeout, not the client's 5 s
+// per request, and shows every row with what went wrong.
+func TestStatusAPITimeout(t *testing.T) {
+	// A server without JetStream, where this subscriber takes the API requests and never
+	// answers them.
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	silent, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(silent.Close)
+	_, err = silent.Subscribe("$JS.API.>", func(*nats.Msg) {})
+	require.NoError(t, err)
+	require.NoError(t, silent.Flush())
+
+	start := time.Now()
+	code, out, stderr := kvcmgc(t, "status", "--json", "--cluster", "c1", "--nats.url", srv.ClientURL(), "--jetstream.api_timeout", "300ms")
+	require.Equal(t, cli.ExitOK, code, stderr)
+	require.Less(t, time.Since(start), 4*time.Second, "one call timeout, the reads in parallel")
+	var rep ops.StatusReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Len(t, rep.Streams, 3, "no row is dropped")
+	require.Len(t, rep.Consumers, 2)
+	for _, s := range rep.Streams {
+		require.Contains(t, s.Error, "deadline exceeded", s.Name)
+	}
+	for _, c := range rep.Consumers {
+		require.Contains(t, c.Error, "deadline exceeded", c.Stage)
+	}
 }
