@@ -14,11 +14,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -52,6 +54,10 @@ type Options struct {
 	DeleterWorkers int
 	// SkipEnsure leaves stream and consumer creation to someone else (least-privilege users).
 	SkipEnsure bool
+	// APITimeout bounds one JetStream request whose caller sets no deadline; 0 means
+	// DefaultAPITimeout. Shorter than the client's own 5 s, so a request lost in a leader
+	// change is sent again sooner.
+	APITimeout time.Duration
 
 	Logger  *slog.Logger
 	Metrics *pipeline.Metrics
@@ -66,8 +72,24 @@ type Stages struct{ Scanner, Prober, Deleter bool }
 // All runs every stage.
 var All = Stages{Scanner: true, Prober: true, Deleter: true}
 
+// Defaults of Run.
+const (
+	// DefaultAPITimeout bounds a JetStream request whose caller sets no deadline of its own.
+	DefaultAPITimeout = subjects.DefaultCallTimeout
+	// StartupRetryInitial and StartupRetryMax are the waits between the attempts of startup
+	// to create the topology and to open a consumer or a bucket (the backoff policy, with
+	// jitter).
+	StartupRetryInitial = 100 * time.Millisecond
+	StartupRetryMax     = 5 * time.Second
+)
+
 // Run runs the selected stages on nc until ctx is done, then shuts them down gracefully:
 // fetching stops, in-flight messages finish (bounded), the lease is released.
+//
+// Startup converges: creating the topology, then opening the consumers and buckets, is
+// retried with the backoff policy for as long as JetStream fails in ways that heal (no
+// answer during a leader election, too few peers yet); only a real conflict, a refusal, or
+// ctx ending makes Run return early. /readyz says what it is waiting for meanwhile.
 func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	log := o.Logger
 	if log == nil {
@@ -99,22 +121,34 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	if err := errors.Join(verrs...); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
-	js, err := jetstream.New(nc)
+	apiTimeout := o.APITimeout
+	if apiTimeout <= 0 {
+		apiTimeout = DefaultAPITimeout
+	}
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(apiTimeout))
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	o.Health.starting("creating the jetstream topology")
+	defer o.Health.stopped()
 	if !o.SkipEnsure {
-		if err := subjects.Ensure(ctx, js, names, o.JetStream); err != nil {
+		if err := subjects.Ensure(ctx, js, names, o.JetStream, subjects.WithCallTimeout(apiTimeout),
+			subjects.WithEnsureLogger(log), subjects.WithEnsureRetry(backoff.New(StartupRetryInitial, StartupRetryMax))); err != nil {
 			return err
 		}
 	}
+	o.Health.starting("opening consumers and buckets")
+	op := opener{js: js, timeout: apiTimeout, ensured: !o.SkipEnsure, log: log}
 	events := &pipeline.EventLog{JS: js, Names: names, DryRun: o.DryRun, Logger: log, Metrics: m}
 	pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: o.Meta, URIs: o.MetaURIs,
 		// Only the deleter writes: a process without it opens every store refusing writes, so no
 		// other stage can write by mistake (and none tries to load the CAS scripts).
 		Store: redismeta.StoreOptions{DryRun: o.DryRun || !which.Deleter, EmptyBlock: o.EmptyBlock}, Logger: log})
 	defer pool.Close()
+	stores := &usedStores{StoreResolver: pool}
 
+	// The deleter does not read the registry (its least-privilege user may not), so its
+	// readiness pings the stores it was configured with or sent to.
 	var registry *redismeta.RegistryReader
 	if which.Scanner || which.Prober {
 		registry, err = redismeta.OpenRegistryReader(o.Registry, redismeta.RegistryOptions{Cluster: o.Cluster,
@@ -127,24 +161,40 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	so := o.Storage
 	so.DryRun = so.DryRun || o.DryRun
 
-	if o.Health != nil {
-		closeChecks, err := o.readiness(nc, pool, which)
-		if err != nil {
+	var state, leaseKV, observed jetstream.KeyValue
+	if which.Scanner || which.Deleter && o.EmptyBlock == meta.EmptyBlockDelete {
+		if state, err = op.bucket(ctx, names.StateBucket()); err != nil {
 			return err
 		}
-		defer closeChecks()
+	}
+	if which.Scanner {
+		if leaseKV, err = op.bucket(ctx, names.LeaseBucket()); err != nil {
+			return err
+		}
+	}
+	if which.Prober && o.Prober.CollectDeleting {
+		if observed, err = op.bucket(ctx, names.ObservedBucket()); err != nil {
+			return err
+		}
+	}
+	var proberCons, deleterCons jetstream.Consumer
+	if which.Prober {
+		if proberCons, err = op.consumer(ctx, names.BatchesStream(), names.ProberConsumer()); err != nil {
+			return err
+		}
+	}
+	if which.Deleter {
+		if deleterCons, err = op.consumer(ctx, names.DeletesStream(), names.DeleterConsumer()); err != nil {
+			return err
+		}
 	}
 
-	g, gctx := newGroup(ctx)
+	checks := readiness{o: o, nc: nc, js: js, names: names, registry: registry, pool: pool, stores: stores, which: which}
+	closeChecks := checks.register(o.Health)
+	defer closeChecks()
+
+	g, gctx := errgroup.WithContext(ctx)
 	if which.Scanner {
-		state, err := js.KeyValue(ctx, names.StateBucket())
-		if err != nil {
-			return fmt.Errorf("open state bucket: %w", err)
-		}
-		leaseKV, err := js.KeyValue(ctx, names.LeaseBucket())
-		if err != nil {
-			return fmt.Errorf("open lease bucket: %w", err)
-		}
 		cfg := o.Scanner
 		if cfg.Holder == "" {
 			host, _ := os.Hostname()
@@ -154,11 +204,11 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 			cfg.LeaseRenew = max(o.JetStream.LeaseTTL/3, 100*time.Millisecond)
 		}
 		lease := pipeline.NewLease(leaseKV, cfg.Holder, o.JetStream.LeaseTTL)
-		sc := &pipeline.Scanner{Config: cfg, Names: names, Registry: registry, Stores: pool,
+		sc := &pipeline.Scanner{Config: cfg, Names: names, Registry: registry, Stores: stores,
 			Lease: lease, State: state,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Backlog: Backlog(js, names),
 			MaxPayload: int(nc.MaxPayload()), Metrics: m, Logger: log.With("stage", pipeline.StageScanner)}
-		a := o.stageAlive(pipeline.StageScanner, func(ctx context.Context) (string, error) { return leaseState(ctx, lease, leaseKV) })
+		a := checks.stage(o.Health, pipeline.StageScanner, func(ctx context.Context) (string, error) { return leaseState(ctx, lease, leaseKV) })
 		g.Go(func() error { defer a.set(false); return sc.Run(gctx) })
 	}
 	if which.Prober {
@@ -168,43 +218,79 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		}
 		p := &pipeline.Prober{Config: o.Prober, Names: names, Registry: registry, StorageOptions: so, Guard: gd,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m, Logger: log.With("stage", pipeline.StageProber)}
-		if o.Prober.CollectDeleting {
-			kv, err := js.KeyValue(ctx, names.ObservedBucket())
-			if err != nil {
-				return fmt.Errorf("open observation bucket: %w", err)
-			}
+		if observed != nil {
 			// A first sight must outlive the grace and the round pause between two sights.
-			p.Observer = pipeline.KVObserver{KV: kv, TTL: 2*o.Prober.DeletingGrace + o.Scanner.RoundPause + 24*time.Hour}
+			p.Observer = pipeline.KVObserver{KV: observed, TTL: 2*o.Prober.DeletingGrace + o.Scanner.RoundPause + 24*time.Hour}
 		}
-		cons, err := js.Consumer(ctx, names.BatchesStream(), names.ProberConsumer())
-		if err != nil {
-			return fmt.Errorf("open prober consumer: %w", err)
-		}
-		c := &pipeline.Consumer{Stage: pipeline.StageProber, Consumer: cons, Workers: max(o.ProberWorkers, 1),
+		c := &pipeline.Consumer{Stage: pipeline.StageProber, Consumer: proberCons, Workers: max(o.ProberWorkers, 1),
 			MaxDeliver: o.JetStream.MaxDeliver, Handle: p.Handle, Events: events, Metrics: m, Logger: log}
-		a := o.stageAlive(pipeline.StageProber, nil)
+		a := checks.stage(o.Health, pipeline.StageProber, nil)
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
 	if which.Deleter {
-		d := &pipeline.Deleter{Config: o.Deleter, Names: names, Stores: pool, StorageOptions: so, Events: events,
+		d := &pipeline.Deleter{Config: o.Deleter, Names: names, Stores: stores, StorageOptions: so, Events: events,
 			Metrics: m, Logger: log.With("stage", pipeline.StageDeleter)}
 		if o.EmptyBlock == meta.EmptyBlockDelete {
-			state, err := js.KeyValue(ctx, names.StateBucket())
-			if err != nil {
-				return fmt.Errorf("open state bucket: %w", err)
-			}
 			d.State = state
 		}
-		cons, err := js.Consumer(ctx, names.DeletesStream(), names.DeleterConsumer())
-		if err != nil {
-			return fmt.Errorf("open deleter consumer: %w", err)
-		}
-		c := &pipeline.Consumer{Stage: pipeline.StageDeleter, Consumer: cons, Workers: max(o.DeleterWorkers, 1),
+		c := &pipeline.Consumer{Stage: pipeline.StageDeleter, Consumer: deleterCons, Workers: max(o.DeleterWorkers, 1),
 			MaxDeliver: o.JetStream.MaxDeliver, Handle: d.Handle, Events: events, Metrics: m, Logger: log}
-		a := o.stageAlive(pipeline.StageDeleter, nil)
+		a := checks.stage(o.Health, pipeline.StageDeleter, nil)
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
+	o.Health.setRunning()
 	return g.Wait()
+}
+
+// opener opens the consumers and buckets the stages use, retrying what heals by itself: on a
+// cluster, an object just created may not have elected its leader yet, and its info request
+// goes unanswered for a while.
+type opener struct {
+	js      jetstream.JetStream
+	timeout time.Duration
+	// ensured: this process created the objects, so "not found" is a replica catching up,
+	// not an object nobody made.
+	ensured bool
+	log     *slog.Logger
+}
+
+func (op opener) retry(ctx context.Context, what string, f func(ctx context.Context) error) error {
+	p := backoff.New(StartupRetryInitial, StartupRetryMax)
+	return p.Retry(ctx, func(ctx context.Context) error {
+		cctx, cancel := context.WithTimeout(ctx, op.timeout)
+		defer cancel()
+		err := f(cctx)
+		if err == nil {
+			return nil
+		}
+		notFound := errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+			errors.Is(err, jetstream.ErrBucketNotFound)
+		err = fmt.Errorf("open %s: %w", what, err)
+		if subjects.Transient(err) || (notFound && op.ensured) {
+			return err
+		}
+		return backoff.Permanent(err)
+	}, func(err error, failures int, wait time.Duration) {
+		op.log.Warn("open jetstream object; retrying", "what", what, "failures", failures, "retry_in", wait, "err", err)
+	})
+}
+
+func (op opener) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	var kv jetstream.KeyValue
+	err := op.retry(ctx, "bucket "+name, func(ctx context.Context) (err error) {
+		kv, err = op.js.KeyValue(ctx, name)
+		return err
+	})
+	return kv, err
+}
+
+func (op opener) consumer(ctx context.Context, stream, name string) (jetstream.Consumer, error) {
+	var c jetstream.Consumer
+	err := op.retry(ctx, "consumer "+stream+"/"+name, func(ctx context.Context) (err error) {
+		c, err = op.js.Consumer(ctx, stream, name)
+		return err
+	})
+	return c, err
 }
 
 func (o Options) guard() (guard.Guard, error) {

@@ -156,6 +156,7 @@ type JetStream struct {
 	DeleterAckWait      time.Duration `yaml:"deleter_ack_wait" help:"time a delete request may stay unacknowledged before it is redelivered (kept alive during delete_delay)"`
 	MaxDeliver          int           `yaml:"max_deliver" help:"deliveries of one message before it is dead-lettered"`
 	LeaseTTL            time.Duration `yaml:"lease_ttl" help:"scanner leader lease TTL: a leader that cannot renew within it loses the lease"`
+	APITimeout          time.Duration `yaml:"api_timeout" help:"longest wait for the answer to one JetStream request before it is retried (a leader change leaves requests unanswered)"`
 	SkipEnsure          bool          `yaml:"skip_ensure" help:"do not create or update streams, consumers and buckets (for users without those permissions)"`
 }
 
@@ -210,6 +211,7 @@ func Default() Config {
 			DeleterAckWait:      js.DeleterAckWait,
 			MaxDeliver:          js.MaxDeliver,
 			LeaseTTL:            js.LeaseTTL,
+			APITimeout:          subjects.DefaultCallTimeout,
 		},
 		HTTP: HTTPConfig{Listen: ":9090"},
 		Log:  LogConfig{Level: "info", Format: "text"},

@@ -146,6 +146,7 @@ func (c Config) AppOptions() (app.Options, error) {
 		ProberWorkers:  c.Workers.Prober,
 		DeleterWorkers: deleters,
 		SkipEnsure:     c.JS.SkipEnsure,
+		APITimeout:     c.JS.APITimeout,
 	}
 	// The stages validate again; this catches a gap between the keys and the stages' rules
 	// at startup instead of inside a running stage.

@@ -224,6 +224,9 @@ func (c Config) checkJetStream() []error {
 	if j.LeaseTTL < minJetStreamWindow {
 		bad("lease_ttl", "must be at least %s, got %s", minJetStreamWindow, j.LeaseTTL)
 	}
+	if j.APITimeout < minJetStreamWindow {
+		bad("api_timeout", "must be at least %s, got %s", minJetStreamWindow, j.APITimeout)
+	}
 	return errs
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -27,11 +28,13 @@ func ModuleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// Build builds the named commands of ./cmd (default: the three stage binaries) into dir and
-// returns their paths by name. The go command's build cache makes a repeated build cheap.
+// Build builds the named commands of ./cmd into dir and returns their paths by name: by
+// default the three stage binaries and nats-server (from the nats-server module the project
+// requires), whose processes the cluster scenario kills. The go command's build cache makes a
+// repeated build cheap.
 func Build(ctx context.Context, dir string, names ...string) (map[string]string, error) {
 	if len(names) == 0 {
-		names = stageCommands
+		names = append(slices.Clone(stageCommands), natsServerBin)
 	}
 	root, err := ModuleRoot(ctx)
 	if err != nil {
@@ -40,7 +43,11 @@ func Build(ctx context.Context, dir string, names ...string) (map[string]string,
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	out := map[string]string{}
 	for _, n := range names {
-		args = append(args, "./cmd/"+n)
+		if n == natsServerBin {
+			args = append(args, "github.com/nats-io/nats-server/v2")
+		} else {
+			args = append(args, "./cmd/"+n)
+		}
 		out[n] = filepath.Join(dir, n)
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)

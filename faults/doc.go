@@ -4,7 +4,8 @@
 //
 // Every scenario starts from fresh servers: a redis-server with an append-only file synced on
 // every write (so a restart or a kill loses nothing), a NATS JetStream server on a file store
-// (embedded in the driver, restartable on the same port), and a keyspace from seed.Generate
+// (embedded in the driver, restartable on the same port; three nats-server processes for the
+// cluster scenario), and a keyspace from seed.Generate
 // with a manifest of garbage and live locations. The faults:
 //
 //   - kill-scanner, kill-prober, kill-deleter, kill-any: kill -9 of a stage at random moments
@@ -18,7 +19,11 @@
 //   - concurrent-writer: a KVCM-like writer finishing writes (SERVING whatever the status, as
 //     KVCM's FinishWriteCache) and adding locations in the blocks being collected, also right
 //     after each probe, between the prober's judgement and the deleter's compare-and-swap;
-//   - clock-skew: WRITING locations whose create_time or __lru_time__ lies in the future.
+//   - clock-skew: WRITING locations whose create_time or __lru_time__ lies in the future;
+//   - cluster-leaders: a JetStream cluster of three nats-server processes, every stream and
+//     bucket at replicas 3; mid-round the node leading the BATCHES stream, then the node
+//     leading the LEASE bucket, is killed with SIGKILL (no leadership hand-over) and started
+//     again on its store once another node leads.
 //
 // After the fault ends the suite waits, round by round (round_pause is short), until Redis and
 // the files are exactly as expected: every garbage location gone with its unshared files,

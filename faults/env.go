@@ -98,7 +98,8 @@ type env struct {
 	dir   string
 	rng   *rand.Rand
 	redis *testenv.Redis
-	nats  *natsServer
+	nats  *natsServer // the JetStream server, in every scenario but the cluster one
+	js3   *natsNodes  // the cluster scenario's three nodes
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	names subjects.Names
@@ -116,9 +117,9 @@ type env struct {
 	logf     func(format string, a ...any)
 }
 
-// newEnv starts the servers, seeds the keyspace and creates the topology. Stages are
-// started by the scenario.
-func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, logf func(string, ...any)) (*env, error) {
+// newEnv starts the servers (a JetStream cluster of three nodes when cluster is set), seeds
+// the keyspace and creates the topology. Stages are started by the scenario.
+func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, cluster bool, logf func(string, ...any)) (*env, error) {
 	dir := filepath.Join(cfg.WorkDir, name)
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("create scenario directory: %w", err)
@@ -129,11 +130,16 @@ func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, logf
 	if e.redis, err = testenv.StartRedisServer(testenv.WithRedisPersistence()); err != nil {
 		return nil, err
 	}
-	if e.nats, err = startNATS(filepath.Join(dir, "jetstream")); err != nil {
+	if cluster {
+		e.js3, err = startNATSNodes(cfg.Bins[natsServerBin], filepath.Join(dir, "jetstream"), clusterNodes)
+	} else {
+		e.nats, err = startNATS(filepath.Join(dir, "jetstream"))
+	}
+	if err != nil {
 		e.close()
 		return nil, err
 	}
-	if e.nc, err = nats.Connect(e.nats.URL(), nats.Name("faults-driver"), nats.MaxReconnects(-1),
+	if e.nc, err = nats.Connect(e.natsURL(), nats.Name("faults-driver"), nats.MaxReconnects(-1),
 		nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0)); err != nil {
 		e.close()
 		return nil, fmt.Errorf("connect to nats: %w", err)
@@ -164,6 +170,17 @@ func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, logf
 	return e, nil
 }
 
+// clusterNodes is the size of the cluster scenario's JetStream cluster, and its replicas.
+const clusterNodes = 3
+
+// natsURL is where the stages and the driver connect: the server, or every cluster node.
+func (e *env) natsURL() string {
+	if e.js3 != nil {
+		return e.js3.URLs()
+	}
+	return e.nats.URL()
+}
+
 // snapshot records the state collection starts from.
 func (e *env) snapshot(ctx context.Context) error {
 	var err error
@@ -178,6 +195,9 @@ func (e *env) settings() subjects.Settings {
 	s.LeaseTTL = 2 * time.Second
 	s.DeleterAckWait = 2 * time.Second
 	s.ProberAckWait = 5 * time.Second
+	if e.js3 != nil {
+		s.Replicas = clusterNodes
+	}
 	return s
 }
 
@@ -186,7 +206,8 @@ func (e *env) args() []string {
 	s := e.settings()
 	a := []string{
 		"--cluster", suiteCluster, "--subject_prefix", suitePrefix,
-		"--registry.uri", e.redis.URI(), "--nats.url", e.nats.URL(), "--nats.connect_timeout", "60s",
+		"--registry.uri", e.redis.URI(), "--nats.url", e.natsURL(), "--nats.connect_timeout", "60s",
+		"--jetstream.replicas", strconv.Itoa(s.Replicas),
 		"--scan_interval", "20ms", "--round_pause", e.cfg.RoundPause.String(), "--scan_batch_size", "32",
 		"--backpressure_high_water", "1000", "--storage.default_probe", "stat",
 		"--max_inflight_delete_requests", "2", "--delete_delay", "100ms",
@@ -427,6 +448,9 @@ func (e *env) close() {
 	}
 	if e.nats != nil {
 		e.nats.Stop()
+	}
+	if e.js3 != nil {
+		e.js3.Shutdown()
 	}
 	if e.redis != nil {
 		_ = e.redis.Close()

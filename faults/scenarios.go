@@ -21,8 +21,10 @@ import (
 type scenario struct {
 	name  string
 	about string
-	setup func(ctx context.Context, e *env) ([]Loc, []string, error)
-	run   func(ctx context.Context, e *env) (string, *Expect, error)
+	// cluster runs the scenario on a JetStream cluster of three nodes, at replicas 3.
+	cluster bool
+	setup   func(ctx context.Context, e *env) ([]Loc, []string, error)
+	run     func(ctx context.Context, e *env) (string, *Expect, error)
 }
 
 var scenarios = []scenario{
@@ -36,6 +38,8 @@ var scenarios = []scenario{
 	{name: "scanner-failover", about: "two scanners; the leader killed mid-round; the other takes over from the checkpoint", run: scannerFailover},
 	{name: "concurrent-writer", about: "a KVCM-like writer finishing writes and adding locations in the blocks being collected, right after probes too", run: concurrentWriter},
 	{name: "clock-skew", about: "locations with create_time or __lru_time__ in the future are kept", setup: clockSkewSetup, run: plainRun},
+	{name: "cluster-leaders", about: "three JetStream nodes at replicas 3; the node leading the BATCHES stream, then the one leading the LEASE bucket, killed (SIGKILL) mid-round and restarted",
+		cluster: true, run: clusterLeaders},
 }
 
 const (
@@ -329,4 +333,90 @@ func (e *env) leader(ck pipeline.Checkpoint) *Proc {
 		}
 	}
 	return nil
+}
+
+// clusterLeaders kills (SIGKILL), mid-round, the cluster node leading the BATCHES stream (the
+// scanner's publishes, the prober's fetches), then the node leading the LEASE bucket (the
+// scanner's lease renewals); each is started again on its store once another node leads, and
+// caught up before the next kill. The stages must ride through both leader elections.
+func clusterLeaders(ctx context.Context, e *env) (string, *Expect, error) {
+	// A slower scan, so the round is still under way at both kills.
+	e.extra = []string{"--scan_interval", "100ms"}
+	if err := e.startAll(); err != nil {
+		return "", nil, err
+	}
+	if _, err := e.startStage(stageScanner); err != nil { // a second replica, as deployed
+		return "", nil, err
+	}
+	var notes []string
+	for _, target := range []struct{ what, stream string }{
+		{"BATCHES stream", e.names.BatchesStream()},
+		{"LEASE bucket", "KV_" + e.names.LeaseBucket()},
+	} {
+		var ck pipeline.Checkpoint
+		if err := e.waitFor(ctx, "a round in progress", func() bool {
+			var err error
+			ck, err = e.checkpoint(ctx)
+			return err == nil && ck.InRound && ck.KeysScanned > 0
+		}); err != nil {
+			return "", nil, err
+		}
+		if err := sleep(ctx, e.between(0, 300*time.Millisecond)); err != nil {
+			return "", nil, err
+		}
+		leader, err := e.leaderOf(ctx, target.stream)
+		if err != nil {
+			return "", nil, err
+		}
+		node := e.js3.Index(leader)
+		if node < 0 {
+			return "", nil, fmt.Errorf("the %s leader %q is no node of the cluster", target.what, leader)
+		}
+		ck, _ = e.checkpoint(ctx)
+		killed := time.Now()
+		e.js3.Kill(node)
+		if err := e.waitFor(ctx, "a new leader of the "+target.what, func() bool {
+			l, err := e.leaderOf(withTimeout(ctx, time.Second), target.stream)
+			return err == nil && l != leader
+		}); err != nil {
+			return "", nil, err
+		}
+		took := time.Since(killed)
+		if err := sleep(ctx, e.between(0, 500*time.Millisecond)); err != nil {
+			return "", nil, err
+		}
+		if err := e.js3.Start(node); err != nil {
+			return "", nil, err
+		}
+		// Caught up on every replicated stream before anything else is killed: a second kill
+		// before that could take a stream's quorum.
+		for _, s := range []string{e.names.BatchesStream(), e.names.DeletesStream(), e.names.EventsStream(),
+			"KV_" + e.names.StateBucket(), "KV_" + e.names.LeaseBucket()} {
+			if err := e.waitFor(ctx, "every replica of "+s+" current", func() bool {
+				_, ok := streamCurrent(withTimeout(ctx, time.Second), e.js, s, clusterNodes)
+				return ok
+			}); err != nil {
+				return "", nil, err
+			}
+		}
+		notes = append(notes, fmt.Sprintf("%s leader %s killed at round %d key %d, another node led after %s",
+			target.what, leader, ck.Round, ck.KeysScanned, took.Round(100*time.Millisecond)))
+	}
+	return strings.Join(notes, "; "), nil, nil
+}
+
+// leaderOf is the server name of the node leading stream.
+func (e *env) leaderOf(ctx context.Context, stream string) (string, error) {
+	s, err := e.js.Stream(ctx, stream)
+	if err != nil {
+		return "", fmt.Errorf("stream %s: %w", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return "", fmt.Errorf("stream %s: %w", stream, err)
+	}
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return "", fmt.Errorf("stream %s has no leader", stream)
+	}
+	return info.Cluster.Leader, nil
 }

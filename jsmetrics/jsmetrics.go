@@ -6,11 +6,16 @@
 //
 // Every replica of a stage exports the same server-side numbers: aggregate them with max, not
 // sum (max by (stage) (kvcm_gc_consumer_pending_messages)).
+//
+// While the server does not answer (a leader change of the stream, an outage) a scrape reports
+// the numbers last read, with kvcm_gc_consumer_info_age_seconds saying how old they are and
+// kvcm_gc_jetstream_stats_up 0, rather than dropping the series or inventing values.
 package jsmetrics
 
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +37,7 @@ const (
 	MetricPaused        = "kvcm_gc_stage_paused"
 	MetricPauseEnd      = "kvcm_gc_stage_pause_end_timestamp_seconds"
 	MetricUp            = "kvcm_gc_jetstream_stats_up"
+	MetricInfoAge       = "kvcm_gc_consumer_info_age_seconds"
 )
 
 // DefaultTimeout bounds the server requests of one scrape.
@@ -45,15 +51,34 @@ type Collector struct {
 	timeout time.Duration
 	log     *slog.Logger
 
-	pending, ackPending, maxAckPending, redelivered, waiting *prometheus.Desc
-	paused, pauseEnd, up                                     *prometheus.Desc
+	pending, ackPending, maxAckPending, redelivered, waiting, infoAge *prometheus.Desc
+	paused, pauseEnd, up                                              *prometheus.Desc
+
+	mu   sync.Mutex
+	last map[string]reading // the last successful reading of each stage
+}
+
+// reading is what one stage's read returned, and when.
+type reading struct {
+	at     time.Time
+	info   *jetstream.ConsumerInfo // nil for the scanner
+	stream string
+	cons   string
+	pause  ops.PauseState
 }
 
 // Option configures a Collector.
 type Option func(*Collector)
 
-// WithTimeout bounds the server requests of one scrape (default DefaultTimeout).
-func WithTimeout(d time.Duration) Option { return func(c *Collector) { c.timeout = d } }
+// WithTimeout bounds the server requests of one scrape (default DefaultTimeout; d <= 0 keeps
+// it).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Collector) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
 
 // WithLogger receives one line per failed read; nil discards.
 func WithLogger(l *slog.Logger) Option { return func(c *Collector) { c.log = l } }
@@ -79,7 +104,10 @@ func New(js jetstream.JetStream, names subjects.Names, stages []string, opts ...
 		pauseEnd: prometheus.NewDesc(MetricPauseEnd,
 			"Unix time the stage's pause ends (0 when not paused).", []string{"stage"}, nil),
 		up: prometheus.NewDesc(MetricUp,
-			"1 when the stage's JetStream statistics were read at this scrape, 0 when the read failed.", []string{"stage"}, nil),
+			"1 when the stage's JetStream statistics were read at this scrape, 0 when the read failed (the other series then hold the last values read).", []string{"stage"}, nil),
+		infoAge: prometheus.NewDesc(MetricInfoAge,
+			"Seconds since the consumer numbers were read from the server: about 0 when this scrape read them, growing while reads fail.", consumerLabels, nil),
+		last: map[string]reading{},
 	}
 	for _, s := range stages {
 		switch s {
@@ -116,42 +144,78 @@ func Register(reg prometheus.Registerer, js jetstream.JetStream, names subjects.
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pending, c.ackPending, c.maxAckPending, c.redelivered, c.waiting, c.paused, c.pauseEnd, c.up} {
+	for _, d := range []*prometheus.Desc{c.pending, c.ackPending, c.maxAckPending, c.redelivered, c.waiting, c.infoAge,
+		c.paused, c.pauseEnd, c.up} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector: one consumer info request per consumer stage, one
-// KV read for the scanner. A failed read reports up 0 and omits that stage's other series
-// rather than reporting stale or invented numbers.
+// KV read for the scanner, all at once, bounded by the timeout. A failed read reports up 0
+// and the stage's last reading, whose age the info age gauge gives; a stage never read yet
+// reports up 0 alone.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	for _, stage := range c.stages {
-		st, ok := c.collectStage(ctx, ch, stage)
-		up := 0.0
+	now := time.Now()
+	readings := make([]reading, len(c.stages))
+	oks := make([]bool, len(c.stages))
+	var wg sync.WaitGroup
+	for i, stage := range c.stages {
+		wg.Go(func() { readings[i], oks[i] = c.read(ctx, stage, now) })
+	}
+	wg.Wait()
+	for i, stage := range c.stages {
+		r, ok := readings[i], oks[i]
+		c.mu.Lock()
 		if ok {
+			c.last[stage] = r
+		} else if prev, seen := c.last[stage]; seen {
+			r, ok = prev, true
+		}
+		c.mu.Unlock()
+		up := 0.0
+		if oks[i] {
 			up = 1
-			paused, end := 0.0, 0.0
-			if st.Paused {
-				paused = 1
-				end = float64(st.Until.UnixMilli()) / 1e3
-			}
-			ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, paused, stage)
-			ch <- prometheus.MustNewConstMetric(c.pauseEnd, prometheus.GaugeValue, end, stage)
+		}
+		if ok {
+			c.emit(ch, stage, r, now)
 		}
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, stage)
 	}
 }
 
-func (c *Collector) collectStage(ctx context.Context, ch chan<- prometheus.Metric, stage string) (ops.PauseState, bool) {
+// emit sends the series of one stage's reading.
+func (c *Collector) emit(ch chan<- prometheus.Metric, stage string, r reading, now time.Time) {
+	if info := r.info; info != nil {
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, stage, r.stream, r.cons)
+		}
+		gauge(c.pending, float64(info.NumPending))
+		gauge(c.ackPending, float64(info.NumAckPending))
+		gauge(c.maxAckPending, float64(info.Config.MaxAckPending))
+		gauge(c.redelivered, float64(info.NumRedelivered))
+		gauge(c.waiting, float64(info.NumWaiting))
+		gauge(c.infoAge, max(now.Sub(r.at).Seconds(), 0))
+	}
+	paused, end := 0.0, 0.0
+	if r.pause.Paused {
+		paused = 1
+		end = float64(r.pause.Until.UnixMilli()) / 1e3
+	}
+	ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, paused, stage)
+	ch <- prometheus.MustNewConstMetric(c.pauseEnd, prometheus.GaugeValue, end, stage)
+}
+
+// read reads one stage's statistics.
+func (c *Collector) read(ctx context.Context, stage string, now time.Time) (reading, bool) {
 	if stage == pipeline.StageScanner {
 		st, err := ops.StagePause(ctx, c.js, c.names, stage)
 		if err != nil {
 			c.log.Warn("read scanner pause for metrics", "err", err)
-			return st, false
+			return reading{}, false
 		}
-		return st, true
+		return reading{at: now, pause: st}, true
 	}
 	stream, consumer := c.names.BatchesStream(), c.names.ProberConsumer()
 	if stage == pipeline.StageDeleter {
@@ -160,16 +224,8 @@ func (c *Collector) collectStage(ctx context.Context, ch chan<- prometheus.Metri
 	cons, err := c.js.Consumer(ctx, stream, consumer)
 	if err != nil {
 		c.log.Warn("read consumer info for metrics", "stage", stage, "stream", stream, "consumer", consumer, "err", err)
-		return ops.PauseState{Stage: stage}, false
+		return reading{}, false
 	}
 	info := cons.CachedInfo()
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, stage, stream, consumer)
-	}
-	gauge(c.pending, float64(info.NumPending))
-	gauge(c.ackPending, float64(info.NumAckPending))
-	gauge(c.maxAckPending, float64(info.Config.MaxAckPending))
-	gauge(c.redelivered, float64(info.NumRedelivered))
-	gauge(c.waiting, float64(info.NumWaiting))
-	return ops.ConsumerPause(stage, info), true
+	return reading{at: now, info: info, stream: stream, cons: consumer, pause: ops.ConsumerPause(stage, info)}, true
 }

@@ -149,5 +149,32 @@ func TestMetricNamesLint(t *testing.T) {
 			gauges++
 		}
 	}
-	require.Equal(t, 7, gauges)
+	require.Equal(t, 8, gauges)
+}
+
+// TestCollectorKeepsLastReading: when the consumer cannot be read (its stream's leader is
+// being elected, the server is down), a scrape reports the numbers last read with their age,
+// and up 0, instead of dropping them.
+func TestCollectorKeepsLastReading(t *testing.T) {
+	ctx := context.Background()
+	js, names := setup(t)
+	for i := range 4 {
+		_, err := js.Publish(ctx, names.DeleteSubject("inst1"), []byte(`{}`), jetstream.WithMsgID(string(rune('a'+i))))
+		require.NoError(t, err)
+	}
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(jsmetrics.New(js, names, []string{pipeline.StageDeleter})))
+	del := "consumer=deleter,stage=deleter,stream=" + names.DeletesStream()
+	got := gather(t, reg)
+	require.Equal(t, 4.0, got["kvcm_gc_consumer_pending_messages{"+del+"}"])
+	require.Less(t, got["kvcm_gc_consumer_info_age_seconds{"+del+"}"], 1.0, "read at this scrape")
+	require.Equal(t, 1.0, got["kvcm_gc_jetstream_stats_up{stage=deleter}"])
+
+	require.NoError(t, js.DeleteConsumer(ctx, names.DeletesStream(), names.DeleterConsumer()))
+	got = gather(t, reg)
+	require.Equal(t, 0.0, got["kvcm_gc_jetstream_stats_up{stage=deleter}"])
+	require.Equal(t, 4.0, got["kvcm_gc_consumer_pending_messages{"+del+"}"], "the last reading is kept")
+	require.Contains(t, got, "kvcm_gc_consumer_info_age_seconds{"+del+"}")
+	require.Greater(t, got["kvcm_gc_consumer_info_age_seconds{"+del+"}"], 0.0, "and says how old it is")
+	require.Contains(t, got, "kvcm_gc_stage_paused{stage=deleter}")
 }

@@ -43,6 +43,20 @@ type Config struct {
 	Logger *slog.Logger
 	// ReadyTimeout bounds the wait for the server to accept connections; 0 means 10 s.
 	ReadyTimeout time.Duration
+	// Cluster, when set, makes the server one node of a JetStream cluster.
+	Cluster *Cluster
+}
+
+// Cluster is a server's place in a JetStream cluster: the name every node shares, the address
+// its routes listen on, and the route URLs of every node (its own may be among them). Each node
+// needs its own ServerName and StoreDir.
+type Cluster struct {
+	Name string
+	// Host and Port of the route listener; "" means 127.0.0.1, 0 a free port.
+	Host string
+	Port int
+	// Routes are nats-route://host:port URLs of the nodes to connect to.
+	Routes []string
 }
 
 // Account is an isolated namespace of subjects and streams, with its users.
@@ -153,6 +167,19 @@ func Options(cfg Config) (*server.Options, error) {
 	opts.NoSigs = true // the embedding process owns its signals
 	opts.NoLog = cfg.Logger == nil
 	opts.DisableJetStreamBanner = true
+	if c := cfg.Cluster; c != nil {
+		if c.Name == "" || cfg.ServerName == "" {
+			return nil, errors.New("nats server options: a cluster node needs a cluster name and a server name")
+		}
+		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = c.Name, c.Host, c.Port
+		if opts.Cluster.Host == "" {
+			opts.Cluster.Host = "127.0.0.1"
+		}
+		if opts.Cluster.Port == 0 {
+			opts.Cluster.Port = server.RANDOM_PORT
+		}
+		opts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+	}
 	if cfg.TLS != nil {
 		opts.TLS = true
 		opts.TLSConfig = cfg.TLS

@@ -3,8 +3,6 @@ package ops
 import (
 	"bytes"
 	"errors"
-	"flag"
-	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,21 +46,6 @@ func TestEstimate(t *testing.T) {
 			require.Equal(t, tt.basis, basis)
 		})
 	}
-}
-
-func TestParseInterspersed(t *testing.T) {
-	fs := flag.NewFlagSet("pause", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	d := fs.Duration("for", 0, "")
-	pos, err := parse(fs, []string{"deleter", "--for", "2h", "extra"})
-	require.NoError(t, err)
-	require.Equal(t, []string{"deleter", "extra"}, pos)
-	require.Equal(t, 2*time.Hour, *d)
-
-	_, err = parse(fs, []string{"--nope"})
-	require.ErrorIs(t, err, ErrUsage)
-	_, err = parse(fs, []string{"-h"})
-	require.ErrorIs(t, err, flag.ErrHelp)
 }
 
 func TestExpandStage(t *testing.T) {

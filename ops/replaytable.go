@@ -1,7 +1,6 @@
 package ops
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -85,11 +84,4 @@ func (s ReplaySummary) WriteTable(w io.Writer) error {
 	}
 	_ = tw.Flush()
 	return ew.err
-}
-
-// jsonLine writes v as one JSON line.
-func jsonLine(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
 }

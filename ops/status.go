@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,11 +31,15 @@ type StatusReport struct {
 	// Problems lists what could not be read (a missing stream, a server error); the rest of
 	// the report is still filled in.
 	Problems []string `json:"problems,omitempty"`
+	// Warnings are what was read and looks wrong, e.g. a round that walked no metadata store.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
-// StreamStatus is one stream's state (`nats stream info`).
+// StreamStatus is one stream's state (`nats stream info`). A stream whose info could not be
+// read keeps its row, with Error set and the numbers zero.
 type StreamStatus struct {
 	Name      string    `json:"name"`
+	Error     string    `json:"error,omitempty"`
 	Subjects  []string  `json:"subjects"`
 	Messages  uint64    `json:"messages"`
 	Bytes     uint64    `json:"bytes"`
@@ -43,11 +50,16 @@ type StreamStatus struct {
 	Consumers int       `json:"consumers"`
 }
 
-// ConsumerStatus is one stage's consumer (`nats consumer report`).
+// ConsumerStatus is one stage's consumer (`nats consumer report`). A consumer whose info could
+// not be read keeps its row, with Error set and the numbers zero.
 type ConsumerStatus struct {
-	Stage         string    `json:"stage"`
-	Stream        string    `json:"stream"`
-	Name          string    `json:"name"`
+	Stage  string `json:"stage"`
+	Stream string `json:"stream"`
+	Name   string `json:"name"`
+	Error  string `json:"error,omitempty"`
+	// ReadAt is when the server produced the numbers, AgeSeconds how long before the report.
+	ReadAt        time.Time `json:"read_at,omitzero"`
+	AgeSeconds    float64   `json:"age_seconds"`
 	Pending       uint64    `json:"pending"`     // not yet delivered
 	AckPending    int       `json:"ack_pending"` // delivered, not acknowledged (in flight)
 	MaxAckPending int       `json:"max_ack_pending"`
@@ -61,10 +73,14 @@ type ConsumerStatus struct {
 
 // ScannerStatus is the scanner's state from the lease and state buckets.
 type ScannerStatus struct {
-	Paused      bool          `json:"paused"`
-	PausedUntil time.Time     `json:"paused_until,omitzero"`
-	Leader      *LeaderStatus `json:"leader,omitempty"` // nil: no replica holds the lease
-	Round       *RoundStatus  `json:"round,omitempty"`  // nil: no round ever started
+	Paused      bool      `json:"paused"`
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	// HeldBack says why a round in progress is not moving, as far as status can tell from the
+	// consumers and the configuration: an operator's pause, or a backlog above
+	// backpressure_high_water (the scanner then skips its ticks). Empty otherwise.
+	HeldBack string        `json:"held_back,omitempty"`
+	Leader   *LeaderStatus `json:"leader,omitempty"` // nil: no replica holds the lease
+	Round    *RoundStatus  `json:"round,omitempty"`  // nil: no round ever started
 	// NextRound is when the next round may start (between rounds only).
 	NextRound time.Time            `json:"next_round,omitzero"`
 	LastRound *LastRound           `json:"last_round,omitempty"`
@@ -123,48 +139,150 @@ func EventKinds() []string {
 		subjects.EventPoison, subjects.EventDeadLetter}
 }
 
+// DefaultStatusCallTimeout bounds each request of Status unless WithCallTimeout says otherwise.
+const DefaultStatusCallTimeout = 2 * time.Second
+
+// StatusOption tunes Status.
+type StatusOption func(*statusOptions)
+
+type statusOptions struct {
+	callTimeout time.Duration
+	highWater   uint64
+}
+
+// WithCallTimeout bounds each request of Status: a stream or consumer whose leader is being
+// elected does not answer, and its row then says so instead of the report waiting for it.
+func WithCallTimeout(d time.Duration) StatusOption {
+	return func(o *statusOptions) {
+		if d > 0 {
+			o.callTimeout = d
+		}
+	}
+}
+
+// WithHighWater is the scanner's backpressure_high_water, so Status can tell that a backlog
+// holds the scanner back.
+func WithHighWater(n uint64) StatusOption { return func(o *statusOptions) { o.highWater = n } }
+
 // Status reads everything status shows. It only reads: stream and consumer info, the lease
-// and checkpoint keys, and the last message of each event kind. Whatever cannot be read is
-// listed in Problems and the rest is still reported; an error is returned only when ctx ends.
-func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names) (StatusReport, error) {
+// and checkpoint keys, and the last message of each event kind, all at once, each request
+// bounded by its own timeout. Whatever cannot be read is listed in Problems (and a stream or
+// consumer keeps its row, saying what failed); the rest is still reported. An error is
+// returned only when ctx ends.
+func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, opts ...StatusOption) (StatusReport, error) {
+	o := statusOptions{callTimeout: DefaultStatusCallTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	now := time.Now()
 	r := StatusReport{Cluster: names.Cluster, Prefix: names.Prefix, At: now.UTC()}
-	problem := func(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
-
-	for _, name := range []string{names.BatchesStream(), names.DeletesStream(), names.EventsStream()} {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			problem("stream %s: %v", name, err)
-			continue
-		}
-		info := s.CachedInfo()
-		r.Streams = append(r.Streams, StreamStatus{Name: name, Subjects: info.Config.Subjects,
-			Messages: info.State.Msgs, Bytes: info.State.Bytes,
-			FirstSeq: info.State.FirstSeq, FirstTime: nonZeroUTC(info.State.FirstTime),
-			LastSeq: info.State.LastSeq, LastTime: nonZeroUTC(info.State.LastTime), Consumers: info.State.Consumers})
+	var mu sync.Mutex
+	problem := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
 	}
-	for _, stage := range []string{pipeline.StageProber, pipeline.StageDeleter} {
-		stream, name, _ := stageConsumer(names, stage)
-		c, err := js.Consumer(ctx, stream, name)
-		if err != nil {
-			problem("consumer %s/%s: %v", stream, name, err)
-			continue
-		}
-		info := c.CachedInfo()
-		p := ConsumerPause(stage, info)
-		r.Consumers = append(r.Consumers, ConsumerStatus{Stage: stage, Stream: stream, Name: name,
-			Pending: info.NumPending, AckPending: info.NumAckPending, MaxAckPending: info.Config.MaxAckPending,
-			Redelivered: info.NumRedelivered, Waiting: info.NumWaiting,
-			DeliveredSeq: info.Delivered.Stream, AckFloorSeq: info.AckFloor.Stream,
-			Paused: p.Paused, PausedUntil: nonZeroUTC(p.Until)})
+	call := func(ctx context.Context) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, o.callTimeout)
 	}
 
-	r.Scanner = scannerStatus(ctx, js, names, now, problem)
-	r.LastEvents = lastEvents(ctx, js, names, problem)
+	streams := []string{names.BatchesStream(), names.DeletesStream(), names.EventsStream()}
+	consumerStages := []string{pipeline.StageProber, pipeline.StageDeleter}
+	r.Streams = make([]StreamStatus, len(streams))
+	r.Consumers = make([]ConsumerStatus, len(consumerStages))
+	var wg sync.WaitGroup
+	for i, name := range streams {
+		wg.Go(func() {
+			cctx, cancel := call(ctx)
+			defer cancel()
+			row := StreamStatus{Name: name}
+			if s, err := js.Stream(cctx, name); err != nil {
+				row.Error = err.Error()
+				problem("stream %s: %v", name, err)
+			} else {
+				info := s.CachedInfo()
+				row = StreamStatus{Name: name, Subjects: info.Config.Subjects,
+					Messages: info.State.Msgs, Bytes: info.State.Bytes,
+					FirstSeq: info.State.FirstSeq, FirstTime: nonZeroUTC(info.State.FirstTime),
+					LastSeq: info.State.LastSeq, LastTime: nonZeroUTC(info.State.LastTime), Consumers: info.State.Consumers}
+			}
+			r.Streams[i] = row
+		})
+	}
+	for i, stage := range consumerStages {
+		wg.Go(func() {
+			cctx, cancel := call(ctx)
+			defer cancel()
+			stream, name, _ := stageConsumer(names, stage)
+			row := ConsumerStatus{Stage: stage, Stream: stream, Name: name}
+			if c, err := js.Consumer(cctx, stream, name); err != nil {
+				row.Error = err.Error()
+				problem("consumer %s/%s: %v", stream, name, err)
+			} else {
+				info := c.CachedInfo()
+				p := ConsumerPause(stage, info)
+				row = ConsumerStatus{Stage: stage, Stream: stream, Name: name,
+					Pending: info.NumPending, AckPending: info.NumAckPending, MaxAckPending: info.Config.MaxAckPending,
+					Redelivered: info.NumRedelivered, Waiting: info.NumWaiting,
+					DeliveredSeq: info.Delivered.Stream, AckFloorSeq: info.AckFloor.Stream,
+					Paused: p.Paused, PausedUntil: nonZeroUTC(p.Until)}
+				row.ReadAt, row.AgeSeconds = readAt(info.TimeStamp, now)
+			}
+			r.Consumers[i] = row
+		})
+	}
+	wg.Go(func() { r.Scanner = scannerStatus(ctx, js, names, now, o.callTimeout, problem) })
+	wg.Go(func() { r.LastEvents = lastEvents(ctx, js, names, o.callTimeout, problem) })
+	wg.Wait()
+	slices.Sort(r.Problems)
+	r.Scanner.HeldBack = heldBack(r, o.highWater, now)
+	if rd := r.Scanner.Round; rd != nil && rd.Stores == 0 && !rd.InProgress {
+		// A round of nothing: the registry names no Redis metadata store for the cluster.
+		r.Warnings = append(r.Warnings, fmt.Sprintf("round %d walked no metadata store: the registry of cluster %q names no "+
+			"instance group on a Redis store (a misspelt cluster name looks like this)", rd.ID, names.Cluster))
+	}
 	return r, ctx.Err()
 }
 
-func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.Names, now time.Time, problem func(string, ...any)) ScannerStatus {
+// readAt is the time the server produced consumer info (its clock; ours when it sent none)
+// and its age at now, never negative.
+func readAt(ts, now time.Time) (time.Time, float64) {
+	if ts.IsZero() || ts.Unix() <= 0 {
+		return now.UTC(), 0
+	}
+	return ts.UTC(), max(now.Sub(ts).Seconds(), 0)
+}
+
+// heldBack explains a round in progress that the scanner cannot move: its pause, or a
+// downstream backlog above the high-water mark.
+func heldBack(r StatusReport, highWater uint64, now time.Time) string {
+	sc := r.Scanner
+	if sc.Round == nil || !sc.Round.InProgress {
+		return ""
+	}
+	if sc.Paused {
+		return "paused by an operator until " + stamp(sc.PausedUntil, now)
+	}
+	if highWater == 0 {
+		return ""
+	}
+	var full []string
+	for _, c := range r.Consumers {
+		if c.Error == "" && c.Pending+uint64(c.AckPending) > highWater {
+			full = append(full, fmt.Sprintf("%s backlog %d", c.Stage, c.Pending+uint64(c.AckPending)))
+		}
+	}
+	if len(full) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("backpressure: %s above backpressure_high_water %d; ticks are skipped until it drains",
+		strings.Join(full, ", "), highWater)
+}
+
+func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.Names, now time.Time, timeout time.Duration, problem func(string, ...any)) ScannerStatus {
+	// The scanner's few reads follow one another; together they get a few call timeouts.
+	ctx, cancel := context.WithTimeout(ctx, 4*timeout)
+	defer cancel()
 	var st ScannerStatus
 	if lease, err := js.KeyValue(ctx, names.LeaseBucket()); err != nil {
 		problem("lease bucket %s: %v", names.LeaseBucket(), err)
@@ -249,27 +367,42 @@ func estimate(ck pipeline.Checkpoint, now time.Time) (rate float64, eta time.Tim
 
 // lastEvents reads the newest message of each event kind with a direct "last by subject"
 // get on the kind's wildcard subject: one request per kind, however long the stream.
-func lastEvents(ctx context.Context, js jetstream.JetStream, names subjects.Names, problem func(string, ...any)) []LastEvent {
-	s, err := js.Stream(ctx, names.EventsStream())
+func lastEvents(ctx context.Context, js jetstream.JetStream, names subjects.Names, timeout time.Duration, problem func(string, ...any)) []LastEvent {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	s, err := js.Stream(sctx, names.EventsStream())
+	cancel()
 	if err != nil {
 		return nil // already reported with the streams
 	}
+	kinds := EventKinds()
+	found := make([]*LastEvent, len(kinds))
+	var wg sync.WaitGroup
+	for i, kind := range kinds {
+		wg.Go(func() {
+			kctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			m, err := s.GetLastMsgForSubject(kctx, names.EventKindFilter(kind))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return
+			}
+			if err != nil {
+				problem("last %s event: %v", kind, err)
+				return
+			}
+			ev, err := subjects.DecodeEvent(m.Data)
+			if err != nil {
+				problem("last %s event (seq %d): %v", kind, m.Sequence, err)
+				return
+			}
+			found[i] = &LastEvent{Kind: kind, Seq: m.Sequence, Time: m.Time.UTC(), Event: ev}
+		})
+	}
+	wg.Wait()
 	var out []LastEvent
-	for _, kind := range EventKinds() {
-		m, err := s.GetLastMsgForSubject(ctx, names.EventKindFilter(kind))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
+	for _, e := range found {
+		if e != nil {
+			out = append(out, *e)
 		}
-		if err != nil {
-			problem("last %s event: %v", kind, err)
-			continue
-		}
-		ev, err := subjects.DecodeEvent(m.Data)
-		if err != nil {
-			problem("last %s event (seq %d): %v", kind, m.Sequence, err)
-			continue
-		}
-		out = append(out, LastEvent{Kind: kind, Seq: m.Sequence, Time: m.Time.UTC(), Event: ev})
 	}
 	return out
 }

@@ -18,6 +18,10 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMESSAGES\tBYTES\tFIRST SEQ\tFIRST\tLAST SEQ\tLAST\tCONSUMERS")
 	for _, s := range r.Streams {
+		if s.Error != "" {
+			fmt.Fprintf(tw, "%s\tnot read: %s\n", s.Name, cell(s.Error, 80))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\t%d\n", s.Name, s.Messages, humanBytes(s.Bytes),
 			s.FirstSeq, timeOnly(s.FirstTime), s.LastSeq, timeOnly(s.LastTime), s.Consumers)
 	}
@@ -25,12 +29,16 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 
 	fmt.Fprintln(ew, "\nSTAGES")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STAGE\tCONSUMER\tPENDING\tACK PENDING\tREDELIVERED\tWAITING\tACK FLOOR\tPAUSED")
-	fmt.Fprintf(tw, "scanner\t-\t-\t-\t-\t-\t-\t%s\n", pausedCell(r.Scanner.Paused, r.Scanner.PausedUntil, now))
+	fmt.Fprintln(tw, "STAGE\tCONSUMER\tPENDING\tACK PENDING\tREDELIVERED\tWAITING\tACK FLOOR\tPAUSED\tAGE")
+	fmt.Fprintf(tw, "scanner\t-\t-\t-\t-\t-\t-\t%s\t-\n", pausedCell(r.Scanner.Paused, r.Scanner.PausedUntil, now))
 	for _, c := range r.Consumers {
-		fmt.Fprintf(tw, "%s\t%s/%s\t%d\t%d/%d\t%d\t%d\t%d\t%s\n", c.Stage, c.Stream, c.Name, c.Pending,
+		if c.Error != "" {
+			fmt.Fprintf(tw, "%s\t%s/%s\tnot read: %s\n", c.Stage, c.Stream, c.Name, cell(c.Error, 80))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s/%s\t%d\t%d/%d\t%d\t%d\t%d\t%s\t%s\n", c.Stage, c.Stream, c.Name, c.Pending,
 			c.AckPending, c.MaxAckPending, c.Redelivered, c.Waiting, c.AckFloorSeq,
-			pausedCell(c.Paused, c.PausedUntil, now))
+			pausedCell(c.Paused, c.PausedUntil, now), humanDuration(secs(c.AgeSeconds)))
 	}
 	_ = tw.Flush()
 
@@ -47,6 +55,9 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 		if rd.InProgress {
 			fmt.Fprintf(tw, "round\t%d in progress: store %d of %d (%s), %d instances, cursor %d\n", rd.ID, rd.Store,
 				rd.Stores, orDash(rd.StoreName), rd.Instances, rd.Cursor)
+			if sc.HeldBack != "" {
+				fmt.Fprintf(tw, "\tnot moving: %s\n", sc.HeldBack)
+			}
 			fmt.Fprintf(tw, "\t%d keys scanned since %s, %.0f keys/s\n", rd.Keys, stamp(rd.Started, now), rd.KeysPerSecond)
 			if !rd.ETA.IsZero() {
 				fmt.Fprintf(tw, "\testimated end %s (by %s)\n", stamp(rd.ETA, now), rd.ETABasis)
@@ -89,6 +100,12 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	}
 	_ = tw.Flush()
 
+	if len(r.Warnings) > 0 {
+		fmt.Fprintln(ew, "\nWARNINGS")
+		for _, w := range r.Warnings {
+			fmt.Fprintln(ew, "  "+w)
+		}
+	}
 	if len(r.Problems) > 0 {
 		fmt.Fprintln(ew, "\nPROBLEMS")
 		for _, p := range r.Problems {

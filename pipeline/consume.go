@@ -10,7 +10,18 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Waits of the consumer's retries (backoff.Policy, with jitter). A message that failed its n-th
+// delivery is redelivered after about RedeliveryInitial·2^(n−1), at most RedeliveryMax; a
+// failed fetch is retried after about FetchRetryInitial, doubling up to FetchRetryMax.
+const (
+	RedeliveryInitial = time.Second
+	RedeliveryMax     = time.Minute
+	FetchRetryInitial = 250 * time.Millisecond
+	FetchRetryMax     = 5 * time.Second
 )
 
 // Handler processes one message. nil acknowledges it; an error wrapping subjects.ErrPoison
@@ -34,6 +45,9 @@ type Consumer struct {
 	// FetchWait bounds one pull request. Default 2s.
 	FetchWait time.Duration
 }
+
+// redelivery is the policy of redelivery delays.
+func redelivery() backoff.Policy { return backoff.New(RedeliveryInitial, RedeliveryMax) }
 
 // Run consumes until ctx is done, then lets in-flight handlers finish (bounded by Drain).
 func (c *Consumer) Run(ctx context.Context) error {
@@ -59,6 +73,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	slots := make(chan struct{}, workers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	retry := backoff.New(FetchRetryInitial, FetchRetryMax).Start()
 	for ctx.Err() == nil {
 		select {
 		case slots <- struct{}{}:
@@ -86,13 +101,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 				return nil
 			}
 			c.Metrics.opError(c.Stage, "fetch")
-			c.Logger.Warn("fetch", "stage", c.Stage, "err", err)
-			select { // a broken connection must not spin (invariant 7)
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			wait := retry.Next()
+			c.Logger.Warn("fetch", "stage", c.Stage, "failures", retry.Failures(), "retry_in", wait, "err", err)
+			_ = backoff.Sleep(ctx, wait) // a broken connection must not spin (invariant 7)
 			continue
 		}
+		retry.Reset()
 		got := 0
 		for msg := range batch.Messages() {
 			got++
@@ -144,8 +158,10 @@ func (c *Consumer) process(runCtx, ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Nak()
 		c.Metrics.Messages.WithLabelValues(c.Stage, MsgNak).Inc()
 	default:
-		// NakWithDelay, never a bare Nak: a persistent failure must not become a redelivery storm.
-		_ = msg.NakWithDelay(Backoff(delivered))
+		// NakWithDelay, never a bare Nak: a persistent failure must not become a redelivery
+		// storm, and the jitter keeps messages that failed together (an outage) from all
+		// coming back at the same instant.
+		_ = msg.NakWithDelay(redelivery().Delay(int(min(delivered, 1<<20))))
 		c.Metrics.Messages.WithLabelValues(c.Stage, MsgNak).Inc()
 		c.Logger.Warn("message failed; redelivery later", "stage", c.Stage, "deliveries", delivered, "err", err)
 	}
@@ -176,15 +192,6 @@ func (c *Consumer) record(ctx context.Context, msg jetstream.Msg, md *jetstream.
 	}
 	f := c.Events.Emit(ctx, e)
 	_ = c.Events.Wait(ctx, []jetstream.PubAckFuture{f})
-}
-
-// Backoff is the redelivery delay after the n-th failed delivery: 1s doubling, at most 1m.
-func Backoff(n uint64) time.Duration {
-	d := time.Second
-	for i := uint64(1); i < n && d < time.Minute; i++ {
-		d *= 2
-	}
-	return min(d, time.Minute)
 }
 
 func truncate(s string, n int) string {

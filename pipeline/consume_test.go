@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -83,4 +84,39 @@ func TestConsumerDisposition(t *testing.T) {
 		require.Equal(t, "inst1", ev.Instance)
 	}
 	require.Equal(t, map[string]uint64{subjects.EventPoison: 1, subjects.EventDeadLetter: 2}, kinds)
+}
+
+// delayMsg is a message of a given delivery count that records the delay it is nak'ed with.
+type delayMsg struct {
+	jetstream.Msg
+	delivered uint64
+	delay     time.Duration
+	naks      int
+}
+
+func (m *delayMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{NumDelivered: m.delivered}, nil
+}
+func (m *delayMsg) Subject() string                    { return "kvcmgc.c1.delete.inst1" }
+func (m *delayMsg) NakWithDelay(d time.Duration) error { m.delay, m.naks = d, m.naks+1; return nil }
+
+// TestRedeliveryDelays: a failed message comes back after the capped exponential delay of its
+// delivery count, less a random share: messages that failed together (an outage) return spread
+// out, not all at the same instant.
+func TestRedeliveryDelays(t *testing.T) {
+	ctx := context.Background()
+	c := &Consumer{Stage: StageDeleter, MaxDeliver: 100, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: slog.New(slog.DiscardHandler),
+		Handle: func(context.Context, jetstream.Msg) error { return errors.New("redis down") }}
+	for delivered, ceiling := range map[uint64]time.Duration{1: time.Second, 3: 4 * time.Second, 7: time.Minute, 50: time.Minute} {
+		seen := map[time.Duration]bool{}
+		for range 50 {
+			m := &delayMsg{delivered: delivered}
+			c.process(ctx, ctx, m)
+			require.Equal(t, 1, m.naks)
+			require.LessOrEqual(t, m.delay, ceiling, "delivery %d", delivered)
+			require.GreaterOrEqual(t, m.delay, ceiling/2, "delivery %d", delivered)
+			seen[m.delay] = true
+		}
+		require.Greater(t, len(seen), 25, "delivery %d: the delays are spread", delivered)
+	}
 }

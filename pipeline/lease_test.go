@@ -81,12 +81,3 @@ func TestLeaseExpiresLocally(t *testing.T) {
 	_, ok = a.Held()
 	require.False(t, ok)
 }
-
-func TestBackoff(t *testing.T) {
-	require.Equal(t, time.Second, Backoff(0))
-	require.Equal(t, time.Second, Backoff(1))
-	require.Equal(t, 2*time.Second, Backoff(2))
-	require.Equal(t, 32*time.Second, Backoff(6))
-	require.Equal(t, time.Minute, Backoff(7))
-	require.Equal(t, time.Minute, Backoff(1000))
-}

@@ -12,6 +12,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -36,6 +37,12 @@ type Prober struct {
 	tables  map[string]kvcm.StorageConfig
 	delays  map[string]time.Duration // delay_before_delete_ms by instance group
 	fetched time.Time
+	// After a failed registry read the next one waits for retryAt (registry backoff):
+	// meanwhile batches are judged with the previous table or, without one, fail at once
+	// with lastErr.
+	retry   *backoff.Backoff
+	retryAt time.Time
+	lastErr error
 }
 
 // registrySnapshot is what the prober takes from the registry.
@@ -51,22 +58,50 @@ func (s registrySnapshot) groupDelay(group string) (time.Duration, bool) {
 	return d, ok
 }
 
+// Waits between failed registry reads of the prober (backoff.Policy, with jitter).
+const (
+	RegistryRetryInitial = time.Second
+	RegistryRetryMax     = 30 * time.Second
+)
+
+func (p *Prober) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
 // storages returns the registry snapshot, re-reading the registry at most every
-// RegistryRefresh.
+// RegistryRefresh, and after a failed read not before the registry backoff allows: every
+// batch of a busy prober would otherwise send the failing registry a read of its own.
 func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.set != nil && time.Since(p.fetched) < p.Config.RegistryRefresh {
-		return registrySnapshot{p.set, p.tables, p.delays}, nil
+	now := p.now()
+	last := registrySnapshot{p.set, p.tables, p.delays}
+	if p.set != nil && now.Sub(p.fetched) < p.Config.RegistryRefresh {
+		return last, nil
+	}
+	if now.Before(p.retryAt) {
+		if p.set != nil {
+			return last, nil
+		}
+		return registrySnapshot{}, p.lastErr
+	}
+	if p.retry == nil {
+		p.retry = backoff.New(RegistryRetryInitial, RegistryRetryMax).Start()
 	}
 	reg, err := p.Registry.ReadRegistry(ctx)
 	if err != nil {
+		wait := p.retry.Next()
+		p.retryAt, p.lastErr = now.Add(wait), fmt.Errorf("read registry: %w", err)
 		if p.set != nil {
 			// Keep judging with the last table; a stale table can only make storages unknown.
-			p.Logger.Warn("refresh registry; using the previous storage table", "err", err)
-			return registrySnapshot{p.set, p.tables, p.delays}, nil
+			p.Logger.Warn("refresh registry; using the previous storage table", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
+			return last, nil
 		}
-		return registrySnapshot{}, fmt.Errorf("read registry: %w", err)
+		p.Logger.Warn("read registry", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
+		return registrySnapshot{}, p.lastErr
 	}
 	set, err := storage.NewSet(reg.Storages, p.StorageOptions)
 	if err != nil {
@@ -76,7 +111,8 @@ func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
 	for name, g := range reg.Groups {
 		delays[name] = time.Duration(g.DelayBeforeDeleteMs) * time.Millisecond
 	}
-	p.set, p.tables, p.delays, p.fetched = set, reg.Storages, delays, time.Now()
+	p.retry.Reset()
+	p.set, p.tables, p.delays, p.fetched, p.retryAt, p.lastErr = set, reg.Storages, delays, now, time.Time{}, nil
 	return registrySnapshot{set, reg.Storages, delays}, nil
 }
 
@@ -99,10 +135,7 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 		p.Metrics.opError(StageProber, "registry")
 		return err
 	}
-	now := time.Now
-	if p.Now != nil {
-		now = p.Now
-	}
+	now := p.now
 	rules := Rules{Config: p.Config, Storages: snap.set, Guard: p.Guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
 		p.Metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
 	}, GroupDelay: snap.groupDelay, Observer: p.Observer}

@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 )
 
 // ConflictError reports an existing JetStream object that Ensure could not create or update to
@@ -33,91 +38,221 @@ func (e *ConflictError) Error() string {
 
 func (e *ConflictError) Unwrap() error { return e.Err }
 
-// Ensure creates or updates every stream, consumer and bucket (idempotent). An existing object
-// whose config cannot be updated to the wanted one gives an error naming the object and the
-// conflicting fields.
+// Defaults of Ensure's retries.
+const (
+	// DefaultCallTimeout bounds one JetStream request of Ensure: a request sent while the
+	// cluster elects a leader gets no answer, and is better sent again than waited on.
+	DefaultCallTimeout = 2 * time.Second
+	// EnsureRetryInitial and EnsureRetryMax are the waits between Ensure's attempts.
+	EnsureRetryInitial = 100 * time.Millisecond
+	EnsureRetryMax     = 5 * time.Second
+)
+
+// EnsureOption tunes Ensure.
+type EnsureOption func(*ensureOptions)
+
+type ensureOptions struct {
+	log         *slog.Logger
+	callTimeout time.Duration
+	retry       backoff.Policy
+}
+
+// WithEnsureLogger receives a line per failed attempt that Ensure retries; nil discards them.
+func WithEnsureLogger(l *slog.Logger) EnsureOption { return func(o *ensureOptions) { o.log = l } }
+
+// WithCallTimeout bounds each JetStream request (default DefaultCallTimeout).
+func WithCallTimeout(d time.Duration) EnsureOption {
+	return func(o *ensureOptions) {
+		if d > 0 {
+			o.callTimeout = d
+		}
+	}
+}
+
+// WithEnsureRetry sets the waits between attempts (default EnsureRetryInitial doubling up to
+// EnsureRetryMax, with jitter).
+func WithEnsureRetry(p backoff.Policy) EnsureOption { return func(o *ensureOptions) { o.retry = p } }
+
+// Ensure creates or updates every stream, consumer and bucket (idempotent), and keeps trying
+// until the topology is as wanted, a real conflict is found, or ctx ends.
+//
+// Processes of a deployment start together, on a cluster that may still be electing its
+// leaders: a request that times out, an answer that the system is temporarily unavailable or
+// short of peers, another process creating the same object first — none of that is a
+// failure. Ensure sends every request with its own short timeout and, when an attempt fails
+// that way, starts it over after a wait of the backoff policy. What waiting cannot cure ends
+// it at once: an existing object whose config cannot be updated to the wanted one (a
+// *ConflictError naming the object and the fields that differ), or any other refusal of the
+// server (permissions, a server without JetStream).
 //
 // An object whose managed fields already have the wanted values is left alone: a second run
 // sends no update, and a process allowed only to read object info can run Ensure against a
 // prepared deployment. Fields Ensure does not manage (compression, placement, metadata …) are
 // reset to their defaults whenever it does have to update an object.
-func Ensure(ctx context.Context, js jetstream.JetStream, n Names, s Settings) error {
+func Ensure(ctx context.Context, js jetstream.JetStream, n Names, s Settings, opts ...EnsureOption) error {
 	if err := n.Validate(); err != nil {
 		return fmt.Errorf("ensure topology: %w", err)
 	}
 	if err := s.Validate(); err != nil {
 		return fmt.Errorf("ensure topology: %w", err)
 	}
+	o := ensureOptions{callTimeout: DefaultCallTimeout, retry: backoff.New(EnsureRetryInitial, EnsureRetryMax)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	e := ensurer{js: js, timeout: o.callTimeout}
 	top := n.Topology(s)
+	return o.retry.Retry(ctx, func(ctx context.Context) error {
+		err := e.all(ctx, top)
+		if err != nil && !Transient(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, func(err error, failures int, wait time.Duration) {
+		o.log.Warn("ensure jetstream topology; retrying", "failures", failures, "retry_in", wait, "err", err)
+	})
+}
+
+// Transient reports whether err is a JetStream failure that heals by itself and is worth
+// retrying: no answer in time, no responder yet, a connection being re-established, or the
+// server saying it cannot serve the request at the moment (no leader, a leader change, too
+// few peers, an object offline). A refusal of the request itself (a conflict, bad config,
+// permissions, an unknown object) is not transient.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, e := range []error{errRaced, context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrConnectionReconnecting, nats.ErrDisconnected, nats.ErrNoServers, jetstream.ErrNoHeartbeat} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case 10004, // cluster incomplete results
+			10007, // cluster not assigned to this server
+			10008, // JetStream system temporarily unavailable
+			10009, // cluster can not handle request (no leader)
+			10023, // insufficient resources (peers not known yet)
+			10041, // raft general error
+			10075, // peer remap failed
+			10118, // stream offline
+			10119, // consumer offline
+			10194, // stream offline: reason
+			10195, // consumer offline: reason
+			10202: // cluster member change in progress
+			return true
+		}
+	}
+	return false
+}
+
+// errRaced: an object another process was creating or deleting at the same time was not
+// there when read again; the next attempt finds it in one state or the other.
+var errRaced = errors.New("created and removed again by another process")
+
+// ensurer sends Ensure's requests, each with its own timeout.
+type ensurer struct {
+	js      jetstream.JetStream
+	timeout time.Duration
+}
+
+// call runs one request under the per-call timeout, or ctx's own deadline if sooner.
+func call[T any](ctx context.Context, e ensurer, f func(ctx context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	return f(cctx)
+}
+
+// all is one attempt at the whole topology.
+func (e ensurer) all(ctx context.Context, top Topology) error {
 	for _, cfg := range top.Streams {
-		if err := ensureStream(ctx, js, cfg); err != nil {
+		if err := e.stream(ctx, cfg); err != nil {
 			return err
 		}
 		if cc, ok := top.Consumers[cfg.Name]; ok {
-			if err := ensureConsumer(ctx, js, cfg.Name, cc); err != nil {
+			if err := e.consumer(ctx, cfg.Name, cc); err != nil {
 				return err
 			}
 		}
 	}
 	for _, cfg := range top.Buckets {
-		if err := ensureBucket(ctx, js, cfg); err != nil {
+		if err := e.bucket(ctx, cfg); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
-	var have *jetstream.StreamConfig
-	st, err := js.Stream(ctx, want.Name)
-	switch {
-	case err == nil:
-		cfg := st.CachedInfo().Config
-		if len(streamDiff(cfg, want)) == 0 {
-			return nil
+// refused builds the error of a create or update the server did not do: a transient failure
+// as such (the attempt is retried), anything else as a ConflictError.
+func refused(kind, name, op string, err error, fields []string) error {
+	if Transient(err) {
+		return fmt.Errorf("ensure %s %q: %s: %w", kind, name, op, err)
+	}
+	return &ConflictError{Kind: kind, Name: name, Fields: fields, Err: err}
+}
+
+func (e ensurer) stream(ctx context.Context, want jetstream.StreamConfig) error {
+	info := func() (*jetstream.StreamConfig, error) {
+		st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.Stream(ctx, want.Name) })
+		switch {
+		case err == nil:
+			cfg := st.CachedInfo().Config
+			return &cfg, nil
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, nil
+		default:
+			return nil, fmt.Errorf("ensure stream %q: read info: %w", want.Name, err)
 		}
-		have = &cfg
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-	default:
-		return fmt.Errorf("ensure stream %q: read info: %w", want.Name, err)
+	}
+	have, err := info()
+	if err != nil {
+		return err
+	}
+	if have != nil && len(streamDiff(*have, want)) == 0 {
+		return nil
 	}
 	if have == nil {
 		// Create, not create-or-update: when another process created the stream in the
 		// meantime, compare again rather than rewrite an identical config (a needless update
 		// also races the server's own consumer creation).
-		_, err = js.CreateStream(ctx, want)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			st, rerr := js.Stream(ctx, want.Name)
-			if rerr != nil {
-				return fmt.Errorf("ensure stream %q: read info: %w", want.Name, rerr)
-			}
-			cfg := st.CachedInfo().Config
-			if len(streamDiff(cfg, want)) == 0 {
-				return nil
-			}
-			have = &cfg
-			_, err = js.UpdateStream(ctx, want)
+		_, err = call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.CreateStream(ctx, want) })
+		if err == nil {
+			return nil
 		}
-	} else {
-		_, err = js.UpdateStream(ctx, want)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return refused("stream", want.Name, "create", err, e.overlapping(ctx, want))
+		}
+		if have, err = info(); err != nil {
+			return err
+		}
+		if have == nil {
+			return fmt.Errorf("ensure stream %q: %w", want.Name, errRaced)
+		}
+		if len(streamDiff(*have, want)) == 0 {
+			return nil // created identically by another process
+		}
 	}
-	if err != nil {
-		ce := &ConflictError{Kind: "stream", Name: want.Name, Err: err}
-		if have != nil {
-			ce.Fields = streamDiff(*have, want)
-		}
-		ce.Fields = append(ce.Fields, overlapping(ctx, js, want)...)
-		return ce
+	if _, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.UpdateStream(ctx, want) }); err != nil {
+		return refused("stream", want.Name, "update", err, append(streamDiff(*have, want), e.overlapping(ctx, want)...))
 	}
 	return nil
 }
 
 // overlapping names the other streams whose subjects overlap want's: the server refuses a
 // stream that would share a subject with another one.
-func overlapping(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) []string {
+func (e ensurer) overlapping(ctx context.Context, want jetstream.StreamConfig) []string {
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
 	var out []string
 	for _, subj := range want.Subjects {
-		l := js.ListStreams(ctx, jetstream.WithStreamListSubject(subj))
+		l := e.js.ListStreams(ctx, jetstream.WithStreamListSubject(subj))
 		for info := range l.Info() {
 			if info.Config.Name != want.Name {
 				out = append(out, fmt.Sprintf("subjects: %q overlaps stream %q (subjects %q)",
@@ -128,10 +263,10 @@ func overlapping(ctx context.Context, js jetstream.JetStream, want jetstream.Str
 	return out
 }
 
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig) error {
+func (e ensurer) consumer(ctx context.Context, stream string, want jetstream.ConsumerConfig) error {
 	name := stream + "/" + want.Durable
 	var have *jetstream.ConsumerConfig
-	c, err := js.Consumer(ctx, stream, want.Durable)
+	c, err := call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) { return e.js.Consumer(ctx, stream, want.Durable) })
 	switch {
 	case err == nil:
 		cfg := c.CachedInfo().Config
@@ -143,20 +278,27 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	default:
 		return fmt.Errorf("ensure consumer %q: read info: %w", name, err)
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, stream, want); err != nil {
-		ce := &ConflictError{Kind: "consumer", Name: name, Err: err}
+	// Create-or-update: a consumer created identically by another process in the meantime is
+	// simply confirmed.
+	_, err = call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) {
+		return e.js.CreateOrUpdateConsumer(ctx, stream, want)
+	})
+	if err != nil {
+		var fields []string
 		if have != nil {
-			ce.Fields = consumerDiff(*have, want)
+			fields = consumerDiff(*have, want)
 		}
-		return ce
+		return refused("consumer", name, "create or update", err, fields)
 	}
 	return nil
 }
 
-func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) error {
+func (e ensurer) bucket(ctx context.Context, want jetstream.KeyValueConfig) error {
 	var have *jetstream.StreamConfig
 	// A bucket is the stream "KV_<bucket>"; its info holds everything bucketDiff compares.
-	st, err := js.Stream(ctx, kvStreamPrefix+want.Bucket)
+	st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) {
+		return e.js.Stream(ctx, kvStreamPrefix+want.Bucket)
+	})
 	switch {
 	case err == nil:
 		cfg := st.CachedInfo().Config
@@ -168,12 +310,13 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	default:
 		return fmt.Errorf("ensure bucket %q: read info: %w", want.Bucket, err)
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, want); err != nil {
-		ce := &ConflictError{Kind: "bucket", Name: want.Bucket, Err: err}
+	_, err = call(ctx, e, func(ctx context.Context) (jetstream.KeyValue, error) { return e.js.CreateOrUpdateKeyValue(ctx, want) })
+	if err != nil {
+		var fields []string
 		if have != nil {
-			ce.Fields = bucketDiff(*have, want)
+			fields = bucketDiff(*have, want)
 		}
-		return ce
+		return refused("bucket", want.Bucket, "create or update", err, fields)
 	}
 	return nil
 }

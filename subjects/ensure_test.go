@@ -3,12 +3,17 @@ package subjects_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -335,4 +340,183 @@ func TestEnsureConcurrent(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		n.BatchesStream(), n.DeletesStream(), n.EventsStream(), "KV_" + n.StateBucket(), "KV_" + n.LeaseBucket(), "KV_" + n.ObservedBucket(),
 	}, got)
+}
+
+// flakyJS answers the first fails requests of Ensure's kinds with the given error (or, for
+// errHang, waits for the request's context to end) and passes the rest to a real server.
+type flakyJS struct {
+	jetstream.JetStream
+	mu    sync.Mutex
+	fails int
+	err   error
+	calls int
+}
+
+// errHang makes flakyJS wait for the request's deadline: a request no leader answers.
+var errHang = errors.New("hang")
+
+func (f *flakyJS) fail(ctx context.Context) error {
+	f.mu.Lock()
+	f.calls++
+	fail := f.calls <= f.fails
+	f.mu.Unlock()
+	if !fail {
+		return nil
+	}
+	if f.err == errHang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return f.err
+}
+
+func (f *flakyJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if err := f.fail(ctx); err != nil {
+		return nil, err
+	}
+	return f.JetStream.Stream(ctx, name)
+}
+
+func (f *flakyJS) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if err := f.fail(ctx); err != nil {
+		return nil, err
+	}
+	return f.JetStream.CreateStream(ctx, cfg)
+}
+
+func (f *flakyJS) CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if err := f.fail(ctx); err != nil {
+		return nil, err
+	}
+	return f.JetStream.CreateOrUpdateConsumer(ctx, stream, cfg)
+}
+
+func (f *flakyJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if err := f.fail(ctx); err != nil {
+		return nil, err
+	}
+	return f.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
+}
+
+// logLines collects the messages of a logger.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, r.Message)
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+func (l *logLines) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines)
+}
+
+// TestEnsureRetriesTransient: requests that time out, get no answer, or are told the system
+// is temporarily unavailable are retried until the topology is there, each retry logged.
+func TestEnsureRetriesTransient(t *testing.T) {
+	n := mustNames(t, "kvcmgc", "c1")
+	fast := subjects.WithEnsureRetry(backoff.New(time.Millisecond, 10*time.Millisecond))
+	for name, err := range map[string]error{
+		"deadline":    context.DeadlineExceeded,
+		"no answer":   errHang,
+		"timeout":     nats.ErrTimeout,
+		"unavailable": &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
+		"no leader":   &jetstream.APIError{Code: 500, ErrorCode: 10009, Description: "JetStream cluster can not handle request"},
+		"no peers":    &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			js := &flakyJS{JetStream: testenv.StartNATS(t).JetStream(t), fails: 4, err: err}
+			log := &logLines{}
+			require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings(), fast,
+				subjects.WithCallTimeout(300*time.Millisecond), subjects.WithEnsureLogger(slog.New(log))))
+			// One line per retried attempt (a slow real request may add one).
+			require.GreaterOrEqual(t, log.count(), 4)
+			for _, stream := range []string{n.BatchesStream(), n.DeletesStream(), n.EventsStream(), "KV_" + n.LeaseBucket()} {
+				_, err := js.JetStream.Stream(ctx, stream)
+				require.NoError(t, err, stream)
+			}
+		})
+	}
+}
+
+// TestEnsurePermanent: a refusal that waiting cannot cure ends Ensure at once, however long
+// its context would let it retry.
+func TestEnsurePermanent(t *testing.T) {
+	n := mustNames(t, "kvcmgc", "c1")
+	for name, err := range map[string]error{
+		"permissions":  nats.ErrPermissionViolation,
+		"no jetstream": jetstream.ErrJetStreamNotEnabled,
+		"bad request":  &jetstream.APIError{Code: 400, ErrorCode: 10003, Description: "bad request"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			js := &flakyJS{JetStream: testenv.StartNATS(t).JetStream(t), fails: 1000, err: err}
+			start := time.Now()
+			got := subjects.Ensure(testCtx(t), js, n, subjects.DefaultSettings())
+			require.ErrorIs(t, got, err)
+			require.Equal(t, 1, js.calls)
+			require.Less(t, time.Since(start), 5*time.Second)
+		})
+	}
+	// A conflict too, and it names the field.
+	ctx := testCtx(t)
+	js := testenv.StartNATS(t).JetStream(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: n.BatchesStream(), Subjects: []string{n.BatchFilter()}, Retention: jetstream.WorkQueuePolicy})
+	require.NoError(t, err)
+	start := time.Now()
+	err = subjects.Ensure(ctx, js, n, subjects.DefaultSettings())
+	var ce *subjects.ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.ErrorContains(t, err, "retention: have WorkQueue, want Limits")
+	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+// TestEnsureCluster: six processes' worth of Ensure at once on a fresh three-node cluster at
+// replicas 3, before and after the cluster has elected its meta leader, all succeed and agree.
+func TestEnsureCluster(t *testing.T) {
+	n := mustNames(t, "kvcmgc", "c1")
+	s := subjects.DefaultSettings()
+	s.Replicas = 3
+	for _, settled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("settled=%v", settled), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c := testenv.StartNATSCluster(t, 3)
+			if settled {
+				require.NoError(t, c.WaitJetStream(ctx))
+			}
+			errs := make(chan error, 6)
+			for range cap(errs) {
+				js := c.JetStream(t)
+				go func() { errs <- subjects.Ensure(ctx, js, n, s) }()
+			}
+			for range cap(errs) {
+				require.NoError(t, <-errs)
+			}
+			js := c.JetStream(t)
+			for _, name := range []string{n.BatchesStream(), n.DeletesStream(), n.EventsStream(), "KV_" + n.StateBucket(), "KV_" + n.LeaseBucket()} {
+				st, err := js.Stream(ctx, name)
+				require.NoError(t, err, name)
+				require.Equal(t, 3, st.CachedInfo().Config.Replicas, name)
+			}
+		})
+	}
+}
+
+func TestTransient(t *testing.T) {
+	require.False(t, subjects.Transient(nil))
+	require.True(t, subjects.Transient(fmt.Errorf("read info: %w", context.DeadlineExceeded)))
+	require.True(t, subjects.Transient(fmt.Errorf("x: %w", &jetstream.APIError{ErrorCode: 10008})))
+	require.False(t, subjects.Transient(context.Canceled))
+	require.False(t, subjects.Transient(jetstream.ErrStreamNotFound))
+	require.False(t, subjects.Transient(&subjects.ConflictError{Kind: "stream", Err: errors.New("x")}))
 }

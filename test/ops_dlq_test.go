@@ -65,14 +65,14 @@ func TestOpsDLQ(t *testing.T) {
 	require.Contains(t, dl.Reason, "poison message")
 
 	var out, errOut bytes.Buffer
-	require.NoError(t, ops.DLQCommand(ctx, env, []string{"list"}, &out, &errOut))
+	require.NoError(t, opsCommand("dlq")(ctx, env, []string{"list"}, &out, &errOut))
 	require.Regexp(t, `poison\s+deleter\s+inst1\s+`+e.names.DeletesStream()+`\s+1\s+poison-1\s+poison message`, out.String())
 	t.Logf("dlq list:\n%s", out.String())
 
 	// Retry: the copy gets a new id and sequence, keeps the subject and payload, and (still
 	// poison) is terminated and recorded in turn.
 	out.Reset()
-	require.NoError(t, ops.DLQCommand(ctx, env, []string{"retry", "--stream", "DELETES", "--seq", "1", "--json"}, &out, &errOut))
+	require.NoError(t, opsCommand("dlq")(ctx, env, []string{"retry", "--stream", "DELETES", "--seq", "1", "--json"}, &out, &errOut))
 	var res ops.RetryResult
 	require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 	require.Equal(t, "poison-1:retry:1", res.NewMsgID)
@@ -110,8 +110,8 @@ func TestOpsDLQ(t *testing.T) {
 	require.ErrorIs(t, err, ops.ErrNotRetryable)
 	_, err = ops.DLQRetry(ctx, e.js, e.names, "deletes", 999)
 	require.Error(t, err)
-	require.ErrorIs(t, ops.DLQCommand(ctx, env, []string{"retry", "--stream", "DELETES"}, &out, &errOut), ops.ErrUsage)
-	require.ErrorIs(t, ops.DLQCommand(ctx, env, []string{"purge"}, &out, &errOut), ops.ErrUsage)
+	require.ErrorIs(t, opsCommand("dlq")(ctx, env, []string{"retry", "--stream", "DELETES"}, &out, &errOut), errOpsUsage)
+	require.ErrorIs(t, opsCommand("dlq")(ctx, env, []string{"purge"}, &out, &errOut), errOpsUsage)
 }
 
 // opsWaitDeleterDrained waits until the deleter's consumer has nothing pending or in flight.

@@ -1,8 +1,12 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"strconv"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -30,12 +35,37 @@ func opsSeed(t *testing.T, e *env, instances []string, blocks int, seedNo uint64
 	return m, before
 }
 
-// opsEnv is the operator commands' environment on the test servers.
-func opsEnv(t *testing.T, e *env, o app.Options) ops.Env {
+// opsTarget points the operator's commands at the test servers: the configuration flags of
+// the kvcm-gc command line.
+type opsTarget struct{ flags []string }
+
+// opsEnv is the operator commands' configuration for the test servers and the options o.
+func opsEnv(t *testing.T, e *env, o app.Options) opsTarget {
 	t.Helper()
-	return ops.Env{NC: e.nc, JS: e.js, Names: e.names, OpenReplay: func(ctx context.Context) (*ops.ReplayDeps, error) {
-		return ops.OpenReplayDeps(ctx, opsReplaySetup(t, e, o))
-	}}
+	return opsTarget{flags: []string{"--cluster", cluster, "--subject_prefix", e.names.Prefix, "--nats.url", e.srv.ClientURL(),
+		"--registry.uri", e.redis.URI(), "--storage.default_probe", o.Storage.DefaultProbe,
+		"--scan_batch_size", strconv.Itoa(o.Prober.MaxTargets), "--orphan_writing_grace", o.Prober.OrphanWritingGrace.String()}}
+}
+
+// errOpsUsage: an operator's command refused its arguments (exit status 2).
+var errOpsUsage = errors.New("usage error")
+
+// opsCommand returns a runner of the kvcm-gc command line's operator command name, with its
+// arguments, against the target: nil for exit status 0, errOpsUsage for 2, an error with the
+// command's stderr for any other.
+func opsCommand(name string) func(ctx context.Context, env opsTarget, args []string, stdout, stderr io.Writer) error {
+	return func(_ context.Context, env opsTarget, args []string, stdout, stderr io.Writer) error {
+		var errOut bytes.Buffer
+		all := append(append([]string{name}, args...), env.flags...)
+		switch code := cli.Main("kvcm-gc", cli.OperatorCommands(), all, stdout, io.MultiWriter(stderr, &errOut)); code {
+		case cli.ExitOK:
+			return nil
+		case cli.ExitUsage:
+			return fmt.Errorf("%w: %s", errOpsUsage, errOut.String())
+		default:
+			return fmt.Errorf("kvcm-gc %s: exit status %d: %s", name, code, errOut.String())
+		}
+	}
 }
 
 func opsReplaySetup(t *testing.T, e *env, o app.Options) ops.ReplaySetup {

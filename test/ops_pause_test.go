@@ -30,7 +30,7 @@ func TestOpsPauseDeleter(t *testing.T) {
 	env := opsEnv(t, e, o)
 
 	var out, errOut bytes.Buffer
-	require.NoError(t, ops.PauseCommand(ctx, env, []string{"deleter", "--for", "1h"}, &out, &errOut))
+	require.NoError(t, opsCommand("pause")(ctx, env, []string{"deleter", "--for", "1h"}, &out, &errOut))
 	require.Contains(t, out.String(), "deleter paused until")
 	until := time.Now().Add(time.Hour)
 
@@ -71,7 +71,7 @@ func TestOpsPauseDeleter(t *testing.T) {
 	require.Equal(t, float64(requests), metricValue(t, metrics, jsmetrics.MetricPending))
 
 	out.Reset()
-	require.NoError(t, ops.ResumeCommand(ctx, env, []string{"deleter"}, &out, &errOut))
+	require.NoError(t, opsCommand("resume")(ctx, env, []string{"deleter"}, &out, &errOut))
 	require.Contains(t, out.String(), "deleter resumed")
 	e.waitRoundDone(1, time.Minute)
 	stop()
@@ -93,7 +93,7 @@ func TestOpsPauseScanner(t *testing.T) {
 
 	until := time.Now().Add(2 * time.Hour).Truncate(time.Second)
 	var out, errOut bytes.Buffer
-	require.NoError(t, ops.PauseCommand(ctx, opsEnv(t, e, o), []string{"--until", until.Format(time.RFC3339), "scanner"}, &out, &errOut))
+	require.NoError(t, opsCommand("pause")(ctx, opsEnv(t, e, o), []string{"--until", until.Format(time.RFC3339), "scanner"}, &out, &errOut))
 	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
 	require.NoError(t, err)
 	p, err := ops.ReadScannerPause(ctx, kv)
@@ -136,7 +136,7 @@ func TestOpsPauseScanner(t *testing.T) {
 	// Argument errors.
 	env := opsEnv(t, e, o)
 	for _, args := range [][]string{{"deleter"}, {"--for", "1h"}, {"sweeper", "--for", "1h"}, {"deleter", "--for", "1h", "--until", until.Format(time.RFC3339)}} {
-		err := ops.PauseCommand(ctx, env, args, &out, &errOut)
+		err := opsCommand("pause")(ctx, env, args, &out, &errOut)
 		require.Error(t, err, "%q", args)
 	}
 	_, err = ops.Pause(ctx, e.js, e.names, pipeline.StageDeleter, time.Now().Add(-time.Minute))

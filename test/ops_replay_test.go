@@ -127,12 +127,12 @@ func TestOpsReplay(t *testing.T) {
 	env := opsEnv(t, e, o)
 	var cli, cliErr bytes.Buffer
 	blockKey := strconv.FormatInt(deleted.Key, 10)
-	require.NoError(t, ops.ReplayCommand(ctx, env, []string{"--stage", "prober", "--key", blockKey}, &cli, &cliErr))
+	require.NoError(t, opsCommand("replay")(ctx, env, []string{"--stage", "prober", "--key", blockKey}, &cli, &cliErr))
 	require.Contains(t, cli.String(), deleted.Location)
 	require.Contains(t, cli.String(), "replayed 1 messages")
 	t.Logf("replay --stage prober --key %s\n%s", blockKey, cli.String())
 	cli.Reset()
-	require.NoError(t, ops.ReplayCommand(ctx, env, []string{"--stage", "deleter", "--key", blockKey}, &cli, &cliErr))
+	require.NoError(t, opsCommand("replay")(ctx, env, []string{"--stage", "deleter", "--key", blockKey}, &cli, &cliErr))
 	require.Contains(t, cli.String(), "noop_gone")
 	t.Logf("replay --stage deleter --key %s\n%s", blockKey, cli.String())
 
@@ -168,16 +168,16 @@ func TestOpsReplay(t *testing.T) {
 	// The CLI adapter: filters, dump, a sequence range past the end.
 	var out, errOut bytes.Buffer
 	key := strconv.FormatInt(kept.Key, 10)
-	require.NoError(t, ops.ReplayCommand(ctx, env, []string{"--stage", "prober", "--instance", "inst1", "--key", key, "--dump", "--since", "1h"}, &out, &errOut))
+	require.NoError(t, opsCommand("replay")(ctx, env, []string{"--stage", "prober", "--instance", "inst1", "--key", key, "--dump", "--since", "1h"}, &out, &errOut))
 	require.Contains(t, out.String(), kept.Location)
 	require.Contains(t, out.String(), "raw: {")
 	require.Contains(t, out.String(), "header Nats-Msg-Id: b:c1:inst1:1:")
 	require.Contains(t, out.String(), "replayed 1 messages")
 	out.Reset()
-	require.NoError(t, ops.ReplayCommand(ctx, env, []string{"deleter", "--from-seq", "1000"}, &out, &errOut))
+	require.NoError(t, opsCommand("replay")(ctx, env, []string{"deleter", "--from-seq", "1000"}, &out, &errOut))
 	require.Contains(t, out.String(), "replayed 0 messages")
-	require.ErrorIs(t, ops.ReplayCommand(ctx, env, []string{"--stage", "scanner"}, &out, &errOut), ops.ErrUsage)
-	require.ErrorIs(t, ops.ReplayCommand(ctx, env, []string{"--stage", "prober", "--key", "x"}, &out, &errOut), ops.ErrUsage)
+	require.ErrorIs(t, opsCommand("replay")(ctx, env, []string{"--stage", "scanner"}, &out, &errOut), errOpsUsage)
+	require.ErrorIs(t, opsCommand("replay")(ctx, env, []string{"--stage", "prober", "--key", "x"}, &out, &errOut), errOpsUsage)
 
 	// No durable consumer was created, moved or left behind.
 	require.Equal(t, durablesBefore, durables())

@@ -106,7 +106,7 @@ func TestOpsStatus(t *testing.T) {
 
 	// JSON decodes back to the same report (through the CLI adapter).
 	var js, errOut bytes.Buffer
-	require.NoError(t, ops.StatusCommand(ctx, opsEnv(t, e, o), []string{"--json"}, &js, &errOut))
+	require.NoError(t, opsCommand("status")(ctx, opsEnv(t, e, o), []string{"--json"}, &js, &errOut))
 	var back ops.StatusReport
 	require.NoError(t, json.Unmarshal(js.Bytes(), &back))
 	require.Equal(t, rep.Streams, back.Streams)

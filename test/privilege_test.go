@@ -640,7 +640,11 @@ func TestCredentialsNeverLeak(t *testing.T) {
 	require.NoError(t, err)
 	outputs = append(outputs, report)
 	var status bytes.Buffer
-	require.NoError(t, ops.StatusCommand(ctx, ops.Env{NC: admin, Names: names}, nil, &status, &status))
+	ajs, err := jetstream.New(admin)
+	require.NoError(t, err)
+	rep, err := ops.Status(ctx, ajs, names)
+	require.NoError(t, err)
+	require.NoError(t, rep.WriteTable(&status))
 	outputs = append(outputs, status.String())
 	stop()
 	stopDeleter()
@@ -749,7 +753,7 @@ round_pause: 1h
 				defer resp.Body.Close()
 				data, err := io.ReadAll(resp.Body)
 				body = string(data)
-				return err == nil && (path != "/readyz" || strings.Contains(body, "redis registry"))
+				return err == nil && (path != "/readyz" || strings.Contains(body, "registry:"))
 			}, 30*time.Second, 50*time.Millisecond)
 			outputs = append(outputs, body)
 		}

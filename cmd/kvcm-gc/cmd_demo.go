@@ -12,10 +12,10 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/seed"
 )
 
-func init() {
+func demoCommand() *cli.Command {
 	o := demo.Options{}
 	var layout string
-	register(&cli.Command{
+	return &cli.Command{
 		Name: "demo",
 		Summary: "start a redis-server, seed a KVCM keyspace with garbage, collect one round with the " +
 			"all-in-one process, verify and report (needs redis-server on PATH)",
@@ -31,17 +31,20 @@ func init() {
 			fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "longest the collection may take")
 			fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (Redis data, files, JetStream store)")
 		},
-		Run: func(ctx context.Context, e *cli.Env) error {
+		Check: func(*cli.Env) error {
 			l, ok := kvcm.ParseLayout(layout)
 			if !ok || l != kvcm.LayoutLocation && l != kvcm.LayoutLegacy {
-				return cli.UsageError(fmt.Errorf("--layout %q: want location or legacy", layout))
+				return fmt.Errorf("--layout %q: want location or legacy", layout)
 			}
 			if o.EmptyBlock != "" && o.EmptyBlock != seed.EmptyKeep && o.EmptyBlock != seed.EmptyDelete {
-				return cli.UsageError(fmt.Errorf("--empty-block %q: want keep or delete", o.EmptyBlock))
+				return fmt.Errorf("--empty-block %q: want keep or delete", o.EmptyBlock)
 			}
 			o.Layout = l
+			return nil
+		},
+		Run: func(ctx context.Context, e *cli.Env) error {
 			o.Out, o.Err = e.Stdout, e.Stderr
 			return demo.Run(ctx, o)
 		},
-	})
+	}
 }

@@ -20,8 +20,6 @@ import (
 // seedOptions are the flags of the seed command.
 type seedOptions struct {
 	redis, metaURI, cluster string
-	layout                  string
-	ambiguous               bool
 	instances               int
 	ids                     string
 	blocks, locations       int
@@ -30,14 +28,14 @@ type seedOptions struct {
 	seed                    uint64
 	grace                   time.Duration
 	noFiles                 bool
+	layout                  string
+	ambiguous               bool
 }
 
 func (o *seedOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.redis, "redis", "redis://127.0.0.1:6379", "Redis to write the registry and the blocks into (KVCM-style URI)")
 	fs.StringVar(&o.metaURI, "meta-uri", "", "metadata store URI written into the instance group (default: --redis)")
 	fs.StringVar(&o.cluster, "cluster", "demo", "KVCM cluster name")
-	fs.StringVar(&o.layout, "layout", "location", "block layout: location (today's KVCM: one L#<id> field per location) or legacy (KVCM f6aa2b2: one __uri__ map)")
-	fs.BoolVar(&o.ambiguous, "ambiguous", false, "legacy layout: also upgrade a few blocks to hold both layouts, as a KVCM upgrade leaves them (the location layout always has some)")
 	fs.IntVar(&o.instances, "instances", 3, "number of instances (inst0, inst1, …)")
 	fs.StringVar(&o.ids, "instance-ids", "", "comma-separated instance ids, instead of --instances")
 	fs.IntVar(&o.blocks, "blocks", 20000, "blocks per instance")
@@ -49,6 +47,29 @@ func (o *seedOptions) flags(fs *flag.FlagSet) {
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed: the same seed writes the same keyspace")
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "orphan_writing_grace the collector will use (orphans are made older)")
 	fs.BoolVar(&o.noFiles, "no-files", false, "write metadata only, no data files")
+	fs.StringVar(&o.layout, "layout", "location", "block layout: location (today's KVCM: one L#<id> field per location) or legacy (KVCM f6aa2b2: one __uri__ map)")
+	fs.BoolVar(&o.ambiguous, "ambiguous", false, "legacy layout: also upgrade a few blocks to hold both layouts, as a KVCM upgrade leaves them (the location layout always has some)")
+}
+
+// layoutOf is --layout as a kvcm.Layout.
+func (o *seedOptions) layoutOf() (kvcm.Layout, error) {
+	l, ok := kvcm.ParseLayout(o.layout)
+	if !ok || l != kvcm.LayoutLocation && l != kvcm.LayoutLegacy {
+		return 0, fmt.Errorf("--layout %q: want location or legacy", o.layout)
+	}
+	return l, nil
+}
+
+// check validates the flags before anything connects.
+func (o *seedOptions) check(*cli.Env) error {
+	if _, err := redismeta.ParseURI(o.redis); err != nil {
+		return fmt.Errorf("--redis: %w", err)
+	}
+	if o.locations < 1 || o.locations > 2 || o.blocks < 0 || o.garbage < 0 || o.tricky < 0 || o.garbage+o.tricky > 1 {
+		return errors.New("need 1 <= --locations <= 2, --blocks >= 0, --garbage, --tricky >= 0 with a sum <= 1")
+	}
+	_, err := o.layoutOf()
+	return err
 }
 
 func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
@@ -56,15 +77,12 @@ func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 	if err != nil {
 		return cli.UsageError(fmt.Errorf("--redis: %w", err))
 	}
-	layout, ok := kvcm.ParseLayout(o.layout)
-	if !ok || layout != kvcm.LayoutLocation && layout != kvcm.LayoutLegacy {
-		return cli.UsageError(fmt.Errorf("--layout %q: want location or legacy", o.layout))
-	}
-	if o.locations < 1 || o.locations > 2 || o.blocks < 0 || o.garbage < 0 || o.tricky < 0 || o.garbage+o.tricky > 1 {
-		return cli.UsageError(errors.New("need 1 <= --locations <= 2, --blocks >= 0, --garbage, --tricky >= 0 with a sum <= 1"))
-	}
 	// The registry records the storages' root paths; KVCM's and kvcm-gc's file backends need
 	// them absolute.
+	layout, err := o.layoutOf()
+	if err != nil {
+		return cli.UsageError(err)
+	}
 	root, err := filepath.Abs(o.root)
 	if err != nil {
 		return fmt.Errorf("--root: %w", err)
@@ -118,12 +136,13 @@ func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 	return nil
 }
 
-func init() {
+func seedCommand() *cli.Command {
 	o := &seedOptions{}
-	register(&cli.Command{
+	return &cli.Command{
 		Name:    "seed",
 		Summary: "write a synthetic KVCM deployment (registry, blocks, files) with known garbage, and its manifest",
 		Flags:   o.flags,
+		Check:   o.check,
 		Run:     o.run,
-	})
+	}
 }

@@ -15,9 +15,10 @@ import (
 
 func command(t *testing.T, name string) *cli.Command {
 	t.Helper()
-	i := slices.IndexFunc(commands, func(c *cli.Command) bool { return c.Name == name })
+	cmds := commands()
+	i := slices.IndexFunc(cmds, func(c *cli.Command) bool { return c.Name == name })
 	require.GreaterOrEqual(t, i, 0, name)
-	return commands[i]
+	return cmds[i]
 }
 
 // TestSeedCommandLayouts: seed writes today's layout unless told otherwise, and its manifest

@@ -6,13 +6,13 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 )
 
-func init() {
-	register(&cli.Command{
+func versionCommand() *cli.Command {
+	return &cli.Command{
 		Name:    "version",
 		Summary: "print the version",
 		Run: func(_ context.Context, e *cli.Env) error {
 			cli.WriteVersion(e.Stdout, "kvcm-gc")
 			return nil
 		},
-	})
+	}
 }

@@ -1,42 +1,32 @@
 // Command kvcm-gc is kvcm-gc's all-in-one command line: each stage on its own (scanner,
 // prober, deleter), all of them in one process with an embedded NATS JetStream server (run),
-// the seed generator (seed), the one-command demonstration (demo) and the version.
+// the operator's commands (status, replay, dlq, pause, resume), the seed generator (seed), the
+// one-command demonstration (demo) and the version.
 //
-// Adding a subcommand is a one-file change: write cmd_<name>.go whose init function passes
-// the command to register, for example
-//
-//	// cmd_status.go
-//	package main
-//
-//	func init() { register(opsCommand("status")) }
-//
-// opsCommand mounts an operator command of package ops with the process's configuration and
-// NATS connection; a command of another kind builds a *cli.Command (see cmd_seed.go).
-// Self-registration keeps the table in one place without every new command editing a shared
-// file.
+// The command table is built here, in one place; each command declares its flags, help and
+// run together where it is defined (package cli for the stages and the operator's commands,
+// cmd_*.go for the others).
 package main
 
 import (
 	"os"
-	"slices"
-	"strings"
 
+	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 )
 
-// commands is the command table; register fills it, main lists it by name.
-var commands []*cli.Command
-
-// register adds a command to the table. It panics on a duplicate name: two files claiming one
-// command is a build mistake, not a runtime condition.
-func register(c *cli.Command) {
-	if slices.ContainsFunc(commands, func(o *cli.Command) bool { return o.Name == c.Name }) {
-		panic("kvcm-gc: command " + c.Name + " registered twice")
+// commands is the command table, in the order the command list shows it.
+func commands() []*cli.Command {
+	table := []*cli.Command{
+		cli.StageCommand("scanner", "run the leader-elected scanner (any number of replicas; one scans)", app.Stages{Scanner: true}),
+		cli.StageCommand("prober", "run the prober: judge scan batches, publish delete requests", app.Stages{Prober: true}),
+		cli.StageCommand("deleter", "run the deleter: execute delete requests with compare-and-swap deletes", app.Stages{Deleter: true}),
+		cli.AllInOneCommand(),
 	}
-	commands = append(commands, c)
+	table = append(table, cli.OperatorCommands()...)
+	return append(table, seedCommand(), demoCommand(), versionCommand())
 }
 
 func main() {
-	slices.SortFunc(commands, func(a, b *cli.Command) int { return strings.Compare(a.Name, b.Name) })
-	os.Exit(cli.Main("kvcm-gc", commands, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(cli.Main("kvcm-gc", commands(), os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -17,7 +17,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -48,21 +49,36 @@ func (u usageError) Is(target error) bool { return target == ErrUsage }
 // itself (a demo, a seed). A stage process stopped by a signal has finished: that is success.
 var ErrInterrupted = errors.New("interrupted")
 
-// Command is one command: a subcommand of kvcm-gc, or the whole of a single-stage binary.
+// Command is one command: a subcommand of kvcm-gc, or the whole of a single-stage binary. Its
+// flags, its help and what it does are declared here together; the mains list commands in a
+// table and Main dispatches to them.
 type Command struct {
 	Name    string
 	Summary string // one line, for the command list
-	// Usage is what follows the command name in the synopsis, e.g. "[flags]".
+	// Usage is what follows the command name in the synopsis, e.g. "<stage> [flags]"; empty
+	// means "[flags]".
 	Usage string
+	// Help is said after the summary in --help: what the command does, in a few lines.
+	Help string
 	// Config: the command reads the configuration (--config file, environment, a flag per key).
 	Config bool
-	// Flags registers the command's own flags; their values are read by Run through the
-	// variables Flags bound them to.
+	// Flags registers the command's own flags; Check and Run read them through the variables
+	// Flags bound them to.
 	Flags func(fs *flag.FlagSet)
-	// Args: the command parses its remaining arguments itself (Env.Args). Configuration
-	// flags may still appear anywhere on the command line and are taken out first.
+	// Args: the command takes positional arguments (Env.Args). Its own flags and the
+	// configuration flags may come before, between or after them.
 	Args bool
-	Run  func(ctx context.Context, e *Env) error
+	// Tool marks an operator's command (status, pause, …): it needs the cluster (checked with
+	// the arguments), logs warnings and errors only (debug when log.level says so), and with
+	// nats.url empty it connects to the all-in-one process's embedded server at
+	// nats.embedded.listen.
+	Tool bool
+	// Check validates the flags and arguments before anything connects; what it returns is
+	// a usage error (exit status 2).
+	Check func(e *Env) error
+	// Sub lists subcommands; the first argument picks one (dlq list, dlq retry).
+	Sub []*Command
+	Run func(ctx context.Context, e *Env) error
 }
 
 // Env is what a command runs with.
@@ -74,18 +90,22 @@ type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Logger *slog.Logger
+
+	tool bool
+	nc   *nats.Conn
 }
 
 // Names returns the stream, subject and bucket names of the configuration.
 func (e *Env) Names() (subjects.Names, error) {
 	if err := e.Config.Require(config.Needs{}); err != nil {
-		return subjects.Names{}, err
+		return subjects.Names{}, UsageError(fmt.Errorf("configuration: %w", err))
 	}
 	return e.Config.Names()
 }
 
 // Main dispatches args (without the program name) to one of cmds and returns the exit
-// status. "help", "-h" and "--help" list the commands; "help <command>" documents one.
+// status. "help", "-h" and "--help" list the commands; "help <command> [subcommand]"
+// documents one.
 func Main(prog string, cmds []*Command, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		listCommands(stderr, prog, cmds)
@@ -94,9 +114,13 @@ func Main(prog string, cmds []*Command, args []string, stdout, stderr io.Writer)
 	name, rest := args[0], args[1:]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(rest) == 1 {
+		if len(rest) >= 1 {
 			if c := find(cmds, rest[0]); c != nil {
-				return RunCommand(prog+" "+c.Name, c, []string{"--help"}, stdout, stderr)
+				args := []string{"--help"}
+				if len(c.Sub) > 0 && len(rest) > 1 {
+					args = []string{rest[1], "--help"} // help dlq list
+				}
+				return RunCommand(prog+" "+c.Name, c, args, stdout, stderr)
 			}
 		}
 		listCommands(stdout, prog, cmds)
@@ -127,52 +151,54 @@ func listCommands(w io.Writer, prog string, cmds []*Command) {
 	fmt.Fprintf(w, "\nRun '%s help <command>' for its flags and configuration keys.\n", prog)
 }
 
-// RunCommand parses args for c, loads the configuration, runs c until it returns or a signal
-// (SIGINT, SIGTERM) cancels its context, and returns the exit status. A second signal kills
-// the process at once.
+// isHelp reports whether a is -h, -help, --h or --help.
+func isHelp(a string) bool {
+	n, _ := flagName(a)
+	return (n == "h" || n == "help") && strings.HasPrefix(a, "-")
+}
+
+// RunCommand parses args for c, loads the configuration, checks the arguments, runs c until it
+// returns or a signal (SIGINT, SIGTERM) cancels its context, and returns the exit status. A
+// second signal kills the process at once.
+//
+// Errors of the command line and the configuration are printed as such, with a pointer to
+// --help, and exit with ExitUsage. In a command that reads the configuration, every other
+// error that ends it goes through the configured logger (JSON with log.format json).
 func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer) int {
+	if len(c.Sub) > 0 {
+		return runParent(prog, c, args, stdout, stderr)
+	}
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	own := flag.NewFlagSet(prog, flag.ContinueOnError)
 	if c.Flags != nil {
-		c.Flags(own)
+		c.Flags(fs)
 	}
-	own.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+	own := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
 	var cf *config.Flags
 	if c.Config {
 		cf = config.AddFlags(fs)
 	}
-	usage := func(w io.Writer) { writeUsage(w, prog, c, own) }
+	usage := func(w io.Writer) { writeUsage(w, prog, c, fs, own) }
+	usageErr := func(err error) int {
+		fmt.Fprintf(stderr, "%s: %v\n(run '%s --help' for usage)\n", prog, indent(err.Error()), prog)
+		return ExitUsage
+	}
 
-	var pass []string
-	var err error
-	helpToCommand := false
-	if c.Args {
-		args, pass, err = split(fs, args)
-		// The command documents its own arguments: its usage comes first, then ours.
-		helpToCommand = slices.ContainsFunc(pass, func(a string) bool { n, _ := flagName(a); return n == "h" || n == "help" })
-	}
-	if err == nil {
-		err = fs.Parse(args)
-	}
+	pos, err := parseInterleaved(fs, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		usage(stdout)
 		return ExitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "%s: %v\n(run '%s --help' for every flag)\n", prog, err, prog)
-		return ExitUsage
-	case !c.Args && fs.NArg() > 0:
-		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", prog, fs.Args())
-		return ExitUsage
+		return usageErr(err)
+	case !c.Args && len(pos) > 0:
+		return usageErr(fmt.Errorf("unexpected arguments %q", pos))
 	}
-	pass = append(pass, fs.Args()...)
 
-	e := &Env{Prog: prog, Name: c.Name, Args: pass, Stdout: stdout, Stderr: stderr}
+	e := &Env{Prog: prog, Name: c.Name, Args: pos, Stdout: stdout, Stderr: stderr, tool: c.Tool}
 	logCfg := config.Default().Log
-	if cf != nil && helpToCommand {
-		e.Config = config.Default()
-	} else if cf != nil {
+	if cf != nil {
 		e.Config, err = cf.Load(os.LookupEnv)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: configuration: %v\n", prog, indent(err.Error()))
@@ -187,11 +213,25 @@ func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer
 		}
 		logCfg = e.Config.Log
 	}
+	if c.Tool && logCfg.Level != "debug" && logCfg.Level != "error" {
+		// An operator's command prints its results; the process's info lines (connected to
+		// NATS, …) would only get in their way.
+		logCfg.Level = "warn"
+	}
 	e.Logger = NewLogger(stderr, logCfg).With("process", c.Name)
-	// The Redis client logs connection-pool failures on its own; they belong in the process's
-	// structured log, not as bare lines on stderr.
-	redis.SetLogger(redisLog{e.Logger})
+	defer e.close()
 
+	if c.Check != nil {
+		if err := c.Check(e); err != nil {
+			return usageErr(err)
+		}
+	}
+	if c.Tool {
+		// An operator's command works on the names of the configuration.
+		if _, err := e.Names(); err != nil {
+			return usageErr(err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -206,42 +246,110 @@ func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer
 		usage(stdout)
 		return ExitOK
 	case errors.Is(err, ErrUsage):
-		fmt.Fprintf(stderr, "%s: %v\n", prog, indent(err.Error()))
-		return ExitUsage
+		return usageErr(err)
 	case errors.Is(err, ErrInterrupted) || (ctx.Err() != nil && errors.Is(err, context.Canceled)):
-		fmt.Fprintf(stderr, "%s: interrupted\n", prog)
+		if c.Config {
+			e.Logger.Warn("interrupted", "err", err)
+		} else {
+			fmt.Fprintf(stderr, "%s: interrupted\n", prog)
+		}
 		return ExitInterrupted
+	case c.Config:
+		e.Logger.Error("exiting on error", "err", err)
+		return ExitFailure
 	default:
+		// A command without a configuration (seed, demo) has no configured logger: its
+		// errors are lines for the person who typed it.
 		fmt.Fprintf(stderr, "%s: %v\n", prog, indent(err.Error()))
 		return ExitFailure
 	}
 }
 
-// split takes the flags fs knows out of args, wherever they are, and returns them apart from
-// everything else (kept in order), so a command that parses its own arguments still takes
-// every configuration flag. A "--" ends the flags fs may take.
-func split(fs *flag.FlagSet, args []string) (mine, rest []string, err error) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			return mine, append(rest, args[i+1:]...), nil
+// runParent dispatches to the subcommand named by the first argument.
+func runParent(prog string, c *Command, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || isHelp(args[0]) {
+		w, code := stdout, ExitOK
+		if len(args) == 0 {
+			w, code = stderr, ExitUsage
 		}
-		name, hasValue := flagName(a)
-		f := fs.Lookup(name)
-		if f == nil {
-			rest = append(rest, a)
-			continue
+		fmt.Fprintf(w, "usage: %s <subcommand> [flags]\n\n%s\n", prog, c.Summary)
+		if c.Help != "" {
+			fmt.Fprintf(w, "\n%s\n", c.Help)
 		}
-		mine = append(mine, a)
-		if !hasValue && !isBool(f) {
-			if i+1 >= len(args) {
-				return nil, nil, fmt.Errorf("flag needs an argument: -%s", name)
-			}
-			i++
-			mine = append(mine, args[i])
+		fmt.Fprintln(w, "\nSubcommands:")
+		for _, s := range c.Sub {
+			fmt.Fprintf(w, "  %-8s %s\n", s.Name, s.Summary)
 		}
+		fmt.Fprintf(w, "\nRun '%s <subcommand> --help' for its flags.\n", prog)
+		return code
 	}
-	return mine, rest, nil
+	sub := find(c.Sub, args[0])
+	if strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "%s: the subcommand (%s) comes first, before %s\n(run '%s --help' for usage)\n", prog, subNames(c), args[0], prog)
+		return ExitUsage
+	}
+	if sub == nil {
+		fmt.Fprintf(stderr, "%s: unknown subcommand %q (%s)\n(run '%s --help' for usage)\n", prog, args[0], subNames(c), prog)
+		return ExitUsage
+	}
+	return RunCommand(prog+" "+sub.Name, sub, args[1:], stdout, stderr)
+}
+
+func subNames(c *Command) string {
+	var names []string
+	for _, s := range c.Sub {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// parseInterleaved parses flags and positional arguments in any order ("pause deleter --for
+// 2h" as well as "pause --for 2h deleter") and returns the positional ones, in order. A "--"
+// ends the flags.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// JetStream returns a JetStream context on the command's NATS connection, connecting on the
+// first call (Env.ConnectNATS); RunCommand closes the connection when the command ends.
+func (e *Env) JetStream(ctx context.Context) (jetstream.JetStream, error) {
+	if e.nc == nil {
+		nc, err := e.ConnectNATS(ctx)
+		if err != nil {
+			return nil, err
+		}
+		e.nc = nc
+	}
+	timeout := e.Config.JS.APITimeout
+	if timeout <= 0 {
+		timeout = subjects.DefaultCallTimeout
+	}
+	js, err := jetstream.New(e.nc, jetstream.WithDefaultTimeout(timeout))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, nil
+}
+
+func (e *Env) close() {
+	if e.nc != nil {
+		e.nc.Close()
+		e.nc = nil
+	}
 }
 
 // flagName returns the name of a "-name", "--name" or "--name=value" argument ("" if a is no
@@ -255,35 +363,32 @@ func flagName(a string) (string, bool) {
 	return name, hasValue
 }
 
-func isBool(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-func writeUsage(w io.Writer, prog string, c *Command, own *flag.FlagSet) {
+// writeUsage prints a command's help: the synopsis, what it does, its own flags, then (for
+// commands that read it) the configuration.
+func writeUsage(w io.Writer, prog string, c *Command, fs *flag.FlagSet, own map[string]bool) {
 	usage := c.Usage
 	if usage == "" {
 		usage = "[flags]"
 	}
 	fmt.Fprintf(w, "usage: %s %s\n\n%s\n", prog, usage, c.Summary)
-	hasOwn := false
-	own.VisitAll(func(*flag.Flag) { hasOwn = true })
-	if hasOwn {
+	if c.Help != "" {
+		fmt.Fprintf(w, "\n%s\n", c.Help)
+	}
+	if len(own) > 0 {
+		mine := flag.NewFlagSet(prog, flag.ContinueOnError)
+		fs.VisitAll(func(f *flag.Flag) {
+			if own[f.Name] {
+				mine.Var(f.Value, f.Name, f.Usage)
+			}
+		})
 		fmt.Fprintln(w, "\nFlags:")
-		own.SetOutput(w)
-		own.PrintDefaults()
+		mine.SetOutput(w)
+		mine.PrintDefaults()
 	}
 	if c.Config {
 		fmt.Fprintf(w, "\n  --config file\n      YAML configuration file (env %s)\n  --print-config\n      print the effective configuration, secrets hidden, and exit\n\n", config.FileEnv)
 		config.WriteHelp(w)
 	}
-}
-
-// redisLog adapts the process logger to the Redis client's logger interface.
-type redisLog struct{ log *slog.Logger }
-
-func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
-	r.log.WarnContext(ctx, "redis client", "line", fmt.Sprintf(format, v...))
 }
 
 // indent puts every line of a multi-line error after the first under it.

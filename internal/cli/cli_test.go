@@ -3,8 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -14,33 +16,35 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/config"
 )
 
-func TestSplit(t *testing.T) {
+func TestParseInterleaved(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	config.AddFlags(fs)
+	var json bool
+	var dur string
+	fs.BoolVar(&json, "json", false, "")
+	fs.StringVar(&dur, "for", "", "")
 	tests := []struct {
-		name       string
-		args       []string
-		mine, rest []string
+		name string
+		args []string
+		pos  []string
 	}{
-		{"nothing", nil, nil, nil},
-		{"command flags pass", []string{"--json", "deleter", "--for", "2h"}, nil, []string{"--json", "deleter", "--for", "2h"}},
-		{"config flags anywhere", []string{"deleter", "--config", "c.yaml", "--for", "2h", "--nats.url=nats://n:1"},
-			[]string{"--config", "c.yaml", "--nats.url=nats://n:1"}, []string{"deleter", "--for", "2h"}},
-		{"single dash", []string{"-cluster", "c1", "x"}, []string{"-cluster", "c1"}, []string{"x"}},
-		{"bool key takes no value", []string{"--dry_run", "x"}, []string{"--dry_run"}, []string{"x"}},
-		{"double dash ends", []string{"--cluster", "a", "--", "--cluster", "b"}, []string{"--cluster", "a"}, []string{"--cluster", "b"}},
-		{"help goes to the command", []string{"--help"}, nil, []string{"--help"}},
+		{"nothing", nil, nil},
+		{"flags after the argument", []string{"deleter", "--for", "2h", "--json"}, []string{"deleter"}},
+		{"flags before and between", []string{"--json", "a", "--cluster", "c1", "b", "--for=1h"}, []string{"a", "b"}},
+		{"double dash ends the flags", []string{"a", "--", "--for", "x"}, []string{"a", "--for", "x"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			mine, rest, err := split(fs, tt.args)
+			pos, err := parseInterleaved(fs, tt.args)
 			require.NoError(t, err)
-			require.Equal(t, tt.mine, mine)
-			require.Equal(t, tt.rest, rest)
+			require.Equal(t, tt.pos, pos)
 		})
 	}
-	_, _, err := split(fs, []string{"x", "--cluster"})
+	_, err := parseInterleaved(fs, []string{"x", "--for"})
 	require.ErrorContains(t, err, "needs an argument")
+	_, err = parseInterleaved(fs, []string{"--help"})
+	require.ErrorIs(t, err, flag.ErrHelp)
 }
 
 // run runs c with args and an environment free of KVCMGC_ variables.
@@ -115,24 +119,110 @@ func TestHelpDocumentsEveryKeyAndNoSecret(t *testing.T) {
 
 func TestArgsCommand(t *testing.T) {
 	var got *Env
-	c := &Command{Name: "pause", Config: true, Args: true, Run: func(_ context.Context, e *Env) error {
-		got = e
-		for _, a := range e.Args {
-			if a == "--help" {
-				return flag.ErrHelp
+	var dur time.Duration
+	checked := false
+	c := &Command{Name: "pause", Summary: "pause a stage", Usage: "<stage> --for 2h", Help: "Longer help.", Config: true, Args: true,
+		Flags: func(fs *flag.FlagSet) { fs.DurationVar(&dur, "for", 0, "how long") },
+		Check: func(e *Env) error {
+			checked = true
+			if len(e.Args) != 1 {
+				return errors.New("one stage")
 			}
-		}
-		return nil
-	}}
+			return nil
+		},
+		Run: func(_ context.Context, e *Env) error { got = e; return nil }}
 	code, _, stderr := run(t, c, "deleter", "--cluster", "c1", "--for", "2h")
 	require.Equal(t, ExitOK, code, stderr)
-	require.Equal(t, []string{"deleter", "--for", "2h"}, got.Args)
+	require.True(t, checked)
+	require.Equal(t, []string{"deleter"}, got.Args)
+	require.Equal(t, 2*time.Hour, dur)
 	require.Equal(t, "c1", got.Config.Cluster)
 
-	// --help reaches the command even with a configuration that would not load.
+	// Check's errors are usage errors, and Run does not start.
+	got = nil
+	code, _, stderr = run(t, c, "--for", "2h")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, stderr, "kvcm-gc test: one stage\n(run 'kvcm-gc test --help' for usage)")
+	require.Nil(t, got)
+
+	// --help comes before the configuration, which need not load; usage first, then the
+	// command's help and flags, then the configuration keys.
 	code, out, _ := run(t, c, "--help", "--config", "/nonexistent.yaml")
 	require.Equal(t, ExitOK, code)
+	require.True(t, strings.HasPrefix(out, "usage: kvcm-gc test <stage> --for 2h\n\npause a stage\n\nLonger help.\n\nFlags:\n  -for duration"), out)
 	require.Contains(t, out, "orphan_writing_grace", "the configuration keys follow the command's own usage")
+	require.Less(t, strings.Index(out, "-for"), strings.Index(out, "--config file"))
+}
+
+func TestSubcommands(t *testing.T) {
+	var ran string
+	var n int
+	sub := func(name string) *Command {
+		return &Command{Name: name, Summary: "does " + name, Flags: func(fs *flag.FlagSet) { fs.IntVar(&n, name+"-n", 0, "a number") },
+			Run: func(context.Context, *Env) error { ran = name; return nil }}
+	}
+	c := &Command{Name: "dlq", Summary: "dead letters", Sub: []*Command{sub("list"), sub("retry")}}
+	code, _, stderr := run(t, c, "retry", "--retry-n", "3")
+	require.Equal(t, ExitOK, code, stderr)
+	require.Equal(t, "retry", ran)
+	require.Equal(t, 3, n)
+
+	code, _, stderr = run(t, c)
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, stderr, "Subcommands:\n  list     does list\n  retry    does retry")
+	code, _, stderr = run(t, c, "purge")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, stderr, `unknown subcommand "purge" (list, retry)`)
+	code, out, _ := run(t, c, "list", "--help")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, "usage: kvcm-gc test list [flags]")
+	require.Contains(t, out, "-list-n int", "a subcommand's help lists its flags")
+
+	var buf bytes.Buffer
+	require.Equal(t, ExitOK, Main("kvcm-gc", []*Command{c}, []string{"help", "dlq", "retry"}, &buf, &buf))
+	require.Contains(t, buf.String(), "-retry-n int")
+}
+
+// TestFatalErrorThroughLogger: an error that ends a command after the configuration is loaded
+// goes through the configured logger, JSON with log.format json.
+func TestFatalErrorThroughLogger(t *testing.T) {
+	c := &Command{Name: "stage", Config: true, Run: func(context.Context, *Env) error { return errors.New("ensure stream: boom") }}
+	code, _, stderr := run(t, c, "--log.format", "json")
+	require.Equal(t, ExitFailure, code)
+	var line map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(stderr)), &line), stderr)
+	require.Equal(t, "ERROR", line["level"])
+	require.Equal(t, "exiting on error", line["msg"])
+	require.Equal(t, "ensure stream: boom", line["err"])
+	require.Equal(t, "stage", line["process"])
+}
+
+// TestToolLogLevel: an operator's command logs no info lines unless log.level is debug.
+func TestToolLogLevel(t *testing.T) {
+	c := &Command{Name: "status", Config: true, Tool: true, Run: func(_ context.Context, e *Env) error {
+		e.Logger.Info("nats connected")
+		e.Logger.Warn("something odd")
+		return nil
+	}}
+	code, _, stderr := run(t, c, "--cluster", "c1")
+	require.Equal(t, ExitOK, code, stderr)
+	require.NotContains(t, stderr, "nats connected")
+	require.Contains(t, stderr, "something odd")
+	_, _, stderr = run(t, c, "--cluster", "c1", "--log.level", "debug")
+	require.Contains(t, stderr, "nats connected")
+}
+
+func TestEmbeddedURL(t *testing.T) {
+	for listen, want := range map[string]string{
+		"127.0.0.1:4222": "nats://127.0.0.1:4222", "0.0.0.0:4333": "nats://127.0.0.1:4333", ":4444": "nats://127.0.0.1:4444",
+		"[::]:4555": "nats://127.0.0.1:4555", "nats.local:4222": "nats://nats.local:4222",
+	} {
+		got, err := EmbeddedURL(config.EmbeddedJS{Listen: listen})
+		require.NoError(t, err, listen)
+		require.Equal(t, want, got, listen)
+	}
+	_, err := EmbeddedURL(config.EmbeddedJS{Listen: "127.0.0.1:0"})
+	require.ErrorContains(t, err, "nats.url: required")
 }
 
 func TestDispatch(t *testing.T) {
@@ -146,6 +236,7 @@ func TestDispatch(t *testing.T) {
 		{[]string{"help"}, ExitOK, "does a"},
 		{[]string{"--help"}, ExitOK, "does a"},
 		{[]string{"help", "a"}, ExitOK, "usage: kvcm-gc a [flags]"},
+		{[]string{"help", "a", "x"}, ExitOK, "usage: kvcm-gc a [flags]"},
 		{[]string{"b"}, ExitUsage, `unknown command "b"`},
 		{[]string{"a"}, ExitOK, ""},
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,8 +20,35 @@ const connectRetry = 250 * time.Millisecond
 // file, the nkey seed, or user and password, over TLS when configured. Startup waits up to
 // nats.connect_timeout for a server that is not up yet (processes of a deployment start in
 // any order); once connected, the client reconnects for ever.
+//
+// An operator's command (Command.Tool) with nats.url empty connects where the all-in-one
+// process's embedded server listens (nats.embedded.listen), so `kvcm-gc status --config
+// same.yaml` works with the file `kvcm-gc run` reads.
 func (e *Env) ConnectNATS(ctx context.Context) (*nats.Conn, error) {
-	return ConnectNATS(ctx, e.Config.NATS, e.Config.NATS.URL, "kvcm-gc-"+e.Name, e.Logger)
+	url := e.Config.NATS.URL
+	if url == "" && e.tool {
+		var err error
+		if url, err = EmbeddedURL(e.Config.NATS.Embedded); err != nil {
+			return nil, UsageError(err)
+		}
+	}
+	return ConnectNATS(ctx, e.Config.NATS, url, "kvcm-gc-"+e.Name, e.Logger)
+}
+
+// EmbeddedURL is the client URL of the embedded server the run command starts on c.Listen: a
+// wildcard host is reached on loopback.
+func EmbeddedURL(c config.EmbeddedJS) (string, error) {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return "", fmt.Errorf("nats.url: required, and nats.embedded.listen %q is not host:port: %w", c.Listen, err)
+	}
+	if port == "0" {
+		return "", fmt.Errorf("nats.url: required (nats.embedded.listen %q lets the embedded server choose its port)", c.Listen)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "nats://" + net.JoinHostPort(host, port), nil
 }
 
 // ConnectNATS connects to url with the settings of c (see Env.ConnectNATS).

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/config"
@@ -49,12 +51,29 @@ func StageCommand(name, summary string, which app.Stages) *Command {
 		Run: func(ctx context.Context, e *Env) error { return (&Process{Stages: which}).Run(ctx, e) }}
 }
 
+// AllInOneCommand is the run command: every stage in one process, with an embedded NATS
+// JetStream server unless nats.url names one.
+func AllInOneCommand() *Command {
+	return &Command{
+		Name: "run",
+		Summary: "run every stage in one process, with an embedded NATS JetStream server " +
+			"(file store in nats.embedded.store_dir) unless nats.url names one",
+		Config: true,
+		Run: func(ctx context.Context, e *Env) error {
+			return (&Process{Stages: app.All, Embedded: true}).Run(ctx, e)
+		},
+	}
+}
+
 // Run runs the process until ctx is done, then shuts it down gracefully: the stages stop
 // fetching, in-flight messages finish or go back to the server, the scanner releases its
 // lease, the NATS connection flushes, the HTTP endpoint and the embedded server stop.
 func (p *Process) Run(ctx context.Context, e *Env) error {
 	cfg := e.Config
 	log := e.Logger
+	// The Redis client logs connection-pool failures on its own; they belong in the process's
+	// structured log, not as bare lines on stderr.
+	redis.SetLogger(redisLog{log})
 	if cfg.Enabled {
 		if err := cfg.Require(config.Needs{Registry: p.Stages.Scanner || p.Stages.Prober, NATS: !p.Embedded}); err != nil {
 			return UsageError(fmt.Errorf("configuration: %w", err))
@@ -123,11 +142,12 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(cmp.Or(cfg.JS.APITimeout, app.DefaultAPITimeout)))
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := jsmetrics.Register(reg, js, names, p.Stages.Scanner, p.Stages.Prober, p.Stages.Deleter, jsmetrics.WithLogger(log)); err != nil {
+	if err := jsmetrics.Register(reg, js, names, p.Stages.Scanner, p.Stages.Prober, p.Stages.Deleter,
+		jsmetrics.WithLogger(log), jsmetrics.WithTimeout(cfg.JS.APITimeout)); err != nil {
 		return fmt.Errorf("register jetstream metrics: %w", err)
 	}
 	if p.Started != nil {
@@ -195,3 +215,10 @@ func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (q quiet) WithAttrs(a []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(a)} }
 func (q quiet) WithGroup(n string) slog.Handler      { return quiet{q.Handler.WithGroup(n)} }
+
+// redisLog adapts the process logger to the Redis client's logger interface.
+type redisLog struct{ log *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.log.WarnContext(ctx, "redis client", "line", fmt.Sprintf(format, v...))
+}

@@ -106,7 +106,7 @@ func TestProcessRequires(t *testing.T) {
 // TestRunProcess runs every stage with the embedded JetStream server against a real Redis:
 // it becomes ready, collects a round, reports not ready while Redis is down, and stops cleanly.
 func TestRunProcess(t *testing.T) {
-	rs := testenv.StartRedis(t)
+	rs := testenv.StartRedis(t, testenv.WithRedisPersistence()) // the registry survives the restart
 	root := t.TempDir()
 	m, err := seed.Generate(context.Background(), rs.Client(), seed.Spec{Cluster: "c1", Instances: []string{"i1"}, Blocks: 300,
 		GarbageFraction: 0.2, Root: root, MetaURI: rs.URI(), Seed: 3})
@@ -128,7 +128,7 @@ func TestRunProcess(t *testing.T) {
 	<-started
 
 	// Each stage reports itself when it has started: wait for all of them.
-	wants := []string{"nats: connected", "redis registry: ping ok", "scanner: lease held", "prober: running", "deleter: running"}
+	wants := []string{"nats: connected", "registry: cluster \"c1\"", "store " + rs.Addr() + ": ping ok", "scanner: lease held", "prober: running", "deleter: running"}
 	require.Eventually(t, func() bool {
 		code, body := get(t, base+"/readyz")
 		for _, want := range wants {
@@ -148,7 +148,7 @@ func TestRunProcess(t *testing.T) {
 	rs.Stop()
 	code, body := get(t, base+"/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code, body)
-	require.Contains(t, body, "redis registry")
+	require.Contains(t, body, "registry: NOT READY")
 	rs.Restart(t)
 	require.Eventually(t, func() bool { code, _ := get(t, base+"/readyz"); return code == http.StatusOK },
 		10*time.Second, 20*time.Millisecond)

@@ -145,27 +145,39 @@ func (n *NATS) ClientTLSConfig() *tls.Config {
 // for ever, every 20 ms, so it survives Restart. opts come after those defaults.
 func (n *NATS) Conn(t testing.TB, opts ...nats.Option) *nats.Conn {
 	t.Helper()
+	if tc := n.ClientTLSConfig(); tc != nil {
+		opts = append([]nats.Option{nats.Secure(tc)}, opts...)
+	}
+	return natsConn(t, n.URL(), opts)
+}
+
+// JetStream returns a JetStream context on a new connection (see Conn).
+func (n *NATS) JetStream(t testing.TB, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	return jetStreamOn(t, n.Conn(t, opts...))
+}
+
+// natsConn connects a test to url, reconnecting for ever every 20 ms; opts come after those
+// defaults. The connection is closed when the test ends.
+func natsConn(t testing.TB, url string, opts []nats.Option) *nats.Conn {
+	t.Helper()
 	all := []nats.Option{
 		nats.Name(t.Name()),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(20 * time.Millisecond),
 		nats.ReconnectJitter(0, 0),
 	}
-	if tc := n.ClientTLSConfig(); tc != nil {
-		all = append(all, nats.Secure(tc))
-	}
-	nc, err := nats.Connect(n.URL(), append(all, opts...)...)
+	nc, err := nats.Connect(url, append(all, opts...)...)
 	if err != nil {
-		t.Fatalf("connect to nats %s: %v", n.URL(), err)
+		t.Fatalf("connect to nats %s: %v", url, err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
 }
 
-// JetStream returns a JetStream context on a new connection (see Conn).
-func (n *NATS) JetStream(t testing.TB, opts ...nats.Option) jetstream.JetStream {
+func jetStreamOn(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 	t.Helper()
-	js, err := jetstream.New(n.Conn(t, opts...))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}

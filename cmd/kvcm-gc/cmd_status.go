@@ -1,3 +1,0 @@
-package main
-
-func init() { register(opsCommand("status")) }
