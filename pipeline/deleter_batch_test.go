@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -82,15 +83,7 @@ func (s *spyStore) many(ctx context.Context, op, inst string, ws []meta.CondWrit
 }
 
 func (s *spyStore) CASMany(ctx context.Context, inst string, ws []meta.CondWrite) ([]error, error) {
-	res, err := s.many(ctx, "cas", inst, ws)
-	if err != nil {
-		return nil, err
-	}
-	errs := make([]error, len(res))
-	for i, r := range res {
-		errs[i] = r.Err
-	}
-	return errs, nil
+	return metatest.CADErrs(s.many(ctx, "cas", inst, ws))
 }
 
 func (s *spyStore) CADMany(ctx context.Context, inst string, ws []meta.CondWrite) ([]meta.CADResult, error) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -285,7 +286,7 @@ func TestInvariant4WrongInstanceIsPoison(t *testing.T) {
 
 	// A real batch of inst10's garbage, published under inst1's subject.
 	st := e.store()
-	page, err := scanPage(ctx, st, "inst10", 0, 1000)
+	page, err := metatest.ScanInstance(ctx, st, "inst10", 0, 1000)
 	require.NoError(t, err)
 	b := subjects.Batch{V: subjects.SchemaVersion, Cluster: cluster, Instance: "inst10", Group: seed.GroupRedis, Store: "x", Round: 1, Parts: 1}
 	for _, en := range page.Entries {
@@ -388,14 +389,14 @@ func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
 			require.NoError(t, err)
 			// Steps 1–2 of the protocol (the CAS to DELETING) for every target, then the crash.
 			for _, tg := range req.Targets {
-				cur, ok, err := getURI(ctx, st, req.Instance, tg.Key)
+				cur, ok, err := metatest.GetURI(ctx, st, req.Instance, tg.Key)
 				require.NoError(t, err)
 				require.True(t, ok)
 				blk, err := kvcm.DecodeBlock(cur)
 				require.NoError(t, err)
 				next, err := blk.WithStatus(tg.Location, kvcm.StatusDeleting)
 				require.NoError(t, err)
-				require.NoError(t, casOne(ctx, st, req.Instance, tg.Key, cur, next))
+				require.NoError(t, metatest.CAS(ctx, st, req.Instance, tg.Key, cur, next))
 			}
 			crashedKeys <- req
 			runtime.Goexit()

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	"github.com/kvcm-gc/kvcm-gc/faults"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
@@ -183,7 +184,7 @@ func TestPoison(t *testing.T) {
 
 	// Real bytes to build poison from: inst2's first page, and a delete request for one of
 	// inst2's garbage locations with its exact bytes.
-	page, err := scanPage(ctx, e.store(), "inst2", 0, 1000)
+	page, err := metatest.ScanInstance(ctx, e.store(), "inst2", 0, 1000)
 	require.NoError(t, err)
 	valid := subjects.Batch{V: subjects.SchemaVersion, Cluster: cluster, Instance: "inst2", Group: seed.GroupRedis, Store: e.redis.Addr(), Round: 1, Parts: 1}
 	for _, en := range page.Entries {

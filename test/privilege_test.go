@@ -32,6 +32,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/faults"
@@ -276,10 +277,10 @@ func TestLeastPrivilege(t *testing.T) {
 		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
 		require.NoError(t, err)
 		defer st.Close()
-		cur, ok, err := getURI(ctx, st, "inst1", m.Locations[0].Key)
+		cur, ok, err := metatest.GetURI(ctx, st, "inst1", m.Locations[0].Key)
 		require.NoError(t, err)
 		require.True(t, ok)
-		err = casOne(ctx, st, "inst1", m.Locations[0].Key, cur, []byte(`{}`))
+		err = metatest.CAS(ctx, st, "inst1", m.Locations[0].Key, cur, []byte(`{}`))
 		require.ErrorContains(t, err, "NOPERM")
 	})
 
@@ -320,8 +321,8 @@ func TestLeastPrivilege(t *testing.T) {
 		first := []byte(`{"a":{"id":"a","status":2,"type":4,"spec_size":0,"location_specs":[]}}`)
 		require.NoError(t, l.redis.Client().HSet(ctx, kvcm.BlockKey("inst1", key), "__uri__", first, "__lru_time__", "1").Err())
 		marked := []byte(`{"a":{"id":"a","status":4,"type":4,"spec_size":0,"location_specs":[]}}`)
-		require.NoError(t, casOne(ctx, st, "inst1", key, first, marked))
-		got, ok, err := getURI(ctx, st, "inst1", key)
+		require.NoError(t, metatest.CAS(ctx, st, "inst1", key, first, marked))
+		got, ok, err := metatest.GetURI(ctx, st, "inst1", key)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, string(marked), string(got))
@@ -329,7 +330,7 @@ func TestLeastPrivilege(t *testing.T) {
 		// falls back to EVAL, also allowed.
 		require.NoError(t, l.redis.Client().ScriptFlush(ctx).Err())
 		evals := l.redis.CommandStats(t)["eval"]
-		require.NoError(t, cadOne(ctx, st, "inst1", key, marked, nil))
+		require.NoError(t, metatest.CAD(ctx, st, "inst1", key, marked, nil))
 		require.Equal(t, "{}", l.redis.Client().HGet(ctx, kvcm.BlockKey("inst1", key), "__uri__").Val(), "kept as KVCM reads \"exists, no location\"")
 		require.Equal(t, evals+1, l.redis.CommandStats(t)["eval"], "the CAD ran through EVAL")
 	})
@@ -698,7 +699,7 @@ func TestCredentialsNeverLeak(t *testing.T) {
 		require.NoError(t, err)
 		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
 		require.NoError(t, err)
-		_, _, err = getURI(ctx, st, "inst1", 1)
+		_, _, err = metatest.GetURI(ctx, st, "inst1", 1)
 		require.Error(t, err)
 		outputs = append(outputs, err.Error(), fmt.Sprint(conn), fmt.Sprintf("%+v %#v", conn, conn))
 		require.NoError(t, st.Close())

@@ -128,6 +128,15 @@ type CADResult struct {
 	KeyDeleted bool
 }
 
+// Errs returns the errors of CAD results.
+func Errs(res []CADResult) []error {
+	errs := make([]error, len(res))
+	for i, r := range res {
+		errs[i] = r.Err
+	}
+	return errs
+}
+
 // EmptyBlock is what a CAD does with a block whose last location it removes.
 type EmptyBlock int
 

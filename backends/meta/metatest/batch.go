@@ -196,7 +196,7 @@ func (s suite) batchConflictKinds(t *testing.T) {
 	keysBefore := len(s.h.Keys(t))
 	for name, call := range map[string]func() ([]error, error){
 		"cas": func() ([]error, error) { return st.CASMany(ctx(t), casInst, cas) },
-		"cad": func() ([]error, error) { return cadErrs(st.CADMany(ctx(t), casInst, cad)) },
+		"cad": func() ([]error, error) { return CADErrs(st.CADMany(ctx(t), casInst, cad)) },
 	} {
 		errs, err := call()
 		require.NoError(t, err, name)
@@ -231,7 +231,7 @@ func (s suite) batchDryRun(t *testing.T) {
 	}
 	for name, call := range map[string]func() ([]error, error){
 		"cas": func() ([]error, error) { return st.CASMany(ctx(t), casInst, writes) },
-		"cad": func() ([]error, error) { return cadErrs(st.CADMany(ctx(t), casInst, writes)) },
+		"cad": func() ([]error, error) { return CADErrs(st.CADMany(ctx(t), casInst, writes)) },
 	} {
 		errs, err := call()
 		require.NoError(t, err, name)
@@ -269,7 +269,7 @@ func (s suite) batchReadOnlyUser(t *testing.T) {
 	w := []meta.CondWrite{{Layout: kvcm.LayoutLegacy, BlockKey: casBlock, Expected: expected, Next: []byte(URI(locServing))}}
 	for name, call := range map[string]func() ([]error, error){
 		"cas": func() ([]error, error) { return ro.CASMany(ctx(t), casInst, w) },
-		"cad": func() ([]error, error) { return cadErrs(ro.CADMany(ctx(t), casInst, w)) },
+		"cad": func() ([]error, error) { return CADErrs(ro.CADMany(ctx(t), casInst, w)) },
 	} {
 		errs, err := call()
 		if err == nil {
@@ -311,7 +311,7 @@ func (s suite) batchScriptCacheLoss(t *testing.T) {
 	}
 
 	s.h.FlushScripts(t)
-	errs, err = cadErrs(st.CADMany(ctx(t), casInst, []meta.CondWrite{
+	errs, err = CADErrs(st.CADMany(ctx(t), casInst, []meta.CondWrite{
 		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock, Expected: []byte("v1"), Next: nil},
 		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 1, Expected: []byte(only), Next: []byte("v2")},
 		{Layout: kvcm.LayoutLegacy, BlockKey: casBlock + 2, Expected: []byte("v1"), Next: nil},
@@ -323,16 +323,4 @@ func (s suite) batchScriptCacheLoss(t *testing.T) {
 	require.Equal(t, map[string]string{"__uri__": "{}", "__lru_time__": FixtureLRUTime}, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock)))
 	require.Equal(t, map[string]string{"__uri__": "v2", "__lru_time__": FixtureLRUTime}, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock+1)))
 	require.Equal(t, map[string]string{"__uri__": only, "__lru_time__": FixtureLRUTime}, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock+2)))
-}
-
-// cadErrs is a CADMany's answer as CASMany's.
-func cadErrs(res []meta.CADResult, err error) ([]error, error) {
-	if err != nil {
-		return nil, err
-	}
-	errs := make([]error, len(res))
-	for i, r := range res {
-		errs[i] = r.Err
-	}
-	return errs, nil
 }

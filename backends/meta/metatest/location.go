@@ -123,9 +123,9 @@ func (s suite) locationCAS(t *testing.T) {
 	s.h.HSet(t, kvcm.BlockKey(casInst, casBlock), "L#n3w0n3w0", lServing)
 	orig := fieldMap(casFields())["__uri__"]
 	legacy := s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock))
-	require.ErrorIs(t, cas(ctx(t), st, casInst, casBlock, []byte(orig), []byte(URI(locServing))), meta.ErrLayout)
+	require.ErrorIs(t, CAS(ctx(t), st, casInst, casBlock, []byte(orig), []byte(URI(locServing))), meta.ErrLayout)
 	for _, next := range [][]byte{nil, []byte(URI(locServing))} {
-		require.ErrorIs(t, cad(ctx(t), st, casInst, casBlock, []byte(orig), next), meta.ErrLayout)
+		require.ErrorIs(t, CAD(ctx(t), st, casInst, casBlock, []byte(orig), next), meta.ErrLayout)
 	}
 	require.Equal(t, legacy, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock)))
 }

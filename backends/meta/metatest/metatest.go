@@ -238,13 +238,13 @@ func (s suite) scanReadOnlyUser(t *testing.T) {
 
 	key := kvcm.BlockKey("inst1", -7262535415567954716)
 	before := s.h.HGetAll(t, key)
-	uri, ok, err := getURI(ctx(t), ro, "inst1", -7262535415567954716)
+	uri, ok, err := GetURI(ctx(t), ro, "inst1", -7262535415567954716)
 	require.NoError(t, err)
 	require.True(t, ok)
-	err = cas(ctx(t), ro, "inst1", -7262535415567954716, uri, []byte(`{}`))
+	err = CAS(ctx(t), ro, "inst1", -7262535415567954716, uri, []byte(`{}`))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, meta.ErrConflict, "a refused write is not a conflict")
-	err = cad(ctx(t), ro, "inst1", -7262535415567954716, uri, nil)
+	err = CAD(ctx(t), ro, "inst1", -7262535415567954716, uri, nil)
 	require.Error(t, err)
 	require.Equal(t, before, s.h.HGetAll(t, key))
 }
@@ -272,7 +272,7 @@ func (s suite) getURI(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			uri, ok, err := getURI(ctx(t), st, tc.inst, tc.block)
+			uri, ok, err := GetURI(ctx(t), st, tc.inst, tc.block)
 			require.NoError(t, err)
 			require.Equal(t, tc.ok, ok)
 			key := kvcm.BlockKey(tc.inst, tc.block)
@@ -324,17 +324,17 @@ func (s suite) casChangesOnlyURI(t *testing.T) {
 	// Status 2 → 4 of one location, the others written back byte for byte.
 	next := URI(Location("a0a0a0a0", kvcm.StatusDeleting, kvcm.TypeHF3FS, "hf3fs://hf3fs_01/3fs/k/cas/tp0/c000000000000000?size=1024"), locServing, locUnknown)
 
-	uri, ok, err := getURI(ctx(t), st, casInst, casBlock)
+	uri, ok, err := GetURI(ctx(t), st, casInst, casBlock)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, cas(ctx(t), st, casInst, casBlock, uri, []byte(next)))
+	require.NoError(t, CAS(ctx(t), st, casInst, casBlock, uri, []byte(next)))
 
 	want := fieldMap(casFields())
 	want["__uri__"] = next
 	require.Equal(t, want, s.h.HGetAll(t, key))
 
 	// The same CAS again is now a conflict: the bytes it expects are gone.
-	require.ErrorIs(t, cas(ctx(t), st, casInst, casBlock, uri, []byte(next)), meta.ErrConflict)
+	require.ErrorIs(t, CAS(ctx(t), st, casInst, casBlock, uri, []byte(next)), meta.ErrConflict)
 	require.Equal(t, want, s.h.HGetAll(t, key))
 }
 
@@ -369,7 +369,7 @@ func (s suite) casConflict(t *testing.T) {
 				name string
 				fn   func(context.Context, meta.Store, string, int64, []byte, []byte) error
 				next []byte
-			}{{"cas", cas, next}, {"cad", cad, next}, {"cad delete", cad, nil}} {
+			}{{"cas", CAS, next}, {"cad", CAD, next}, {"cad delete", CAD, nil}} {
 				err := op.fn(ctx(t), st, casInst, block, []byte(tc.expected), op.next)
 				require.ErrorIs(t, err, meta.ErrConflict, op.name)
 				if tc.current == nil {
@@ -394,7 +394,7 @@ func (s suite) casRace(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			errs[i] = cas(ctx(t), st, casInst, casBlock, expected, []byte(URI(Location(fmt.Sprintf("r%07d", i), kvcm.StatusDeleting, kvcm.TypeFile, "file://x/y?size=1"))))
+			errs[i] = CAS(ctx(t), st, casInst, casBlock, expected, []byte(URI(Location(fmt.Sprintf("r%07d", i), kvcm.StatusDeleting, kvcm.TypeFile, "file://x/y?size=1"))))
 		})
 	}
 	wg.Wait()
@@ -421,7 +421,7 @@ func (s suite) cadLastLocation(t *testing.T) {
 		only := URI(Location("d4d4d4d4", kvcm.StatusDeleting, kvcm.TypeFile, "file://nfs_01/d?size=1"))
 		s.h.HSet(t, key, "__uri__", only, "__lru_time__", FixtureLRUTime, "_prev_key_", prevKey)
 		s.h.HSet(t, other, "__uri__", only, "__lru_time__", FixtureLRUTime)
-		require.NoError(t, cad(ctx(t), st, casInst, casBlock, []byte(only), nil))
+		require.NoError(t, CAD(ctx(t), st, casInst, casBlock, []byte(only), nil))
 		if mode == meta.EmptyBlockKeep {
 			// KVCM reads {} as "exists, no location"; every other field stays.
 			require.Equal(t, map[string]string{"__uri__": "{}", "__lru_time__": FixtureLRUTime, "_prev_key_": prevKey}, s.h.HGetAll(t, key))
@@ -431,7 +431,7 @@ func (s suite) cadLastLocation(t *testing.T) {
 		}
 		require.Equal(t, map[string]string{"__uri__": only, "__lru_time__": FixtureLRUTime}, s.h.HGetAll(t, other))
 		// Removing again is a conflict (gone), not an error of another kind.
-		require.ErrorIs(t, cad(ctx(t), st, casInst, casBlock, []byte(only), nil), meta.ErrConflict)
+		require.ErrorIs(t, CAD(ctx(t), st, casInst, casBlock, []byte(only), nil), meta.ErrConflict)
 	}
 }
 
@@ -441,7 +441,7 @@ func (s suite) cadOneLocation(t *testing.T) {
 	s.h.HSet(t, key, casFields()...)
 	expected := fieldMap(casFields())["__uri__"]
 	next := URI(locServing, locUnknown) // a0a0a0a0 removed, the others byte for byte
-	require.NoError(t, cad(ctx(t), st, casInst, casBlock, []byte(expected), []byte(next)))
+	require.NoError(t, CAD(ctx(t), st, casInst, casBlock, []byte(expected), []byte(next)))
 	want := fieldMap(casFields())
 	want["__uri__"] = next
 	require.Equal(t, want, s.h.HGetAll(t, key))
@@ -458,7 +458,7 @@ func (s suite) cadConflict(t *testing.T) {
 	want := fieldMap(casFields())
 	want["__uri__"] = flipped
 	for _, next := range [][]byte{nil, []byte(URI(locServing, locUnknown))} {
-		require.ErrorIs(t, cad(ctx(t), st, casInst, casBlock, []byte(expected), next), meta.ErrConflict)
+		require.ErrorIs(t, CAD(ctx(t), st, casInst, casBlock, []byte(expected), next), meta.ErrConflict)
 		require.Equal(t, want, s.h.HGetAll(t, key))
 	}
 }
@@ -478,10 +478,10 @@ func (s suite) dryRun(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"cas", cas(ctx(t), st, casInst, casBlock, expected, []byte(URI(locServing)))},
-		{"cad", cad(ctx(t), st, casInst, casBlock, expected, []byte(URI(locServing)))},
-		{"cad delete", cad(ctx(t), st, casInst, casBlock, expected, nil)},
-		{"cas absent key", cas(ctx(t), st, casInst, casBlock+1, expected, []byte(URI(locServing)))},
+		{"cas", CAS(ctx(t), st, casInst, casBlock, expected, []byte(URI(locServing)))},
+		{"cad", CAD(ctx(t), st, casInst, casBlock, expected, []byte(URI(locServing)))},
+		{"cad delete", CAD(ctx(t), st, casInst, casBlock, expected, nil)},
+		{"cas absent key", CAS(ctx(t), st, casInst, casBlock+1, expected, []byte(URI(locServing)))},
 	} {
 		require.ErrorIs(t, tc.err, meta.ErrDryRun, tc.name)
 		require.False(t, errors.Is(tc.err, meta.ErrConflict), tc.name)
@@ -491,7 +491,7 @@ func (s suite) dryRun(t *testing.T) {
 	require.Nil(t, s.h.HGetAll(t, kvcm.BlockKey(casInst, casBlock+1)))
 
 	// Reads still work in dry-run.
-	uri, ok, err := getURI(ctx(t), st, casInst, casBlock)
+	uri, ok, err := GetURI(ctx(t), st, casInst, casBlock)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, expected, uri)

@@ -7,32 +7,28 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
-// The suite's single-block helpers: one item of the store's batch methods.
+// Single-block helpers over a store's batch methods, legacy layout, for tests.
 
-// readBlock reads one block whole.
-func readBlock(c context.Context, st meta.Store, inst string, block int64) (meta.BlockRead, error) {
-	r, err := st.ReadBlocks(c, inst, []int64{block})
-	if err != nil {
-		return meta.BlockRead{}, err
-	}
-	return r[0], nil
+// ScanInstance is one store-scan page reading the keys of one instance only.
+func ScanInstance(c context.Context, st meta.Scanner, inst string, cursor uint64, count int) (meta.Page, error) {
+	return st.ScanStore(c, cursor, count, func(id string) bool { return id == inst })
 }
 
-// getURI reads one block's __uri__ as a legacy-layout reader sees it: ok is false when the
+// GetURI reads one block's __uri__ as a legacy-layout reader sees it: ok is false when the
 // key or the field is absent, or the field is empty.
-func getURI(c context.Context, st meta.Store, inst string, block int64) ([]byte, bool, error) {
-	r, err := readBlock(c, st, inst, block)
+func GetURI(c context.Context, st meta.Store, inst string, block int64) ([]byte, bool, error) {
+	r, err := st.ReadBlocks(c, inst, []int64{block})
 	if err == nil {
-		err = r.Err
+		err = r[0].Err
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	return r.Entry.URI, r.Entry.URI != nil, nil
+	return r[0].Entry.URI, r[0].Entry.URI != nil, nil
 }
 
-// cas is one legacy-layout CAS of __uri__.
-func cas(c context.Context, st meta.Store, inst string, block int64, expected, next []byte) error {
+// CAS is one legacy-layout CAS of __uri__.
+func CAS(c context.Context, st meta.Store, inst string, block int64, expected, next []byte) error {
 	errs, err := st.CASMany(c, inst, []meta.CondWrite{{BlockKey: block, Layout: kvcm.LayoutLegacy, Expected: expected, Next: next}})
 	if err != nil {
 		return err
@@ -40,11 +36,19 @@ func cas(c context.Context, st meta.Store, inst string, block int64, expected, n
 	return errs[0]
 }
 
-// cad is one legacy-layout CAD of __uri__.
-func cad(c context.Context, st meta.Store, inst string, block int64, expected, next []byte) error {
-	res, err := st.CADMany(c, inst, []meta.CondWrite{{BlockKey: block, Layout: kvcm.LayoutLegacy, Expected: expected, Next: next}})
+// CAD is one legacy-layout CAD of __uri__.
+func CAD(c context.Context, st meta.Store, inst string, block int64, expected, next []byte) error {
+	errs, err := CADErrs(st.CADMany(c, inst, []meta.CondWrite{{BlockKey: block, Layout: kvcm.LayoutLegacy, Expected: expected, Next: next}}))
 	if err != nil {
 		return err
 	}
-	return res[0].Err
+	return errs[0]
+}
+
+// CADErrs is a CADMany's answer as CASMany's.
+func CADErrs(res []meta.CADResult, err error) ([]error, error) {
+	if err != nil {
+		return nil, err
+	}
+	return meta.Errs(res), nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -25,10 +26,10 @@ func useStore(t *testing.T, base redismeta.ConnOptions, uri string) error {
 		return err
 	}
 	defer st.Close()
-	if _, err := scanPage(testCtx(t), st, "i", 0, 10); err != nil {
+	if _, err := metatest.ScanInstance(testCtx(t), st, "i", 0, 10); err != nil {
 		return err
 	}
-	_, _, err = getURI(testCtx(t), st, "i", 1)
+	_, _, err = metatest.GetURI(testCtx(t), st, "i", 1)
 	return err
 }
 
@@ -140,7 +141,7 @@ func TestKVCMAuthWithDB(t *testing.T) {
 		require.NoError(t, err)
 		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
 		require.NoError(t, err)
-		p, err := scanPage(ctx, st, "i", 0, 10)
+		p, err := metatest.ScanInstance(ctx, st, "i", 0, 10)
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 1, uri)
 		require.Equal(t, 1, p.WrongDB, uri)
@@ -154,7 +155,7 @@ func TestKVCMAuthWithDB(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, errs[0])
 		}
-		require.ErrorIs(t, casOne(ctx, st, "i", 3, []byte("copy"), []byte("x")), meta.ErrLayout)
+		require.ErrorIs(t, metatest.CAS(ctx, st, "i", 3, []byte("copy"), []byte("x")), meta.ErrLayout)
 		r, err := st.ReadBlocks(ctx, "i", []int64{3})
 		require.NoError(t, err)
 		require.ErrorIs(t, r[0].Err, meta.ErrLayout)
@@ -185,8 +186,8 @@ func TestRefusedConnectionFailsEveryCall(t *testing.T) {
 	require.ErrorContains(t, err, "WRONGPASS")
 	_, err = st.ScanStore(ctx, 0, 10, func(string) bool { return true })
 	require.ErrorContains(t, err, "WRONGPASS")
-	_, err = scanPage(ctx, st, "i", 0, 10)
+	_, err = metatest.ScanInstance(ctx, st, "i", 0, 10)
 	require.ErrorContains(t, err, "WRONGPASS")
-	_, _, err = getURI(ctx, st, "i", 1)
+	_, _, err = metatest.GetURI(ctx, st, "i", 1)
 	require.ErrorContains(t, err, "WRONGPASS")
 }

@@ -54,11 +54,7 @@ func (s *Store) CASMany(ctx context.Context, instanceID string, writes []meta.Co
 	if err != nil {
 		return nil, err
 	}
-	errs := make([]error, len(res))
-	for i, r := range res {
-		errs[i] = r.Err
-	}
-	return errs, nil
+	return meta.Errs(res), nil
 }
 
 // CADMany implements meta.Store: one script per write, in one pipeline.

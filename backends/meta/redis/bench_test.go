@@ -38,7 +38,7 @@ func BenchmarkScanPage(b *testing.B) {
 	var cursor uint64
 	keys := 0
 	for b.Loop() {
-		p, err := scanPage(ctx, st, "inst", cursor, 256)
+		p, err := metatest.ScanInstance(ctx, st, "inst", cursor, 256)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -98,15 +99,15 @@ func TestPoolOpensOncePerName(t *testing.T) {
 	for _, st := range stores {
 		require.Same(t, stores[0], st)
 	}
-	page, err := scanPage(ctx, stores[0], "i", 0, 10)
+	page, err := metatest.ScanInstance(ctx, stores[0], "i", 0, 10)
 	require.NoError(t, err)
 	require.Len(t, page.Entries, 1)
-	require.NoError(t, casOne(ctx, stores[0], "i", 1, []byte("v"), []byte("w")))
+	require.NoError(t, metatest.CAS(ctx, stores[0], "i", 1, []byte("v"), []byte("w")))
 
 	require.NoError(t, p.Close())
 	_, err = p.Store(srv.Addr())
 	require.Error(t, err)
-	_, err = scanPage(ctx, stores[0], "i", 0, 10)
+	_, err = metatest.ScanInstance(ctx, stores[0], "i", 0, 10)
 	require.Error(t, err, "a closed pool's stores are closed")
 }
 
@@ -119,7 +120,7 @@ func TestPoolDryRun(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, p.Close()) })
 	st, err := p.Store(srv.Addr())
 	require.NoError(t, err)
-	require.ErrorIs(t, casOne(ctx, st, "i", 1, []byte("v"), []byte("w")), meta.ErrDryRun)
-	require.ErrorIs(t, cadOne(ctx, st, "i", 1, []byte("v"), nil), meta.ErrDryRun)
+	require.ErrorIs(t, metatest.CAS(ctx, st, "i", 1, []byte("v"), []byte("w")), meta.ErrDryRun)
+	require.ErrorIs(t, metatest.CAD(ctx, st, "i", 1, []byte("v"), nil), meta.ErrDryRun)
 	require.Equal(t, "v", srv.Client().HGet(ctx, key, "__uri__").Val())
 }

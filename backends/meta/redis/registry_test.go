@@ -305,7 +305,7 @@ func TestRegistryToStores(t *testing.T) {
 	for _, in := range reg.Instances {
 		st, err := pool.Store(in.Store)
 		require.NoError(t, err)
-		p, err := scanPage(ctx, st, in.ID, 0, 100)
+		p, err := metatest.ScanInstance(ctx, st, in.ID, 0, 100)
 		require.NoError(t, err)
 		if in.ID == "inst-b" {
 			require.Empty(t, p.Entries)

@@ -117,7 +117,7 @@ func TestScanPageArguments(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	st := newStore(t, srv, redismeta.StoreOptions{})
 	for _, count := range []int{0, -1} {
-		_, err := scanPage(testCtx(t), st, "inst1", 0, count)
+		_, err := metatest.ScanInstance(testCtx(t), st, "inst1", 0, count)
 		require.Error(t, err)
 	}
 }
@@ -138,7 +138,7 @@ func TestScanErrorKeepsCursor(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 
-	p, err := scanPage(ctx, st, "i", 0, 5)
+	p, err := metatest.ScanInstance(ctx, st, "i", 0, 5)
 	require.NoError(t, err)
 	require.NotZero(t, p.Next)
 	cursor := p.Next
@@ -148,13 +148,13 @@ func TestScanErrorKeepsCursor(t *testing.T) {
 	}
 
 	srv.AddUser(t, "scanner", "scan-pw", "~*", "+hmget", "+hget", "+ping") // no +scan
-	_, err = scanPage(ctx, st, "i", cursor, 5)
+	_, err = metatest.ScanInstance(ctx, st, "i", cursor, 5)
 	require.ErrorContains(t, err, `scan store`)
 	require.ErrorContains(t, err, "NOPERM")
 
 	srv.AddUser(t, "scanner", "scan-pw", scannerRules...)
 	for cursor != 0 {
-		p, err := scanPage(ctx, st, "i", cursor, 5)
+		p, err := metatest.ScanInstance(ctx, st, "i", cursor, 5)
 		require.NoError(t, err)
 		for _, e := range p.Entries {
 			seen[e.Key] = true
@@ -164,12 +164,12 @@ func TestScanErrorKeepsCursor(t *testing.T) {
 	require.Len(t, seen, 50, "the resumed scan completes the keyspace")
 
 	srv.Stop()
-	_, err = scanPage(ctx, st, "i", 0, 5)
+	_, err = metatest.ScanInstance(ctx, st, "i", 0, 5)
 	require.ErrorContains(t, err, `scan store`)
 	srv.Restart(t)
 	clear(seen)
 	for cursor = 0; ; {
-		p, err := scanPage(ctx, st, "i", cursor, 5)
+		p, err := metatest.ScanInstance(ctx, st, "i", cursor, 5)
 		require.NoError(t, err)
 		for _, e := range p.Entries {
 			seen[e.Key] = true
@@ -190,7 +190,7 @@ func TestScanPerKeyError(t *testing.T) {
 	require.NoError(t, srv.Client().RPush(ctx, kvcm.BlockKey("i", 2), "x").Err())
 	require.NoError(t, srv.Client().SAdd(ctx, kvcm.BlockKey("i", 3), "x").Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
-	p, err := scanPage(ctx, st, "i", 0, 100)
+	p, err := metatest.ScanInstance(ctx, st, "i", 0, 100)
 	require.NoError(t, err)
 	require.Zero(t, p.Next)
 	require.Equal(t, []meta.Entry{{Key: kvcm.BlockKey("i", 1), Instance: "i", BlockKey: 1, Layout: kvcm.LayoutLegacy, URI: []byte(`{"a":{}}`)}}, p.Entries)
@@ -205,18 +205,18 @@ func TestCASAfterScriptCacheLoss(t *testing.T) {
 	key := kvcm.BlockKey("i", 7)
 	require.NoError(t, srv.Client().HSet(ctx, key, "__uri__", "v0", "__lru_time__", "5").Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
-	require.NoError(t, casOne(ctx, st, "i", 7, []byte("v0"), []byte("v1")))
+	require.NoError(t, metatest.CAS(ctx, st, "i", 7, []byte("v0"), []byte("v1")))
 
 	srv.Restart(t)
-	require.NoError(t, casOne(ctx, st, "i", 7, []byte("v1"), []byte("v2")))
+	require.NoError(t, metatest.CAS(ctx, st, "i", 7, []byte("v1"), []byte("v2")))
 	require.NoError(t, srv.Client().ScriptFlush(ctx).Err())
-	require.NoError(t, cadOne(ctx, st, "i", 7, []byte("v2"), []byte("v3")))
+	require.NoError(t, metatest.CAD(ctx, st, "i", 7, []byte("v2"), []byte("v3")))
 	require.Equal(t, map[string]string{"__uri__": "v3", "__lru_time__": "5"}, srv.Client().HGetAll(ctx, key).Val())
 
 	// Data written before a SIGKILL survives too (appendfsync always).
 	srv.Kill()
 	srv.Restart(t)
-	require.NoError(t, cadOne(ctx, st, "i", 7, []byte("v3"), nil))
+	require.NoError(t, metatest.CAD(ctx, st, "i", 7, []byte("v3"), nil))
 	require.Equal(t, map[string]string{"__uri__": "{}", "__lru_time__": "5"}, srv.Client().HGetAll(ctx, key).Val())
 }
 
@@ -232,9 +232,9 @@ func TestConditionalWriteArguments(t *testing.T) {
 		expected []byte
 		next     []byte
 	}{
-		{"cas empty expected matches no empty field", casOne, nil, []byte("x")},
-		{"cad empty expected", cadOne, []byte{}, nil},
-		{"cas empty next", casOne, []byte("x"), nil},
+		{"cas empty expected matches no empty field", metatest.CAS, nil, []byte("x")},
+		{"cad empty expected", metatest.CAD, []byte{}, nil},
+		{"cas empty next", metatest.CAS, []byte("x"), nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -254,10 +254,10 @@ func TestStoreWrongType(t *testing.T) {
 	key := kvcm.BlockKey("i", 1)
 	require.NoError(t, srv.Client().Set(ctx, key, "s", 0).Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
-	err := casOne(ctx, st, "i", 1, []byte("s"), []byte("x"))
+	err := metatest.CAS(ctx, st, "i", 1, []byte("s"), []byte("x"))
 	require.Error(t, err)
 	require.False(t, errors.Is(err, meta.ErrConflict))
-	_, _, err = getURI(ctx, st, "i", 1)
+	_, _, err = metatest.GetURI(ctx, st, "i", 1)
 	require.Error(t, err)
 	require.Equal(t, "s", srv.Client().Get(ctx, key).Val())
 }
@@ -272,40 +272,7 @@ func TestScanReadRefused(t *testing.T) {
 	st, err := redismeta.OpenStore(ctx, redismeta.ConnOptions{Addr: srv.Addr(), Username: "noread", Password: "pw"}, redismeta.StoreOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	_, err = scanPage(ctx, st, "i", 0, 10)
+	_, err = metatest.ScanInstance(ctx, st, "i", 0, 10)
 	require.ErrorContains(t, err, `read blocks of store`)
 	require.ErrorContains(t, err, "NOPERM")
-}
-
-// The tests' single-block helpers over the store's batch methods (legacy layout).
-
-func scanPage(ctx context.Context, st meta.Store, inst string, cursor uint64, count int) (meta.Page, error) {
-	return st.ScanStore(ctx, cursor, count, func(id string) bool { return id == inst })
-}
-
-func getURI(ctx context.Context, st meta.Store, inst string, block int64) ([]byte, bool, error) {
-	r, err := st.ReadBlocks(ctx, inst, []int64{block})
-	if err == nil {
-		err = r[0].Err
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	return r[0].Entry.URI, r[0].Entry.URI != nil, nil
-}
-
-func casOne(ctx context.Context, st meta.Store, inst string, block int64, expected, next []byte) error {
-	errs, err := st.CASMany(ctx, inst, []meta.CondWrite{{BlockKey: block, Layout: kvcm.LayoutLegacy, Expected: expected, Next: next}})
-	if err != nil {
-		return err
-	}
-	return errs[0]
-}
-
-func cadOne(ctx context.Context, st meta.Store, inst string, block int64, expected, next []byte) error {
-	res, err := st.CADMany(ctx, inst, []meta.CondWrite{{BlockKey: block, Layout: kvcm.LayoutLegacy, Expected: expected, Next: next}})
-	if err != nil {
-		return err
-	}
-	return res[0].Err
 }

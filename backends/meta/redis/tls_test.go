@@ -65,7 +65,7 @@ func TestTLSOptions(t *testing.T) {
 			st, err := redismeta.OpenStore(testCtx(t), conn, redismeta.StoreOptions{})
 			require.NoError(t, err)
 			defer st.Close()
-			_, err = scanPage(testCtx(t), st, "i", 0, 10)
+			_, err = metatest.ScanInstance(testCtx(t), st, "i", 0, 10)
 			if tc.wantErr == "" {
 				require.NoError(t, err)
 				return
