@@ -10,11 +10,9 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 // ErrNotRunning: Run has not started the stages yet, or has returned.
@@ -167,20 +165,4 @@ func (o Options) stageAlive(stage string, extra func(context.Context) (string, e
 		return extra(ctx)
 	})
 	return a
-}
-
-// leaseState is the scanner's readiness: holding the lease, or waiting for it while able to
-// read who holds it. A lease bucket it cannot read means it could neither take nor keep it.
-func leaseState(ctx context.Context, lease *pipeline.Lease, kv jetstream.KeyValue) (string, error) {
-	if rev, held := lease.Held(); held {
-		return fmt.Sprintf("lease held (revision %d)", rev), nil
-	}
-	rec, _, err := pipeline.ReadLease(ctx, kv)
-	if err != nil {
-		return "", err
-	}
-	if rec == nil {
-		return "waiting for the lease (free)", nil
-	}
-	return "waiting for the lease (held by " + rec.Holder + ")", nil
 }
