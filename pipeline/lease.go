@@ -27,6 +27,9 @@ type LeaseRecord struct {
 // The walk it fenced stops at once.
 var ErrLeaseLost = errors.New("lease lost")
 
+// errNotHeld: a renewal of a lease released, dropped or never acquired (wraps ErrLeaseLost).
+var errNotHeld = fmt.Errorf("%w: not held", ErrLeaseLost)
+
 // Lease is a scanner's lease on one metadata store: a key in a KV bucket whose bucket-wide TTL
 // is the lease TTL. Acquire creates the key, Renew updates it by revision (never get-then-put),
 // Release deletes it by revision. A renewal that fails for a transient reason (a timeout, a
@@ -115,7 +118,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Unlock()
 	start := l.now()
 	if rev == 0 {
-		return fmt.Errorf("renew lease of %s: %w: not held", l.store, ErrLeaseLost)
+		return fmt.Errorf("renew lease of %s: %w", l.store, errNotHeld)
 	}
 	if !start.Before(valid) {
 		l.Drop()

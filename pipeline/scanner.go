@@ -125,7 +125,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	kctx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
 	keeperDone := make(chan struct{})
 	go func() { defer close(keeperDone); s.keep(kctx, every, since) }()
-	changes := s.watch(kctx)
+	changes, watchDone := s.watch(kctx)
 
 	var walks sync.WaitGroup
 	// Replicas started together see each other before taking stores.
@@ -145,6 +145,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	walks.Wait() // every walk has recorded its last page
 	stopKeeper()
 	<-keeperDone
+	<-watchDone
 	s.leave()
 	return nil
 }
@@ -467,8 +468,10 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 						s.Logger.Info("store lease renewed again", "store", h.store)
 					}
 					st.next, st.failing = now.Add(every), false
+				case errors.Is(err, errNotHeld):
+					// Released, or dropped by its walk: nothing to renew.
 				case errors.Is(err, ErrLeaseLost):
-					if ctx.Err() == nil && !h.released.Load() {
+					if ctx.Err() == nil {
 						s.Metrics.opError(StageScanner, "lease")
 						s.Logger.Warn("store lease lost", "store", h.store, "err", err)
 					}
@@ -497,14 +500,16 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 // coordination at once (a standby takes a released store without waiting for a period). It
 // also notes since when each store's lease is free. A watch that cannot start leaves the
 // periodic coordination alone.
-func (s *Scanner) watch(ctx context.Context) <-chan struct{} {
-	out := make(chan struct{}, 1)
+func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-chan struct{}) {
+	out, finished := make(chan struct{}, 1), make(chan struct{})
 	w, err := s.Leases.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		warn(ctx, s.Logger, "watch the lease bucket; released stores are taken at the next period", "err", err)
-		return out
+		close(finished)
+		return out, finished
 	}
 	go func() {
+		defer close(finished)
 		defer func() { _ = w.Stop() }()
 		for {
 			select {
@@ -538,7 +543,7 @@ func (s *Scanner) watch(ctx context.Context) <-chan struct{} {
 			}
 		}
 	}()
-	return out
+	return out, finished
 }
 
 // noteRound records a walk's state for the process-wide round gauges.
