@@ -31,6 +31,7 @@ type Config struct {
 	ScanBatchSize    int           `yaml:"scan_batch_size" help:"SCAN COUNT hint, and the most delete targets one batch may produce"`
 	MaxKeysPerSecond float64       `yaml:"max_keys_per_second" help:"cap on the scan rate to protect a busy Redis (0: no cap beyond scan_interval)"`
 	HighWater        uint64        `yaml:"backpressure_high_water" help:"skip scanning while the prober's or the deleter's backlog (pending + unacknowledged messages) is above this"`
+	Scanner          Scanner       `yaml:"scanner"`
 
 	// Prober (DESIGN §5).
 	OrphanWritingGrace time.Duration `yaml:"orphan_writing_grace" help:"least age of a WRITING location before it is an orphan; at least 1h"`
@@ -52,6 +53,11 @@ type Config struct {
 	JS       JetStream     `yaml:"jetstream"`
 	HTTP     HTTPConfig    `yaml:"http"`
 	Log      LogConfig     `yaml:"log"`
+}
+
+// Scanner are the settings of how scanner replicas share the metadata stores.
+type Scanner struct {
+	MaxStores int `yaml:"max_stores" help:"most metadata stores this replica walks at once (0: all); replicas divide the stores, each walking its share"`
 }
 
 // Workers are the concurrent message handlers of a process.
