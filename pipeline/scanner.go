@@ -605,3 +605,19 @@ func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
 	}
 	return fmt.Sprintf("waiting for the lease (%d stores held by %s)", len(leases), strings.Join(slices.Sorted(maps.Keys(holders)), ", ")), nil
 }
+
+// ReadMembers lists the scanner replicas whose member key is live, sorted.
+func ReadMembers(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+	keys, err := listKeys(ctx, kv, subjects.MemberFilter())
+	if err != nil {
+		return nil, fmt.Errorf("list scanner members: %w", err)
+	}
+	var out []string
+	for _, k := range keys {
+		if h, err := subjects.HolderOfMemberKey(k); err == nil {
+			out = append(out, h)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

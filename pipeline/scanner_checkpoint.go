@@ -191,14 +191,16 @@ func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue) (Checkpoint, uin
 			in = append(in, c)
 		}
 	}
-	return foldCheckpoints(in)
+	sum, rev := Summarize(in)
+	return sum, rev, nil
 }
 
-func foldCheckpoints(cks []StoreCheckpoint) (Checkpoint, uint64, error) {
+// Summarize folds store checkpoints into one, as ReadCheckpoint describes.
+func Summarize(cks []StoreCheckpoint) (Checkpoint, uint64) {
 	var sum Checkpoint
 	var rev uint64
 	if len(cks) == 0 {
-		return sum, 0, nil
+		return sum, 0
 	}
 	sum.Round = cks[0].Round
 	for _, c := range cks {
@@ -244,7 +246,7 @@ func foldCheckpoints(cks []StoreCheckpoint) (Checkpoint, uint64, error) {
 			sum.InRound = true
 		}
 	}
-	return sum, rev, nil
+	return sum, rev
 }
 
 // writeStoreIndex stores the index of stores.

@@ -596,11 +596,10 @@ func TestEstimateEnd(t *testing.T) {
 // The summary of several stores' checkpoints: "round n done" only once every store is.
 func TestFoldCheckpoints(t *testing.T) {
 	sc := func(c Checkpoint) StoreCheckpoint { return StoreCheckpoint{Checkpoint: c, Revision: 1, InRegistry: true} }
-	sum, _, err := foldCheckpoints([]StoreCheckpoint{
+	sum, _ := Summarize([]StoreCheckpoint{
 		sc(Checkpoint{Store: "a", Round: 1, LastRoundKeys: 10, LastRoundEndUs: 50, NextRoundUs: 90, Instances: 2}),
 		sc(Checkpoint{Store: "b", Round: 1, InRound: true, Cursor: 7, KeysScanned: 3, Instances: 1}),
 	})
-	require.NoError(t, err)
 	require.Equal(t, uint64(1), sum.Round)
 	require.True(t, sum.InRound, "b is still in round 1")
 	require.Equal(t, 1, sum.Index)
@@ -609,7 +608,7 @@ func TestFoldCheckpoints(t *testing.T) {
 	require.Equal(t, uint64(7), sum.Cursor)
 	require.Equal(t, 3, sum.Instances)
 
-	sum, _, _ = foldCheckpoints([]StoreCheckpoint{
+	sum, _ = Summarize([]StoreCheckpoint{
 		sc(Checkpoint{Store: "a", Round: 2, InRound: true}),
 		sc(Checkpoint{Store: "b", Round: 1, LastRoundKeys: 5}),
 	})
@@ -617,7 +616,7 @@ func TestFoldCheckpoints(t *testing.T) {
 	require.False(t, sum.InRound, "round 1 is done everywhere")
 	require.Equal(t, 2, sum.Index)
 
-	sum, _, _ = foldCheckpoints([]StoreCheckpoint{
+	sum, _ = Summarize([]StoreCheckpoint{
 		sc(Checkpoint{Store: "a", Round: 1}),
 		{Checkpoint: Checkpoint{Store: "new"}, InRegistry: true},
 	})
