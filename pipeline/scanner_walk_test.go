@@ -595,7 +595,9 @@ func TestEstimateEnd(t *testing.T) {
 
 // The summary of several stores' checkpoints: "round n done" only once every store is.
 func TestFoldCheckpoints(t *testing.T) {
-	sc := func(c Checkpoint) StoreCheckpoint { return StoreCheckpoint{Checkpoint: c, Revision: 1, InRegistry: true} }
+	sc := func(c Checkpoint) StoreCheckpoint {
+		return StoreCheckpoint{Checkpoint: c, Revision: 1, InRegistry: true}
+	}
 	sum, _ := Summarize([]StoreCheckpoint{
 		sc(Checkpoint{Store: "a", Round: 1, LastRoundKeys: 10, LastRoundEndUs: 50, NextRoundUs: 90, Instances: 2}),
 		sc(Checkpoint{Store: "b", Round: 1, InRound: true, Cursor: 7, KeysScanned: 3, Instances: 1}),
