@@ -55,7 +55,9 @@ func seedStores(t *testing.T, cluster string, stores, instances, blocks int, roo
 }
 
 // storeName is the store's name as the registry gives it (host:port).
-func (ms *multiStore) storeName(i int) string { return strings.TrimPrefix(ms.stores[i].URI(), "redis://") }
+func (ms *multiStore) storeName(i int) string {
+	return strings.TrimPrefix(ms.stores[i].URI(), "redis://")
+}
 
 // storeOf returns the index of the store named name.
 func (ms *multiStore) storeOf(t *testing.T, name string) int {
