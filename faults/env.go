@@ -98,7 +98,10 @@ type env struct {
 	dir   string
 	rng   *rand.Rand
 	redis *testenv.Redis
-	nats  *natsServer
+	// stores are the metadata stores besides redis (which holds the registry), when a
+	// scenario spreads its instances over several (spreadStores).
+	stores []*testenv.Redis
+	nats   *natsServer
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	names subjects.Names
@@ -167,7 +170,7 @@ func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, logf
 // snapshot records the state collection starts from.
 func (e *env) snapshot(ctx context.Context) error {
 	var err error
-	e.before, err = TakeSnapshot(ctx, e.redis.Client(), "*")
+	e.before, err = takeSnapshots(ctx, e.clients(), "*")
 	return err
 }
 
@@ -430,6 +433,9 @@ func (e *env) close() {
 	}
 	if e.redis != nil {
 		_ = e.redis.Close()
+	}
+	for _, r := range e.stores {
+		_ = r.Close()
 	}
 }
 
