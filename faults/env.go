@@ -102,9 +102,9 @@ type env struct {
 	// scenario spreads its instances over several (spreadStores).
 	stores []*testenv.Redis
 	nats   *natsServer
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	names subjects.Names
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	names  subjects.Names
 
 	manifest *seed.Manifest
 	before   Snapshot
