@@ -6,9 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm-gc/kvcm-gc/app"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/seed"
@@ -71,9 +74,15 @@ func (ms *multiStore) storeOf(t *testing.T, name string) int {
 	return -1
 }
 
-// register writes the registry: the seed's storages, one group per store, its instances.
-func (ms *multiStore) register(t *testing.T) {
+// register writes the registry: the seed's storages, one group per store, its instances
+// (of the stores given; none: every store).
+func (ms *multiStore) register(t *testing.T, which ...int) {
 	t.Helper()
+	if len(which) == 0 {
+		for i := range ms.stores {
+			which = append(which, i)
+		}
+	}
 	ctx := context.Background()
 	p := "kvcache_registry:" + ms.cluster + ":"
 	rdb := ms.registry.Client()
@@ -83,7 +92,8 @@ func (ms *multiStore) register(t *testing.T) {
 	defer scratch.Close()
 	pipe := rdb.Pipeline()
 	index := map[string]any{}
-	for i, m := range ms.manifests {
+	for _, i := range which {
+		m := ms.manifests[i]
 		_, err := seed.Generate(ctx, scratch, seed.Spec{Cluster: ms.cluster, Instances: m.Instances, Blocks: 0,
 			MetaURI: ms.stores[i].URI(), Root: ms.root})
 		require.NoError(t, err)
@@ -107,6 +117,30 @@ func (ms *multiStore) register(t *testing.T) {
 	pipe.HSet(ctx, p+"instance", index)
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
+}
+
+// unregister removes store i's group and instances from the registry.
+func (ms *multiStore) unregister(t *testing.T, i int) {
+	t.Helper()
+	ctx := context.Background()
+	p := "kvcache_registry:" + ms.cluster + ":"
+	rdb := ms.registry.Client()
+	for _, id := range ms.manifests[i].Instances {
+		require.NoError(t, rdb.HDel(ctx, p+"instance", id).Err())
+		require.NoError(t, rdb.Del(ctx, p+id).Err())
+	}
+	require.NoError(t, rdb.HDel(ctx, p+"instance_group", fmt.Sprintf("g%d", i)).Err())
+}
+
+// options are the test options on these servers: the registry server, the stores it names.
+func (ms *multiStore) options(t *testing.T, e *env, holder string) app.Options {
+	t.Helper()
+	o := e.options(prometheus.NewRegistry())
+	conn, err := redismeta.ParseURI(ms.registry.URI())
+	require.NoError(t, err)
+	o.Registry, o.Meta = conn, conn
+	o.Scanner.Holder = holder
+	return o
 }
 
 // blockKeys returns the block keys of store i a round must batch ("instance/key"): every
