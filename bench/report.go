@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,6 +109,27 @@ func Report(r *Results) string {
 		}
 	}
 	w("\n")
+
+	if st := r.Stores; st != nil && len(st.Runs) > 0 {
+		w("### Scanner replicas over two metadata stores\n\n")
+		w("Two stores, each a redis-server of its own holding %s blocks; one scanner round of both, timed from the first store's start to the last one's end; profile unpaced.\n\n",
+			num(float64(st.BlocksPerStore)))
+		w("| replicas | stores walked by each | keys | time | keys/s | vs one replica |\n|---|---|---|---|---|---|\n")
+		base := st.Runs[0].Rate()
+		for _, run := range st.Runs {
+			walked := make([]string, len(run.Walked))
+			for i, n := range run.Walked {
+				walked[i] = strconv.Itoa(n)
+			}
+			ratio := "1.00"
+			if base > 0 {
+				ratio = fmt.Sprintf("%.2f", run.Rate()/base)
+			}
+			w("| %d | %s | %s | %s | %s | %s |\n", run.Replicas, strings.Join(walked, ", "), num(float64(run.Keys)),
+				run.Dur.Round(time.Millisecond), num(run.Rate()), ratio)
+		}
+		w("\n")
+	}
 
 	w("### Keyspaces\n\n")
 	w("| keyspace | blocks | locations | garbage | data files (links) | stat-probed specs | garbage files | seeded in | files linked in |\n|---|---|---|---|---|---|---|---|---|\n")
