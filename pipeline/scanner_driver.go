@@ -56,8 +56,7 @@ type walkDriver struct {
 	wait  time.Duration
 	rec   *recording
 	bctx  context.Context // for what must finish even when the scanner stops
-	size  func(ctx context.Context) (int64, error)
-	sized bool
+	sized bool            // a failed size read was logged
 }
 
 // recording is a page's batches being stored and its checkpoint written, in the background.
@@ -86,6 +85,8 @@ func (d *walkDriver) run(ctx context.Context) {
 	timer.Stop()
 	queue := []any{d.tick(ctx)}
 	for {
+		// A chain of steps that asks for no wait gets the idle one: nothing spins by omission.
+		d.wait = d.w.idle()
 		for len(queue) > 0 {
 			ev := queue[0]
 			queue = queue[1:]

@@ -62,18 +62,6 @@ func (ms *multiStore) storeName(i int) string {
 	return strings.TrimPrefix(ms.stores[i].URI(), "redis://")
 }
 
-// storeOf returns the index of the store named name.
-func (ms *multiStore) storeOf(t *testing.T, name string) int {
-	t.Helper()
-	for i := range ms.stores {
-		if ms.storeName(i) == name {
-			return i
-		}
-	}
-	t.Fatalf("no store %q", name)
-	return -1
-}
-
 // register writes the registry: the seed's storages, one group per store, its instances
 // (of the stores given; none: every store).
 func (ms *multiStore) register(t *testing.T, which ...int) {
