@@ -55,7 +55,7 @@ type Command struct {
 // Commands lists the operator commands, to be mounted in the CLI's command table.
 func Commands() []Command {
 	return []Command{
-		{"status", "show streams, consumers, scanner leader and round, last events", StatusCommand},
+		{"status", "show streams, consumers, every metadata store's walk, last events", StatusCommand},
 		{"replay", "re-run a stage's decisions on its recorded input against the current metadata (dry-run)", ReplayCommand},
 		{"dlq", "list dead letters (dlq list) or re-publish one (dlq retry --stream S --seq N)", DLQCommand},
 		{"pause", "pause a stage: pause <scanner|prober|deleter|all> --for 2h", PauseCommand},

@@ -527,7 +527,11 @@ func (w *walk) publish(page meta.Page, now time.Time) []action {
 	if !w.lastPage.IsZero() && now.After(w.lastPage) {
 		dt := now.Sub(w.lastPage)
 		inst := float64(returned) / dt.Seconds()
-		next.Rate += (1 - math.Exp(-float64(dt)/float64(rateWindow))) * (inst - next.Rate)
+		if next.Rate == 0 {
+			next.Rate = inst // the first measure of the round, not a climb from zero
+		} else {
+			next.Rate += (1 - math.Exp(-float64(dt)/float64(rateWindow))) * (inst - next.Rate)
+		}
 	}
 	next.Waiting, next.WaitingSinceUs = WaitNone, 0
 

@@ -557,6 +557,29 @@ func TestWalkRound(t *testing.T) {
 	}
 }
 
+// The walk's rate follows its pages: the first measure is taken as it is, later ones are
+// averaged over about rateWindow.
+func TestWalkRate(t *testing.T) {
+	w := walking()
+	now := t0
+	var last actPublish
+	for i := range 20 {
+		acts := w.step(evPage{now: now, page: page(uint64(200+i), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)})
+		last = only[actPublish](t, acts)
+		w.step(evRecorded{ckpt: last.next, rev: uint64(10 + i)})
+		now = now.Add(100 * time.Millisecond) // 10 keys every 100ms: 100 keys/s
+	}
+	require.InDelta(t, 100, last.next.Rate, 1)
+	// The walk slows to a tenth: the rate follows within a few windows.
+	for i := range 60 {
+		now = now.Add(time.Second)
+		acts := w.step(evPage{now: now, page: page(uint64(300+i), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)})
+		last = only[actPublish](t, acts)
+		w.step(evRecorded{ckpt: last.next, rev: uint64(40 + i)})
+	}
+	require.InDelta(t, 10, last.next.Rate, 1)
+}
+
 func TestNextCount(t *testing.T) {
 	require.Equal(t, 256, nextCount(256, 256, 256))
 	require.Equal(t, 768, nextCount(512, 128, 256), "a page with a quarter of the keys wanted: count up, halfway")

@@ -1,10 +1,10 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -120,6 +120,7 @@ log:
 		}
 		return true
 	}, time.Minute, 5*time.Millisecond, "the walks to be under way")
+	t.Logf("kvcm-gc status while both walk:\n%s", e.status(t))
 	procOf[pidOf(victim)].kill(t)
 	at := map[string]pipeline.Checkpoint{} // the dead holder's last checkpoint of each store
 	for _, st := range byHolder[victim] {
@@ -210,14 +211,24 @@ log:
 		require.Equal(t, "round_pause", st.State)
 		require.True(t, st.InRegistry)
 	}
-	var table bytes.Buffer
-	require.NoError(t, rep.WriteTable(&table))
-	t.Logf("status after the failover:\n%s", table.String())
+	out := e.status(t)
+	for i := range ms.stores {
+		require.Contains(t, out, ms.storeName(i))
+	}
+	t.Logf("kvcm-gc status after the failover:\n%s", out)
 
 	procOf[pidOf(survivor)].stop(t)
 	leases, err = pipeline.ReadLeases(ctx, lease)
 	require.NoError(t, err)
 	require.Empty(t, leases, "the survivor released its leases on SIGTERM")
+}
+
+// status runs `kvcm-gc status` with the deployment's configuration.
+func (e *e2eEnv) status(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(e.bins, "kvcm-gc"), "status", "--config", e.config).Output()
+	require.NoError(t, err, "kvcm-gc status: %s", out)
+	return string(out)
 }
 
 func (e *e2eEnv) buckets(t *testing.T) (lease, state jetstream.KeyValue) {
