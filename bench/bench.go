@@ -80,6 +80,8 @@ type Config struct {
 	// ABStageBin is the stage binary to compare with StageBin in PhaseAB, ABReps times each.
 	ABStageBin string
 	ABReps     int
+	// StoresReps is how many times PhaseStores alternates one replica and two.
+	StoresReps int
 	// Keep leaves the working directory (logs, data) in place.
 	Keep   bool
 	Logger *slog.Logger
@@ -98,18 +100,19 @@ func UnpacedProfile() stage.Profile {
 
 // Harness holds the servers of a run.
 type Harness struct {
-	cfg      Config
-	log      *slog.Logger
-	stageBin string
-	workDir  string
-	logDir   string
-	redis    *testenv.Redis
-	nats     *proc
-	natsURL  string
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	seq      int
-	redisPid int
+	cfg       Config
+	log       *slog.Logger
+	stageBin  string
+	workDir   string
+	logDir    string
+	redis     *testenv.Redis
+	nats      *proc
+	natsURL   string
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	seq       int
+	storesSeq int
+	redisPid  int
 }
 
 // Machine describes where a run happened.

@@ -27,8 +27,16 @@ const storesDB = 3
 // dividing them, in the same run.
 type StoresResult struct {
 	BlocksPerStore int
-	Runs           []StoresRun // one replica, then two
+	// Runs alternate one replica, then two, Config.StoresReps times.
+	Runs []StoresRun
+	// Paced is one replica, then two, with each store walk capped at PacedCap keys/s.
+	PacedCap float64
+	Paced    []StoresRun
 }
+
+// storesPacedCap is max_keys_per_second of the paced runs: well below what one walk reaches
+// unpaced, so the figure is the pacing's, not the machine's.
+const storesPacedCap = 20_000
 
 // StoresRun is one round of every store by Replicas scanner processes.
 type StoresRun struct {
@@ -88,14 +96,40 @@ func (h *Harness) runStores(ctx context.Context, p stage.Profile) (*StoresResult
 	}
 	k := &Keyspace{Spec: KeyspaceSpec{Cluster: storesCluster}, URI: uris[0]}
 	k.Counts.Blocks = 2 * per
+	// Alternated: on a shared machine only runs next to each other compare.
+	for range max(h.cfg.StoresReps, 1) {
+		for _, replicas := range []int{1, 2} {
+			r, err := h.storesRound(ctx, k, p, replicas)
+			if err != nil {
+				return res, err
+			}
+			res.Runs = append(res.Runs, r)
+		}
+	}
+	// Paced: each store's walk has its own max_keys_per_second, so one replica walking two
+	// stores reads twice the cap (the walks go on at once, not one after the other).
+	paced := p
+	paced.Name, paced.MaxKeysPerSecond = p.Name+", max_keys_per_second", storesPacedCap
+	res.PacedCap = storesPacedCap
 	for _, replicas := range []int{1, 2} {
-		r, err := h.storesRound(ctx, k, p, replicas)
+		r, err := h.storesRound(ctx, k, paced, replicas)
 		if err != nil {
 			return res, err
 		}
-		res.Runs = append(res.Runs, r)
+		res.Paced = append(res.Paced, r)
 	}
 	return res, nil
+}
+
+// Ratios are the two-replica rate over the one-replica rate of each alternation.
+func (s StoresResult) Ratios() []float64 {
+	var out []float64
+	for i := 0; i+1 < len(s.Runs); i += 2 {
+		if one := s.Runs[i].Rate(); one > 0 {
+			out = append(out, s.Runs[i+1].Rate()/one)
+		}
+	}
+	return out
 }
 
 // adoptGroup copies src's redis group and its instances into dst's registry as group name.
@@ -131,7 +165,8 @@ func adoptGroup(ctx context.Context, dst, src *redis.Client, name string) error 
 // storesRound starts replicas scanner processes at once and waits for round 1 of every store.
 func (h *Harness) storesRound(ctx context.Context, k *Keyspace, p stage.Profile, replicas int) (StoresRun, error) {
 	res := StoresRun{Replicas: replicas}
-	phase := fmt.Sprintf("stores-%d", replicas)
+	h.storesSeq++
+	phase := fmt.Sprintf("stores-%d-%d", h.storesSeq, replicas)
 	r, err := h.newRun(ctx, phase, k, p)
 	if err != nil {
 		return res, err

@@ -68,6 +68,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	phases := fs.String("phases", strings.Join(bench.AllPhases, ","), "phases to run (and \"ab\": each stage alone with -stage-bin and -ab-stage-bin, alternated; \"stores\": a scanner round over two stores with one replica, then two)")
 	fs.StringVar(&cfg.ABStageBin, "ab-stage-bin", "", "a second kvcmstage binary for the ab phase (a build with a change to measure)")
 	fs.IntVar(&cfg.ABReps, "ab-reps", 2, "alternations of the ab phase")
+	fs.IntVar(&cfg.StoresReps, "stores-reps", 3, "alternations of one replica and two in the stores phase")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (data, logs)")
 	_ = fs.Parse(args)
 
