@@ -516,13 +516,7 @@ func (w *walk) publish(page meta.Page, now time.Time) []action {
 	next.KeysScanned += uint64(len(page.Entries))
 	next.KeysVisited += uint64(returned)
 	if len(page.Entries) > 0 {
-		next.Layouts = maps.Clone(next.Layouts)
-		if next.Layouts == nil {
-			next.Layouts = map[string]uint64{}
-		}
-		for i := range page.Entries {
-			next.Layouts[entryLayout(&page.Entries[i])]++
-		}
+		next.Layouts = countLayouts(next.Layouts, page.Entries)
 	}
 	if !w.lastPage.IsZero() && now.After(w.lastPage) {
 		dt := now.Sub(w.lastPage)
@@ -593,6 +587,39 @@ func (w *walk) recorded(e evRecorded) []action {
 		return w.publish(h.page, h.at)
 	}
 	return nil
+}
+
+// countLayouts returns a copy of counts with the layouts of entries added (counted locally
+// first: one map update per layout, not per key).
+func countLayouts(counts map[string]uint64, entries []meta.Entry) map[string]uint64 {
+	var legacy, location, ambiguous uint64
+	var other map[string]uint64
+	for i := range entries {
+		switch l := entryLayout(&entries[i]); l {
+		case LayoutLegacy:
+			legacy++
+		case LayoutLocation:
+			location++
+		case LayoutAmbiguous:
+			ambiguous++
+		default:
+			if other == nil {
+				other = map[string]uint64{}
+			}
+			other[l]++
+		}
+	}
+	out := make(map[string]uint64, len(counts)+1)
+	maps.Copy(out, counts)
+	for l, n := range map[string]uint64{LayoutLegacy: legacy, LayoutLocation: location, LayoutAmbiguous: ambiguous} {
+		if n > 0 {
+			out[l] += n
+		}
+	}
+	for l, n := range other {
+		out[l] += n
+	}
+	return out
 }
 
 // nextCount is the SCAN COUNT for the next page of a store whose last page, scanned with

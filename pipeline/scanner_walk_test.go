@@ -658,3 +658,22 @@ func TestBlockEntry(t *testing.T) {
 	require.Equal(t, subjects.BlockEntry{Key: -5, URI: subjects.RawText(`{"a":1}`), LRUTime: "9"}, b)
 	require.Equal(t, LayoutLegacy, entryLayout(&meta.Entry{}))
 }
+
+// The state machine's own cost per page of 256 keys (the decision, not the I/O).
+func BenchmarkWalkPage(b *testing.B) {
+	keys := make([]int64, 256)
+	for i := range keys {
+		keys[i] = int64(i)
+	}
+	p := page(1, keys...)
+	w := walking()
+	now := t0
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Millisecond)
+		acts := w.step(evPage{now: now, page: p})
+		pub := acts[0].(actPublish)
+		w.step(evRecorded{ckpt: pub.next, rev: uint64(i + 10)})
+		w.step(evTick{now: now, leaseRev: 7})
+	}
+}
