@@ -271,6 +271,9 @@ func (w *walk) tick(t evTick) []action {
 			acts := w.setWaiting(t.now, WaitRoundPause)
 			return append(acts, actWait{next.Sub(t.now)})
 		}
+		if t.controlErr != nil {
+			return w.hold(t.now, WaitError) // no round starts while the pause cannot be read
+		}
 		return []action{actSnapshot{start: true}}
 	}
 	if t.controlErr != nil {

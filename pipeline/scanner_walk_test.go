@@ -390,6 +390,13 @@ func TestWalkStep(t *testing.T) {
 				require.Equal(t, WaitError, w.waiting)
 				noSpin(t, acts)
 			}},
+		{"pause unreadable at a round's start: no round", func() *walk {
+			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
+		}, evTick{now: t0, leaseRev: 7, controlErr: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actSnapshot](t, acts)
+				noSpin(t, acts)
+			}},
 		{"last page read: the round ends once it is recorded", func() *walk {
 			w := walking()
 			w.step(evPage{now: t0, page: page(0, 1)})
