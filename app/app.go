@@ -153,7 +153,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		sizes := newStoreSizes(pool)
 		defer sizes.close()
 		sc := &pipeline.Scanner{Config: cfg, Names: names, Registry: registry, Stores: pool,
-			Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Sizes: sizes.size,
+			JS: js, Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Sizes: sizes.size,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Backlog: Backlog(js, names),
 			MaxPayload: int(nc.MaxPayload()), Metrics: m, Logger: log.With("stage", pipeline.StageScanner)}
 		a := o.stageAlive(pipeline.StageScanner, sc.LeaseState)

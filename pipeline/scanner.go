@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
@@ -52,6 +53,10 @@ type Scanner struct {
 	Registry meta.RegistryReader
 	Stores   meta.StoreResolver
 	// Leases is the LEASE bucket, whose bucket-wide TTL is LeaseTTL; State the STATE bucket.
+	// JS is their JetStream context: the scanner lists the lease bucket's keys with STREAM.INFO
+	// and watches it with a plain subscription, so it needs no consumer of its own (its NATS
+	// user may not create one).
+	JS        jetstream.JetStream
 	Leases    jetstream.KeyValue
 	LeaseTTL  time.Duration
 	State     jetstream.KeyValue
@@ -101,6 +106,9 @@ func (s *Scanner) Run(ctx context.Context) error {
 	}
 	if s.LeaseTTL <= 0 {
 		return errors.New("scanner: lease TTL must be > 0")
+	}
+	if s.JS == nil {
+		return errors.New("scanner: no JetStream context")
 	}
 	if s.Now == nil {
 		s.Now = time.Now
@@ -381,15 +389,46 @@ func (s *Scanner) writeIndex(ctx context.Context, stores []string, now time.Time
 
 // members counts the live scanner replicas (their member keys), this one included.
 func (s *Scanner) members(ctx context.Context) (int, error) {
-	keys, err := listKeys(ctx, s.Leases, subjects.MemberFilter())
+	keys, err := bucketKeys(ctx, s.JS, s.Leases.Bucket(), subjects.MemberFilter())
 	if err != nil {
 		return 0, fmt.Errorf("list scanner members: %w", err)
 	}
-	n := len(keys)
-	if !slices.Contains(keys, subjects.MemberKey(s.Config.Holder)) {
-		n++
+	self := subjects.MemberKey(s.Config.Holder)
+	n := 1
+	for _, k := range keys {
+		if k == self {
+			continue
+		}
+		// A replica that left keeps a delete marker until it ages out: read each key.
+		if _, err := s.Leases.Get(ctx, k); err == nil {
+			n++
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return 0, fmt.Errorf("read member %s: %w", k, err)
+		}
 	}
 	return n, nil
+}
+
+// bucketKeys lists the keys of a bucket matching filter, deleted ones included, with one
+// STREAM.INFO filtered by subject (kv.ListKeys would create a consumer).
+func bucketKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string) ([]string, error) {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + bucket + "."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		if k, ok := strings.CutPrefix(subj, prefix); ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
 }
 
 func (s *Scanner) putMember(ctx context.Context, since time.Time) error {
@@ -498,11 +537,14 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 
 // watch follows the lease bucket: a released store lease, or a replica leaving, wakes the
 // coordination at once (a standby takes a released store without waiting for a period). It
-// also notes since when each store's lease is free. A watch that cannot start leaves the
-// periodic coordination alone.
+// also notes since when each store's lease is free. It is a plain subscription to the
+// bucket's subjects, not a consumer: a missed message only delays a takeover to the next
+// period. A subscription that cannot start leaves the periodic coordination alone.
 func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-chan struct{}) {
 	out, finished := make(chan struct{}, 1), make(chan struct{})
-	w, err := s.Leases.WatchAll(ctx, jetstream.UpdatesOnly())
+	prefix := "$KV." + s.Leases.Bucket() + "."
+	msgs := make(chan *nats.Msg, 64)
+	sub, err := s.JS.Conn().ChanSubscribe(prefix+">", msgs)
 	if err != nil {
 		warn(ctx, s.Logger, "watch the lease bucket; released stores are taken at the next period", "err", err)
 		close(finished)
@@ -510,35 +552,31 @@ func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-ch
 	}
 	go func() {
 		defer close(finished)
-		defer func() { _ = w.Stop() }()
+		defer func() { _ = sub.Unsubscribe() }()
 		for {
+			var m *nats.Msg
 			select {
 			case <-ctx.Done():
 				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					continue
-				}
-				deleted := e.Operation() == jetstream.KeyValueDelete || e.Operation() == jetstream.KeyValuePurge
-				if st, err := subjects.StoreOfLeaseKey(e.Key()); err == nil {
-					s.mu.Lock()
-					if deleted {
-						if _, ok := s.freed[st]; !ok {
-							s.freed[st] = s.Now()
-						}
-					} else {
-						delete(s.freed, st)
-					}
-					s.mu.Unlock()
-				}
+			case m = <-msgs:
+			}
+			op := m.Header.Get("KV-Operation")
+			deleted := op == "DEL" || op == "PURGE"
+			if st, err := subjects.StoreOfLeaseKey(strings.TrimPrefix(m.Subject, prefix)); err == nil {
+				s.mu.Lock()
 				if deleted {
-					select {
-					case out <- struct{}{}:
-					default:
+					if _, ok := s.freed[st]; !ok {
+						s.freed[st] = s.Now()
 					}
+				} else {
+					delete(s.freed, st)
+				}
+				s.mu.Unlock()
+			}
+			if deleted {
+				select {
+				case out <- struct{}{}:
+				default:
 				}
 			}
 		}
@@ -592,18 +630,31 @@ func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
 		slices.Sort(held)
 		return "lease held: " + strings.Join(held, ", "), nil
 	}
-	leases, err := ReadLeases(ctx, s.Leases)
-	if err != nil {
-		return "", err
-	}
-	if len(leases) == 0 {
-		return "waiting for the lease (no store leased)", nil
+	var stores []string
+	if s.reg != nil {
+		stores = storesOf(s.reg.last())
 	}
 	holders := map[string]bool{}
-	for _, l := range leases {
-		holders[l.Record.Holder] = true
+	for _, st := range stores {
+		e, err := s.Leases.Get(ctx, subjects.StoreLeaseKey(st))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("read lease of %s: %w", st, err)
+		}
+		var r LeaseRecord
+		if json.Unmarshal(e.Value(), &r) == nil {
+			holders[r.Holder] = true
+		}
 	}
-	return fmt.Sprintf("waiting for the lease (%d stores held by %s)", len(leases), strings.Join(slices.Sorted(maps.Keys(holders)), ", ")), nil
+	if len(holders) == 0 {
+		if _, err := s.Leases.Status(ctx); err != nil {
+			return "", fmt.Errorf("read lease bucket: %w", err)
+		}
+		return fmt.Sprintf("waiting for the lease (%d stores, none leased)", len(stores)), nil
+	}
+	return fmt.Sprintf("waiting for the lease (%d stores, held by %s)", len(stores), strings.Join(slices.Sorted(maps.Keys(holders)), ", ")), nil
 }
 
 // ReadMembers lists the scanner replicas whose member key is live, sorted.

@@ -232,6 +232,13 @@ func (c *registryCache) get(ctx context.Context, now time.Time) ([]meta.Instance
 	return snap, time.Time{}, nil
 }
 
+// last returns the last snapshot read (nil: none yet), without reading.
+func (c *registryCache) last() []meta.Instance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snap
+}
+
 // instancesOf returns the instances of a snapshot whose metadata store is store, by id (the
 // first by (group, id) wins a duplicate id).
 func instancesOf(snap []meta.Instance, store string) map[string]meta.Instance {
