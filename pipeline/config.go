@@ -34,8 +34,9 @@ type ScannerConfig struct {
 	Holder string
 	// MaxStores caps the metadata stores this replica walks at once (scanner.max_stores; 0:
 	// no cap). Replicas divide the stores: each takes free store leases up to its share (the
-	// stores over the live replicas, rounded up) and hands one back at a round boundary while
-	// it holds more; a store left free for a whole lease TTL is taken by anyone with room.
+	// stores over the live replicas, rounded up, a capped replica leaving the rest of its part
+	// to the others) and hands one back at a round boundary while it holds more; a store left
+	// free for a whole lease TTL is taken by anyone with room.
 	MaxStores int
 }
 

@@ -42,8 +42,8 @@ type AsyncPublisher interface {
 
 // Scanner walks the metadata stores of a KVCM cluster (DESIGN §4): one walk per store whose
 // lease it holds, each with its own round, checkpoint and pacing. Any number of replicas share
-// the stores: each takes free store leases up to its share (the registry's stores over the
-// live replicas, rounded up, at most Config.MaxStores), hands one back at a round boundary
+// the stores: each takes free store leases up to its share (fairShare: the registry's stores
+// over the live replicas, at most Config.MaxStores), hands one back at a round boundary
 // while it holds more, lets go of stores that left the registry, and takes a released lease
 // at once (it watches the lease bucket). Its leases are renewed in the background, a failed
 // renewal retried until the lease's TTL would pass.
@@ -169,18 +169,18 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 	}
 	stores := storesOf(snap)
 	s.writeIndex(ctx, stores, now)
-	members, err := s.members(ctx)
+	caps, err := s.members(ctx)
 	if err != nil {
 		warn(ctx, s.Logger, "count scanner replicas; no store taken this time", "err", err)
 		s.Metrics.opError(StageScanner, "lease")
 		return
 	}
-	s.Metrics.ScannerMembers.Set(float64(members))
+	s.Metrics.ScannerMembers.Set(float64(len(caps)))
 	limit := len(stores)
 	if s.Config.MaxStores > 0 {
 		limit = min(limit, s.Config.MaxStores)
 	}
-	share := min((len(stores)+members-1)/max(members, 1), limit)
+	share := min(fairShare(len(stores), caps, s.Config.MaxStores), limit)
 
 	inRegistry := map[string]bool{}
 	for _, st := range stores {
@@ -387,26 +387,57 @@ func (s *Scanner) writeIndex(ctx context.Context, stores []string, now time.Time
 	}
 }
 
-// members counts the live scanner replicas (their member keys), this one included.
-func (s *Scanner) members(ctx context.Context) (int, error) {
+// members returns the max_stores of every live scanner replica (0: no cap), this one first.
+func (s *Scanner) members(ctx context.Context) ([]int, error) {
 	keys, err := bucketKeys(ctx, s.JS, s.Leases.Bucket(), subjects.MemberFilter())
 	if err != nil {
-		return 0, fmt.Errorf("list scanner members: %w", err)
+		return nil, fmt.Errorf("list scanner members: %w", err)
 	}
 	self := subjects.MemberKey(s.Config.Holder)
-	n := 1
+	caps := []int{s.Config.MaxStores}
 	for _, k := range keys {
 		if k == self {
 			continue
 		}
 		// A replica that left keeps a delete marker until it ages out: read each key.
-		if _, err := s.Leases.Get(ctx, k); err == nil {
-			n++
-		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return 0, fmt.Errorf("read member %s: %w", k, err)
+		e, err := s.Leases.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read member %s: %w", k, err)
+		}
+		var r MemberRecord
+		if json.Unmarshal(e.Value(), &r) != nil {
+			r = MemberRecord{} // unreadable: counted, with no cap
+		}
+		caps = append(caps, max(r.MaxStores, 0))
+	}
+	return caps, nil
+}
+
+// fairShare is how many of stores a replica with cap myCap (0: none) should walk when the
+// live replicas have caps: the lowest level L such that every replica walking min(its cap, L)
+// covers every store, then min(myCap, L). Without caps it is the stores over the replicas,
+// rounded up; a capped replica leaves its part to the others.
+func fairShare(stores int, caps []int, myCap int) int {
+	capped := func(c, level int) int {
+		if c > 0 {
+			return min(c, level)
+		}
+		return level
+	}
+	level := 0
+	for ; level < stores; level++ {
+		total := 0
+		for _, c := range caps {
+			total += capped(c, level)
+		}
+		if total >= stores {
+			break
 		}
 	}
-	return n, nil
+	return capped(myCap, level)
 }
 
 // bucketKeys lists the keys of a bucket matching filter, deleted ones included, with one

@@ -75,7 +75,7 @@ func (c *controls) read(ctx context.Context, now time.Time) (pausedUntil time.Ti
 		if c.pauseErr != nil {
 			c.m.opError(StageScanner, "pause")
 		}
-		c.logPause(ctx, now)
+		c.logPauseErr(ctx)
 	}
 	if c.backlog != nil && stale(c.backlogAt, now) {
 		p, d, err := c.backlog(ctx)
@@ -90,7 +90,10 @@ func (c *controls) read(ctx context.Context, now time.Time) (pausedUntil time.Ti
 	}
 	until := c.pauseUntil
 	if !until.IsZero() && !now.Before(until) {
-		until = time.Time{}
+		until = time.Time{} // over, even if the reading is not due again yet
+	}
+	if c.pauseErr == nil {
+		c.logPause(until)
 	}
 	return until, c.full, errors.Join(c.pauseErr, c.backlogErr)
 }
@@ -99,7 +102,7 @@ func stale(at, now time.Time) bool {
 	return at.IsZero() || now.Sub(at) >= controlRefresh || now.Before(at)
 }
 
-func (c *controls) logPause(ctx context.Context, now time.Time) {
+func (c *controls) logPauseErr(ctx context.Context) {
 	if failed := c.pauseErr != nil; failed != c.loggedPauseErr {
 		c.loggedPauseErr = failed
 		if failed {
@@ -108,17 +111,18 @@ func (c *controls) logPause(ctx context.Context, now time.Time) {
 			c.log.Info("scanner pause readable again")
 		}
 	}
-	if c.pauseErr != nil {
-		return
-	}
-	paused := !c.pauseUntil.IsZero() && now.Before(c.pauseUntil)
+}
+
+// logPause notes the pause in effect (zero: none): the gauge and one line per change.
+func (c *controls) logPause(until time.Time) {
+	paused := !until.IsZero()
 	if paused == c.loggedPaused {
 		return
 	}
 	c.loggedPaused = paused
 	if paused {
 		c.m.ScannerPaused.Set(1)
-		c.log.Info("scanner paused", "until", c.pauseUntil.UTC().Format(time.RFC3339))
+		c.log.Info("scanner paused", "until", until.UTC().Format(time.RFC3339))
 	} else {
 		c.m.ScannerPaused.Set(0)
 		c.log.Info("scanner resumed")

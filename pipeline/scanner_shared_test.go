@@ -113,6 +113,15 @@ func TestControlsLogEachChangeOnce(t *testing.T) {
 	require.Equal(t, 1, logs.count("backpressure: scanning held back"))
 	require.Equal(t, 1, logs.count("backpressure over: scanning again"))
 
+	// A pause that ends between two readings is over at once, the gauge with it.
+	kv.until = now.Add(controlRefresh + controlRefresh/2)
+	_, _, _ = read(1)
+	until, _, _ = c.read(ctx, now.Add(controlRefresh*3/4)) // the reading is reused, the pause is over
+	require.True(t, until.IsZero())
+	require.Equal(t, 2, logs.count("scanner resumed"))
+	require.Zero(t, gaugeValue(c.m.ScannerPaused))
+	kv.until = time.Time{}
+
 	// A pause that cannot be read fails closed, said once too.
 	kv.err = errors.New("no responders")
 	_, _, err = read(5)
@@ -192,4 +201,26 @@ func TestInstancesOf(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, "g1", got["a"].Group, "the first by (group, id) wins")
 	require.Empty(t, instancesOf(snap, "s3"))
+}
+
+func TestFairShare(t *testing.T) {
+	for _, tt := range []struct {
+		stores int
+		caps   []int
+		mine   int
+		want   int
+	}{
+		{4, []int{0}, 0, 4},
+		{4, []int{0, 0}, 0, 2},
+		{3, []int{0, 0}, 0, 2},
+		{4, []int{0, 1}, 0, 3},       // the other one walks at most one
+		{4, []int{1, 0}, 1, 1},       // this one walks at most one
+		{4, []int{0, 0, 1}, 0, 2},    // 2 + 2 + 1 cover 4
+		{5, []int{0, 1, 1}, 0, 3},    // 3 + 1 + 1
+		{2, []int{0, 0, 0, 0}, 0, 1}, // more replicas than stores
+		{0, []int{0, 0}, 0, 0},
+		{4, []int{1, 1}, 1, 1}, // not enough room anywhere: each its cap
+	} {
+		require.Equal(t, tt.want, fairShare(tt.stores, tt.caps, tt.mine), "%d stores over %v", tt.stores, tt.caps)
+	}
 }
