@@ -203,12 +203,13 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		if cfg.LeaseRenew <= 0 {
 			cfg.LeaseRenew = max(o.JetStream.LeaseTTL/3, 100*time.Millisecond)
 		}
-		lease := pipeline.NewLease(leaseKV, cfg.Holder, o.JetStream.LeaseTTL)
+		sizes := newStoreSizes(pool)
+		defer sizes.close()
 		sc := &pipeline.Scanner{Config: cfg, Names: names, Registry: registry, Stores: stores,
-			Lease: lease, State: state,
+			JS: js, Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Sizes: sizes.size,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Backlog: Backlog(js, names),
 			MaxPayload: int(nc.MaxPayload()), Metrics: m, Logger: log.With("stage", pipeline.StageScanner)}
-		a := checks.stage(o.Health, pipeline.StageScanner, func(ctx context.Context) (string, error) { return leaseState(ctx, lease, leaseKV) })
+		a := checks.stage(o.Health, pipeline.StageScanner, sc.LeaseState)
 		g.Go(func() error { defer a.set(false); return sc.Run(gctx) })
 	}
 	if which.Prober {

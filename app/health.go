@@ -17,7 +17,6 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/ops"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -321,20 +320,4 @@ func (r *readiness) stage(h *Health, stage string, extra func(context.Context) (
 		return []checkLine{l}
 	})
 	return a
-}
-
-// leaseState is the scanner's readiness: holding the lease, or waiting for it while able to
-// read who holds it. A lease bucket it cannot read means it could neither take nor keep it.
-func leaseState(ctx context.Context, lease *pipeline.Lease, kv jetstream.KeyValue) (string, error) {
-	if rev, held := lease.Held(); held {
-		return fmt.Sprintf("lease held (revision %d)", rev), nil
-	}
-	rec, _, err := pipeline.ReadLease(ctx, kv)
-	if err != nil {
-		return "", err
-	}
-	if rec == nil {
-		return "waiting for the lease (free)", nil
-	}
-	return "waiting for the lease (held by " + rec.Holder + ")", nil
 }

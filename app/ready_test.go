@@ -120,7 +120,7 @@ func TestReadyPaused(t *testing.T) {
 		Blocks: 5, Root: t.TempDir(), MetaURI: reg.URI(), Seed: 1})
 	require.NoError(t, err)
 	h, nc := startStages(t, reg, "c1", app.All)
-	waitReport(t, h, true, "deleter: running")
+	waitReport(t, h, true, "deleter: running", "scanner: lease held")
 	js, err := jetstreamOf(nc)
 	require.NoError(t, err)
 	names, err := subjects.NewNames("kvcmgc", "c1")
@@ -131,7 +131,7 @@ func TestReadyPaused(t *testing.T) {
 	stamp := until.UTC().Format(time.RFC3339)
 	report := waitReport(t, h, true, "deleter: ready, paused until "+stamp, "prober: ready, paused until "+stamp,
 		"scanner: ready, paused until "+stamp)
-	require.Contains(t, report, "; lease held", "the scanner still says whether it leads")
+	require.Contains(t, report, "; lease held", "the scanner still says which stores it holds")
 	_, err = ops.Resume(context.Background(), js, names, ops.StageAll)
 	require.NoError(t, err)
 	waitReport(t, h, true, "deleter: running", "prober: running")

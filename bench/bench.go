@@ -41,6 +41,10 @@ const (
 	// PhaseAB runs each stage alone with the stage binary and with Config.ABStageBin in
 	// alternation, to measure a change (not part of the default phases).
 	PhaseAB = "ab"
+	// PhaseStores times a scanner round over two metadata stores (a redis-server each, half
+	// the main keyspace's blocks in each) with one replica, then two (not part of the
+	// default phases).
+	PhaseStores = "stores"
 )
 
 // AllPhases in the order they run.
@@ -76,6 +80,8 @@ type Config struct {
 	// ABStageBin is the stage binary to compare with StageBin in PhaseAB, ABReps times each.
 	ABStageBin string
 	ABReps     int
+	// StoresReps is how many times PhaseStores alternates one replica and two.
+	StoresReps int
 	// Keep leaves the working directory (logs, data) in place.
 	Keep   bool
 	Logger *slog.Logger
@@ -94,18 +100,19 @@ func UnpacedProfile() stage.Profile {
 
 // Harness holds the servers of a run.
 type Harness struct {
-	cfg      Config
-	log      *slog.Logger
-	stageBin string
-	workDir  string
-	logDir   string
-	redis    *testenv.Redis
-	nats     *proc
-	natsURL  string
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	seq      int
-	redisPid int
+	cfg       Config
+	log       *slog.Logger
+	stageBin  string
+	workDir   string
+	logDir    string
+	redis     *testenv.Redis
+	nats      *proc
+	natsURL   string
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	seq       int
+	storesSeq int
+	redisPid  int
 }
 
 // Machine describes where a run happened.
@@ -132,12 +139,14 @@ type Results struct {
 	Serving     []Latency
 	E2E         *E2EResult
 	// AB holds the alternated runs of PhaseAB: AB[i][0] with StageBin, AB[i][1] with ABStageBin.
-	AB     [][2]AloneResults
+	AB [][2]AloneResults
+	// Stores is PhaseStores.
+	Stores *StoresResult
 	Errors []string
 }
 
 func (c Config) wants(phase string) bool {
-	return (len(c.Phases) == 0 && phase != PhaseAB) || slices.Contains(c.Phases, phase)
+	return (len(c.Phases) == 0 && phase != PhaseAB && phase != PhaseStores) || slices.Contains(c.Phases, phase)
 }
 
 // Run runs the benchmark; Report renders what it returns. A failing phase is recorded in the
@@ -273,6 +282,13 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 			phaseErr(PhaseE2E, err)
 		}
 		res.E2E = &e
+	}
+	if cfg.wants(PhaseStores) {
+		st, err := h.runStores(ctx, cfg.Unpaced)
+		if err != nil {
+			phaseErr(PhaseStores, err)
+		}
+		res.Stores = st
 	}
 	return res, nil
 }

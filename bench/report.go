@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,8 +40,10 @@ func Report(r *Results) string {
 		w("\n")
 	}
 
+	summaryAt := b.Len()
 	w("### Summary\n\n")
 	w("| measurement | kvcm-gc | raw baseline (same run) | ratio | target | met |\n|---|---|---|---|---|---|\n")
+	rowsAt := b.Len()
 	raw := r.Raw
 	if a := r.Alone; a != nil && raw != nil {
 		ratio := a.Scanner.Rate() / raw.ScanBare.PerSec()
@@ -107,7 +110,51 @@ func Report(r *Results) string {
 				mode, ps, offs, 100*ratio, target, met)
 		}
 	}
-	w("\n")
+	if b.Len() == rowsAt {
+		b.Truncate(summaryAt) // a run of phases without a summary figure (stores, ab)
+	} else {
+		w("\n")
+	}
+
+	if st := r.Stores; st != nil && len(st.Runs) > 0 {
+		w("### Scanner replicas over two metadata stores\n\n")
+		w("Two stores, each a redis-server of its own holding %s blocks; one scanner round of both, timed from the first store's start to the last one's end; profile unpaced.\n\n",
+			num(float64(st.BlocksPerStore)))
+		w("| alternation | replicas | stores walked by each | keys | time | keys/s | vs one replica |\n|---|---|---|---|---|---|---|\n")
+		var base float64
+		for i, run := range st.Runs {
+			walked := make([]string, len(run.Walked))
+			for j, n := range run.Walked {
+				walked[j] = strconv.Itoa(n)
+			}
+			if run.Replicas == 1 {
+				base = run.Rate()
+			}
+			ratio := "1.00"
+			if base > 0 {
+				ratio = fmt.Sprintf("%.2f", run.Rate()/base)
+			}
+			w("| %d | %d | %s | %s | %s | %s | %s |\n", i/2+1, run.Replicas, strings.Join(walked, ", "), num(float64(run.Keys)),
+				run.Dur.Round(time.Millisecond), num(run.Rate()), ratio)
+		}
+		if rs := st.Ratios(); len(rs) > 0 {
+			sorted := slices.Sorted(slices.Values(rs))
+			w("\nTwo replicas against one, median of %d alternations: **%.2f×** (in order: %s).\n", len(rs), sorted[len(sorted)/2], ratiosList(rs))
+		}
+		if len(st.Paced) > 0 {
+			w("\nPaced, max_keys_per_second %s (a cap per store walk):\n\n", num(st.PacedCap))
+			w("| replicas | stores walked by each | keys | time | keys/s | vs the cap of one walk |\n|---|---|---|---|---|---|\n")
+			for _, run := range st.Paced {
+				walked := make([]string, len(run.Walked))
+				for j, n := range run.Walked {
+					walked[j] = strconv.Itoa(n)
+				}
+				w("| %d | %s | %s | %s | %s | %.2f |\n", run.Replicas, strings.Join(walked, ", "), num(float64(run.Keys)),
+					run.Dur.Round(time.Millisecond), num(run.Rate()), run.Rate()/st.PacedCap)
+			}
+		}
+		w("\n")
+	}
 
 	w("### Keyspaces\n\n")
 	w("| keyspace | blocks | locations | garbage | data files (links) | stat-probed specs | garbage files | seeded in | files linked in |\n|---|---|---|---|---|---|---|---|---|\n")
@@ -236,6 +283,14 @@ func Report(r *Results) string {
 	w("\nThroughput, memory and end-to-end runs use %s; the serving windows use both, in dry-run. Each stage is a separate process; memory is its peak resident set (VmHWM).\n",
 		c.Unpaced.Name)
 	return b.String()
+}
+
+func ratiosList(rs []float64) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%.2f", r)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func pick(a AloneResults, st string) StageRun {

@@ -82,21 +82,24 @@ func (h *Harness) newRun(ctx context.Context, phase string, k *Keyspace, p stage
 }
 
 // start starts one stage process.
-func (r *run) start(st string) error {
+func (r *run) start(st string) error { return r.startAs(st, st) }
+
+// startAs starts one process of stage st under name (several of one stage need names).
+func (r *run) startAs(name, st string) error {
 	spec := stage.Spec{Stage: st, NATSURL: r.h.natsURL, RedisURI: r.k.URI, Cluster: r.k.Spec.Cluster,
-		Prefix: r.names.Prefix, Profile: r.profile, MetricsOut: r.file(st, "metrics.json")}
+		Prefix: r.names.Prefix, Profile: r.profile, MetricsOut: r.file(name, "metrics.json")}
 	if r.h.cfg.CPUProfile != "" {
-		spec.CPUProfile = filepath.Join(r.h.cfg.CPUProfile, fmt.Sprintf("%s-%s.pprof", r.phase, st))
+		spec.CPUProfile = filepath.Join(r.h.cfg.CPUProfile, fmt.Sprintf("%s-%s.pprof", r.phase, name))
 	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return fmt.Errorf("encode stage spec: %w", err)
 	}
-	p, err := startProc(r.phase+"/"+st, r.file(st, "log"), r.bin, "-spec", string(data))
+	p, err := startProc(r.phase+"/"+name, r.file(name, "log"), r.bin, "-spec", string(data))
 	if err != nil {
 		return err
 	}
-	r.procs[st] = p
+	r.procs[name] = p
 	return nil
 }
 

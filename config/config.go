@@ -26,11 +26,12 @@ type Config struct {
 	Prefix  string `yaml:"subject_prefix" help:"first tokens of every NATS subject, so several deployments can share a NATS server"`
 
 	// Scanner (DESIGN §4).
-	ScanInterval     time.Duration `yaml:"scan_interval" help:"least time between two SCAN pages (no catch-up after a slow page)"`
+	ScanInterval     time.Duration `yaml:"scan_interval" help:"least time between two SCAN pages of a store's walk (no catch-up after a slow page)"`
 	RoundPause       time.Duration `yaml:"round_pause" help:"pause between the end of a full scan round and the start of the next"`
 	ScanBatchSize    int           `yaml:"scan_batch_size" help:"SCAN COUNT hint, and the most delete targets one batch may produce"`
-	MaxKeysPerSecond float64       `yaml:"max_keys_per_second" help:"cap on the scan rate to protect a busy Redis (0: no cap beyond scan_interval)"`
+	MaxKeysPerSecond float64       `yaml:"max_keys_per_second" help:"cap on a store walk's keys per second, to protect a busy Redis (0: no cap beyond scan_interval)"`
 	HighWater        uint64        `yaml:"backpressure_high_water" help:"skip scanning while the prober's or the deleter's backlog (pending + unacknowledged messages) is above this"`
+	Scanner          Scanner       `yaml:"scanner"`
 
 	// Prober (DESIGN §5).
 	OrphanWritingGrace time.Duration `yaml:"orphan_writing_grace" help:"least age of a WRITING location before it is an orphan; at least 1h"`
@@ -55,6 +56,11 @@ type Config struct {
 	JS       JetStream     `yaml:"jetstream"`
 	HTTP     HTTPConfig    `yaml:"http"`
 	Log      LogConfig     `yaml:"log"`
+}
+
+// Scanner are the settings of how scanner replicas share the metadata stores.
+type Scanner struct {
+	MaxStores int `yaml:"max_stores" help:"most metadata stores this replica walks at once (0: all); replicas divide the stores, each walking its share"`
 }
 
 // Workers are the concurrent message handlers of a process.
@@ -155,7 +161,7 @@ type JetStream struct {
 	ProberMaxAckPending int           `yaml:"prober_max_ack_pending" help:"batches delivered and not yet acknowledged, across all probers"`
 	DeleterAckWait      time.Duration `yaml:"deleter_ack_wait" help:"time a delete request may stay unacknowledged before it is redelivered (kept alive during delete_delay)"`
 	MaxDeliver          int           `yaml:"max_deliver" help:"deliveries of one message before it is dead-lettered"`
-	LeaseTTL            time.Duration `yaml:"lease_ttl" help:"scanner leader lease TTL: a leader that cannot renew within it loses the lease"`
+	LeaseTTL            time.Duration `yaml:"lease_ttl" help:"scanner store lease TTL: a scanner that cannot renew a store's lease within it stops walking the store, and another takes it over"`
 	APITimeout          time.Duration `yaml:"api_timeout" help:"longest wait for the answer to one JetStream request before it is retried (a leader change leaves requests unanswered)"`
 	SkipEnsure          bool          `yaml:"skip_ensure" help:"do not create or update streams, consumers and buckets (for users without those permissions)"`
 }

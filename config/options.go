@@ -104,6 +104,7 @@ func (c Config) AppOptions() (app.Options, error) {
 	sc.ScanBatchSize = c.ScanBatchSize
 	sc.MaxKeysPerSecond = c.MaxKeysPerSecond
 	sc.HighWater = c.HighWater
+	sc.MaxStores = c.Scanner.MaxStores
 
 	pc := pipeline.DefaultProberConfig()
 	pc.OrphanWritingGrace = c.OrphanWritingGrace

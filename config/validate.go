@@ -47,6 +47,9 @@ func (c Config) Validate() error {
 	if c.HighWater == 0 {
 		bad("backpressure_high_water", "must be > 0")
 	}
+	if c.Scanner.MaxStores < 0 {
+		bad("scanner.max_stores", "must be >= 0, got %d", c.Scanner.MaxStores)
+	}
 	if c.OrphanWritingGrace < pipeline.MinOrphanWritingGrace {
 		bad("orphan_writing_grace", "must be >= %s, got %s", pipeline.MinOrphanWritingGrace, c.OrphanWritingGrace)
 	}

@@ -98,11 +98,14 @@ type env struct {
 	dir   string
 	rng   *rand.Rand
 	redis *testenv.Redis
-	nats  *natsServer // the JetStream server, in every scenario but the cluster one
-	js3   *natsNodes  // the cluster scenario's three nodes
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	names subjects.Names
+	// stores are the metadata stores besides redis (which holds the registry), when a
+	// scenario spreads its instances over several (spreadStores).
+	stores []*testenv.Redis
+	nats   *natsServer // the JetStream server, in every scenario but the cluster one
+	js3    *natsNodes  // the cluster scenario's three nodes
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	names  subjects.Names
 
 	manifest *seed.Manifest
 	before   Snapshot
@@ -184,7 +187,7 @@ func (e *env) natsURL() string {
 // snapshot records the state collection starts from.
 func (e *env) snapshot(ctx context.Context) error {
 	var err error
-	e.before, err = TakeSnapshot(ctx, e.redis.Client(), "*")
+	e.before, err = takeSnapshots(ctx, e.clients(), "*")
 	return err
 }
 
@@ -454,6 +457,9 @@ func (e *env) close() {
 	}
 	if e.redis != nil {
 		_ = e.redis.Close()
+	}
+	for _, r := range e.stores {
+		_ = r.Close()
 	}
 }
 

@@ -2,11 +2,16 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
@@ -35,7 +40,7 @@ var scenarios = []scenario{
 	{name: "redis-restart", about: "Redis restarted mid-round (SIGTERM, then SIGKILL), data kept by its append-only file", run: redisRestart},
 	{name: "redis-outage", about: "Redis unreachable for a while mid-round, then back on the same port and data", run: redisOutage},
 	{name: "nats-restart", about: "the NATS server restarted mid-round on its file store", run: natsRestart},
-	{name: "scanner-failover", about: "two scanners; the leader killed mid-round; the other takes over from the checkpoint", run: scannerFailover},
+	{name: "scanner-failover", about: "several stores, two scanners dividing them; one killed mid-round; the other takes its stores over from their checkpoints", setup: storesSetup, run: scannerFailover},
 	{name: "concurrent-writer", about: "a KVCM-like writer finishing writes and adding locations in the blocks being collected, right after probes too", run: concurrentWriter},
 	{name: "clock-skew", about: "locations with create_time or __lru_time__ in the future are kept", setup: clockSkewSetup, run: plainRun},
 	{name: "cluster-leaders", about: "three JetStream nodes at replicas 3; the node leading the BATCHES stream, then the one leading the LEASE bucket, killed (SIGKILL) mid-round and restarted",
@@ -186,8 +191,11 @@ func natsRestart(ctx context.Context, e *env) (string, *Expect, error) {
 	return strings.Join(notes, ", "), nil, nil
 }
 
-// scannerFailover kills the leader of two scanners mid-round; the other must take over and
-// resume the round from the checkpoint (each key of the round counted once).
+// scannerFailover: the instances spread over several metadata stores (a redis-server each),
+// two scanners dividing them; the scanner that recorded progress last is killed mid-round.
+// The other must take its stores over and resume each from its checkpoint: its first write of
+// such a store is in the same round, from the dead one's count (a restarted walk would start
+// from zero), and the dead one never writes again.
 func scannerFailover(ctx context.Context, e *env) (string, *Expect, error) {
 	// A slower scan, so the kill lands inside a round more surely.
 	e.extra = []string{"--scan_interval", "100ms"}
@@ -197,6 +205,15 @@ func scannerFailover(ctx context.Context, e *env) (string, *Expect, error) {
 	if _, err := e.startStage(stageScanner); err != nil {
 		return "", nil, err
 	}
+	state, err := e.js.KeyValue(ctx, e.names.StateBucket())
+	if err != nil {
+		return "", nil, fmt.Errorf("open state bucket: %w", err)
+	}
+	writes, stopWatch, err := watchCheckpoints(ctx, state)
+	if err != nil {
+		return "", nil, err
+	}
+	defer stopWatch()
 	at := uint64(float64(e.keys) * (0.2 + 0.4*e.rng.Float64()))
 	var ck pipeline.Checkpoint
 	if err := e.waitFor(ctx, "a round to pass the kill point", func() bool {
@@ -211,29 +228,105 @@ func scannerFailover(ctx context.Context, e *env) (string, *Expect, error) {
 	if leader == nil {
 		return "", nil, fmt.Errorf("no running scanner holds the checkpoint (holder %q)", ck.Holder)
 	}
+	holder := ck.Holder
 	e.kill(stageScanner, leader)
-	if err := e.waitFor(ctx, fmt.Sprintf("the end of round %d", round), func() bool {
+	if err := e.waitFor(ctx, fmt.Sprintf("the end of round %d on every store", round), func() bool {
 		c, err := e.checkpoint(ctx)
-		if err == nil && c.Round == round && !c.InRound {
-			ck = c
-			return true
-		}
-		return false
+		return err == nil && (c.Round > round || c.Round == round && !c.InRound)
 	}); err != nil {
 		return "", nil, err
 	}
-	if strings.HasSuffix(ck.Holder, "/"+strconv.Itoa(leader.Pid())) {
-		return "", nil, fmt.Errorf("round %d ended by the killed leader %s", round, ck.Holder)
+	// The dead holder's last write of each store it walked, and the first write after it.
+	var notes []string
+	all := writes.all()
+	lastAt := map[string]int{}
+	for i, c := range all {
+		if c.Holder == holder {
+			lastAt[c.Store] = i
+		}
 	}
-	// In the first round every key exists from its start (a block is deleted only after this
-	// round scanned it), so the count is exact: a restarted round would count more.
-	if round == 1 && ck.LastRoundKeys != uint64(e.keys) {
-		return "", nil, fmt.Errorf("%w: round 1 counted %d keys of %d: not resumed from the checkpoint", errViolation, ck.LastRoundKeys, e.keys)
+	last, next := map[string]pipeline.Checkpoint{}, map[string]pipeline.Checkpoint{}
+	for store, i := range lastAt {
+		last[store] = all[i]
+		for _, c := range all[i+1:] {
+			if c.Store == store && c.Holder != holder {
+				next[store] = c
+				break
+			}
+		}
+	}
+	for store, l := range last {
+		if !l.InRound {
+			continue // between rounds when killed
+		}
+		n, ok := next[store]
+		if !ok {
+			return "", nil, fmt.Errorf("%w: nobody took over store %s", errViolation, store)
+		}
+		if n.Round != l.Round || n.KeysScanned < l.KeysScanned {
+			return "", nil, fmt.Errorf("%w: store %s: the dead holder was in round %d at %d keys, the next wrote round %d at %d keys: not resumed from the checkpoint",
+				errViolation, store, l.Round, l.KeysScanned, n.Round, n.KeysScanned)
+		}
+		notes = append(notes, fmt.Sprintf("%s resumed at %d keys by %s", store, l.KeysScanned, n.Holder))
 	}
 	if _, err := e.startStage(stageScanner); err != nil {
 		return "", nil, err
 	}
-	return fmt.Sprintf("leader killed in round %d at key %d; %s finished the round with %d keys of %d", round, at, ck.Holder, ck.LastRoundKeys, e.keys), nil, nil
+	slices.Sort(notes)
+	return fmt.Sprintf("%d stores; %s killed in round %d at key %d of %d; %s", len(e.stores)+1, holder, round, at, e.keys,
+		strings.Join(notes, ", ")), nil, nil
+}
+
+// checkpointWrites are the checkpoints written, in order, as a watch saw them.
+type checkpointWrites struct {
+	mu sync.Mutex
+	cs []pipeline.Checkpoint
+}
+
+func (w *checkpointWrites) all() []pipeline.Checkpoint {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.cs)
+}
+
+// watchCheckpoints records every store checkpoint written from now on, until stop.
+func watchCheckpoints(ctx context.Context, state jetstream.KeyValue) (*checkpointWrites, func(), error) {
+	wctx, cancel := context.WithCancel(ctx)
+	kw, err := state.Watch(wctx, subjects.CheckpointFilter(), jetstream.UpdatesOnly())
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("watch checkpoints: %w", err)
+	}
+	out := &checkpointWrites{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case en, ok := <-kw.Updates():
+				if !ok {
+					return
+				}
+				if en == nil || en.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				var c pipeline.Checkpoint
+				if json.Unmarshal(en.Value(), &c) == nil {
+					out.mu.Lock()
+					out.cs = append(out.cs, c)
+					out.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return out, func() { cancel(); _ = kw.Stop(); <-done }, nil
+}
+
+// storesSetup spreads the instances over several metadata stores.
+func storesSetup(ctx context.Context, e *env) ([]Loc, []string, error) {
+	return nil, nil, spreadStores(ctx, e)
 }
 
 func concurrentWriter(ctx context.Context, e *env) (string, *Expect, error) {

@@ -254,7 +254,8 @@ func converge(ctx context.Context, e *env, x Expect, r0 uint64) (int, Report, er
 			return int(k), rep, err
 		}
 		var err error
-		if rep, err = x.Check(ctx, e.redis.Client()); err != nil {
+		rdbs := e.clients()
+		if rep, err = x.Check(ctx, rdbs[0], rdbs[1:]...); err != nil {
 			return int(k), rep, err
 		}
 		if rep.OK() {

@@ -121,13 +121,13 @@ func (r *Report) problem(format string, a ...any) {
 	}
 }
 
-// Check compares Redis and the files now with the expectation.
-func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient) (Report, error) {
+// Check compares Redis (every metadata store given) and the files now with the expectation.
+func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient, more ...redis.UniversalClient) (Report, error) {
 	pattern := x.Pattern
 	if pattern == "" {
 		pattern = "*"
 	}
-	after, err := TakeSnapshot(ctx, rdb, pattern)
+	after, err := takeSnapshots(ctx, append([]redis.UniversalClient{rdb}, more...), pattern)
 	if err != nil {
 		return Report{}, err
 	}

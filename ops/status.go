@@ -87,6 +87,50 @@ type ScannerStatus struct {
 	Holder    string               `json:"checkpoint_holder,omitempty"` // the replica that saved the checkpoint
 	SavedAt   time.Time            `json:"checkpoint_saved,omitzero"`
 	Raw       *pipeline.Checkpoint `json:"checkpoint,omitempty"`
+	// Stores is every metadata store: who walks it, where its round is, how fast, when it
+	// should end, and why it is not moving. Leader, Round, NextRound and LastRound above
+	// summarize them (with one store they are that store's).
+	Stores []StoreStatus `json:"stores,omitempty"`
+	// Replicas are the scanner replicas sharing the stores (their member keys).
+	Replicas []string `json:"replicas,omitempty"`
+	// NoStores: the registry, as the scanners last read it, names no metadata store on
+	// Redis for the cluster (a misspelt cluster name looks like this).
+	NoStores bool `json:"no_stores,omitempty"`
+}
+
+// StoreStatus is one metadata store's walk.
+type StoreStatus struct {
+	Store string `json:"store"`
+	// InRegistry: the store is in the registry as the scanners last read it; a store that
+	// is not keeps its last checkpoint here.
+	InRegistry bool `json:"in_registry"`
+	// Holder is the replica holding the store's lease ("" when none), Revision its fencing
+	// token.
+	Holder         string    `json:"holder,omitempty"`
+	Revision       uint64    `json:"lease_revision,omitempty"`
+	RenewedAgoSecs float64   `json:"lease_renewed_ago_seconds,omitempty"`
+	Round          uint64    `json:"round"`
+	InRound        bool      `json:"in_round"`
+	Cursor         uint64    `json:"cursor"`
+	Instances      int       `json:"instances"`
+	Keys           uint64    `json:"keys_scanned"` // block keys read this round
+	Visited        uint64    `json:"keys_visited"` // keys SCAN returned this round
+	DBSize         int64     `json:"dbsize,omitempty"`
+	Started        time.Time `json:"started,omitzero"`
+	KeysPerSecond  float64   `json:"keys_per_second"`
+	// Progress is the share of the store's keys visited (by ETABasis), ETA the estimated
+	// end of the round (zero: unknown, or the walk is not moving).
+	Progress float64   `json:"progress"`
+	ETA      time.Time `json:"eta,omitzero"`
+	ETABasis string    `json:"eta_basis,omitempty"` // "dbsize" | "last_round" | "walked"
+	// State is "scanning" or why the walk is not moving: paused, backpressure, round_pause,
+	// registry_backoff, error, no_lease, not_in_registry; since StateSince when known.
+	State      string            `json:"state"`
+	StateSince time.Time         `json:"state_since,omitzero"`
+	NextRound  time.Time         `json:"next_round,omitzero"`
+	LastRound  *LastRound        `json:"last_round,omitempty"`
+	Layouts    map[string]uint64 `json:"layouts,omitempty"`
+	SavedAt    time.Time         `json:"checkpoint_saved,omitzero"`
 }
 
 // LeaderStatus is the current lease holder.
@@ -236,10 +280,10 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, o
 	wg.Wait()
 	slices.Sort(r.Problems)
 	r.Scanner.HeldBack = heldBack(r, o.highWater, now)
-	if rd := r.Scanner.Round; rd != nil && rd.Stores == 0 && !rd.InProgress {
-		// A round of nothing: the registry names no Redis metadata store for the cluster.
-		r.Warnings = append(r.Warnings, fmt.Sprintf("round %d walked no metadata store: the registry of cluster %q names no "+
-			"instance group on a Redis store (a misspelt cluster name looks like this)", rd.ID, names.Cluster))
+	if r.Scanner.NoStores {
+		// Nothing to walk: the registry names no Redis metadata store for the cluster.
+		r.Warnings = append(r.Warnings, fmt.Sprintf("no metadata store to walk: the registry of cluster %q names no "+
+			"instance group on a Redis store (a misspelt cluster name looks like this)", names.Cluster))
 	}
 	return r, ctx.Err()
 }
@@ -284,14 +328,22 @@ func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.N
 	ctx, cancel := context.WithTimeout(ctx, 4*timeout)
 	defer cancel()
 	var st ScannerStatus
+	var leases []pipeline.StoreLease
 	if lease, err := js.KeyValue(ctx, names.LeaseBucket()); err != nil {
 		problem("lease bucket %s: %v", names.LeaseBucket(), err)
-	} else if rec, rev, err := pipeline.ReadLease(ctx, lease); err != nil {
-		problem("lease: %v", err)
-	} else if rec != nil {
-		since, renewed := time.UnixMicro(rec.SinceUs), time.UnixMicro(rec.RenewedUs)
-		st.Leader = &LeaderStatus{Holder: rec.Holder, Since: since.UTC(), Renewed: renewed.UTC(),
-			HeldSeconds: now.Sub(since).Seconds(), RenewedAgoSecs: now.Sub(renewed).Seconds(), Revision: rev}
+	} else if leases, err = pipeline.ReadLeases(ctx, lease); err != nil {
+		problem("leases: %v", err)
+	} else {
+		if len(leases) > 0 {
+			// The summary's leader: the first store's holder (the only one with one store).
+			rec, rev := leases[0].Record, leases[0].Revision
+			since, renewed := time.UnixMicro(rec.SinceUs), time.UnixMicro(rec.RenewedUs)
+			st.Leader = &LeaderStatus{Holder: rec.Holder, Since: since.UTC(), Renewed: renewed.UTC(),
+				HeldSeconds: now.Sub(since).Seconds(), RenewedAgoSecs: now.Sub(renewed).Seconds(), Revision: rev}
+		}
+		if st.Replicas, err = pipeline.ReadMembers(ctx, lease); err != nil {
+			problem("scanner replicas: %v", err)
+		}
 	}
 	state, err := js.KeyValue(ctx, names.StateBucket())
 	if err != nil {
@@ -303,11 +355,24 @@ func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.N
 	} else if p != nil && p.Active(now) {
 		st.Paused, st.PausedUntil = true, p.Until().UTC()
 	}
-	ck, rev, err := pipeline.ReadCheckpoint(ctx, state)
+	if idx, err := pipeline.ReadStoreIndex(ctx, state); err != nil {
+		problem("%v", err)
+	} else if idx != nil && len(idx.Stores) == 0 {
+		st.NoStores = true
+	}
+	cks, err := pipeline.ReadCheckpoints(ctx, state)
 	if err != nil {
 		problem("%v", err)
 		return st
 	}
+	st.Stores = storeStatuses(cks, leases, st.Paused, now)
+	var inRegistry []pipeline.StoreCheckpoint
+	for _, c := range cks {
+		if c.InRegistry {
+			inRegistry = append(inRegistry, c)
+		}
+	}
+	ck, rev := pipeline.Summarize(inRegistry)
 	if rev == 0 {
 		return st
 	}
@@ -363,6 +428,65 @@ func estimate(ck pipeline.Checkpoint, now time.Time) (rate float64, eta time.Tim
 		return rate, time.UnixMicro(ck.RoundStartedUs).Add(total).UTC(), "stores"
 	}
 	return rate, time.Time{}, ""
+}
+
+// storeStatuses describes every store's walk from its checkpoint and its lease.
+func storeStatuses(cks []pipeline.StoreCheckpoint, leases []pipeline.StoreLease, paused bool, now time.Time) []StoreStatus {
+	byStore := map[string]pipeline.StoreLease{}
+	for _, l := range leases {
+		byStore[l.Store] = l
+	}
+	out := make([]StoreStatus, 0, len(cks))
+	for _, c := range cks {
+		ck := c.Checkpoint
+		ss := StoreStatus{Store: ck.Store, InRegistry: c.InRegistry, Round: ck.Round, InRound: ck.InRound,
+			Cursor: ck.Cursor, Instances: ck.Instances, Keys: ck.KeysScanned, Visited: ck.KeysVisited,
+			DBSize: ck.DBSize, Started: usTime(ck.RoundStartedUs), Layouts: ck.Layouts, SavedAt: usTime(ck.SavedUs)}
+		if l, ok := byStore[ck.Store]; ok {
+			ss.Holder, ss.Revision = l.Record.Holder, l.Revision
+			ss.RenewedAgoSecs = now.Sub(time.UnixMicro(l.Record.RenewedUs)).Seconds()
+		}
+		if ck.LastRoundEndUs > 0 {
+			ss.LastRound = &LastRound{Ended: usTime(ck.LastRoundEndUs), Keys: ck.LastRoundKeys,
+				DurationSeconds: float64(ck.LastRoundDuration) / 1e3}
+		}
+		if !ck.InRound {
+			ss.NextRound = usTime(ck.NextRoundUs)
+			if ck.LastRoundEndUs > 0 {
+				// Between rounds: the last round's numbers, not a rate diluted by the pause.
+				ss.Keys, ss.Visited, ss.Layouts = ck.LastRoundKeys, ck.LastRoundVisited, ck.LastRoundLayouts
+				if ck.LastRoundDuration > 0 {
+					ss.KeysPerSecond = float64(ck.LastRoundVisited) / (float64(ck.LastRoundDuration) / 1e3)
+				}
+			}
+		} else {
+			ss.KeysPerSecond = ck.Rate
+			if ss.KeysPerSecond == 0 && ck.SavedUs > ck.RoundStartedUs && ck.RoundStartedUs > 0 {
+				ss.KeysPerSecond = float64(ck.KeysVisited) / (float64(ck.SavedUs-ck.RoundStartedUs) / 1e6)
+			}
+			ss.ETA, ss.Progress, ss.ETABasis = pipeline.EstimateEnd(ck, now)
+			ss.ETA = nonZeroUTC(ss.ETA)
+		}
+		ss.State, ss.StateSince = "scanning", usTime(ck.WaitingSinceUs)
+		switch {
+		case !c.InRegistry:
+			ss.State = "not_in_registry"
+		case ss.Holder == "":
+			ss.State, ss.StateSince = pipeline.WaitNoLease, time.Time{}
+		case paused && ck.Waiting != pipeline.WaitPaused:
+			// Paused since a moment ago: the walk writes it on its next tick.
+			ss.State, ss.StateSince = pipeline.WaitPaused, time.Time{}
+		case ck.Waiting != pipeline.WaitNone:
+			ss.State = ck.Waiting
+		case !ck.InRound && ck.Round > 0:
+			ss.State = pipeline.WaitRoundPause
+		}
+		if ss.State != "scanning" {
+			ss.ETA = time.Time{}
+		}
+		out = append(out, ss)
+	}
+	return out
 }
 
 // lastEvents reads the newest message of each event kind with a direct "last by subject"

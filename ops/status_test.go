@@ -86,7 +86,7 @@ func TestStatusHeldBack(t *testing.T) {
 	state, err := js.KeyValue(ctx, names.StateBucket())
 	require.NoError(t, err)
 	ck := pipeline.Checkpoint{Round: 1, InRound: true, Stores: 1, RoundStartedUs: time.Now().Add(-time.Minute).UnixMicro()}
-	_, err = state.Put(ctx, pipeline.CheckpointKey, mustJSON(t, ck))
+	_, err = state.Put(ctx, subjects.CheckpointKey("127.0.0.1:6379"), mustJSON(t, ck))
 	require.NoError(t, err)
 	for range 3 {
 		_, err := js.Publish(ctx, names.DeleteSubject("inst1"), []byte("{}"))
@@ -118,20 +118,20 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// TestStatusNoStores: a round that walked no metadata store is a warning naming the cluster.
+// TestStatusNoStores: a registry that names no metadata store is a warning naming the cluster.
 func TestStatusNoStores(t *testing.T) {
 	ctx, js, names := statusSetup(t, "nosuch")
 	state, err := js.KeyValue(ctx, names.StateBucket())
 	require.NoError(t, err)
-	now := time.Now()
-	ck := pipeline.Checkpoint{Round: 1, RoundStartedUs: now.Add(-time.Second).UnixMicro(), LastRoundEndUs: now.UnixMicro(),
-		NextRoundUs: now.Add(time.Hour).UnixMicro()}
-	_, err = state.Put(ctx, pipeline.CheckpointKey, mustJSON(t, ck))
-	require.NoError(t, err)
 	rep, err := ops.Status(ctx, js, names)
 	require.NoError(t, err)
-	require.Equal(t, []string{`round 1 walked no metadata store: the registry of cluster "nosuch" names no instance group on a Redis store (a misspelt cluster name looks like this)`}, rep.Warnings)
+	require.Empty(t, rep.Warnings, "no scanner has read the registry yet")
+	_, err = state.Put(ctx, subjects.StoresKey, mustJSON(t, pipeline.StoreIndex{Stores: []string{}, SavedUs: time.Now().UnixMicro()}))
+	require.NoError(t, err)
+	rep, err = ops.Status(ctx, js, names)
+	require.NoError(t, err)
+	require.Equal(t, []string{`no metadata store to walk: the registry of cluster "nosuch" names no instance group on a Redis store (a misspelt cluster name looks like this)`}, rep.Warnings)
 	var out bytes.Buffer
 	require.NoError(t, rep.WriteTable(&out))
-	require.Contains(t, out.String(), "WARNINGS\n  round 1 walked no metadata store")
+	require.Contains(t, out.String(), "WARNINGS\n  no metadata store to walk")
 }

@@ -3,7 +3,10 @@ package ops
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -79,7 +82,21 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	if sc.Holder != "" {
 		fmt.Fprintf(tw, "checkpoint\tsaved by %s at %s\n", sc.Holder, stamp(sc.SavedAt, now))
 	}
+	if len(sc.Replicas) > 0 {
+		fmt.Fprintf(tw, "replicas\t%d: %s\n", len(sc.Replicas), strings.Join(sc.Replicas, ", "))
+	}
 	_ = tw.Flush()
+
+	if len(sc.Stores) > 0 {
+		fmt.Fprintln(ew, "\nSTORES")
+		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "STORE\tHOLDER\tROUND\tPOSITION\tKEYS\tKEYS/S\tEST. END\tSTATE\tLAYOUTS")
+		for _, st := range sc.Stores {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", cell(st.Store, 40), holderCell(st), st.Round,
+				positionCell(st), st.Keys, rateCell(st.KeysPerSecond), etaCell(st, now), stateCell(st, now), layoutsCell(st.Layouts))
+		}
+		_ = tw.Flush()
+	}
 
 	fmt.Fprintln(ew, "\nLAST EVENTS")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
@@ -113,6 +130,76 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 		}
 	}
 	return ew.err
+}
+
+func holderCell(st StoreStatus) string {
+	if st.Holder == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%s (rev %d)", cell(st.Holder, 32), st.Revision)
+}
+
+func positionCell(st StoreStatus) string {
+	switch {
+	case st.Round == 0:
+		return "-"
+	case !st.InRound:
+		return "done"
+	case st.ETABasis == "walked":
+		return "last page read"
+	case st.ETABasis != "":
+		return fmt.Sprintf("cursor %d (%.0f%% of %s)", st.Cursor, st.Progress*100, basisName(st))
+	}
+	return fmt.Sprintf("cursor %d", st.Cursor)
+}
+
+func basisName(st StoreStatus) string {
+	if st.ETABasis == "dbsize" {
+		return fmt.Sprintf("%d keys", st.DBSize)
+	}
+	return "last round"
+}
+
+func rateCell(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(r, 'f', 0, 64)
+}
+
+func etaCell(st StoreStatus, now time.Time) string {
+	if st.ETA.IsZero() {
+		return "-"
+	}
+	if d := st.ETA.Sub(now); d >= 0 {
+		return "in " + humanDuration(d)
+	}
+	return humanDuration(now.Sub(st.ETA)) + " ago"
+}
+
+func stateCell(st StoreStatus, now time.Time) string {
+	s := strings.ReplaceAll(st.State, "_", " ")
+	if st.State == "round_pause" && !st.NextRound.IsZero() {
+		if d := st.NextRound.Sub(now); d > 0 {
+			return s + ", next in " + humanDuration(d)
+		}
+		return s + ", next due"
+	}
+	if !st.StateSince.IsZero() && st.State != "scanning" {
+		s += " for " + humanDuration(now.Sub(st.StateSince))
+	}
+	return s
+}
+
+func layoutsCell(l map[string]uint64) string {
+	if len(l) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, l[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func pausedCell(paused bool, until, now time.Time) string {

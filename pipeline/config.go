@@ -30,8 +30,14 @@ type ScannerConfig struct {
 	HighWater uint64
 	// LeaseRenew is how often the leader renews its lease (default a third of the lease TTL).
 	LeaseRenew time.Duration
-	// Holder identifies this replica in the lease (default host name + pid).
+	// Holder identifies this replica in the leases (default host name + pid).
 	Holder string
+	// MaxStores caps the metadata stores this replica walks at once (scanner.max_stores; 0:
+	// no cap). Replicas divide the stores: each takes free store leases up to its share (the
+	// stores over the live replicas, rounded up, a capped replica leaving the rest of its part
+	// to the others) and hands one back at a round boundary while it holds more; a store left
+	// free for a whole lease TTL is taken by anyone with room.
+	MaxStores int
 }
 
 // ProberConfig steers the prober (DESIGN §5).
@@ -99,6 +105,9 @@ func (c ScannerConfig) Validate() error {
 	}
 	if c.HighWater == 0 {
 		errs = append(errs, errors.New("backpressure_high_water: must be > 0"))
+	}
+	if c.MaxStores < 0 {
+		errs = append(errs, fmt.Errorf("scanner.max_stores: must be >= 0, got %d", c.MaxStores))
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 func leaseBucket(t *testing.T, ttl time.Duration) jetstream.KeyValue {
@@ -22,23 +25,31 @@ func leaseBucket(t *testing.T, ttl time.Duration) jetstream.KeyValue {
 func TestLeaseOneHolderAtATime(t *testing.T) {
 	ctx := context.Background()
 	kv := leaseBucket(t, time.Minute)
-	a, b := NewLease(kv, "a", time.Minute), NewLease(kv, "b", time.Minute)
+	a, b := NewLease(kv, "s1:6379", "a", time.Minute), NewLease(kv, "s1:6379", "b", time.Minute)
+	other := NewLease(kv, "s2:6379", "b", time.Minute)
 
-	held, err := a.Refresh(ctx)
+	held, err := a.Acquire(ctx)
 	require.NoError(t, err)
 	require.True(t, held)
-	held, err = b.Refresh(ctx)
+	held, err = b.Acquire(ctx)
 	require.NoError(t, err)
 	require.False(t, held, "b cannot take a held lease")
+	held, err = other.Acquire(ctx)
+	require.NoError(t, err)
+	require.True(t, held, "each store has its own lease")
 	rev1, ok := a.Held()
 	require.True(t, ok)
 
-	held, err = a.Refresh(ctx) // renewal by revision
-	require.NoError(t, err)
-	require.True(t, held)
+	require.NoError(t, a.Renew(ctx)) // by revision
 	rev2, _ := a.Held()
 	require.Greater(t, rev2, rev1, "the fencing token grows")
 
+	leases, err := ReadLeases(ctx, kv)
+	require.NoError(t, err)
+	require.Len(t, leases, 2)
+	require.Equal(t, "s1:6379", leases[0].Store)
+	require.Equal(t, "a", leases[0].Record.Holder)
+	require.Equal(t, rev2, leases[0].Revision)
 	rec, _, err := ReadLease(ctx, kv)
 	require.NoError(t, err)
 	require.Equal(t, "a", rec.Holder)
@@ -46,38 +57,117 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 	require.NoError(t, a.Release(ctx))
 	_, ok = a.Held()
 	require.False(t, ok)
-	held, err = b.Refresh(ctx)
+	held, err = b.Acquire(ctx)
 	require.NoError(t, err)
 	require.True(t, held, "a released lease is taken at once")
+	rev3, _ := b.Held()
+	require.Greater(t, rev3, rev2, "the next holder's token is higher")
 }
 
 func TestLeaseLostWhenSomeoneElseWrote(t *testing.T) {
 	ctx := context.Background()
 	kv := leaseBucket(t, time.Minute)
-	a := NewLease(kv, "a", time.Minute)
-	_, err := a.Refresh(ctx)
+	a := NewLease(kv, "s1", "a", time.Minute)
+	_, err := a.Acquire(ctx)
 	require.NoError(t, err)
 	// Another writer replaced the key (e.g. the lease expired and was taken).
-	_, err = kv.Put(ctx, LeaseKey, []byte(`{"holder":"b"}`))
+	_, err = kv.Put(ctx, subjects.StoreLeaseKey("s1"), []byte(`{"holder":"b"}`))
 	require.NoError(t, err)
-	held, err := a.Refresh(ctx)
-	require.Error(t, err)
-	require.False(t, held)
+	err = a.Renew(ctx)
+	require.ErrorIs(t, err, ErrLeaseLost)
 	_, ok := a.Held()
-	require.False(t, ok, "a failed renewal drops the lease at once")
+	require.False(t, ok, "a refused renewal drops the lease at once")
+	require.NoError(t, a.Release(ctx), "nothing to release")
+	e, err := kv.Get(ctx, subjects.StoreLeaseKey("s1"))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"holder":"b"}`, string(e.Value()), "the new holder's key is left alone")
 }
 
 func TestLeaseExpiresLocally(t *testing.T) {
 	ctx := context.Background()
 	kv := leaseBucket(t, time.Minute)
 	now := time.Now()
-	a := NewLease(kv, "a", time.Second)
+	a := NewLease(kv, "s1", "a", time.Second)
 	a.now = func() time.Time { return now }
-	_, err := a.Refresh(ctx)
+	_, err := a.Acquire(ctx)
 	require.NoError(t, err)
 	_, ok := a.Held()
 	require.True(t, ok)
-	now = now.Add(time.Second) // no renewal for a whole TTL: a stalled leader stops acting
+	now = now.Add(time.Second) // no renewal for a whole TTL: a stalled holder stops acting
 	_, ok = a.Held()
 	require.False(t, ok)
+	require.ErrorIs(t, a.Renew(ctx), ErrLeaseLost, "too late to renew")
+}
+
+// flakyKV fails Update with a transient error while failing is set.
+type flakyKV struct {
+	jetstream.KeyValue
+	failing atomic.Bool
+}
+
+var errUnavailable = errors.New("jetstream not available")
+
+func (f *flakyKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if f.failing.Load() {
+		return 0, errUnavailable
+	}
+	return f.KeyValue.Update(ctx, key, value, rev)
+}
+
+// A renewal that fails for a transient reason (a NATS node changing leader) keeps the lease
+// until its TTL would pass, and a later renewal keeps it for good; only past the TTL is it lost.
+func TestLeaseSurvivesTransientRenewalFailures(t *testing.T) {
+	ctx := context.Background()
+	kv := &flakyKV{KeyValue: leaseBucket(t, time.Minute)}
+	now := time.Now()
+	a := NewLease(kv, "s1", "a", 10*time.Second)
+	a.now = func() time.Time { return now }
+	_, err := a.Acquire(ctx)
+	require.NoError(t, err)
+	rev, _ := a.Held()
+
+	kv.failing.Store(true)
+	now = now.Add(5 * time.Second)
+	err = a.Renew(ctx)
+	require.ErrorIs(t, err, errUnavailable)
+	require.NotErrorIs(t, err, ErrLeaseLost)
+	now = now.Add(4 * time.Second)
+	require.Error(t, a.Renew(ctx))
+	got, ok := a.Held()
+	require.True(t, ok, "still within the TTL of the last renewal")
+	require.Equal(t, rev, got)
+
+	kv.failing.Store(false)
+	require.NoError(t, a.Renew(ctx), "retried before the TTL passed")
+	now = now.Add(9 * time.Second)
+	_, ok = a.Held()
+	require.True(t, ok, "the late renewal counts from its own start")
+
+	kv.failing.Store(true)
+	now = now.Add(2 * time.Second)
+	require.Error(t, a.Renew(ctx))
+	_, ok = a.Held()
+	require.False(t, ok, "past the TTL: lost")
+	require.ErrorIs(t, a.Renew(ctx), ErrLeaseLost)
+}
+
+func TestRegistryBackoff(t *testing.T) {
+	prev := time.Duration(0)
+	for attempt := 1; attempt <= 20; attempt++ {
+		d := RegistryBackoff(attempt)
+		ceiling := min(200*time.Millisecond<<(attempt-1), 30*time.Second)
+		if attempt > 12 {
+			ceiling = 30 * time.Second
+		}
+		require.GreaterOrEqual(t, d, ceiling/2, "attempt %d", attempt)
+		require.LessOrEqual(t, d, ceiling, "attempt %d", attempt)
+		prev = max(prev, d)
+	}
+	require.LessOrEqual(t, prev, 30*time.Second)
+	// Jitter: scanners that failed together do not retry together.
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		seen[RegistryBackoff(5)] = true
+	}
+	require.Greater(t, len(seen), 1)
 }

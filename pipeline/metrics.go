@@ -3,6 +3,7 @@ package pipeline
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -99,12 +100,25 @@ type Metrics struct {
 	RoundStore        prometheus.Gauge
 	RoundStores       prometheus.Gauge
 	ScanUnownedKeys   prometheus.Counter
+	ScanWrongDBKeys   prometheus.Counter
 	RoundInstances    prometheus.Gauge
 	RoundID           prometheus.Gauge
 	BackpressureSkips prometheus.Counter
 	LeaseHeld         prometheus.Gauge
 	ScannerPaused     prometheus.Gauge
 	LastRoundEnd      prometheus.Gauge
+	Backpressure      prometheus.Gauge
+	ScannerMembers    prometheus.Gauge
+
+	// Per metadata store this process walks (the store label: the registry's store name);
+	// a store's series go when its lease does.
+	StoreLeaseHeld     *prometheus.GaugeVec
+	StoreRound         *prometheus.GaugeVec
+	StoreScannedKeys   *prometheus.CounterVec
+	StoreKeysPerSecond *prometheus.GaugeVec
+	StoreProgress      *prometheus.GaugeVec
+	StoreETA           *prometheus.GaugeVec
+	StoreState         *prometheus.GaugeVec
 
 	ProbedLocations prometheus.Counter
 	Candidates      *prometheus.CounterVec
@@ -137,12 +151,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		RoundStore:        f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_store_index", Help: "0-based position of the metadata store being walked in the current round."}),
 		RoundStores:       f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_stores", Help: "Metadata stores in the current round's registry snapshot."}),
 		ScanUnownedKeys:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_unowned_keys_total", Help: "Keys a store-wide SCAN returned that belong to no instance registered in that store; not read."}),
+		ScanWrongDBKeys:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_wrong_db_keys_total", Help: "Legacy-layout keys read from a database other than 0, where no KVCM of that layout keeps its blocks; not collected."}),
 		RoundInstances:    f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_instances", Help: "Instances in the current round's registry snapshot."}),
 		RoundID:           f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_id", Help: "Id of the current (or last) round."}),
 		BackpressureSkips: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_backpressure_skips_total", Help: "Scanner ticks skipped because a downstream consumer was above the high-water mark."}),
-		LeaseHeld:         f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_lease_held", Help: "1 while this scanner holds the leader lease."}),
-		ScannerPaused:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_paused", Help: "1 while an operator pause stops the leading scanner's ticks."}),
-		LastRoundEnd:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_last_round_end_timestamp_seconds", Help: "Unix time the last round completed (0: none yet in this process)."}),
+		LeaseHeld:         f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_lease_held", Help: "Metadata store leases this scanner holds (one per store it walks)."}),
+		ScannerPaused:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_paused", Help: "1 while an operator pause stops this scanner's walks."}),
+		LastRoundEnd:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_last_round_end_timestamp_seconds", Help: "Unix time a round of a store this scanner walks last completed (0: none yet in this process)."}),
+		Backpressure:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_backpressure", Help: "1 while the prober's or the deleter's backlog is above the high-water mark and walks wait."}),
+		ScannerMembers:    f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_replicas", Help: "Scanner replicas sharing the stores, as this one last counted them."}),
+
+		StoreLeaseHeld:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_lease_held", Help: "1 while this scanner holds the store's lease."}, []string{"store"}),
+		StoreRound:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round", Help: "Id of the store's current (or last) round."}, []string{"store"}),
+		StoreScannedKeys:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_store_scanned_keys_total", Help: "Block keys of the store read by this scanner."}, []string{"store"}),
+		StoreKeysPerSecond: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_keys_per_second", Help: "Recent rate of the store's walk, in keys SCAN returned per second."}, []string{"store"}),
+		StoreProgress:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_progress_ratio", Help: "Share of the store's keys (DBSIZE at the round's start, else the last round's) visited this round."}, []string{"store"}),
+		StoreETA:           f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_eta_timestamp_seconds", Help: "Estimated Unix time the store's round ends (0: unknown, or the walk is not moving)."}, []string{"store"}),
+		StoreState:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
 
 		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
 		Candidates:      f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_candidates_total", Help: "Locations judged garbage, by reason."}, []string{"reason"}),
@@ -197,6 +222,43 @@ var operations = map[string][]string{
 	StageScanner: {"lease", "checkpoint", "pause", "registry", "backlog", "store", "scan", "publish", "event"},
 	StageProber:  {"registry", "publish", "event", "fetch"},
 	StageDeleter: {"store", "delete", "event", "fetch"},
+}
+
+// initStore starts the series of a store this process walks.
+func (m *Metrics) initStore(store string) {
+	m.StoreLeaseHeld.WithLabelValues(store).Set(1)
+	m.StoreRound.WithLabelValues(store)
+	m.StoreScannedKeys.WithLabelValues(store)
+	m.StoreKeysPerSecond.WithLabelValues(store)
+	m.StoreProgress.WithLabelValues(store)
+	m.StoreETA.WithLabelValues(store)
+	for _, st := range walkStates {
+		m.StoreState.WithLabelValues(store, st)
+	}
+}
+
+// dropStore removes the series of a store this process no longer walks.
+func (m *Metrics) dropStore(store string) {
+	for _, v := range []*prometheus.GaugeVec{m.StoreLeaseHeld, m.StoreRound, m.StoreKeysPerSecond, m.StoreProgress, m.StoreETA} {
+		v.DeleteLabelValues(store)
+	}
+	m.StoreScannedKeys.DeleteLabelValues(store)
+	m.StoreState.DeletePartialMatch(prometheus.Labels{"store": store})
+}
+
+// lastRoundEnd raises kvcm_gc_last_round_end_timestamp_seconds to a round's end (µs).
+func (m *Metrics) lastRoundEnd(us int64) {
+	if v := float64(us) / 1e6; v > gaugeValue(m.LastRoundEnd) {
+		m.LastRoundEnd.Set(v)
+	}
+}
+
+func gaugeValue(g prometheus.Gauge) float64 {
+	var d dto.Metric
+	if err := g.Write(&d); err != nil || d.Gauge == nil {
+		return 0
+	}
+	return d.Gauge.GetValue()
 }
 
 // opError counts a failed operation.

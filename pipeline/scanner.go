@@ -1,95 +1,25 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"slices"
-	"sort"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
-	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
-
-// CheckpointKey is the key of the scanner's checkpoint in the state bucket.
-const CheckpointKey = "checkpoint"
-
-// Checkpoint is the scanner's durable position, written by revision after every page so a
-// new leader resumes the round instead of restarting it, and the round pause survives restarts.
-type Checkpoint struct {
-	Round   uint64 `json:"round"`
-	InRound bool   `json:"in_round"`
-	// Position in the round: the metadata store being walked (its 0-based position among the
-	// round's stores, sorted by name, and its name; "" past the last one) and the SCAN cursor
-	// to continue from.
-	Index  int    `json:"index"`
-	Stores int    `json:"stores"`
-	Store  string `json:"store"`
-	Cursor uint64 `json:"cursor"`
-	// Instances in the round's registry snapshot, over all stores.
-	Instances int `json:"instances"`
-	// Progress of the current round.
-	RoundStartedUs int64  `json:"round_started_us"`
-	KeysScanned    uint64 `json:"keys_scanned"`
-	// Between rounds: when the next round may start.
-	NextRoundUs int64 `json:"next_round_us"`
-	// The last completed round.
-	LastRoundEndUs    int64  `json:"last_round_end_us,omitempty"`
-	LastRoundKeys     uint64 `json:"last_round_keys,omitempty"`
-	LastRoundDuration int64  `json:"last_round_duration_ms,omitempty"`
-	Holder            string `json:"holder,omitempty"`
-	SavedUs           int64  `json:"saved_us"`
-}
-
-// ScannerPauseKey is the key of an operator's scanner pause in the state bucket: a JSON
-// object whose "until_us" (µs since the epoch) is when ticks may start again. The scanner has
-// no consumer that JetStream could pause, so it reads this before every tick.
-const ScannerPauseKey = "scanner_pause"
-
-// pausedUntil returns the end of an active operator pause (zero when none). A read error
-// fails closed: no tick while the pause cannot be read.
-func (s *Scanner) pausedUntil(ctx context.Context, now time.Time) (time.Time, error) {
-	e, err := s.State.Get(ctx, ScannerPauseKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return time.Time{}, nil
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("read scanner pause: %w", err)
-	}
-	var p struct {
-		UntilUs int64 `json:"until_us"`
-	}
-	if err := json.Unmarshal(e.Value(), &p); err != nil {
-		return time.Time{}, fmt.Errorf("decode scanner pause: %w", err)
-	}
-	if until := time.UnixMicro(p.UntilUs); now.Before(until) {
-		return until, nil
-	}
-	return time.Time{}, nil
-}
-
-// ReadCheckpoint returns the stored checkpoint (zero value and revision 0 when none).
-func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue) (Checkpoint, uint64, error) {
-	e, err := kv.Get(ctx, CheckpointKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Checkpoint{}, 0, nil
-	}
-	if err != nil {
-		return Checkpoint{}, 0, fmt.Errorf("read checkpoint: %w", err)
-	}
-	var c Checkpoint
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return Checkpoint{}, 0, fmt.Errorf("decode checkpoint: %w", err)
-	}
-	return c, e.Revision(), nil
-}
 
 // Backlog reports the downstream consumers' pending + unacknowledged messages.
 type Backlog func(ctx context.Context) (prober, deleter uint64, err error)
@@ -110,130 +40,75 @@ type AsyncPublisher interface {
 	PublishAsync(subject string, data []byte, msgID string) (AckWait, error)
 }
 
-// Scanner is the leader-elected scanner (DESIGN §4).
+// Scanner walks the metadata stores of a KVCM cluster (DESIGN §4): one walk per store whose
+// lease it holds, each with its own round, checkpoint and pacing. Any number of replicas share
+// the stores: each takes free store leases up to its share (fairShare: the registry's stores
+// over the live replicas, at most Config.MaxStores), hands one back at a round boundary
+// while it holds more, lets go of stores that left the registry, and takes a released lease
+// at once (it watches the lease bucket). Its leases are renewed in the background, a failed
+// renewal retried until the lease's TTL would pass.
 type Scanner struct {
-	Config     ScannerConfig
-	Names      subjects.Names
-	Registry   meta.RegistryReader
-	Stores     meta.StoreResolver
-	Lease      *Lease
-	State      jetstream.KeyValue
-	Publisher  AsyncPublisher
-	Events     *EventLog
-	Backlog    Backlog
+	Config   ScannerConfig
+	Names    subjects.Names
+	Registry meta.RegistryReader
+	Stores   meta.StoreResolver
+	// Leases is the LEASE bucket, whose bucket-wide TTL is LeaseTTL; State the STATE bucket.
+	// JS is their JetStream context: the scanner lists the lease bucket's keys with STREAM.INFO
+	// and watches it with a plain subscription, so it needs no consumer of its own (its NATS
+	// user may not create one).
+	JS        jetstream.JetStream
+	Leases    jetstream.KeyValue
+	LeaseTTL  time.Duration
+	State     jetstream.KeyValue
+	Publisher AsyncPublisher
+	Events    *EventLog
+	Backlog   Backlog
+	// Sizes reads a store's number of keys (DBSIZE) when its round starts, for the estimated
+	// end of the walk. Nil: a store that is a StoreSizer is asked; otherwise no estimate.
+	Sizes func(ctx context.Context, store string) (int64, error)
+	// Backoff is the delay before the attempt-th retry (1-based) of a failed registry read
+	// (nil: RegistryBackoff).
+	Backoff    func(attempt int) time.Duration
 	MaxPayload int // the server's max payload; batches are split below it
 	Metrics    *Metrics
 	Logger     *slog.Logger
 	Now        func() time.Time
 
-	ckpt    Checkpoint
-	ckptRev uint64
-	loaded  bool
-	// walks is the round's registry snapshot by metadata store (nil: not read yet).
-	walks []storeWalk
+	ctl *controls
+	reg *registryCache
 
-	// The read position runs one page ahead of the checkpoint: a page's batches are stored
-	// by JetStream while the next page is read from Redis, and the checkpoint moves past a
-	// page only once all its batches are acknowledged (settle). pending is that page.
-	readIndex  int
-	readCursor uint64
-	pending    *pendingPage
-	// count is the SCAN COUNT of the current store's next page (see nextCount).
-	count int
-	// progressed: the last tick moved the round on (a page, a round's start or end).
-	progressed bool
-
-	// With a short scan_interval the pause and backlog reads would cost more round trips than
-	// the page itself; their answers are reused for at most controlRefresh.
-	pauseAt, backlogAt time.Time
-	pauseUntil         time.Time
-	backlogFull        bool
+	mu     sync.Mutex
+	walks  map[string]*walkHandle
+	rounds map[string]Checkpoint // the last state of each walk, for the process-wide gauges
+	freed  map[string]time.Time  // stores whose lease was released, since when
+	ended  chan struct{}
 }
 
-// controlRefresh bounds how stale a reused pause or backlog answer may be.
-const controlRefresh = 250 * time.Millisecond
-
-// idleWait is the least time between two ticks that did not move the round on (no lease, a
-// pause, between rounds, a full backlog, an error), whatever scan_interval: an unpaced scanner
-// would otherwise spin on those checks (invariant 7).
-const idleWait = 100 * time.Millisecond
-
-// overlapBelow: only when the next tick is due sooner than this does a page stay unsettled
-// while the next one is read; a slower scanner records every page at once.
-const overlapBelow = 5 * time.Millisecond
-
-// ackTimeout bounds the wait for the acknowledgement of a page's batches; a page not
-// acknowledged by then is read and published again (the server drops the duplicates).
-const ackTimeout = 30 * time.Second
-
-// storeWalk is one metadata store of a round and the registered instances it holds. A round
-// walks each store once with a store-wide SCAN and routes every key to its instance, instead
-// of one MATCH walk per instance: with k instances in a store, that reads the keyspace once
-// rather than k times (SCAN visits every key of the database whatever the MATCH).
-type storeWalk struct {
-	store     string
-	instances map[string]meta.Instance // by id
+// MemberRecord is the value of a scanner replica's member key (subjects.MemberKey).
+type MemberRecord struct {
+	Holder    string `json:"holder"`
+	MaxStores int    `json:"max_stores,omitempty"`
+	SinceUs   int64  `json:"since_us"`
 }
 
-func (w storeWalk) owns(id string) bool { _, ok := w.instances[id]; return ok }
-
-// walksOf groups a registry snapshot by store, sorted by store name.
-func walksOf(instances []meta.Instance) []storeWalk {
-	byStore := map[string]storeWalk{}
-	for _, in := range instances {
-		w, ok := byStore[in.Store]
-		if !ok {
-			w = storeWalk{store: in.Store, instances: map[string]meta.Instance{}}
-			byStore[in.Store] = w
-		}
-		if _, dup := w.instances[in.ID]; !dup { // the first by (group, id) wins
-			w.instances[in.ID] = in
-		}
+func (s *Scanner) renewEvery() time.Duration {
+	if s.Config.LeaseRenew > 0 {
+		return s.Config.LeaseRenew
 	}
-	walks := make([]storeWalk, 0, len(byStore))
-	for _, w := range byStore {
-		walks = append(walks, w)
-	}
-	sort.Slice(walks, func(i, j int) bool { return walks[i].store < walks[j].store })
-	return walks
+	return max(s.LeaseTTL/3, 100*time.Millisecond)
 }
 
-// pendingPage is a page whose batches were published but not yet recorded in the checkpoint.
-type pendingPage struct {
-	store  string
-	cursor uint64 // where the page started
-	next   uint64 // SCAN's next cursor after it
-	keys   uint64
-	acks   []AckWait
-
-	// done is closed once record has run in the background (nil: not started).
-	done chan struct{}
-	// What record did: the checkpoint it wrote and its revision, or why it wrote none.
-	ckpt    Checkpoint
-	rev     uint64
-	err     error
-	failure string // "publish", "lease" or "checkpoint" when err is set
-}
-
-// nextCount is the SCAN COUNT for the next page of a store whose last page, scanned with
-// count, returned got keys. SCAN's COUNT is a number of hash-table buckets to visit, not of
-// keys to return: in a database that also holds other keys than KVCM's blocks, a MATCH page
-// holds only their share of the keys visited, yet every page costs a publish, a checkpoint
-// write and a backlog check. The count is scaled so that a page holds about want keys, between
-// want and 16 × want, moving halfway towards the estimate each page. Redis does the same work
-// per key visited whatever the COUNT.
-func nextCount(count, got, want int) int {
-	est := 2 * count
-	if got > 0 {
-		est = count * want / got
-	}
-	return min(max((count+est)/2, want), 16*want)
-}
-
-// Run ticks until ctx is done, then releases the lease.
+// Run walks the stores it can hold until ctx is done; then every walk records its last page,
+// the renewals stop, and the leases are released so other replicas take over at once.
 func (s *Scanner) Run(ctx context.Context) error {
 	if err := s.Config.Validate(); err != nil {
 		return err
+	}
+	if s.LeaseTTL <= 0 {
+		return errors.New("scanner: lease TTL must be > 0")
+	}
+	if s.JS == nil {
+		return errors.New("scanner: no JetStream context")
 	}
 	if s.Now == nil {
 		s.Now = time.Now
@@ -241,63 +116,448 @@ func (s *Scanner) Run(ctx context.Context) error {
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
-	renewEvery := s.Config.LeaseRenew
-	if renewEvery <= 0 {
-		renewEvery = time.Second
+	if s.Backoff == nil {
+		s.Backoff = RegistryBackoff
 	}
-	go s.keepLease(ctx, renewEvery)
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		// The last page's batches: record them if they were stored, so a successor does
-		// not read that page again.
-		s.settle(rctx, s.Now())
-		if err := s.Lease.Release(rctx); err != nil {
-			s.Logger.Warn("release lease", "err", err)
-		}
-		s.Metrics.LeaseHeld.Set(0)
-	}()
+	s.ctl = &controls{state: s.State, backlog: s.Backlog, highWater: s.Config.HighWater, m: s.Metrics, log: s.Logger}
+	s.reg = &registryCache{r: s.Registry, backoff: s.Backoff, m: s.Metrics, log: s.Logger}
+	s.mu.Lock()
+	s.walks, s.rounds, s.freed = map[string]*walkHandle{}, map[string]Checkpoint{}, map[string]time.Time{}
+	s.ended = make(chan struct{}, 1)
+	s.mu.Unlock()
+	every := s.renewEvery()
+	since := s.Now()
 
-	timer := time.NewTimer(0)
+	// The keeper renews the leases and the member key. It is stopped and joined before the
+	// leases are released, so a renewal never runs after (or instead of) a release.
+	kctx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
+	keeperDone := make(chan struct{})
+	go func() { defer close(keeperDone); s.keep(kctx, every, since) }()
+	changes, watchDone := s.watch(kctx)
+
+	var walks sync.WaitGroup
+	// Replicas started together see each other before taking stores.
+	timer := time.NewTimer(min(every, time.Second))
 	defer timer.Stop()
-	for {
+	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-			return nil
+			continue
 		case <-timer.C:
+		case <-changes:
+		case <-s.ended:
 		}
-		wait := s.Tick(ctx)
-		if !s.progressed {
-			wait = max(wait, idleWait)
+		s.cycle(ctx, &walks)
+		timer.Reset(every)
+	}
+	walks.Wait() // every walk has recorded its last page
+	stopKeeper()
+	<-keeperDone
+	<-watchDone
+	s.leave()
+	return nil
+}
+
+// cycle reaps ended walks, reads the registry and the replicas, hands back what is over the
+// share and takes what is under it.
+func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
+	now := s.Now()
+	s.reap()
+	snap, _, err := s.reg.get(ctx, now)
+	if err != nil {
+		return // fail closed: keep what is held, take nothing new (the cache logged it)
+	}
+	stores := storesOf(snap)
+	s.writeIndex(ctx, stores, now)
+	caps, err := s.members(ctx)
+	if err != nil {
+		warn(ctx, s.Logger, "count scanner replicas; no store taken this time", "err", err)
+		s.Metrics.opError(StageScanner, "lease")
+		return
+	}
+	s.Metrics.ScannerMembers.Set(float64(len(caps)))
+	limit := len(stores)
+	if s.Config.MaxStores > 0 {
+		limit = min(limit, s.Config.MaxStores)
+	}
+	share := min(fairShare(len(stores), caps, s.Config.MaxStores), limit)
+
+	inRegistry := map[string]bool{}
+	for _, st := range stores {
+		inRegistry[st] = true
+	}
+	s.mu.Lock()
+	var active []*walkHandle
+	for st, h := range s.walks {
+		if !inRegistry[st] {
+			if !h.gone.Swap(true) {
+				s.Logger.Info("store left the registry; releasing it", "store", st)
+			}
+			h.poke()
+			continue
 		}
-		// No catch-up: the next tick starts at least scan_interval after this one ended.
-		timer.Reset(max(wait, s.Config.ScanInterval))
+		active = append(active, h)
+	}
+	s.mu.Unlock()
+	s.balance(active, share)
+
+	held := len(active)
+	for _, st := range s.preferred(stores) {
+		if held >= limit || ctx.Err() != nil {
+			break
+		}
+		if s.holding(st) || (held >= share && !s.orphaned(st, now)) {
+			continue
+		}
+		lease := NewLease(s.Leases, st, s.Config.Holder, s.LeaseTTL)
+		ok, err := lease.Acquire(ctx)
+		if err != nil {
+			s.Metrics.opError(StageScanner, "lease")
+			warn(ctx, s.Logger, "acquire store lease", "store", st, "err", err)
+			continue
+		}
+		if !ok {
+			continue // someone else's
+		}
+		s.start(ctx, walks, lease)
+		held++
+	}
+	s.mu.Lock()
+	s.Metrics.LeaseHeld.Set(float64(len(s.walks)))
+	s.mu.Unlock()
+}
+
+// balance asks one walk to hand its store back at its next round boundary while more are
+// held than the share (one at a time: the share is counted again after each), and takes the
+// request back once the share has grown again.
+func (s *Scanner) balance(active []*walkHandle, share int) {
+	marked := 0
+	for _, h := range active {
+		if h.release.Load() {
+			marked++
+		}
+	}
+	switch {
+	case len(active) <= share:
+		for _, h := range active {
+			h.release.Store(false)
+		}
+	case marked == 0:
+		// The one between rounds if any, else the one this replica prefers least.
+		slices.SortFunc(active, func(a, b *walkHandle) int {
+			if a.between.Load() != b.between.Load() {
+				if a.between.Load() {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(s.rank(b.store), s.rank(a.store))
+		})
+		h := active[0]
+		h.release.Store(true)
+		h.poke()
+		s.Logger.Info("over its share of the stores; handing one back at its round boundary", "store", h.store,
+			"held", len(active), "share", share)
 	}
 }
 
-func (s *Scanner) keepLease(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
+// rank orders the stores differently for each holder, so that replicas taking free stores at
+// the same moment mostly try different ones first.
+func (s *Scanner) rank(store string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s.Config.Holder))
+	h.Write([]byte{0})
+	h.Write([]byte(store))
+	return h.Sum64()
+}
+
+func (s *Scanner) preferred(stores []string) []string {
+	out := slices.Clone(stores)
+	slices.SortFunc(out, func(a, b string) int { return cmp.Compare(s.rank(a), s.rank(b)) })
+	return out
+}
+
+func (s *Scanner) holding(store string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.walks[store]
+	return ok
+}
+
+// orphaned: the store's lease was released a whole lease TTL ago and nobody took it (every
+// other replica is at its share or its max_stores): anyone with room takes it.
+func (s *Scanner) orphaned(store string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.freed[store]
+	return ok && now.Sub(at) >= s.LeaseTTL
+}
+
+// start runs a walk on a store whose lease was just acquired.
+func (s *Scanner) start(ctx context.Context, walks *sync.WaitGroup, lease *Lease) {
+	h := &walkHandle{store: lease.Store(), lease: lease, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s.mu.Lock()
+	s.walks[h.store] = h
+	delete(s.freed, h.store)
+	s.mu.Unlock()
+	d := s.newDriver(h)
+	walks.Add(1)
+	go func() {
+		defer walks.Done()
+		defer func() {
+			close(h.done)
+			select {
+			case s.ended <- struct{}{}:
+			default:
+			}
+		}()
+		d.run(ctx)
+	}()
+}
+
+// reap forgets the walks that ended; a lease a walk neither released nor lost is released.
+func (s *Scanner) reap() {
+	s.mu.Lock()
+	var ended []*walkHandle
+	for st, h := range s.walks {
+		select {
+		case <-h.done:
+			ended = append(ended, h)
+			delete(s.walks, st)
+			delete(s.rounds, st)
+		default:
+		}
+	}
+	s.mu.Unlock()
+	for _, h := range ended {
+		if _, held := h.lease.Held(); held && !h.released.Load() {
+			s.releaseLease(h.lease)
+		}
+	}
+	if len(ended) > 0 {
+		s.updateRoundGauges()
+	}
+}
+
+func (s *Scanner) releaseLease(l *Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if err := l.Release(ctx); err != nil {
+		s.Logger.Warn("release store lease", "store", l.Store(), "err", err)
+	}
+}
+
+// leave ends the scanner's presence: the member key first, so that the others count one
+// replica less when they see the released leases, then every lease still held.
+func (s *Scanner) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if err := s.Leases.Delete(ctx, subjects.MemberKey(s.Config.Holder)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.Logger.Warn("remove scanner member key", "err", err)
+	}
+	s.mu.Lock()
+	hs := make([]*walkHandle, 0, len(s.walks))
+	for _, h := range s.walks {
+		hs = append(hs, h)
+	}
+	s.walks = map[string]*walkHandle{}
+	s.rounds = map[string]Checkpoint{}
+	s.mu.Unlock()
+	for _, h := range hs {
+		if !h.released.Load() {
+			s.releaseLease(h.lease)
+		}
+	}
+	s.Metrics.LeaseHeld.Set(0)
+	s.updateRoundGauges()
+}
+
+// writeIndex records the registry's stores in the state bucket when they changed.
+func (s *Scanner) writeIndex(ctx context.Context, stores []string, now time.Time) {
+	idx, err := ReadStoreIndex(ctx, s.State)
+	if err == nil && idx != nil && slices.Equal(idx.Stores, stores) {
+		return
+	}
+	if err == nil {
+		err = writeStoreIndex(ctx, s.State, stores, s.Config.Holder, now)
+	}
+	if err != nil {
+		s.Metrics.opError(StageScanner, "checkpoint")
+		warn(ctx, s.Logger, "write stores index", "err", err)
+	}
+}
+
+// members returns the max_stores of every live scanner replica (0: no cap), this one first.
+func (s *Scanner) members(ctx context.Context) ([]int, error) {
+	keys, err := bucketKeys(ctx, s.JS, s.Leases.Bucket(), subjects.MemberFilter())
+	if err != nil {
+		return nil, fmt.Errorf("list scanner members: %w", err)
+	}
+	self := subjects.MemberKey(s.Config.Holder)
+	caps := []int{s.Config.MaxStores}
+	for _, k := range keys {
+		if k == self {
+			continue
+		}
+		// A replica that left keeps a delete marker until it ages out: read each key.
+		e, err := s.Leases.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read member %s: %w", k, err)
+		}
+		var r MemberRecord
+		if json.Unmarshal(e.Value(), &r) != nil {
+			r = MemberRecord{} // unreadable: counted, with no cap
+		}
+		caps = append(caps, max(r.MaxStores, 0))
+	}
+	return caps, nil
+}
+
+// fairShare is how many of stores a replica with cap myCap (0: none) should walk when the
+// live replicas have caps: the lowest level L such that every replica walking min(its cap, L)
+// covers every store, then min(myCap, L). Without caps it is the stores over the replicas,
+// rounded up; a capped replica leaves its part to the others.
+func fairShare(stores int, caps []int, myCap int) int {
+	capped := func(c, level int) int {
+		if c > 0 {
+			return min(c, level)
+		}
+		return level
+	}
+	level := 0
+	for ; level < stores; level++ {
+		total := 0
+		for _, c := range caps {
+			total += capped(c, level)
+		}
+		if total >= stores {
+			break
+		}
+	}
+	return capped(myCap, level)
+}
+
+// bucketKeys lists the keys of a bucket matching filter, deleted ones included, with one
+// STREAM.INFO filtered by subject (kv.ListKeys would create a consumer).
+func bucketKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string) ([]string, error) {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + bucket + "."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		if k, ok := strings.CutPrefix(subj, prefix); ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+func (s *Scanner) putMember(ctx context.Context, since time.Time) error {
+	val, err := json.Marshal(MemberRecord{Holder: s.Config.Holder, MaxStores: s.Config.MaxStores, SinceUs: since.UnixMicro()})
+	if err != nil {
+		return fmt.Errorf("encode member record: %w", err)
+	}
+	if _, err := s.Leases.Put(ctx, subjects.MemberKey(s.Config.Holder), val); err != nil {
+		return fmt.Errorf("write member key: %w", err)
+	}
+	return nil
+}
+
+// keep renews the member key and every held lease each period; a renewal that fails for a
+// transient reason is retried every retry until it succeeds or the lease's TTL would pass.
+// Renewals of several leases run at once, each bounded, so one slow answer cannot let the
+// others expire.
+func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time) {
+	retry := max(every/5, 20*time.Millisecond)
+	type state struct {
+		next    time.Time
+		failing bool
+	}
+	states := map[*Lease]*state{}
+	var memberNext time.Time
+	t := time.NewTicker(retry)
 	defer t.Stop()
-	wasHeld := false
 	for {
-		held, err := s.Lease.Refresh(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.Metrics.opError(StageScanner, "lease")
-			if wasHeld {
-				s.Logger.Warn("lease lost", "err", err)
+		now := s.Now()
+		if !now.Before(memberNext) {
+			mctx, cancel := context.WithTimeout(ctx, every)
+			if err := s.putMember(mctx, since); err != nil {
+				warn(ctx, s.Logger, "renew scanner member key", "err", err)
+				memberNext = now.Add(retry)
 			} else {
-				s.Logger.Debug("acquire lease", "err", err)
+				memberNext = now.Add(every)
+			}
+			cancel()
+		}
+		s.mu.Lock()
+		var due []*walkHandle
+		live := map[*Lease]bool{}
+		for _, h := range s.walks {
+			live[h.lease] = true
+			st := states[h.lease]
+			if st == nil {
+				st = &state{next: now.Add(every)}
+				states[h.lease] = st
+			}
+			if !now.Before(st.next) {
+				due = append(due, h)
 			}
 		}
-		if held && !wasHeld {
-			s.Logger.Info("lease acquired", "holder", s.Config.Holder)
+		s.mu.Unlock()
+		for l := range states {
+			if !live[l] {
+				delete(states, l)
+			}
 		}
-		wasHeld = held
-		if held {
-			s.Metrics.LeaseHeld.Set(1)
-		} else {
-			s.Metrics.LeaseHeld.Set(0)
+		var wg sync.WaitGroup
+		for _, h := range due {
+			st := states[h.lease]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				timeout := every
+				if until := h.lease.ValidUntil(); !until.IsZero() {
+					timeout = min(timeout, max(until.Sub(now), retry))
+				}
+				rctx, cancel := context.WithTimeout(ctx, timeout)
+				err := h.lease.Renew(rctx)
+				cancel()
+				switch {
+				case err == nil:
+					if st.failing {
+						s.Logger.Info("store lease renewed again", "store", h.store)
+					}
+					st.next, st.failing = now.Add(every), false
+				case errors.Is(err, errNotHeld):
+					// Released, or dropped by its walk: nothing to renew.
+				case errors.Is(err, ErrLeaseLost):
+					if ctx.Err() == nil {
+						s.Metrics.opError(StageScanner, "lease")
+						s.Logger.Warn("store lease lost", "store", h.store, "err", err)
+					}
+					st.next = now.Add(every)
+					h.poke()
+				default:
+					if !st.failing && ctx.Err() == nil {
+						s.Metrics.opError(StageScanner, "lease")
+						s.Logger.Warn("renew store lease; retrying until it would expire", "store", h.store,
+							"valid_until", h.lease.ValidUntil().UTC().Format(time.RFC3339Nano), "err", err)
+					}
+					st.next, st.failing = now.Add(retry), true
+				}
+			}()
 		}
+		wg.Wait()
 		select {
 		case <-ctx.Done():
 			return
@@ -306,520 +566,140 @@ func (s *Scanner) keepLease(ctx context.Context, every time.Duration) {
 	}
 }
 
-// Tick does at most one SCAN page. It returns the extra wait the keys-per-second cap asks for.
-// Every error path returns and is retried on a later tick: nothing spins (invariant 7).
-func (s *Scanner) Tick(ctx context.Context) time.Duration {
-	s.progressed = false
-	leaseRev, held := s.Lease.Held()
-	if !held {
-		s.loaded = false // a future leadership re-reads the checkpoint
-		s.dropPending()  // not recorded: the next leader reads the page again
-		return 0
-	}
-	if !s.loaded {
-		c, rev, err := ReadCheckpoint(ctx, s.State)
-		if err != nil {
-			s.Metrics.opError(StageScanner, "checkpoint")
-			s.warn(ctx, "read checkpoint", "err", err)
-			return 0
-		}
-		s.dropPending()
-		s.ckpt, s.ckptRev, s.loaded, s.walks = c, rev, true, nil
-		s.count = 0
-		s.rewind()
-		s.pauseAt, s.backlogAt = time.Time{}, time.Time{}
-		if c.LastRoundEndUs > 0 {
-			// Alerts on "no round for too long" must survive a restart or a failover.
-			s.Metrics.LastRoundEnd.Set(float64(c.LastRoundEndUs) / 1e6)
-		}
-		s.Logger.Info("leader", "round", c.Round, "in_round", c.InRound, "store", c.Store, "cursor", c.Cursor)
-	}
-	now := s.Now()
-	if now.Sub(s.pauseAt) >= controlRefresh || now.Before(s.pauseAt) {
-		until, err := s.pausedUntil(ctx, now)
-		if err != nil {
-			s.Metrics.opError(StageScanner, "pause")
-			s.warn(ctx, "read scanner pause; tick skipped", "err", err)
-			return 0
-		}
-		s.pauseUntil, s.pauseAt = until, now
-	}
-	until := s.pauseUntil
-	if !until.IsZero() && !now.Before(until) {
-		until = time.Time{}
-	}
-	if !until.IsZero() {
-		s.Metrics.ScannerPaused.Set(1)
-		s.settle(ctx, now)
-		return 0
-	}
-	s.Metrics.ScannerPaused.Set(0)
-	if !s.ckpt.InRound {
-		if now.UnixMicro() < s.ckpt.NextRoundUs {
-			return 0
-		}
-		return s.startRound(ctx, now)
-	}
-	if s.walks == nil && !s.resume(ctx) {
-		return 0
-	}
-	if s.Backlog != nil {
-		if now.Sub(s.backlogAt) >= controlRefresh || now.Before(s.backlogAt) || s.backlogFull {
-			p, d, err := s.Backlog(ctx)
-			if err != nil {
-				s.Metrics.opError(StageScanner, "backlog")
-				s.warn(ctx, "read consumer backlog", "err", err)
-				return 0 // fail closed: no scanning without knowing the backlog
-			}
-			s.backlogFull, s.backlogAt = p > s.Config.HighWater || d > s.Config.HighWater, now
-		}
-		if s.backlogFull {
-			s.Metrics.BackpressureSkips.Inc()
-			s.settle(ctx, now)
-			return 0
-		}
-	}
-	if s.readIndex >= len(s.walks) {
-		if !s.settle(ctx, now) {
-			return 0
-		}
-		if s.ckpt.Index < len(s.walks) {
-			s.rewind() // not reached: settle moves the checkpoint to the read position
-			return 0
-		}
-		return s.endRound(ctx, now)
-	}
-	walk := s.walks[s.readIndex]
-	store, err := s.Stores.Store(walk.store)
+// watch follows the lease bucket: a released store lease, or a replica leaving, wakes the
+// coordination at once (a standby takes a released store without waiting for a period). It
+// also notes since when each store's lease is free. It is a plain subscription to the
+// bucket's subjects, not a consumer: a missed message only delays a takeover to the next
+// period. A subscription that cannot start leaves the periodic coordination alone.
+func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-chan struct{}) {
+	out, finished := make(chan struct{}, 1), make(chan struct{})
+	prefix := "$KV." + s.Leases.Bucket() + "."
+	msgs := make(chan *nats.Msg, 64)
+	sub, err := s.JS.Conn().ChanSubscribe(prefix+">", msgs)
 	if err != nil {
-		// A store that cannot even be opened: skip its instances this round.
-		if !s.settle(ctx, now) {
-			return 0
-		}
-		s.Metrics.opError(StageScanner, "store")
-		s.Logger.Warn("open metadata store; its instances skipped this round", "store", walk.store, "instances", len(walk.instances), "err", err)
-		for _, id := range slices.Sorted(maps.Keys(walk.instances)) {
-			s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: id, Round: s.ckpt.Round, Reason: "store_unavailable", Detail: err.Error()})
-		}
-		s.advance(0, 0)
-		s.rewind()
-		s.progressed = s.save(ctx, now)
-		return 0
+		warn(ctx, s.Logger, "watch the lease bucket; released stores are taken at the next period", "err", err)
+		close(finished)
+		return out, finished
 	}
-	cursor, count := s.readCursor, s.count
-	if count <= 0 {
-		count = s.Config.ScanBatchSize
-	}
-	page, err := store.ScanStore(ctx, cursor, count, walk.owns)
-	if err != nil {
-		s.Metrics.opError(StageScanner, "scan")
-		s.warn(ctx, "scan page; cursor kept", "store", walk.store, "cursor", cursor, "err", err)
-		s.settle(ctx, now)
-		return 0
-	}
-	// The previous page's batches were stored meanwhile; only then may the checkpoint move
-	// past it, and only then is this page published (batches stay in order).
-	if !s.settle(ctx, now) {
-		return 0
-	}
-	s.Metrics.ScanPages.Inc()
-	s.Metrics.ScannedKeys.Add(float64(len(page.Entries)))
-	s.Metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
-	s.Metrics.ScanUnownedKeys.Add(float64(page.Unowned))
-	batches := s.batches(ctx, walk, page, cursor, leaseRev, now)
-	// Fencing: never publish after losing the lease.
-	if _, held := s.Lease.Held(); !held {
-		return 0
-	}
-	p := &pendingPage{store: walk.store, cursor: cursor, next: page.Next, keys: uint64(len(page.Entries))}
-	for _, b := range batches {
-		acks, err := s.publish(ctx, b)
-		if err != nil {
-			s.Metrics.opError(StageScanner, "publish")
-			s.warn(ctx, "publish batch; cursor kept", "store", walk.store, "instance", b.Instance, "cursor", cursor, "err", err)
-			// Batches already sent are stored again under the same ids: the server drops them.
-			return 0
-		}
-		p.acks = append(p.acks, acks...)
-	}
-	s.pending = p
-	s.readCursor = page.Next
-	returned := len(page.Entries) + len(page.BadKeys) + page.Unowned
-	if page.Next == 0 {
-		s.readIndex++
-		s.count = 0 // the next store may hold other keys
-	} else {
-		s.count = nextCount(count, returned, s.Config.ScanBatchSize)
-	}
-	s.progressed = true
-	var wait time.Duration
-	if s.Config.MaxKeysPerSecond > 0 && returned > 0 {
-		wait = time.Duration(float64(returned) / s.Config.MaxKeysPerSecond * float64(time.Second))
-	}
-	if max(wait, s.Config.ScanInterval) >= overlapBelow {
-		// The next tick is not due at once: nothing to overlap, so record the page now
-		// rather than a scan_interval later (a successor then reads no page twice).
-		if !s.settle(ctx, now) {
-			return 0
-		}
-	} else {
-		s.recordAsync(ctx, now)
-	}
-	return wait
-}
-
-// batches routes a store page's blocks to one batch per instance, in instance order, and
-// reports the keys that do not parse, by instance.
-func (s *Scanner) batches(ctx context.Context, walk storeWalk, page meta.Page, cursor, leaseRev uint64, now time.Time) []subjects.Batch {
-	bad := map[string][]string{}
-	for _, k := range page.BadKeys {
-		id, _ := kvcm.OwnerOf(k, walk.owns)
-		bad[id] = append(bad[id], k)
-	}
-	byInst := map[string]*subjects.Batch{}
-	batch := func(id string) *subjects.Batch {
-		b := byInst[id]
-		if b == nil {
-			in := walk.instances[id]
-			b = &subjects.Batch{
-				V: subjects.SchemaVersion, Cluster: s.Names.Cluster, Instance: id, Group: in.Group, Store: in.Store,
-				Round: s.ckpt.Round, LeaseRev: leaseRev, Cursor: cursor, Next: page.Next,
-				ScannedAt: now.UnixMicro(), BadKeys: len(bad[id]),
-			}
-			byInst[id] = b
-		}
-		return b
-	}
-	for i := range page.Entries {
-		e := &page.Entries[i]
-		be, ok := blockEntry(e)
-		if !ok {
-			continue // no location field: nothing to judge
-		}
-		b := batch(e.Instance)
-		b.Blocks = append(b.Blocks, be)
-	}
-	for _, id := range slices.Sorted(maps.Keys(bad)) {
-		keys := bad[id]
-		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: id, Round: s.ckpt.Round, Reason: "bad_key",
-			Detail: fmt.Sprintf("%d keys do not parse, e.g. %q", len(keys), keys[0])})
-	}
-	out := make([]subjects.Batch, 0, len(byInst))
-	for _, id := range slices.Sorted(maps.Keys(byInst)) {
-		out = append(out, *byInst[id])
-	}
-	return out
-}
-
-// settle waits for the pending page's batches to be stored and for the checkpoint to move past
-// it (record, started in the background by recordAsync or run here). It reports whether the
-// scanner may go on: on a failed publish, a lost lease or a failed checkpoint write the page
-// is forgotten and the read position goes back to the checkpoint, so the page is read and
-// published again (the server drops batches it already has).
-func (s *Scanner) settle(ctx context.Context, now time.Time) bool {
-	p := s.pending
-	if p == nil {
-		return true
-	}
-	s.pending = nil
-	if p.done == nil {
-		s.record(ctx, p, s.ckpt, s.ckptRev, now)
-	} else {
-		<-p.done // record ends within ackTimeout plus one checkpoint write
-	}
-	if p.err != nil {
-		s.rewind()
-		switch p.failure {
-		case "publish":
-			s.Metrics.opError(StageScanner, "publish")
-			s.warn(ctx, "publish batch; cursor kept", "store", p.store, "cursor", p.cursor, "err", p.err)
-		case "checkpoint":
-			s.saveFailed(ctx, p.err)
-		}
-		return false
-	}
-	s.Metrics.PublishedBatches.Add(float64(len(p.acks)))
-	s.ckpt, s.ckptRev = p.ckpt, p.rev
-	s.setPosition()
-	return true
-}
-
-// dropPending forgets the pending page, after its background recording (if any) has ended:
-// a checkpoint is never written behind the scanner's back.
-func (s *Scanner) dropPending() {
-	if p := s.pending; p != nil && p.done != nil {
-		<-p.done
-	}
-	s.pending = nil
-}
-
-// recordAsync starts recording the pending page in the background, so that the next page is
-// read from Redis while JetStream stores this one's batches and the checkpoint is written.
-// Only the goroutine touches p until settle has waited for it; it works on a copy of the
-// checkpoint.
-func (s *Scanner) recordAsync(ctx context.Context, now time.Time) {
-	p := s.pending
-	p.done = make(chan struct{})
-	base, rev := s.ckpt, s.ckptRev
-	// Not cancelled with the scanner: a page whose batches are stored is recorded on the way
-	// out as well (bounded by ackTimeout and the server's answer).
-	bctx := context.WithoutCancel(ctx)
 	go func() {
-		defer close(p.done)
-		s.record(bctx, p, base, rev, now)
+		defer close(finished)
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			var m *nats.Msg
+			select {
+			case <-ctx.Done():
+				return
+			case m = <-msgs:
+			}
+			op := m.Header.Get("KV-Operation")
+			deleted := op == "DEL" || op == "PURGE"
+			if st, err := subjects.StoreOfLeaseKey(strings.TrimPrefix(m.Subject, prefix)); err == nil {
+				s.mu.Lock()
+				if deleted {
+					if _, ok := s.freed[st]; !ok {
+						s.freed[st] = s.Now()
+					}
+				} else {
+					delete(s.freed, st)
+				}
+				s.mu.Unlock()
+			}
+			if deleted {
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
 	}()
+	return out, finished
 }
 
-// record waits for p's batches to be stored, then writes base moved past p as the checkpoint
-// (by revision rev). It sets p's result and changes nothing else of the scanner.
-func (s *Scanner) record(ctx context.Context, p *pendingPage, base Checkpoint, rev uint64, now time.Time) {
-	actx, cancel := context.WithTimeout(ctx, ackTimeout)
-	defer cancel()
-	for _, ack := range p.acks {
-		if err := ack(actx); err != nil {
-			p.err, p.failure = err, "publish"
-			return
+// noteRound records a walk's state for the process-wide round gauges.
+func (s *Scanner) noteRound(store string, c Checkpoint) {
+	s.mu.Lock()
+	if s.rounds != nil {
+		s.rounds[store] = c
+	}
+	s.mu.Unlock()
+	s.updateRoundGauges()
+}
+
+// updateRoundGauges sets the process-wide round gauges from the walks: the highest round,
+// the stores walked, those done with their round, their instances.
+func (s *Scanner) updateRoundGauges() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var round uint64
+	done, instances := 0, 0
+	for _, c := range s.rounds {
+		round = max(round, c.Round)
+		if !c.InRound || c.Walked {
+			done++
+		}
+		instances += c.Instances
+	}
+	s.Metrics.RoundID.Set(float64(round))
+	s.Metrics.RoundStores.Set(float64(len(s.rounds)))
+	s.Metrics.RoundStore.Set(float64(done))
+	s.Metrics.RoundInstances.Set(float64(instances))
+}
+
+// LeaseState is the scanner's readiness: the stores whose leases it holds, or, holding none,
+// that it waits while able to read who holds them. A lease bucket it cannot read means it
+// could neither take nor keep a lease.
+func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	var held []string
+	for st, h := range s.walks {
+		if rev, ok := h.lease.Held(); ok {
+			held = append(held, fmt.Sprintf("%s (revision %d)", st, rev))
 		}
 	}
-	// Fencing: never record progress after losing the lease.
-	if _, held := s.Lease.Held(); !held {
-		p.err, p.failure = errors.New("lease lost"), "lease"
-		return
+	s.mu.Unlock()
+	if len(held) > 0 {
+		slices.Sort(held)
+		return "lease held: " + strings.Join(held, ", "), nil
 	}
-	c := base
-	c.Holder, c.SavedUs = s.Config.Holder, now.UnixMicro()
-	c.KeysScanned += p.keys
-	c.Cursor = p.next
-	if p.next == 0 {
-		c.Index++
+	var stores []string
+	if s.reg != nil {
+		stores = storesOf(s.reg.last())
 	}
-	s.position(&c)
-	newRev, err := s.write(ctx, c, rev, now)
-	if err != nil {
-		p.err, p.failure = err, "checkpoint"
-		return
-	}
-	p.ckpt, p.rev = c, newRev
-}
-
-// rewind puts the read position back on the checkpoint.
-func (s *Scanner) rewind() {
-	if s.readIndex != s.ckpt.Index || s.readCursor != s.ckpt.Cursor {
-		s.count = 0
-	}
-	s.readIndex, s.readCursor = s.ckpt.Index, s.ckpt.Cursor
-}
-
-func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, error) {
-	maxPayload := int64(s.MaxPayload)
-	if maxPayload <= 0 {
-		maxPayload = 1 << 20 // the server's default
-	}
-	maxBytes := subjects.PayloadLimit(maxPayload) // headers travel too
-	parts, oversized, err := subjects.EncodeBatchParts(b, maxBytes)
-	if err != nil {
-		return nil, fmt.Errorf("encode batch: %w", err)
-	}
-	for _, o := range oversized {
-		s.Metrics.OversizedBlocks.Inc()
-		key := o.Key
-		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: b.Instance, Round: b.Round, Key: &key,
-			Reason: "oversized", Detail: fmt.Sprintf("__uri__ of %d bytes exceeds the max payload", len(o.URI))})
-	}
-	var acks []AckWait
-	for _, p := range parts {
-		if len(p.Batch.Blocks) == 0 {
+	holders := map[string]bool{}
+	for _, st := range stores {
+		e, err := s.Leases.Get(ctx, subjects.StoreLeaseKey(st))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
-		ack, err := s.Publisher.PublishAsync(s.Names.BatchSubject(b.Instance), p.Data, subjects.BatchMsgID(p.Batch))
 		if err != nil {
-			return nil, err
+			return "", fmt.Errorf("read lease of %s: %w", st, err)
 		}
-		acks = append(acks, ack)
-	}
-	return acks, nil
-}
-
-// advance moves the checkpoint past a page that returned cursor next.
-func (s *Scanner) advance(next uint64, keys uint64) {
-	s.ckpt.KeysScanned += keys
-	s.ckpt.Cursor = next
-	if next == 0 {
-		s.ckpt.Index++
-	}
-	s.setPosition()
-}
-
-// position fills c's store name and the round's sizes from the snapshot.
-func (s *Scanner) position(c *Checkpoint) {
-	if c.Index < len(s.walks) {
-		c.Store = s.walks[c.Index].store
-	} else {
-		c.Store = ""
-	}
-	c.Stores = len(s.walks)
-	instances := 0
-	for _, w := range s.walks {
-		instances += len(w.instances)
-	}
-	c.Instances = instances
-}
-
-func (s *Scanner) setPosition() {
-	s.position(&s.ckpt)
-	s.Metrics.RoundStore.Set(float64(s.ckpt.Index))
-	s.Metrics.RoundStores.Set(float64(len(s.walks)))
-	s.Metrics.RoundInstances.Set(float64(s.ckpt.Instances))
-	s.Metrics.RoundID.Set(float64(s.ckpt.Round))
-}
-
-func (s *Scanner) startRound(ctx context.Context, now time.Time) time.Duration {
-	snap, err := s.readRegistry(ctx)
-	if err != nil {
-		return 0
-	}
-	prev := s.ckpt
-	s.walks = walksOf(snap)
-	s.ckpt.Round++
-	s.ckpt.InRound, s.ckpt.Index, s.ckpt.Cursor, s.ckpt.KeysScanned = true, 0, 0, 0
-	s.ckpt.RoundStartedUs = now.UnixMicro()
-	s.setPosition()
-	if !s.save(ctx, now) {
-		s.ckpt, s.walks = prev, nil
-		return 0
-	}
-	s.rewind()
-	s.progressed = true
-	s.Logger.Info("round started", "round", s.ckpt.Round, "instances", s.ckpt.Instances, "stores", s.ckpt.Stores)
-	s.event(ctx, subjects.Event{Kind: subjects.EventRound, Round: s.ckpt.Round, Outcome: "start",
-		Counts: map[string]int64{"instances": int64(s.ckpt.Instances), "stores": int64(s.ckpt.Stores)}})
-	return 0
-}
-
-// resume rebuilds the round's snapshot after a restart or a failover: the registry is read
-// again and the checkpoint's store located in it by name; if it is gone, the round goes on
-// with the next store in order, from the beginning. (Instances registered meanwhile in a store
-// not yet walked are collected this round; in the store being walked, from the cursor on.)
-func (s *Scanner) resume(ctx context.Context) bool {
-	snap, err := s.readRegistry(ctx)
-	if err != nil {
-		return false
-	}
-	walks := walksOf(snap)
-	s.walks = walks
-	c := &s.ckpt
-	i := sort.Search(len(walks), func(i int) bool { return walks[i].store >= c.Store })
-	if c.Store == "" && c.Stores > 0 && c.Index >= c.Stores {
-		i = len(walks) // the round had passed its last store
-	}
-	if i >= len(walks) || walks[i].store != c.Store {
-		c.Cursor = 0 // a different store: start it from the beginning
-	}
-	c.Index = i
-	s.setPosition()
-	s.rewind()
-	s.Logger.Info("round resumed", "round", c.Round, "store", c.Store, "index", c.Index, "cursor", c.Cursor)
-	return true
-}
-
-func (s *Scanner) readRegistry(ctx context.Context) ([]meta.Instance, error) {
-	reg, err := s.Registry.ReadRegistry(ctx)
-	if err != nil {
-		s.Metrics.opError(StageScanner, "registry")
-		s.warn(ctx, "read registry", "err", err)
-		return nil, err
-	}
-	snap := append([]meta.Instance(nil), reg.Instances...)
-	sort.SliceStable(snap, func(i, j int) bool {
-		if snap[i].Group != snap[j].Group {
-			return snap[i].Group < snap[j].Group
+		var r LeaseRecord
+		if json.Unmarshal(e.Value(), &r) == nil {
+			holders[r.Holder] = true
 		}
-		return snap[i].ID < snap[j].ID
-	})
-	if len(reg.Skipped) > 0 {
-		s.Logger.Info("registry entries not collected", "count", len(reg.Skipped), "first", reg.Skipped[0].Instance, "reason", reg.Skipped[0].Reason)
 	}
-	return snap, nil
+	if len(holders) == 0 {
+		if _, err := s.Leases.Status(ctx); err != nil {
+			return "", fmt.Errorf("read lease bucket: %w", err)
+		}
+		return fmt.Sprintf("waiting for the lease (%d stores, none leased)", len(stores)), nil
+	}
+	return fmt.Sprintf("waiting for the lease (%d stores, held by %s)", len(stores), strings.Join(slices.Sorted(maps.Keys(holders)), ", ")), nil
 }
 
-func (s *Scanner) endRound(ctx context.Context, now time.Time) time.Duration {
-	c := &s.ckpt
-	prev := *c
-	started := time.UnixMicro(c.RoundStartedUs)
-	c.InRound = false
-	c.NextRoundUs = now.Add(s.Config.RoundPause).UnixMicro()
-	c.LastRoundEndUs = now.UnixMicro()
-	c.LastRoundKeys = c.KeysScanned
-	c.LastRoundDuration = now.Sub(started).Milliseconds()
-	if !s.save(ctx, now) {
-		*c = prev
-		return 0
-	}
-	s.walks = nil
-	s.progressed = true
-	s.Metrics.ScanRounds.Inc()
-	s.Metrics.RoundDuration.Set(now.Sub(started).Seconds())
-	s.Metrics.LastRoundEnd.Set(float64(now.Unix()))
-	s.Logger.Info("round finished", "round", c.Round, "keys", c.KeysScanned, "duration", now.Sub(started))
-	s.event(ctx, subjects.Event{Kind: subjects.EventRound, Round: c.Round, Outcome: "end",
-		Counts: map[string]int64{"keys": int64(c.KeysScanned), "duration_ms": c.LastRoundDuration, "instances": int64(c.Instances), "stores": int64(c.Stores)}})
-	return 0
-}
-
-// save writes the checkpoint by revision. A revision conflict means another scanner wrote it:
-// this one is no longer the leader and stops at once.
-func (s *Scanner) save(ctx context.Context, now time.Time) bool {
-	rev, err := s.write(ctx, s.ckpt, s.ckptRev, now)
+// ReadMembers lists the scanner replicas whose member key is live, sorted.
+func ReadMembers(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+	keys, err := listKeys(ctx, kv, subjects.MemberFilter())
 	if err != nil {
-		s.saveFailed(ctx, err)
-		return false
+		return nil, fmt.Errorf("list scanner members: %w", err)
 	}
-	s.ckpt.Holder, s.ckpt.SavedUs = s.Config.Holder, now.UnixMicro()
-	s.ckptRev = rev
-	return true
-}
-
-// write stores c, stamped with this holder and now, as the checkpoint with revision rev (0:
-// the first one) and returns its new revision.
-func (s *Scanner) write(ctx context.Context, c Checkpoint, rev uint64, now time.Time) (uint64, error) {
-	c.Holder = s.Config.Holder
-	c.SavedUs = now.UnixMicro()
-	val, err := json.Marshal(c)
-	if err != nil {
-		return 0, fmt.Errorf("encode checkpoint: %w", err)
+	var out []string
+	for _, k := range keys {
+		if h, err := subjects.HolderOfMemberKey(k); err == nil {
+			out = append(out, h)
+		}
 	}
-	if rev == 0 {
-		return s.State.Create(ctx, CheckpointKey, val)
-	}
-	return s.State.Update(ctx, CheckpointKey, val, rev)
-}
-
-// saveFailed handles a checkpoint that could not be written. A revision conflict means another
-// scanner wrote it: this one is no longer the leader and stops at once.
-func (s *Scanner) saveFailed(ctx context.Context, err error) {
-	s.Metrics.opError(StageScanner, "checkpoint")
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		s.Logger.Warn("checkpoint written by another scanner; stepping down", "err", err)
-		s.Lease.Drop()
-	} else {
-		s.warn(ctx, "save checkpoint", "err", err)
-	}
-	s.loaded = false // re-read before acting again
-}
-
-// warn logs a failed operation, except when it failed because the scanner is shutting down.
-func (s *Scanner) warn(ctx context.Context, msg string, args ...any) {
-	if ctx.Err() != nil {
-		s.Logger.Debug(msg, args...)
-		return
-	}
-	s.Logger.Warn(msg, args...)
-}
-
-func (s *Scanner) event(ctx context.Context, e subjects.Event) {
-	if s.Events == nil {
-		return
-	}
-	e.Stage = StageScanner
-	s.Events.Emit(ctx, e)
+	slices.Sort(out)
+	return out, nil
 }

@@ -47,6 +47,8 @@ type Profile struct {
 	ScanBatchSize int           `json:"scan_batch_size"`
 	// RoundPause is round_pause; 0 keeps the default (24h: one round per run).
 	RoundPause time.Duration `json:"round_pause"`
+	// MaxKeysPerSecond is max_keys_per_second, the cap on each store walk (0: none).
+	MaxKeysPerSecond float64 `json:"max_keys_per_second,omitempty"`
 	// HighWater is the scanner's backpressure mark; a huge value turns backpressure off.
 	HighWater uint64 `json:"high_water"`
 	// ProberWorkers and DeleterWorkers are each process's concurrent handlers.
@@ -133,6 +135,7 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 	if p.RoundPause > 0 {
 		sc.RoundPause = p.RoundPause
 	}
+	sc.MaxKeysPerSecond = p.MaxKeysPerSecond
 	pc := pipeline.DefaultProberConfig()
 	pc.MaxTargets = sc.ScanBatchSize
 	dc := pipeline.DefaultDeleterConfig()

@@ -33,7 +33,7 @@ func StatusCommand() *Command {
 	var asJSON bool
 	return &Command{
 		Name:    "status",
-		Summary: "show streams, consumers, scanner leader and round, last events",
+		Summary: "show streams, consumers, every metadata store's walk, last events",
 		Help: "Streams, consumers (pending, ack pending, redelivered, paused, and how old each reading is), the\n" +
 			"scanner leader, round and next round, and the last event of each kind. Every part is read at\n" +
 			"once, each request bounded by jetstream.api_timeout; what cannot be read is shown as such.",

@@ -65,9 +65,10 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.IntVar(&cfg.Unpaced.DeleterMaxAckPending, "deleter-inflight", cfg.Unpaced.DeleterMaxAckPending, "max_inflight_delete_requests of the unpaced runs")
 	fs.IntVar(&cfg.Unpaced.DeleterWorkers, "deleter-workers", cfg.Unpaced.DeleterWorkers, "deleter workers of the unpaced runs")
 	fs.IntVar(&cfg.Unpaced.ProberWorkers, "prober-workers", cfg.Unpaced.ProberWorkers, "prober workers of the unpaced runs")
-	phases := fs.String("phases", strings.Join(bench.AllPhases, ","), "phases to run (and \"ab\": each stage alone with -stage-bin and -ab-stage-bin, alternated)")
+	phases := fs.String("phases", strings.Join(bench.AllPhases, ","), "phases to run (and \"ab\": each stage alone with -stage-bin and -ab-stage-bin, alternated; \"stores\": a scanner round over two stores with one replica, then two)")
 	fs.StringVar(&cfg.ABStageBin, "ab-stage-bin", "", "a second kvcmstage binary for the ab phase (a build with a change to measure)")
 	fs.IntVar(&cfg.ABReps, "ab-reps", 2, "alternations of the ab phase")
+	fs.IntVar(&cfg.StoresReps, "stores-reps", 3, "alternations of one replica and two in the stores phase")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (data, logs)")
 	_ = fs.Parse(args)
 

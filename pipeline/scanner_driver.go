@@ -1,0 +1,475 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// ackTimeout bounds the wait for the acknowledgement of a page's batches; a page not
+// acknowledged by then is read and published again (the server drops the duplicates).
+const ackTimeout = 30 * time.Second
+
+// stopTimeout bounds what a walk still does once the scanner stops: recording its last page.
+const stopTimeout = 5 * time.Second
+
+// walkHandle is how the scanner steers a walk it started.
+type walkHandle struct {
+	store string
+	lease *Lease
+	// release asks for the lease back at the next round boundary; gone says the store left
+	// the registry.
+	release, gone atomic.Bool
+	// between reports that the walk is between rounds (a good one to hand back).
+	between atomic.Bool
+	wake    chan struct{}
+	done    chan struct{}
+	// released: the walk handed the lease back itself.
+	released atomic.Bool
+}
+
+func (h *walkHandle) poke() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// walkDriver performs a walk's actions: the only code between the state machine and the
+// servers.
+type walkDriver struct {
+	s     *Scanner
+	h     *walkHandle
+	w     *walk
+	log   *slog.Logger
+	wait  time.Duration
+	rec   *recording
+	bctx  context.Context // for what must finish even when the scanner stops
+	sized bool            // a failed size read was logged
+}
+
+// recording is a page's batches being stored and its checkpoint written, in the background.
+type recording struct {
+	acks []AckWait
+	next Checkpoint
+	rev  uint64
+	now  time.Time
+	done chan struct{}
+	ev   evRecorded
+}
+
+func (s *Scanner) newDriver(h *walkHandle) *walkDriver {
+	cfg := walkConfig{scanInterval: s.Config.ScanInterval, roundPause: s.Config.RoundPause,
+		batchSize: s.Config.ScanBatchSize, maxKeysPerSecond: s.Config.MaxKeysPerSecond}
+	return &walkDriver{s: s, h: h, w: newWalk(cfg, h.store), log: s.Logger.With("store", h.store)}
+}
+
+// run drives the walk until it is over: the lease lost or handed back, or ctx done (the last
+// page recorded).
+func (d *walkDriver) run(ctx context.Context) {
+	d.bctx = context.WithoutCancel(ctx)
+	defer d.forget()
+	d.s.Metrics.initStore(d.h.store)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	queue := []any{d.tick(ctx)}
+	for {
+		// A chain of steps that asks for no wait gets the idle one: nothing spins by omission.
+		d.wait = d.w.idle()
+		for len(queue) > 0 {
+			ev := queue[0]
+			queue = queue[1:]
+			for _, a := range d.w.step(ev) {
+				if e := d.perform(ctx, a); e != nil {
+					queue = append(queue, e)
+				}
+			}
+		}
+		d.observe()
+		if d.w.phase == phaseDone {
+			return
+		}
+		if ctx.Err() == nil {
+			timer.Reset(d.wait)
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			case <-d.h.wake:
+			}
+			timer.Stop()
+		}
+		queue = append(queue, d.tick(ctx))
+	}
+}
+
+// forget ends the walk's side effects: a recording still running is waited for (a checkpoint
+// is never written behind the walk's back) and its metrics are dropped.
+func (d *walkDriver) forget() {
+	if d.rec != nil {
+		<-d.rec.done
+		d.rec = nil
+	}
+	d.s.Metrics.dropStore(d.h.store)
+}
+
+func (d *walkDriver) tick(ctx context.Context) evTick {
+	now := d.s.Now()
+	t := evTick{now: now, stop: ctx.Err() != nil, release: d.h.release.Load(), gone: d.h.gone.Load()}
+	if rev, held := d.h.lease.Held(); held {
+		t.leaseRev = rev
+	}
+	if t.leaseRev != 0 && !t.stop && d.w.phase == phaseReady {
+		t.pausedUntil, t.backlogFull, t.controlErr = d.s.ctl.read(ctx, now)
+	}
+	return t
+}
+
+func (d *walkDriver) perform(ctx context.Context, a action) any {
+	s := d.s
+	switch a := a.(type) {
+	case actWait:
+		d.wait = a.d
+	case actReadCheckpoint:
+		c, rev, err := ReadStoreCheckpoint(ctx, s.State, d.h.store)
+		if err == nil && c.LastRoundEndUs > 0 {
+			// Alerts on "no round for too long" must survive a restart or a failover.
+			s.Metrics.lastRoundEnd(c.LastRoundEndUs)
+		}
+		return evCheckpoint{ckpt: c, rev: rev, err: err}
+	case actSnapshot:
+		now := s.Now()
+		snap, retryAt, err := s.reg.get(ctx, now)
+		ev := evSnapshot{now: now, start: a.start, retryAt: retryAt, err: err}
+		if err == nil {
+			ev.instances = instancesOf(snap, d.h.store)
+			if a.start && len(ev.instances) > 0 {
+				ev.size = d.dbSize(ctx)
+			}
+		}
+		return ev
+	case actScan:
+		return d.scan(ctx, a)
+	case actPublish:
+		return d.publish(ctx, a)
+	case actAwait:
+		return d.await()
+	case actDrop:
+		if d.rec != nil {
+			<-d.rec.done
+			d.rec = nil
+		}
+	case actSave:
+		rev, err := d.write(ctx, a.ckpt, a.rev, a.now)
+		c := a.ckpt
+		c.Holder, c.SavedUs = s.Config.Holder, a.now.UnixMicro()
+		return evSaved{now: a.now, why: a.why, ckpt: c, rev: rev, instances: a.instances, err: err, conflict: conflict(err)}
+	case actEvent:
+		e := a.ev
+		if a.ckptRev != 0 {
+			e.Source = &subjects.Source{Stream: "KV_" + s.Names.StateBucket(), Seq: a.ckptRev, MsgID: subjects.CheckpointKey(d.h.store)}
+		}
+		s.event(ctx, e)
+	case actLog:
+		if a.level >= slog.LevelWarn && ctx.Err() != nil {
+			a.level = slog.LevelDebug // failures caused by the shutdown
+		}
+		d.log.Log(ctx, a.level, a.msg, a.args...)
+	case actOpError:
+		s.Metrics.opError(StageScanner, a.op)
+	case actSkipTick:
+		s.Metrics.BackpressureSkips.Inc()
+	case actRoundEnded:
+		c := a.ckpt
+		s.Metrics.ScanRounds.Inc()
+		s.Metrics.RoundDuration.Set(float64(c.LastRoundDuration) / 1e3)
+		s.Metrics.lastRoundEnd(c.LastRoundEndUs)
+	case actStepDown:
+		d.h.lease.Drop()
+	case actRelease:
+		rctx, cancel := context.WithTimeout(d.bctx, stopTimeout)
+		defer cancel()
+		if err := d.h.lease.Release(rctx); err != nil {
+			warn(ctx, d.log, "release store lease", "err", err)
+		} else {
+			d.log.Info("store lease released", "reason", a.reason)
+		}
+		d.h.released.Store(true)
+	}
+	return nil
+}
+
+// dbSize reads the store's DBSIZE for the estimated end of the walk; a failure (an ACL user
+// without +dbsize) means no estimate from it, logged once.
+func (d *walkDriver) dbSize(ctx context.Context) int64 {
+	s := d.s
+	var n int64
+	var err error
+	switch {
+	case s.Sizes != nil:
+		n, err = s.Sizes(ctx, d.h.store)
+	default:
+		st, oerr := s.Stores.Store(d.h.store)
+		sz, ok := st.(StoreSizer)
+		if oerr != nil || !ok {
+			return 0
+		}
+		n, err = sz.DBSize(ctx)
+	}
+	if err != nil {
+		if !d.sized {
+			d.log.Info("read store size; no estimated end from it", "err", err)
+		}
+		d.sized = true
+		return 0
+	}
+	return n
+}
+
+// StoreSizer is a metadata store that can tell its number of keys (Redis DBSIZE).
+type StoreSizer interface {
+	DBSize(ctx context.Context) (int64, error)
+}
+
+func (d *walkDriver) scan(ctx context.Context, a actScan) any {
+	s := d.s
+	now := s.Now()
+	store, err := s.Stores.Store(d.h.store)
+	if err != nil {
+		return evPage{now: now, err: err, unavailable: true}
+	}
+	owns := func(id string) bool { _, ok := a.instances[id]; return ok }
+	page, err := store.ScanStore(ctx, a.cursor, a.count, owns)
+	if err != nil {
+		return evPage{now: now, err: err}
+	}
+	s.Metrics.ScanPages.Inc()
+	s.Metrics.ScannedKeys.Add(float64(len(page.Entries)))
+	s.Metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
+	s.Metrics.ScanUnownedKeys.Add(float64(page.Unowned))
+	s.Metrics.StoreScannedKeys.WithLabelValues(d.h.store).Add(float64(len(page.Entries)))
+	if page.WrongDB > 0 {
+		// Legacy keys outside DB 0 are nobody's live blocks (a KVCM of that layout ignores
+		// db=): never published, counted and recorded once per page.
+		s.Metrics.ScanWrongDBKeys.Add(float64(page.WrongDB))
+		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Reason: "legacy_outside_db0",
+			Detail: fmt.Sprintf("store %s: %d legacy-layout keys in a database other than 0, where no KVCM of that layout keeps its blocks; not collected", d.h.store, page.WrongDB)})
+	}
+	return evPage{now: now, page: page}
+}
+
+func (d *walkDriver) publish(ctx context.Context, a actPublish) any {
+	s := d.s
+	// Fencing: never publish after losing the lease.
+	if _, held := d.h.lease.Held(); !held {
+		return evRecorded{err: ErrLeaseLost, failure: failLease}
+	}
+	rec := &recording{next: a.next, rev: a.rev, now: a.now, done: make(chan struct{})}
+	for _, b := range s.batches(ctx, d.h.store, a) {
+		acks, err := s.publish(ctx, b)
+		if err != nil {
+			// Batches already sent are stored again under the same ids: the server drops them.
+			return evRecorded{err: err, failure: failPublish}
+		}
+		rec.acks = append(rec.acks, acks...)
+	}
+	if !a.async {
+		d.record(ctx, rec)
+		s.Metrics.PublishedBatches.Add(float64(len(rec.acks)))
+		return rec.ev
+	}
+	// Not cancelled with the scanner: a page whose batches are stored is recorded on the way
+	// out as well (bounded by ackTimeout and the server's answer). Only the goroutine touches
+	// rec until await has waited for it.
+	d.rec = rec
+	go func() {
+		defer close(rec.done)
+		d.record(d.bctx, rec)
+	}()
+	return nil
+}
+
+func (d *walkDriver) await() any {
+	rec := d.rec
+	if rec == nil {
+		return nil
+	}
+	<-rec.done // record ends within ackTimeout plus one checkpoint write
+	d.rec = nil
+	if rec.ev.err == nil {
+		d.s.Metrics.PublishedBatches.Add(float64(len(rec.acks)))
+	}
+	return rec.ev
+}
+
+// record waits for the page's batches to be stored, then writes its checkpoint by revision.
+// It sets rec.ev and changes nothing else.
+func (d *walkDriver) record(ctx context.Context, rec *recording) {
+	actx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	for _, ack := range rec.acks {
+		if err := ack(actx); err != nil {
+			rec.ev = evRecorded{err: err, failure: failPublish}
+			return
+		}
+	}
+	// Fencing: never record progress after losing the lease.
+	if _, held := d.h.lease.Held(); !held {
+		rec.ev = evRecorded{err: ErrLeaseLost, failure: failLease}
+		return
+	}
+	rev, err := d.write(ctx, rec.next, rec.rev, rec.now)
+	if err != nil {
+		f := failCheckpoint
+		if conflict(err) {
+			f = failConflict
+		}
+		rec.ev = evRecorded{err: err, failure: f}
+		return
+	}
+	c := rec.next
+	c.Holder, c.SavedUs = d.s.Config.Holder, rec.now.UnixMicro()
+	rec.ev = evRecorded{ckpt: c, rev: rev}
+}
+
+// write stores c, stamped with this holder and now, as the store's checkpoint with revision
+// rev (0: the first one) and returns its new revision.
+func (d *walkDriver) write(ctx context.Context, c Checkpoint, rev uint64, now time.Time) (uint64, error) {
+	c.Store = d.h.store
+	c.Holder = d.s.Config.Holder
+	c.SavedUs = now.UnixMicro()
+	val, err := json.Marshal(c)
+	if err != nil {
+		return 0, fmt.Errorf("encode checkpoint of %s: %w", d.h.store, err)
+	}
+	key := subjects.CheckpointKey(d.h.store)
+	if rev == 0 {
+		return d.s.State.Create(ctx, key, val)
+	}
+	return d.s.State.Update(ctx, key, val, rev)
+}
+
+// conflict: the checkpoint was written by someone else (this walk no longer owns it).
+func conflict(err error) bool {
+	return err != nil && (errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch))
+}
+
+// observe updates the store's gauges from the walk's state.
+func (d *walkDriver) observe() {
+	w, m, store := d.w, d.s.Metrics, d.h.store
+	d.h.between.Store(w.phase == phaseReady && !w.ckpt.InRound && w.pending == nil)
+	if w.phase == phaseDone {
+		return
+	}
+	d.s.noteRound(store, w.ckpt)
+	m.StoreRound.WithLabelValues(store).Set(float64(w.ckpt.Round))
+	m.StoreKeysPerSecond.WithLabelValues(store).Set(w.ckpt.Rate)
+	eta, progress, _ := EstimateEnd(w.ckpt, d.s.Now())
+	m.StoreProgress.WithLabelValues(store).Set(progress)
+	if eta.IsZero() {
+		m.StoreETA.WithLabelValues(store).Set(0)
+	} else {
+		m.StoreETA.WithLabelValues(store).Set(float64(eta.UnixMilli()) / 1e3)
+	}
+	state := stateLabel(w.waiting)
+	for _, st := range walkStates {
+		v := 0.0
+		if st == state {
+			v = 1
+		}
+		m.StoreState.WithLabelValues(store, st).Set(v)
+	}
+}
+
+// batches routes a store page's blocks to one batch per instance, in instance order, and
+// reports the keys that do not parse, by instance.
+func (s *Scanner) batches(ctx context.Context, store string, a actPublish) []subjects.Batch {
+	owns := func(id string) bool { _, ok := a.instances[id]; return ok }
+	page := a.page
+	bad := map[string][]string{}
+	for _, k := range page.BadKeys {
+		id, _ := kvcm.OwnerOf(k, owns)
+		bad[id] = append(bad[id], k)
+	}
+	byInst := map[string]*subjects.Batch{}
+	batch := func(id string) *subjects.Batch {
+		b := byInst[id]
+		if b == nil {
+			in := a.instances[id]
+			b = &subjects.Batch{
+				V: subjects.SchemaVersion, Cluster: s.Names.Cluster, Instance: id, Group: in.Group, Store: store,
+				Round: a.round, LeaseRev: a.leaseRev, Cursor: a.cursor, Next: page.Next,
+				ScannedAt: a.now.UnixMicro(), BadKeys: len(bad[id]),
+			}
+			byInst[id] = b
+		}
+		return b
+	}
+	for i := range page.Entries {
+		e := &page.Entries[i]
+		be, ok := blockEntry(e)
+		if !ok {
+			continue
+		}
+		b := batch(e.Instance)
+		b.Blocks = append(b.Blocks, be)
+	}
+	for _, id := range slices.Sorted(maps.Keys(bad)) {
+		keys := bad[id]
+		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: id, Round: a.round, Reason: "bad_key",
+			Detail: fmt.Sprintf("%d keys do not parse, e.g. %q", len(keys), keys[0])})
+	}
+	out := make([]subjects.Batch, 0, len(byInst))
+	for _, id := range slices.Sorted(maps.Keys(byInst)) {
+		out = append(out, *byInst[id])
+	}
+	return out
+}
+
+func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, error) {
+	maxPayload := int64(s.MaxPayload)
+	if maxPayload <= 0 {
+		maxPayload = 1 << 20 // the server's default
+	}
+	maxBytes := subjects.PayloadLimit(maxPayload) // headers travel too
+	parts, oversized, err := subjects.EncodeBatchParts(b, maxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("encode batch: %w", err)
+	}
+	for _, o := range oversized {
+		s.Metrics.OversizedBlocks.Inc()
+		key := o.Key
+		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: b.Instance, Round: b.Round, Key: &key,
+			Reason: "oversized", Detail: fmt.Sprintf("__uri__ of %d bytes exceeds the max payload", len(o.URI))})
+	}
+	var acks []AckWait
+	for _, p := range parts {
+		if len(p.Batch.Blocks) == 0 {
+			continue
+		}
+		ack, err := s.Publisher.PublishAsync(s.Names.BatchSubject(b.Instance), p.Data, subjects.BatchMsgID(p.Batch))
+		if err != nil {
+			return nil, fmt.Errorf("publish batch of %s: %w", b.Instance, err)
+		}
+		acks = append(acks, ack)
+	}
+	return acks, nil
+}
+
+func (s *Scanner) event(ctx context.Context, e subjects.Event) {
+	if s.Events == nil {
+		return
+	}
+	e.Stage = StageScanner
+	s.Events.Emit(ctx, e)
+}

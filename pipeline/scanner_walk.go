@@ -1,0 +1,641 @@
+package pipeline
+
+import (
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// The walk of one metadata store is a state machine: step takes the walk's state and one event
+// (a tick with the readings it needs, a page read, a page recorded, a checkpoint written, …)
+// and returns the actions to perform (read a page, publish it, write the checkpoint, wait, …);
+// it does no I/O and reads no clock, so every decision is table-tested without servers
+// (scanner_walk_test.go). The driver (scanner_driver.go) performs the actions and feeds their
+// results back as events; the scanner (scanner.go) holds the leases and starts one walk per
+// store it holds.
+//
+// The read position runs at most one page ahead of the checkpoint: a page's batches are stored
+// by JetStream (and the checkpoint moved past it) while the next page is read from Redis, and
+// the next page is published only once the previous one is recorded (pending). A failure of
+// either puts the read position back on the checkpoint, so that page is read and published
+// again (the server drops the batches it already has). Every path that makes no progress
+// waits at least idleWait, whatever scan_interval (invariant 7: nothing spins).
+
+// idleWait is the least time between two ticks that did not move the walk on (a pause, a full
+// backlog, an error): an unpaced scanner would otherwise spin on those checks (invariant 7).
+const idleWait = 100 * time.Millisecond
+
+// overlapBelow: only when the next tick is due sooner than this does a page stay unrecorded
+// while the next one is read; a slower walk records every page at once (a successor then
+// reads no page twice).
+const overlapBelow = 5 * time.Millisecond
+
+// rateWindow is the time constant of a walk's recent rate (Checkpoint.Rate).
+const rateWindow = 10 * time.Second
+
+type walkPhase int
+
+const (
+	phaseLoad  walkPhase = iota // the lease is held, the checkpoint not read yet
+	phaseReady                  // the checkpoint is read: between rounds, or walking
+	phaseDone                   // the lease is lost, released or handed back: the walk is over
+)
+
+func (p walkPhase) String() string {
+	return [...]string{"load", "ready", "done"}[p]
+}
+
+// walkConfig is what a walk needs of ScannerConfig.
+type walkConfig struct {
+	scanInterval     time.Duration
+	roundPause       time.Duration
+	batchSize        int
+	maxKeysPerSecond float64
+}
+
+// walk is one store's walk state.
+type walk struct {
+	cfg   walkConfig
+	store string
+	phase walkPhase
+	// leaseRev is the lease revision of the last tick: the fencing token of what is read now.
+	leaseRev uint64
+	// ckpt is the checkpoint as last written (or read), rev its revision (0: none yet).
+	ckpt Checkpoint
+	rev  uint64
+	// instances is the round's registry snapshot of the store (nil: not read since the lease
+	// was taken).
+	instances map[string]meta.Instance
+	// The read position: the next SCAN cursor, whether the store's last page was read, and
+	// the SCAN COUNT of the next page.
+	cursor uint64
+	walked bool
+	count  int
+	// pending is a published page not yet recorded in the checkpoint; held a page read while
+	// pending was not recorded yet (it is published once pending is).
+	pending *pendingPage
+	held    *heldPage
+	// waiting is why the walk does not move now (Wait*); the checkpoint says it once written.
+	waiting      string
+	waitingSince time.Time
+	// lastPage is when the last page was read (for the rate).
+	lastPage time.Time
+	// stopping: the walk ends once the pending page is recorded, handing the lease back
+	// when stopReason says why.
+	stopping   bool
+	stopReason string
+}
+
+type pendingPage struct {
+	cursor uint64
+	next   Checkpoint
+}
+
+type heldPage struct {
+	page meta.Page
+	at   time.Time
+}
+
+func newWalk(cfg walkConfig, store string) *walk {
+	return &walk{cfg: cfg, store: store, phase: phaseLoad}
+}
+
+// Events.
+type (
+	// evTick: the walk's timer fired (or the scanner woke it). It carries what the decision
+	// needs: the lease, the operator's pause and the backlog, and the scanner's requests.
+	evTick struct {
+		now         time.Time
+		leaseRev    uint64    // 0: the lease is not held
+		pausedUntil time.Time // zero: no pause
+		backlogFull bool
+		controlErr  error // the pause or the backlog could not be read: fail closed
+		release     bool  // hand the store back at the next round boundary (over share)
+		gone        bool  // the store left the registry: stop after the pending page
+		stop        bool  // the scanner shuts down: record the pending page, then stop
+	}
+	evCheckpoint struct {
+		ckpt Checkpoint
+		rev  uint64
+		err  error
+	}
+	evSnapshot struct {
+		now       time.Time
+		start     bool
+		instances map[string]meta.Instance
+		size      int64 // DBSIZE at the round's start (0: unknown)
+		retryAt   time.Time
+		err       error
+	}
+	evPage struct {
+		now         time.Time
+		page        meta.Page
+		err         error
+		unavailable bool // the store cannot be opened at all: its round is skipped
+	}
+	evRecorded struct {
+		ckpt    Checkpoint
+		rev     uint64
+		err     error
+		failure string // failPublish, failLease, failConflict, failCheckpoint
+	}
+	evSaved struct {
+		now       time.Time
+		why       string
+		ckpt      Checkpoint
+		rev       uint64
+		instances map[string]meta.Instance
+		err       error
+		conflict  bool
+	}
+)
+
+// Why a page's recording failed.
+const (
+	failPublish    = "publish"    // a batch was not stored
+	failLease      = "lease"      // the lease was lost before the checkpoint was written (fencing)
+	failConflict   = "conflict"   // the checkpoint was written by someone else
+	failCheckpoint = "checkpoint" // the checkpoint write failed
+)
+
+// Why a checkpoint is written outside of a page.
+const (
+	saveRoundStart = "round_start"
+	saveRoundEnd   = "round_end"
+	saveWaiting    = "waiting"
+)
+
+// Actions.
+type (
+	actReadCheckpoint struct{}
+	// actSnapshot reads the store's instances from the registry (and, at a round's start,
+	// its DBSIZE).
+	actSnapshot struct{ start bool }
+	actScan     struct {
+		cursor    uint64
+		count     int
+		instances map[string]meta.Instance
+	}
+	// actPublish publishes a page's batches and records next (by revision rev) once they are
+	// stored: in the background when async, else before returning (evRecorded).
+	actPublish struct {
+		now       time.Time
+		page      meta.Page
+		cursor    uint64
+		round     uint64
+		leaseRev  uint64
+		instances map[string]meta.Instance
+		next      Checkpoint
+		rev       uint64
+		async     bool
+	}
+	actAwait struct{} // wait for the pending page's recording (evRecorded)
+	actDrop  struct{} // wait for it and forget its outcome (the lease is gone)
+	actSave  struct {
+		now       time.Time
+		why       string
+		ckpt      Checkpoint
+		rev       uint64
+		instances map[string]meta.Instance
+	}
+	actEvent struct {
+		ev subjects.Event
+		// ckptRev, when set, makes the event's source the store's checkpoint at that revision.
+		ckptRev uint64
+	}
+	actLog struct {
+		level slog.Level
+		msg   string
+		args  []any
+	}
+	actOpError    struct{ op string }
+	actSkipTick   struct{} // a tick skipped by backpressure (kvcm_gc_backpressure_skips_total)
+	actRoundEnded struct{ ckpt Checkpoint }
+	actStepDown   struct{} // another scanner wrote the checkpoint: forget the lease
+	actRelease    struct{ reason string }
+	// actWait: the next tick comes after d (the last actWait of a step wins).
+	actWait struct{ d time.Duration }
+)
+
+// step is the whole decision of a walk: the event's effect on the state and the actions.
+func (w *walk) step(ev any) []action {
+	if w.phase == phaseDone {
+		return nil
+	}
+	switch e := ev.(type) {
+	case evTick:
+		return w.tick(e)
+	case evCheckpoint:
+		return w.loaded(e)
+	case evSnapshot:
+		return w.snapshot(e)
+	case evPage:
+		return w.pageRead(e)
+	case evRecorded:
+		return w.recorded(e)
+	case evSaved:
+		return w.saved(e)
+	}
+	return nil
+}
+
+// action is one of the act* types.
+type action = any
+
+func (w *walk) idle() time.Duration { return max(idleWait, w.cfg.scanInterval) }
+
+func (w *walk) tick(t evTick) []action {
+	if t.leaseRev == 0 {
+		return w.lost()
+	}
+	w.leaseRev = t.leaseRev
+	if t.stop || t.gone {
+		return w.stop(t.gone)
+	}
+	if w.phase == phaseLoad {
+		return []action{actReadCheckpoint{}}
+	}
+	if !t.pausedUntil.IsZero() && t.now.Before(t.pausedUntil) {
+		return w.hold(t.now, WaitPaused)
+	}
+	if !w.ckpt.InRound {
+		if t.release {
+			return w.release("over its share of the stores, at a round boundary")
+		}
+		if next := time.UnixMicro(w.ckpt.NextRoundUs); t.now.Before(next) {
+			acts := w.setWaiting(t.now, WaitRoundPause)
+			return append(acts, actWait{next.Sub(t.now)})
+		}
+		if t.controlErr != nil {
+			return w.hold(t.now, WaitError) // no round starts while the pause cannot be read
+		}
+		return []action{actSnapshot{start: true}}
+	}
+	if t.controlErr != nil {
+		return w.hold(t.now, WaitError)
+	}
+	if t.backlogFull {
+		return append(w.hold(t.now, WaitBackpressure), actSkipTick{})
+	}
+	if w.walked {
+		if w.pending != nil {
+			return []action{actAwait{}, actWait{0}}
+		}
+		return w.endRound(t.now)
+	}
+	if w.instances == nil {
+		return []action{actSnapshot{start: false}}
+	}
+	count := w.count
+	if count <= 0 {
+		count = w.cfg.batchSize
+	}
+	return []action{actScan{cursor: w.cursor, count: count, instances: w.instances}}
+}
+
+// hold keeps the walk where it is for a while: the pending page is recorded first, then the
+// reason is written (once) and the walk waits.
+func (w *walk) hold(now time.Time, reason string) []action {
+	if w.pending != nil {
+		return []action{actAwait{}, actWait{0}}
+	}
+	acts := w.setWaiting(now, reason)
+	return append(acts, actWait{w.idle()})
+}
+
+// setWaiting notes why the walk is not moving, and writes it to the checkpoint when that
+// says otherwise (never while a page is pending: its recording writes the checkpoint).
+func (w *walk) setWaiting(now time.Time, reason string) []action {
+	if w.waiting != reason || w.waitingSince.IsZero() {
+		w.waiting, w.waitingSince = reason, now
+	}
+	if w.pending != nil || w.phase != phaseReady || w.ckpt.Waiting == reason {
+		return nil
+	}
+	c := w.ckpt
+	c.Waiting, c.WaitingSinceUs = reason, 0
+	if reason != WaitNone {
+		c.WaitingSinceUs = w.waitingSince.UnixMicro()
+	}
+	return []action{actSave{now: now, why: saveWaiting, ckpt: c, rev: w.rev}}
+}
+
+func (w *walk) lost() []action {
+	acts := []action{actLog{slog.LevelWarn, "store lease lost; walk stopped", []any{"round", w.ckpt.Round, "cursor", w.ckpt.Cursor}}}
+	if w.pending != nil {
+		// Its recording checks the lease before writing (fencing) and writes nothing; the
+		// next holder reads the page again.
+		acts = append(acts, actDrop{})
+	}
+	w.pending, w.held, w.phase = nil, nil, phaseDone
+	return acts
+}
+
+func (w *walk) stop(gone bool) []action {
+	w.held = nil
+	if gone {
+		w.stopReason = "the store left the registry"
+	}
+	if w.pending != nil {
+		// The last page's batches: record them if they were stored, so a successor does
+		// not read that page again.
+		w.stopping = true
+		return []action{actAwait{}, actWait{0}}
+	}
+	return w.finish()
+}
+
+// finish ends a stopping walk.
+func (w *walk) finish() []action {
+	if w.stopReason != "" {
+		return w.release(w.stopReason)
+	}
+	w.phase = phaseDone
+	return nil
+}
+
+func (w *walk) release(reason string) []action {
+	w.phase = phaseDone
+	return []action{actRelease{reason: reason}}
+}
+
+func (w *walk) stepDown() []action {
+	w.pending, w.held, w.phase = nil, nil, phaseDone
+	return []action{actLog{slog.LevelWarn, "checkpoint written by another scanner; stepping down", nil}, actStepDown{}}
+}
+
+// rewind puts the read position back on the checkpoint.
+func (w *walk) rewind() {
+	w.cursor, w.walked, w.count = w.ckpt.Cursor, w.ckpt.Walked, 0
+}
+
+func (w *walk) loaded(e evCheckpoint) []action {
+	if e.err != nil {
+		return []action{actOpError{"checkpoint"}, actLog{slog.LevelWarn, "read checkpoint", []any{"err", e.err}},
+			actWait{w.idle()}}
+	}
+	c := e.ckpt
+	c.Store = w.store
+	w.ckpt, w.rev, w.phase, w.instances = c, e.rev, phaseReady, nil
+	w.waiting, w.waitingSince = c.Waiting, time.UnixMicro(c.WaitingSinceUs)
+	w.rewind()
+	return []action{actLog{slog.LevelInfo, "store lease acquired", []any{"round", c.Round, "in_round", c.InRound, "cursor", c.Cursor, "keys", c.KeysScanned}},
+		actWait{0}}
+}
+
+func (w *walk) snapshot(e evSnapshot) []action {
+	if e.err != nil {
+		acts := w.setWaiting(e.now, WaitRegistryBackoff)
+		return append(acts, actWait{max(e.retryAt.Sub(e.now), w.idle())})
+	}
+	if len(e.instances) == 0 {
+		return w.release("no instance of the registry uses the store")
+	}
+	if !e.start {
+		w.instances = e.instances
+		w.ckpt.Instances = len(e.instances)
+		return []action{actLog{slog.LevelInfo, "round resumed", []any{"round", w.ckpt.Round, "cursor", w.ckpt.Cursor, "keys", w.ckpt.KeysScanned}},
+			actWait{0}}
+	}
+	c := w.ckpt
+	c.Round++
+	c.InRound, c.Walked, c.Cursor = true, false, 0
+	c.Instances = len(e.instances)
+	c.RoundStartedUs = e.now.UnixMicro()
+	c.KeysScanned, c.KeysVisited, c.Rate, c.Layouts = 0, 0, 0, nil
+	c.DBSize = e.size
+	c.Waiting, c.WaitingSinceUs = WaitNone, 0
+	return []action{actSave{now: e.now, why: saveRoundStart, ckpt: c, rev: w.rev, instances: e.instances}}
+}
+
+func (w *walk) saved(e evSaved) []action {
+	if e.err != nil {
+		if e.conflict {
+			return w.stepDown()
+		}
+		return []action{actOpError{"checkpoint"}, actLog{slog.LevelWarn, "save checkpoint", []any{"why", e.why, "err", e.err}},
+			actWait{w.idle()}}
+	}
+	w.ckpt, w.rev = e.ckpt, e.rev
+	switch e.why {
+	case saveRoundStart:
+		w.instances = e.instances
+		w.cursor, w.walked, w.count, w.lastPage = 0, false, 0, time.Time{}
+		w.waiting, w.waitingSince = WaitNone, e.now
+		c := w.ckpt
+		return []action{
+			actLog{slog.LevelInfo, "round started", []any{"round", c.Round, "instances", c.Instances, "dbsize", c.DBSize}},
+			actEvent{ev: subjects.Event{Kind: subjects.EventRound, Round: c.Round, Outcome: "start", Detail: "store " + w.store,
+				Counts: map[string]int64{"instances": int64(c.Instances), "dbsize": c.DBSize}}, ckptRev: e.rev},
+			actWait{0},
+		}
+	case saveRoundEnd:
+		w.instances = nil
+		w.waiting, w.waitingSince = WaitRoundPause, e.now
+		c := w.ckpt
+		acts := []action{
+			actRoundEnded{ckpt: c},
+			actLog{slog.LevelInfo, "round finished", []any{"round", c.Round, "keys", c.LastRoundKeys,
+				"duration", time.Duration(c.LastRoundDuration) * time.Millisecond, "layouts", c.LastRoundLayouts}},
+			actEvent{ev: subjects.Event{Kind: subjects.EventRound, Round: c.Round, Outcome: "end", Detail: "store " + w.store,
+				Counts: map[string]int64{"keys": int64(c.LastRoundKeys), "duration_ms": c.LastRoundDuration,
+					"instances": int64(c.Instances), "stores": 1}}, ckptRev: e.rev},
+		}
+		if mixedLayouts(c.LastRoundLayouts) {
+			counts := map[string]int64{}
+			for l, n := range c.LastRoundLayouts {
+				counts[l] = int64(n)
+			}
+			acts = append(acts,
+				actLog{slog.LevelWarn, "store holds keys of more than one layout", []any{"round", c.Round, "layouts", c.LastRoundLayouts}},
+				actEvent{ev: subjects.Event{Kind: subjects.EventRound, Round: c.Round, Reason: "mixed_layouts",
+					Detail: "store " + w.store, Counts: counts}, ckptRev: e.rev})
+		}
+		return append(acts, actWait{0})
+	}
+	return nil
+}
+
+// mixedLayouts: a round read keys of both layouts, or a key with both.
+func mixedLayouts(l map[string]uint64) bool {
+	return l[LayoutAmbiguous] > 0 || (l[LayoutLegacy] > 0 && l[LayoutLocation] > 0)
+}
+
+func (w *walk) endRound(now time.Time) []action {
+	c := w.ckpt
+	started := time.UnixMicro(c.RoundStartedUs)
+	c.InRound, c.Walked = false, false
+	c.NextRoundUs = now.Add(w.cfg.roundPause).UnixMicro()
+	c.LastRoundEndUs = now.UnixMicro()
+	c.LastRoundKeys, c.LastRoundVisited = c.KeysScanned, c.KeysVisited
+	c.LastRoundDuration = now.Sub(started).Milliseconds()
+	c.LastRoundLayouts = maps.Clone(c.Layouts)
+	c.Waiting, c.WaitingSinceUs = WaitRoundPause, now.UnixMicro()
+	return []action{actSave{now: now, why: saveRoundEnd, ckpt: c, rev: w.rev}}
+}
+
+func (w *walk) pageRead(e evPage) []action {
+	switch {
+	case e.unavailable:
+		if w.pending != nil {
+			return []action{actAwait{}, actWait{0}}
+		}
+		// A store that cannot even be opened (a bad URI): its instances are skipped this
+		// round, and the round ends.
+		acts := []action{actOpError{"store"},
+			actLog{slog.LevelWarn, "open metadata store; its instances skipped this round", []any{"instances", len(w.instances), "err", e.err}}}
+		for _, id := range slices.Sorted(maps.Keys(w.instances)) {
+			acts = append(acts, actEvent{ev: subjects.Event{Kind: subjects.EventSkip, Instance: id, Round: w.ckpt.Round,
+				Reason: "store_unavailable", Detail: e.err.Error()}})
+		}
+		w.walked = true
+		return append(acts, actWait{0})
+	case e.err != nil:
+		acts := []action{actOpError{"scan"}, actLog{slog.LevelWarn, "scan page; cursor kept", []any{"cursor", w.cursor, "err", e.err}}}
+		if w.pending != nil {
+			return append(acts, actAwait{}, actWait{w.idle()})
+		}
+		acts = append(acts, w.setWaiting(e.now, WaitError)...)
+		return append(acts, actWait{w.idle()})
+	case w.pending != nil:
+		// Only once the previous page is recorded is this one published (batches stay in
+		// order, and the checkpoint never passes a page whose batches are not stored).
+		w.held = &heldPage{page: e.page, at: e.now}
+		return []action{actAwait{}}
+	}
+	return w.publish(e.page, e.now)
+}
+
+// publish publishes a page read at now and moves the read position past it.
+func (w *walk) publish(page meta.Page, now time.Time) []action {
+	returned := len(page.Entries) + len(page.BadKeys) + page.Unowned
+	next := w.ckpt
+	next.Cursor, next.Walked = page.Next, page.Next == 0
+	next.KeysScanned += uint64(len(page.Entries))
+	next.KeysVisited += uint64(returned)
+	if len(page.Entries) > 0 {
+		next.Layouts = countLayouts(next.Layouts, page.Entries)
+	}
+	if !w.lastPage.IsZero() && now.After(w.lastPage) {
+		dt := now.Sub(w.lastPage)
+		inst := float64(returned) / dt.Seconds()
+		if next.Rate == 0 {
+			next.Rate = inst // the first measure of the round, not a climb from zero
+		} else {
+			next.Rate += (1 - math.Exp(-float64(dt)/float64(rateWindow))) * (inst - next.Rate)
+		}
+	}
+	next.Waiting, next.WaitingSinceUs = WaitNone, 0
+
+	wait := w.cfg.scanInterval
+	if w.cfg.maxKeysPerSecond > 0 && returned > 0 {
+		wait = max(wait, time.Duration(float64(returned)/w.cfg.maxKeysPerSecond*float64(time.Second)))
+	}
+	act := actPublish{now: now, page: page, cursor: w.cursor, round: w.ckpt.Round, leaseRev: w.leaseRev,
+		instances: w.instances, next: next, rev: w.rev, async: wait < overlapBelow}
+	w.pending = &pendingPage{cursor: w.cursor, next: next}
+	count := w.count
+	if count <= 0 {
+		count = w.cfg.batchSize
+	}
+	w.cursor = page.Next
+	if page.Next == 0 {
+		w.walked, w.count = true, 0
+	} else {
+		w.count = nextCount(count, returned, w.cfg.batchSize)
+	}
+	w.lastPage = now
+	w.waiting, w.waitingSince = WaitNone, now
+	return []action{act, actWait{wait}}
+}
+
+func (w *walk) recorded(e evRecorded) []action {
+	w.pending = nil
+	if e.err != nil {
+		w.held = nil
+		w.rewind()
+		switch e.failure {
+		case failLease:
+			return w.lost()
+		case failConflict:
+			return w.stepDown()
+		case failPublish:
+			if w.stopping {
+				return w.finish()
+			}
+			return []action{actOpError{"publish"}, actLog{slog.LevelWarn, "publish batch; cursor kept", []any{"cursor", w.ckpt.Cursor, "err", e.err}},
+				actWait{w.idle()}}
+		default:
+			if w.stopping {
+				return w.finish()
+			}
+			// The write may have reached the server: read the checkpoint again before
+			// going on (a later write by the old revision would conflict anyway).
+			w.phase = phaseLoad
+			return []action{actOpError{"checkpoint"}, actLog{slog.LevelWarn, "save checkpoint; read it again", []any{"err", e.err}},
+				actWait{w.idle()}}
+		}
+	}
+	w.ckpt, w.rev = e.ckpt, e.rev
+	if w.stopping {
+		return w.finish()
+	}
+	if h := w.held; h != nil {
+		w.held = nil
+		return w.publish(h.page, h.at)
+	}
+	return nil
+}
+
+// countLayouts returns a copy of counts with the layouts of entries added (counted locally
+// first: one map update per layout, not per key).
+func countLayouts(counts map[string]uint64, entries []meta.Entry) map[string]uint64 {
+	var legacy, location, ambiguous uint64
+	var other map[string]uint64
+	for i := range entries {
+		switch l := entryLayout(&entries[i]); l {
+		case LayoutLegacy:
+			legacy++
+		case LayoutLocation:
+			location++
+		case LayoutAmbiguous:
+			ambiguous++
+		default:
+			if other == nil {
+				other = map[string]uint64{}
+			}
+			other[l]++
+		}
+	}
+	out := make(map[string]uint64, len(counts)+1)
+	maps.Copy(out, counts)
+	for l, n := range map[string]uint64{LayoutLegacy: legacy, LayoutLocation: location, LayoutAmbiguous: ambiguous} {
+		if n > 0 {
+			out[l] += n
+		}
+	}
+	for l, n := range other {
+		out[l] += n
+	}
+	return out
+}
+
+// nextCount is the SCAN COUNT for the next page of a store whose last page, scanned with
+// count, returned got keys. SCAN's COUNT is a number of hash-table buckets to visit, not of
+// keys to return: in a database that also holds other keys than KVCM's blocks, a MATCH page
+// holds only their share of the keys visited, yet every page costs a publish, a checkpoint
+// write and a backlog check. The count is scaled so that a page holds about want keys, between
+// want and 16 × want, moving halfway towards the estimate each page. Redis does the same work
+// per key visited whatever the COUNT.
+func nextCount(count, got, want int) int {
+	est := 2 * count
+	if got > 0 {
+		est = count * want / got
+	}
+	return min(max((count+est)/2, want), 16*want)
+}

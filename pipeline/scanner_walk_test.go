@@ -1,0 +1,695 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Table tests of a store walk's state machine: no server, no clock. Each case builds a walk
+// in some state, feeds it one event and checks the next state and the actions. The rows of
+// the seed's §6 table that concern the scanner are marked "§6".
+
+var (
+	t0      = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	errBoom = errors.New("boom")
+	insts   = map[string]meta.Instance{"i1": {ID: "i1", Group: "g", Store: "s1"}, "i2": {ID: "i2", Group: "g", Store: "s1"}}
+)
+
+func testCfg() walkConfig {
+	return walkConfig{scanInterval: time.Millisecond, roundPause: time.Hour, batchSize: 10}
+}
+
+// loaded is a walk whose lease (revision 7) is held and whose checkpoint c (revision 3) is read.
+func loaded(c Checkpoint) *walk {
+	w := newWalk(testCfg(), "s1")
+	w.step(evTick{now: t0, leaseRev: 7})
+	w.step(evCheckpoint{ckpt: c, rev: 3})
+	return w
+}
+
+// walking is a walk in round 4 at cursor 100, its instances read, nothing pending.
+func walking() *walk {
+	w := loaded(Checkpoint{Round: 4, InRound: true, Cursor: 100, KeysScanned: 50, RoundStartedUs: t0.Add(-time.Minute).UnixMicro()})
+	w.step(evSnapshot{now: t0, instances: insts})
+	return w
+}
+
+func page(next uint64, keys ...int64) meta.Page {
+	p := meta.Page{Next: next}
+	for _, k := range keys {
+		p.Entries = append(p.Entries, meta.Entry{Key: fmt.Sprint(k), Instance: "i1", BlockKey: k, Layout: kvcm.LayoutLegacy, URI: []byte(`{}`)})
+	}
+	return p
+}
+
+// pendingWalk has published the page at 100 (next 200) with the record still running.
+func pendingWalk() *walk {
+	w := walking()
+	w.step(evPage{now: t0, page: page(200, 1, 2, 3)})
+	return w
+}
+
+func ofType[T any](acts []action) []T {
+	var out []T
+	for _, a := range acts {
+		if x, ok := a.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func only[T any](t *testing.T, acts []action) T {
+	t.Helper()
+	xs := ofType[T](acts)
+	require.Len(t, xs, 1, "actions %#v", acts)
+	return xs[0]
+}
+
+func none[T any](t *testing.T, acts []action) {
+	t.Helper()
+	require.Empty(t, ofType[T](acts), "actions %#v", acts)
+}
+
+// lastWait is the wait a step asks for (the last one wins).
+func lastWait(t *testing.T, acts []action) time.Duration {
+	t.Helper()
+	ws := ofType[actWait](acts)
+	require.NotEmpty(t, ws, "no wait in %#v", acts)
+	return ws[len(ws)-1].d
+}
+
+// noSpin: an error or a hold waits at least idleWait (invariant 7; §6: every error path
+// passes scan_interval or the cooldown).
+func noSpin(t *testing.T, acts []action) {
+	t.Helper()
+	require.GreaterOrEqual(t, lastWait(t, acts), idleWait)
+}
+
+func TestWalkStep(t *testing.T) {
+	tests := []struct {
+		name  string
+		walk  func() *walk
+		ev    any
+		check func(t *testing.T, w *walk, acts []action)
+	}{
+		{"lease taken: read the checkpoint", func() *walk { return newWalk(testCfg(), "s1") }, evTick{now: t0, leaseRev: 7},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actReadCheckpoint{}}, acts)
+				require.Equal(t, phaseLoad, w.phase)
+			}},
+		{"checkpoint unreadable: retried after a wait", func() *walk {
+			w := newWalk(testCfg(), "s1")
+			w.step(evTick{now: t0, leaseRev: 7})
+			return w
+		}, evCheckpoint{err: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, phaseLoad, w.phase)
+				require.Equal(t, "checkpoint", only[actOpError](t, acts).op)
+				noSpin(t, acts)
+			}},
+		{"checkpoint read: the read position is the checkpoint's", func() *walk {
+			w := newWalk(testCfg(), "s1")
+			w.step(evTick{now: t0, leaseRev: 7})
+			return w
+		}, evCheckpoint{ckpt: Checkpoint{Round: 2, InRound: true, Cursor: 40}, rev: 9},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, phaseReady, w.phase)
+				require.Equal(t, uint64(40), w.cursor)
+				require.Equal(t, uint64(9), w.rev)
+				require.Nil(t, w.instances, "the registry is read again before walking on")
+			}},
+		{"resumed round: the registry is read first (no cursor reset)", func() *walk {
+			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
+		}, evTick{now: t0, leaseRev: 7},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actSnapshot{start: false}}, acts)
+			}},
+		{"resumed round, registry read: walk on from the cursor", func() *walk {
+			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
+		}, evSnapshot{now: t0, instances: insts},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, insts, w.instances)
+				require.Equal(t, uint64(40), w.cursor)
+				none[actSave](t, acts)
+				acts = w.step(evTick{now: t0, leaseRev: 7})
+				require.Equal(t, actScan{cursor: 40, count: 10, instances: insts}, only[actScan](t, acts))
+			}},
+		{"§6 registry snapshot fails at a round's start: no round, retried after the backoff", func() *walk {
+			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.Add(-time.Second).UnixMicro()})
+		}, evSnapshot{now: t0, start: true, err: errBoom, retryAt: t0.Add(3 * time.Second)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, uint64(2), w.ckpt.Round, "no round started")
+				require.False(t, w.ckpt.InRound)
+				require.Equal(t, 3*time.Second, lastWait(t, acts))
+				require.Equal(t, WaitRegistryBackoff, w.waiting)
+				require.Equal(t, WaitRegistryBackoff, only[actSave](t, acts).ckpt.Waiting, "status shows it")
+			}},
+		{"§6 registry snapshot fails mid-round: cursor kept", func() *walk {
+			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
+		}, evSnapshot{now: t0, err: errBoom, retryAt: t0.Add(time.Millisecond)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, uint64(40), w.cursor)
+				require.Nil(t, w.instances)
+				noSpin(t, acts)
+			}},
+		{"§6 instance gone from the registry: a store without instances is handed back", func() *walk {
+			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
+		}, evSnapshot{now: t0, instances: map[string]meta.Instance{}},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actRelease](t, acts)
+				require.Equal(t, phaseDone, w.phase)
+			}},
+		{"between rounds, pause not over: wait for it", func() *walk {
+			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Minute).UnixMicro(), Waiting: WaitRoundPause})
+		}, evTick{now: t0, leaseRev: 7},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actWait{time.Minute}}, acts, "nothing written: the checkpoint says it already")
+			}},
+		{"round pause over: a round starts with a registry snapshot", func() *walk {
+			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
+		}, evTick{now: t0, leaseRev: 7},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actSnapshot{start: true}}, acts)
+			}},
+		{"round start: round+1 from cursor 0, DBSIZE kept", func() *walk {
+			return loaded(Checkpoint{Round: 2, KeysScanned: 99, Layouts: map[string]uint64{LayoutLegacy: 99}})
+		}, evSnapshot{now: t0, start: true, instances: insts, size: 5000},
+			func(t *testing.T, w *walk, acts []action) {
+				s := only[actSave](t, acts)
+				require.Equal(t, saveRoundStart, s.why)
+				require.Equal(t, uint64(3), s.ckpt.Round)
+				require.True(t, s.ckpt.InRound)
+				require.Zero(t, s.ckpt.Cursor)
+				require.Zero(t, s.ckpt.KeysScanned)
+				require.Nil(t, s.ckpt.Layouts)
+				require.Equal(t, int64(5000), s.ckpt.DBSize)
+				require.Equal(t, 2, s.ckpt.Instances)
+				require.Equal(t, uint64(3), s.rev, "by the revision read")
+				require.Equal(t, uint64(2), w.ckpt.Round, "not before it is written")
+			}},
+		{"round start written: the walk begins, a round event names its checkpoint", func() *walk {
+			return loaded(Checkpoint{Round: 2})
+		}, evSaved{now: t0, why: saveRoundStart, ckpt: Checkpoint{Round: 3, InRound: true}, rev: 11, instances: insts},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, uint64(3), w.ckpt.Round)
+				require.Equal(t, uint64(11), w.rev)
+				require.Equal(t, insts, w.instances)
+				ev := only[actEvent](t, acts)
+				require.Equal(t, "start", ev.ev.Outcome)
+				require.Equal(t, uint64(11), ev.ckptRev)
+			}},
+		{"walking: one SCAN page at the cursor", walking, evTick{now: t0, leaseRev: 7},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actScan{cursor: 100, count: 10, instances: insts}}, acts)
+			}},
+		{"page read: published with the lease revision, the checkpoint moved past it", walking,
+			evPage{now: t0, page: page(200, 1, 2, 3)},
+			func(t *testing.T, w *walk, acts []action) {
+				p := only[actPublish](t, acts)
+				require.Equal(t, uint64(100), p.cursor)
+				require.Equal(t, uint64(7), p.leaseRev)
+				require.Equal(t, uint64(4), p.round)
+				require.Equal(t, uint64(200), p.next.Cursor)
+				require.Equal(t, uint64(53), p.next.KeysScanned)
+				require.Equal(t, uint64(3), p.next.Layouts[LayoutLegacy])
+				require.Equal(t, uint64(3), p.rev)
+				require.True(t, p.async, "scan_interval below 5ms: recorded while the next page is read")
+				require.Equal(t, time.Millisecond, lastWait(t, acts))
+				require.Equal(t, uint64(200), w.cursor, "the read position runs ahead")
+				require.Equal(t, uint64(100), w.ckpt.Cursor, "the checkpoint does not, yet")
+				require.NotNil(t, w.pending)
+			}},
+		{"slow pace: each page recorded at once", func() *walk {
+			w := walking()
+			w.cfg.scanInterval = 50 * time.Millisecond
+			return w
+		}, evPage{now: t0, page: page(200, 1)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.False(t, only[actPublish](t, acts).async)
+			}},
+		{"max_keys_per_second paces the next page by the keys returned", func() *walk {
+			w := walking()
+			w.cfg.maxKeysPerSecond = 100
+			return w
+		}, evPage{now: t0, page: page(200, 1, 2, 3, 4, 5)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, 50*time.Millisecond, lastWait(t, acts))
+			}},
+		{"next page read while the last is recorded: held until it is", pendingWalk,
+			evPage{now: t0, page: page(300, 4)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actAwait{}}, acts, "never publish past an unrecorded page")
+				require.NotNil(t, w.held)
+			}},
+		{"recorded: the held page is published from the new checkpoint", func() *walk {
+			w := pendingWalk()
+			w.step(evPage{now: t0, page: page(300, 4)})
+			return w
+		}, evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200, KeysScanned: 53}, rev: 12},
+			func(t *testing.T, w *walk, acts []action) {
+				p := only[actPublish](t, acts)
+				require.Equal(t, uint64(200), p.cursor)
+				require.Equal(t, uint64(300), p.next.Cursor)
+				require.Equal(t, uint64(54), p.next.KeysScanned)
+				require.Equal(t, uint64(12), p.rev)
+				require.Nil(t, w.held)
+			}},
+		{"§6 scan fails: no cursor advance, retried after a wait", walking, evPage{now: t0, err: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, uint64(100), w.cursor)
+				require.Equal(t, "scan", only[actOpError](t, acts).op)
+				none[actPublish](t, acts)
+				noSpin(t, acts)
+				require.Equal(t, WaitError, w.waiting)
+			}},
+		{"§6 scan fails with a page pending: it is recorded, the cursor stays after it", pendingWalk, evPage{now: t0, err: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actAwait](t, acts)
+				noSpin(t, acts)
+				require.Equal(t, uint64(200), w.cursor)
+			}},
+		{"§6 store cannot be opened: its instances skipped this round", walking, evPage{now: t0, err: errBoom, unavailable: true},
+			func(t *testing.T, w *walk, acts []action) {
+				evs := ofType[actEvent](acts)
+				require.Len(t, evs, 2)
+				for _, e := range evs {
+					require.Equal(t, "store_unavailable", e.ev.Reason)
+				}
+				require.True(t, w.walked)
+				acts = w.step(evTick{now: t0, leaseRev: 7})
+				require.Equal(t, saveRoundEnd, only[actSave](t, acts).why, "the round ends")
+			}},
+		{"publish fails: back to the checkpoint, the page read again later", pendingWalk,
+			evRecorded{err: errBoom, failure: failPublish},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, uint64(100), w.cursor)
+				require.Nil(t, w.pending)
+				require.Equal(t, "publish", only[actOpError](t, acts).op)
+				noSpin(t, acts)
+			}},
+		{"publish fails with a page held: that page is dropped too", func() *walk {
+			w := pendingWalk()
+			w.step(evPage{now: t0, page: page(300, 4)})
+			return w
+		}, evRecorded{err: errBoom, failure: failPublish},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actPublish](t, acts)
+				require.Nil(t, w.held)
+				require.Equal(t, uint64(100), w.cursor)
+			}},
+		{"checkpoint write fails: read it again before going on", pendingWalk,
+			evRecorded{err: errBoom, failure: failCheckpoint},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, phaseLoad, w.phase)
+				noSpin(t, acts)
+				require.Equal(t, []action{actReadCheckpoint{}}, w.step(evTick{now: t0, leaseRev: 7}))
+			}},
+		{"checkpoint written by someone else: step down at once", pendingWalk,
+			evRecorded{err: errBoom, failure: failConflict},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actStepDown](t, acts)
+				require.Equal(t, phaseDone, w.phase)
+				require.Nil(t, w.step(evTick{now: t0, leaseRev: 7}), "a walk that is over does nothing")
+			}},
+		{"fencing: lease lost before the record: nothing more", pendingWalk,
+			evRecorded{err: ErrLeaseLost, failure: failLease},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actSave](t, acts)
+				none[actPublish](t, acts)
+				require.Equal(t, phaseDone, w.phase)
+			}},
+		{"lease lost with a page pending: its recording is waited for and dropped", pendingWalk, evTick{now: t0},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actDrop](t, acts)
+				none[actAwait](t, acts)
+				none[actScan](t, acts)
+				require.Equal(t, phaseDone, w.phase)
+			}},
+		{"lease lost while loading", func() *walk {
+			w := newWalk(testCfg(), "s1")
+			w.step(evTick{now: t0, leaseRev: 7})
+			return w
+		}, evTick{now: t0},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, phaseDone, w.phase)
+			}},
+		{"the fencing token follows renewals", walking, evTick{now: t0, leaseRev: 9},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, uint64(9), w.leaseRev)
+				p := only[actPublish](t, w.step(evPage{now: t0, page: page(200, 1)}))
+				require.Equal(t, uint64(9), p.leaseRev)
+			}},
+		{"paused: no page, status says so", walking, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actScan](t, acts)
+				require.Equal(t, WaitPaused, only[actSave](t, acts).ckpt.Waiting)
+				noSpin(t, acts)
+			}},
+		{"paused with a page pending: record it first", pendingWalk, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actAwait{}, actWait{0}}, acts)
+			}},
+		{"paused, already written: nothing more written", func() *walk {
+			w := walking()
+			w.step(evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)})
+			w.step(evSaved{now: t0, why: saveWaiting, ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 100, Waiting: WaitPaused}, rev: 4})
+			return w
+		}, evTick{now: t0.Add(time.Second), leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actSave](t, acts)
+				noSpin(t, acts)
+			}},
+		{"pause over: walk on", walking, evTick{now: t0.Add(time.Hour), leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actScan](t, acts)
+			}},
+		{"a pause also holds the next round back", func() *walk {
+			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
+		}, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actSnapshot](t, acts)
+			}},
+		{"backlog full: no page, the skip counted", walking, evTick{now: t0, leaseRev: 7, backlogFull: true},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actScan](t, acts)
+				only[actSkipTick](t, acts)
+				require.Equal(t, WaitBackpressure, w.waiting)
+				noSpin(t, acts)
+			}},
+		{"pause or backlog unreadable: fail closed", walking, evTick{now: t0, leaseRev: 7, controlErr: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actScan](t, acts)
+				require.Equal(t, WaitError, w.waiting)
+				noSpin(t, acts)
+			}},
+		{"pause unreadable at a round's start: no round", func() *walk {
+			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
+		}, evTick{now: t0, leaseRev: 7, controlErr: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actSnapshot](t, acts)
+				noSpin(t, acts)
+			}},
+		{"last page read: the round ends once it is recorded", func() *walk {
+			w := walking()
+			w.step(evPage{now: t0, page: page(0, 1)})
+			return w
+		}, evTick{now: t0, leaseRev: 7},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actAwait{}, actWait{0}}, acts)
+			}},
+		{"round end: the next round no earlier than round_pause later", func() *walk {
+			w := walking()
+			w.step(evPage{now: t0, page: page(0, 1)})
+			w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Walked: true, KeysScanned: 51, KeysVisited: 60,
+				RoundStartedUs: t0.Add(-time.Minute).UnixMicro(), Layouts: map[string]uint64{LayoutLegacy: 51}}, rev: 20})
+			return w
+		}, evTick{now: t0, leaseRev: 7},
+			func(t *testing.T, w *walk, acts []action) {
+				s := only[actSave](t, acts)
+				require.Equal(t, saveRoundEnd, s.why)
+				require.False(t, s.ckpt.InRound)
+				require.Equal(t, t0.Add(time.Hour).UnixMicro(), s.ckpt.NextRoundUs)
+				require.Equal(t, uint64(51), s.ckpt.LastRoundKeys)
+				require.Equal(t, uint64(60), s.ckpt.LastRoundVisited)
+				require.Equal(t, int64(60_000), s.ckpt.LastRoundDuration)
+				require.Equal(t, WaitRoundPause, s.ckpt.Waiting)
+				require.Equal(t, uint64(20), s.rev)
+			}},
+		{"round end written: one event, metrics, no layout warning", func() *walk { return walking() },
+			evSaved{now: t0, why: saveRoundEnd, ckpt: Checkpoint{Round: 4, LastRoundKeys: 5, LastRoundLayouts: map[string]uint64{LayoutLegacy: 5}}, rev: 21},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, "end", only[actEvent](t, acts).ev.Outcome)
+				only[actRoundEnded](t, acts)
+				require.Nil(t, w.instances, "the next round reads the registry again")
+			}},
+		{"round end with both layouts: a warning and a mixed_layouts event", func() *walk { return walking() },
+			evSaved{now: t0, why: saveRoundEnd, ckpt: Checkpoint{Round: 4, LastRoundLayouts: map[string]uint64{LayoutLegacy: 5, LayoutLocation: 2}}, rev: 21},
+			func(t *testing.T, w *walk, acts []action) {
+				evs := ofType[actEvent](acts)
+				require.Len(t, evs, 2)
+				require.Equal(t, "mixed_layouts", evs[1].ev.Reason)
+				require.Equal(t, map[string]int64{LayoutLegacy: 5, LayoutLocation: 2}, evs[1].ev.Counts)
+				warns := 0
+				for _, l := range ofType[actLog](acts) {
+					if l.msg == "store holds keys of more than one layout" {
+						warns++
+					}
+				}
+				require.Equal(t, 1, warns)
+			}},
+		{"round end with an ambiguous key: mixed_layouts too", func() *walk { return walking() },
+			evSaved{now: t0, why: saveRoundEnd, ckpt: Checkpoint{Round: 4, LastRoundLayouts: map[string]uint64{LayoutLocation: 5, LayoutAmbiguous: 1}}, rev: 21},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Len(t, ofType[actEvent](acts), 2)
+			}},
+		{"over the share mid-round: kept until the round ends", walking, evTick{now: t0, leaseRev: 7, release: true},
+			func(t *testing.T, w *walk, acts []action) {
+				none[actRelease](t, acts)
+				only[actScan](t, acts)
+			}},
+		{"over the share between rounds: handed back", func() *walk {
+			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Hour).UnixMicro()})
+		}, evTick{now: t0, leaseRev: 7, release: true},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actRelease](t, acts)
+				require.Equal(t, phaseDone, w.phase)
+			}},
+		{"store left the registry: handed back at once", walking, evTick{now: t0, leaseRev: 7, gone: true},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actRelease](t, acts)
+			}},
+		{"store left the registry with a page pending: recorded, then handed back", pendingWalk, evTick{now: t0, leaseRev: 7, gone: true},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actAwait](t, acts)
+				none[actRelease](t, acts)
+				acts = w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
+				only[actRelease](t, acts)
+				require.Equal(t, phaseDone, w.phase)
+			}},
+		{"§6 stop with a page pending: recorded, nothing new read or published", func() *walk {
+			w := pendingWalk()
+			return w
+		}, evTick{now: t0, leaseRev: 7, stop: true},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actAwait](t, acts)
+				none[actScan](t, acts)
+				acts = w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
+				require.Empty(t, acts)
+				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, uint64(200), w.ckpt.Cursor)
+			}},
+		{"stop with nothing pending: over, lease left to the scanner", walking, evTick{now: t0, leaseRev: 7, stop: true},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Empty(t, acts)
+				require.Equal(t, phaseDone, w.phase)
+			}},
+		{"a status write conflicting: step down", walking, evSaved{now: t0, why: saveWaiting, err: errBoom, conflict: true},
+			func(t *testing.T, w *walk, acts []action) {
+				only[actStepDown](t, acts)
+				require.Equal(t, phaseDone, w.phase)
+			}},
+		{"a round start not written: retried later, the round unchanged", func() *walk {
+			return loaded(Checkpoint{Round: 2})
+		}, evSaved{now: t0, why: saveRoundStart, err: errBoom, ckpt: Checkpoint{Round: 3, InRound: true}},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, uint64(2), w.ckpt.Round)
+				noSpin(t, acts)
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := tt.walk()
+			acts := w.step(tt.ev)
+			tt.check(t, w, acts)
+		})
+	}
+}
+
+// A whole round, event by event: every page is published once, the checkpoint follows the
+// pages in order and the keys add up.
+func TestWalkRound(t *testing.T) {
+	w := loaded(Checkpoint{})
+	now := t0
+	acts := w.step(evTick{now: now, leaseRev: 7})
+	require.Equal(t, []action{actSnapshot{start: true}}, acts)
+	acts = w.step(evSnapshot{now: now, start: true, instances: insts, size: 9})
+	s := only[actSave](t, acts)
+	w.step(evSaved{now: now, why: saveRoundStart, ckpt: s.ckpt, rev: 4, instances: insts})
+	pages := []meta.Page{page(10, 1, 2), page(20, 3), page(0, 4, 5, 6)}
+	var published []uint64
+	var rev uint64 = 4
+	var inflight *actPublish
+	for i := 0; ; i++ {
+		now = now.Add(time.Millisecond)
+		acts = w.step(evTick{now: now, leaseRev: 7})
+		for len(acts) > 0 {
+			var next []action
+			for _, a := range acts {
+				switch a := a.(type) {
+				case actScan:
+					next = append(next, w.step(evPage{now: now, page: pages[len(published)]})...)
+				case actPublish:
+					published = append(published, a.cursor)
+					if a.async {
+						inflight = &a
+						continue
+					}
+					rev++
+					next = append(next, w.step(evRecorded{ckpt: a.next, rev: rev})...)
+				case actAwait:
+					require.NotNil(t, inflight)
+					rev++
+					p := inflight
+					inflight = nil
+					next = append(next, w.step(evRecorded{ckpt: p.next, rev: rev})...)
+				case actSave:
+					require.Equal(t, saveRoundEnd, a.why)
+					require.Equal(t, []uint64{0, 10, 20}, published)
+					require.Equal(t, uint64(6), a.ckpt.LastRoundKeys)
+					require.Equal(t, rev, a.rev)
+					return
+				}
+			}
+			acts = next
+		}
+		require.Less(t, i, 10, "the round does not end")
+	}
+}
+
+// The walk's rate follows its pages: the first measure is taken as it is, later ones are
+// averaged over about rateWindow.
+func TestWalkRate(t *testing.T) {
+	w := walking()
+	now := t0
+	var last actPublish
+	for i := range 20 {
+		acts := w.step(evPage{now: now, page: page(uint64(200+i), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)})
+		last = only[actPublish](t, acts)
+		w.step(evRecorded{ckpt: last.next, rev: uint64(10 + i)})
+		now = now.Add(100 * time.Millisecond) // 10 keys every 100ms: 100 keys/s
+	}
+	require.InDelta(t, 100, last.next.Rate, 1)
+	// The walk slows to a tenth: the rate follows within a few windows.
+	for i := range 60 {
+		now = now.Add(time.Second)
+		acts := w.step(evPage{now: now, page: page(uint64(300+i), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)})
+		last = only[actPublish](t, acts)
+		w.step(evRecorded{ckpt: last.next, rev: uint64(40 + i)})
+	}
+	require.InDelta(t, 10, last.next.Rate, 1)
+}
+
+func TestNextCount(t *testing.T) {
+	require.Equal(t, 256, nextCount(256, 256, 256))
+	require.Equal(t, 768, nextCount(512, 128, 256), "a page with a quarter of the keys wanted: count up, halfway")
+	require.Equal(t, 16*256, nextCount(16*256, 1, 256), "at most 16 times")
+	require.Equal(t, 256, nextCount(256, 1000, 256), "never below want")
+	require.Equal(t, 384, nextCount(256, 0, 256), "an empty page doubles the estimate")
+}
+
+func TestEstimateEnd(t *testing.T) {
+	now := t0
+	tests := []struct {
+		name     string
+		c        Checkpoint
+		eta      time.Time
+		progress float64
+		basis    string
+	}{
+		{"not in a round", Checkpoint{}, time.Time{}, 0, ""},
+		{"by DBSIZE", Checkpoint{InRound: true, DBSize: 1000, KeysVisited: 400, Rate: 100}, now.Add(6 * time.Second), 0.4, "dbsize"},
+		{"by the last round", Checkpoint{InRound: true, LastRoundVisited: 1000, KeysVisited: 900, Rate: 50}, now.Add(2 * time.Second), 0.9, "last_round"},
+		{"nothing to go by", Checkpoint{InRound: true, KeysVisited: 900, Rate: 50}, time.Time{}, 0, ""},
+		{"not moving: no end", Checkpoint{InRound: true, DBSize: 1000, KeysVisited: 400, Rate: 100, Waiting: WaitPaused}, time.Time{}, 0.4, "dbsize"},
+		{"no rate yet", Checkpoint{InRound: true, DBSize: 1000}, time.Time{}, 0, "dbsize"},
+		{"past the estimate", Checkpoint{InRound: true, DBSize: 100, KeysVisited: 150, Rate: 10}, time.Time{}, 0.99, "dbsize"},
+		{"walked", Checkpoint{InRound: true, Walked: true}, now, 1, "walked"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eta, progress, basis := EstimateEnd(tt.c, now)
+			require.True(t, tt.eta.Equal(eta), "eta %s, want %s", eta, tt.eta)
+			require.InDelta(t, tt.progress, progress, 1e-9)
+			require.Equal(t, tt.basis, basis)
+		})
+	}
+}
+
+// The summary of several stores' checkpoints: "round n done" only once every store is.
+func TestFoldCheckpoints(t *testing.T) {
+	sc := func(c Checkpoint) StoreCheckpoint {
+		return StoreCheckpoint{Checkpoint: c, Revision: 1, InRegistry: true}
+	}
+	sum, _ := Summarize([]StoreCheckpoint{
+		sc(Checkpoint{Store: "a", Round: 1, LastRoundKeys: 10, LastRoundEndUs: 50, NextRoundUs: 90, Instances: 2}),
+		sc(Checkpoint{Store: "b", Round: 1, InRound: true, Cursor: 7, KeysScanned: 3, Instances: 1}),
+	})
+	require.Equal(t, uint64(1), sum.Round)
+	require.True(t, sum.InRound, "b is still in round 1")
+	require.Equal(t, 1, sum.Index)
+	require.Equal(t, 2, sum.Stores)
+	require.Equal(t, "b", sum.Store)
+	require.Equal(t, uint64(7), sum.Cursor)
+	require.Equal(t, 3, sum.Instances)
+
+	sum, _ = Summarize([]StoreCheckpoint{
+		sc(Checkpoint{Store: "a", Round: 2, InRound: true}),
+		sc(Checkpoint{Store: "b", Round: 1, LastRoundKeys: 5}),
+	})
+	require.Equal(t, uint64(1), sum.Round)
+	require.False(t, sum.InRound, "round 1 is done everywhere")
+	require.Equal(t, 2, sum.Index)
+
+	sum, _ = Summarize([]StoreCheckpoint{
+		sc(Checkpoint{Store: "a", Round: 1}),
+		{Checkpoint: Checkpoint{Store: "new"}, InRegistry: true},
+	})
+	require.Zero(t, sum.Round, "a store not walked yet holds the summary at round 0")
+}
+
+// blockEntry is the one conversion of a scanned entry: an absent block is not published
+// (§6: a key deleted after SCAN is skipped, not an error).
+func TestBlockEntry(t *testing.T) {
+	_, ok := blockEntry(&meta.Entry{BlockKey: 1})
+	require.False(t, ok, "no location field: nothing to judge")
+	_, ok = blockEntry(&meta.Entry{BlockKey: 1, Layout: kvcm.LayoutLegacy})
+	require.False(t, ok, "an empty __uri__ is an absent block")
+	b, ok := blockEntry(&meta.Entry{BlockKey: -5, Layout: kvcm.LayoutLegacy, URI: []byte(`{"a":1}`), LRUTime: "9"})
+	require.True(t, ok)
+	require.Equal(t, subjects.BlockEntry{Key: -5, Layout: subjects.LayoutLegacy, URI: subjects.RawText(`{"a":1}`), LRUTime: "9"}, b)
+	b, ok = blockEntry(&meta.Entry{BlockKey: 7, Layout: kvcm.LayoutLocation, Locations: []meta.Field{{ID: "a", Value: []byte(`{"id":"a"}`)}, {ID: "t"}},
+		Others: []string{"BP#prev_key"}})
+	require.True(t, ok)
+	require.Equal(t, subjects.BlockEntry{Key: 7, Layout: subjects.LayoutLocation, Locs: []subjects.LocField{{ID: subjects.RawText("a"), V: subjects.RawText(`{"id":"a"}`)},
+		{ID: subjects.RawText("t"), V: subjects.RawText(nil)}}, Fields: []string{"BP#prev_key"}}, b)
+	require.Equal(t, LayoutLegacy, entryLayout(&meta.Entry{Layout: kvcm.LayoutLegacy}))
+	require.Equal(t, LayoutAmbiguous, entryLayout(&meta.Entry{Layout: kvcm.LayoutAmbiguous}))
+}
+
+// The state machine's own cost per page of 256 keys (the decision, not the I/O).
+func BenchmarkWalkPage(b *testing.B) {
+	keys := make([]int64, 256)
+	for i := range keys {
+		keys[i] = int64(i)
+	}
+	p := page(1, keys...)
+	w := walking()
+	now := t0
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Millisecond)
+		acts := w.step(evPage{now: now, page: p})
+		pub := acts[0].(actPublish)
+		w.step(evRecorded{ckpt: pub.next, rev: uint64(i + 10)})
+		w.step(evTick{now: now, leaseRev: 7})
+	}
+}
