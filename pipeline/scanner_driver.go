@@ -176,6 +176,7 @@ func (d *walkDriver) perform(ctx context.Context, a action) any {
 		return evSaved{now: a.now, why: a.why, ckpt: c, rev: rev, instances: a.instances, err: err, conflict: conflict(err)}
 	case actEvent:
 		e := a.ev
+		e.Store = d.h.store
 		if a.ckptRev != 0 {
 			e.Source = &subjects.Source{Stream: "KV_" + s.Names.StateBucket(), Seq: a.ckptRev, MsgID: subjects.CheckpointKey(d.h.store)}
 		}
@@ -262,7 +263,7 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) any {
 		// Legacy keys outside DB 0 are nobody's live blocks (a KVCM of that layout ignores
 		// db=): never published, counted and recorded once per page.
 		s.Metrics.ScanWrongDBKeys.Add(float64(page.WrongDB))
-		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Reason: "legacy_outside_db0",
+		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Store: d.h.store, Reason: "legacy_outside_db0",
 			Detail: fmt.Sprintf("store %s: %d legacy-layout keys in a database other than 0, where no KVCM of that layout keeps its blocks; not collected", d.h.store, page.WrongDB)})
 	}
 	return evPage{now: now, page: page}

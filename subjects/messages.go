@@ -106,6 +106,7 @@ type Event struct {
 	Stage    string           `json:"stage"`                // scanner | prober | deleter
 	Cluster  string           `json:"cluster"`              // KVCM cluster name
 	Instance string           `json:"instance,omitempty"`   // KVCM instance id; "" when about no instance
+	Store    string           `json:"store,omitempty"`      // the metadata store, when the event is about one (the scanner's)
 	Round    uint64           `json:"round,omitempty"`      // scan round, when known
 	Key      *int64           `json:"key,omitempty,string"` // block key when the event is about one location
 	Location string           `json:"location,omitempty"`   // location id when the event is about one location

@@ -25,16 +25,17 @@ const (
 	idHashHex     = 12 // hex digits of the sha256 (48 bits)
 )
 
-// BatchMsgID identifies a batch by cluster, instance, round, cursor and part. Within one round
-// an instance's SCAN visits each cursor once, so (round, cursor) names one page; a scanner that
+// BatchMsgID identifies a batch by cluster, store, instance, round, cursor and part. Rounds are
+// a store's own, and within one round the store's SCAN visits each cursor once, so (store,
+// round, cursor) names one page; a scanner that
 // re-reads the page after a crash or failover splits it the same way (SplitBatch is
 // deterministic) and so re-publishes under the same ids. Parts is left out: if the page
 // changed in between and splits differently, the extra parts are new messages, which is
 // harmless as every decision is re-checked at delete time.
 //
-// Example: "b:c1:inst-1:7:0:0".
+// Example: "b:c1:10.0.0.7%3A6379:inst-1:7:0:0".
 func BatchMsgID(b Batch) string {
-	return "b:" + idPart(b.Cluster) + ":" + idPart(b.Instance) + ":" +
+	return "b:" + idPart(b.Cluster) + ":" + idPart(b.Store) + ":" + idPart(b.Instance) + ":" +
 		strconv.FormatUint(b.Round, 10) + ":" + strconv.FormatUint(b.Cursor, 10) + ":" +
 		strconv.Itoa(b.Part)
 }
@@ -74,6 +75,7 @@ func EventMsgID(e Event) string {
 	h := newFieldHash()
 	h.field(e.Cluster)
 	h.field(e.Instance)
+	h.field(e.Store)
 	h.field(e.Stage)
 	h.field(e.Kind)
 	h.number(e.Round)

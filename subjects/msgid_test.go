@@ -16,7 +16,7 @@ var msgIDRe = regexp.MustCompile(`^[A-Za-z0-9_%~:-]{1,100}$`)
 
 func TestBatchMsgID(t *testing.T) {
 	b := sampleBatch(2)
-	require.Equal(t, "b:c1:inst-0:42:1234:0", subjects.BatchMsgID(b))
+	require.Equal(t, "b:c1:meta-1:inst-0:42:1234:0", subjects.BatchMsgID(b))
 
 	// Only the identity fields matter.
 	same := b
@@ -28,6 +28,7 @@ func TestBatchMsgID(t *testing.T) {
 		func(*subjects.Batch) {},
 		func(b *subjects.Batch) { b.Cluster = "c2" },
 		func(b *subjects.Batch) { b.Instance = "inst-1" },
+		func(b *subjects.Batch) { b.Store = "meta-2" }, // rounds are a store's own
 		func(b *subjects.Batch) { b.Instance = "inst-0:42" },
 		func(b *subjects.Batch) { b.Round = 43 },
 		func(b *subjects.Batch) { b.Cursor = 0 },
