@@ -440,11 +440,7 @@ func TestDataURIFixtures(t *testing.T) {
 						params[p[0]] = p[1]
 					}
 				}
-				got := u.Params
-				if got == nil {
-					got = map[string]string{}
-				}
-				require.Equal(t, params, got)
+				require.Equal(t, params, u.Params())
 				for name, want := range map[string]*uint64{"size": k.Size, "blkid": k.BlkID} {
 					v, present, err := u.Uint(name)
 					switch {

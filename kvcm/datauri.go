@@ -15,9 +15,10 @@ type DataURI struct {
 	Host     string
 	Port     uint16 // 0 when absent
 	Path     string // starts with '/' when present
-	Params   map[string]string
-	// ParamOrder lists the parameter names in the order they appeared.
-	ParamOrder []string
+	// Query is the raw text after the '?' ("" when none): k=v items joined by '&', read by
+	// Param as KVCM reads them. It is kept raw, not split into a map: parsing the URIs of a
+	// batch is the prober's hottest path, and it needs one or two parameters of each.
+	Query string
 }
 
 // ParseDataURI parses s; errors wrap ErrBadDataURI.
@@ -36,8 +37,8 @@ type DataURI struct {
 //
 // The port must be a decimal in [0, 65535] (KVCM accepts whatever strtoll accepts: a sign,
 // leading spaces); port 0 means absent, as KVCM's ToUriString leaves it out. A repeated
-// parameter keeps its last value (KVCM stores params in a std::map) and its first position in
-// ParamOrder. The scheme and the host must be non-empty.
+// parameter keeps its last value (KVCM stores params in a std::map). The scheme and the host
+// must be non-empty.
 func ParseDataURI(s string) (DataURI, error) {
 	var u DataURI
 	schemeEnd := strings.Index(s, "://")
@@ -91,7 +92,7 @@ func ParseDataURI(s string) (DataURI, error) {
 		return DataURI{}, fmt.Errorf("parse data uri %q: '/' in a query without a path (KVCM versions disagree on the path): %w", s, ErrBadDataURI)
 	}
 	if hasQuery {
-		u.parseParams(query)
+		u.Query = query
 	}
 	return u, nil
 }
@@ -114,27 +115,40 @@ func parsePort(s string) (uint16, bool) {
 	return uint16(v), true
 }
 
-func (u *DataURI) parseParams(query string) {
-	for query != "" {
+// Param returns the value of parameter name: the last one when it repeats (KVCM stores params
+// in a std::map); ok is false when absent. An item without '=' has the empty value; an empty
+// item ("a&&b") is skipped.
+func (u DataURI) Param(name string) (value string, ok bool) {
+	for q := u.Query; q != ""; {
 		var kv string
-		kv, query, _ = strings.Cut(query, "&")
+		kv, q, _ = strings.Cut(q, "&")
 		if kv == "" {
 			continue
 		}
-		k, v, _ := strings.Cut(kv, "=")
-		if u.Params == nil {
-			u.Params = make(map[string]string, 4)
+		if k, v, _ := strings.Cut(kv, "="); k == name {
+			value, ok = v, true
 		}
-		if _, seen := u.Params[k]; !seen {
-			u.ParamOrder = append(u.ParamOrder, k)
-		}
-		u.Params[k] = v
 	}
+	return value, ok
 }
 
-// String writes the URI back in its parsed form: parameters in ParamOrder (not KVCM's sorted
-// order), every parameter as k=v, port 0 left out. ParseDataURI(u.String()) gives u again.
-// It is for logs and tests; callers that act on a URI keep the stored bytes.
+// Params returns every parameter with its last value (for logs and tests).
+func (u DataURI) Params() map[string]string {
+	out := map[string]string{}
+	for q := u.Query; q != ""; {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		if kv != "" {
+			k, v, _ := strings.Cut(kv, "=")
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// String writes the URI back as parsed: the raw query as it was, port 0 left out.
+// ParseDataURI(u.String()) gives u again. It is for logs and tests; callers that act on a URI
+// keep the stored bytes.
 func (u DataURI) String() string {
 	var b strings.Builder
 	b.WriteString(u.Scheme)
@@ -149,15 +163,9 @@ func (u DataURI) String() string {
 		b.WriteString(strconv.FormatUint(uint64(u.Port), 10))
 	}
 	b.WriteString(u.Path)
-	for i, k := range u.ParamOrder {
-		if i == 0 {
-			b.WriteByte('?')
-		} else {
-			b.WriteByte('&')
-		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(u.Params[k])
+	if u.Query != "" {
+		b.WriteByte('?')
+		b.WriteString(u.Query)
 	}
 	return b.String()
 }
@@ -169,7 +177,7 @@ func (u DataURI) String() string {
 // KVCM leaves its target unchanged on such a value (for "size" an uninitialised one), so
 // callers must not guess a value either.
 func (u DataURI) Uint(name string) (v uint64, ok bool, err error) {
-	s, ok := u.Params[name]
+	s, ok := u.Param(name)
 	if !ok {
 		return 0, false, nil
 	}
@@ -191,6 +199,6 @@ func (u DataURI) Uint(name string) (v uint64, ok bool, err error) {
 // Shared reports whether the data object behind this URI may hold other blocks too:
 // a "blkid" parameter is present. (Callers also consult the storage's key_count_per_file.)
 func (u DataURI) Shared() bool {
-	_, ok := u.Params["blkid"]
+	_, ok := u.Param("blkid")
 	return ok
 }

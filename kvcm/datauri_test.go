@@ -17,19 +17,19 @@ func TestParseDataURI(t *testing.T) {
 			name: "nfs shared file",
 			in:   "file://nfs_01/tmp/nfs/inst0/tp0/499602d2_3c1a9f0e77d2b4a1?blkid=0&size=1024",
 			want: DataURI{Scheme: "file", Host: "nfs_01", Path: "/tmp/nfs/inst0/tp0/499602d2_3c1a9f0e77d2b4a1",
-				Params: map[string]string{"blkid": "0", "size": "1024"}, ParamOrder: []string{"blkid", "size"}},
+				Query: "blkid=0&size=1024"},
 		},
 		{
 			name: "hf3fs",
 			in:   "hf3fs://hf3fs_01/3fs/stage/kvcm/inst0/tp0/499602d2?size=1024",
 			want: DataURI{Scheme: "hf3fs", Host: "hf3fs_01", Path: "/3fs/stage/kvcm/inst0/tp0/499602d2",
-				Params: map[string]string{"size": "1024"}, ParamOrder: []string{"size"}},
+				Query: "size=1024"},
 		},
 		{
 			name: "mooncake key with slashes",
 			in:   "mooncake://mc_01/?key=inst0/tp0/ffffffffffffffff&size=4096",
 			want: DataURI{Scheme: "mooncake", Host: "mc_01", Path: "/",
-				Params: map[string]string{"key": "inst0/tp0/ffffffffffffffff", "size": "4096"}, ParamOrder: []string{"key", "size"}},
+				Query: "key=inst0/tp0/ffffffffffffffff&size=4096"},
 		},
 		{
 			name: "redis with userinfo and port",
@@ -50,14 +50,13 @@ func TestParseDataURI(t *testing.T) {
 			name: "pace",
 			in:   "pace://pace_01/4096?media_type=1&node_id=n1&range_id=3&size=4096",
 			want: DataURI{Scheme: "pace", Host: "pace_01", Path: "/4096",
-				Params:     map[string]string{"media_type": "1", "node_id": "n1", "range_id": "3", "size": "4096"},
-				ParamOrder: []string{"media_type", "node_id", "range_id", "size"}},
+				Query: "media_type=1&node_id=n1&range_id=3&size=4096"},
 		},
 		{
 			name: "params: no value, empty, repeated, = in value, empty name",
 			in:   "file://h/p?a&&b=1=2&a=x&=v&",
 			want: DataURI{Scheme: "file", Host: "h", Path: "/p",
-				Params: map[string]string{"a": "x", "b": "1=2", "": "v"}, ParamOrder: []string{"a", "b", ""}},
+				Query: "a&&b=1=2&a=x&=v&"},
 		},
 		{
 			name: "empty query",
@@ -68,7 +67,7 @@ func TestParseDataURI(t *testing.T) {
 			name: "no percent decoding",
 			in:   "file://h/a%20b?k=%41",
 			want: DataURI{Scheme: "file", Host: "h", Path: "/a%20b",
-				Params: map[string]string{"k": "%41"}, ParamOrder: []string{"k"}},
+				Query: "k=%41"},
 		},
 		{
 			name: "first :// ends the scheme",
@@ -189,11 +188,13 @@ func FuzzParseDataURI(f *testing.F) {
 		}
 		require.NotEmpty(t, u.Scheme)
 		require.NotEmpty(t, u.Host)
-		require.Len(t, u.ParamOrder, len(u.Params))
 		again, err := ParseDataURI(u.String())
 		require.NoError(t, err)
 		require.Equal(t, u, again)
-		for _, k := range u.ParamOrder {
+		for k, v := range u.Params() {
+			got, ok := u.Param(k)
+			require.True(t, ok)
+			require.Equal(t, v, got)
 			_, _, _ = u.Uint(k)
 		}
 	})
@@ -204,6 +205,36 @@ func BenchmarkParseDataURI(b *testing.B) {
 	const s = "file://nfs_01/tmp/nfs/inst0/tp0/499602d2_3c1a9f0e77d2b4a1?blkid=0&size=1024"
 	for b.Loop() {
 		if _, err := ParseDataURI(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestDataURIParam: parameters as KVCM's std::map holds them: the last value of a repeated
+// name, the empty value of a name without '=', empty items skipped.
+func TestDataURIParam(t *testing.T) {
+	u, err := ParseDataURI("file://h/p?a&&b=1=2&a=x&=v&size=7&size=8")
+	require.NoError(t, err)
+	for name, want := range map[string]string{"a": "x", "b": "1=2", "": "v", "size": "8"} {
+		got, ok := u.Param(name)
+		require.True(t, ok, name)
+		require.Equal(t, want, got, name)
+	}
+	_, ok := u.Param("blkid")
+	require.False(t, ok)
+	require.False(t, u.Shared())
+	require.Equal(t, map[string]string{"a": "x", "b": "1=2", "": "v", "size": "8"}, u.Params())
+	v, ok, err := u.Uint("size")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, uint64(8), v)
+}
+
+func BenchmarkParseDataURIShared(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		u, err := ParseDataURI("file://nfs_01/tmp/nfs/inst0/tp0/499602d2_3c1a9f0e77d2b4a1?blkid=0&size=1024")
+		if err != nil || !u.Shared() {
 			b.Fatal(err)
 		}
 	}

@@ -605,8 +605,7 @@ func TestFSDeleteMany(t *testing.T) {
 				require.NoError(t, os.MkdirAll(local("inst_a/tp0/subdir"), 0o755))
 				require.NoError(t, os.Symlink(filepath.Dir(filepath.Dir(f.local(t, outside.Path))), local("inst_out")))
 				shared := f.URIFor("inst_a/tp0/shared")
-				shared.Params = map[string]string{"blkid": "3"}
-				shared.ParamOrder = []string{"blkid"}
+				shared.Query = "blkid=3"
 				f.CreateObject(t, shared)
 				uris := []kvcm.DataURI{
 					f.URIFor("inst_a/tp0/1"), f.URIFor("inst_a/tp0/absent"), f.URIFor("inst_gone/tp0/1"),

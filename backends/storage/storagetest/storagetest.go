@@ -6,10 +6,8 @@ package storagetest
 import (
 	"context"
 	"fmt"
-	"maps"
 	"path"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -76,14 +74,10 @@ func objName(i int) string {
 }
 
 func withParam(u kvcm.DataURI, k, v string) kvcm.DataURI {
-	u.Params = maps.Clone(u.Params)
-	if u.Params == nil {
-		u.Params = map[string]string{}
+	if u.Query != "" {
+		u.Query += "&"
 	}
-	if _, ok := u.Params[k]; !ok {
-		u.ParamOrder = append(slices.Clone(u.ParamOrder), k)
-	}
-	u.Params[k] = v
+	u.Query += k + "=" + v
 	return u
 }
 
