@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	"github.com/kvcm-gc/kvcm-gc/backends/guard/redisguard"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
@@ -213,10 +213,11 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		g.Go(func() error { defer a.set(false); return sc.Run(gctx) })
 	}
 	if which.Prober {
-		gd, err := o.guard()
+		gd, closeGuard, err := redisguard.Open(o.Guard, o.GuardConn, o.GuardKeyPrefix)
 		if err != nil {
 			return err
 		}
+		defer closeGuard()
 		p := &pipeline.Prober{Config: o.Prober, Names: names, Registry: registry, StorageOptions: so, Guard: gd,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m, Logger: log.With("stage", pipeline.StageProber)}
 		if observed != nil {
@@ -292,21 +293,6 @@ func (op opener) consumer(ctx context.Context, stream, name string) (jetstream.C
 		return err
 	})
 	return c, err
-}
-
-func (o Options) guard() (guard.Guard, error) {
-	switch o.Guard {
-	case "", "none":
-		return guard.None{}, nil
-	case "redis":
-		c, err := redismeta.NewClient(o.GuardConn)
-		if err != nil {
-			return nil, fmt.Errorf("copy guard: %w", err)
-		}
-		return newRedisGuard(c, o.GuardKeyPrefix), nil
-	default:
-		return nil, fmt.Errorf("guard: unknown kind %q (none, redis)", o.Guard)
-	}
 }
 
 // Backlog reads the prober's and the deleter's pending + unacknowledged counts.

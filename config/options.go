@@ -98,31 +98,7 @@ func (c Config) AppOptions() (app.Options, error) {
 			return app.Options{}, fmt.Errorf("guard.uri: %w", err)
 		}
 	}
-	sc := pipeline.DefaultScannerConfig()
-	sc.ScanInterval = c.ScanInterval
-	sc.RoundPause = c.RoundPause
-	sc.ScanBatchSize = c.ScanBatchSize
-	sc.MaxKeysPerSecond = c.MaxKeysPerSecond
-	sc.HighWater = c.HighWater
-	sc.MaxStores = c.Scanner.MaxStores
-
-	pc := pipeline.DefaultProberConfig()
-	pc.OrphanWritingGrace = c.OrphanWritingGrace
-	pc.ProbeChunkSize = c.ProbeChunkSize
-	pc.MaxTargets = c.ScanBatchSize
-	pc.RegistryRefresh = c.RegistryRefresh
-	pc.CollectDeleting = c.CollectDeleting
-	pc.DeletingGrace = c.DeletingGrace
-	for _, t := range c.ExcludedTypes {
-		st, _ := kvcm.ParseStorageType(t)
-		pc.ExcludedTypes = append(pc.ExcludedTypes, st)
-	}
-
-	dc := pipeline.DefaultDeleterConfig()
-	dc.DeleteDelay = c.DeleteDelay
-	dc.CASRetries = c.CASRetries
-	dc.AckWait = c.JS.DeleterAckWait // the deleter keeps a delayed request alive within it
-
+	sc, pc, dc := c.stageConfigs()
 	deleters := c.Workers.Deleter
 	if deleters == 0 {
 		deleters = c.MaxInflightDeletes
@@ -149,12 +125,37 @@ func (c Config) AppOptions() (app.Options, error) {
 		SkipEnsure:     c.JS.SkipEnsure,
 		APITimeout:     c.JS.APITimeout,
 	}
-	// The stages validate again; this catches a gap between the keys and the stages' rules
-	// at startup instead of inside a running stage.
-	if err := errors.Join(sc.Validate(), pc.Validate(), dc.Validate(), o.JetStream.Validate()); err != nil {
-		return app.Options{}, err
-	}
 	return o, nil
+}
+
+// stageConfigs are the stages' settings the keys make. Their rules (a grace under an hour, a
+// zero batch size, …) live with them: Validate applies them, naming the keys.
+func (c Config) stageConfigs() (pipeline.ScannerConfig, pipeline.ProberConfig, pipeline.DeleterConfig) {
+	sc := pipeline.DefaultScannerConfig()
+	sc.ScanInterval = c.ScanInterval
+	sc.RoundPause = c.RoundPause
+	sc.ScanBatchSize = c.ScanBatchSize
+	sc.MaxKeysPerSecond = c.MaxKeysPerSecond
+	sc.HighWater = c.HighWater
+	sc.MaxStores = c.Scanner.MaxStores
+
+	pc := pipeline.DefaultProberConfig()
+	pc.OrphanWritingGrace = c.OrphanWritingGrace
+	pc.ProbeChunkSize = c.ProbeChunkSize
+	pc.MaxTargets = c.ScanBatchSize
+	pc.RegistryRefresh = c.RegistryRefresh
+	pc.CollectDeleting = c.CollectDeleting
+	pc.DeletingGrace = c.DeletingGrace
+	for _, t := range c.ExcludedTypes {
+		st, _ := kvcm.ParseStorageType(t)
+		pc.ExcludedTypes = append(pc.ExcludedTypes, st)
+	}
+
+	dc := pipeline.DefaultDeleterConfig()
+	dc.DeleteDelay = c.DeleteDelay
+	dc.CASRetries = c.CASRetries
+	dc.AckWait = c.JS.DeleterAckWait // the deleter keeps a delayed request alive within it
+	return sc, pc, dc
 }
 
 // LogValue summarises the configuration for the startup log line, without secrets.

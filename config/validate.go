@@ -14,7 +14,6 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -32,35 +31,12 @@ func (c Config) Validate() error {
 		bad("subject_prefix", "%q must be tokens of [A-Za-z0-9_-] joined by '.'", c.Prefix)
 	}
 
-	if c.ScanInterval <= 0 {
-		bad("scan_interval", "must be > 0, got %s", c.ScanInterval)
-	}
-	if c.RoundPause < 0 {
-		bad("round_pause", "must be >= 0, got %s", c.RoundPause)
-	}
-	if c.ScanBatchSize <= 0 {
-		bad("scan_batch_size", "must be > 0, got %d", c.ScanBatchSize)
-	}
-	if c.MaxKeysPerSecond < 0 {
-		bad("max_keys_per_second", "must be >= 0, got %g", c.MaxKeysPerSecond)
-	}
-	if c.HighWater == 0 {
-		bad("backpressure_high_water", "must be > 0")
-	}
-	if c.Scanner.MaxStores < 0 {
-		bad("scanner.max_stores", "must be >= 0, got %d", c.Scanner.MaxStores)
-	}
-	if c.OrphanWritingGrace < pipeline.MinOrphanWritingGrace {
-		bad("orphan_writing_grace", "must be >= %s, got %s", pipeline.MinOrphanWritingGrace, c.OrphanWritingGrace)
-	}
-	if c.DeletingGrace < pipeline.MinDeletingGrace {
-		bad("deleting_grace", "must be >= %s, got %s", pipeline.MinDeletingGrace, c.DeletingGrace)
-	}
-	if c.ProbeChunkSize < 1 || c.ProbeChunkSize > storage.MaxProbeChunk {
-		bad("probe_chunk_size", "must be in 1..%d, got %d", storage.MaxProbeChunk, c.ProbeChunkSize)
-	}
-	if c.RegistryRefresh <= 0 {
-		bad("registry_refresh", "must be > 0, got %s", c.RegistryRefresh)
+	// The stages' own rules (pipeline's Validate), naming the same keys.
+	sc, pc, dc := c.stageConfigs()
+	for _, err := range []error{sc.Validate(), pc.Validate(), dc.Validate()} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, t := range c.ExcludedTypes {
 		if _, ok := kvcm.ParseStorageType(t); !ok {
@@ -69,12 +45,6 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInflightDeletes < 1 {
 		bad("max_inflight_delete_requests", "must be >= 1, got %d", c.MaxInflightDeletes)
-	}
-	if c.DeleteDelay < 0 {
-		bad("delete_delay", "must be >= 0, got %s", c.DeleteDelay)
-	}
-	if c.CASRetries < 1 {
-		bad("cas_retries", "must be >= 1, got %d", c.CASRetries)
 	}
 	if c.EmptyBlock != "keep" && c.EmptyBlock != "delete" {
 		bad("empty_block", "must be keep or delete, got %q", c.EmptyBlock)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/backends/guard/redisguard"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
@@ -74,21 +73,12 @@ func OpenReplayDeps(ctx context.Context, s ReplaySetup) (*ReplayDeps, error) {
 		_ = closeAll()
 		return nil, fmt.Errorf("replay: build storage set: %w", err)
 	}
-	var g guard.Guard = guard.None{}
-	switch s.Guard {
-	case "", "none":
-	case "redis":
-		c, err := redismeta.NewClient(s.GuardConn)
-		if err != nil {
-			_ = closeAll()
-			return nil, fmt.Errorf("replay: copy guard: %w", err)
-		}
-		closers = append(closers, c.Close)
-		g = redisguard.New(c, s.GuardKeyPrefix)
-	default:
+	g, closeGuard, err := redisguard.Open(s.Guard, s.GuardConn, s.GuardKeyPrefix)
+	if err != nil {
 		_ = closeAll()
-		return nil, fmt.Errorf("replay: guard: unknown kind %q (none, redis)", s.Guard)
+		return nil, fmt.Errorf("replay: %w", err)
 	}
+	closers = append(closers, closeGuard)
 	return &ReplayDeps{
 		Blocks: StoreBlocks{Stores: pool},
 		Rules:  &pipeline.Rules{Config: s.Prober, Storages: set, Guard: g},

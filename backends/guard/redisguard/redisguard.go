@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 )
 
 // Guard answers IsCopyTarget from the Redis hashes described in the package documentation. It
@@ -64,4 +65,26 @@ func (g *Guard) IsCopyTarget(ctx context.Context, instanceID string, blockKey in
 		}
 	}
 	return false, nil
+}
+
+// Kinds of guard.kind.
+const (
+	KindNone  = "none"
+	KindRedis = "redis"
+)
+
+// Open builds the guard of a kind: none ("" too), or redis (the hashes under keyPrefix on
+// the server conn names). Close releases what it opened.
+func Open(kind string, conn redismeta.ConnOptions, keyPrefix string) (g guard.Guard, closeFn func() error, err error) {
+	switch kind {
+	case "", KindNone:
+		return guard.None{}, func() error { return nil }, nil
+	case KindRedis:
+		c, err := redismeta.NewClient(conn)
+		if err != nil {
+			return nil, nil, fmt.Errorf("copy guard: %w", err)
+		}
+		return New(c, keyPrefix), c.Close, nil
+	}
+	return nil, nil, fmt.Errorf("guard: unknown kind %q (none, redis)", kind)
 }

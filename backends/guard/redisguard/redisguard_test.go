@@ -13,6 +13,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/backends/guard/guardtest"
 	"github.com/kvcm-gc/kvcm-gc/backends/guard/redisguard"
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 )
 
@@ -111,4 +112,23 @@ func TestErrors(t *testing.T) {
 			require.False(t, protected)
 		})
 	}
+}
+
+func TestOpen(t *testing.T) {
+	g, closeFn, err := redisguard.Open("", redismeta.ConnOptions{}, "p:")
+	require.NoError(t, err)
+	require.IsType(t, guard.None{}, g)
+	require.NoError(t, closeFn())
+	_, _, err = redisguard.Open("etcd", redismeta.ConnOptions{}, "p:")
+	require.ErrorContains(t, err, `unknown kind "etcd"`)
+	srv := testenv.StartRedis(t)
+	conn, err := redismeta.ParseURI(srv.URI())
+	require.NoError(t, err)
+	g, closeFn, err = redisguard.Open(redisguard.KindRedis, conn, "p:")
+	require.NoError(t, err)
+	require.NoError(t, srv.Client().HSet(context.Background(), "p:i", "5", "m1").Err())
+	hit, err := g.IsCopyTarget(context.Background(), "i", 5, "x")
+	require.NoError(t, err)
+	require.True(t, hit)
+	require.NoError(t, closeFn())
 }
