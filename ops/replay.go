@@ -321,22 +321,27 @@ func indexEvents(ctx context.Context, js jetstream.JetStream, names subjects.Nam
 		func(total uint64) { bar = newProgress(w, "read events", total) },
 		func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
 			bar.Add(1)
-			ev, err := subjects.DecodeEvent(m.Data())
-			if err != nil || ev.Key == nil || ev.Source == nil {
-				return nil // not about one location of one input message
-			}
-			if q.BlockKey != nil && *ev.Key != *q.BlockKey {
+			all, err := subjects.DecodeEvent(m.Data())
+			if err != nil {
 				return nil
 			}
-			k := eventKey{ev.Instance, *ev.Key, ev.Location}
-			ie := indexedEvent{seq: md.Sequence.Stream, ev: ev}
-			src := subjects.Source{Stream: ev.Source.Stream, Seq: ev.Source.Seq}
-			if idx.bySource[src] == nil {
-				idx.bySource[src] = map[eventKey][]indexedEvent{}
-			}
-			idx.bySource[src][k] = append(idx.bySource[src][k], ie)
-			if ev.Kind == subjects.EventDelete {
-				idx.deletes[k] = append(idx.deletes[k], ie)
+			for _, ev := range perLocation(all) {
+				if ev.Key == nil || ev.Source == nil {
+					continue // not about one location of one input message
+				}
+				if q.BlockKey != nil && *ev.Key != *q.BlockKey {
+					continue
+				}
+				k := eventKey{ev.Instance, *ev.Key, ev.Location}
+				ie := indexedEvent{seq: md.Sequence.Stream, ev: ev}
+				src := subjects.Source{Stream: ev.Source.Stream, Seq: ev.Source.Seq}
+				if idx.bySource[src] == nil {
+					idx.bySource[src] = map[eventKey][]indexedEvent{}
+				}
+				idx.bySource[src][k] = append(idx.bySource[src][k], ie)
+				if ev.Kind == subjects.EventDelete {
+					idx.deletes[k] = append(idx.deletes[k], ie)
+				}
 			}
 			return nil
 		})
@@ -345,6 +350,30 @@ func indexEvents(ctx context.Context, js jetstream.JetStream, names subjects.Nam
 		return nil, fmt.Errorf("index events: %w", err)
 	}
 	return idx, nil
+}
+
+// perLocation splits a delete event into one event per target (a version-2 event reports a
+// whole request), each with the target's key, location, reason, outcome and detail; any
+// other event is itself.
+func perLocation(e subjects.Event) []subjects.Event {
+	if e.Kind != subjects.EventDelete || len(e.Targets) == 0 {
+		return []subjects.Event{e}
+	}
+	out := make([]subjects.Event, len(e.Targets))
+	for i, t := range e.Targets {
+		one := e
+		key := t.Key
+		one.Key, one.Location, one.Reason, one.Outcome, one.Targets = &key, t.Location, t.Reason, t.Outcome, nil
+		one.Detail = t.Detail
+		if len(t.PhysicalSkips) > 0 {
+			one.Detail = joinDetail(one.Detail, fmt.Sprintf("physical skips %v", t.PhysicalSkips))
+		}
+		if t.Resumed {
+			one.Detail = joinDetail(one.Detail, "resumed from DELETING")
+		}
+		out[i] = one
+	}
+	return out
 }
 
 // replayer explains messages one by one.

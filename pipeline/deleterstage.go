@@ -76,9 +76,10 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 	// waited once per request (DeleteAll).
 	results, delErr := proto.DeleteAll(ctx, store, set, req.Instance, req.Targets)
 
-	var fs []jetstream.PubAckFuture
 	keysDeleted := 0
-	for _, r := range results {
+	targets := make([]subjects.EventTarget, len(results))
+	counts := map[string]int64{}
+	for i, r := range results {
 		d.Metrics.DeleteResults.WithLabelValues(r.Outcome).Inc()
 		for reason, n := range r.PhysicalSkips {
 			d.Metrics.PhysicalSkips.WithLabelValues(reason).Add(float64(n))
@@ -93,20 +94,9 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 		if r.Outcome == subjects.OutcomeError {
 			d.Metrics.opError(StageDeleter, "delete")
 		}
-		if d.Events != nil {
-			key := r.Target.Key
-			detail := r.Detail
-			if len(r.PhysicalSkips) > 0 {
-				skips, _ := json.Marshal(r.PhysicalSkips)
-				detail = fmt.Sprintf("%s physical_skips=%s", detail, skips)
-			}
-			if r.Resumed {
-				detail += " (resumed from DELETING)"
-			}
-			fs = append(fs, d.Events.Emit(ctx, subjects.Event{Kind: subjects.EventDelete, Stage: StageDeleter, Instance: req.Instance,
-				Round: req.Round, Key: &key, Location: r.Target.Location, Reason: r.Target.Reason, Outcome: r.Outcome,
-				Detail: detail, Source: &src}))
-		}
+		counts[r.Outcome]++
+		targets[i] = subjects.EventTarget{Key: r.Target.Key, Location: r.Target.Location, Reason: r.Target.Reason,
+			Outcome: r.Outcome, Detail: r.Detail, PhysicalSkips: r.PhysicalSkips, Resumed: r.Resumed, KeyDeleted: r.KeyDeleted}
 	}
 	if keysDeleted > 0 && d.State != nil {
 		if err := AddDeletedKeys(ctx, d.State, req.Instance, keysDeleted); err != nil {
@@ -114,7 +104,15 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 	}
 	if d.Events != nil {
-		if err := d.Events.Wait(ctx, fs); err != nil {
+		// One event for the whole request, every target's outcome in it, stored before the
+		// request is acknowledged.
+		outcome := subjects.OutcomeMixed
+		if len(counts) == 1 {
+			outcome = results[0].Outcome
+		}
+		f := d.Events.Emit(ctx, subjects.Event{Kind: subjects.EventDelete, Stage: StageDeleter, Instance: req.Instance,
+			Round: req.Round, Outcome: outcome, Counts: counts, Targets: targets, Source: &src})
+		if err := d.Events.Wait(ctx, []jetstream.PubAckFuture{f}); err != nil {
 			d.Logger.Warn("store deleter events", "instance", req.Instance, "err", err)
 		}
 	}

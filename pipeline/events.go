@@ -26,7 +26,7 @@ type EventLog struct {
 // deterministic message id. It returns the publish future, or nil when the publish could
 // not even be queued (logged and counted: an audit gap never blocks deletion decisions).
 func (l *EventLog) Emit(ctx context.Context, e subjects.Event) jetstream.PubAckFuture {
-	e.V = subjects.SchemaVersion
+	e.V = subjects.EventSchemaVersion
 	e.Cluster = l.Names.Cluster
 	e.DryRun = e.DryRun || l.DryRun
 	now := time.Now

@@ -111,7 +111,7 @@ func decode(data []byte, v any, what string) error {
 	var ver struct {
 		V *json.RawMessage `json:"v"`
 	}
-	if json.Unmarshal(data, &ver) == nil && ver.V != nil && string(*ver.V) != "1" {
+	if json.Unmarshal(data, &ver) == nil && ver.V != nil && string(*ver.V) != "1" && (what != "event" || string(*ver.V) != "2") {
 		return fmt.Errorf("%w: decode %s: unsupported schema version %s (this build reads %d)",
 			ErrPoison, what, *ver.V, SchemaVersion)
 	}
@@ -213,8 +213,8 @@ func (s Source) identifies() bool {
 // Validate checks an event. Kinds are not limited to the Event* constants, so that a newer
 // producer's events still decode.
 func (e *Event) Validate() error {
-	if err := checkVersion(e.V); err != nil {
-		return fmt.Errorf("event: %w", err)
+	if e.V != 1 && e.V != EventSchemaVersion {
+		return fmt.Errorf("event: unsupported schema version %d (this build reads 1 and %d)", e.V, EventSchemaVersion)
 	}
 	switch {
 	case e.Kind == "":

@@ -114,15 +114,21 @@ func runDecodeCases(t *testing.T, cases []decodeCase, decode func([]byte) (any, 
 
 // commonCases apply to every message type.
 func commonCases(t *testing.T, valid any) []decodeCase {
+	return commonCasesNext(t, valid, 2)
+}
+
+// commonCasesNext is commonCases for a message whose first unknown version is next.
+func commonCasesNext(t *testing.T, valid any, next int) []decodeCase {
 	enc, err := subjects.Encode(valid)
 	require.NoError(t, err)
+	nv := fmt.Sprint(next)
 	return []decodeCase{
 		{"valid", enc, ""},
 		{"valid with spaces", []byte(" \n" + string(enc) + "\n "), ""},
 		{"unknown member tolerated", mutate(t, valid, func(m map[string]any) { m["added_later"] = []int{1} }), ""},
 		{"version missing", mutate(t, valid, func(m map[string]any) { delete(m, "v") }), "unsupported schema version 0"},
-		{"version 2", mutate(t, valid, func(m map[string]any) { m["v"] = 2 }), "unsupported schema version 2"},
-		{"version 2 with other types", mutate(t, valid, func(m map[string]any) { m["v"] = 2; m["cluster"] = 5 }), "unsupported schema version 2"},
+		{"version " + nv, mutate(t, valid, func(m map[string]any) { m["v"] = next }), "unsupported schema version " + nv},
+		{"version " + nv + " with other types", mutate(t, valid, func(m map[string]any) { m["v"] = next; m["cluster"] = 5 }), "unsupported schema version " + nv},
 		{"version as string", mutate(t, valid, func(m map[string]any) { m["v"] = "1" }), `unsupported schema version "1"`},
 		{"wrong type", mutate(t, valid, func(m map[string]any) { m["cluster"] = 5 }), "cannot unmarshal"},
 		{"cluster empty", mutate(t, valid, func(m map[string]any) { m["cluster"] = "" }), "cluster is empty"},
@@ -185,8 +191,10 @@ func TestDecodeDeleteRequest(t *testing.T) {
 
 func TestDecodeEvent(t *testing.T) {
 	valid := sampleEvent()
-	cases := append(commonCases(t, valid), []decodeCase{
+	cases := append(commonCasesNext(t, valid, 3), []decodeCase{
 		{"minimal", []byte(`{"v":1,"kind":"round","stage":"scanner","cluster":"c","at_us":1}`), ""},
+		{"version 1 delete of one target", []byte(`{"v":1,"kind":"delete","stage":"deleter","cluster":"c","key":"5","location":"a","outcome":"deleted","at_us":1}`), ""},
+		{"version 2 delete of a request", []byte(`{"v":2,"kind":"delete","stage":"deleter","cluster":"c","outcome":"mixed","targets":[{"key":"5","location":"a","reason":"orphan_writing","outcome":"deleted"}],"at_us":1}`), ""},
 		{"unknown kind tolerated", mutate(t, valid, func(m map[string]any) { m["kind"] = "future_kind" }), ""},
 		{"kind empty", mutate(t, valid, func(m map[string]any) { m["kind"] = "" }), "kind is empty"},
 		{"stage empty", mutate(t, valid, func(m map[string]any) { delete(m, "stage") }), "stage is empty"},
@@ -213,4 +221,19 @@ func TestValidateForProducers(t *testing.T) {
 	require.NoError(t, e.Validate())
 	e.V = 3
 	require.ErrorContains(t, e.Validate(), "unsupported schema version 3")
+}
+
+// TestDeleteTargets: a delete event of either version gives its targets' outcomes; the message
+// id of a request's event follows its targets' outcomes.
+func TestDeleteTargets(t *testing.T) {
+	key := int64(-5)
+	v1 := subjects.Event{V: 1, Kind: subjects.EventDelete, Key: &key, Location: "a", Reason: subjects.ReasonOrphanWriting, Outcome: subjects.OutcomeDeleted, Detail: "d"}
+	require.Equal(t, []subjects.EventTarget{{Key: -5, Location: "a", Reason: subjects.ReasonOrphanWriting, Outcome: subjects.OutcomeDeleted, Detail: "d"}}, v1.DeleteTargets())
+	v2 := subjects.Event{V: 2, Kind: subjects.EventDelete, Outcome: subjects.OutcomeMixed, Targets: []subjects.EventTarget{
+		{Key: 1, Location: "a", Outcome: subjects.OutcomeDeleted}, {Key: 2, Location: "b", Outcome: subjects.OutcomeNoopGone}}}
+	require.Len(t, v2.DeleteTargets(), 2)
+	require.Empty(t, (subjects.Event{Kind: subjects.EventRound}).DeleteTargets())
+	other := v2
+	other.Targets = []subjects.EventTarget{{Key: 1, Location: "a", Outcome: subjects.OutcomeDeleted}, {Key: 2, Location: "b", Outcome: subjects.OutcomeError}}
+	require.NotEqual(t, subjects.EventMsgID(v2), subjects.EventMsgID(other), "another delivery that ended otherwise is another event")
 }

@@ -2,9 +2,14 @@ package subjects
 
 // Message schemas. Field names and JSON tags are the wire contract; every field is documented.
 
-// SchemaVersion is the "v" of every message this build writes. A consumer terminates (does not
-// retry) a message whose version it does not know.
+// SchemaVersion is the "v" of every batch and delete request this build writes. A consumer
+// terminates (does not retry) a message whose version it does not know.
 const SchemaVersion = 1
+
+// EventSchemaVersion is the "v" of the events this build writes. Version 2 records a delete
+// request's outcome in one event with every target (Event.Targets); version 1 had one delete
+// event per target (Key, Location, Outcome). Readers take both (Event.DeleteTargets).
+const EventSchemaVersion = 2
 
 // Reasons a location becomes a delete target (DESIGN §5).
 const (
@@ -101,7 +106,7 @@ type Source struct {
 
 // Event is one entry of the audit trail. Subject: EventSubject(kind, instance).
 type Event struct {
-	V        int              `json:"v"`                    // SchemaVersion
+	V        int              `json:"v"`                    // EventSchemaVersion (1 or 2)
 	Kind     string           `json:"kind"`                 // one of the Event* kinds
 	Stage    string           `json:"stage"`                // scanner | prober | deleter
 	Cluster  string           `json:"cluster"`              // KVCM cluster name
@@ -115,15 +120,45 @@ type Event struct {
 	Detail   string           `json:"detail,omitempty"`     // free text (an error message, redacted)
 	DryRun   bool             `json:"dry_run,omitempty"`
 	Source   *Source          `json:"source,omitempty"` // the input message
-	Counts   map[string]int64 `json:"counts,omitempty"` // summaries (round end, batch verdict)
-	At       int64            `json:"at_us"`            // µs since the epoch
+	Counts   map[string]int64 `json:"counts,omitempty"` // summaries (round end, batch verdict, a request's outcomes)
+	// Targets is every target of a delete request with its outcome (EventDelete, version 2);
+	// Outcome is then theirs when they share one, else OutcomeMixed.
+	Targets []EventTarget `json:"targets,omitempty"`
+	At      int64         `json:"at_us"` // µs since the epoch
+}
+
+// EventTarget is one delete target's outcome in a delete event.
+type EventTarget struct {
+	Key      int64  `json:"key,string"`
+	Location string `json:"location"`
+	Reason   string `json:"reason"`  // the target's reason (Reason*)
+	Outcome  string `json:"outcome"` // Outcome*
+	Detail   string `json:"detail,omitempty"`
+	// PhysicalSkips counts the spec URIs whose data was not unlinked, by reason.
+	PhysicalSkips map[string]int `json:"physical_skips,omitempty"`
+	// Resumed: an earlier delivery had moved the location to DELETING.
+	Resumed bool `json:"resumed,omitempty"`
+	// KeyDeleted: the CAD deleted the block's key (empty_block: delete).
+	KeyDeleted bool `json:"key_deleted,omitempty"`
+}
+
+// OutcomeMixed is the Outcome of a delete event whose targets ended differently.
+const OutcomeMixed = "mixed"
+
+// DeleteTargets returns the targets a delete event reports: Targets (version 2), or the one
+// target of a version-1 event.
+func (e Event) DeleteTargets() []EventTarget {
+	if len(e.Targets) > 0 || e.Kind != EventDelete || e.Key == nil {
+		return e.Targets
+	}
+	return []EventTarget{{Key: *e.Key, Location: e.Location, Reason: e.Reason, Outcome: e.Outcome, Detail: e.Detail}}
 }
 
 // Event kinds (the <kind> token of the event subject).
 const (
 	EventCandidate  = "candidate"  // prober: a location judged garbage (Reason)
 	EventSkip       = "skip"       // prober/scanner: something not judged (corrupt __uri__, bad key, bad location, probe unknown …)
-	EventDelete     = "delete"     // deleter: the outcome for one target (Outcome)
+	EventDelete     = "delete"     // deleter: the outcome of a delete request, every target's (Targets)
 	EventRound      = "round"      // scanner: round started / finished (Outcome "start"|"end", Counts)
 	EventPoison     = "poison"     // any stage: a message terminated as undecodable or invalid
 	EventDeadLetter = "deadletter" // a message that reached MaxDeliver

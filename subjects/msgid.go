@@ -93,6 +93,14 @@ func EventMsgID(e Event) string {
 		h.number(e.Source.Seq)
 		h.field(e.Source.MsgID)
 	}
+	// A request's event: two deliveries that end the same way are one event, and one that
+	// ends otherwise (an error, then done) is another.
+	h.number(uint64(len(e.Targets)))
+	for _, t := range e.Targets {
+		h.number(uint64(t.Key))
+		h.field(t.Location)
+		h.field(t.Outcome)
+	}
 	return "e:" + idPart(e.Stage) + ":" + idPart(e.Kind) + ":" + h.hex()
 }
 
