@@ -43,6 +43,27 @@ type Prober struct {
 	retry   *backoff.Backoff
 	retryAt time.Time
 	lastErr error
+
+	gatherOnce sync.Once
+	gather     *gatherer
+}
+
+// gatherer returns the prober's gatherer of delete requests.
+func (p *Prober) gatherer() *gatherer {
+	p.gatherOnce.Do(func() {
+		p.gather = newGatherer(max(p.Config.MaxTargets, 1), func(ctx context.Context, req subjects.DeleteRequest) error {
+			data, err := subjects.Encode(req)
+			if err != nil {
+				return fmt.Errorf("encode delete request: %w", err)
+			}
+			if err := p.Publisher.Publish(ctx, p.Names.DeleteSubject(req.Instance), data, subjects.DeleteMsgID(req)); err != nil {
+				p.Metrics.opError(StageProber, "publish")
+				return err
+			}
+			return nil
+		})
+	})
+	return p.gather
 }
 
 // registrySnapshot is what the prober takes from the registry.
@@ -139,6 +160,9 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	rules := Rules{Config: p.Config, Storages: snap.set, Guard: p.Guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
 		p.Metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
 	}, GroupDelay: snap.groupDelay, Observer: p.Observer}
+	// Batches of the instance judged at the same time go into one delete request (gather.go).
+	tk := p.gatherer().start(gatherKey{instance: b.Instance, group: b.Group, store: b.Store, round: b.Round})
+	defer tk.cancel()
 	v := rules.Judge(ctx, b, now())
 
 	var src subjects.Source
@@ -147,18 +171,11 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	src.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
 	if len(v.Targets) > 0 {
-		req := subjects.DeleteRequest{
-			V: subjects.SchemaVersion, Cluster: b.Cluster, Instance: b.Instance, Group: b.Group, Store: b.Store,
-			Round: b.Round, Source: src, JudgedAt: now().UnixMicro(), Targets: v.Targets,
-			Storages: storageInfos(v.Hosts, snap.tables),
-		}
-		data, err := subjects.Encode(req)
-		if err != nil {
-			return fmt.Errorf("encode delete request: %w", err)
-		}
-		// The batch is acknowledged only after the request is stored (DESIGN §5.3).
-		if err := p.Publisher.Publish(ctx, p.Names.DeleteSubject(b.Instance), data, subjects.DeleteMsgID(req)); err != nil {
-			p.Metrics.opError(StageProber, "publish")
+		base := subjects.DeleteRequest{V: subjects.SchemaVersion, Cluster: b.Cluster, Instance: b.Instance, Group: b.Group,
+			Store: b.Store, Round: b.Round, JudgedAt: now().UnixMicro()}
+		// The batch is acknowledged only after the request holding its targets is stored
+		// (DESIGN §5.4).
+		if err := tk.add(ctx, base, src, v.Targets, storageInfos(v.Hosts, snap.tables)); err != nil {
 			return err
 		}
 	}

@@ -180,6 +180,11 @@ func (r *DeleteRequest) Validate() error {
 	case len(r.Targets) == 0:
 		return errors.New("delete request: no targets")
 	}
+	for i, s := range r.Sources {
+		if !s.identifies() {
+			return fmt.Errorf("delete request: source %d names neither a stream message nor a msg_id", i+1)
+		}
+	}
 	type loc struct {
 		key int64
 		id  string

@@ -418,6 +418,8 @@ func (d *fastDecoder) deleteRequest(r *DeleteRequest) bool {
 			return m.first(8) && d.targets(&r.Targets)
 		case "storages":
 			return m.first(9) && d.storages(&r.Storages)
+		case "sources":
+			return m.first(10) && array(d, &r.Sources, func() int { return 4 }, d.source)
 		}
 		return false
 	})

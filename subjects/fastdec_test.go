@@ -234,8 +234,10 @@ func testDeleteRequest(s string) DeleteRequest {
 	return DeleteRequest{
 		V: 1, Cluster: "c1" + s, Instance: "inst-0" + s, Group: s, Store: "meta", Round: 1<<64 - 1,
 		Source: Source{Stream: "S" + s, Seq: 17, MsgID: s}, JudgedAt: -1,
+		Sources: []Source{{Stream: "S" + s, Seq: 18}, {Stream: "S", Seq: 19, MsgID: "m" + s}},
 		Targets: []Target{
 			{Key: -1 << 63, Location: "l1" + s, Reason: ReasonOrphanWriting, Expected: RawText(`{"id":"l1","status":2}` + s)},
+			{Key: 3, Location: "l3", Layout: LayoutLocation, Reason: ReasonStuckDeleting, Expected: RawText(`{"id":"l3","status":4}`)},
 			{Key: 1<<63 - 1, Location: "l2", Reason: ReasonStorageMissing, Expected: RawText(s + "x")},
 		},
 		Storages: map[string]StorageInfo{

@@ -72,13 +72,16 @@ const (
 // DeleteRequest is the prober's verdict on one batch: the locations to delete, each with the
 // exact bytes it judged. Subject: DeleteSubject(instance).
 type DeleteRequest struct {
-	V        int      `json:"v"`            // SchemaVersion
-	Cluster  string   `json:"cluster"`      // KVCM cluster name (of the source batch)
-	Instance string   `json:"instance"`     // KVCM instance id, verbatim; every target is a block of it
-	Group    string   `json:"group"`        // the instance's group (of the source batch)
-	Store    string   `json:"store"`        // metadata store the targets live in (of the source batch)
-	Round    uint64   `json:"round"`        // scan round of the source batch
-	Source   Source   `json:"source"`       // the batch this request was derived from
+	V        int    `json:"v"`        // SchemaVersion
+	Cluster  string `json:"cluster"`  // KVCM cluster name (of the source batch)
+	Instance string `json:"instance"` // KVCM instance id, verbatim; every target is a block of it
+	Group    string `json:"group"`    // the instance's group (of the source batch)
+	Store    string `json:"store"`    // metadata store the targets live in (of the source batch)
+	Round    uint64 `json:"round"`    // scan round of the source batch
+	Source   Source `json:"source"`   // the batch this request was derived from (the first, when it gathers several)
+	// Sources are the further batches whose targets the prober gathered into this request
+	// (batches of the instance judged at the same time); none for a request of one batch.
+	Sources  []Source `json:"sources,omitempty"`
 	JudgedAt int64    `json:"judged_at_us"` // when the prober decided, µs since the epoch
 	Targets  []Target `json:"targets"`
 	// Storages describes every storage named by the targets' spec URIs (by global unique name).

@@ -1,10 +1,12 @@
 package subjects
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"hash"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,6 +50,21 @@ func BatchMsgID(b Batch) string {
 // round and targets, so that two such requests never share an id and one is silently dropped.
 func DeleteMsgID(r DeleteRequest) string {
 	switch {
+	case len(r.Sources) > 0:
+		// A request gathered from several batches is named by all of them: a redelivery
+		// that gathers them otherwise publishes under another id, so no batch's targets are
+		// ever dropped as a duplicate of a request that did not hold them.
+		srcs := append([]Source{r.Source}, r.Sources...)
+		slices.SortFunc(srcs, func(a, b Source) int {
+			return cmp.Or(strings.Compare(a.Stream, b.Stream), cmp.Compare(a.Seq, b.Seq), strings.Compare(a.MsgID, b.MsgID))
+		})
+		h := newFieldHash()
+		for _, s := range srcs {
+			h.field(s.Stream)
+			h.number(s.Seq)
+			h.field(s.MsgID)
+		}
+		return "dg:" + idPart(r.Source.Stream) + ":" + strconv.FormatUint(r.Source.Seq, 10) + ":" + h.hex()
 	case r.Source.Stream != "" && r.Source.Seq > 0:
 		return "d:" + idPart(r.Source.Stream) + ":" + strconv.FormatUint(r.Source.Seq, 10)
 	case r.Source.MsgID != "":

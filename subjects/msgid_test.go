@@ -162,3 +162,20 @@ func TestDeleteMsgIDWithoutSource(t *testing.T) {
 	a.JudgedAt++
 	require.Equal(t, idA, subjects.DeleteMsgID(a))
 }
+
+// TestDeleteMsgIDGathered: a request gathering several batches is named by all of them, in any
+// order; another set of batches is another request.
+func TestDeleteMsgIDGathered(t *testing.T) {
+	r := sampleDelete()
+	one := subjects.DeleteMsgID(r)
+	r.Sources = []subjects.Source{{Stream: r.Source.Stream, Seq: 18}, {Stream: r.Source.Stream, Seq: 19}}
+	gathered := subjects.DeleteMsgID(r)
+	require.NotEqual(t, one, gathered)
+	require.Regexp(t, msgIDRe, gathered)
+	swapped := r
+	swapped.Sources = []subjects.Source{r.Sources[1], r.Sources[0]}
+	require.Equal(t, gathered, subjects.DeleteMsgID(swapped), "the order of the sources does not matter")
+	fewer := r
+	fewer.Sources = r.Sources[:1]
+	require.NotEqual(t, gathered, subjects.DeleteMsgID(fewer))
+}

@@ -1,0 +1,157 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// The prober gathers the targets of batches of one instance judged at the same time into one
+// delete request, up to MaxTargets: a scan page holds a few garbage locations of each
+// instance, and a request of a dozen targets costs the deleter nearly as much as one of a
+// few hundred (every protocol step is one round trip for the whole request).
+//
+// The chain stays at-least-once: a batch's handler returns, and so the batch is acknowledged,
+// only once the request holding its targets is stored; if the publish fails, every batch of
+// the request is redelivered. Gathering never waits for batches that are not there: a request
+// is published as soon as no other batch of its instance is being judged, or when it is full.
+// A request is named by all its batches (subjects.DeleteMsgID), so a redelivery that gathers
+// them otherwise is a new request, never a dropped one; targets judged twice cost the
+// deleter a no-op.
+
+// gatherKey is what the batches of one request share.
+type gatherKey struct {
+	instance, group, store string
+	round                  uint64
+}
+
+// gathering is one request being gathered.
+type gathering struct {
+	req  subjects.DeleteRequest
+	seen map[locKey]bool
+	once sync.Once
+	done chan struct{} // closed once published (or failed)
+	err  error
+}
+
+type locKey struct {
+	key int64
+	id  string
+}
+
+// gatherer collects requests; the zero value is not usable (newGatherer).
+type gatherer struct {
+	max     int
+	publish func(ctx context.Context, req subjects.DeleteRequest) error
+
+	mu      sync.Mutex
+	open    map[gatherKey]*gathering
+	judging map[gatherKey]int // batches of the key being judged now
+}
+
+func newGatherer(max int, publish func(context.Context, subjects.DeleteRequest) error) *gatherer {
+	return &gatherer{max: max, publish: publish, open: map[gatherKey]*gathering{}, judging: map[gatherKey]int{}}
+}
+
+// ticket is one batch of a key being judged: it either adds its targets (add) or ends
+// without any (cancel); whichever comes first ends its judging.
+type ticket struct {
+	g    *gatherer
+	k    gatherKey
+	once sync.Once
+}
+
+// start records a batch of k being judged.
+func (g *gatherer) start(k gatherKey) *ticket {
+	g.mu.Lock()
+	g.judging[k]++
+	g.mu.Unlock()
+	return &ticket{g: g, k: k}
+}
+
+// end ends the ticket's judging; g.mu must be held. A request of its key left with no batch
+// being judged is taken out and returned, to be flushed.
+func (t *ticket) end() (flush *gathering) {
+	t.once.Do(func() {
+		g := t.g
+		if g.judging[t.k]--; g.judging[t.k] <= 0 {
+			delete(g.judging, t.k)
+			flush = g.open[t.k]
+			delete(g.open, t.k)
+		}
+	})
+	return flush
+}
+
+// cancel ends a batch that adds no targets (none found, or it failed): a request that was
+// waiting for it is published now.
+func (t *ticket) cancel() {
+	t.g.mu.Lock()
+	r := t.end()
+	t.g.mu.Unlock()
+	if r != nil {
+		go r.flush(t.g.publish)
+	}
+}
+
+// add gives the targets of the judged batch (from src) to the request of its key and waits
+// until that request is stored.
+func (t *ticket) add(ctx context.Context, base subjects.DeleteRequest, src subjects.Source, targets []subjects.Target,
+	storages map[string]subjects.StorageInfo) error {
+	g, k := t.g, t.k
+	g.mu.Lock()
+	r := g.open[k]
+	if r != nil && len(r.req.Targets)+len(targets) > g.max {
+		// Full: publish what it holds, and start another.
+		delete(g.open, k)
+		go r.flush(g.publish)
+		r = nil
+	}
+	if r == nil {
+		r = &gathering{req: base, seen: make(map[locKey]bool, len(targets)), done: make(chan struct{})}
+		r.req.Source, r.req.Sources, r.req.Targets, r.req.Storages = src, nil, nil, map[string]subjects.StorageInfo{}
+		g.open[k] = r
+	} else {
+		r.req.Sources = append(r.req.Sources, src)
+	}
+	for _, tg := range targets {
+		// The same location from two batches (a page published twice) is one target.
+		if lk := (locKey{tg.Key, tg.Location}); !r.seen[lk] {
+			r.seen[lk] = true
+			r.req.Targets = append(r.req.Targets, tg)
+		}
+	}
+	maps.Copy(r.req.Storages, storages)
+	r.req.JudgedAt = max(r.req.JudgedAt, base.JudgedAt)
+	flush := t.end() // r itself when no other batch of the key is being judged
+	if flush == nil && len(r.req.Targets) >= g.max {
+		delete(g.open, k)
+		flush = r
+	}
+	g.mu.Unlock()
+	if flush != nil {
+		flush.flush(g.publish)
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		// The batch goes back; the request may still be stored with its targets, which is
+		// only a no-op for the deleter later.
+		return fmt.Errorf("wait for the delete request: %w", ctx.Err())
+	}
+}
+
+// flush publishes r, once.
+func (r *gathering) flush(publish func(context.Context, subjects.DeleteRequest) error) {
+	r.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r.err = publish(ctx, r.req)
+		close(r.done)
+	})
+}
