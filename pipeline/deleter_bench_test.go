@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -13,8 +14,16 @@ import (
 
 // BenchmarkDeleteRequest is one delete request of the prober's default size (256 targets,
 // two per block, each with a file) through the whole protocol against a real Redis and a
-// directory: the deleter's cost per request, round trips included.
+// directory: the deleter's cost per request, round trips included. Its sub-benchmarks split the
+// same 256 targets into requests of n: what the prober's gathering (gather.go) saves when a scan
+// page holds only a few garbage locations of an instance.
 func BenchmarkDeleteRequest(b *testing.B) {
+	for _, n := range []int{256, 64, 12} {
+		b.Run(fmt.Sprintf("targets=%d", n), func(b *testing.B) { benchDeleteRequest(b, n) })
+	}
+}
+
+func benchDeleteRequest(b *testing.B, perRequest int) {
 	f := newDeleterFixture(b, false)
 	const blocks = 128
 	var targets []subjects.Target
@@ -46,10 +55,11 @@ func BenchmarkDeleteRequest(b *testing.B) {
 			}
 		}
 		b.StartTimer()
-		res := runBenchRequest(ctx, b, p, f, targets)
-		for _, r := range res {
-			if r.Outcome != subjects.OutcomeDeleted {
-				b.Fatalf("%+v", r)
+		for chunk := range slices.Chunk(targets, perRequest) {
+			for _, r := range runBenchRequest(ctx, b, p, f, chunk) {
+				if r.Outcome != subjects.OutcomeDeleted {
+					b.Fatalf("%+v", r)
+				}
 			}
 		}
 	}
