@@ -66,9 +66,9 @@ func DeleteMsgID(r DeleteRequest) string {
 }
 
 // EventMsgID identifies an event by stage, kind, round, instance, key, location, reason,
-// outcome, dry-run flag and source message: what the event says, not when it was said. Details,
-// counts and the time are left out, so re-handling the same input (a redelivery) records the
-// same outcome once; a different outcome is a different event. Example:
+// outcome, dry-run flag, source message and file: what the event says, not when it was said.
+// Details, counts and the time are left out, so re-handling the same input (a redelivery)
+// records the same outcome once; a different outcome is a different event. Example:
 // "e:deleter:delete:3f0c…" (the last part is 24 hex digits of a sha256 of those fields).
 func EventMsgID(e Event) string {
 	h := newFieldHash()
@@ -90,6 +90,10 @@ func EventMsgID(e Event) string {
 		h.field(e.Source.Stream)
 		h.number(e.Source.Seq)
 		h.field(e.Source.MsgID)
+	}
+	if len(e.File) > 0 {
+		// Only when set, so the ids of events about no file stay what they were.
+		h.field(string(e.File))
 	}
 	return "e:" + idPart(e.Stage) + ":" + idPart(e.Kind) + ":" + h.hex()
 }
