@@ -79,6 +79,26 @@ func (s *StaticSet) SweepFS(name string) (*SweepFS, error) {
 	}, nil
 }
 
+// LocalPath maps a data path of the registered file-system storage host (a spec URI's host
+// and path) to its local path, with the storage's path map and confinement, and cleaned (KVCM
+// accepts "a//b" where "a/b" is meant). An error means the path is no file of that storage
+// kvcm-gc can name.
+func (s *StaticSet) LocalPath(host, rawPath string) (string, error) {
+	be, ok := s.backends[host]
+	if !ok {
+		return "", fmt.Errorf("local path of %s: storage %q: %w", rawPath, host, ErrForeignURI)
+	}
+	b, ok := be.(*fsBackend)
+	if !ok {
+		return "", fmt.Errorf("local path of %s: %s storage %q has no files: %w", rawPath, be.Type(), host, ErrUnsupported)
+	}
+	rel, err := b.resolvePath(rawPath)
+	if err != nil {
+		return "", err
+	}
+	return path.Join(b.localDir, rel), nil
+}
+
 // Name is the storage's global unique name.
 func (f *SweepFS) Name() string { return f.b.name }
 
