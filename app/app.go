@@ -50,6 +50,10 @@ type Options struct {
 	JetStream      subjects.Settings
 	ProberWorkers  int
 	DeleterWorkers int
+	// Sweep is the walker's and the sweepers' configuration (the swept storages among it);
+	// SweeperWorkers the batches one sweeper process handles at once.
+	Sweep          pipeline.SweepConfig
+	SweeperWorkers int
 	// SkipEnsure leaves stream and consumer creation to someone else (least-privilege users).
 	SkipEnsure bool
 
@@ -61,10 +65,10 @@ type Options struct {
 }
 
 // Stages selects what a process runs.
-type Stages struct{ Scanner, Prober, Deleter bool }
+type Stages struct{ Scanner, Prober, Deleter, Walker, Sweeper bool }
 
 // All runs every stage.
-var All = Stages{Scanner: true, Prober: true, Deleter: true}
+var All = Stages{Scanner: true, Prober: true, Deleter: true, Walker: true, Sweeper: true}
 
 // Run runs the selected stages on nc until ctx is done, then shuts them down gracefully:
 // fetching stops, in-flight messages finish (bounded), the lease is released.
@@ -96,6 +100,9 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	if which.Deleter {
 		verrs = append(verrs, o.Deleter.Validate())
 	}
+	if which.Walker || which.Sweeper {
+		verrs = append(verrs, o.Sweep.Validate())
+	}
 	if err := errors.Join(verrs...); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
@@ -116,7 +123,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	defer pool.Close()
 
 	var registry *redismeta.RegistryReader
-	if which.Scanner || which.Prober {
+	if which.Scanner || which.Prober || which.Walker || which.Sweeper {
 		registry, err = redismeta.OpenRegistryReader(o.Registry, redismeta.RegistryOptions{Cluster: o.Cluster,
 			GroupStoreURIs: o.GroupStoreURIs, Learn: pool.Learn, Logger: log})
 		if err != nil {
@@ -203,6 +210,12 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 			MaxDeliver: o.JetStream.MaxDeliver, Handle: d.Handle, Events: events, Metrics: m, Logger: log}
 		a := o.stageAlive(pipeline.StageDeleter, nil)
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
+	}
+	if err := o.runSweep(ctx, g, gctx, sweepDeps{js: js, nc: nc, names: names, pool: pool, registry: registry,
+		events: events, metrics: m, log: log, storage: so}, which); err != nil {
+		g.cancel()
+		_ = g.Wait()
+		return err
 	}
 	return g.Wait()
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"log/slog"
 	"maps"
+	"slices"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
@@ -69,6 +70,8 @@ func (c Config) Settings() subjects.Settings {
 	s.DeleterMaxAckPending = c.MaxInflightDeletes
 	s.MaxDeliver = c.JS.MaxDeliver
 	s.LeaseTTL = c.JS.LeaseTTL
+	s.SweeperAckWait = c.JS.SweeperAckWait
+	s.SweeperMaxAckPending = c.MaxInflightSweep
 	return s
 }
 
@@ -126,6 +129,11 @@ func (c Config) AppOptions() (app.Options, error) {
 	if deleters == 0 {
 		deleters = c.MaxInflightDeletes
 	}
+	sw := c.SweepConfig()
+	sweepers := c.Workers.Sweeper
+	if sweepers == 0 {
+		sweepers = c.MaxInflightSweep
+	}
 	o := app.Options{
 		Cluster:        c.Cluster,
 		Prefix:         c.Prefix,
@@ -145,11 +153,13 @@ func (c Config) AppOptions() (app.Options, error) {
 		JetStream:      c.Settings(),
 		ProberWorkers:  c.Workers.Prober,
 		DeleterWorkers: deleters,
+		Sweep:          sw,
+		SweeperWorkers: sweepers,
 		SkipEnsure:     c.JS.SkipEnsure,
 	}
 	// The stages validate again; this catches a gap between the keys and the stages' rules
 	// at startup instead of inside a running stage.
-	if err := errors.Join(sc.Validate(), pc.Validate(), dc.Validate(), o.JetStream.Validate()); err != nil {
+	if err := errors.Join(sc.Validate(), pc.Validate(), dc.Validate(), sw.Validate(), o.JetStream.Validate()); err != nil {
 		return app.Options{}, err
 	}
 	return o, nil
@@ -173,7 +183,23 @@ func (c Config) LogValue() slog.Value {
 		slog.String("empty_block", c.EmptyBlock),
 		slog.Bool("collect_deleting", c.CollectDeleting),
 		slog.Duration("deleting_grace", c.DeletingGrace),
+		slog.Any("swept_storages", c.SweepConfig().Storages),
 	)
+}
+
+// SweepConfig is the sweep's configuration: the storages whose override sets sweep, sorted,
+// and the sweep_* keys.
+func (c Config) SweepConfig() pipeline.SweepConfig {
+	sw := pipeline.DefaultSweepConfig()
+	for _, name := range slices.Sorted(maps.Keys(c.Storage.Overrides)) {
+		if c.Storage.Overrides[name].Sweep {
+			sw.Storages = append(sw.Storages, name)
+		}
+	}
+	sw.Grace, sw.Quarantine = c.SweepGrace, c.SweepQuarantine
+	sw.Interval, sw.RoundPause, sw.BatchSize = c.SweepInterval, c.SweepRoundPause, c.SweepBatchSize
+	sw.HighWater, sw.RegistryRefresh, sw.AckWait = c.HighWater, c.RegistryRefresh, c.JS.SweeperAckWait
+	return sw
 }
 
 // emptyBlock is empty_block as the metadata stores take it.

@@ -76,6 +76,32 @@ func (c Config) Validate() error {
 	if c.EmptyBlock != "keep" && c.EmptyBlock != "delete" {
 		bad("empty_block", "must be keep or delete, got %q", c.EmptyBlock)
 	}
+	if c.SweepGrace < pipeline.MinSweepGrace {
+		bad("sweep_grace", "must be >= %s, got %s", pipeline.MinSweepGrace, c.SweepGrace)
+	}
+	if c.SweepQuarantine <= 0 {
+		bad("sweep_quarantine", "must be > 0, got %s", c.SweepQuarantine)
+	}
+	if c.SweepInterval <= 0 {
+		bad("sweep_interval", "must be > 0, got %s", c.SweepInterval)
+	}
+	if c.SweepRoundPause < 0 {
+		bad("sweep_round_pause", "must be >= 0, got %s", c.SweepRoundPause)
+	}
+	if c.SweepBatchSize <= 0 {
+		bad("sweep_batch_size", "must be > 0, got %d", c.SweepBatchSize)
+	}
+	if c.MaxInflightSweep < 1 {
+		bad("max_inflight_sweep_batches", "must be >= 1, got %d", c.MaxInflightSweep)
+	}
+	if c.Workers.Sweeper < 0 {
+		bad("workers.sweeper", "must be >= 0, got %d", c.Workers.Sweeper)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Storage.Overrides)) {
+		if o := c.Storage.Overrides[name]; o.Sweep && o.Delete != nil && !*o.Delete {
+			bad("storage.overrides", "%s: sweep needs physical deletes, and delete is false", name)
+		}
+	}
 	if c.Workers.Prober < 1 {
 		bad("workers.prober", "must be >= 1, got %d", c.Workers.Prober)
 	}
@@ -221,6 +247,9 @@ func (c Config) checkJetStream() []error {
 	if j.MaxDeliver < 1 {
 		bad("max_deliver", "must be >= 1, got %d", j.MaxDeliver)
 	}
+	if j.SweeperAckWait <= 0 {
+		bad("sweeper_ack_wait", "must be > 0, got %s", j.SweeperAckWait)
+	}
 	if j.LeaseTTL < minJetStreamWindow {
 		bad("lease_ttl", "must be at least %s, got %s", minJetStreamWindow, j.LeaseTTL)
 	}
@@ -275,7 +304,7 @@ func (c Config) Require(n Needs) error {
 		errs = append(errs, errors.New("cluster: required (or a cluster_name parameter in registry.uri)"))
 	}
 	if n.Registry && c.Registry.URI == "" {
-		errs = append(errs, errors.New("registry.uri: required by the scanner and the prober"))
+		errs = append(errs, errors.New("registry.uri: required by the scanner, the prober, the walker and the sweeper"))
 	}
 	if n.NATS && c.NATS.URL == "" {
 		errs = append(errs, errors.New("nats.url: required"))

@@ -1,6 +1,6 @@
 // Command kvcm-gc is kvcm-gc's all-in-one command line: each stage on its own (scanner,
-// prober, deleter), all of them in one process with an embedded NATS JetStream server (run),
-// the seed generator (seed), the one-command demonstration (demo) and the version.
+// prober, deleter, and the sweep's walker and sweeper), all of them in one process with an
+// embedded NATS JetStream server (run), the seed generator (seed), the one-command demonstration (demo) and the version.
 //
 // Adding a subcommand is a one-file change: write cmd_<name>.go whose init function passes
 // the command to register, for example
@@ -37,6 +37,9 @@ func register(c *cli.Command) {
 }
 
 func main() {
+	for _, c := range sweepCommands() {
+		register(c)
+	}
 	slices.SortFunc(commands, func(a, b *cli.Command) int { return strings.Compare(a.Name, b.Name) })
 	os.Exit(cli.Main("kvcm-gc", commands, os.Args[1:], os.Stdout, os.Stderr))
 }
