@@ -299,12 +299,14 @@ func clockSkewSetup(ctx context.Context, e *env) ([]Loc, []string, error) {
 		{us(100 * 365 * 24 * time.Hour), []string{writing("skewlru2", "")}, []Fate{Keep}},
 		{us(-72 * time.Hour), []string{writing("skewct01", ct(time.Minute))}, []Fate{Keep}},
 		{us(time.Hour), []string{writing("skewboth", ct(time.Hour))}, []Fate{Keep}},
-		// Storage-missing needs no age; an old create_time is the age whatever __lru_time__ says.
+		// Storage-missing needs no age; a legacy location's age is the later of its create_time
+		// and its block's __lru_time__ (kvcm.LegacyAge), so an old create_time in a block
+		// written in the future is of unknown age too: kept.
 		{us(time.Hour), []string{
 			fmt.Sprintf(`"skewmiss":{"id":"skewmiss","status":3,"type":4,"spec_size":1,"location_specs":[%s]}`, missing),
 			writing("skewold1", ct(-72*time.Hour)),
 			writing("skewkeep", ""),
-		}, []Fate{Go, Go, Keep}},
+		}, []Fate{Go, Keep, Keep}},
 	}
 	var out []Loc
 	for i, b := range blocks {
