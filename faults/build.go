@@ -27,11 +27,12 @@ func ModuleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// Build builds the named commands of ./cmd (default: the three stage binaries) into dir and
-// returns their paths by name. The go command's build cache makes a repeated build cheap.
+// Build builds the named commands of ./cmd (default: the three stage binaries and the sweep's
+// two) into dir and returns their paths by name. The go command's build cache makes a
+// repeated build cheap.
 func Build(ctx context.Context, dir string, names ...string) (map[string]string, error) {
 	if len(names) == 0 {
-		names = stageCommands
+		names = append(append([]string(nil), stageCommands...), sweepCommands...)
 	}
 	root, err := ModuleRoot(ctx)
 	if err != nil {

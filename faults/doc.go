@@ -18,7 +18,11 @@
 //   - concurrent-writer: a KVCM-like writer finishing writes (SERVING whatever the status, as
 //     KVCM's FinishWriteCache) and adding locations in the blocks being collected, also right
 //     after each probe, between the prober's judgement and the deleter's compare-and-swap;
-//   - clock-skew: WRITING locations whose create_time or __lru_time__ lies in the future.
+//   - clock-skew: WRITING locations whose create_time or __lru_time__ lies in the future;
+//   - sweep-kills: the sweep of orphan data files (walker and sweepers beside the other
+//     stages) under kill -9 of the walker and of sweepers mid-batch; a whole walk after the
+//     kills must leave exactly the orphans gone, every other file byte-identical and nothing
+//     in quarantine.
 //
 // After the fault ends the suite waits, round by round (round_pause is short), until Redis and
 // the files are exactly as expected: every garbage location gone with its unshared files,

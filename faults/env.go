@@ -118,7 +118,7 @@ type env struct {
 
 // newEnv starts the servers, seeds the keyspace and creates the topology. Stages are
 // started by the scenario.
-func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, logf func(string, ...any)) (*env, error) {
+func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, sweepFiles bool, logf func(string, ...any)) (*env, error) {
 	dir := filepath.Join(cfg.WorkDir, name)
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("create scenario directory: %w", err)
@@ -155,12 +155,13 @@ func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, logf
 		instances[i] = "inst" + strconv.Itoa(i)
 	}
 	e.manifest, err = seed.Generate(ctx, e.redis.Client(), seed.Spec{Cluster: suiteCluster, Instances: instances, Blocks: cfg.Blocks,
-		GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(), Seed: seedValue})
+		GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(), Seed: seedValue,
+		SweepFiles: sweepFiles})
 	if err != nil {
 		e.close()
 		return nil, err
 	}
-	e.keys = cfg.Instances * cfg.Blocks
+	e.keys = e.manifest.Blocks
 	return e, nil
 }
 
@@ -178,6 +179,7 @@ func (e *env) settings() subjects.Settings {
 	s.LeaseTTL = 2 * time.Second
 	s.DeleterAckWait = 2 * time.Second
 	s.ProberAckWait = 5 * time.Second
+	s.SweeperAckWait = 2 * time.Second
 	return s
 }
 
@@ -192,7 +194,7 @@ func (e *env) args() []string {
 		"--max_inflight_delete_requests", "2", "--delete_delay", "100ms",
 		"--workers.prober", "2", "--workers.deleter", "2",
 		"--jetstream.lease_ttl", s.LeaseTTL.String(), "--jetstream.deleter_ack_wait", s.DeleterAckWait.String(),
-		"--jetstream.prober_ack_wait", s.ProberAckWait.String(),
+		"--jetstream.prober_ack_wait", s.ProberAckWait.String(), "--jetstream.sweeper_ack_wait", s.SweeperAckWait.String(),
 		"--http.listen", "127.0.0.1:0", "--log.format", "json", "--log.level", "info",
 	}
 	return append(a, e.extra...)

@@ -21,8 +21,10 @@ import (
 type scenario struct {
 	name  string
 	about string
-	setup func(ctx context.Context, e *env) ([]Loc, []string, error)
-	run   func(ctx context.Context, e *env) (string, *Expect, error)
+	// sweepFiles seeds the orphan data files of the sweep (seed.Spec.SweepFiles).
+	sweepFiles bool
+	setup      func(ctx context.Context, e *env) ([]Loc, []string, error)
+	run        func(ctx context.Context, e *env) (string, *Expect, error)
 }
 
 var scenarios = []scenario{
@@ -36,6 +38,7 @@ var scenarios = []scenario{
 	{name: "scanner-failover", about: "two scanners; the leader killed mid-round; the other takes over from the checkpoint", run: scannerFailover},
 	{name: "concurrent-writer", about: "a KVCM-like writer finishing writes and adding locations in the blocks being collected, right after probes too", run: concurrentWriter},
 	{name: "clock-skew", about: "locations with create_time or __lru_time__ in the future are kept", setup: clockSkewSetup, run: plainRun},
+	{name: "sweep-kills", about: "kill -9 of the walker and of sweepers mid-batch while orphan data files are swept, then restarts", sweepFiles: true, run: sweepKills},
 }
 
 const (
