@@ -62,7 +62,8 @@ const (
 	SweepKeptChanged = "changed"
 	// SweepKeptBadEntry: the batch's entry does not name the file KVCM's name of its block gives.
 	SweepKeptBadEntry = "bad_entry"
-	// SweepKeptDryRun: dry-run; an entry of the quarantine is left where it is.
+	// SweepKeptDryRun: dry-run; what a sweeper would have done (would_quarantine, would_restore,
+	// would_unlink) was not done.
 	SweepKeptDryRun = "dry_run"
 )
 

@@ -146,7 +146,7 @@ func (s *Sweeper) record(ctx context.Context, b subjects.SweepBatch, results []S
 			m.Gone.Inc()
 		case subjects.SweepOutcomeKept:
 			m.Kept.WithLabelValues(r.Reason).Inc()
-		case subjects.SweepOutcomeWouldQuarantine:
+		case subjects.SweepOutcomeWouldQuarantine, subjects.SweepOutcomeWouldRestore, subjects.SweepOutcomeWouldUnlink:
 			m.Kept.WithLabelValues(SweepKeptDryRun).Inc()
 		case subjects.SweepOutcomeError:
 			s.Metrics.sweepError(StageSweeper, r.Op)
@@ -428,10 +428,6 @@ func (h *batchSweep) quarantined(ctx context.Context, results []SweepResult) {
 			h.fail(r, "stat", err)
 			continue
 		}
-		if h.s.StorageOptions.DryRun {
-			r.Outcome, r.Reason = subjects.SweepOutcomeKept, SweepKeptDryRun
-			continue
-		}
 		t, _, ok := h.entry(r)
 		if !ok {
 			// Its block can no longer be judged: undo.
@@ -464,6 +460,10 @@ func (h *batchSweep) quarantined(ctx context.Context, results []SweepResult) {
 		if h.now.Sub(sf.qAt) < h.s.Config.Quarantine {
 			continue // waiting: the next look brings it back
 		}
+		if h.s.StorageOptions.DryRun {
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeWouldUnlink, reason, sf.qrel
+			continue
+		}
 		// The read above is the last check (invariant 11): no location of the block names the
 		// file, and the quarantine name is none KVCM could reuse.
 		freed, err := h.root.Unlink(sf.qrel)
@@ -486,16 +486,16 @@ func (h *batchSweep) undo(r *SweepResult, reason string) {
 		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, "quarantine name of another path"
 		return
 	}
-	if h.s.StorageOptions.DryRun {
-		r.Outcome, r.Reason = subjects.SweepOutcomeKept, SweepKeptDryRun
-		return
-	}
 	h.restore(r, &sweepFile{res: r, rel: rel, qrel: string(r.File.Quarantine), qAt: at}, reason)
 }
 
-// restore moves sf back to its path; reason says why.
+// restore moves sf back to its path; reason says why. Dry-run only says so.
 func (h *batchSweep) restore(r *SweepResult, sf *sweepFile, reason string) {
 	r.Reason = reason
+	if h.s.StorageOptions.DryRun {
+		r.Outcome = subjects.SweepOutcomeWouldRestore
+		return
+	}
 	err := h.root.Restore(sf.qrel, sf.rel)
 	switch {
 	case err == nil:

@@ -289,3 +289,18 @@ func TestSweeperNotSwept(t *testing.T) {
 	bad.Key = 41
 	require.Equal(t, []string{"kept bad_entry"}, sweepOutcomes(f.sweep(f.batch(subjects.SweepWalk, bad))))
 }
+
+// TestSweeperDryRunQuarantine: in dry-run a look into the quarantine says what it would do.
+func TestSweeperDryRunQuarantine(t *testing.T) {
+	f := newSweepFixture(t, false)
+	a := f.file("inst0", "tp0", 50, 48*time.Hour)
+	b := f.file("inst0", "tp0", 51, 48*time.Hour)
+	require.Equal(t, []string{"quarantined block_absent", "quarantined block_absent"}, sweepOutcomes(f.sweep(f.batch(subjects.SweepWalk, a, b))))
+	q := f.quarantine()
+	f.block(51, kvcm.StatusServing, string(b.Path))
+	f.sw.StorageOptions.DryRun = true
+	f.now = f.now.Add(2 * f.sw.Config.Quarantine)
+	res := f.sweep(f.batch(subjects.SweepQuarantine, f.qentry(a, q[0]), f.qentry(b, q[1])))
+	require.Equal(t, []string{"would_unlink block_absent", "would_restore referenced"}, sweepOutcomes(res))
+	require.Len(t, f.quarantine(), 2, "nothing moved")
+}

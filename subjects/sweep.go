@@ -119,6 +119,8 @@ const (
 	SweepOutcomeKept            = "kept"             // not an orphan, or not certainly (Reason)
 	SweepOutcomeGone            = "gone"             // the file is no longer there
 	SweepOutcomeWouldQuarantine = "would_quarantine" // dry-run: an orphan, nothing renamed
+	SweepOutcomeWouldRestore    = "would_restore"    // dry-run: a quarantined file that would move back
+	SweepOutcomeWouldUnlink     = "would_unlink"     // dry-run: a quarantined orphan past sweep_quarantine
 	SweepOutcomeError           = "error"            // a transient failure; the batch is redelivered
 	// Walker: a round of a storage's walk started or ended (Counts).
 	SweepOutcomeRoundStart = "round_start"
