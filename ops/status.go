@@ -22,6 +22,7 @@ type StatusReport struct {
 	Streams   []StreamStatus   `json:"streams"`
 	Consumers []ConsumerStatus `json:"consumers"`
 	Scanner   ScannerStatus    `json:"scanner"`
+	Sweep     *SweepStatus     `json:"sweep,omitempty"` // the sweep of orphan data files
 	// LastEvents holds the newest event of each kind, in the order of EventKinds; kinds never
 	// recorded are absent.
 	LastEvents []LastEvent `json:"last_events"`
@@ -120,7 +121,7 @@ type LastEvent struct {
 // EventKinds lists the event kinds in the order status shows them.
 func EventKinds() []string {
 	return []string{subjects.EventRound, subjects.EventCandidate, subjects.EventSkip, subjects.EventDelete,
-		subjects.EventPoison, subjects.EventDeadLetter}
+		subjects.EventPoison, subjects.EventDeadLetter, subjects.EventSweep}
 }
 
 // Status reads everything status shows. It only reads: stream and consumer info, the lease
@@ -160,6 +161,7 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names) (
 	}
 
 	r.Scanner = scannerStatus(ctx, js, names, now, problem)
+	r.Sweep = sweepStatus(ctx, js, names, now, problem)
 	r.LastEvents = lastEvents(ctx, js, names, problem)
 	return r, ctx.Err()
 }

@@ -70,6 +70,8 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	}
 	_ = tw.Flush()
 
+	r.Sweep.writeSweep(ew, now)
+
 	fmt.Fprintln(ew, "\nLAST EVENTS")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tSEQ\tTIME\tSTAGE\tINSTANCE\tKEY\tLOCATION\tREASON\tOUTCOME\tSOURCE")

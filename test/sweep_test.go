@@ -17,6 +17,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -110,6 +111,30 @@ func TestSweepFullPipeline(t *testing.T) {
 				seed.SweepReasonCorrupt} {
 				require.GreaterOrEqual(t, kept[r], float64(sr.KeptByReason[r]), r)
 			}
+
+			// status shows the walk, its leader and the quarantine.
+			rep, err := ops.Status(context.Background(), e.js, e.names)
+			require.NoError(t, err)
+			require.Empty(t, rep.Problems)
+			require.NotNil(t, rep.Sweep)
+			require.Len(t, rep.Sweep.Storages, 1)
+			st := rep.Sweep.Storages[0]
+			require.Equal(t, seed.StorageNFS, st.Storage)
+			require.NotNil(t, st.Leader)
+			require.Equal(t, uint64(1), st.Round)
+			require.False(t, st.InRound)
+			require.Positive(t, st.Walked)
+			require.Positive(t, st.Kept[seed.SweepReasonUnparsable])
+			require.False(t, st.Quarantine.LookedAt.IsZero(), "the walker looked into the quarantine")
+			require.NotNil(t, rep.Sweep.Consumer)
+			require.Zero(t, rep.Sweep.Consumer.AckPending)
+			require.Positive(t, rep.Sweep.Stream.Messages)
+			var table strings.Builder
+			require.NoError(t, rep.WriteTable(&table))
+			for _, want := range []string{"SWEEP", seed.StorageNFS, "walk 1 done", "quarantine: ", "sweeper"} {
+				require.Contains(t, table.String(), want)
+			}
+			t.Logf("status:\n%s", table.String())
 
 			// Every step of the sweep of an orphan is an event with its file.
 			steps := map[string]map[string]bool{}

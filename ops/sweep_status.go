@@ -1,0 +1,177 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// SweepStatus is the sweep of orphan data files in `status`: the SWEEP stream and the
+// sweeper consumer, and per swept storage its walker, its walk and its quarantine.
+type SweepStatus struct {
+	Stream   *StreamStatus        `json:"stream,omitempty"`
+	Consumer *ConsumerStatus      `json:"consumer,omitempty"`
+	Storages []SweepStorageStatus `json:"storages"`
+}
+
+// SweepStorageStatus is one swept storage (any storage with a walk checkpoint).
+type SweepStorageStatus struct {
+	Storage string        `json:"storage"`
+	Leader  *LeaderStatus `json:"leader,omitempty"` // nil: no walker holds the storage's lease
+	Round   uint64        `json:"round"`
+	InRound bool          `json:"in_round"`
+	// This round so far (InRound), else the last one.
+	Walked     uint64            `json:"walked"`
+	Candidates uint64            `json:"candidates"`
+	Kept       map[string]uint64 `json:"kept,omitempty"`
+	Started    time.Time         `json:"started,omitzero"`
+	LastEnded  time.Time         `json:"last_round_ended,omitzero"`
+	LastSecs   float64           `json:"last_round_seconds,omitempty"`
+	NextRound  time.Time         `json:"next_round,omitzero"`
+	// The last complete look into the quarantine: files waiting there, their bytes, conflict
+	// copies kept for an operator, entries that are not kvcm-gc's, the oldest.
+	Quarantine QuarantineStatus          `json:"quarantine"`
+	Raw        *pipeline.SweepCheckpoint `json:"checkpoint,omitempty"`
+}
+
+// QuarantineStatus is what the last look into a storage's quarantine found.
+type QuarantineStatus struct {
+	Files     uint64    `json:"files"`
+	Bytes     uint64    `json:"bytes"`
+	Conflicts uint64    `json:"conflicts"`
+	Foreign   uint64    `json:"foreign"`
+	Oldest    time.Time `json:"oldest,omitzero"`
+	LookedAt  time.Time `json:"looked_at,omitzero"`
+}
+
+// sweepStatus reads the sweep's part of the status; what cannot be read goes to problem.
+func sweepStatus(ctx context.Context, js jetstream.JetStream, names subjects.Names, now time.Time, problem func(string, ...any)) *SweepStatus {
+	st := &SweepStatus{}
+	if s, err := js.Stream(ctx, names.SweepStream()); err != nil {
+		problem("stream %s: %v", names.SweepStream(), err)
+	} else {
+		info := s.CachedInfo()
+		st.Stream = &StreamStatus{Name: info.Config.Name, Subjects: info.Config.Subjects, Messages: info.State.Msgs,
+			Bytes: info.State.Bytes, FirstSeq: info.State.FirstSeq, FirstTime: nonZeroUTC(info.State.FirstTime),
+			LastSeq: info.State.LastSeq, LastTime: nonZeroUTC(info.State.LastTime), Consumers: info.State.Consumers}
+	}
+	if c, err := js.Consumer(ctx, names.SweepStream(), names.SweeperConsumer()); err != nil {
+		problem("consumer %s/%s: %v", names.SweepStream(), names.SweeperConsumer(), err)
+	} else {
+		info := c.CachedInfo()
+		p := ConsumerPause(pipeline.StageSweeper, info)
+		st.Consumer = &ConsumerStatus{Stage: pipeline.StageSweeper, Stream: names.SweepStream(), Name: names.SweeperConsumer(),
+			Pending: info.NumPending, AckPending: info.NumAckPending, MaxAckPending: info.Config.MaxAckPending,
+			Redelivered: info.NumRedelivered, Waiting: info.NumWaiting, DeliveredSeq: info.Delivered.Stream,
+			AckFloorSeq: info.AckFloor.Stream, Paused: p.Paused, PausedUntil: nonZeroUTC(p.Until)}
+	}
+	state, err := js.KeyValue(ctx, names.StateBucket())
+	if err != nil {
+		return st // reported with the scanner
+	}
+	lister, err := state.ListKeysFiltered(ctx, subjects.SweepKeyFilter())
+	if err != nil {
+		problem("sweep checkpoints: %v", err)
+		return st
+	}
+	var storages []string
+	for k := range lister.Keys() {
+		if s, err := subjects.SweepStorageOf(k); err == nil {
+			storages = append(storages, s)
+		}
+	}
+	_ = lister.Stop() // the keys were read to the end, which stops the lister already
+	slices.Sort(storages)
+	leases, lerr := js.KeyValue(ctx, names.LeaseBucket())
+	for _, name := range storages {
+		ck, _, err := pipeline.ReadSweepCheckpoint(ctx, state, name)
+		if err != nil {
+			problem("%v", err)
+			continue
+		}
+		ss := SweepStorageStatus{Storage: name, Round: ck.Round, InRound: ck.InRound, Raw: &ck,
+			Quarantine: QuarantineStatus{Files: ck.QLast.Files, Bytes: ck.QLast.Bytes, Conflicts: ck.QLast.Conflicts,
+				Foreign: ck.QLast.Foreign, Oldest: usTime(ck.QLast.OldestUs), LookedAt: usTime(ck.QLast.EndedUs)}}
+		if ck.InRound {
+			ss.Walked, ss.Candidates, ss.Kept, ss.Started = ck.Walked, ck.Candidates, maps.Clone(ck.Kept), usTime(ck.RoundStartedUs)
+		} else {
+			ss.Walked, ss.Candidates, ss.Kept = ck.LastWalked, ck.LastCandidates, maps.Clone(ck.LastKept)
+			ss.NextRound = usTime(ck.NextRoundUs)
+		}
+		ss.LastEnded, ss.LastSecs = usTime(ck.LastRoundEndUs), float64(ck.LastRoundMs)/1e3
+		if lerr == nil {
+			if rec, rev, err := pipeline.ReadSweepLease(ctx, leases, name); err != nil {
+				problem("%v", err)
+			} else if rec != nil {
+				since, renewed := time.UnixMicro(rec.SinceUs), time.UnixMicro(rec.RenewedUs)
+				ss.Leader = &LeaderStatus{Holder: rec.Holder, Since: since.UTC(), Renewed: renewed.UTC(),
+					HeldSeconds: now.Sub(since).Seconds(), RenewedAgoSecs: now.Sub(renewed).Seconds(), Revision: rev}
+			}
+		}
+		st.Storages = append(st.Storages, ss)
+	}
+	return st
+}
+
+// writeSweep prints the sweep's part of the status.
+func (s *SweepStatus) writeSweep(w io.Writer, now time.Time) {
+	if s == nil {
+		return
+	}
+	fmt.Fprintln(w, "\nSWEEP")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if c := s.Consumer; c != nil {
+		fmt.Fprintf(tw, "sweeper\t%s/%s: %d pending, %d/%d in flight, %d redelivered, paused %s\n", c.Stream, c.Name,
+			c.Pending, c.AckPending, c.MaxAckPending, c.Redelivered, pausedCell(c.Paused, c.PausedUntil, now))
+	}
+	if len(s.Storages) == 0 {
+		fmt.Fprintln(tw, "storages\tnone swept (storage.overrides.<name>.sweep)")
+	}
+	for _, ss := range s.Storages {
+		leader := "no walker holds the lease"
+		if l := ss.Leader; l != nil {
+			leader = fmt.Sprintf("walker %s since %s, renewed %s ago", l.Holder, timeOnly(l.Since), humanDuration(secs(l.RenewedAgoSecs)))
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", ss.Storage, leader)
+		switch {
+		case ss.Round == 0:
+			fmt.Fprintln(tw, "\tno walk yet")
+		case ss.InRound:
+			fmt.Fprintf(tw, "\twalk %d in progress since %s: %d files, %d candidates\n", ss.Round, stamp(ss.Started, now), ss.Walked, ss.Candidates)
+		default:
+			fmt.Fprintf(tw, "\twalk %d done %s in %s: %d files, %d candidates; next %s\n", ss.Round, stamp(ss.LastEnded, now),
+				humanDuration(secs(ss.LastSecs)), ss.Walked, ss.Candidates, stamp(ss.NextRound, now))
+		}
+		if len(ss.Kept) > 0 {
+			fmt.Fprintf(tw, "\tkept by the walker: %s\n", keptCell(ss.Kept))
+		}
+		q := ss.Quarantine
+		oldest := ""
+		if !q.Oldest.IsZero() {
+			oldest = ", oldest since " + stamp(q.Oldest, now)
+		}
+		fmt.Fprintf(tw, "\tquarantine: %d files (%s)%s, %d conflicts, %d foreign; looked %s\n", q.Files, humanBytes(q.Bytes),
+			oldest, q.Conflicts, q.Foreign, stamp(q.LookedAt, now))
+	}
+	_ = tw.Flush()
+}
+
+func keptCell(m map[string]uint64) string {
+	s := ""
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %d", k, m[k])
+	}
+	return s
+}
