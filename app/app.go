@@ -101,7 +101,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		verrs = append(verrs, o.Deleter.Validate())
 	}
 	if which.Walker || which.Sweeper {
-		verrs = append(verrs, o.Sweep.Validate())
+		verrs = append(verrs, o.sweepConfig().Validate())
 	}
 	if err := errors.Join(verrs...); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)

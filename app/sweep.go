@@ -42,7 +42,7 @@ func (o Options) runSweep(ctx context.Context, g *group, gctx context.Context, d
 		if err != nil {
 			return fmt.Errorf("open lease bucket: %w", err)
 		}
-		cfg := o.Sweep
+		cfg := o.sweepConfig()
 		if cfg.Holder == "" {
 			host, _ := os.Hostname()
 			cfg.Holder = fmt.Sprintf("%s/%d", host, os.Getpid())
@@ -58,7 +58,7 @@ func (o Options) runSweep(ctx context.Context, g *group, gctx context.Context, d
 		g.Go(func() error { defer a.set(false); return w.Run(gctx) })
 	}
 	if which.Sweeper {
-		sw := &pipeline.Sweeper{Config: o.Sweep, Names: d.names, Registry: d.registry, Stores: d.pool,
+		sw := &pipeline.Sweeper{Config: o.sweepConfig(), Names: d.names, Registry: d.registry, Stores: d.pool,
 			StorageOptions: d.storage, Events: d.events, Metrics: d.metrics, Logger: d.log.With("stage", pipeline.StageSweeper)}
 		cons, err := d.js.Consumer(ctx, d.names.SweepStream(), d.names.SweeperConsumer())
 		if err != nil {
@@ -70,6 +70,15 @@ func (o Options) runSweep(ctx context.Context, g *group, gctx context.Context, d
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
 	return nil
+}
+
+// sweepConfig is o.Sweep, or the defaults with no storage swept when o.Sweep is the zero
+// value (options built without the sweep in mind: the sweep is off by default).
+func (o Options) sweepConfig() pipeline.SweepConfig {
+	if o.Sweep.Grace == 0 && len(o.Sweep.Storages) == 0 {
+		return pipeline.DefaultSweepConfig()
+	}
+	return o.Sweep
 }
 
 // SweepBacklog reads the sweeper consumer's pending + unacknowledged batches. The consumer
