@@ -127,7 +127,7 @@ func StatusCommand(ctx context.Context, env Env, args []string, stdout, stderr i
 // [--from-time T] [--to-time T] [--instance ID] [--key K] [--dump] [--json] [--no-progress]
 func ReplayCommand(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("replay", stderr)
-	stage := fs.String("stage", "", "stage whose input to replay: prober (BATCHES) or deleter (DELETES)")
+	stage := fs.String("stage", "", "stage whose input to replay: prober (BATCHES), deleter (DELETES) or sweeper (SWEEP)")
 	fromSeq := fs.Uint64("from-seq", 0, "first stream sequence (inclusive)")
 	toSeq := fs.Uint64("to-seq", 0, "last stream sequence (inclusive)")
 	since := fs.Duration("since", 0, "only messages stored within this long before now (e.g. 1h)")
@@ -135,11 +135,12 @@ func ReplayCommand(ctx context.Context, env Env, args []string, stdout, stderr i
 	toTime := fs.String("to-time", "", "only messages stored at or before this time (RFC 3339)")
 	instance := fs.String("instance", "", "only this KVCM instance id")
 	key := fs.String("key", "", "only this block key (signed decimal)")
+	file := fs.String("file", "", "sweeper: only this data file (its path as KVCM's URIs name it)")
 	dump := fs.Bool("dump", false, "also print each raw message and its headers")
 	asJSON := fs.Bool("json", false, "print one JSON object per message, then the summary")
 	noProgress := fs.Bool("no-progress", false, "draw no progress bar on stderr")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: replay --stage prober|deleter [flags]\n\nReads a stage's input back from its stream with an ordered ephemeral consumer (the durable\nconsumers are not touched) and shows, per location, the decision then (from the recorded\nevents), the rules re-run on the recorded bytes (prober) and the decision now against the\ncurrent metadata. Nothing is written.")
+		fmt.Fprintln(stderr, "usage: replay --stage prober|deleter|sweeper [flags]\n\nReads a stage's input back from its stream with an ordered ephemeral consumer (the durable\nconsumers are not touched) and shows, per location, the decision then (from the recorded\nevents), the rules re-run on the recorded bytes (prober) and the decision now against the\ncurrent metadata; for the sweeper, per data file, what was done then, its fate since and\nwhat a sweeper would do now. Nothing is written.")
 		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)
@@ -151,7 +152,7 @@ func ReplayCommand(ctx context.Context, env Env, args []string, stdout, stderr i
 	} else if len(pos) > 0 {
 		return fmt.Errorf("%w: replay: unexpected arguments %q", ErrUsage, pos)
 	}
-	q := ReplayQuery{Stage: *stage, SeqFrom: *fromSeq, SeqTo: *toSeq, Instance: *instance, Dump: *dump}
+	q := ReplayQuery{Stage: *stage, SeqFrom: *fromSeq, SeqTo: *toSeq, Instance: *instance, Dump: *dump, File: *file}
 	if *since > 0 {
 		q.TimeFrom = time.Now().Add(-*since)
 	}

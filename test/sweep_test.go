@@ -156,6 +156,58 @@ func TestSweepFullPipeline(t *testing.T) {
 	}
 }
 
+// TestSweepReplay: `replay --stage sweeper` explains a file's fate: what the sweeper did
+// with it in each batch, the last step recorded, and what a sweeper would do now (dry-run).
+func TestSweepReplay(t *testing.T) {
+	e := newEnv(t)
+	m, _ := e.seed(seed.Spec{Instances: []string{"inst0"}, Blocks: 100, Seed: 14, SweepFiles: true})
+	o := e.sweepOptions(nil)
+	e.run(o, app.Stages{Walker: true, Sweeper: true})
+	e.waitSwept(1, m.SweepRoot, time.Minute)
+	var orphan, named seed.SweepFile
+	for _, f := range m.SweepFiles {
+		switch {
+		case orphan.Path == "" && f.Fate == seed.SweepOrphan:
+			orphan = f
+		case named.Path == "" && f.Reason == seed.SweepReasonReferenced:
+			named = f
+		}
+	}
+	setup := opsReplaySetup(t, e, o)
+	setup.Sweep = o.Sweep
+	deps, err := ops.OpenReplayDeps(context.Background(), setup)
+	require.NoError(t, err)
+	defer func() { _ = deps.Close() }()
+	replay := func(file string) []ops.FileReplay {
+		var out []ops.FileReplay
+		_, err := ops.Replay(context.Background(), e.js, e.names, ops.ReplayQuery{Stage: pipeline.StageSweeper, File: file}, *deps,
+			func(rm ops.ReplayMessage) error { out = append(out, rm.Files...); return nil })
+		require.NoError(t, err)
+		return out
+	}
+	rows := replay(orphan.Path)
+	require.GreaterOrEqual(t, len(rows), 2, "walked, then looked at in quarantine")
+	require.Equal(t, subjects.SweepOutcomeQuarantined, rows[0].Then.Decision)
+	for _, r := range rows {
+		require.Equal(t, orphan.Path, r.Path)
+		require.Equal(t, subjects.SweepOutcomeUnlinked, r.Fate.Decision, "its fate")
+		require.Equal(t, subjects.SweepOutcomeGone, r.Now.Decision, "gone now")
+	}
+	rows = replay(named.Path)
+	require.Len(t, rows, 1)
+	require.Equal(t, "kept referenced", rows[0].Then.String())
+	require.Equal(t, "kept referenced", rows[0].Now.String())
+
+	// Through the command, as a table.
+	var out, errOut strings.Builder
+	require.NoError(t, ops.ReplayCommand(context.Background(), ops.Env{JS: e.js, Names: e.names,
+		OpenReplay: func(ctx context.Context) (*ops.ReplayDeps, error) { return ops.OpenReplayDeps(ctx, setup) }},
+		[]string{"--stage", "sweeper", "--file", orphan.Path, "--no-progress"}, &out, &errOut))
+	require.Contains(t, out.String(), orphan.Path)
+	require.Contains(t, out.String(), "unlinked")
+	t.Logf("replay:\n%s", out.String())
+}
+
 // TestSweepWriteAfterWalk: a block that gains a WRITING location naming its file after the
 // walk published it keeps the file; a file quarantined by hand whose block names it again is
 // moved back; one of an unregistered instance, and shared and young files, are never touched.

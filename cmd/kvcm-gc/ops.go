@@ -52,7 +52,7 @@ func opsCommand(name string) *cli.Command {
 					return nil, err
 				}
 				return ops.OpenReplayDeps(ctx, ops.ReplaySetup{Cluster: o.Cluster, Registry: o.Registry, Meta: o.Meta,
-					MetaURIs: o.MetaURIs, GroupStoreURIs: o.GroupStoreURIs, Storage: o.Storage, Prober: o.Prober,
+					MetaURIs: o.MetaURIs, GroupStoreURIs: o.GroupStoreURIs, Storage: o.Storage, Prober: o.Prober, Sweep: o.Sweep,
 					Guard: o.Guard, GuardConn: o.GuardConn, GuardKeyPrefix: o.GuardKeyPrefix, Logger: e.Logger})
 			}}
 			err = oc.Run(ctx, env, e.Args, e.Stdout, e.Stderr)
