@@ -374,6 +374,7 @@ func (h *batchSweep) walked(ctx context.Context, results []SweepResult) {
 			// changed in between), it goes back at once.
 			qst, err := h.root.QuarantinedStat(qrel)
 			if err != nil || !qst.Regular() || qst.Ino != sf.st.Ino || qst.Size != sf.st.Size || !qst.ModTime.Equal(sf.st.ModTime) {
+				r.Detail = "back from quarantine as " + qrel + ": not the file judged"
 				h.restore(r, sf, SweepKeptChanged)
 				continue
 			}
@@ -397,12 +398,19 @@ func (h *batchSweep) walked(ctx context.Context, results []SweepResult) {
 		}
 		orphan, reason, detail := h.view.judgeFile(reads[i], sf.target, h.otherDB)
 		if !orphan {
-			r.Detail = detail
+			r.Detail = joinDetail("back from quarantine as "+sf.qrel, detail)
 			h.restore(r, sf, reason)
 			continue
 		}
 		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeQuarantined, reason, sf.qrel
 	}
+}
+
+func joinDetail(a, b string) string {
+	if b == "" {
+		return a
+	}
+	return a + ": " + b
 }
 
 // quarantined handles the files of a look into the quarantine: judge once more, then unlink
