@@ -246,6 +246,10 @@ type SweepReport struct {
 	KeptIntact  int `json:"kept_intact"`
 	// KeptByReason counts the kept files by why they must stay.
 	KeptByReason map[string]int `json:"kept_by_reason"`
+	// OtherFiles are the live locations' other data files on the swept root (named otherwise
+	// than per block), OtherIntact those still there with their bytes.
+	OtherFiles  int `json:"other_files"`
+	OtherIntact int `json:"other_intact"`
 	// Quarantined counts the files left in the quarantine (none may be).
 	Quarantined int      `json:"quarantined"`
 	Problems    []string `json:"problems,omitempty"`
@@ -300,6 +304,33 @@ func VerifySweep(m *Manifest) (SweepReport, error) {
 	}
 	if m.SweepRoot == "" {
 		return r, nil
+	}
+	// Every other live data file on the root keeps its bytes too (the seed writes "kv").
+	sweepFile := map[string]bool{}
+	for _, f := range m.SweepFiles {
+		sweepFile[f.Path] = true
+	}
+	for _, l := range m.Locations {
+		if l.Garbage && !l.Shared() {
+			continue
+		}
+		for _, f := range l.Files {
+			if !strings.HasPrefix(f, m.SweepRoot) || sweepFile[f] {
+				continue
+			}
+			r.OtherFiles++
+			data, err := os.ReadFile(f)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				r.problem("live file %s is gone", f)
+			case err != nil:
+				return r, fmt.Errorf("verify sweep: read %s: %w", f, err)
+			case string(data) != "kv":
+				r.problem("live file %s changed", f)
+			default:
+				r.OtherIntact++
+			}
+		}
 	}
 	q := filepath.Join(m.SweepRoot, QuarantineDir)
 	err := filepath.WalkDir(q, func(p string, d fs.DirEntry, err error) error {

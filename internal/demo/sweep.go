@@ -138,6 +138,7 @@ func (s sweepReport) write(line func(format string, a ...any)) {
 	line("  errors              %.0f", s.Errors)
 	line("  verification        orphans gone %d/%d (%d bytes), kept files byte-identical %d/%d, left in quarantine %d",
 		v.OrphansGone, v.Orphans, v.OrphanBytes, v.KeptIntact, v.Kept, v.Quarantined)
+	line("                      every other live file on %s byte-identical %d/%d", seed.StorageNFS, v.OtherIntact, v.OtherFiles)
 	if v.OK() {
 		line("  sweep result        OK")
 		return
