@@ -175,12 +175,7 @@ func (s *storageWalk) keepLease(ctx context.Context) {
 // reset forgets everything the lease guarded: a later leadership reads the checkpoint again.
 func (s *storageWalk) reset() {
 	s.loaded = false
-	s.dropWalks()
-	if s.root != nil {
-		_ = s.root.Close()
-		s.root = nil
-	}
-	s.fs = nil
+	s.reopen()
 }
 
 func (s *storageWalk) dropWalks() {
@@ -311,7 +306,7 @@ func (s *storageWalk) startRound(ctx context.Context, now time.Time) {
 	if !s.save(ctx, c, now) {
 		return
 	}
-	s.dropWalks()
+	s.reopen()
 	s.progressed = true
 	s.log.Info("sweep round started", "round", c.Round)
 	s.event(ctx, subjects.Event{Kind: subjects.EventSweep, Round: c.Round, Outcome: subjects.SweepOutcomeRoundStart,
@@ -325,11 +320,18 @@ func (s *storageWalk) startLook(ctx context.Context, now time.Time) {
 	if !s.save(ctx, c, now) {
 		return
 	}
-	if s.qwalk != nil {
-		s.qwalk.Close()
-		s.qwalk = nil
-	}
+	s.reopen()
 	s.progressed = true
+}
+
+// reopen closes the storage's directory and walks, so the next page opens them again from
+// the registry as it is then (a changed root_path, a remounted storage).
+func (s *storageWalk) reopen() {
+	s.dropWalks()
+	if s.root != nil {
+		_ = s.root.Close()
+		s.root, s.fs = nil, nil
+	}
 }
 
 // walkPage walks at most BatchSize entries of the data, publishes the candidates among them
