@@ -52,6 +52,10 @@ type Options struct {
 	JetStream      subjects.Settings
 	ProberWorkers  int
 	DeleterWorkers int
+	// Sweep is the walker's and the sweepers' configuration (the swept storages among it);
+	// SweeperWorkers the batches one sweeper process handles at once.
+	Sweep          pipeline.SweepConfig
+	SweeperWorkers int
 	// SkipEnsure leaves stream and consumer creation to someone else (least-privilege users).
 	SkipEnsure bool
 	// APITimeout bounds one JetStream request whose caller sets no deadline; 0 means
@@ -67,10 +71,10 @@ type Options struct {
 }
 
 // Stages selects what a process runs.
-type Stages struct{ Scanner, Prober, Deleter bool }
+type Stages struct{ Scanner, Prober, Deleter, Walker, Sweeper bool }
 
 // All runs every stage.
-var All = Stages{Scanner: true, Prober: true, Deleter: true}
+var All = Stages{Scanner: true, Prober: true, Deleter: true, Walker: true, Sweeper: true}
 
 // Defaults of Run.
 const (
@@ -118,6 +122,9 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	if which.Deleter {
 		verrs = append(verrs, o.Deleter.Validate())
 	}
+	if which.Walker || which.Sweeper {
+		verrs = append(verrs, o.sweepConfig().Validate())
+	}
 	if err := errors.Join(verrs...); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
@@ -150,7 +157,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	// The deleter does not read the registry (its least-privilege user may not), so its
 	// readiness pings the stores it was configured with or sent to.
 	var registry *redismeta.RegistryReader
-	if which.Scanner || which.Prober {
+	if which.Scanner || which.Prober || which.Walker || which.Sweeper {
 		registry, err = redismeta.OpenRegistryReader(o.Registry, redismeta.RegistryOptions{Cluster: o.Cluster,
 			GroupStoreURIs: o.GroupStoreURIs, Learn: pool.Learn, Logger: log})
 		if err != nil {
@@ -162,12 +169,12 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	so.DryRun = so.DryRun || o.DryRun
 
 	var state, leaseKV, observed jetstream.KeyValue
-	if which.Scanner || which.Deleter && o.EmptyBlock == meta.EmptyBlockDelete {
+	if which.Scanner || which.Walker || which.Deleter && o.EmptyBlock == meta.EmptyBlockDelete {
 		if state, err = op.bucket(ctx, names.StateBucket()); err != nil {
 			return err
 		}
 	}
-	if which.Scanner {
+	if which.Scanner || which.Walker {
 		if leaseKV, err = op.bucket(ctx, names.LeaseBucket()); err != nil {
 			return err
 		}
@@ -177,7 +184,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 			return err
 		}
 	}
-	var proberCons, deleterCons jetstream.Consumer
+	var proberCons, deleterCons, sweeperCons jetstream.Consumer
 	if which.Prober {
 		if proberCons, err = op.consumer(ctx, names.BatchesStream(), names.ProberConsumer()); err != nil {
 			return err
@@ -187,6 +194,18 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		if deleterCons, err = op.consumer(ctx, names.DeletesStream(), names.DeleterConsumer()); err != nil {
 			return err
 		}
+	}
+	if which.Sweeper {
+		if sweeperCons, err = op.consumer(ctx, names.SweepStream(), names.SweeperConsumer()); err != nil {
+			return err
+		}
+	}
+	// The sweep of orphan data files (DESIGN §7): with no swept storage its stages run and do
+	// nothing, so sweeping a storage is a configuration change only.
+	sweepCfg := o.sweepConfig()
+	if sweepCfg.Holder == "" {
+		host, _ := os.Hostname()
+		sweepCfg.Holder = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 
 	checks := readiness{o: o, nc: nc, js: js, names: names, registry: registry, pool: pool, stores: stores, which: which}
@@ -238,6 +257,25 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		c := &pipeline.Consumer{Stage: pipeline.StageDeleter, Consumer: deleterCons, Workers: max(o.DeleterWorkers, 1),
 			MaxDeliver: o.JetStream.MaxDeliver, Handle: d.Handle, Events: events, Metrics: m, Logger: log}
 		a := checks.stage(o.Health, pipeline.StageDeleter, nil)
+		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
+	}
+	if which.Walker {
+		w := &pipeline.Walker{Config: sweepCfg, Names: names, Registry: registry, StorageOptions: so,
+			Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Publisher: pipeline.JSPublisher{JS: js},
+			Events: events, Backlog: SweepBacklog(js, names), MaxPayload: int(nc.MaxPayload()),
+			Metrics: m, Logger: log.With("stage", pipeline.StageWalker)}
+		if len(sweepCfg.Storages) == 0 {
+			log.Info("no storage is swept (storage.overrides.<name>.sweep); the walker idles", "stage", pipeline.StageWalker)
+		}
+		a := checks.stage(o.Health, pipeline.StageWalker, nil)
+		g.Go(func() error { defer a.set(false); return w.Run(gctx) })
+	}
+	if which.Sweeper {
+		sw := &pipeline.Sweeper{Config: sweepCfg, Names: names, Registry: registry, Stores: stores,
+			StorageOptions: so, Events: events, Metrics: m, Logger: log.With("stage", pipeline.StageSweeper)}
+		c := &pipeline.Consumer{Stage: pipeline.StageSweeper, Consumer: sweeperCons, Workers: max(o.SweeperWorkers, 1),
+			MaxDeliver: o.JetStream.MaxDeliver, Handle: sw.Handle, Events: events, Metrics: m, Logger: log}
+		a := checks.stage(o.Health, pipeline.StageSweeper, nil)
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
 	o.Health.setRunning()

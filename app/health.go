@@ -198,7 +198,7 @@ func (r *readiness) register(h *Health) func() {
 		}
 		return []checkLine{{name: "nats", detail: "connected to " + r.nc.ConnectedUrlRedacted()}}
 	})
-	if r.registry != nil || r.which.Scanner || r.which.Deleter {
+	if r.registry != nil || r.which.Scanner || r.which.Deleter || r.which.Sweeper {
 		h.add(r.registryAndStores)
 	}
 	return func() {
@@ -236,8 +236,8 @@ func (r *readiness) registryAndStores(ctx context.Context) []checkLine {
 				r.o.Cluster, len(reg.Groups), len(reg.Instances), len(reg.Skipped), len(known))})
 		}
 	}
-	if !r.which.Scanner && !r.which.Deleter {
-		return out // the prober reads no metadata store
+	if !r.which.Scanner && !r.which.Deleter && !r.which.Sweeper {
+		return out // the prober and the walker read no metadata store
 	}
 	r.mu.Lock()
 	names := map[string]bool{}

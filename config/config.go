@@ -47,6 +47,14 @@ type Config struct {
 	CASRetries         int           `yaml:"cas_retries" help:"attempts of a compare-and-swap that lost to a concurrent write"`
 	EmptyBlock         string        `yaml:"empty_block" help:"when a block's last location goes: keep (the key stays as KVCM reads 'exists, no location', so KVCM's key count stays right) or delete (DEL the key; KVCM still counts it)"`
 
+	// Sweep of orphan data files (DESIGN §7), on the storages whose override sets sweep.
+	SweepGrace       time.Duration `yaml:"sweep_grace" help:"least age of a data file, by its mtime, before the sweep judges it; at least 1h"`
+	SweepQuarantine  time.Duration `yaml:"sweep_quarantine" help:"how long an orphan file stays in quarantine (moved beside the data, checked again) before it is unlinked"`
+	SweepInterval    time.Duration `yaml:"sweep_interval" help:"least time between two pages of a swept storage's walk"`
+	SweepRoundPause  time.Duration `yaml:"sweep_round_pause" help:"pause between the end of a swept storage's walk and the start of its next"`
+	SweepBatchSize   int           `yaml:"sweep_batch_size" help:"files one page of a walk reads, and the most files of one sweep batch"`
+	MaxInflightSweep int           `yaml:"max_inflight_sweep_batches" help:"sweep batches in flight across all sweepers (the sweeper consumer's MaxAckPending)"`
+
 	Workers  Workers       `yaml:"workers"`
 	Registry RedisConn     `yaml:"registry"`
 	Meta     MetaConn      `yaml:"meta"`
@@ -67,6 +75,7 @@ type Scanner struct {
 type Workers struct {
 	Prober  int `yaml:"prober" help:"batches judged concurrently by this process"`
 	Deleter int `yaml:"deleter" help:"delete requests handled concurrently by this process (0: max_inflight_delete_requests)"`
+	Sweeper int `yaml:"sweeper" help:"sweep batches handled concurrently by this process (0: max_inflight_sweep_batches)"`
 }
 
 // RedisTLS is the TLS material of a Redis connection. TLS itself is on for rediss:// URIs.
@@ -100,7 +109,7 @@ type MetaConn struct {
 // StorageConfig are the local settings of the storage backends.
 type StorageConfig struct {
 	DefaultProbe string                     `yaml:"default_probe" help:"probe of file storages without an override: none (KVCM's own: data always exists) or stat"`
-	Overrides    map[string]StorageOverride `yaml:"overrides" help:"by storage name: probe (none|stat), delete (true|false: physical deletes), path_map ([{from, to}] prefix remaps)"`
+	Overrides    map[string]StorageOverride `yaml:"overrides" help:"by storage name: probe (none|stat), delete (true|false: physical deletes), path_map ([{from, to}] prefix remaps), sweep (true: remove its orphan data files)"`
 }
 
 // StorageOverride is the local configuration of one storage.
@@ -109,6 +118,8 @@ type StorageOverride struct {
 	Probe   string    `yaml:"probe,omitempty"`
 	// Delete nil means on.
 	Delete *bool `yaml:"delete,omitempty"`
+	// Sweep opts the storage into the sweep of orphan data files (file and hf3fs storages).
+	Sweep bool `yaml:"sweep,omitempty"`
 }
 
 // PathMap replaces the URI path prefix From with the local path To.
@@ -163,6 +174,7 @@ type JetStream struct {
 	MaxDeliver          int           `yaml:"max_deliver" help:"deliveries of one message before it is dead-lettered"`
 	LeaseTTL            time.Duration `yaml:"lease_ttl" help:"scanner store lease TTL: a scanner that cannot renew a store's lease within it stops walking the store, and another takes it over"`
 	APITimeout          time.Duration `yaml:"api_timeout" help:"longest wait for the answer to one JetStream request before it is retried (a leader change leaves requests unanswered)"`
+	SweeperAckWait      time.Duration `yaml:"sweeper_ack_wait" help:"time a sweep batch may stay unacknowledged before it is redelivered (kept alive while a sweeper works)"`
 	SkipEnsure          bool          `yaml:"skip_ensure" help:"do not create or update streams, consumers and buckets (for users without those permissions)"`
 }
 
@@ -182,6 +194,7 @@ func Default() Config {
 	sc := pipeline.DefaultScannerConfig()
 	pc := pipeline.DefaultProberConfig()
 	dc := pipeline.DefaultDeleterConfig()
+	sw := pipeline.DefaultSweepConfig()
 	js := subjects.DefaultSettings()
 	return Config{
 		Enabled:            true,
@@ -199,6 +212,12 @@ func Default() Config {
 		DeleteDelay:        dc.DeleteDelay,
 		CASRetries:         dc.CASRetries,
 		EmptyBlock:         "keep",
+		SweepGrace:         sw.Grace,
+		SweepQuarantine:    sw.Quarantine,
+		SweepInterval:      sw.Interval,
+		SweepRoundPause:    sw.RoundPause,
+		SweepBatchSize:     sw.BatchSize,
+		MaxInflightSweep:   js.SweeperMaxAckPending,
 		Workers:            Workers{Prober: 4},
 		Storage:            StorageConfig{DefaultProbe: storage.ProbeNone},
 		Guard:              GuardConfig{Kind: "none", Prefix: "kvcm_gc:copy:"},
@@ -218,6 +237,7 @@ func Default() Config {
 			MaxDeliver:          js.MaxDeliver,
 			LeaseTTL:            js.LeaseTTL,
 			APITimeout:          subjects.DefaultCallTimeout,
+			SweeperAckWait:      js.SweeperAckWait,
 		},
 		HTTP: HTTPConfig{Listen: ":9090"},
 		Log:  LogConfig{Level: "info", Format: "text"},

@@ -15,7 +15,7 @@ func WriteHelp(w io.Writer) {
 		"Precedence: flag > environment > file > default. An empty environment variable is unset.\n"+
 		"Lists are comma-separated; maps are name=value items, comma-separated or the flag repeated;\n"+
 		"storage.overrides items are <storage>.probe=none|stat, <storage>.delete=true|false,\n"+
-		"<storage>.path_map=<from>=<to>.\n\n", EnvPrefix)
+		"<storage>.path_map=<from>=<to>, <storage>.sweep=true|false.\n\n", EnvPrefix)
 	section := ""
 	for _, k := range Keys() {
 		if s, _, ok := strings.Cut(k.Name, "."); ok && s != section {

@@ -182,7 +182,7 @@ func (k Key) Set(c *Config, texts ...string) error {
 }
 
 // setStorage merges "name.field=value" items into the storage overrides. Fields: probe,
-// delete, path_map (value from=to; repeat the item for several). A path_map given by one
+// delete, sweep, path_map (value from=to; repeat the item for several). A path_map given by one
 // source replaces the storage's path_map from sources of lower precedence.
 func (k Key) setStorage(v reflect.Value, texts []string) error {
 	m := maps.Clone(v.Interface().(map[string]StorageOverride))
@@ -195,7 +195,7 @@ func (k Key) setStorage(v reflect.Value, texts []string) error {
 			lhs, val, ok := strings.Cut(item, "=")
 			dot := strings.LastIndexByte(lhs, '.')
 			if !ok || dot <= 0 {
-				return fmt.Errorf("%s: entry %q is not <storage>.<probe|delete|path_map>=<value>", k.Name, item)
+				return fmt.Errorf("%s: entry %q is not <storage>.<probe|delete|path_map|sweep>=<value>", k.Name, item)
 			}
 			name, field := lhs[:dot], lhs[dot+1:]
 			o := m[name]
@@ -208,6 +208,12 @@ func (k Key) setStorage(v reflect.Value, texts []string) error {
 					return fmt.Errorf("%s: entry %q: delete is not a boolean", k.Name, item)
 				}
 				o.Delete = &b
+			case "sweep":
+				b, err := strconv.ParseBool(val)
+				if err != nil {
+					return fmt.Errorf("%s: entry %q: sweep is not a boolean", k.Name, item)
+				}
+				o.Sweep = b
 			case "path_map":
 				from, to, ok := strings.Cut(val, "=")
 				if !ok {
@@ -218,7 +224,7 @@ func (k Key) setStorage(v reflect.Value, texts []string) error {
 				}
 				o.PathMap = append(o.PathMap, PathMap{From: from, To: to})
 			default:
-				return fmt.Errorf("%s: entry %q: unknown field %q (probe, delete, path_map)", k.Name, item, field)
+				return fmt.Errorf("%s: entry %q: unknown field %q (probe, delete, path_map, sweep)", k.Name, item, field)
 			}
 			m[name] = o
 		}
@@ -258,6 +264,9 @@ func (k Key) Format(c *Config) string {
 			}
 			for _, pm := range o.PathMap {
 				items = append(items, name+".path_map="+pm.From+"="+pm.To)
+			}
+			if o.Sweep {
+				items = append(items, name+".sweep=true")
 			}
 		}
 		return strings.Join(items, ",")

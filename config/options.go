@@ -6,6 +6,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"log/slog"
 	"maps"
+	"slices"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
@@ -69,6 +70,8 @@ func (c Config) Settings() subjects.Settings {
 	s.DeleterMaxAckPending = c.MaxInflightDeletes
 	s.MaxDeliver = c.JS.MaxDeliver
 	s.LeaseTTL = c.JS.LeaseTTL
+	s.SweeperAckWait = c.JS.SweeperAckWait
+	s.SweeperMaxAckPending = c.MaxInflightSweep
 	return s
 }
 
@@ -103,6 +106,11 @@ func (c Config) AppOptions() (app.Options, error) {
 	if deleters == 0 {
 		deleters = c.MaxInflightDeletes
 	}
+	sw := c.SweepConfig()
+	sweepers := c.Workers.Sweeper
+	if sweepers == 0 {
+		sweepers = c.MaxInflightSweep
+	}
 	o := app.Options{
 		Cluster:        c.Cluster,
 		Prefix:         c.Prefix,
@@ -122,6 +130,8 @@ func (c Config) AppOptions() (app.Options, error) {
 		JetStream:      c.Settings(),
 		ProberWorkers:  c.Workers.Prober,
 		DeleterWorkers: deleters,
+		Sweep:          sw,
+		SweeperWorkers: sweepers,
 		SkipEnsure:     c.JS.SkipEnsure,
 		APITimeout:     c.JS.APITimeout,
 	}
@@ -176,7 +186,23 @@ func (c Config) LogValue() slog.Value {
 		slog.String("empty_block", c.EmptyBlock),
 		slog.Bool("collect_deleting", c.CollectDeleting),
 		slog.Duration("deleting_grace", c.DeletingGrace),
+		slog.Any("swept_storages", c.SweepConfig().Storages),
 	)
+}
+
+// SweepConfig is the sweep's configuration: the storages whose override sets sweep, sorted,
+// and the sweep_* keys.
+func (c Config) SweepConfig() pipeline.SweepConfig {
+	sw := pipeline.DefaultSweepConfig()
+	for _, name := range slices.Sorted(maps.Keys(c.Storage.Overrides)) {
+		if c.Storage.Overrides[name].Sweep {
+			sw.Storages = append(sw.Storages, name)
+		}
+	}
+	sw.Grace, sw.Quarantine = c.SweepGrace, c.SweepQuarantine
+	sw.Interval, sw.RoundPause, sw.BatchSize = c.SweepInterval, c.SweepRoundPause, c.SweepBatchSize
+	sw.HighWater, sw.RegistryRefresh, sw.AckWait = c.HighWater, c.RegistryRefresh, c.JS.SweeperAckWait
+	return sw
 }
 
 // emptyBlock is empty_block as the metadata stores take it.

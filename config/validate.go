@@ -20,6 +20,17 @@ import (
 // minJetStreamWindow is the shortest max age, duplicate window and lease TTL the server takes.
 const minJetStreamWindow = 100 * time.Millisecond
 
+// unjoin lists the errors errors.Join made err of (err itself when it is not joined).
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
 // Validate checks every key that does not depend on what the process runs; Require checks
 // the rest. Every error starts with the key at fault; all of them are reported at once.
 func (c Config) Validate() error {
@@ -31,11 +42,16 @@ func (c Config) Validate() error {
 		bad("subject_prefix", "%q must be tokens of [A-Za-z0-9_-] joined by '.'", c.Prefix)
 	}
 
-	// The stages' own rules (pipeline's Validate), naming the same keys.
+	// The stages' own rules (pipeline's Validate), naming the same keys; a key two stages
+	// read (backpressure_high_water, registry_refresh) is reported once.
 	sc, pc, dc := c.stageConfigs()
-	for _, err := range []error{sc.Validate(), pc.Validate(), dc.Validate()} {
-		if err != nil {
-			errs = append(errs, err)
+	seen := map[string]bool{}
+	for _, err := range []error{sc.Validate(), pc.Validate(), dc.Validate(), c.SweepConfig().Validate()} {
+		for _, e := range unjoin(err) {
+			if !seen[e.Error()] {
+				seen[e.Error()] = true
+				errs = append(errs, e)
+			}
 		}
 	}
 	for _, t := range c.ExcludedTypes {
@@ -48,6 +64,17 @@ func (c Config) Validate() error {
 	}
 	if c.EmptyBlock != "keep" && c.EmptyBlock != "delete" {
 		bad("empty_block", "must be keep or delete, got %q", c.EmptyBlock)
+	}
+	if c.MaxInflightSweep < 1 {
+		bad("max_inflight_sweep_batches", "must be >= 1, got %d", c.MaxInflightSweep)
+	}
+	if c.Workers.Sweeper < 0 {
+		bad("workers.sweeper", "must be >= 0, got %d", c.Workers.Sweeper)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Storage.Overrides)) {
+		if o := c.Storage.Overrides[name]; o.Sweep && o.Delete != nil && !*o.Delete {
+			bad("storage.overrides", "%s: sweep needs physical deletes, and delete is false", name)
+		}
 	}
 	if c.Workers.Prober < 1 {
 		bad("workers.prober", "must be >= 1, got %d", c.Workers.Prober)
@@ -185,9 +212,6 @@ func (c Config) checkJetStream() []error {
 	if j.ProberAckWait <= 0 {
 		bad("prober_ack_wait", "must be > 0, got %s", j.ProberAckWait)
 	}
-	if j.DeleterAckWait <= 0 {
-		bad("deleter_ack_wait", "must be > 0, got %s", j.DeleterAckWait)
-	}
 	if j.ProberMaxAckPending < 1 {
 		bad("prober_max_ack_pending", "must be >= 1, got %d", j.ProberMaxAckPending)
 	}
@@ -251,7 +275,7 @@ func (c Config) Require(n Needs) error {
 		errs = append(errs, errors.New("cluster: required (or a cluster_name parameter in registry.uri)"))
 	}
 	if n.Registry && c.Registry.URI == "" {
-		errs = append(errs, errors.New("registry.uri: required by the scanner and the prober"))
+		errs = append(errs, errors.New("registry.uri: required by the scanner, the prober, the walker and the sweeper"))
 	}
 	if n.NATS && c.NATS.URL == "" {
 		errs = append(errs, errors.New("nats.url: required"))

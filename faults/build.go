@@ -29,12 +29,12 @@ func ModuleRoot(ctx context.Context) (string, error) {
 }
 
 // Build builds the named commands of ./cmd into dir and returns their paths by name: by
-// default the three stage binaries and nats-server (from the nats-server module the project
-// requires), whose processes the cluster scenario kills. The go command's build cache makes a
-// repeated build cheap.
+// default the three stage binaries, the sweep's two and nats-server (from the nats-server
+// module the project requires), whose processes the cluster scenario kills. The go command's
+// build cache makes a repeated build cheap.
 func Build(ctx context.Context, dir string, names ...string) (map[string]string, error) {
 	if len(names) == 0 {
-		names = append(slices.Clone(stageCommands), natsServerBin)
+		names = append(append(slices.Clone(stageCommands), sweepCommands...), natsServerBin)
 	}
 	root, err := ModuleRoot(ctx)
 	if err != nil {

@@ -24,6 +24,10 @@
 //     bucket at replicas 3; mid-round the node leading the BATCHES stream, then the node
 //     leading the LEASE bucket, is killed with SIGKILL (no leadership hand-over) and started
 //     again on its store once another node leads.
+//   - sweep-kills: the sweep of orphan data files (walker and sweepers beside the other
+//     stages) under kill -9 of the walker and of sweepers mid-batch; a whole walk after the
+//     kills must leave exactly the orphans gone, every other file byte-identical and nothing
+//     in quarantine.
 //
 // After the fault ends the suite waits, round by round (round_pause is short), until Redis and
 // the files are exactly as expected: every garbage location gone with its unshared files,

@@ -120,9 +120,11 @@ type env struct {
 	logf     func(format string, a ...any)
 }
 
-// newEnv starts the servers (a JetStream cluster of three nodes when cluster is set), seeds
-// the keyspace and creates the topology. Stages are started by the scenario.
-func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, cluster bool, logf func(string, ...any)) (*env, error) {
+// newEnv starts the servers (a JetStream cluster of three nodes when sc.cluster is set),
+// seeds the keyspace (with the sweep's files when sc.sweepFiles is set) and creates the
+// topology. Stages are started by the scenario.
+func newEnv(ctx context.Context, cfg Config, sc scenario, seedValue uint64, logf func(string, ...any)) (*env, error) {
+	name, cluster, sweepFiles := sc.name, sc.cluster, sc.sweepFiles
 	dir := filepath.Join(cfg.WorkDir, name)
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("create scenario directory: %w", err)
@@ -164,12 +166,13 @@ func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, clus
 		instances[i] = "inst" + strconv.Itoa(i)
 	}
 	e.manifest, err = seed.Generate(ctx, e.redis.Client(), seed.Spec{Cluster: suiteCluster, Instances: instances, Blocks: cfg.Blocks,
-		GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(), Seed: seedValue})
+		GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(), Seed: seedValue,
+		SweepFiles: sweepFiles})
 	if err != nil {
 		e.close()
 		return nil, err
 	}
-	e.keys = cfg.Instances * cfg.Blocks
+	e.keys = e.manifest.Blocks
 	return e, nil
 }
 
@@ -201,6 +204,7 @@ func (e *env) settings() subjects.Settings {
 	if e.js3 != nil {
 		s.Replicas = clusterNodes
 	}
+	s.SweeperAckWait = 2 * time.Second
 	return s
 }
 
@@ -216,7 +220,7 @@ func (e *env) args() []string {
 		"--max_inflight_delete_requests", "2", "--delete_delay", "100ms",
 		"--workers.prober", "2", "--workers.deleter", "2",
 		"--jetstream.lease_ttl", s.LeaseTTL.String(), "--jetstream.deleter_ack_wait", s.DeleterAckWait.String(),
-		"--jetstream.prober_ack_wait", s.ProberAckWait.String(),
+		"--jetstream.prober_ack_wait", s.ProberAckWait.String(), "--jetstream.sweeper_ack_wait", s.SweeperAckWait.String(),
 		"--http.listen", "127.0.0.1:0", "--log.format", "json", "--log.level", "info",
 	}
 	return append(a, e.extra...)

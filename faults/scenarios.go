@@ -28,8 +28,10 @@ type scenario struct {
 	about string
 	// cluster runs the scenario on a JetStream cluster of three nodes, at replicas 3.
 	cluster bool
-	setup   func(ctx context.Context, e *env) ([]Loc, []string, error)
-	run     func(ctx context.Context, e *env) (string, *Expect, error)
+	// sweepFiles seeds the orphan data files of the sweep (seed.Spec.SweepFiles).
+	sweepFiles bool
+	setup      func(ctx context.Context, e *env) ([]Loc, []string, error)
+	run        func(ctx context.Context, e *env) (string, *Expect, error)
 }
 
 var scenarios = []scenario{
@@ -45,6 +47,7 @@ var scenarios = []scenario{
 	{name: "clock-skew", about: "locations with create_time or __lru_time__ in the future are kept", setup: clockSkewSetup, run: plainRun},
 	{name: "cluster-leaders", about: "three JetStream nodes at replicas 3; the node leading the BATCHES stream, then the one leading the LEASE bucket, killed (SIGKILL) mid-round and restarted",
 		cluster: true, run: clusterLeaders},
+	{name: "sweep-kills", about: "kill -9 of the walker and of sweepers mid-batch while orphan data files are swept, then restarts", sweepFiles: true, run: sweepKills},
 }
 
 const (
@@ -396,12 +399,14 @@ func clockSkewSetup(ctx context.Context, e *env) ([]Loc, []string, error) {
 		{us(100 * 365 * 24 * time.Hour), []string{writing("skewlru2", "")}, []Fate{Keep}},
 		{us(-72 * time.Hour), []string{writing("skewct01", ct(time.Minute))}, []Fate{Keep}},
 		{us(time.Hour), []string{writing("skewboth", ct(time.Hour))}, []Fate{Keep}},
-		// Storage-missing needs no age; an old create_time is the age whatever __lru_time__ says.
+		// Storage-missing needs no age; a legacy location's age is the later of its create_time
+		// and its block's __lru_time__ (kvcm.LegacyAge), so an old create_time in a block
+		// written in the future is of unknown age too: kept.
 		{us(time.Hour), []string{
 			fmt.Sprintf(`"skewmiss":{"id":"skewmiss","status":3,"type":4,"spec_size":1,"location_specs":[%s]}`, missing),
 			writing("skewold1", ct(-72*time.Hour)),
 			writing("skewkeep", ""),
-		}, []Fate{Go, Go, Keep}},
+		}, []Fate{Go, Keep, Keep}},
 	}
 	var out []Loc
 	for i, b := range blocks {

@@ -158,7 +158,7 @@ func runScenario(parent context.Context, cfg Config, sc scenario, seedValue uint
 	base := runtime.NumGoroutine()
 	logf := func(format string, a ...any) { fmt.Fprintf(cfg.Out, "    "+format+"\n", a...) }
 
-	e, err := newEnv(ctx, cfg, sc.name, seedValue, sc.cluster, logf)
+	e, err := newEnv(ctx, cfg, sc, seedValue, logf)
 	if err != nil {
 		res.Err = fmt.Errorf("set up: %w", err)
 		return res

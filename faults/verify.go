@@ -98,6 +98,9 @@ type Expect struct {
 	Locs    []Loc
 	// Present lists files that must exist whatever happens (e.g. outside every storage root).
 	Present []string
+	// DeleteEmpty: the stages run with empty_block: delete, so a block whose every location
+	// goes is deleted. By default (keep, the stages' default) it stays with __uri__ {}.
+	DeleteEmpty bool
 }
 
 // Report is the outcome of a check.
@@ -178,6 +181,10 @@ func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient, more ...re
 				if empty {
 					break
 				}
+			}
+			if empty && !x.DeleteEmpty {
+				// empty_block: keep leaves the key as KVCM reads "exists, no location".
+				uri, empty = []byte("{}"), false
 			}
 			switch {
 			case empty && exists:

@@ -235,8 +235,9 @@ func (w *writer) update(ctx context.Context, key string, change func(*kvcm.Block
 
 // expect is the expectation once the writer has stopped: the state now, minus what is still
 // garbage. A location the writer finished or added is live; a garbage location it did not
-// change stays garbage, except an orphan whose age came from the block's __lru_time__, which
-// the writer made recent: kvcm-gc may already have judged it, so it may go or stay.
+// change stays garbage, except an orphan WRITING in a block whose __lru_time__ the writer made
+// recent (its age is the later of that and its create_time): kvcm-gc may already have judged
+// it, so it may go or stay.
 func (w *writer) expect(ctx context.Context) (Expect, error) {
 	now, err := TakeSnapshot(ctx, w.rdb, "*")
 	if err != nil {
@@ -274,7 +275,9 @@ func (w *writer) expect(ctx context.Context) (Expect, error) {
 				loc.Fate = Either
 			case made || !l.Garbage:
 				loc.Fate = Keep
-			case cur != nil && cur.Status == kvcm.StatusWriting && !cur.HasCreateTime && w.touched[k]:
+			case cur != nil && cur.Status == kvcm.StatusWriting && w.touched[k]:
+				// A legacy location is as young as the later of its create_time and its block's
+				// __lru_time__ (kvcm.LegacyAge), which the writer made recent.
 				loc.Fate = Either
 			default:
 				loc.Fate = Go

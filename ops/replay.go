@@ -35,14 +35,17 @@ type ReplayQuery struct {
 	BlockKey *int64 `json:"block_key,omitempty"`
 	// Dump keeps each message's raw bytes and headers in the result.
 	Dump bool `json:"dump,omitempty"`
+	// File keeps only one data file of the sweeper's batches, by its data path ("": every file).
+	File string `json:"file,omitempty"`
 }
 
 // Validate checks the stage and the ranges.
 func (q ReplayQuery) Validate() error {
 	switch q.Stage {
-	case pipeline.StageProber, pipeline.StageDeleter:
+	case pipeline.StageProber, pipeline.StageDeleter, pipeline.StageSweeper:
 	default:
-		return fmt.Errorf("replay: stage %q: want %s or %s (the scanner reads no stream)", q.Stage, pipeline.StageProber, pipeline.StageDeleter)
+		return fmt.Errorf("replay: stage %q: want %s, %s or %s (the scanner and the walker read no stream)", q.Stage,
+			pipeline.StageProber, pipeline.StageDeleter, pipeline.StageSweeper)
 	}
 	if q.SeqTo > 0 && q.SeqFrom > q.SeqTo {
 		return fmt.Errorf("replay: sequence range %d..%d is empty", q.SeqFrom, q.SeqTo)
@@ -130,6 +133,8 @@ type ReplayMessage struct {
 	// Poison is set when the message does not decode: the stage terminated it (see dlq).
 	Poison    string           `json:"poison,omitempty"`
 	Locations []LocationReplay `json:"locations"`
+	// Files are the files of a sweeper's batch (sweeper replay).
+	Files []FileReplay `json:"files,omitempty"`
 	// Raw and Headers are set with ReplayQuery.Dump.
 	Raw     json.RawMessage     `json:"raw,omitempty"`
 	RawText string              `json:"raw_text,omitempty"` // when the payload is not JSON
@@ -166,6 +171,8 @@ type ReplayDeps struct {
 	Now func() time.Time
 	// Progress receives a progress bar for long replays (stderr); nil draws nothing.
 	Progress io.Writer
+	// Sweeper is the sweeper, in dry-run, whose decisions a sweeper replay re-runs.
+	Sweeper *pipeline.Sweeper
 	// Close releases what OpenReplayDeps opened; nil when nothing.
 	Close func() error
 }
@@ -189,6 +196,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, names subjects.Names, q
 	}
 	if deps.Now == nil {
 		deps.Now = time.Now
+	}
+	if q.Stage == pipeline.StageSweeper {
+		return replaySweep(ctx, js, names, q, deps, emit)
 	}
 	stream, filter := names.BatchesStream(), names.BatchFilter()
 	if q.Stage == pipeline.StageDeleter {

@@ -24,6 +24,9 @@ type ReplaySetup struct {
 	GroupStoreURIs map[string]string
 	Storage        storage.Options
 	Prober         pipeline.ProberConfig
+	// Sweep is the sweep's configuration (sweeper replay); the zero value means its defaults
+	// with no storage swept.
+	Sweep pipeline.SweepConfig
 	// Guard is "none" or "redis" (hashes under GuardKeyPrefix on GuardConn), as in app.Options.
 	Guard          string
 	GuardConn      redismeta.ConnOptions
@@ -80,9 +83,10 @@ func OpenReplayDeps(ctx context.Context, s ReplaySetup) (*ReplayDeps, error) {
 	}
 	closers = append(closers, closeGuard)
 	return &ReplayDeps{
-		Blocks: StoreBlocks{Stores: pool},
-		Rules:  &pipeline.Rules{Config: s.Prober, Storages: set, Guard: g},
-		Close:  closeAll,
+		Blocks:  StoreBlocks{Stores: pool},
+		Rules:   &pipeline.Rules{Config: s.Prober, Storages: set, Guard: g},
+		Sweeper: replaySweeper(s, reg, pool, so),
+		Close:   closeAll,
 	}, nil
 }
 

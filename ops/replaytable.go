@@ -42,6 +42,7 @@ func WriteReplayMessage(w io.Writer, m ReplayMessage) error {
 		}
 		_ = tw.Flush()
 	}
+	writeReplayFiles(ew, m.Files)
 	if m.Raw != nil || m.RawText != "" {
 		for k, vs := range m.Headers {
 			for _, v := range vs {

@@ -25,6 +25,7 @@ type StatusReport struct {
 	Streams   []StreamStatus   `json:"streams"`
 	Consumers []ConsumerStatus `json:"consumers"`
 	Scanner   ScannerStatus    `json:"scanner"`
+	Sweep     *SweepStatus     `json:"sweep,omitempty"` // the sweep of orphan data files
 	// LastEvents holds the newest event of each kind, in the order of EventKinds; kinds never
 	// recorded are absent.
 	LastEvents []LastEvent `json:"last_events"`
@@ -180,7 +181,7 @@ type LastEvent struct {
 // EventKinds lists the event kinds in the order status shows them.
 func EventKinds() []string {
 	return []string{subjects.EventRound, subjects.EventCandidate, subjects.EventSkip, subjects.EventDelete,
-		subjects.EventPoison, subjects.EventDeadLetter}
+		subjects.EventPoison, subjects.EventDeadLetter, subjects.EventSweep}
 }
 
 // DefaultStatusCallTimeout bounds each request of Status unless WithCallTimeout says otherwise.
@@ -234,48 +235,19 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, o
 	consumerStages := []string{pipeline.StageProber, pipeline.StageDeleter}
 	r.Streams = make([]StreamStatus, len(streams))
 	r.Consumers = make([]ConsumerStatus, len(consumerStages))
+	rows := statusRows{js: js, now: now, call: call, problem: problem}
 	var wg sync.WaitGroup
 	for i, name := range streams {
-		wg.Go(func() {
-			cctx, cancel := call(ctx)
-			defer cancel()
-			row := StreamStatus{Name: name}
-			if s, err := js.Stream(cctx, name); err != nil {
-				row.Error = err.Error()
-				problem("stream %s: %v", name, err)
-			} else {
-				info := s.CachedInfo()
-				row = StreamStatus{Name: name, Subjects: info.Config.Subjects,
-					Messages: info.State.Msgs, Bytes: info.State.Bytes,
-					FirstSeq: info.State.FirstSeq, FirstTime: nonZeroUTC(info.State.FirstTime),
-					LastSeq: info.State.LastSeq, LastTime: nonZeroUTC(info.State.LastTime), Consumers: info.State.Consumers}
-			}
-			r.Streams[i] = row
-		})
+		wg.Go(func() { r.Streams[i] = rows.stream(ctx, name) })
 	}
 	for i, stage := range consumerStages {
 		wg.Go(func() {
-			cctx, cancel := call(ctx)
-			defer cancel()
 			stream, name, _ := stageConsumer(names, stage)
-			row := ConsumerStatus{Stage: stage, Stream: stream, Name: name}
-			if c, err := js.Consumer(cctx, stream, name); err != nil {
-				row.Error = err.Error()
-				problem("consumer %s/%s: %v", stream, name, err)
-			} else {
-				info := c.CachedInfo()
-				p := ConsumerPause(stage, info)
-				row = ConsumerStatus{Stage: stage, Stream: stream, Name: name,
-					Pending: info.NumPending, AckPending: info.NumAckPending, MaxAckPending: info.Config.MaxAckPending,
-					Redelivered: info.NumRedelivered, Waiting: info.NumWaiting,
-					DeliveredSeq: info.Delivered.Stream, AckFloorSeq: info.AckFloor.Stream,
-					Paused: p.Paused, PausedUntil: nonZeroUTC(p.Until)}
-				row.ReadAt, row.AgeSeconds = readAt(info.TimeStamp, now)
-			}
-			r.Consumers[i] = row
+			r.Consumers[i] = rows.consumer(ctx, stage, stream, name)
 		})
 	}
 	wg.Go(func() { r.Scanner = scannerStatus(ctx, js, names, now, o.callTimeout, problem) })
+	wg.Go(func() { r.Sweep = sweepStatus(ctx, rows, names) })
 	wg.Go(func() { r.LastEvents = lastEvents(ctx, js, names, o.callTimeout, problem) })
 	wg.Wait()
 	slices.Sort(r.Problems)
@@ -286,6 +258,49 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, o
 			"instance group on a Redis store (a misspelt cluster name looks like this)", names.Cluster))
 	}
 	return r, ctx.Err()
+}
+
+// statusRows reads the rows of streams and consumers, each request bounded by call; what
+// cannot be read goes to problem and its row says what failed.
+type statusRows struct {
+	js      jetstream.JetStream
+	now     time.Time
+	call    func(context.Context) (context.Context, context.CancelFunc)
+	problem func(string, ...any)
+}
+
+func (s statusRows) stream(ctx context.Context, name string) StreamStatus {
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	st, err := s.js.Stream(cctx, name)
+	if err != nil {
+		s.problem("stream %s: %v", name, err)
+		return StreamStatus{Name: name, Error: err.Error()}
+	}
+	info := st.CachedInfo()
+	return StreamStatus{Name: name, Subjects: info.Config.Subjects,
+		Messages: info.State.Msgs, Bytes: info.State.Bytes,
+		FirstSeq: info.State.FirstSeq, FirstTime: nonZeroUTC(info.State.FirstTime),
+		LastSeq: info.State.LastSeq, LastTime: nonZeroUTC(info.State.LastTime), Consumers: info.State.Consumers}
+}
+
+func (s statusRows) consumer(ctx context.Context, stage, stream, name string) ConsumerStatus {
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	c, err := s.js.Consumer(cctx, stream, name)
+	if err != nil {
+		s.problem("consumer %s/%s: %v", stream, name, err)
+		return ConsumerStatus{Stage: stage, Stream: stream, Name: name, Error: err.Error()}
+	}
+	info := c.CachedInfo()
+	p := ConsumerPause(stage, info)
+	row := ConsumerStatus{Stage: stage, Stream: stream, Name: name,
+		Pending: info.NumPending, AckPending: info.NumAckPending, MaxAckPending: info.Config.MaxAckPending,
+		Redelivered: info.NumRedelivered, Waiting: info.NumWaiting,
+		DeliveredSeq: info.Delivered.Stream, AckFloorSeq: info.AckFloor.Stream,
+		Paused: p.Paused, PausedUntil: nonZeroUTC(p.Until)}
+	row.ReadAt, row.AgeSeconds = readAt(info.TimeStamp, s.now)
+	return row
 }
 
 // readAt is the time the server produced consumer info (its clock; ours when it sent none)

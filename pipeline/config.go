@@ -141,7 +141,7 @@ func (c DeleterConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("cas_retries: must be >= 1, got %d", c.CASRetries))
 	}
 	if c.AckWait <= 0 {
-		errs = append(errs, fmt.Errorf("deleter_ack_wait: must be > 0, got %s", c.AckWait))
+		errs = append(errs, fmt.Errorf("jetstream.deleter_ack_wait: must be > 0, got %s", c.AckWait))
 	}
 	if c.UnlinkWorkers < 1 {
 		errs = append(errs, fmt.Errorf("unlink workers: must be >= 1, got %d", c.UnlinkWorkers))

@@ -4,5 +4,9 @@
 // publisher) so each can be tested with a table; the loops add leases, checkpoints,
 // backpressure and acknowledgement.
 //
+// The sweep of orphan data files (DESIGN §7) adds two stages beside them: a walker per swept
+// storage publishes candidate files, and sweepers judge each against its block and move an
+// orphan through a quarantine before it is unlinked (sweeper.go).
+//
 // Every rule fails closed: anything uncertain means keep.
 package pipeline

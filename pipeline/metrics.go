@@ -135,6 +135,9 @@ type Metrics struct {
 
 	OperationErrors *prometheus.CounterVec
 	Messages        *prometheus.CounterVec
+
+	// Sweep are the walker's and the sweepers' metrics (orphan data files).
+	Sweep *SweepMetrics
 }
 
 // NewMetrics registers kvcm-gc's metrics on reg.
@@ -214,6 +217,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.OperationErrors.WithLabelValues(stage, op)
 		}
 	}
+	m.Sweep = newSweepMetrics(f, m)
 	return m
 }
 

@@ -81,6 +81,12 @@ type Spec struct {
 	NoFiles bool
 	// Progress, when set, is called with (blocks written, total).
 	Progress func(done, total int)
+	// SweepFiles adds, on storage nfs_01, data files named per block for the sweep of orphan
+	// data files, orphans and files that look like orphans but must stay, and the blocks
+	// that name some of them (sweep.go). SweepGrace is the sweep's grace (default 24h): the
+	// files are dated twice it back, the young ones now.
+	SweepFiles bool
+	SweepGrace time.Duration
 }
 
 // Kinds of generated locations (manifest).
@@ -171,6 +177,9 @@ type Manifest struct {
 	// Skipped counts the block keys of groups the collector must skip, by group.
 	Skipped map[string]LayoutCount `json:"skipped_groups,omitempty"`
 	Counts  map[string]int         `json:"counts"`
+	// SweepRoot is nfs_01's root, SweepFiles the files Spec.SweepFiles wrote there.
+	SweepRoot  string      `json:"sweep_root,omitempty"`
+	SweepFiles []SweepFile `json:"sweep_files,omitempty"`
 }
 
 // Garbage returns the garbage locations.
@@ -257,6 +266,11 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 			return nil, err
 		}
 	}
+	if sp.SweepFiles && !sp.NoFiles {
+		if err := g.sweepSetup(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := g.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -266,7 +280,7 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 	if sp.Progress != nil {
 		sp.Progress(g.total, g.total)
 	}
-	g.m.Blocks = len(sp.Instances) * sp.Blocks // the collected instances' blocks
+	g.m.Blocks = len(sp.Instances)*sp.Blocks + g.sweepBlocks // the collected instances' blocks
 	for _, l := range g.m.Locations {
 		g.m.Counts[l.Kind]++
 	}
@@ -283,6 +297,7 @@ type gen struct {
 
 	pipe        redis.Pipeliner
 	done, total int
+	sweepBlocks int // blocks sweepSetup added
 }
 
 // hset queues one block's fields and flushes every 512 blocks.

@@ -12,7 +12,8 @@
 //	kvcmgc.c1.batch.<instance>          scanner → prober     stream KVCMGC_kvcmgc_c1_BATCHES
 //	kvcmgc.c1.delete.<instance>         prober → deleter     stream KVCMGC_kvcmgc_c1_DELETES
 //	kvcmgc.c1.event.<kind>.<instance>   every stage → audit  stream KVCMGC_kvcmgc_c1_EVENTS
-//	consumer "prober" on BATCHES, "deleter" on DELETES (durable, pull)
+//	kvcmgc.c1.sweep.<instance>          walker → sweeper     stream KVCMGC_kvcmgc_c1_SWEEP
+//	consumer "prober" on BATCHES, "deleter" on DELETES, "sweeper" on SWEEP (durable, pull)
 //	KV buckets KVCMGC_kvcmgc_c1_STATE (checkpoint, next round) and KVCMGC_kvcmgc_c1_LEASE (leader lease)
 //
 // # Subject tokens

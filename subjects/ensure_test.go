@@ -40,6 +40,8 @@ func TestDefaultSettings(t *testing.T) {
 		DeleterMaxAckPending: 2,
 		MaxDeliver:           10,
 		LeaseTTL:             15 * time.Second,
+		SweeperAckWait:       60 * time.Second,
+		SweeperMaxAckPending: 2,
 	}, s)
 }
 
@@ -57,6 +59,8 @@ func TestSettingsValidate(t *testing.T) {
 		"max ack pending":     func(s *subjects.Settings) { s.DeleterMaxAckPending = 0 },
 		"max deliver":         func(s *subjects.Settings) { s.MaxDeliver = 0 },
 		"lease ttl":           func(s *subjects.Settings) { s.LeaseTTL = 0 },
+		"sweeper ack wait":    func(s *subjects.Settings) { s.SweeperAckWait = 0 },
+		"sweeper max pending": func(s *subjects.Settings) { s.SweeperMaxAckPending = 0 },
 	} {
 		s := subjects.DefaultSettings()
 		mut(&s)
@@ -71,7 +75,7 @@ func TestTopology(t *testing.T) {
 	n := mustNames(t, "kvcmgc", "c1")
 	s := subjects.DefaultSettings()
 	top := n.Topology(s)
-	require.Len(t, top.Streams, 3)
+	require.Len(t, top.Streams, 4)
 	for _, sc := range top.Streams {
 		require.Equal(t, jetstream.LimitsPolicy, sc.Retention, sc.Name)
 		require.Equal(t, jetstream.DiscardOld, sc.Discard, sc.Name)
@@ -81,9 +85,16 @@ func TestTopology(t *testing.T) {
 	require.Equal(t, []string{n.BatchFilter()}, top.Streams[0].Subjects)
 	require.Equal(t, []string{n.DeleteFilter()}, top.Streams[1].Subjects)
 	require.Equal(t, []string{n.EventFilter()}, top.Streams[2].Subjects)
+	require.Equal(t, []string{n.SweepFilter()}, top.Streams[3].Subjects)
 	require.Equal(t, s.EventsMaxAge, top.Streams[2].MaxAge)
+	require.Equal(t, s.MaxAge, top.Streams[3].MaxAge)
 	require.Equal(t, n.BatchFilter(), top.Consumers[n.BatchesStream()].FilterSubject)
 	require.Equal(t, n.DeleteFilter(), top.Consumers[n.DeletesStream()].FilterSubject)
+	sw := top.Consumers[n.SweepStream()]
+	require.Equal(t, n.SweepFilter(), sw.FilterSubject)
+	require.Equal(t, "sweeper", sw.Durable)
+	require.Equal(t, s.SweeperMaxAckPending, sw.MaxAckPending, "the sweeps in flight across all sweepers")
+	require.Equal(t, s.SweeperAckWait, sw.AckWait)
 	require.Len(t, top.Buckets, 3)
 	require.Equal(t, s.LeaseTTL, top.Buckets[1].TTL)
 	require.Equal(t, n.ObservedBucket(), top.Buckets[2].Bucket)
@@ -338,7 +349,8 @@ func TestEnsureConcurrent(t *testing.T) {
 	}
 	require.NoError(t, names.Err())
 	require.ElementsMatch(t, []string{
-		n.BatchesStream(), n.DeletesStream(), n.EventsStream(), "KV_" + n.StateBucket(), "KV_" + n.LeaseBucket(), "KV_" + n.ObservedBucket(),
+		n.BatchesStream(), n.DeletesStream(), n.EventsStream(), n.SweepStream(),
+		"KV_" + n.StateBucket(), "KV_" + n.LeaseBucket(), "KV_" + n.ObservedBucket(),
 	}, got)
 }
 

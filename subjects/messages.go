@@ -118,6 +118,7 @@ type Event struct {
 	Round    uint64           `json:"round,omitempty"`      // scan round, when known
 	Key      *int64           `json:"key,omitempty,string"` // block key when the event is about one location
 	Location string           `json:"location,omitempty"`   // location id when the event is about one location
+	File     RawText          `json:"file,omitempty"`       // sweep: the data path of the file the event is about, exact bytes
 	Reason   string           `json:"reason,omitempty"`     // why (candidate reason, skip reason, poison reason)
 	Outcome  string           `json:"outcome,omitempty"`    // deleter outcome or decision
 	Detail   string           `json:"detail,omitempty"`     // free text (an error message, redacted)
@@ -165,6 +166,7 @@ const (
 	EventRound      = "round"      // scanner: round started / finished (Outcome "start"|"end", Counts)
 	EventPoison     = "poison"     // any stage: a message terminated as undecodable or invalid
 	EventDeadLetter = "deadletter" // a message that reached MaxDeliver
+	EventSweep      = "sweep"      // walker/sweeper: a step of the sweep of one file (Outcome, File), or a walk round's start or end
 )
 
 // Delete outcomes (Event.Outcome for EventDelete).

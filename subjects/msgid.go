@@ -84,9 +84,9 @@ func DeleteMsgID(r DeleteRequest) string {
 }
 
 // EventMsgID identifies an event by stage, kind, round, instance, key, location, reason,
-// outcome, dry-run flag and source message: what the event says, not when it was said. Details,
-// counts and the time are left out, so re-handling the same input (a redelivery) records the
-// same outcome once; a different outcome is a different event. Example:
+// outcome, dry-run flag, source message and file: what the event says, not when it was said.
+// Details, counts and the time are left out, so re-handling the same input (a redelivery)
+// records the same outcome once; a different outcome is a different event. Example:
 // "e:deleter:delete:3f0c…" (the last part is 24 hex digits of a sha256 of those fields).
 func EventMsgID(e Event) string {
 	h := newFieldHash()
@@ -110,13 +110,19 @@ func EventMsgID(e Event) string {
 		h.number(e.Source.Seq)
 		h.field(e.Source.MsgID)
 	}
-	// A request's event: two deliveries that end the same way are one event, and one that
-	// ends otherwise (an error, then done) is another.
-	h.number(uint64(len(e.Targets)))
-	for _, t := range e.Targets {
-		h.number(uint64(t.Key))
-		h.field(t.Location)
-		h.field(t.Outcome)
+	// The optional parts only when set, so the ids of events without them stay what they were.
+	if len(e.Targets) > 0 {
+		// A request's event: two deliveries that end the same way are one event, and one
+		// that ends otherwise (an error, then done) is another.
+		h.number(uint64(len(e.Targets)))
+		for _, t := range e.Targets {
+			h.number(uint64(t.Key))
+			h.field(t.Location)
+			h.field(t.Outcome)
+		}
+	}
+	if len(e.File) > 0 {
+		h.field(string(e.File))
 	}
 	return "e:" + idPart(e.Stage) + ":" + idPart(e.Kind) + ":" + h.hex()
 }

@@ -128,7 +128,7 @@ func (n Names) InstanceOf(subject string) (string, error) {
 	}
 	kind, rest, _ := strings.Cut(rest, ".")
 	switch kind {
-	case kindBatch, kindDelete:
+	case kindBatch, kindDelete, kindSweep:
 	case kindEvent:
 		var evKind string
 		evKind, rest, _ = strings.Cut(rest, ".")

@@ -41,6 +41,12 @@ type Settings struct {
 	MaxDeliver int
 	// LeaseTTL is the LEASE bucket's TTL: a leader that does not renew within it loses the lease.
 	LeaseTTL time.Duration
+	// SweeperAckWait is the AckWait of sweep batches; a sweeper working on a slow file system
+	// sends InProgress.
+	SweeperAckWait time.Duration
+	// SweeperMaxAckPending = max_inflight_sweep_batches: the cap on sweep batches in flight
+	// across all sweepers.
+	SweeperMaxAckPending int
 }
 
 // DefaultSettings returns the settings kvcm-gc runs with unless configured otherwise.
@@ -58,6 +64,8 @@ func DefaultSettings() Settings {
 		DeleterMaxAckPending: 2,
 		MaxDeliver:           10,
 		LeaseTTL:             15 * time.Second,
+		SweeperAckWait:       60 * time.Second,
+		SweeperMaxAckPending: 2,
 	}
 }
 
@@ -96,6 +104,9 @@ func (s Settings) Validate() error {
 	}
 	if s.ProberMaxAckPending < 1 || s.DeleterMaxAckPending < 1 {
 		bad("max ack pending must be at least 1 (prober %d, deleter %d)", s.ProberMaxAckPending, s.DeleterMaxAckPending)
+	}
+	if s.SweeperAckWait <= 0 || s.SweeperMaxAckPending < 1 {
+		bad("sweeper ack wait %v must be positive and max ack pending %d at least 1", s.SweeperAckWait, s.SweeperMaxAckPending)
 	}
 	if s.MaxDeliver < 1 {
 		bad("max deliver %d must be at least 1", s.MaxDeliver)
@@ -158,12 +169,15 @@ func (n Names) Topology(s Settings) Topology {
 			stream(n.BatchesStream(), "scan batches (scanner to prober)", n.BatchFilter(), s.MaxAge),
 			stream(n.DeletesStream(), "delete requests (prober to deleter)", n.DeleteFilter(), s.MaxAge),
 			stream(n.EventsStream(), "audit events", n.EventFilter(), s.EventsMaxAge),
+			stream(n.SweepStream(), "sweep batches of data files (walker to sweeper)", n.SweepFilter(), s.MaxAge),
 		},
 		Consumers: map[string]jetstream.ConsumerConfig{
 			n.BatchesStream(): consumer(n.ProberConsumer(), "probers judging scan batches",
 				n.BatchFilter(), s.ProberAckWait, s.ProberMaxAckPending),
 			n.DeletesStream(): consumer(n.DeleterConsumer(), "deleters executing delete requests",
 				n.DeleteFilter(), s.DeleterAckWait, s.DeleterMaxAckPending),
+			n.SweepStream(): consumer(n.SweeperConsumer(), "sweepers judging data files",
+				n.SweepFilter(), s.SweeperAckWait, s.SweeperMaxAckPending),
 		},
 		Buckets: []jetstream.KeyValueConfig{
 			{

@@ -283,16 +283,24 @@ func (e *e2eEnv) deleting() int {
 	pipe := e.redis.Client().Pipeline()
 	garbage := e.m.Garbage()
 	for _, l := range garbage {
-		pipe.HGet(ctx, kvcm.BlockKey(l.Instance, l.Key), "__uri__")
+		// The field holding the location: __uri__ (legacy) or its own L#<id> (the seed
+		// command's default layout).
+		pipe.HGet(ctx, kvcm.BlockKey(l.Instance, l.Key), l.FieldName())
 	}
 	cmds, _ := pipe.Exec(ctx)
 	n := 0
 	for i, c := range cmds {
-		uri, err := c.(interface{ Result() (string, error) }).Result()
+		v, err := c.(interface{ Result() (string, error) }).Result()
 		if err != nil {
 			continue
 		}
-		blk, err := kvcm.DecodeBlock([]byte(uri))
+		if _, ok := kvcm.LocationID(garbage[i].FieldName()); ok {
+			if loc, err := kvcm.DecodeLocation(garbage[i].Location, []byte(v)); err == nil && loc.Status == kvcm.StatusDeleting {
+				n++
+			}
+			continue
+		}
+		blk, err := kvcm.DecodeBlock([]byte(v))
 		if err != nil {
 			continue
 		}

@@ -118,10 +118,14 @@ func (b *fsBackend) resolve(uri kvcm.DataURI) (string, error) {
 	if uri.Host != b.name {
 		return "", fmt.Errorf("host %q: %w", uri.Host, ErrForeignURI)
 	}
+	return b.resolvePath(uri.Path)
+}
+
+// resolvePath is resolve for the raw path of a URI of this storage.
+func (b *fsBackend) resolvePath(p string) (string, error) {
 	if b.bad != nil {
 		return "", fmt.Errorf("storage %q unusable: %v: %w", b.name, b.bad, ErrUnsafePath)
 	}
-	p := uri.Path
 	if err := checkPath(p); err != nil {
 		return "", fmt.Errorf("path %q: %v: %w", p, err, ErrUnsafePath)
 	}

@@ -30,6 +30,7 @@ func demoCommand() *cli.Command {
 			fs.Uint64Var(&o.Seed, "seed", 1, "random seed of the keyspace")
 			fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "longest the collection may take")
 			fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (Redis data, files, JetStream store)")
+			fs.BoolVar(&o.NoSweep, "no-sweep", false, "leave out the sweep of orphan data files (seeded files, walker and sweeper, their verification)")
 		},
 		Check: func(*cli.Env) error {
 			l, ok := kvcm.ParseLayout(layout)

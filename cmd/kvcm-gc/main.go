@@ -1,7 +1,7 @@
 // Command kvcm-gc is kvcm-gc's all-in-one command line: each stage on its own (scanner,
-// prober, deleter), all of them in one process with an embedded NATS JetStream server (run),
-// the operator's commands (status, replay, dlq, pause, resume), the seed generator (seed), the
-// one-command demonstration (demo) and the version.
+// prober, deleter, and the sweep's walker and sweeper), all of them in one process with an
+// embedded NATS JetStream server (run), the operator's commands (status, replay, dlq, pause,
+// resume), the seed generator (seed), the one-command demonstration (demo) and the version.
 //
 // The command table is built here, in one place; each command declares its flags, help and
 // run together where it is defined (package cli for the stages and the operator's commands,
@@ -21,6 +21,8 @@ func commands() []*cli.Command {
 		cli.StageCommand("scanner", "run the leader-elected scanner (any number of replicas; one scans)", app.Stages{Scanner: true}),
 		cli.StageCommand("prober", "run the prober: judge scan batches, publish delete requests", app.Stages{Prober: true}),
 		cli.StageCommand("deleter", "run the deleter: execute delete requests with compare-and-swap deletes", app.Stages{Deleter: true}),
+		cli.StageCommand("walker", "run the walker: walk swept storages, publish candidate orphan files (one walker per storage)", app.Stages{Walker: true}),
+		cli.StageCommand("sweeper", "run the sweeper: quarantine orphan data files, check them again, unlink them", app.Stages{Sweeper: true}),
 		cli.AllInOneCommand(),
 	}
 	table = append(table, cli.OperatorCommands()...)

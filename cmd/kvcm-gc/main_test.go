@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/config"
+	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/ops"
@@ -43,7 +44,8 @@ func TestCommandTable(t *testing.T) {
 		require.NotEmpty(t, c.Summary, c.Name)
 		require.True(t, c.Run != nil || len(c.Sub) > 0, c.Name)
 	}
-	for _, want := range []string{"scanner", "prober", "deleter", "run", "status", "replay", "dlq", "pause", "resume", "seed", "demo", "version"} {
+	require.True(t, app.All.Walker && app.All.Sweeper, "kvcm-gc run runs the sweep's stages")
+	for _, want := range []string{"scanner", "prober", "deleter", "walker", "sweeper", "run", "status", "replay", "dlq", "pause", "resume", "seed", "demo", "version"} {
 		require.True(t, seen[want], want)
 	}
 }

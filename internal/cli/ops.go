@@ -246,9 +246,9 @@ func dlqRetryCommand() *Command {
 	}
 }
 
-// ReplayCommand: replay --stage prober|deleter [selection] [--dump] [--json] [--no-progress].
+// ReplayCommand: replay --stage prober|deleter|sweeper [selection] [--file PATH] [--dump] [--json] [--no-progress].
 func ReplayCommand() *Command {
-	var stage, fromTime, toTime, instance, key string
+	var stage, fromTime, toTime, instance, key, file string
 	var fromSeq, toSeq uint64
 	var since time.Duration
 	var dump, asJSON, noProgress bool
@@ -256,14 +256,15 @@ func ReplayCommand() *Command {
 	return &Command{
 		Name:    "replay",
 		Summary: "re-run a stage's decisions on its recorded input against the current metadata (dry-run)",
-		Usage:   "--stage prober|deleter [flags]",
+		Usage:   "--stage prober|deleter|sweeper [flags]",
 		Help: "Reads a stage's input back from its stream with an ordered ephemeral consumer (the durable\n" +
 			"consumers are not touched) and shows, per location, the decision then (from the recorded\n" +
 			"events), the rules re-run on the recorded bytes (prober) and the decision now against the\n" +
-			"current metadata. Nothing is written. The stage may also be given as the one argument.",
+			"current metadata; for the sweeper, per data file, what was done then, its fate since and\n" +
+			"what a sweeper would do now. Nothing is written. The stage may also be given as the one argument.",
 		Config: true, Tool: true, Args: true,
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&stage, "stage", "", "stage whose input to replay: prober (BATCHES) or deleter (DELETES)")
+			fs.StringVar(&stage, "stage", "", "stage whose input to replay: prober (BATCHES), deleter (DELETES) or sweeper (SWEEP)")
 			fs.Uint64Var(&fromSeq, "from-seq", 0, "first stream sequence (inclusive)")
 			fs.Uint64Var(&toSeq, "to-seq", 0, "last stream sequence (inclusive)")
 			fs.DurationVar(&since, "since", 0, "only messages stored within this long before now (e.g. 1h)")
@@ -271,6 +272,7 @@ func ReplayCommand() *Command {
 			fs.StringVar(&toTime, "to-time", "", "only messages stored at or before this time (RFC 3339)")
 			fs.StringVar(&instance, "instance", "", "only this KVCM instance id")
 			fs.StringVar(&key, "key", "", "only this block key (signed decimal)")
+			fs.StringVar(&file, "file", "", "sweeper: only this data file (its path as KVCM's URIs name it)")
 			fs.BoolVar(&dump, "dump", false, "also print each raw message and its headers")
 			fs.BoolVar(&asJSON, "json", false, "print one JSON object per message, then the summary")
 			fs.BoolVar(&noProgress, "no-progress", false, "draw no progress bar on stderr")
@@ -285,7 +287,7 @@ func ReplayCommand() *Command {
 			if since < 0 {
 				return fmt.Errorf("replay: --since %s: must not be negative", since)
 			}
-			q = ops.ReplayQuery{Stage: stage, SeqFrom: fromSeq, SeqTo: toSeq, Instance: instance, Dump: dump}
+			q = ops.ReplayQuery{Stage: stage, SeqFrom: fromSeq, SeqTo: toSeq, Instance: instance, Dump: dump, File: file}
 			if since > 0 {
 				q.TimeFrom = time.Now().Add(-since)
 			}
@@ -327,7 +329,7 @@ func ReplayCommand() *Command {
 				return err
 			}
 			deps, err := ops.OpenReplayDeps(ctx, ops.ReplaySetup{Cluster: o.Cluster, Registry: o.Registry, Meta: o.Meta,
-				MetaURIs: o.MetaURIs, GroupStoreURIs: o.GroupStoreURIs, Storage: o.Storage, Prober: o.Prober,
+				MetaURIs: o.MetaURIs, GroupStoreURIs: o.GroupStoreURIs, Storage: o.Storage, Prober: o.Prober, Sweep: o.Sweep,
 				Guard: o.Guard, GuardConn: o.GuardConn, GuardKeyPrefix: o.GuardKeyPrefix, Logger: e.Logger})
 			if err != nil {
 				return err

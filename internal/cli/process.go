@@ -75,7 +75,8 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 	// structured log, not as bare lines on stderr.
 	redis.SetLogger(redisLog{log})
 	if cfg.Enabled {
-		if err := cfg.Require(config.Needs{Registry: p.Stages.Scanner || p.Stages.Prober, NATS: !p.Embedded}); err != nil {
+		needsRegistry := p.Stages.Scanner || p.Stages.Prober || p.Stages.Walker || p.Stages.Sweeper
+		if err := cfg.Require(config.Needs{Registry: needsRegistry, NATS: !p.Embedded}); err != nil {
 			return UsageError(fmt.Errorf("configuration: %w", err))
 		}
 	}
@@ -197,7 +198,8 @@ func stageList(s app.Stages) []string {
 	for _, st := range []struct {
 		on   bool
 		name string
-	}{{s.Scanner, pipeline.StageScanner}, {s.Prober, pipeline.StageProber}, {s.Deleter, pipeline.StageDeleter}} {
+	}{{s.Scanner, pipeline.StageScanner}, {s.Prober, pipeline.StageProber}, {s.Deleter, pipeline.StageDeleter},
+		{s.Walker, pipeline.StageWalker}, {s.Sweeper, pipeline.StageSweeper}} {
 		if st.on {
 			out = append(out, st.name)
 		}

@@ -128,7 +128,8 @@ func TestRunProcess(t *testing.T) {
 	<-started
 
 	// Each stage reports itself when it has started: wait for all of them.
-	wants := []string{"nats: connected", "registry: cluster \"c1\"", "store " + rs.Addr() + ": ping ok", "scanner: lease held", "prober: running", "deleter: running"}
+	wants := []string{"nats: connected", "registry: cluster \"c1\"", "store " + rs.Addr() + ": ping ok", "scanner: lease held", "prober: running", "deleter: running",
+		"walker: running", "sweeper: running"}
 	require.Eventually(t, func() bool {
 		code, body := get(t, base+"/readyz")
 		for _, want := range wants {

@@ -51,6 +51,9 @@ type Options struct {
 	Timeout time.Duration
 	// Keep leaves the work directory (Redis data, files, JetStream store) in place.
 	Keep bool
+	// NoSweep leaves out the sweep of orphan data files (seeded files, the walker's and the
+	// sweepers' work, its verification).
+	NoSweep bool
 	// Out receives the report, Err the progress and the process's warnings.
 	Out, Err io.Writer
 }
@@ -97,6 +100,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if !o.NoSweep {
+		enableSweep(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("demo configuration: %w", err)
 	}
@@ -108,7 +114,7 @@ func Run(ctx context.Context, o Options) error {
 	seedStart := time.Now()
 	m, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: Cluster, Layout: o.Layout, Ambiguous: o.Ambiguous, Instances: instances, Blocks: o.Blocks,
 		LocationsPerBlock: 2, GarbageFraction: o.Garbage, TrickyFraction: o.Tricky, Root: filepath.Join(dir, "data"),
-		MetaURI: rs.URI(), Seed: o.Seed,
+		MetaURI: rs.URI(), Seed: o.Seed, SweepFiles: !o.NoSweep, SweepGrace: cfg.SweepGrace,
 		Progress: func(done, total int) {
 			prog.Update(fmt.Sprintf("seeding  %s %d/%d blocks", cli.Bar(done, total, 30), done, total))
 		}})
@@ -124,7 +130,7 @@ func Run(ctx context.Context, o Options) error {
 
 	collectStart := time.Now()
 	reg := prometheus.NewRegistry()
-	res, err := collect(ctx, cfg, reg, o, prog)
+	res, err := collect(ctx, cfg, reg, o, prog, m.SweepRoot)
 	collectTime := time.Since(collectStart)
 	if err != nil {
 		return interrupted(ctx, err)
@@ -135,10 +141,20 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	rep := newReport(o, m, res, vr)
+	if !o.NoSweep {
+		vs, err := seed.VerifySweep(m)
+		if err != nil {
+			return err
+		}
+		rep.Sweep = newSweepReport(res.Gathered, m, vs)
+	}
 	rep.SeedTime, rep.CollectTime, rep.Total = collectStart.Sub(seedStart), collectTime, time.Since(started)
 	rep.Write(o.Out)
 	if !vr.OK() {
 		return fmt.Errorf("%w: %d mismatches", ErrMismatch, vr.Mismatch)
+	}
+	if !rep.Sweep.Verify.OK() {
+		return fmt.Errorf("%w: sweep: %d mismatches", ErrMismatch, rep.Sweep.Verify.Mismatch)
 	}
 	return nil
 }
@@ -207,8 +223,9 @@ type result struct {
 }
 
 // collect runs the all-in-one process until round 1 has ended and both consumers are
-// drained, showing progress, then stops it gracefully.
-func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o Options, prog *cli.Progress) (result, error) {
+// drained (and, with sweepRoot set, the sweep of that storage has ended with its quarantine
+// empty), showing progress, then stops it gracefully.
+func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o Options, prog *cli.Progress, sweepRoot string) (result, error) {
 	var res result
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -230,7 +247,7 @@ func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o
 		return res, fmt.Errorf("all-in-one process: %w", err)
 	}
 	fmt.Fprintf(logs, "all-in-one running: embedded NATS %s, metrics %s\n", url, res.Metrics)
-	ck, werr := watch(ctx, url, cfg, metrics, o.Timeout, prog)
+	ck, werr := watch(ctx, url, cfg, metrics, o.Timeout, prog, sweepRoot)
 	res.Round = ck
 	// Read while the process runs: its JetStream collectors need the connection.
 	res.Gathered = gather(reg)
@@ -241,8 +258,9 @@ func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o
 	return res, werr
 }
 
-// watch shows the round's progress until round 1 has ended and both consumers are drained.
-func watch(ctx context.Context, url string, cfg config.Config, m *pipeline.Metrics, timeout time.Duration, prog *cli.Progress) (pipeline.Checkpoint, error) {
+// watch shows the round's progress until round 1 has ended and both consumers are drained,
+// and the sweep of sweepRoot (when set) is done.
+func watch(ctx context.Context, url string, cfg config.Config, m *pipeline.Metrics, timeout time.Duration, prog *cli.Progress, sweepRoot string) (pipeline.Checkpoint, error) {
 	var ck pipeline.Checkpoint
 	nc, err := nats.Connect(url, nats.Name("kvcm-gc-demo-watch"))
 	if err != nil {
@@ -279,7 +297,13 @@ func watch(ctx context.Context, url string, cfg config.Config, m *pipeline.Metri
 		}
 		b := readBacklog(ctx, js, cfg)
 		line := statusLine(ck, m, b)
-		if ck.Round >= 1 && !ck.InRound && b.ok && b.drained() {
+		swept := true
+		if sweepRoot != "" {
+			sw := readSweep(ctx, js, names, sweepRoot)
+			line += "  " + sw.line()
+			swept = sw.done()
+		}
+		if ck.Round >= 1 && !ck.InRound && b.ok && b.drained() && swept {
 			prog.Done(line)
 			return ck, nil
 		}

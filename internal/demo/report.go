@@ -37,6 +37,8 @@ type Report struct {
 	MetricsURL                   string
 
 	Verify seed.Report
+	// Sweep is the sweep of orphan data files (On false when the demo left it out).
+	Sweep sweepReport
 }
 
 func newReport(o Options, m *seed.Manifest, res result, vr seed.Report) Report {
@@ -107,12 +109,13 @@ func (r Report) Write(w io.Writer) {
 	line("  stranded DELETING   %d", v.StrandedDeleting)
 	if v.OK() {
 		line("  result              OK")
-		return
+	} else {
+		line("  result              MISMATCH (%d)", v.Mismatch)
+		for _, p := range v.Problems {
+			line("    %s", p)
+		}
 	}
-	line("  result              MISMATCH (%d)", v.Mismatch)
-	for _, p := range v.Problems {
-		line("    %s", p)
-	}
+	r.Sweep.write(line)
 }
 
 func sum(m map[string]float64) float64 {

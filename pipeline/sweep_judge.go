@@ -1,0 +1,274 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+// SweepView is what the sweep takes from one registry snapshot: the collected instances and
+// their specs, the instances it must not judge, and the storage table (with the local
+// overrides) to map the spec URIs of a block to local files. It is immutable.
+type SweepView struct {
+	reg       *meta.Registry
+	set       *storage.StaticSet
+	instances map[string]meta.Instance
+	specs     map[string]map[string]bool
+	// skipped: instance ids nothing may be judged of, with the reason (a group not
+	// collected, an instance record that does not decode, an id in two groups).
+	skipped map[string]string
+}
+
+// NewSweepView builds the view of a registry snapshot.
+func NewSweepView(reg *meta.Registry, opts storage.Options) (*SweepView, error) {
+	set, err := storage.NewSet(reg.Storages, opts)
+	if err != nil {
+		return nil, err
+	}
+	v := &SweepView{reg: reg, set: set, instances: map[string]meta.Instance{}, specs: map[string]map[string]bool{},
+		skipped: map[string]string{}}
+	for _, s := range reg.Skipped {
+		if s.Instance != "" {
+			v.skipped[s.Instance] = s.Reason
+		}
+	}
+	for _, in := range reg.Instances {
+		if _, dup := v.instances[in.ID]; dup {
+			v.skipped[in.ID] = "registered in two instance groups"
+			continue
+		}
+		v.instances[in.ID] = in
+		specs := map[string]bool{}
+		for _, s := range in.Info.LocationSpecs {
+			specs[s.Name] = true
+		}
+		v.specs[in.ID] = specs
+	}
+	for id := range v.skipped {
+		delete(v.instances, id)
+	}
+	return v, nil
+}
+
+// Storages is the storage set of the snapshot.
+func (v *SweepView) Storages() *storage.StaticSet { return v.set }
+
+// Instance returns a collected instance.
+func (v *SweepView) Instance(id string) (meta.Instance, bool) {
+	in, ok := v.instances[id]
+	return in, ok
+}
+
+// SweepName is a file name read back as the block whose data it is.
+type SweepName struct {
+	Instance meta.Instance
+	Spec     string
+	Key      int64
+}
+
+// ResolveName reads an object name (the path below the storage's root) as the data of one
+// block of a collected instance: KVCM's per-block name, exactly one registered (instance,
+// spec) reading of it, and no reading that names an instance nothing may be judged of. Else
+// reason says why the file is kept (a SweepKept* reason) and detail more.
+func (v *SweepView) ResolveName(object string) (n SweepName, reason, detail string) {
+	bf, err := kvcm.ParseBlockFileName(object)
+	if err != nil {
+		return SweepName{}, SweepKeptUnparsable, err.Error()
+	}
+	if bf.Shared {
+		return SweepName{}, SweepKeptShared, ""
+	}
+	var matches []SweepName
+	known := false
+	for _, s := range bf.Splits() {
+		if why, ok := v.skipped[s.Instance]; ok {
+			return SweepName{}, SweepKeptGroupSkipped, fmt.Sprintf("instance %q: %s", s.Instance, why)
+		}
+		in, ok := v.instances[s.Instance]
+		if !ok {
+			continue
+		}
+		known = true
+		if v.specs[s.Instance][s.Spec] {
+			matches = append(matches, SweepName{Instance: in, Spec: s.Spec, Key: bf.Key})
+		}
+	}
+	switch {
+	case len(matches) == 1:
+		return matches[0], "", ""
+	case len(matches) > 1:
+		return SweepName{}, SweepKeptAmbiguousName, fmt.Sprintf("blocks of instances %q and %q", matches[0].Instance.ID, matches[1].Instance.ID)
+	case known:
+		return SweepName{}, SweepKeptUnknownSpec, ""
+	}
+	return SweepName{}, SweepKeptUnknownInstance, ""
+}
+
+// sweepTarget is the file a decision is about.
+type sweepTarget struct {
+	storage string // the swept storage's name
+	rawPath string // its data path as KVCM's URIs name it
+	local   string // its local path, cleaned
+}
+
+// Orphan reasons (Event.Reason of a quarantine): why no location names the file.
+const (
+	orphanAbsent       = "block_absent"
+	orphanNoLocation   = "no_location"
+	orphanUnreferenced = "no_location_names_it"
+)
+
+// judgeFile decides whether the file t is an orphan by the block read r: only if the block is
+// absent, or decodes and no location of it, in any status, has a spec URI that names t (on
+// its storage, or on any registered storage whose files are t's). Everything uncertain keeps
+// it: a read error, a corrupt value or a bad location, a tombstone, an ambiguous key, a spec
+// URI that does not parse, and an absent key in a database other than 0 (otherDB). reason is
+// an orphan reason when orphan, a SweepKept* reason otherwise.
+func (v *SweepView) judgeFile(r meta.BlockRead, t sweepTarget, otherDB bool) (orphan bool, reason, detail string) {
+	switch {
+	case r.Err != nil:
+		return false, SweepKeptReadError, r.Err.Error()
+	case !r.Exists && otherDB:
+		return false, SweepKeptAbsentOtherDB, ""
+	case !r.Exists:
+		return true, orphanAbsent, ""
+	}
+	e := &r.Entry
+	var locs []kvcm.Location
+	switch e.Layout {
+	case kvcm.LayoutNone:
+		return true, orphanNoLocation, ""
+	case kvcm.LayoutAmbiguous:
+		return false, SweepKeptAmbiguousLayout, ""
+	case kvcm.LayoutLegacy:
+		if len(e.URI) == 0 {
+			return true, orphanNoLocation, "" // an empty __uri__ is an absent block to KVCM
+		}
+		blk, err := kvcm.DecodeBlock(e.URI)
+		if err != nil {
+			return false, SweepKeptCorrupt, err.Error()
+		}
+		locs = blk.Locations
+	case kvcm.LayoutLocation:
+		for _, f := range e.Locations {
+			if len(f.Value) == 0 {
+				return false, SweepKeptTombstone, "L#" + f.ID
+			}
+			l, err := kvcm.DecodeLocation(f.ID, f.Value)
+			if err != nil {
+				return false, SweepKeptCorrupt, err.Error()
+			}
+			locs = append(locs, l)
+		}
+	default:
+		return false, SweepKeptCorrupt, "unknown layout " + e.Layout.String()
+	}
+	dirs := map[string]string{}
+	for i := range locs {
+		l := &locs[i]
+		if l.Err != nil {
+			return false, SweepKeptCorrupt, l.Err.Error()
+		}
+		for _, s := range l.Specs {
+			u, err := kvcm.ParseDataURI(s.URI)
+			if err != nil {
+				return false, SweepKeptBadURI, err.Error()
+			}
+			if v.names(u, t, dirs) {
+				return false, SweepKeptReferenced, fmt.Sprintf("location %s (%s)", l.ID, l.Status)
+			}
+		}
+	}
+	if len(locs) == 0 {
+		return true, orphanNoLocation, ""
+	}
+	return true, orphanUnreferenced, ""
+}
+
+// names reports whether spec URI u names the file t: the same storage and path, the same
+// path of a storage that is not registered (nothing tells it apart), or a data path of a
+// registered file storage that is t's local file, directly or through symbolic links in its
+// directories (two storages sharing a file system). dirs caches resolved directories.
+func (v *SweepView) names(u kvcm.DataURI, t sweepTarget, dirs map[string]string) bool {
+	if path.Clean(u.Path) == path.Clean(t.rawPath) {
+		if u.Host == t.storage {
+			return true
+		}
+		if _, ok := v.reg.Storages[u.Host]; !ok {
+			return true
+		}
+	}
+	lp, err := v.set.LocalPath(u.Host, u.Path)
+	if err != nil {
+		return false
+	}
+	if lp == t.local {
+		return true
+	}
+	if path.Base(lp) != path.Base(t.local) {
+		return false
+	}
+	return realDir(dirs, path.Dir(lp)) == realDir(dirs, path.Dir(t.local))
+}
+
+// realDir is dir with the symbolic links of its deepest existing ancestor resolved (the
+// rest, which does not exist, cannot hold one).
+func realDir(cache map[string]string, dir string) string {
+	if r, ok := cache[dir]; ok {
+		return r
+	}
+	r, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		parent := path.Dir(dir)
+		if parent == dir {
+			r = dir
+		} else {
+			r = path.Join(realDir(cache, parent), path.Base(dir))
+		}
+	}
+	cache[dir] = r
+	return r
+}
+
+// viewCache keeps the last registry view for refresh; a failed read keeps the previous view
+// (stale) when there is one: the walker only publishes less or more for the sweepers to judge
+// with their own, and a sweeper's stale view can only keep files of instances or storages
+// registered since.
+type viewCache struct {
+	mu   sync.Mutex
+	view *SweepView
+	at   time.Time
+}
+
+type cachedView struct {
+	view  *SweepView
+	stale bool
+	err   error // why it is stale
+}
+
+func (c *viewCache) get(ctx context.Context, reg meta.RegistryReader, opts storage.Options, refresh time.Duration, now time.Time) (cachedView, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view != nil && now.Sub(c.at) < refresh && !now.Before(c.at) {
+		return cachedView{view: c.view}, nil
+	}
+	r, err := reg.ReadRegistry(ctx)
+	if err == nil {
+		var v *SweepView
+		if v, err = NewSweepView(r, opts); err == nil {
+			c.view, c.at = v, now
+			return cachedView{view: v}, nil
+		}
+	}
+	if c.view != nil {
+		return cachedView{view: c.view, stale: true, err: err}, nil
+	}
+	return cachedView{}, fmt.Errorf("read registry: %w", err)
+}

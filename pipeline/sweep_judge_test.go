@@ -1,0 +1,138 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+// sweepRegistry is a registry of instances inst0 and inst1 (specs tp0, tp1) in a collected
+// group, a/b (spec c) and a (spec b/c) sharing a name, local_inst in a skipped group, and
+// the file storages nfs (root dir+"/nfs/"), alias (the same files through a symbolic link),
+// twin (the same root) and mc (mooncake).
+func sweepRegistry(t *testing.T, dir string) *meta.Registry {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "nfs"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(dir, "nfs"), filepath.Join(dir, "alias")))
+	specs := []kvcm.LocationSpecInfo{{Name: "tp0", Size: 1024}, {Name: "tp1", Size: 1024}}
+	inst := func(id string, specs ...kvcm.LocationSpecInfo) meta.Instance {
+		return meta.Instance{ID: id, Group: "g", Store: "127.0.0.1:1", Info: kvcm.InstanceInfo{InstanceID: id, LocationSpecs: specs}}
+	}
+	return &meta.Registry{
+		Instances: []meta.Instance{inst("inst0", specs...), inst("inst1", specs...),
+			inst("a/b", kvcm.LocationSpecInfo{Name: "c"}), inst("a", kvcm.LocationSpecInfo{Name: "b/c"}),
+			inst("solo", kvcm.LocationSpecInfo{Name: "x/y"})},
+		Skipped: []meta.Skip{{Instance: "local_inst", Group: "gl", Reason: "local meta store"},
+			{Instance: "x", Group: "gc", Reason: "cached meta store"}},
+		SkippedGroups: map[string]string{"gl": "local meta store", "gc": "cached meta store"},
+		Storages: map[string]kvcm.StorageConfig{
+			"nfs":   {Type: kvcm.TypeFile, TypeName: "file", Name: "nfs", RootPath: dir + "/nfs/", KeyCountPerFile: 1},
+			"twin":  {Type: kvcm.TypeFile, TypeName: "file", Name: "twin", RootPath: dir + "/nfs/", KeyCountPerFile: 1},
+			"alias": {Type: kvcm.TypeFile, TypeName: "file", Name: "alias", RootPath: dir + "/alias/", KeyCountPerFile: 1},
+			"mc":    {Type: kvcm.TypeMooncake, TypeName: "mooncake", Name: "mc", KeyCountPerFile: 1},
+		},
+	}
+}
+
+func TestSweepResolveName(t *testing.T) {
+	v, err := NewSweepView(sweepRegistry(t, t.TempDir()), storage.Options{})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		object, inst, spec string
+		key                int64
+		reason             string
+	}{
+		{object: "inst0/tp0/1f", inst: "inst0", spec: "tp0", key: 0x1f},
+		{object: "inst1/tp1/ffffffffffffffff", inst: "inst1", spec: "tp1", key: -1},
+		{object: "inst0/tp2/1f", reason: SweepKeptUnknownSpec},
+		{object: "ghost/tp0/1f", reason: SweepKeptUnknownInstance},
+		{object: "local_inst/tp0/1f", reason: SweepKeptGroupSkipped},
+		{object: "a/b/c/1", reason: SweepKeptAmbiguousName},
+		{object: "solo/x/y/1", inst: "solo", spec: "x/y", key: 1},
+		// A reading that names an instance nothing may be judged of keeps the file, even
+		// with another reading registered.
+		{object: "x/y/tp0/1", reason: SweepKeptGroupSkipped},
+		{object: "inst0/tp0/1f_9c0e77d2b4a1e2f0", reason: SweepKeptShared},
+		{object: "inst0/tp0/1F", reason: SweepKeptUnparsable},
+		{object: "inst0/tp0/01f", reason: SweepKeptUnparsable},
+		{object: "inst0/tp0/1f.tmp", reason: SweepKeptUnparsable},
+	} {
+		n, reason, _ := v.ResolveName(tc.object)
+		require.Equal(t, tc.reason, reason, tc.object)
+		if tc.reason == "" {
+			require.Equal(t, tc.inst, n.Instance.ID, tc.object)
+			require.Equal(t, tc.spec, n.Spec, tc.object)
+			require.Equal(t, tc.key, n.Key, tc.object)
+		}
+	}
+}
+
+// TestSweepJudgeFile: a file is an orphan only when its block is absent or decodes without a
+// location, in any status, that names it; everything uncertain keeps it.
+func TestSweepJudgeFile(t *testing.T) {
+	dir := t.TempDir()
+	v, err := NewSweepView(sweepRegistry(t, dir), storage.Options{})
+	require.NoError(t, err)
+	raw := dir + "/nfs/inst0/tp0/1f"
+	target := sweepTarget{storage: "nfs", rawPath: raw, local: raw}
+	uri := func(host, path string) string { return fmt.Sprintf("file://%s%s?size=1024", host, path) }
+	loc := func(id string, st kvcm.Status, uris ...string) string {
+		return metatest.Location(id, st, kvcm.TypeFile, uris...)
+	}
+	legacy := func(locs ...string) meta.BlockRead {
+		return meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutLegacy, URI: []byte(metatest.URI(locs...))}}
+	}
+	location := func(fields ...meta.Field) meta.BlockRead {
+		return meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutLocation, Locations: fields}}
+	}
+	field := func(id, value string) meta.Field { return meta.Field{ID: id, Value: []byte(value)} }
+	other := dir + "/nfs/inst0/tp1/1f"
+
+	for _, tc := range []struct {
+		name    string
+		read    meta.BlockRead
+		otherDB bool
+		orphan  bool
+		reason  string
+	}{
+		{"absent", meta.BlockRead{}, false, true, orphanAbsent},
+		{"absent from another database", meta.BlockRead{}, true, false, SweepKeptAbsentOtherDB},
+		{"read error", meta.BlockRead{Err: errors.New("WRONGTYPE")}, false, false, SweepKeptReadError},
+		{"no location field", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutNone, Others: []string{"BP#prev_key"}}}, false, true, orphanNoLocation},
+		{"ambiguous", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutAmbiguous}}, false, false, SweepKeptAmbiguousLayout},
+		{"legacy empty __uri__", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutLegacy}}, false, true, orphanNoLocation},
+		{"legacy no location", legacy(), false, true, orphanNoLocation},
+		{"legacy serving names it", legacy(loc("a1", kvcm.StatusServing, uri("nfs", raw))), false, false, SweepKeptReferenced},
+		{"legacy writing names it", legacy(loc("a1", kvcm.StatusWriting, uri("nfs", raw))), false, false, SweepKeptReferenced},
+		{"legacy deleting names it", legacy(loc("a1", kvcm.StatusDeleting, uri("nfs", raw))), false, false, SweepKeptReferenced},
+		{"legacy another spec's file", legacy(loc("a1", kvcm.StatusServing, uri("nfs", other))), false, true, orphanUnreferenced},
+		{"legacy second spec names it", legacy(loc("a1", kvcm.StatusServing, uri("nfs", other), uri("nfs", raw))), false, false, SweepKeptReferenced},
+		{"legacy corrupt", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutLegacy, URI: []byte(`{"a1":`)}}, false, false, SweepKeptCorrupt},
+		{"legacy bad location", legacy(`{"id":"zz","status":"3","location_specs":[]}`), false, false, SweepKeptCorrupt},
+		{"bad spec uri", legacy(loc("a1", kvcm.StatusServing, "no scheme")), false, false, SweepKeptBadURI},
+		{"mooncake location", legacy(metatest.Location("a1", kvcm.StatusServing, kvcm.TypeMooncake, "mooncake://mc/inst0/tp0/1f")), false, true, orphanUnreferenced},
+		{"a double slash", legacy(loc("a1", kvcm.StatusServing, uri("nfs", dir+"/nfs/inst0//tp0/1f"))), false, false, SweepKeptReferenced},
+		{"another storage on the same root", legacy(loc("a1", kvcm.StatusServing, uri("twin", raw))), false, false, SweepKeptReferenced},
+		{"the same files through a link", legacy(loc("a1", kvcm.StatusServing, uri("alias", dir+"/alias/inst0/tp0/1f"))), false, false, SweepKeptReferenced},
+		{"an unregistered storage, the same path", legacy(loc("a1", kvcm.StatusServing, uri("gone", raw))), false, false, SweepKeptReferenced},
+		{"an unregistered storage, another path", legacy(loc("a1", kvcm.StatusServing, uri("gone", other))), false, true, orphanUnreferenced},
+		{"location layout names it", location(field("a1", loc("a1", kvcm.StatusWriting, uri("nfs", raw)))), false, false, SweepKeptReferenced},
+		{"location layout other file", location(field("a1", loc("a1", kvcm.StatusServing, uri("nfs", other)))), false, true, orphanUnreferenced},
+		{"location layout tombstone", location(field("a1", loc("a1", kvcm.StatusServing, uri("nfs", other))), field("b2", "")), false, false, SweepKeptTombstone},
+		{"location layout corrupt", location(field("a1", `{"id":"a1"`)), false, false, SweepKeptCorrupt},
+		{"location layout inner id differs", location(field("a1", loc("zz", kvcm.StatusServing, uri("nfs", other)))), false, false, SweepKeptCorrupt},
+	} {
+		orphan, reason, _ := v.judgeFile(tc.read, target, tc.otherDB)
+		require.Equal(t, tc.orphan, orphan, tc.name)
+		require.Equal(t, tc.reason, reason, tc.name)
+	}
+}

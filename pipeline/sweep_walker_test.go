@@ -1,0 +1,314 @@
+package pipeline
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+func TestSweepLease(t *testing.T) {
+	ctx := context.Background()
+	kv := leaseBucket(t, time.Minute)
+	a := newSweepLease(kv, "nfs", "a", time.Minute, time.Now)
+	b := newSweepLease(kv, "nfs", "b", time.Minute, time.Now)
+	other := newSweepLease(kv, "nfs2", "b", time.Minute, time.Now)
+	held, err := a.refresh(ctx)
+	require.NoError(t, err)
+	require.True(t, held)
+	held, err = b.refresh(ctx)
+	require.NoError(t, err)
+	require.False(t, held, "one walker per storage")
+	held, err = other.refresh(ctx)
+	require.NoError(t, err)
+	require.True(t, held, "a lease per storage")
+	r1, _ := a.held()
+	held, err = a.refresh(ctx)
+	require.NoError(t, err)
+	require.True(t, held)
+	r2, _ := a.held()
+	require.Greater(t, r2, r1)
+	rec, _, err := ReadSweepLease(ctx, kv, "nfs")
+	require.NoError(t, err)
+	require.Equal(t, "a", rec.Holder)
+	require.Equal(t, "nfs", rec.Storage)
+
+	// Someone else wrote the key: the renewal loses the lease at once.
+	_, err = kv.Put(ctx, subjects.SweepKey("nfs"), []byte(`{"holder":"x"}`))
+	require.NoError(t, err)
+	held, err = a.refresh(ctx)
+	require.Error(t, err)
+	require.False(t, held)
+	_, ok := a.held()
+	require.False(t, ok)
+	require.NoError(t, a.release(ctx), "nothing to release")
+	require.NoError(t, other.release(ctx))
+	held, err = b.refresh(ctx)
+	require.NoError(t, err)
+	require.False(t, held, "x holds it")
+}
+
+// walkerEnv is an embedded JetStream server with kvcm-gc's topology, the storage nfs of a
+// registry (sweepRegistry) and its files, and walkers on them.
+type walkerEnv struct {
+	t     *testing.T
+	js    jetstream.JetStream
+	names subjects.Names
+	dir   string
+	root  string
+	reg   staticRegistry
+	now   time.Time
+}
+
+func newWalkerEnv(t *testing.T) *walkerEnv {
+	t.Helper()
+	e := &walkerEnv{t: t, js: testenv.StartNATS(t).JetStream(t), names: subjects.Names{Prefix: "kvcmgc", Cluster: "c1"},
+		dir: t.TempDir(), now: time.Now()}
+	e.root = e.dir + "/nfs/"
+	s := subjects.DefaultSettings()
+	s.LeaseTTL = 2 * time.Second
+	require.NoError(t, subjects.Ensure(context.Background(), e.js, e.names, s))
+	e.reg = staticRegistry{sweepRegistry(t, e.dir)}
+	return e
+}
+
+func (e *walkerEnv) file(object string, age time.Duration) string {
+	e.t.Helper()
+	p := e.root + object
+	require.NoError(e.t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(e.t, os.WriteFile(p, []byte("kv"), 0o644))
+	mt := e.now.Add(-age)
+	require.NoError(e.t, os.Chtimes(p, mt, mt))
+	return p
+}
+
+func (e *walkerEnv) walker(holder string, batch int) *Walker {
+	e.t.Helper()
+	ctx := context.Background()
+	leases, err := e.js.KeyValue(ctx, e.names.LeaseBucket())
+	require.NoError(e.t, err)
+	state, err := e.js.KeyValue(ctx, e.names.StateBucket())
+	require.NoError(e.t, err)
+	cfg := DefaultSweepConfig()
+	cfg.Storages, cfg.Interval, cfg.BatchSize, cfg.Holder = []string{"nfs"}, time.Millisecond, batch, holder
+	cfg.LeaseRenew = 100 * time.Millisecond
+	return &Walker{Config: cfg, Names: e.names, Registry: e.reg, Leases: leases, LeaseTTL: 2 * time.Second, State: state,
+		Publisher: JSPublisher{JS: e.js}, Metrics: NewMetrics(prometheus.NewRegistry()), Now: func() time.Time { return e.now }}
+}
+
+// run starts w; the returned func stops it and waits.
+func (e *walkerEnv) run(w *Walker) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(e.t, <-done)
+		})
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func (e *walkerEnv) checkpoint() SweepCheckpoint {
+	e.t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), e.names.StateBucket())
+	require.NoError(e.t, err)
+	c, _, err := ReadSweepCheckpoint(context.Background(), kv, "nfs")
+	require.NoError(e.t, err)
+	return c
+}
+
+func (e *walkerEnv) waitRound(n uint64) SweepCheckpoint {
+	e.t.Helper()
+	var c SweepCheckpoint
+	require.Eventually(e.t, func() bool {
+		c = e.checkpoint()
+		return c.Round > n || c.Round == n && !c.InRound
+	}, 20*time.Second, 5*time.Millisecond)
+	return c
+}
+
+// published reads every sweep batch stored so far.
+func (e *walkerEnv) published() []subjects.SweepBatch {
+	e.t.Helper()
+	ctx := context.Background()
+	s, err := e.js.Stream(ctx, e.names.SweepStream())
+	require.NoError(e.t, err)
+	info, err := s.Info(ctx)
+	require.NoError(e.t, err)
+	var out []subjects.SweepBatch
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(e.t, err)
+	for uint64(len(out)) < info.State.Msgs {
+		b, err := c.Fetch(int(info.State.Msgs)-len(out), jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(e.t, err)
+		for m := range b.Messages() {
+			sb, err := subjects.DecodeSweepBatch(m.Data())
+			require.NoError(e.t, err)
+			inst, err := e.names.InstanceOf(m.Subject())
+			require.NoError(e.t, err)
+			require.Equal(e.t, sb.Instance, inst)
+			out = append(out, sb)
+		}
+	}
+	return out
+}
+
+func filesOf(bs []subjects.SweepBatch, kind string) []string {
+	var out []string
+	for _, b := range bs {
+		if b.Kind != kind {
+			continue
+		}
+		for _, f := range b.Files {
+			out = append(out, string(f.Path))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestWalkerRound: a round publishes exactly the candidates — per-block names of collected
+// instances and specs older than the grace — each once, and counts every other file by reason.
+func TestWalkerRound(t *testing.T) {
+	e := newWalkerEnv(t)
+	old := 48 * time.Hour
+	want := []string{
+		e.file("inst0/tp0/1", old), e.file("inst0/tp0/ffffffffffffffff", old), e.file("inst0/tp1/2", old),
+		e.file("inst1/tp0/a", old), e.file("solo/x/y/7", old),
+	}
+	slices.Sort(want)
+	e.file("inst0/tp0/3", time.Minute)           // young
+	e.file("inst0/tp0/4", -time.Hour)            // mtime in the future
+	e.file("inst0/tp0/1f_9c0e77d2b4a1e2f0", old) // shared
+	e.file("inst0/tp0/1F", old)                  // unparsable
+	e.file("inst0/tp0/01", old)                  // unparsable
+	e.file("ghost/tp0/1", old)                   // unknown instance
+	e.file("local_inst/tp0/1", old)              // skipped group
+	e.file("inst0/tp7/1", old)                   // unknown spec
+	e.file("a/b/c/1", old)                       // two readings
+	e.file(storage.QuarantineDir+"x/tp0/1", old) // unknown instance ".kvcm-gc-quarantinex"
+	require.NoError(t, os.Symlink("/etc/passwd", e.root+"inst0/tp0/5"))
+
+	w := e.walker("w1", 3)
+	e.run(w)
+	c := e.waitRound(1)
+	require.Equal(t, want, filesOf(e.published(), subjects.SweepWalk))
+	require.Equal(t, uint64(len(want)+11), c.LastWalked)
+	require.Equal(t, uint64(len(want)), c.LastCandidates)
+	require.Equal(t, map[string]uint64{SweepKeptYoung: 2, SweepKeptShared: 1, SweepKeptUnparsable: 2,
+		SweepKeptUnknownInstance: 2, SweepKeptGroupSkipped: 1, SweepKeptUnknownSpec: 1, SweepKeptAmbiguousName: 1,
+		SweepKeptNotRegular: 1}, c.LastKept)
+	require.Greater(t, c.NextRoundUs, e.now.UnixMicro(), "the next round waits the round pause")
+	for _, b := range e.published() {
+		require.Equal(t, "nfs", b.Storage)
+		for _, f := range b.Files {
+			require.Equal(t, e.root+kvcm.BlockObjectName(b.Instance, f.Spec, f.Key), string(f.Path))
+		}
+	}
+}
+
+// TestWalkerResumes: a walker stopped mid-round and a new one publish every candidate once.
+func TestWalkerResumes(t *testing.T) {
+	e := newWalkerEnv(t)
+	var want []string
+	for i := range 40 {
+		want = append(want, e.file(kvcm.BlockObjectName("inst0", "tp0", int64(i)), 48*time.Hour))
+	}
+	slices.Sort(want)
+	w1 := e.walker("w1", 4)
+	w1.Config.Interval = 20 * time.Millisecond
+	stop1 := e.run(w1)
+	require.Eventually(t, func() bool { c := e.checkpoint(); return c.InRound && c.Page >= 3 }, 20*time.Second, time.Millisecond)
+	stop1()
+	c := e.checkpoint()
+	require.True(t, c.InRound)
+	require.NotEmpty(t, c.Cursor)
+	e.run(e.walker("w2", 4))
+	c = e.waitRound(1)
+	require.Equal(t, "w2", c.Holder)
+	got := filesOf(e.published(), subjects.SweepWalk)
+	require.Equal(t, want, got, "each candidate exactly once")
+	require.Equal(t, uint64(40), c.LastWalked)
+}
+
+// TestWalkerOneLeader: two walkers on one storage: one walks, the other waits for the lease.
+func TestWalkerOneLeader(t *testing.T) {
+	e := newWalkerEnv(t)
+	for i := range 10 {
+		e.file(kvcm.BlockObjectName("inst1", "tp1", int64(i)), 48*time.Hour)
+	}
+	a, b := e.walker("a", 2), e.walker("b", 2)
+	e.run(a)
+	e.run(b)
+	c := e.waitRound(1)
+	held := 0
+	for _, w := range []*Walker{a, b} {
+		held += int(gaugeOf(t, w.Metrics.Sweep.LeasesHeld))
+	}
+	require.Equal(t, 1, held)
+	require.Len(t, filesOf(e.published(), subjects.SweepWalk), 10)
+	require.Contains(t, []string{"a", "b"}, c.Holder)
+}
+
+// TestWalkerLooksIntoQuarantine: a new leader publishes what is in the quarantine.
+func TestWalkerLooksIntoQuarantine(t *testing.T) {
+	e := newWalkerEnv(t)
+	p := e.file("inst0/tp0/1", 48*time.Hour)
+	set, err := storage.NewSet(e.reg.reg.Storages, storage.Options{})
+	require.NoError(t, err)
+	fs, err := set.SweepFS("nfs")
+	require.NoError(t, err)
+	root, err := fs.Open()
+	require.NoError(t, err)
+	defer root.Close()
+	at := e.now.Add(-time.Minute)
+	qrel, err := root.Quarantine("inst0/tp0/1", at)
+	require.NoError(t, err)
+	_, err = root.Quarantine("nothing", at)
+	require.Error(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(fs.QuarantinePath(), "junk"), []byte("x"), 0o644))
+
+	e.run(e.walker("w1", 8))
+	c := e.waitRound(1)
+	require.Equal(t, QuarantineCount{Files: 1, Bytes: 2, Foreign: 1, OldestUs: at.UnixMicro(), EndedUs: c.QLast.EndedUs}, c.QLast)
+	var q []subjects.SweepFile
+	for _, b := range e.published() {
+		if b.Kind == subjects.SweepQuarantine {
+			require.Equal(t, "inst0", b.Instance)
+			q = append(q, b.Files...)
+		}
+	}
+	require.NotEmpty(t, q)
+	require.Equal(t, p, string(q[0].Path))
+	require.Equal(t, qrel, string(q[0].Quarantine))
+	require.Equal(t, at.UnixMicro(), q[0].QuarantinedUs)
+	require.Equal(t, "tp0", q[0].Spec)
+	require.Empty(t, filesOf(e.published(), subjects.SweepWalk), "the quarantined file is not walked as data")
+}
+
+func gaugeOf(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, g.Write(&m))
+	return m.GetGauge().GetValue()
+}

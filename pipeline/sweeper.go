@@ -1,0 +1,547 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Sweeper is the sweep's sweeper stage (DESIGN §7): it judges the files of a sweep batch
+// against their blocks and acts, safe against a KVCM write racing it. KVCM writes the WRITING
+// location to Redis before any client writes the file, so:
+//
+//  1. a walked file is judged on its block read now: an orphan only if the block is absent or
+//     no location of it, in any status, names the file (judgeFile; anything uncertain keeps);
+//  2. the file is renamed into the quarantine (atomic, same file system): a client that
+//     opened it before writes into the quarantined file, one that opens the path after
+//     creates a new file there;
+//  3. the block is read again: a location that names the file now (a write that began
+//     between 1 and 2) moves it back, only to a free path (otherwise both are kept and
+//     reported), and so does a read that fails;
+//  4. after sweep_quarantine, a look into the quarantine brings the file back to a sweeper,
+//     which reads the block once more and unlinks it, or moves it back. From step 3 on no KVCM
+//     client can reach the quarantined file: a later write of the block goes to its path.
+//
+// A batch whose handling fails is redelivered and handled again from the files' state:
+// a file found in quarantine by its inode resumes at step 3, one moved back is judged anew.
+// Any number of sweepers may run; the sweeper consumer's MaxAckPending caps the batches in
+// flight across all of them.
+type Sweeper struct {
+	Config         SweepConfig
+	Names          subjects.Names
+	Registry       meta.RegistryReader
+	Stores         meta.StoreResolver
+	StorageOptions storage.Options // path maps; DryRun renames nothing (the storage refuses)
+	Events         *EventLog
+	Metrics        *Metrics
+	Logger         *slog.Logger
+	Now            func() time.Time
+
+	views    viewCache
+	inflight sync.Mutex
+	files    int
+}
+
+// SweepResult is what a sweeper did with one file.
+type SweepResult struct {
+	File subjects.SweepFile
+	// Outcome is a subjects.SweepOutcome*; "" for a quarantined file left waiting out
+	// sweep_quarantine.
+	Outcome string
+	Reason  string
+	Detail  string
+	// Freed is the bytes an unlink freed.
+	Freed int64
+	// Op names the failed operation of an error outcome.
+	Op string
+}
+
+// Handle handles one sweep batch message (a Handler).
+func (s *Sweeper) Handle(ctx context.Context, msg jetstream.Msg) error {
+	b, err := subjects.DecodeSweepBatch(msg.Data())
+	if err != nil {
+		return err
+	}
+	inst, err := s.Names.InstanceOf(msg.Subject())
+	if err != nil {
+		return fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
+	}
+	if inst != b.Instance || b.Cluster != s.Names.Cluster {
+		return fmt.Errorf("%w: sweep batch for instance %q of cluster %q on subject %q", subjects.ErrPoison, b.Instance, b.Cluster, msg.Subject())
+	}
+	src := subjects.Source{MsgID: msg.Headers().Get(jetstream.MsgIDHeader)}
+	if md, err := msg.Metadata(); err == nil {
+		src.Stream, src.Seq = md.Stream, md.Sequence.Stream
+	}
+	s.track(len(b.Files))
+	defer s.track(-len(b.Files))
+
+	// A slow file system must not let the batch be redelivered to another sweeper meanwhile.
+	every := s.Config.AckWait / 3
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	kctx, stopKeep := context.WithCancel(ctx)
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-kctx.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	results, err := s.Sweep(ctx, b)
+	stopKeep()
+	<-kept
+
+	s.record(ctx, b, results, &src)
+	if err != nil {
+		return fmt.Errorf("sweep batch of storage %q instance %q: %w", b.Storage, b.Instance, err)
+	}
+	return nil
+}
+
+func (s *Sweeper) track(n int) {
+	s.inflight.Lock()
+	s.files += n
+	s.Metrics.Sweep.InflightFiles.Set(float64(s.files))
+	s.inflight.Unlock()
+}
+
+// record counts the results and publishes an event for every step taken.
+func (s *Sweeper) record(ctx context.Context, b subjects.SweepBatch, results []SweepResult, src *subjects.Source) {
+	m := s.Metrics.Sweep
+	var fs []jetstream.PubAckFuture
+	for _, r := range results {
+		switch r.Outcome {
+		case "":
+			continue // waiting out sweep_quarantine: nothing happened
+		case subjects.SweepOutcomeQuarantined:
+			m.Quarantined.Inc()
+		case subjects.SweepOutcomeRestored:
+			m.Restored.Inc()
+		case subjects.SweepOutcomeConflict:
+			m.Conflicts.Inc()
+		case subjects.SweepOutcomeUnlinked:
+			m.Unlinked.Inc()
+			m.FreedBytes.Add(float64(r.Freed))
+		case subjects.SweepOutcomeGone:
+			m.Gone.Inc()
+		case subjects.SweepOutcomeKept:
+			m.Kept.WithLabelValues(r.Reason).Inc()
+		case subjects.SweepOutcomeWouldQuarantine, subjects.SweepOutcomeWouldRestore, subjects.SweepOutcomeWouldUnlink:
+			m.Kept.WithLabelValues(SweepKeptDryRun).Inc()
+		case subjects.SweepOutcomeError:
+			s.Metrics.sweepError(StageSweeper, r.Op)
+		}
+		if r.Outcome == subjects.SweepOutcomeConflict || r.Outcome == subjects.SweepOutcomeError {
+			s.Logger.Warn("sweep", "outcome", r.Outcome, "storage", b.Storage, "instance", b.Instance,
+				"file", string(r.File.Path), "detail", r.Detail)
+		}
+		if s.Events != nil {
+			key := r.File.Key
+			fs = append(fs, s.Events.Emit(ctx, subjects.Event{Kind: subjects.EventSweep, Stage: StageSweeper,
+				Instance: b.Instance, Round: b.Round, Key: &key, File: r.File.Path, Reason: r.Reason, Outcome: r.Outcome,
+				Detail: r.Detail, DryRun: s.StorageOptions.DryRun, Source: src}))
+		}
+	}
+	if s.Events != nil {
+		if err := s.Events.Wait(ctx, fs); err != nil {
+			s.Logger.Warn("store sweep events", "instance", b.Instance, "err", err)
+		}
+	}
+}
+
+// errRetry: a step failed for a reason that may pass; the batch is redelivered.
+var errRetry = errors.New("some files could not be handled")
+
+// sweepFile is one file of a batch as it is being handled.
+type sweepFile struct {
+	res    *SweepResult
+	target sweepTarget
+	rel    string
+	qrel   string    // its quarantine name once there
+	qAt    time.Time // when it went in
+	st     storage.FileStat
+}
+
+// Sweep judges and acts on every file of b and returns what it did with each, in order. An
+// error means the batch must be handled again (a step failed); everything it did is in the
+// results.
+func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]SweepResult, error) {
+	now := s.now()
+	results := make([]SweepResult, len(b.Files))
+	for i := range b.Files {
+		results[i].File = b.Files[i]
+	}
+	all := func(outcome, reason, detail string) ([]SweepResult, error) {
+		for i := range results {
+			results[i].Outcome, results[i].Reason, results[i].Detail = outcome, reason, detail
+		}
+		return results, nil
+	}
+	if !s.Config.swept(b.Storage) {
+		return all(subjects.SweepOutcomeKept, SweepKeptNotSwept, "storage "+b.Storage)
+	}
+	cv, err := s.views.get(ctx, s.Registry, s.StorageOptions, s.Config.RegistryRefresh, now)
+	if err != nil {
+		s.Metrics.sweepError(StageSweeper, "registry")
+		return results, err
+	}
+	view := cv.view
+	fs, err := view.Storages().SweepFS(b.Storage)
+	if err != nil {
+		return all(subjects.SweepOutcomeKept, SweepKeptNoStorage, err.Error())
+	}
+	root, err := fs.Open()
+	if err != nil {
+		s.Metrics.sweepError(StageSweeper, "open")
+		return results, err
+	}
+	defer root.Close()
+	h := &batchSweep{s: s, b: b, view: view, fs: fs, root: root, now: now}
+	in, ok := view.Instance(b.Instance)
+	if !ok {
+		_, reason, detail := view.ResolveName(kvcm.BlockObjectName(b.Instance, b.Files[0].Spec, b.Files[0].Key))
+		if reason == "" {
+			reason = SweepKeptUnknownInstance
+		}
+		if b.Kind == subjects.SweepWalk {
+			return all(subjects.SweepOutcomeKept, reason, detail)
+		}
+		// Not ours to judge any more (the registry changed): undo the quarantine.
+		for i := range results {
+			h.undo(&results[i], reason)
+		}
+		return results, h.err()
+	}
+	store, err := s.Stores.Store(in.Store)
+	if err != nil {
+		s.Metrics.sweepError(StageSweeper, "store")
+		return results, fmt.Errorf("open metadata store %q: %w", in.Store, err)
+	}
+	h.store = store
+	if d, ok := store.(interface{ DB() int }); ok && d.DB() != 0 {
+		h.otherDB = true
+	}
+	if b.Kind == subjects.SweepWalk {
+		h.walked(ctx, results)
+	} else {
+		h.quarantined(ctx, results)
+	}
+	return results, h.err()
+}
+
+func (s *Sweeper) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// batchSweep is the handling of one batch.
+type batchSweep struct {
+	s       *Sweeper
+	b       subjects.SweepBatch
+	view    *SweepView
+	fs      *storage.SweepFS
+	root    *storage.SweepRoot
+	store   meta.Store
+	otherDB bool
+	now     time.Time
+	failed  bool
+}
+
+func (h *batchSweep) err() error {
+	if h.failed {
+		return errRetry
+	}
+	return nil
+}
+
+func (h *batchSweep) fail(r *SweepResult, op string, err error) {
+	r.Outcome, r.Op, r.Detail = subjects.SweepOutcomeError, op, err.Error()
+	h.failed = true
+}
+
+// entry checks that a file entry names what KVCM's name of its block gives, on this storage,
+// for a collected instance and spec, and returns its local path. ok is false when the result
+// is decided (kept) already.
+func (h *batchSweep) entry(r *SweepResult) (sweepTarget, string, bool) {
+	f := r.File
+	object := kvcm.BlockObjectName(h.b.Instance, f.Spec, f.Key)
+	if h.fs.DataPath(object) != string(f.Path) {
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, "KVCM's name of the block is "+object
+		return sweepTarget{}, "", false
+	}
+	if _, reason, detail := h.view.ResolveName(object); reason != "" {
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, reason, detail
+		return sweepTarget{}, "", false
+	}
+	rel, err := h.fs.Resolve(string(f.Path))
+	if err != nil {
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptPathMap, err.Error()
+		return sweepTarget{}, "", false
+	}
+	t := sweepTarget{storage: h.b.Storage, rawPath: string(f.Path), local: h.fs.LocalDir() + "/" + rel}
+	return t, rel, true
+}
+
+// walked handles the files of a walk: judge, quarantine, judge again.
+func (h *batchSweep) walked(ctx context.Context, results []SweepResult) {
+	var judge, confirm []*sweepFile
+	for i := range results {
+		r := &results[i]
+		t, rel, ok := h.entry(r)
+		if !ok {
+			continue
+		}
+		sf := &sweepFile{res: r, target: t, rel: rel}
+		st, err := h.root.Stat(rel)
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			// Moved by an earlier delivery that did not finish: resume after the rename.
+			qrel, at, found, ferr := h.root.FindQuarantined(rel, r.File.Ino)
+			switch {
+			case ferr != nil:
+				h.fail(r, "stat", ferr)
+			case found:
+				sf.qrel, sf.qAt = qrel, at
+				confirm = append(confirm, sf)
+			default:
+				r.Outcome = subjects.SweepOutcomeGone
+			}
+			continue
+		case err != nil:
+			h.fail(r, "stat", err)
+			continue
+		}
+		if reason, detail := h.sameFile(r.File, st); reason != "" {
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, reason, detail
+			continue
+		}
+		sf.st = st
+		judge = append(judge, sf)
+	}
+	if len(judge) > 0 {
+		reads, err := h.read(ctx, judge)
+		if err != nil {
+			for _, sf := range judge {
+				h.fail(sf.res, "read", err)
+			}
+			judge = nil
+		}
+		for i, sf := range judge {
+			r := sf.res
+			orphan, reason, detail := h.view.judgeFile(reads[i], sf.target, h.otherDB)
+			if !orphan {
+				r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, reason, detail
+				continue
+			}
+			r.Reason = reason
+			if h.s.StorageOptions.DryRun {
+				r.Outcome = subjects.SweepOutcomeWouldQuarantine
+				continue
+			}
+			qrel, err := h.root.Quarantine(sf.rel, h.s.now())
+			switch {
+			case errors.Is(err, syscall.ENOENT):
+				r.Outcome = subjects.SweepOutcomeGone
+				continue
+			case err != nil:
+				h.fail(r, "quarantine", err)
+				continue
+			}
+			sf.qrel = qrel
+			// The rename moved whatever was at the path: if that was not the file judged (it
+			// changed in between), it goes back at once.
+			qst, err := h.root.QuarantinedStat(qrel)
+			if err != nil || !qst.Regular() || qst.Ino != sf.st.Ino || qst.Size != sf.st.Size || !qst.ModTime.Equal(sf.st.ModTime) {
+				r.Detail = "back from quarantine as " + qrel + ": not the file judged"
+				h.restore(r, sf, SweepKeptChanged)
+				continue
+			}
+			confirm = append(confirm, sf)
+		}
+	}
+	if len(confirm) == 0 {
+		return
+	}
+	// Read again, now that no client can open the file at its path any more: a location
+	// written since the first read (a write that began in between) names it, and it goes back.
+	reads, err := h.read(ctx, confirm)
+	if err != nil {
+		h.s.Metrics.sweepError(StageSweeper, "read")
+	}
+	for i, sf := range confirm {
+		r := sf.res
+		if err != nil {
+			h.restore(r, sf, SweepKeptReadError) // fail closed: unconfirmed, so undone
+			continue
+		}
+		orphan, reason, detail := h.view.judgeFile(reads[i], sf.target, h.otherDB)
+		if !orphan {
+			r.Detail = joinDetail("back from quarantine as "+sf.qrel, detail)
+			h.restore(r, sf, reason)
+			continue
+		}
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeQuarantined, reason, sf.qrel
+	}
+}
+
+func joinDetail(a, b string) string {
+	if b == "" {
+		return a
+	}
+	return a + ": " + b
+}
+
+// quarantined handles the files of a look into the quarantine: judge once more, then unlink
+// what has waited out sweep_quarantine, or move back what is named again.
+func (h *batchSweep) quarantined(ctx context.Context, results []SweepResult) {
+	var judge []*sweepFile
+	for i := range results {
+		r := &results[i]
+		rel, at, err := storage.ParseQuarantined(string(r.File.Quarantine))
+		if err != nil {
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, err.Error()
+			continue
+		}
+		if local, err := h.fs.Resolve(string(r.File.Path)); err != nil || local != rel {
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, "quarantine name of another path"
+			continue
+		}
+		sf := &sweepFile{res: r, rel: rel, qrel: string(r.File.Quarantine), qAt: at}
+		if _, err := h.root.QuarantinedStat(sf.qrel); errors.Is(err, syscall.ENOENT) {
+			r.Outcome = subjects.SweepOutcomeGone // finished or undone already
+			continue
+		} else if err != nil {
+			h.fail(r, "stat", err)
+			continue
+		}
+		t, _, ok := h.entry(r)
+		if !ok {
+			// Its block can no longer be judged: undo.
+			reason := r.Reason
+			r.Outcome, r.Reason = "", ""
+			h.restore(r, sf, reason)
+			continue
+		}
+		sf.target = t
+		judge = append(judge, sf)
+	}
+	if len(judge) == 0 {
+		return
+	}
+	reads, err := h.read(ctx, judge)
+	if err != nil {
+		for _, sf := range judge {
+			h.fail(sf.res, "read", err)
+		}
+		return
+	}
+	for i, sf := range judge {
+		r := sf.res
+		orphan, reason, detail := h.view.judgeFile(reads[i], sf.target, h.otherDB)
+		if !orphan {
+			r.Detail = detail
+			h.restore(r, sf, reason)
+			continue
+		}
+		if h.now.Sub(sf.qAt) < h.s.Config.Quarantine {
+			continue // waiting: the next look brings it back
+		}
+		if h.s.StorageOptions.DryRun {
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeWouldUnlink, reason, sf.qrel
+			continue
+		}
+		// The read above is the last check (invariant 11): no location of the block names the
+		// file, and the quarantine name is none KVCM could reuse.
+		freed, err := h.root.Unlink(sf.qrel)
+		if err != nil {
+			h.fail(r, "unlink", err)
+			continue
+		}
+		r.Outcome, r.Reason, r.Detail, r.Freed = subjects.SweepOutcomeUnlinked, reason, sf.qrel, freed
+	}
+}
+
+// undo moves a quarantined file back without judging it.
+func (h *batchSweep) undo(r *SweepResult, reason string) {
+	rel, at, err := storage.ParseQuarantined(string(r.File.Quarantine))
+	if err != nil {
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, err.Error()
+		return
+	}
+	if local, err := h.fs.Resolve(string(r.File.Path)); err != nil || local != rel {
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, "quarantine name of another path"
+		return
+	}
+	h.restore(r, &sweepFile{res: r, rel: rel, qrel: string(r.File.Quarantine), qAt: at}, reason)
+}
+
+// restore moves sf back to its path; reason says why. Dry-run only says so.
+func (h *batchSweep) restore(r *SweepResult, sf *sweepFile, reason string) {
+	r.Reason = reason
+	if h.s.StorageOptions.DryRun {
+		r.Outcome = subjects.SweepOutcomeWouldRestore
+		return
+	}
+	err := h.root.Restore(sf.qrel, sf.rel)
+	switch {
+	case err == nil:
+		r.Outcome = subjects.SweepOutcomeRestored
+	case errors.Is(err, storage.ErrRestoreConflict):
+		r.Outcome, r.Detail = subjects.SweepOutcomeConflict, err.Error()
+	case errors.Is(err, syscall.ENOENT):
+		r.Outcome = subjects.SweepOutcomeGone
+	default:
+		h.fail(r, "restore", err)
+	}
+}
+
+// sameFile says why st is not the file the walker saw (or is too young now), "" when it is.
+func (h *batchSweep) sameFile(f subjects.SweepFile, st storage.FileStat) (reason, detail string) {
+	switch {
+	case !st.Regular():
+		return SweepKeptNotRegular, ""
+	case st.Ino != f.Ino || st.Size != f.Size || st.ModTime.UnixMicro() != f.MtimeUs:
+		return SweepKeptChanged, fmt.Sprintf("inode %d size %d mtime %d, walked %d %d %d", st.Ino, st.Size, st.ModTime.UnixMicro(), f.Ino, f.Size, f.MtimeUs)
+	case h.now.Sub(st.ModTime) < h.s.Config.Grace:
+		return SweepKeptYoung, ""
+	}
+	return "", ""
+}
+
+// read reads the blocks of files in one round trip, in order.
+func (h *batchSweep) read(ctx context.Context, files []*sweepFile) ([]meta.BlockRead, error) {
+	keys := make([]int64, len(files))
+	for i, sf := range files {
+		keys[i] = sf.res.File.Key
+	}
+	reads, err := h.store.ReadBlocks(ctx, h.b.Instance, keys)
+	if err == nil && len(reads) != len(keys) {
+		err = fmt.Errorf("read %d blocks: %d answers", len(keys), len(reads))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return reads, nil
+}
