@@ -56,14 +56,10 @@ const (
 // own).
 var AllPhases = []string{PhaseRaw, PhaseAlone, PhaseSmall, PhaseServing, PhaseE2E}
 
-// keyspaceDB holds the keyspace under measurement, one at a time; snapshotDB its copy for
-// the runs after a destructive one. The legacy layout allows no other database than 0: a
-// KVCM of that layout ignores db= and keeps its blocks in DB 0, so kvcm-gc leaves legacy keys
-// of any other database alone.
-const (
-	keyspaceDB = 0
-	snapshotDB = 1
-)
+// keyspaceDB holds the keyspace under measurement, one at a time. The legacy layout allows
+// no other database than 0: a KVCM of that layout ignores db= and keeps its blocks in DB 0, so
+// kvcm-gc leaves legacy keys of any other database alone.
+const keyspaceDB = 0
 
 // ParseLayouts reads the -layout flag: "location", "legacy" or "both" (location first).
 func ParseLayouts(s string) ([]kvcm.Layout, error) {
@@ -410,7 +406,7 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 	collected := false
 	if cfg.wants(PhaseAlone) || cfg.wants(PhaseAB) {
 		started := time.Now()
-		if err := main.Snapshot(ctx, snapshotDB); err != nil {
+		if err := main.Snapshot(ctx); err != nil {
 			return err
 		}
 		h.timed(layout, "snapshot", started)
@@ -420,7 +416,7 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 			var pair [2]AloneResults
 			for i, bin := range []string{cfg.StageBin, cfg.ABStageBin} {
 				if collected {
-					if err := main.Restore(ctx, snapshotDB, true); err != nil {
+					if err := main.Restore(ctx); err != nil {
 						return err
 					}
 				}
@@ -435,7 +431,7 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 	}
 	if cfg.wants(PhaseAlone) {
 		if collected {
-			if err := main.Restore(ctx, snapshotDB, true); err != nil {
+			if err := main.Restore(ctx); err != nil {
 				return err
 			}
 		}
@@ -450,7 +446,7 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 	if collected && (cfg.wants(PhaseServing) || cfg.wants(PhaseE2E)) {
 		log.Info("restore main keyspace", "layout", layout)
 		started := time.Now()
-		if err := main.Restore(ctx, snapshotDB, false); err != nil {
+		if err := main.Restore(ctx); err != nil {
 			return err
 		}
 		h.timed(layout, "restore", started)

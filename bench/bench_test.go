@@ -82,8 +82,8 @@ func TestComposedDeleteRate(t *testing.T) {
 // TestKeyspaceLayouts seeds a small keyspace in each layout and checks what the harness
 // relies on: its raw write loops leave the keyspace as it was (they write scratch copies
 // only); the writes they time are the deleter's and, applied to the keyspace itself, delete
-// exactly the garbage, which Verify recognises; the copies of kvcm-gc's scripts are the ones
-// kvcm-gc loads.
+// exactly the garbage, which Verify recognises; Restore undoes a collection; the copies of
+// kvcm-gc's scripts are the ones kvcm-gc loads.
 func TestKeyspaceLayouts(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	ctx := context.Background()
@@ -120,7 +120,9 @@ func TestKeyspaceLayouts(t *testing.T) {
 			require.Empty(t, keys, "scratch keys left")
 			untouched()
 
-			// The raw writes on the keyspace itself: exactly the garbage goes.
+			// The raw writes on the keyspace itself: exactly the garbage goes; Restore brings
+			// it back.
+			require.NoError(t, k.Snapshot(ctx))
 			blocks, _, err := garbageBlocks(ctx, k, 1<<30, "")
 			require.NoError(t, err)
 			for i := range blocks {
@@ -143,6 +145,12 @@ func TestKeyspaceLayouts(t *testing.T) {
 			v, err := k.Verify(ctx)
 			require.NoError(t, err)
 			require.True(t, v.OK(), "%+v", v)
+			require.NoError(t, k.Restore(ctx))
+			untouched()
+			for _, f := range k.GarbageFiles {
+				_, err := os.Lstat(f)
+				require.NoError(t, err, "garbage file relinked")
+			}
 		})
 	}
 }

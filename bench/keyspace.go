@@ -64,6 +64,9 @@ type Keyspace struct {
 	locHash []uint64
 	seedH   maphash.Seed
 
+	// saved are the garbage blocks as Snapshot read them.
+	saved []savedBlock
+
 	// GarbageFiles are the existing, unshared data files of garbage locations: what the
 	// deleter unlinks.
 	GarbageFiles []string
@@ -493,54 +496,45 @@ func linkAll(root string, paths []string) error {
 	return errors.Join(errs...)
 }
 
-// Snapshot copies the keyspace's database into db, to restore it after a destructive run.
-func (k *Keyspace) Snapshot(ctx context.Context, db int) error {
-	opts := *k.rdb.Options()
-	opts.DB = db
-	dst := redis.NewClient(&opts)
-	defer dst.Close()
-	if err := dst.FlushDB(ctx).Err(); err != nil {
-		return fmt.Errorf("flush snapshot db %d: %w", db, err)
-	}
-	var cursor uint64
-	for {
-		keys, next, err := k.rdb.Scan(ctx, cursor, "*", 1000).Result()
-		if err != nil {
-			return fmt.Errorf("snapshot: scan: %w", err)
-		}
-		pipe := k.rdb.Pipeline()
-		for _, key := range keys {
-			pipe.Copy(ctx, key, key, db, true)
-		}
-		if len(keys) > 0 {
-			if _, err := pipe.Exec(ctx); err != nil {
-				return fmt.Errorf("snapshot: copy: %w", err)
-			}
-		}
-		if cursor = next; cursor == 0 {
-			return nil
+// Snapshot records the fields of every block holding garbage, the only blocks a collection
+// may change (Verify checks that no other one did), to restore them after a destructive run.
+func (k *Keyspace) Snapshot(ctx context.Context) error {
+	var idx []int
+	for i := range k.blocks {
+		if k.blocks[i].garbage > 0 {
+			idx = append(idx, i)
 		}
 	}
+	k.saved = make([]savedBlock, 0, len(idx))
+	return k.readBlocksAt(ctx, len(idx), func(j int) int { return idx[j] }, func(i int, v *blockView) error {
+		fields := make([]any, len(v.pairs))
+		for j, f := range v.pairs {
+			fields[j] = f
+		}
+		k.saved = append(k.saved, savedBlock{key: k.BlockKey(i), fields: fields})
+		return nil
+	})
 }
 
-// Restore swaps the snapshot in db back into the keyspace's database, relinks the garbage
-// files, and, when again is set, copies the restored keyspace into db for the next Restore;
-// otherwise the collected copy in db is dropped.
-func (k *Keyspace) Restore(ctx context.Context, db int, again bool) error {
-	if err := k.rdb.Do(ctx, "SWAPDB", k.Spec.DB, db).Err(); err != nil {
-		return fmt.Errorf("restore snapshot: %w", err)
+// savedBlock is a block's key and fields as Snapshot read them.
+type savedBlock struct {
+	key    string
+	fields []any
+}
+
+// Restore writes the blocks Snapshot recorded back as they were and relinks the garbage files.
+func (k *Keyspace) Restore(ctx context.Context) error {
+	if k.saved == nil {
+		return errors.New("restore: no snapshot")
 	}
-	if again {
-		if err := k.Snapshot(ctx, db); err != nil {
-			return err
+	for start := 0; start < len(k.saved); start += 500 {
+		pipe := k.rdb.Pipeline()
+		for _, b := range k.saved[start:min(start+500, len(k.saved))] {
+			pipe.Del(ctx, b.key)
+			pipe.HSet(ctx, b.key, b.fields...)
 		}
-	} else {
-		opts := *k.rdb.Options()
-		opts.DB = db
-		old := redis.NewClient(&opts)
-		defer old.Close()
-		if err := old.FlushDB(ctx).Err(); err != nil {
-			return fmt.Errorf("drop collected copy: %w", err)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("restore snapshot: %w", err)
 		}
 	}
 	return k.RelinkGarbage()

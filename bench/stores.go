@@ -20,7 +20,7 @@ import (
 const storesCluster = "stores"
 
 // storesDB is the database of each store in the location layout (the first store's holds the
-// registry too); the keyspaces and the snapshot use keyspaceDB and snapshotDB. The legacy
+// registry too); the keyspaces use keyspaceDB. The legacy
 // layout allows no database but 0 (a KVCM of that layout ignores db=), so its stores take
 // DB 0, the main keyspace's: the phase runs after every other phase of the layout.
 const storesDB = 3
