@@ -327,7 +327,7 @@ func (h *Harness) waitRemoval() {
 	if r := h.removing; r != nil {
 		<-r.done
 		h.removing = nil
-		h.res.Timings = append(h.res.Timings, Timing{Layout: r.layout, Part: "removing its data files (in the background of the next seeding)", Dur: r.took})
+		h.res.Timings = append(h.res.Timings, Timing{Layout: r.layout, Part: "removing its data files", Dur: r.took})
 	}
 }
 

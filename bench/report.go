@@ -96,7 +96,7 @@ func Report(r *Results) string {
 	}
 
 	if len(r.Timings) > 0 {
-		w("### Run time\n\nWhat the run's %s were spent on (wall time; seeding includes linking the data files and waiting for the previous layout's files to be removed).\n\n",
+		w("### Run time\n\nWhat the run's %s were spent on (wall time). Seeding includes linking the data files; a layout's files are removed while the next layout seeds (which waits for it before it measures anything), the last layout's at the end.\n\n",
 			r.Elapsed.Round(time.Second))
 		w("| layout | part | time |\n|---|---|---|\n")
 		for _, t := range r.Timings {

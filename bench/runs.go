@@ -133,6 +133,10 @@ func (r *run) stop(st string) (StageRun, error) {
 
 // close stops what still runs and removes the run's streams and buckets.
 func (r *run) close(ctx context.Context) {
+	// Every process is told at once, so they drain side by side.
+	for _, p := range r.procs {
+		p.Terminate()
+	}
 	for st := range r.procs {
 		_, _ = r.stop(st)
 	}

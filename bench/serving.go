@@ -205,7 +205,12 @@ func (h *Harness) servingWindow(ctx context.Context, phase string, k *Keyspace, 
 			return Latency{}, err
 		}
 	}
-	time.Sleep(time.Second) // let the stages reach their steady state
+	// Let the stages reach their steady state, or the last window's settle.
+	if r != nil {
+		time.Sleep(time.Second)
+	} else {
+		time.Sleep(time.Second / 2)
+	}
 	before := h.scannedKeys(ctx, r)
 	var pids []int
 	if r != nil {
