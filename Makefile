@@ -33,25 +33,29 @@ fuzz:
 	  done; \
 	done
 
-# The benchmark harness (bench/): its own redis-server and NATS, a seeded keyspace, the raw
-# Redis and file-system limits, each stage alone, end to end, peak memory at two keyspace
-# sizes and serving latency, all in one run; the report goes into BENCHMARKS.md. Not part of
-# `make test`. The Go micro-benchmarks of the hot paths run with
+# The benchmark harness (bench/): its own redis-server and NATS, seeded keyspaces in both
+# block layouts (today's location layout, then the legacy one), and for each layout the raw
+# Redis and file-system limits, each stage alone, end to end and serving latency (pinned:
+# Redis and the load on one core, kvcm-gc and NATS on the other; and on shared cores), all
+# against that layout's own baselines in one run; peak memory at two keyspace sizes for the
+# location layout. The report goes into BENCHMARKS.md. Not part of `make test`. The Go
+# micro-benchmarks of the hot paths run with
 # go test -run '^$$' -bench . -benchmem ./kvcm/ ./subjects/ ./pipeline/
 BLOCKS       ?= 1000000
-SMALL_BLOCKS ?= 200000
+SMALL_BLOCKS ?= 100000
 BENCH_FLAGS  ?=
 bench:
 	$(GO) build -o bin/bench/ ./bench/cmd/kvcmbench ./bench/cmd/kvcmstage
 	bin/bench/kvcmbench -blocks $(BLOCKS) -small-blocks $(SMALL_BLOCKS) -out BENCHMARKS.md -section full \
 	  -command "make bench BLOCKS=$(BLOCKS) SMALL_BLOCKS=$(SMALL_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
 
-# A smaller run for development (a few minutes): same figures, 100k and 20k blocks.
+# A smaller run for development (a few minutes): same figures, 100k and 20k blocks, the
+# memory comparison for both layouts, shorter serving windows.
 QUICK_BLOCKS       ?= 100000
 QUICK_SMALL_BLOCKS ?= 20000
 bench-quick:
 	$(GO) build -o bin/bench/ ./bench/cmd/kvcmbench ./bench/cmd/kvcmstage
-	bin/bench/kvcmbench -blocks $(QUICK_BLOCKS) -small-blocks $(QUICK_SMALL_BLOCKS) -serving-window 3s -serving-reps 6 \
+	bin/bench/kvcmbench -blocks $(QUICK_BLOCKS) -small-blocks $(QUICK_SMALL_BLOCKS) -small-layout both -serving-window 2s -serving-reps 3 \
 	  -out BENCHMARKS.md -section quick \
 	  -command "make bench-quick QUICK_BLOCKS=$(QUICK_BLOCKS) QUICK_SMALL_BLOCKS=$(QUICK_SMALL_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
 

@@ -1,9 +1,12 @@
 // Package bench measures kvcm-gc against the raw limits of the machine it runs on. It starts
-// its own Redis and NATS JetStream, seeds a synthetic KVCM keyspace, and in one run times the
-// raw Redis and file-system operations the stages are made of, each stage alone, the whole
+// its own Redis and NATS JetStream, seeds a synthetic KVCM keyspace in each block layout
+// (today's location layout and the legacy one), and in one run times, per layout, the raw
+// Redis and file-system operations the stages are made of, each stage alone, the whole
 // pipeline, each stage's peak memory at two keyspace sizes, and the latency a KVCM-like read
-// load sees while kvcm-gc runs. Every kvcm-gc figure is reported next to the raw figure of the
-// same run, so the ratios hold on a noisy machine where absolute numbers do not.
+// load sees while kvcm-gc runs (with Redis and kvcm-gc on cores of their own, as in
+// production, and sharing both cores). Every kvcm-gc figure is reported next to the raw
+// figure of the same layout in the same run, so the ratios hold on a noisy machine where
+// absolute numbers do not.
 //
 // The stages run as separate processes (package stage), as in production: their memory and
 // CPU time are read from the operating system, and the harness's own work (the load
@@ -22,6 +25,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +33,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/bench/stage"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
 // Phases of a run; Config.Phases selects some (the keyspaces are always seeded).
@@ -47,8 +52,29 @@ const (
 	PhaseStores = "stores"
 )
 
-// AllPhases in the order they run.
+// AllPhases in the order they run (for each layout; PhaseSmall first, on a keyspace of its
+// own).
 var AllPhases = []string{PhaseRaw, PhaseAlone, PhaseSmall, PhaseServing, PhaseE2E}
+
+// keyspaceDB holds the keyspace under measurement, one at a time. The legacy layout allows
+// no other database than 0: a KVCM of that layout ignores db= and keeps its blocks in DB 0, so
+// kvcm-gc leaves legacy keys of any other database alone.
+const keyspaceDB = 0
+
+// ParseLayouts reads the -layout flag: "location", "legacy" or "both" (location first).
+func ParseLayouts(s string) ([]kvcm.Layout, error) {
+	switch s {
+	case "both", "":
+		return []kvcm.Layout{kvcm.LayoutLocation, kvcm.LayoutLegacy}, nil
+	case "none":
+		return nil, nil
+	}
+	l, ok := kvcm.ParseLayout(s)
+	if !ok || (l != kvcm.LayoutLocation && l != kvcm.LayoutLegacy) {
+		return nil, fmt.Errorf("layout %q: not location, legacy or both", s)
+	}
+	return []kvcm.Layout{l}, nil
+}
 
 // Config is one benchmark run.
 type Config struct {
@@ -75,6 +101,17 @@ type Config struct {
 	ServingReps   int
 	// Unpaced is the kvcm-gc configuration of the throughput and end-to-end runs.
 	Unpaced stage.Profile
+	// Layouts are the block layouts measured, one after the other, each with keyspaces and
+	// raw baselines of its own.
+	Layouts []kvcm.Layout
+	// SmallLayouts are the layouts of PhaseSmall (the memory comparison at two sizes).
+	SmallLayouts []kvcm.Layout
+	// RawMatch adds the raw per-instance MATCH walk (the former scanner's) on the legacy
+	// keyspace.
+	RawMatch bool
+	// ServingPins are the placements of the serving windows (PinPinned, PinShared),
+	// alternated in every repetition.
+	ServingPins []string
 	// Phases to run (nil: all but PhaseAB).
 	Phases []string
 	// ABStageBin is the stage binary to compare with StageBin in PhaseAB, ABReps times each.
@@ -113,11 +150,21 @@ type Harness struct {
 	seq       int
 	storesSeq int
 	redisPid  int
+	// cpus are the cores the harness may use (its affinity when it started); placed is set
+	// while Redis, NATS and the harness are pinned (PinPinned).
+	cpus   []int
+	placed bool
+	// removing removes the data files of the layout done last in the background, while the
+	// next layout seeds (every measurement waits for it).
+	removing *removal
+	res      *Results
 }
 
 // Machine describes where a run happened.
 type Machine struct {
-	Cores        int
+	Cores int
+	// CPUs are the cores the harness was allowed (the pinned serving placement splits them).
+	CPUs         []int
 	CPU          string
 	MemoryGiB    float64
 	Go           string
@@ -128,10 +175,29 @@ type Machine struct {
 
 // Results are everything a run measured.
 type Results struct {
-	Config      Config
-	Machine     Machine
-	Started     time.Time
-	Elapsed     time.Duration
+	Config  Config
+	Machine Machine
+	Started time.Time
+	Elapsed time.Duration
+	// Layouts hold the figures of each layout, in the order they ran.
+	Layouts []*LayoutResults
+	// Timings are how long each part of the run took, in order (what a run's length is
+	// made of).
+	Timings []Timing
+	Errors  []string
+}
+
+// Timing is the wall time of one part of a run.
+type Timing struct {
+	Layout kvcm.Layout
+	Part   string
+	Dur    time.Duration
+}
+
+// LayoutResults are everything measured on the keyspaces of one layout, each figure against
+// the raw baselines of the same layout.
+type LayoutResults struct {
+	Layout      kvcm.Layout
 	Main, Small *Keyspace
 	Raw         *RawResults
 	Alone       *AloneResults
@@ -142,11 +208,20 @@ type Results struct {
 	AB [][2]AloneResults
 	// Stores is PhaseStores.
 	Stores *StoresResult
-	Errors []string
 }
 
 func (c Config) wants(phase string) bool {
 	return (len(c.Phases) == 0 && phase != PhaseAB && phase != PhaseStores) || slices.Contains(c.Phases, phase)
+}
+
+// wantsMain reports whether a phase runs on the main keyspace.
+func (c Config) wantsMain() bool {
+	for _, p := range []string{PhaseRaw, PhaseAlone, PhaseAB, PhaseServing, PhaseE2E} {
+		if c.wants(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Run runs the benchmark; Report renders what it returns. A failing phase is recorded in the
@@ -157,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	res = &Results{Config: cfg, Started: time.Now()}
-	h := &Harness{cfg: cfg, log: log, stageBin: cfg.StageBin}
+	h := &Harness{cfg: cfg, log: log, stageBin: cfg.StageBin, res: res}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
@@ -191,131 +266,258 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	res.Machine = machine(ctx, h)
 
-	phaseErr := func(phase string, err error) {
-		log.Error("phase failed", "phase", phase, "err", err)
-		res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", phase, err))
-	}
-	ks := func(name string, db, blocks int) (*Keyspace, error) {
-		return SeedKeyspace(ctx, h.redis.Client(), h.redis.URI(), KeyspaceSpec{Cluster: name, DB: db,
-			Instances: cfg.Instances, Blocks: blocks, Locations: cfg.Locations, Garbage: cfg.Garbage, Tricky: cfg.Tricky,
-			Seed: cfg.Seed, Root: filepath.Join(h.workDir, "data-"+name)}, log)
-	}
-	const snapshotDB = 2
-	if res.Main, err = ks("main", 0, cfg.Blocks); err != nil {
-		return res, err
-	}
-	defer res.Main.Close()
-	if cfg.wants(PhaseSmall) {
-		if res.Small, err = ks("small", 1, cfg.SmallBlocks); err != nil {
-			return res, err
+	for _, layout := range cfg.Layouts {
+		lr := &LayoutResults{Layout: layout}
+		res.Layouts = append(res.Layouts, lr)
+		phaseErr := func(phase string, err error) {
+			log.Error("phase failed", "layout", layout, "phase", phase, "err", err)
+			res.Errors = append(res.Errors, fmt.Sprintf("%s layout, %s: %v", layout, phase, err))
 		}
-		defer res.Small.Close()
+		failed := len(res.Errors)
+		if err := h.runLayout(ctx, lr, phaseErr); err != nil {
+			return res, fmt.Errorf("%s layout: %w", layout, err)
+		}
+		if !cfg.Keep && len(res.Errors) == failed {
+			h.removeInBackground(lr)
+		}
 	}
+	return res, nil
+}
+
+// timed records the wall time of a part of the run since started.
+func (h *Harness) timed(layout kvcm.Layout, part string, started time.Time) {
+	h.res.Timings = append(h.res.Timings, Timing{Layout: layout, Part: part, Dur: time.Since(started)})
+}
+
+// removeInBackground removes the data files of a layout's keyspaces while the next layout
+// seeds its own; waitRemoval waits for it before anything is measured.
+func (h *Harness) removeInBackground(lr *LayoutResults) {
+	var roots []string
+	for _, k := range []*Keyspace{lr.Main, lr.Small} {
+		if k != nil {
+			roots = append(roots, k.Spec.Root)
+		}
+	}
+	h.waitRemoval()
+	r := &removal{layout: lr.Layout, done: make(chan struct{})}
+	h.removing = r
+	go func() {
+		defer close(r.done)
+		started := time.Now()
+		for _, root := range roots {
+			if err := removeTree(root); err != nil {
+				h.log.Warn("remove data files", "dir", root, "err", err)
+			}
+		}
+		r.took = time.Since(started)
+		h.log.Info("data files removed", "layout", lr.Layout, "took", r.took.Round(time.Millisecond))
+	}()
+}
+
+// removal is a background removal of a layout's data files.
+type removal struct {
+	layout kvcm.Layout
+	done   chan struct{}
+	took   time.Duration // set before done is closed
+}
+
+// waitRemoval waits for a background removal of data files, if one runs, and records how long
+// it took.
+func (h *Harness) waitRemoval() {
+	if r := h.removing; r != nil {
+		<-r.done
+		h.removing = nil
+		h.res.Timings = append(h.res.Timings, Timing{Layout: r.layout, Part: "removing its data files", Dur: r.took})
+	}
+}
+
+// removeTree removes dir with a worker per core, each taking whole directories three levels
+// down (a keyspace's files are under <root>/<storage>/<instance>/<spec>/): unlinks in
+// different directories run in parallel, where os.RemoveAll goes one by one.
+func removeTree(dir string) error {
+	subs, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*"))
+	work := make(chan string)
+	errs := make([]error, runtime.NumCPU())
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Go(func() {
+			for d := range work {
+				errs[w] = errors.Join(errs[w], os.RemoveAll(d))
+			}
+		})
+	}
+	for _, d := range subs {
+		work <- d
+	}
+	close(work)
+	wg.Wait()
+	return errors.Join(append(errs, os.RemoveAll(dir))...)
+}
+
+// runLayout runs the phases on the keyspaces of one layout, each in keyspaceDB in turn: the
+// small one first (the memory comparison), then the main one. A failing phase is recorded
+// with phaseErr and the next one runs; an error that leaves no keyspace to go on with is
+// returned.
+func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr func(string, error)) (err error) {
+	cfg, log, layout := h.cfg, h.log, lr.Layout
+	// A keyspace is ready once the previous layout's files are gone, so no measurement
+	// shares the file system with their removal.
+	ks := func(name string, blocks int) (*Keyspace, error) {
+		started := time.Now()
+		k, err := SeedKeyspace(ctx, h.redis.Client(), h.redis.URI(), KeyspaceSpec{Cluster: name, Layout: layout, DB: keyspaceDB,
+			Instances: cfg.Instances, Blocks: blocks, Locations: cfg.Locations, Garbage: cfg.Garbage, Tricky: cfg.Tricky,
+			Seed: cfg.Seed, Root: filepath.Join(h.workDir, "data-"+layout.String()+"-"+name)}, log)
+		h.waitRemoval()
+		h.timed(layout, "seed and link "+name, started)
+		return k, err
+	}
+	phase := func(p string) string { return layout.String() + "-" + p }
+	if cfg.wants(PhaseSmall) && slices.Contains(cfg.SmallLayouts, layout) {
+		if lr.Small, err = ks("small", cfg.SmallBlocks); err != nil {
+			return err
+		}
+		defer lr.Small.Close()
+		started := time.Now()
+		a, err := h.runAlone(ctx, phase("alone-small"), lr.Small, cfg.Unpaced)
+		if err != nil {
+			phaseErr(PhaseSmall, err)
+		}
+		lr.AloneSmall = &a
+		h.timed(layout, "each stage alone, small", started)
+	}
+	if cfg.wantsMain() {
+		if lr.Main, err = ks("main", cfg.Blocks); err != nil {
+			return err
+		}
+		defer lr.Main.Close()
+	}
+	main := lr.Main
 
 	if cfg.wants(PhaseRaw) {
-		log.Info("raw baselines")
-		if raw, err := h.raw(ctx, res.Main); err != nil {
+		log.Info("raw baselines", "layout", layout)
+		started := time.Now()
+		if raw, err := h.raw(ctx, main); err != nil {
 			phaseErr(PhaseRaw, err)
 		} else {
-			res.Raw = raw
+			lr.Raw = raw
 		}
+		h.timed(layout, "raw baselines", started)
 	}
 	collected := false
 	if cfg.wants(PhaseAlone) || cfg.wants(PhaseAB) {
-		if err := res.Main.Snapshot(ctx, snapshotDB); err != nil {
-			return res, err
+		started := time.Now()
+		if err := main.Snapshot(ctx); err != nil {
+			return err
 		}
+		h.timed(layout, "snapshot", started)
 	}
 	if cfg.wants(PhaseAB) {
 		for rep := 1; rep <= max(cfg.ABReps, 1); rep++ {
 			var pair [2]AloneResults
 			for i, bin := range []string{cfg.StageBin, cfg.ABStageBin} {
 				if collected {
-					if err := res.Main.Restore(ctx, snapshotDB, true); err != nil {
-						return res, err
+					if err := main.Restore(ctx); err != nil {
+						return err
 					}
 				}
-				a, err := h.runAloneWith(ctx, fmt.Sprintf("ab-%d-%c", rep, 'a'+i), res.Main, cfg.Unpaced, bin)
+				a, err := h.runAloneWith(ctx, phase(fmt.Sprintf("ab-%d-%c", rep, 'a'+i)), main, cfg.Unpaced, bin)
 				if err != nil {
 					phaseErr(PhaseAB, err)
 				}
 				pair[i], collected = a, true
 			}
-			res.AB = append(res.AB, pair)
+			lr.AB = append(lr.AB, pair)
 		}
 	}
 	if cfg.wants(PhaseAlone) {
 		if collected {
-			if err := res.Main.Restore(ctx, snapshotDB, true); err != nil {
-				return res, err
+			if err := main.Restore(ctx); err != nil {
+				return err
 			}
 		}
-		a, err := h.runAlone(ctx, "alone-main", res.Main, cfg.Unpaced)
+		started := time.Now()
+		a, err := h.runAlone(ctx, phase("alone-main"), main, cfg.Unpaced)
 		if err != nil {
 			phaseErr(PhaseAlone, err)
 		}
-		res.Alone, collected = &a, true
-	}
-	if cfg.wants(PhaseSmall) {
-		a, err := h.runAlone(ctx, "alone-small", res.Small, cfg.Unpaced)
-		if err != nil {
-			phaseErr(PhaseSmall, err)
-		}
-		res.AloneSmall = &a
+		lr.Alone, collected = &a, true
+		h.timed(layout, "each stage alone, main", started)
 	}
 	if collected && (cfg.wants(PhaseServing) || cfg.wants(PhaseE2E)) {
-		log.Info("restore main keyspace")
-		if err := res.Main.Restore(ctx, snapshotDB, false); err != nil {
-			return res, err
+		log.Info("restore main keyspace", "layout", layout)
+		started := time.Now()
+		if err := main.Restore(ctx); err != nil {
+			return err
 		}
+		h.timed(layout, "restore", started)
 	}
 	if cfg.wants(PhaseServing) {
-		l, err := h.serving(ctx, res.Main, cfg.Unpaced)
+		started := time.Now()
+		l, err := h.serving(ctx, phase("serving"), main, cfg.Unpaced)
 		if err != nil {
 			phaseErr(PhaseServing, err)
 		}
-		res.Serving = l
+		lr.Serving = l
+		h.timed(layout, "serving", started)
 	}
 	if cfg.wants(PhaseE2E) {
-		e, err := h.runE2E(ctx, "e2e-main", res.Main, cfg.Unpaced)
+		started := time.Now()
+		e, err := h.runE2E(ctx, phase("e2e-main"), main, cfg.Unpaced)
 		if err != nil {
 			phaseErr(PhaseE2E, err)
 		}
-		res.E2E = &e
+		lr.E2E = &e
+		h.timed(layout, "end to end", started)
 	}
 	if cfg.wants(PhaseStores) {
-		st, err := h.runStores(ctx, cfg.Unpaced)
+		started := time.Now()
+		st, err := h.runStores(ctx, layout, cfg.Unpaced)
 		if err != nil {
 			phaseErr(PhaseStores, err)
 		}
-		res.Stores = st
+		lr.Stores = st
+		h.timed(layout, "stores", started)
 	}
-	return res, nil
+	return nil
 }
 
 func (h *Harness) raw(ctx context.Context, k *Keyspace) (*RawResults, error) {
-	var r RawResults
+	r := RawResults{Layout: k.Spec.Layout}
 	var err error
 	count := max(h.cfg.Unpaced.ScanBatchSize, 1)
-	// The scans are the longest raw loops: twice each, once the variant without a target.
-	if r.ScanBare, err = best(2, func() (Rate, error) { return scanBare(ctx, k.rdb, count) }); err != nil {
+	legacy := k.Spec.Layout == kvcm.LayoutLegacy
+	// The scans are the longest raw loops: the bare one, the scanner's target, twice (the
+	// faster counts), the legacy layout's whole-block read once between the two, so
+	// background load falls on both alike.
+	for rep := range 2 {
+		bare, err := scanBare(ctx, k.rdb, count, !legacy)
+		if err != nil {
+			return nil, err
+		}
+		if bare.PerSec() > r.ScanBare.PerSec() {
+			r.ScanBare = bare
+		}
+		if legacy && rep == 0 {
+			if r.ScanAll, err = scanBare(ctx, k.rdb, count, true); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if r.ScanStore, err = scanStore(ctx, k, count); err != nil {
+		return nil, fmt.Errorf("store walk: %w", err)
+	}
+	if legacy && h.cfg.RawMatch {
+		if r.ScanMatch, err = scanLoop(ctx, k.rdb, scanPatterns(k), count, false); err != nil {
+			return nil, err
+		}
+	}
+	if err := measureRedisWrites(ctx, k, rawWriteLocs, &r); err != nil {
 		return nil, err
 	}
-	if r.ScanMatch, err = best(2, func() (Rate, error) { return scanLoop(ctx, k.rdb, scanPatterns(k), count) }); err != nil {
+	if err := measureFiles(k, runtime.NumCPU(), rawUnlinks, &r); err != nil {
 		return nil, err
 	}
-	if r.ScanMatchWide, err = best(1, func() (Rate, error) {
-		return scanLoop(ctx, k.rdb, scanPatterns(k), count*len(k.Instances))
-	}); err != nil {
-		return nil, err
-	}
-	if err := measureRedisWrites(ctx, k, 200_000, &r); err != nil {
-		return nil, err
-	}
-	if err := measureFiles(k, runtime.NumCPU(), 200_000, &r); err != nil {
-		return nil, err
-	}
-	if err := measureSequential(ctx, k, max(h.cfg.Unpaced.DeleterWorkers, 1), 50_000, &r); err != nil {
+	if err := measureSequential(ctx, k, max(h.cfg.Unpaced.DeleterWorkers, 1), rawSequentialLocs, &r); err != nil {
 		return nil, err
 	}
 	payload, err := samplePage(ctx, k, count)
@@ -323,12 +525,21 @@ func (h *Harness) raw(ctx context.Context, k *Keyspace) (*RawResults, error) {
 		return nil, err
 	}
 	r.ScanPerMsg, r.PublishBytes = count, len(payload)
-	n := (k.Counts.Blocks + count - 1) / count
+	n := min((k.Counts.Blocks+count-1)/count, rawPublishMax)
 	if r.Publish, err = best(2, func() (Rate, error) { return measurePublish(ctx, h.js, payload, n) }); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
+
+// Sizes of the raw loops that do not walk the whole keyspace: enough for a steady rate,
+// small enough that both layouts' baselines fit in a run.
+const (
+	rawWriteLocs      = 100_000 // garbage locations of the CAS and CAD loops
+	rawUnlinks        = 100_000 // scratch links unlinked
+	rawSequentialLocs = 10_000  // locations of the protocol by hand
+	rawPublishMax     = 1_000   // messages published
+)
 
 // start starts Redis and NATS and connects to NATS.
 func (h *Harness) start(ctx context.Context) error {
@@ -343,6 +554,7 @@ func (h *Harness) start(ctx context.Context) error {
 			}
 		}
 	}
+	h.cpus = allowedCPUs()
 	var nerr error
 	h.nats, h.natsURL, nerr = startNATS(h.cfg.Self, filepath.Join(h.workDir, "jetstream"), filepath.Join(h.logDir, "nats.log"))
 	if nerr != nil {
@@ -372,20 +584,29 @@ func (h *Harness) close(res *Results) {
 			h.log.Warn("stop redis", "err", err)
 		}
 	}
-	res.Elapsed = time.Since(res.Started)
+	h.waitRemoval()
 	if h.cfg.Keep || len(res.Errors) > 0 {
+		res.Elapsed = time.Since(res.Started)
 		h.log.Info("work directory kept", "dir", h.workDir)
 		return
 	}
 	started := time.Now()
-	if err := os.RemoveAll(h.workDir); err != nil {
+	var errs []error
+	if dirs, err := filepath.Glob(filepath.Join(h.workDir, "data-*")); err == nil {
+		for _, d := range dirs {
+			errs = append(errs, removeTree(d))
+		}
+	}
+	if err := errors.Join(append(errs, os.RemoveAll(h.workDir))...); err != nil {
 		h.log.Warn("remove work directory", "err", err)
 	}
+	h.timed(kvcm.LayoutNone, "removing the work directory", started)
+	res.Elapsed = time.Since(res.Started)
 	h.log.Info("work directory removed", "took", time.Since(started).Round(time.Millisecond))
 }
 
 func machine(ctx context.Context, h *Harness) Machine {
-	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	m := Machine{Cores: runtime.NumCPU(), CPUs: h.cpus, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
 			if name, ok := strings.CutPrefix(line, "model name"); ok {

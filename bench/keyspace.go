@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,8 +23,11 @@ import (
 
 // KeyspaceSpec describes one synthetic deployment.
 type KeyspaceSpec struct {
-	Cluster   string
-	DB        int // Redis database holding it
+	Cluster string
+	// Layout is the block layout seeded: kvcm.LayoutLocation (today's KVCM, one field
+	// L#<id> per location) or kvcm.LayoutLegacy (KVCM f6aa2b2, one __uri__ map).
+	Layout    kvcm.Layout
+	DB        int // Redis database holding it (0 for the legacy layout: see keyspaceDB)
 	Instances int
 	Blocks    int // in total, spread evenly over the instances
 	Locations int // per block
@@ -44,16 +49,23 @@ type KeyspaceSpec struct {
 // to make than a file; to lstat and unlink, which is all kvcm-gc does with a data file, a link
 // is a file like any other. The raw stat and unlink baselines use the same kind of links.
 type Keyspace struct {
-	Spec      KeyspaceSpec
-	URI       string // the Redis URI selecting DB, as the registry lists it
-	rdb       *redis.Client
-	Manifest  *seed.Manifest
+	Spec     KeyspaceSpec
+	URI      string // the Redis URI selecting DB, as the registry lists it
+	rdb      *redis.Client
+	Manifest *seed.Manifest
+	// Instances are the collected instances (of the redis group); names are every instance
+	// holding blocks of the manifest, the skipped groups' included (the location layout's
+	// cached group), indexed by blockInfo.inst.
 	Instances []string
+	names     []string
 
 	blocks []blockInfo
 	// locHash[i] is the hash of Manifest.Locations[i]'s exact bytes as seeded.
 	locHash []uint64
 	seedH   maphash.Seed
+
+	// saved are the garbage blocks as Snapshot read them.
+	saved []savedBlock
 
 	// GarbageFiles are the existing, unshared data files of garbage locations: what the
 	// deleter unlinks.
@@ -66,7 +78,10 @@ type Keyspace struct {
 
 // KeyspaceCounts summarise a keyspace.
 type KeyspaceCounts struct {
-	Blocks, Locations, Garbage int
+	// Blocks and Locations are the collected instances'; SkippedBlocks those of groups
+	// kvcm-gc must skip (the location layout's cached group), which sit in the same database
+	// and are walked, never read, by the scanner.
+	Blocks, SkippedBlocks, Locations, Garbage int
 	// GarbageBlocks is the number of blocks with at least one garbage location.
 	GarbageBlocks int
 	// Files are the data files (links) that exist; SharedFiles are those of shared storages.
@@ -86,11 +101,12 @@ type blockInfo struct {
 	garbage uint16 // garbage locations in the block
 	first   int32  // index of the block's first location in Manifest.Locations
 	key     int64
-	hash    uint64 // hash of the seeded __uri__
+	hash    uint64 // hash of the seeded block: every field and value
+	skipped bool   // of a skipped group: never collected, never probed
 }
 
 // statSampleMax bounds the raw stat baseline's sample.
-const statSampleMax = 400_000
+const statSampleMax = 200_000
 
 // SeedKeyspace writes the deployment into its database (flushed first) and links its files.
 func SeedKeyspace(ctx context.Context, r *redis.Client, baseURI string, sp KeyspaceSpec, log *slog.Logger) (*Keyspace, error) {
@@ -110,7 +126,7 @@ func SeedKeyspace(ctx context.Context, r *redis.Client, baseURI string, sp Keysp
 	started := time.Now()
 	last := time.Now()
 	m, err := seed.Generate(ctx, k.rdb, seed.Spec{
-		Cluster: sp.Cluster, Instances: k.Instances, Blocks: max(sp.Blocks/sp.Instances, 1),
+		Cluster: sp.Cluster, Layout: sp.Layout, Instances: k.Instances, Blocks: max(sp.Blocks/sp.Instances, 1),
 		LocationsPerBlock: sp.Locations, GarbageFraction: sp.Garbage, TrickyFraction: sp.Tricky,
 		Root: sp.Root, MetaURI: k.URI, Seed: sp.Seed, NoFiles: true,
 		Progress: func(done, total int) {
@@ -131,7 +147,7 @@ func SeedKeyspace(ctx context.Context, r *redis.Client, baseURI string, sp Keysp
 		return nil, err
 	}
 	k.Counts.FilesTime = time.Since(started)
-	log.Info("keyspace ready", "cluster", sp.Cluster, "blocks", k.Counts.Blocks, "locations", k.Counts.Locations,
+	log.Info("keyspace ready", "cluster", sp.Cluster, "layout", sp.Layout, "blocks", k.Counts.Blocks, "locations", k.Counts.Locations,
 		"garbage", k.Counts.Garbage, "files", k.Counts.Files, "seed", k.Counts.SeedTime.Round(time.Millisecond),
 		"link", k.Counts.FilesTime.Round(time.Millisecond))
 	return k, nil
@@ -143,13 +159,16 @@ func (k *Keyspace) Close() error { return k.rdb.Close() }
 // index groups the manifest's locations by block (seed writes them block by block).
 func (k *Keyspace) index() {
 	inst := map[string]uint16{}
-	for i, id := range k.Instances {
-		inst[id] = uint16(i)
+	for _, l := range k.Manifest.Locations {
+		if _, ok := inst[l.Instance]; !ok {
+			inst[l.Instance] = uint16(len(k.names))
+			k.names = append(k.names, l.Instance)
+		}
 	}
 	locs := k.Manifest.Locations
 	for i := 0; i < len(locs); {
 		j := i
-		b := blockInfo{inst: inst[locs[i].Instance], key: locs[i].Key, first: int32(i)}
+		b := blockInfo{inst: inst[locs[i].Instance], key: locs[i].Key, first: int32(i), skipped: locs[i].Kind == seed.KindCachedStore}
 		for ; j < len(locs) && locs[j].Instance == locs[i].Instance && locs[j].Key == locs[i].Key; j++ {
 			if locs[j].Garbage {
 				b.garbage++
@@ -160,44 +179,170 @@ func (k *Keyspace) index() {
 		if b.garbage > 0 {
 			k.Counts.GarbageBlocks++
 		}
+		if b.skipped {
+			k.Counts.SkippedBlocks++
+		} else {
+			k.Counts.Blocks++
+			k.Counts.Locations += int(b.nlocs)
+		}
 		k.Counts.Garbage += int(b.garbage)
 		i = j
 	}
-	k.Counts.Blocks = len(k.blocks)
-	k.Counts.Locations = len(locs)
 	k.locHash = make([]uint64, len(locs))
 }
 
 // BlockKey returns the Redis key of block i.
 func (k *Keyspace) BlockKey(i int) string {
-	return kvcm.BlockKey(k.Instances[k.blocks[i].inst], k.blocks[i].key)
+	return kvcm.BlockKey(k.names[k.blocks[i].inst], k.blocks[i].key)
 }
 
-// readBlocks calls fn for every block with its current __uri__ ("" when absent), reading
-// with pipelined HGETs.
-func (k *Keyspace) readBlocks(ctx context.Context, fn func(i int, uri string) error) error {
-	const chunk = 1000
-	for start := 0; start < len(k.blocks); start += chunk {
-		end := min(start+chunk, len(k.blocks))
-		pipe := k.rdb.Pipeline()
-		cmds := make([]*redis.StringCmd, end-start)
-		for i := start; i < end; i++ {
-			cmds[i-start] = pipe.HGet(ctx, k.BlockKey(i), "__uri__")
+// collectedKeys are the keys of the collected instances' blocks (what KVCM serves and
+// kvcm-gc judges).
+func (k *Keyspace) collectedKeys() []string {
+	out := make([]string, 0, k.Counts.Blocks)
+	for i := range k.blocks {
+		if !k.blocks[i].skipped {
+			out = append(out, k.BlockKey(i))
 		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	}
+	return out
+}
+
+// blockView is one block as HGETALL returned it, in either layout.
+type blockView struct {
+	// pairs are field, value, field, value, …
+	pairs []string
+	// uri is the decoded __uri__ (legacy and ambiguous keys), decoded on first use.
+	uri     *kvcm.Block
+	uriErr  error
+	decoded bool
+}
+
+// field returns the value of a field.
+func (v *blockView) field(name string) (string, bool) {
+	for i := 0; i+1 < len(v.pairs); i += 2 {
+		if v.pairs[i] == name {
+			return v.pairs[i+1], true
+		}
+	}
+	return "", false
+}
+
+// legacyBlock decodes __uri__ once; nil when absent or empty.
+func (v *blockView) legacyBlock() (*kvcm.Block, error) {
+	if !v.decoded {
+		v.decoded = true
+		if raw, ok := v.field(kvcm.FieldURI); ok && raw != "" {
+			v.uri, v.uriErr = kvcm.DecodeBlock([]byte(raw))
+		}
+	}
+	return v.uri, v.uriErr
+}
+
+// location finds the seeded location l in the block, in the field seed wrote it to:
+// __uri__ (legacy layout) or L#<id> (location layout; an empty value is a tombstone, no
+// location). ok is false when it is not there.
+func (v *blockView) location(l *seed.Loc) (loc kvcm.Location, ok bool, err error) {
+	if l.FieldName() == kvcm.FieldURI {
+		b, err := v.legacyBlock()
+		if b == nil || err != nil {
+			return kvcm.Location{}, false, err
+		}
+		p, ok := b.Find(l.Location)
+		if !ok {
+			return kvcm.Location{}, false, nil
+		}
+		return *p, true, nil
+	}
+	raw, ok := v.field(l.FieldName())
+	if !ok || raw == "" {
+		return kvcm.Location{}, false, nil
+	}
+	loc, err = kvcm.DecodeLocation(l.Location, []byte(raw))
+	return loc, err == nil, err
+}
+
+// hash is a hash of every field and value, independent of the order HGETALL returns them in.
+func (k *Keyspace) blockHash(v *blockView) uint64 {
+	idx := make([]int, 0, len(v.pairs)/2)
+	for i := 0; i+1 < len(v.pairs); i += 2 {
+		idx = append(idx, i)
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(v.pairs[a], v.pairs[b]) })
+	var h maphash.Hash
+	h.SetSeed(k.seedH)
+	for _, i := range idx {
+		h.WriteString(v.pairs[i])
+		h.WriteByte(0)
+		h.WriteString(v.pairs[i+1])
+		h.WriteByte(1)
+	}
+	return h.Sum64()
+}
+
+// readBlocks calls fn for every block with its fields as they are now (none when the key is
+// gone), reading with pipelined HGETALL.
+func (k *Keyspace) readBlocks(ctx context.Context, fn func(i int, v *blockView) error) error {
+	return k.readBlocksAt(ctx, len(k.blocks), func(j int) int { return j }, fn)
+}
+
+// readBlocksAt is readBlocks for the n blocks at(0), …, at(n-1).
+func (k *Keyspace) readBlocksAt(ctx context.Context, n int, at func(j int) int, fn func(i int, v *blockView) error) error {
+	const chunk = 1000
+	cmds := make([]*redis.Cmd, chunk)
+	for start := 0; start < n; start += chunk {
+		end := min(start+chunk, n)
+		pipe := k.rdb.Pipeline()
+		for j := start; j < end; j++ {
+			cmds[j-start] = pipe.Do(ctx, "hgetall", k.BlockKey(at(j)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("read blocks: %w", err)
 		}
-		for i := start; i < end; i++ {
-			v, err := cmds[i-start].Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
+		for j := start; j < end; j++ {
+			i := at(j)
+			v, err := hashPairs(cmds[j-start])
+			if err != nil {
 				return fmt.Errorf("read block %s: %w", k.BlockKey(i), err)
 			}
-			if err := fn(i, v); err != nil {
+			if err := fn(i, &blockView{pairs: v}); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// hashPairs is the reply of HGETALL sent with Do: field, value, … (RESP2 and RESP3 alike).
+func hashPairs(c *redis.Cmd) ([]string, error) {
+	v, err := c.Result()
+	if err != nil {
+		return nil, err
+	}
+	switch r := v.(type) {
+	case []any:
+		out := make([]string, len(r))
+		for i, x := range r {
+			s, ok := x.(string)
+			if !ok {
+				return nil, fmt.Errorf("hgetall: unexpected element %T", x)
+			}
+			out[i] = s
+		}
+		return out, nil
+	case map[any]any:
+		out := make([]string, 0, 2*len(r))
+		for f, x := range r {
+			fs, ok1 := f.(string)
+			xs, ok2 := x.(string)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("hgetall: unexpected element %T", x)
+			}
+			out = append(out, fs, xs)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("hgetall: unexpected reply %T", v)
 }
 
 // specExists mirrors seed's layout: which spec files of a location of a given kind exist.
@@ -214,27 +359,30 @@ func specExists(kind string, spec int) bool {
 }
 
 // linkFiles reads every block back, records the hashes Verify compares with, and links the
-// data files that exist in seed's layout.
+// data files that exist in seed's layout. The skipped groups' locations get no files: nothing
+// of kvcm-gc looks at them (and a collection of one is caught by Verify all the same).
 func (k *Keyspace) linkFiles(ctx context.Context) error {
 	var files []string
 	locs := k.Manifest.Locations
 	// Sample every statStep-th live SERVING file, so the sample spreads over the keyspace.
 	statStep, statSeen := max(1, 2*len(locs)/statSampleMax), 0
-	err := k.readBlocks(ctx, func(i int, uri string) error {
+	err := k.readBlocks(ctx, func(i int, v *blockView) error {
 		b := &k.blocks[i]
-		b.hash = k.hash(uri)
-		blk, err := kvcm.DecodeBlock([]byte(uri))
-		if err != nil {
-			return fmt.Errorf("decode seeded block %s: %w", k.BlockKey(i), err)
-		}
+		b.hash = k.blockHash(v)
 		for j := range b.nlocs {
 			li := int(b.first) + int(j)
 			ml := &locs[li]
-			l, ok := blk.Find(ml.Location)
+			l, ok, err := v.location(ml)
+			if err != nil {
+				return fmt.Errorf("decode seeded block %s: %w", k.BlockKey(i), err)
+			}
 			if !ok {
 				return fmt.Errorf("seeded block %s lacks location %s", k.BlockKey(i), ml.Location)
 			}
 			k.locHash[li] = k.hash(string(l.Raw))
+			if b.skipped {
+				continue
+			}
 			for s, spec := range l.Specs {
 				u, err := kvcm.ParseDataURI(spec.URI)
 				if err != nil || u.Scheme != "file" {
@@ -348,54 +496,45 @@ func linkAll(root string, paths []string) error {
 	return errors.Join(errs...)
 }
 
-// Snapshot copies the keyspace's database into db, to restore it after a destructive run.
-func (k *Keyspace) Snapshot(ctx context.Context, db int) error {
-	opts := *k.rdb.Options()
-	opts.DB = db
-	dst := redis.NewClient(&opts)
-	defer dst.Close()
-	if err := dst.FlushDB(ctx).Err(); err != nil {
-		return fmt.Errorf("flush snapshot db %d: %w", db, err)
-	}
-	var cursor uint64
-	for {
-		keys, next, err := k.rdb.Scan(ctx, cursor, "*", 1000).Result()
-		if err != nil {
-			return fmt.Errorf("snapshot: scan: %w", err)
-		}
-		pipe := k.rdb.Pipeline()
-		for _, key := range keys {
-			pipe.Copy(ctx, key, key, db, true)
-		}
-		if len(keys) > 0 {
-			if _, err := pipe.Exec(ctx); err != nil {
-				return fmt.Errorf("snapshot: copy: %w", err)
-			}
-		}
-		if cursor = next; cursor == 0 {
-			return nil
+// Snapshot records the fields of every block holding garbage, the only blocks a collection
+// may change (Verify checks that no other one did), to restore them after a destructive run.
+func (k *Keyspace) Snapshot(ctx context.Context) error {
+	var idx []int
+	for i := range k.blocks {
+		if k.blocks[i].garbage > 0 {
+			idx = append(idx, i)
 		}
 	}
+	k.saved = make([]savedBlock, 0, len(idx))
+	return k.readBlocksAt(ctx, len(idx), func(j int) int { return idx[j] }, func(i int, v *blockView) error {
+		fields := make([]any, len(v.pairs))
+		for j, f := range v.pairs {
+			fields[j] = f
+		}
+		k.saved = append(k.saved, savedBlock{key: k.BlockKey(i), fields: fields})
+		return nil
+	})
 }
 
-// Restore swaps the snapshot in db back into the keyspace's database, relinks the garbage
-// files, and, when again is set, copies the restored keyspace into db for the next Restore;
-// otherwise the collected copy in db is dropped.
-func (k *Keyspace) Restore(ctx context.Context, db int, again bool) error {
-	if err := k.rdb.Do(ctx, "SWAPDB", k.Spec.DB, db).Err(); err != nil {
-		return fmt.Errorf("restore snapshot: %w", err)
+// savedBlock is a block's key and fields as Snapshot read them.
+type savedBlock struct {
+	key    string
+	fields []any
+}
+
+// Restore writes the blocks Snapshot recorded back as they were and relinks the garbage files.
+func (k *Keyspace) Restore(ctx context.Context) error {
+	if k.saved == nil {
+		return errors.New("restore: no snapshot")
 	}
-	if again {
-		if err := k.Snapshot(ctx, db); err != nil {
-			return err
+	for start := 0; start < len(k.saved); start += 500 {
+		pipe := k.rdb.Pipeline()
+		for _, b := range k.saved[start:min(start+500, len(k.saved))] {
+			pipe.Del(ctx, b.key)
+			pipe.HSet(ctx, b.key, b.fields...)
 		}
-	} else {
-		opts := *k.rdb.Options()
-		opts.DB = db
-		old := redis.NewClient(&opts)
-		defer old.Close()
-		if err := old.FlushDB(ctx).Err(); err != nil {
-			return fmt.Errorf("drop collected copy: %w", err)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("restore snapshot: %w", err)
 		}
 	}
 	return k.RelinkGarbage()
@@ -405,7 +544,7 @@ func (k *Keyspace) Restore(ctx context.Context, db int, again bool) error {
 type Verification struct {
 	GarbageLeft   int // garbage locations still present (DELETING included)
 	LiveChanged   int // live locations missing or not byte-identical
-	BlocksChanged int // blocks without garbage whose __uri__ changed
+	BlocksChanged int // blocks without garbage whose fields changed
 	FilesLeft     int // garbage files still present
 	LiveFilesGone int // sampled live files missing
 	Problems      []string
@@ -427,30 +566,22 @@ func (v *Verification) problem(format string, a ...any) {
 func (k *Keyspace) Verify(ctx context.Context) (Verification, error) {
 	var v Verification
 	locs := k.Manifest.Locations
-	err := k.readBlocks(ctx, func(i int, uri string) error {
+	err := k.readBlocks(ctx, func(i int, bv *blockView) error {
 		b := &k.blocks[i]
 		if b.garbage == 0 {
-			if k.hash(uri) != b.hash {
+			if k.blockHash(bv) != b.hash {
 				v.BlocksChanged++
 				v.problem("block %s changed", k.BlockKey(i))
 			}
 			return nil
 		}
-		var blk *kvcm.Block
-		if uri != "" {
-			var err error
-			if blk, err = kvcm.DecodeBlock([]byte(uri)); err != nil {
+		for j := range b.nlocs {
+			li := int(b.first) + int(j)
+			l, ok, err := bv.location(&locs[li])
+			if err != nil {
 				v.BlocksChanged++
 				v.problem("block %s no longer decodes: %v", k.BlockKey(i), err)
 				return nil
-			}
-		}
-		for j := range b.nlocs {
-			li := int(b.first) + int(j)
-			var l *kvcm.Location
-			ok := false
-			if blk != nil {
-				l, ok = blk.Find(locs[li].Location)
 			}
 			switch {
 			case locs[li].Garbage && ok:

@@ -81,18 +81,23 @@ func (p *proc) Exited() bool {
 	}
 }
 
-// Stop sends SIGTERM, waits up to grace for a clean exit (a stage drains in-flight messages
-// and writes its profile), then kills. It returns the child's usage; an exit other than a
-// clean one after SIGTERM is an error.
-func (p *proc) Stop(grace time.Duration) (Usage, error) {
-	// The last reading before the signal: after it the process may be gone at once.
-	p.peak.Sample(p.cmd.Process.Pid)
+// Terminate sends SIGTERM once, without waiting: Stop then waits for the exit.
+func (p *proc) Terminate() {
 	if !p.stopped {
+		// The last reading before the signal: after it the process may be gone at once.
+		p.peak.Sample(p.cmd.Process.Pid)
 		p.stopped = true
 		if !p.Exited() {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
+}
+
+// Stop sends SIGTERM, waits up to grace for a clean exit (a stage drains in-flight messages
+// and writes its profile), then kills. It returns the child's usage; an exit other than a
+// clean one after SIGTERM is an error.
+func (p *proc) Stop(grace time.Duration) (Usage, error) {
+	p.Terminate()
 	var errs []error
 	select {
 	case <-p.exited:

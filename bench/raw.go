@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -36,39 +38,121 @@ func (r Rate) PerSec() float64 {
 	return float64(r.Ops) / r.Dur.Seconds()
 }
 
-// casLua and cadLua are byte-for-byte copies of the deleter's compare-and-swap and
-// compare-and-delete scripts (package redismeta keeps them unexported). Raw checks that the
-// server's script cache holds them after redismeta loaded its own, so a drift is reported.
-const casLua = `
+// The deleter's conditional-write scripts, byte-for-byte copies of package redismeta's
+// (which keeps them unexported): the legacy layout's CAS and CAD of a whole __uri__, the
+// location layout's CAS and CAD of one L#<id> field, each behind the same layout check. Raw
+// checks that the server's script cache holds them after redismeta loaded its own, so a
+// drift is reported.
+const layoutOKLua = `
+local function layout_ok(key, layout)
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    if string.sub(f, 1, 7) == '__loc__' then return false end
+    if layout == 'legacy' then
+      if string.sub(f, 1, 2) == 'L#' then return false end
+    elseif f == '__uri__' then
+      return false
+    end
+  end
+  return true
+end
+`
+
+const casLegacyLua = layoutOKLua + `
 local cur = redis.call('HGET', KEYS[1], '__uri__')
 if cur ~= ARGV[1] then return 0 end
+if not layout_ok(KEYS[1], 'legacy') then return -1 end
 if ARGV[2] == '' then return redis.error_reply('ERR kvcm-gc cas: empty new value') end
 redis.call('HSET', KEYS[1], '__uri__', ARGV[2])
 return 1
 `
 
-const cadLua = `
+const cadLegacyLua = layoutOKLua + `
 local cur = redis.call('HGET', KEYS[1], '__uri__')
 if cur ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then
-  redis.call('DEL', KEYS[1])
-else
+if not layout_ok(KEYS[1], 'legacy') then return -1 end
+if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], '__uri__', ARGV[2])
+  return 1
 end
+if ARGV[3] == 'delete' then
+  redis.call('DEL', KEYS[1])
+  return 2
+end
+redis.call('HSET', KEYS[1], '__uri__', '{}')
 return 1
 `
 
+const casLocationLua = layoutOKLua + `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur ~= ARGV[2] then return 0 end
+if not layout_ok(KEYS[1], 'location') then return -1 end
+if ARGV[3] == '' then return redis.error_reply('ERR kvcm-gc cas: empty new value') end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+`
+
+const cadLocationLua = layoutOKLua + `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur ~= ARGV[2] then return 0 end
+if not layout_ok(KEYS[1], 'location') then return -1 end
+if ARGV[3] == 'delete' then
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if all[i] ~= ARGV[1] and string.sub(all[i], 1, 2) == 'L#' and all[i + 1] ~= '' then
+      redis.call('HDEL', KEYS[1], ARGV[1])
+      return 1
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  return 2
+end
+if redis.call('HLEN', KEYS[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'BP#prev_key', '')
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return 1
+`
+
+var allScripts = []string{casLegacyLua, cadLegacyLua, casLocationLua, cadLocationLua}
+
+// scripts returns the CAS and CAD scripts of a layout.
+func scripts(l kvcm.Layout) (cas, cad string) {
+	if l == kvcm.LayoutLegacy {
+		return casLegacyLua, cadLegacyLua
+	}
+	return casLocationLua, cadLocationLua
+}
+
 // RawResults are the raw limits of the machine, measured on the same keyspace as kvcm-gc.
 type RawResults struct {
-	// ScanBare: SCAN COUNT n over the whole database, each page read with a pipelined HMGET.
+	Layout kvcm.Layout
+	// ScanBare: SCAN COUNT n over the whole database, each page read with one pipeline of
+	// the layout's bare read: HMGET __uri__ __lru_time__ in the legacy layout (the two fields
+	// a legacy block holds its locations and age in), HGETALL in the location layout (a
+	// block's fields are named by its location ids, so only a whole read finds them). The
+	// scanner's target is a ratio to it.
 	ScanBare Rate
-	// ScanMatch: the same per instance with a per-instance MATCH pattern, the Redis work of the
-	// scanner's former walk (one per instance; it now walks each store once). ScanMatchWide
-	// uses COUNT n × instances, so that a page of one instance holds about n keys again.
-	ScanMatch, ScanMatchWide Rate
-	// HGet, CAS and CAD are pipelined HGET __uri__ and EVALSHA of the deleter's scripts; the
-	// scripts write back the value they compare with, so the keyspace is unchanged.
-	HGet, CAS, CAD Rate
+	// ScanAll (legacy layout): the same loop reading every block whole with HGETALL, as
+	// kvcm-gc reads both layouts: what reading whole blocks costs over HMGET.
+	ScanAll Rate
+	// ScanStore: the same walk through kvcm-gc's own store (redismeta ScanStore: SCAN MATCH,
+	// one pipelined HGETALL, every reply decoded into entries and routed to its instance):
+	// the scanner's read without anything after it.
+	ScanStore Rate
+	// ScanMatch (legacy layout, Config.RawMatch): the bare loop per instance with a
+	// per-instance MATCH pattern, the Redis work of the scanner's former walk (one per
+	// instance; it now walks each store once).
+	ScanMatch Rate
+	// Read is pipelined HGETALL of the garbage blocks: the deleter reads each block of a
+	// request whole before its CAS and again before its unlinks.
+	Read Rate
+	// CAS and CAD are pipelined EVALSHA of the deleter's scripts on scratch copies of the
+	// garbage blocks, exactly the writes of a deletion: the CAS sets the garbage locations to
+	// DELETING (one script per block holding every garbage location of it in the legacy
+	// layout, one per L# field in the location layout), the CAD removes them. WriteLocs are
+	// the garbage locations the writes covered.
+	CAS, CAD  Rate
+	WriteLocs int
 	// ScriptsMatch is false when the server does not hold the copies of the scripts after
 	// kvcm-gc loaded its own: the copies have drifted.
 	ScriptsMatch bool
@@ -77,18 +161,27 @@ type RawResults struct {
 	// each file's directory (one fstatat per file). Unlink is unlink(2) of data files.
 	Stat, StatRoot, StatDirRoot, Unlink Rate
 	// Publish is synchronous JetStream publishing of messages the size of the scanner's
-	// batches (ScanPerMsg keys each), into a file-backed stream: storing what the scanner
-	// read is as much part of its job as reading it.
+	// batches (ScanPerMsg keys each, as kvcm-gc encodes them in this layout), into a
+	// file-backed stream: storing what the scanner read is as much part of its job as
+	// reading it.
 	Publish      Rate
 	ScanPerMsg   int
 	PublishBytes int
 	// Sequential is the deleter's protocol issued by hand, one location after the other on
-	// each of SeqWorkers goroutines: HGET, CAS, the location's unlinks, HGET, CAD, each
-	// waiting for the previous (the scripts write back what they read).
+	// each of SeqWorkers goroutines, on scratch copies of the garbage blocks: HGETALL, CAS,
+	// the location's unlinks, HGETALL, CAD, each waiting for the previous.
 	Sequential Rate
 	SeqWorkers int
 	// Workers are the goroutines the file-system baselines use (one per core).
 	Workers int
+}
+
+// read names the bare loop's read command.
+func (r RawResults) read() string {
+	if r.Layout == kvcm.LayoutLegacy {
+		return "HMGET"
+	}
+	return "HGETALL"
 }
 
 // best runs measure reps times and keeps the fastest run: background load only ever slows a
@@ -107,17 +200,17 @@ func best(reps int, measure func() (Rate, error)) (Rate, error) {
 	return b, nil
 }
 
-// scanBare reads every key of the database: SCAN COUNT count, then one pipelined HMGET of
-// the page's keys.
-func scanBare(ctx context.Context, rdb *redis.Client, count int) (Rate, error) {
-	return scanLoop(ctx, rdb, []string{""}, count)
+// scanBare reads every key of the database: SCAN COUNT count, then one pipeline of the
+// read of each key of the page (HMGET of the legacy fields, or HGETALL when whole).
+func scanBare(ctx context.Context, rdb *redis.Client, count int, whole bool) (Rate, error) {
+	return scanLoop(ctx, rdb, []string{""}, count, whole)
 }
 
 // scanLoop walks each pattern ("" for none) to cursor 0.
-func scanLoop(ctx context.Context, rdb *redis.Client, patterns []string, count int) (Rate, error) {
+func scanLoop(ctx context.Context, rdb *redis.Client, patterns []string, count int, whole bool) (Rate, error) {
 	started := time.Now()
 	n := 0
-	cmds := make([]*redis.SliceCmd, 0, 2*count)
+	cmds := make([]redis.Cmder, 0, 2*count)
 	for _, pat := range patterns {
 		var cursor uint64
 		for {
@@ -131,10 +224,14 @@ func scanLoop(ctx context.Context, rdb *redis.Client, patterns []string, count i
 				pipe := rdb.Pipeline()
 				cmds = cmds[:0]
 				for _, k := range keys {
-					cmds = append(cmds, pipe.HMGet(ctx, k, "__uri__", "__lru_time__"))
+					if whole {
+						cmds = append(cmds, pipe.Do(ctx, "hgetall", k))
+					} else {
+						cmds = append(cmds, pipe.HMGet(ctx, k, kvcm.FieldURI, kvcm.FieldLRUTime))
+					}
 				}
 				if _, err := pipe.Exec(ctx); err != nil {
-					return Rate{}, fmt.Errorf("hmget: %w", err)
+					return Rate{}, fmt.Errorf("read page: %w", err)
 				}
 				n += len(keys)
 			}
@@ -146,13 +243,37 @@ func scanLoop(ctx context.Context, rdb *redis.Client, patterns []string, count i
 	return Rate{Ops: n, Dur: time.Since(started)}, nil
 }
 
-// pipelined runs one command per key in pipelines of depth 256 and checks each reply.
-func pipelined(ctx context.Context, rdb *redis.Client, keys []string, cmd func(p redis.Pipeliner, i int) redis.Cmder, check func(c redis.Cmder) error) (Rate, error) {
+// scanStore walks the keyspace's store once through kvcm-gc's own ScanStore, the scanner's
+// read; Ops counts the keys SCAN returned.
+func scanStore(ctx context.Context, k *Keyspace, count int) (Rate, error) {
+	st, err := k.openStore(ctx, true)
+	if err != nil {
+		return Rate{}, err
+	}
+	defer st.Close()
+	owns := k.owns()
+	started := time.Now()
+	n := 0
+	var cursor uint64
+	for {
+		page, err := st.ScanStore(ctx, cursor, count, owns)
+		if err != nil {
+			return Rate{}, err
+		}
+		n += len(page.Entries) + len(page.BadKeys) + page.Unowned + page.WrongDB
+		if cursor = page.Next; cursor == 0 {
+			return Rate{Ops: n, Dur: time.Since(started)}, nil
+		}
+	}
+}
+
+// pipelined runs n commands in pipelines of depth 256 and checks each reply.
+func pipelined(ctx context.Context, rdb *redis.Client, n int, cmd func(p redis.Pipeliner, i int) redis.Cmder, check func(c redis.Cmder) error) (Rate, error) {
 	const depth = 256
 	started := time.Now()
 	cmds := make([]redis.Cmder, 0, depth)
-	for start := 0; start < len(keys); start += depth {
-		end := min(start+depth, len(keys))
+	for start := 0; start < n; start += depth {
+		end := min(start+depth, n)
 		pipe := rdb.Pipeline()
 		cmds = cmds[:0]
 		for i := start; i < end; i++ {
@@ -167,7 +288,7 @@ func pipelined(ctx context.Context, rdb *redis.Client, keys []string, cmd func(p
 			}
 		}
 	}
-	return Rate{Ops: len(keys), Dur: time.Since(started)}, nil
+	return Rate{Ops: n, Dur: time.Since(started)}, nil
 }
 
 func sha(s string) string {
@@ -175,155 +296,365 @@ func sha(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// measureRedisWrites times pipelined HGET and EVALSHA of the CAS and CAD scripts on the
-// keyspace's garbage blocks (at most limit), writing back the bytes read.
-func measureRedisWrites(ctx context.Context, k *Keyspace, limit int, res *RawResults) error {
-	var keys []string
+// garbageBlock is a garbage block of the keyspace as the raw write baselines use it: a
+// scratch copy of it (so the keyspace never changes), its garbage locations and the files
+// a deletion of each would unlink.
+type garbageBlock struct {
+	key, scratch string
+	ids          []string   // garbage location ids
+	files        [][]string // per id: scratch links to unlink
+	// fields are the block's fields as seeded, copied onto scratch before each run.
+	fields []any
+}
+
+// scratchPrefix names the raw baselines' scratch keys: never a KVCM key, so no stage and no
+// SCAN MATCH of kvcm-gc sees them; they exist only while a raw write loop runs.
+const scratchPrefix = "kvcmbench:raw:"
+
+// garbageBlocks reads up to limit garbage blocks of k (at most maxLocs garbage locations),
+// with filesPer scratch files per location handed out from the keyspace's garbage files in
+// the measured ratio (suffix: the scratch links' suffix; "" gives none).
+func garbageBlocks(ctx context.Context, k *Keyspace, maxLocs int, suffix string) ([]garbageBlock, int, error) {
+	var idx []int
+	locs := 0
 	for i := range k.blocks {
-		if k.blocks[i].garbage > 0 && len(keys) < limit {
-			keys = append(keys, k.BlockKey(i))
+		if b := &k.blocks[i]; b.garbage > 0 && !b.skipped && locs < maxLocs {
+			idx = append(idx, i)
+			locs += int(b.garbage)
 		}
 	}
-	vals := make([]string, len(keys))
-	r, err := pipelined(ctx, k.rdb, keys, func(p redis.Pipeliner, i int) redis.Cmder { return p.HGet(ctx, keys[i], "__uri__") },
-		func(c redis.Cmder) error { return c.Err() })
-	if err != nil {
-		return fmt.Errorf("raw hget: %w", err)
-	}
-	res.HGet = r
-	for start := 0; start < len(keys); start += 1000 {
-		end := min(start+1000, len(keys))
-		pipe := k.rdb.Pipeline()
-		cmds := make([]*redis.StringCmd, end-start)
-		for i := start; i < end; i++ {
-			cmds[i-start] = pipe.HGet(ctx, keys[i], "__uri__")
+	out := make([]garbageBlock, 0, len(idx))
+	fileIdx := 0
+	per, acc := unlinkPerLocation(k), 0.0
+	err := k.readBlocksAt(ctx, len(idx), func(j int) int { return idx[j] }, func(i int, v *blockView) error {
+		b := &k.blocks[i]
+		g := garbageBlock{key: k.BlockKey(i), scratch: scratchPrefix + strconv.Itoa(len(out))}
+		for j := range b.nlocs {
+			ml := &k.Manifest.Locations[int(b.first)+int(j)]
+			if !ml.Garbage {
+				continue
+			}
+			g.ids = append(g.ids, ml.Location)
+			var fs []string
+			for acc += per; suffix != "" && acc >= 1 && fileIdx < len(k.GarbageFiles); acc-- {
+				fs = append(fs, k.GarbageFiles[fileIdx]+suffix)
+				fileIdx++
+			}
+			g.files = append(g.files, fs)
+		}
+		for _, f := range v.pairs {
+			g.fields = append(g.fields, f)
+		}
+		out = append(out, g)
+		return nil
+	})
+	return out, locs, err
+}
+
+// copyScratch writes every block's fields onto its scratch key, replacing what was there.
+func copyScratch(ctx context.Context, rdb *redis.Client, blocks []garbageBlock) error {
+	for start := 0; start < len(blocks); start += 500 {
+		pipe := rdb.Pipeline()
+		for _, g := range blocks[start:min(start+500, len(blocks))] {
+			pipe.Del(ctx, g.scratch)
+			pipe.HSet(ctx, g.scratch, g.fields...)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("read blocks for raw cas: %w", err)
+			return fmt.Errorf("copy scratch blocks: %w", err)
 		}
-		for i, c := range cmds {
-			vals[start+i] = c.Val()
-		}
-	}
-
-	// kvcm-gc loads its scripts when it opens a store; the copies must then be cached already.
-	conn, err := redismeta.ParseURI(k.URI)
-	if err != nil {
-		return err
-	}
-	store, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
-	}
-	_ = store.Close()
-	exists, err := k.rdb.ScriptExists(ctx, sha(casLua), sha(cadLua)).Result()
-	if err != nil {
-		return fmt.Errorf("script exists: %w", err)
-	}
-	res.ScriptsMatch = len(exists) == 2 && exists[0] && exists[1]
-	for _, src := range []string{casLua, cadLua} {
-		if err := k.rdb.ScriptLoad(ctx, src).Err(); err != nil {
-			return fmt.Errorf("load script: %w", err)
-		}
-	}
-	one := func(c redis.Cmder) error {
-		n, err := c.(*redis.Cmd).Int()
-		if err != nil {
-			return err
-		}
-		if n != 1 {
-			return errors.New("raw script: compare failed on an unchanged value")
-		}
-		return nil
-	}
-	for _, s := range []struct {
-		src string
-		out *Rate
-	}{{casLua, &res.CAS}, {cadLua, &res.CAD}} {
-		h := sha(s.src)
-		r, err := best(rawReps, func() (Rate, error) {
-			return pipelined(ctx, k.rdb, keys, func(p redis.Pipeliner, i int) redis.Cmder {
-				return p.EvalSha(ctx, h, []string{keys[i]}, vals[i], vals[i])
-			}, one)
-		})
-		if err != nil {
-			return fmt.Errorf("raw evalsha: %w", err)
-		}
-		*s.out = r
 	}
 	return nil
 }
 
-// rawReps is how many times each cheap raw measurement is repeated.
-const rawReps = 3
-
-// measureSequential issues the deleter's protocol location by location for the garbage
-// locations (at most limit), on workers goroutines, unlinking scratch links made next to
-// the garbage files so the keyspace's own files stay.
-func measureSequential(ctx context.Context, k *Keyspace, workers, limit int, res *RawResults) error {
-	type loc struct {
-		key   string
-		files []string
+// dropScratch deletes the scratch keys.
+func dropScratch(ctx context.Context, rdb *redis.Client, blocks []garbageBlock) {
+	for start := 0; start < len(blocks); start += 500 {
+		pipe := rdb.Pipeline()
+		for _, g := range blocks[start:min(start+500, len(blocks))] {
+			pipe.Unlink(ctx, g.scratch)
+		}
+		_, _ = pipe.Exec(ctx)
 	}
-	var locs []loc
-	fileIdx := 0
-	// GarbageFiles lists the files of garbage locations in keyspace order; hand them out in
-	// the measured per-location ratio.
-	per := unlinkPerLocation(k)
-	acc := 0.0
-	for i := range k.blocks {
-		b := &k.blocks[i]
-		for range b.garbage {
-			if len(locs) == limit {
-				break
+}
+
+// condWrite is one EVALSHA of a raw write loop.
+type condWrite struct {
+	key  string
+	args []any
+}
+
+// deletionWrites are the CAS and CAD writes a deletion of every garbage location makes on
+// the blocks' scratch copies, each write's expected value being what the one before left:
+// legacy, one CAS of the block's __uri__ with every garbage location set to DELETING and
+// one CAD removing them (the deleter's cell is the block); location, one CAS and one CAD
+// per L# field. The CAD's empty-block mode is keep, kvcm-gc's default.
+func deletionWrites(layout kvcm.Layout, blocks []garbageBlock) (cas, cad []condWrite, err error) {
+	for _, g := range blocks {
+		v := blockView{pairs: make([]string, len(g.fields))}
+		for i, f := range g.fields {
+			v.pairs[i] = f.(string)
+		}
+		if layout == kvcm.LayoutLegacy {
+			uri, _ := v.field(kvcm.FieldURI)
+			cur := []byte(uri)
+			for _, id := range g.ids {
+				b, err := kvcm.DecodeBlock(cur)
+				if err != nil {
+					return nil, nil, fmt.Errorf("raw cas %s: %w", g.key, err)
+				}
+				if cur, err = b.WithStatus(id, kvcm.StatusDeleting); err != nil {
+					return nil, nil, fmt.Errorf("raw cas %s: %w", g.key, err)
+				}
 			}
-			l := loc{key: k.BlockKey(i)}
-			for acc += per; acc >= 1 && fileIdx < len(k.GarbageFiles); acc-- {
-				l.files = append(l.files, k.GarbageFiles[fileIdx]+".seq")
-				fileIdx++
+			cas = append(cas, condWrite{g.scratch, []any{uri, string(cur)}})
+			marked := cur
+			for _, id := range g.ids {
+				b, err := kvcm.DecodeBlock(cur)
+				if err != nil {
+					return nil, nil, fmt.Errorf("raw cad %s: %w", g.key, err)
+				}
+				out, empty, err := b.Without(id)
+				if err != nil {
+					return nil, nil, fmt.Errorf("raw cad %s: %w", g.key, err)
+				}
+				if cur = out; empty {
+					cur = nil
+				}
 			}
-			locs = append(locs, l)
+			cad = append(cad, condWrite{g.scratch, []any{string(marked), string(cur), "keep"}})
+			continue
+		}
+		for _, id := range g.ids {
+			field := kvcm.LocationField(id)
+			raw, _ := v.field(field)
+			del, err := kvcm.LocationWithStatus([]byte(raw), kvcm.StatusDeleting)
+			if err != nil {
+				return nil, nil, fmt.Errorf("raw cas %s %s: %w", g.key, field, err)
+			}
+			cas = append(cas, condWrite{g.scratch, []any{field, raw, string(del)}})
+			cad = append(cad, condWrite{g.scratch, []any{field, string(del), "keep"}})
 		}
 	}
+	return cas, cad, nil
+}
+
+// openStore opens kvcm-gc's store on the keyspace's database.
+func (k *Keyspace) openStore(ctx context.Context, dryRun bool) (*redismeta.Store, error) {
+	conn, err := redismeta.ParseURI(k.URI)
+	if err != nil {
+		return nil, err
+	}
+	st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{DryRun: dryRun})
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return st, nil
+}
+
+// owns accepts the keyspace's collected instances.
+func (k *Keyspace) owns() func(string) bool {
+	set := map[string]bool{}
+	for _, id := range k.Instances {
+		set[id] = true
+	}
+	return func(id string) bool { return set[id] }
+}
+
+// scriptResult checks a script's reply: 1 written (2: key deleted).
+func scriptResult(c redis.Cmder) error {
+	n, err := c.(*redis.Cmd).Int()
+	if err != nil {
+		return err
+	}
+	if n != 1 && n != 2 {
+		return fmt.Errorf("raw script: returned %d on the bytes it was given", n)
+	}
+	return nil
+}
+
+// measureRedisWrites times pipelined HGETALL of the garbage blocks and pipelined EVALSHA of
+// the deleter's CAS and CAD scripts on scratch copies of at most limit of their garbage
+// locations (copied afresh before each repetition).
+func measureRedisWrites(ctx context.Context, k *Keyspace, limit int, res *RawResults) error {
+	blocks, nlocs, err := garbageBlocks(ctx, k, limit, "")
+	if err != nil {
+		return err
+	}
+	res.WriteLocs = nlocs
+	keys := make([]string, len(blocks))
+	for i, g := range blocks {
+		keys[i] = g.key
+	}
+	if res.Read, err = best(2, func() (Rate, error) {
+		return pipelined(ctx, k.rdb, len(keys), func(p redis.Pipeliner, i int) redis.Cmder { return p.Do(ctx, "hgetall", keys[i]) },
+			func(c redis.Cmder) error { return c.Err() })
+	}); err != nil {
+		return fmt.Errorf("raw hgetall: %w", err)
+	}
+
+	// kvcm-gc loads its scripts when it opens a store; the copies must then be cached already.
+	st, err := k.openStore(ctx, false)
+	if err != nil {
+		return err
+	}
+	_ = st.Close()
+	shas := make([]string, len(allScripts))
+	for i, src := range allScripts {
+		shas[i] = sha(src)
+	}
+	exists, err := k.rdb.ScriptExists(ctx, shas...).Result()
+	if err != nil {
+		return fmt.Errorf("script exists: %w", err)
+	}
+	res.ScriptsMatch = len(exists) == len(shas) && !slices.Contains(exists, false)
+	for _, src := range allScripts {
+		if err := k.rdb.ScriptLoad(ctx, src).Err(); err != nil {
+			return fmt.Errorf("load script: %w", err)
+		}
+	}
+	cas, cad, err := deletionWrites(k.Spec.Layout, blocks)
+	if err != nil {
+		return err
+	}
+	casSrc, cadSrc := scripts(k.Spec.Layout)
+	defer dropScratch(context.WithoutCancel(ctx), k.rdb, blocks)
+	run := func(src string, ws []condWrite) (Rate, error) {
+		h := sha(src)
+		return pipelined(ctx, k.rdb, len(ws), func(p redis.Pipeliner, i int) redis.Cmder {
+			return p.EvalSha(ctx, h, []string{ws[i].key}, ws[i].args...)
+		}, scriptResult)
+	}
+	for rep := range rawWriteReps {
+		if err := copyScratch(ctx, k.rdb, blocks); err != nil {
+			return err
+		}
+		c, err := run(casSrc, cas)
+		if err != nil {
+			return fmt.Errorf("raw cas: %w", err)
+		}
+		d, err := run(cadSrc, cad)
+		if err != nil {
+			return fmt.Errorf("raw cad: %w", err)
+		}
+		if rep == 0 || c.PerSec() > res.CAS.PerSec() {
+			res.CAS = c
+		}
+		if rep == 0 || d.PerSec() > res.CAD.PerSec() {
+			res.CAD = d
+		}
+	}
+	return nil
+}
+
+// rawWriteReps is how many times the raw write loops run (on fresh scratch copies).
+const rawWriteReps = 2
+
+// measureSequential issues the deleter's protocol location by location for the garbage
+// locations (at most limit), on workers goroutines (a block's locations on one of them, in
+// order), on scratch copies of the blocks, unlinking scratch links made next to the garbage
+// files so the keyspace's own files stay.
+func measureSequential(ctx context.Context, k *Keyspace, workers, limit int, res *RawResults) error {
+	blocks, nlocs, err := garbageBlocks(ctx, k, limit, ".seq")
+	if err != nil {
+		return err
+	}
 	var scratch []string
-	for _, l := range locs {
-		scratch = append(scratch, l.files...)
+	for _, g := range blocks {
+		for _, fs := range g.files {
+			scratch = append(scratch, fs...)
+		}
 	}
 	if err := linkAll(k.Spec.Root, scratch); err != nil {
 		return err
 	}
-	cas, cad := sha(casLua), sha(cadLua)
+	if err := copyScratch(ctx, k.rdb, blocks); err != nil {
+		return err
+	}
+	defer dropScratch(context.WithoutCancel(ctx), k.rdb, blocks)
+	casSrc, cadSrc := scripts(k.Spec.Layout)
+	cas, cad := sha(casSrc), sha(cadSrc)
+	legacy := k.Spec.Layout == kvcm.LayoutLegacy
+	// one location: read, CAS to DELETING, unlinks, read again, CAD.
+	one := func(g *garbageBlock, j int) error {
+		id := g.ids[j]
+		for step := range 2 {
+			pairs, err := hashPairs(k.rdb.Do(ctx, "hgetall", g.scratch))
+			if err != nil {
+				return err
+			}
+			v := blockView{pairs: pairs}
+			var args []any
+			if legacy {
+				uri, _ := v.field(kvcm.FieldURI)
+				b, err := kvcm.DecodeBlock([]byte(uri))
+				if err != nil {
+					return err
+				}
+				var next []byte
+				if step == 0 {
+					next, err = b.WithStatus(id, kvcm.StatusDeleting)
+				} else {
+					var empty bool
+					if next, empty, err = b.Without(id); empty {
+						next = nil
+					}
+				}
+				if err != nil {
+					return err
+				}
+				args = []any{uri, string(next), "keep"}
+				if step == 0 {
+					args = args[:2]
+				}
+			} else {
+				field := kvcm.LocationField(id)
+				raw, _ := v.field(field)
+				if step == 0 {
+					del, err := kvcm.LocationWithStatus([]byte(raw), kvcm.StatusDeleting)
+					if err != nil {
+						return err
+					}
+					args = []any{field, raw, string(del)}
+				} else {
+					args = []any{field, raw, "keep"}
+				}
+			}
+			h := cas
+			if step == 1 {
+				h = cad
+			}
+			c := k.rdb.EvalSha(ctx, h, []string{g.scratch}, args...)
+			if err := scriptResult(c); err != nil {
+				return err
+			}
+			if step == 0 {
+				for _, f := range g.files[j] {
+					if err := syscall.Unlink(f); err != nil {
+						return fmt.Errorf("unlink %s: %w", f, err)
+					}
+				}
+			}
+		}
+		return nil
+	}
 	res.SeqWorkers = workers
 	started := time.Now()
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			for i := w; i < len(locs); i += workers {
-				l := locs[i]
-				for _, h := range []string{cas, cad} {
-					cur, err := k.rdb.HGet(ctx, l.key, "__uri__").Result()
-					if err == nil {
-						err = k.rdb.EvalSha(ctx, h, []string{l.key}, cur, cur).Err()
-					}
-					if err != nil {
-						errs[w] = fmt.Errorf("sequential protocol on %s: %w", l.key, err)
+			for i := w; i < len(blocks); i += workers {
+				for j := range blocks[i].ids {
+					if err := one(&blocks[i], j); err != nil {
+						errs[w] = fmt.Errorf("sequential protocol on %s: %w", blocks[i].key, err)
 						return
-					}
-					if h == cas {
-						for _, f := range l.files {
-							if err := syscall.Unlink(f); err != nil {
-								errs[w] = fmt.Errorf("unlink %s: %w", f, err)
-								return
-							}
-						}
 					}
 				}
 			}
 		})
 	}
 	wg.Wait()
-	res.Sequential = Rate{Ops: len(locs), Dur: time.Since(started)}
+	res.Sequential = Rate{Ops: nlocs, Dur: time.Since(started)}
 	return errors.Join(errs...)
 }
 
@@ -492,32 +823,79 @@ func unlinkPerLocation(k *Keyspace) float64 {
 }
 
 // composedDeleteRate is the rate of fully deleting locations if nothing but the raw
-// operations cost anything: one CAS, the location's unlinks and one CAD each, back to back.
+// operations cost anything: the CAS, the location's unlinks and the CAD of each, back to back
+// (the writes' time shared among the locations they covered).
 func composedDeleteRate(r RawResults, unlinks float64) float64 {
-	cas, cad, ul := r.CAS.PerSec(), r.CAD.PerSec(), r.Unlink.PerSec()
-	if cas == 0 || cad == 0 || ul == 0 {
+	ul := r.Unlink.PerSec()
+	if r.WriteLocs == 0 || r.CAS.Dur == 0 || r.CAD.Dur == 0 || ul == 0 {
 		return 0
 	}
-	return 1 / (1/cas + unlinks/ul + 1/cad)
+	per := (r.CAS.Dur+r.CAD.Dur).Seconds()/float64(r.WriteLocs) + unlinks/ul
+	return 1 / per
 }
 
-// samplePage is a message like the scanner's: count blocks of the keyspace encoded as a
-// batch. Only its size matters to the raw publish baseline.
+// fullDeleteRate is composedDeleteRate with the deleter's two reads of each block (before
+// its CAS and before its unlinks), shared among the block's garbage locations.
+func fullDeleteRate(r RawResults, unlinks float64) float64 {
+	c := composedDeleteRate(r, unlinks)
+	if c == 0 || r.Read.Ops == 0 || r.WriteLocs == 0 {
+		return 0
+	}
+	reads := 2 * r.Read.Dur.Seconds() / float64(r.WriteLocs)
+	return 1 / (1/c + reads)
+}
+
+// samplePage is a message like the scanner's: count blocks of the keyspace, read through
+// kvcm-gc's store and encoded as a batch in their layout. Only its size matters to the raw
+// publish baseline.
 func samplePage(ctx context.Context, k *Keyspace, count int) ([]byte, error) {
 	b := subjects.Batch{V: subjects.SchemaVersion, Cluster: k.Spec.Cluster, Instance: k.Instances[0], Group: "g", Store: "s",
 		Round: 1, LeaseRev: 1, Parts: 1, ScannedAt: time.Now().UnixMicro()}
-	errEnough := errors.New("enough blocks")
-	err := k.readBlocks(ctx, func(i int, uri string) error {
-		if uri != "" {
-			b.Blocks = append(b.Blocks, subjects.BlockEntry{Key: k.blocks[i].key, URI: subjects.RawText(uri), LRUTime: "1760000000000000"})
-		}
-		if len(b.Blocks) == count {
-			return errEnough
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errEnough) {
+	st, err := k.openStore(ctx, true)
+	if err != nil {
 		return nil, err
 	}
+	defer st.Close()
+	owns := k.owns()
+	var cursor uint64
+	for len(b.Blocks) < count {
+		page, err := st.ScanStore(ctx, cursor, count, owns)
+		if err != nil {
+			return nil, err
+		}
+		for i := range page.Entries {
+			if be, ok := batchEntry(&page.Entries[i]); ok && len(b.Blocks) < count {
+				b.Blocks = append(b.Blocks, be)
+			}
+		}
+		if cursor = page.Next; cursor == 0 {
+			break
+		}
+	}
 	return subjects.Encode(b)
+}
+
+// batchEntry is what the scanner publishes of a scanned entry (package pipeline's
+// blockEntry, which is unexported).
+func batchEntry(e *meta.Entry) (subjects.BlockEntry, bool) {
+	be := subjects.BlockEntry{Key: e.BlockKey}
+	switch e.Layout {
+	case kvcm.LayoutLegacy:
+		if len(e.URI) == 0 {
+			return be, false
+		}
+		be.Layout = subjects.LayoutLegacy
+	case kvcm.LayoutLocation:
+		be.Layout = subjects.LayoutLocation
+	case kvcm.LayoutAmbiguous:
+		be.Layout = subjects.LayoutAmbiguous
+	default:
+		return be, false
+	}
+	be.URI, be.LRUTime = subjects.RawText(e.URI), e.LRUTime
+	for _, l := range e.Locations {
+		be.Locs = append(be.Locs, subjects.LocField{ID: subjects.RawText(l.ID), V: subjects.RawText(l.Value)})
+	}
+	be.Fields = e.Others
+	return be, true
 }

@@ -40,6 +40,9 @@ type AloneResults struct {
 	Scanner, Prober, Deleter  StageRun
 	Verification              Verification
 	ScanPages, PublishedBytes int
+	// ScanRead are the keys the scanner read (of collected instances); Scanner.Items the
+	// keys it walked.
+	ScanRead int
 }
 
 // E2EResult is the whole pipeline on one keyspace.
@@ -61,7 +64,9 @@ type run struct {
 	names   subjects.Names
 	profile stage.Profile
 	bin     string // the stage binary
-	procs   map[string]*proc
+	// cpus, when set, are the only cores the run's stage processes may use (taskset -c).
+	cpus  string
+	procs map[string]*proc
 	// Handles kept across polls, so polling costs one request per check.
 	kv   jetstream.KeyValue
 	cons map[string]jetstream.Consumer
@@ -95,7 +100,12 @@ func (r *run) startAs(name, st string) error {
 	if err != nil {
 		return fmt.Errorf("encode stage spec: %w", err)
 	}
-	p, err := startProc(r.phase+"/"+name, r.file(name, "log"), r.bin, "-spec", string(data))
+	bin, args := r.bin, []string{"-spec", string(data)}
+	if r.cpus != "" {
+		// taskset execs the stage: the process (and pid) is the stage's, every thread on cpus.
+		bin, args = "taskset", append([]string{"-c", r.cpus, r.bin}, args...)
+	}
+	p, err := startProc(r.phase+"/"+name, r.file(name, "log"), bin, args...)
 	if err != nil {
 		return err
 	}
@@ -123,6 +133,10 @@ func (r *run) stop(st string) (StageRun, error) {
 
 // close stops what still runs and removes the run's streams and buckets.
 func (r *run) close(ctx context.Context) {
+	// Every process is told at once, so they drain side by side.
+	for _, p := range r.procs {
+		p.Terminate()
+	}
 	for st := range r.procs {
 		_, _ = r.stop(st)
 	}
@@ -277,7 +291,12 @@ func (h *Harness) runAloneWith(ctx context.Context, phase string, k *Keyspace, p
 		return res, err
 	}
 	res.Scanner.CPU = scanCPU
-	res.Scanner.Items = int(ck.LastRoundKeys)
+	// Keys SCAN returned, as the raw walks count them (every key of the database): the keys of
+	// skipped groups are walked and not read.
+	res.Scanner.Items, res.ScanRead = int(ck.LastRoundVisited), int(ck.LastRoundKeys)
+	if res.Scanner.Items == 0 {
+		res.Scanner.Items = res.ScanRead
+	}
 	res.Scanner.Dur = time.Duration(ck.LastRoundEndUs-ck.RoundStartedUs) * time.Microsecond
 	res.ScanPages = int(res.Scanner.Metrics.Sum("kvcm_gc_scan_pages_total"))
 	if st, err := h.js.Stream(ctx, r.names.BatchesStream()); err == nil {

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvcm-gc/kvcm-gc/bench/stage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
 // Serving modes: kvcm-gc off, at its default pacing, and unpaced.
@@ -20,10 +22,39 @@ const (
 	ModeUnpaced = "unpaced"
 )
 
+// Placements of the serving windows.
+const (
+	// PinPinned is production's placement: Redis and the read load (KVCM) on one core,
+	// kvcm-gc's stages and NATS on the other, so a window measures what kvcm-gc's commands
+	// cost Redis and not two programs taking turns on one core.
+	PinPinned = "pinned"
+	// PinShared leaves every process free to run on every core, as the scheduler likes.
+	PinShared = "shared"
+)
+
+// ParsePins reads the -serving-pin flag: a comma-separated list of PinPinned and PinShared.
+func ParsePins(s string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case PinPinned, PinShared:
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		case "":
+		default:
+			return nil, fmt.Errorf("serving placement %q: not %s or %s", p, PinPinned, PinShared)
+		}
+	}
+	return out, nil
+}
+
 // Latency is what a KVCM-like read load saw during one window.
 type Latency struct {
 	Mode string
-	Rep  int
+	// Pin is the window's placement (PinPinned, PinShared).
+	Pin string
+	Rep int
 	// N requests completed; Errors failed; Late could not be sent on schedule because every
 	// client was busy (the load is open-loop: a slow server does not slow the schedule).
 	N, Errors, Late     int
@@ -33,10 +64,11 @@ type Latency struct {
 	CPU    CPUShare
 }
 
-// readLoad issues HMGET __uri__ __lru_time__ of random blocks at rate per second for window,
-// from a pool of clients as a KVCM process does, and measures each request from the moment
-// it is sent until its reply.
-func readLoad(ctx context.Context, rdb *redis.Client, keys []string, rate int, window time.Duration) Latency {
+// readLoad issues KVCM's read of random blocks at rate per second for window, from a pool of
+// clients as a KVCM process does, and measures each request from the moment it is sent until
+// its reply. KVCM's read is HGETALL in the location layout (GetAllFields), HMGET __uri__
+// __lru_time__ in the legacy one.
+func readLoad(ctx context.Context, rdb *redis.Client, layout kvcm.Layout, keys []string, rate int, window time.Duration) Latency {
 	const workers = 16
 	work := make(chan string, workers)
 	lats := make([][]time.Duration, workers)
@@ -47,7 +79,12 @@ func readLoad(ctx context.Context, rdb *redis.Client, keys []string, rate int, w
 		wg.Go(func() {
 			for key := range work {
 				t0 := time.Now()
-				err := rdb.HMGet(ctx, key, "__uri__", "__lru_time__").Err()
+				var err error
+				if layout == kvcm.LayoutLegacy {
+					err = rdb.HMGet(ctx, key, kvcm.FieldURI, kvcm.FieldLRUTime).Err()
+				} else {
+					err = rdb.Do(ctx, "hgetall", key).Err()
+				}
 				d := time.Since(t0)
 				if err != nil {
 					errs[w]++
@@ -91,17 +128,29 @@ func readLoad(ctx context.Context, rdb *redis.Client, keys []string, rate int, w
 	return res
 }
 
-// serving alternates windows with kvcm-gc off, at default pacing and unpaced, reps times, on
-// k (in dry-run: the keyspace stays as it is, so every window sees the same work).
-func (h *Harness) serving(ctx context.Context, k *Keyspace, unpaced stage.Profile) ([]Latency, error) {
-	keys := make([]string, len(k.blocks))
-	for i := range k.blocks {
-		keys[i] = k.BlockKey(i)
-	}
+// serving alternates windows with kvcm-gc off, at default pacing and unpaced, in each of the
+// configured placements, reps times, on k (in dry-run: the keyspace stays as it is, so every
+// window sees the same work).
+func (h *Harness) serving(ctx context.Context, phase string, k *Keyspace, unpaced stage.Profile) (out []Latency, err error) {
+	keys := k.collectedKeys()
 	opts := *k.rdb.Options()
 	opts.PoolSize = 16
 	rdb := redis.NewClient(&opts)
 	defer rdb.Close()
+	pins := h.cfg.ServingPins
+	if len(pins) == 0 {
+		pins = []string{PinShared}
+	}
+	if slices.Contains(pins, PinPinned) {
+		if err := h.canPin(); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if perr := h.place(context.WithoutCancel(ctx), PinShared); perr != nil && err == nil {
+			err = perr
+		}
+	}()
 
 	def := stage.DefaultProfile()
 	def.DryRun = true
@@ -111,30 +160,38 @@ func (h *Harness) serving(ctx context.Context, k *Keyspace, unpaced stage.Profil
 	unpaced.RoundPause = time.Nanosecond
 	cfg := h.cfg
 	// Open the clients' connections before the first window measures anything.
-	_ = readLoad(ctx, rdb, keys, cfg.ServingRate, time.Second)
-	var out []Latency
+	_ = readLoad(ctx, rdb, k.Spec.Layout, keys, cfg.ServingRate, time.Second)
 	for rep := 1; rep <= cfg.ServingReps; rep++ {
-		for _, mode := range []string{ModeOff, ModeDefault, ModeUnpaced} {
-			l, err := h.servingWindow(ctx, k, rdb, keys, mode, rep, map[string]stage.Profile{ModeDefault: def, ModeUnpaced: unpaced}[mode])
-			if err != nil {
+		for _, pin := range pins {
+			if err := h.place(ctx, pin); err != nil {
 				return out, err
 			}
-			h.log.Info("serving window", "mode", mode, "rep", rep, "p50", l.P50, "p99", l.P99, "gc_keys", l.GCKeys,
-				"redis_cpu", l.CPU.Redis, "redis_wait", l.CPU.RedisWait, "stages_cpu", l.CPU.Stages, "harness_cpu", l.CPU.Harness)
-			out = append(out, l)
+			for _, mode := range []string{ModeOff, ModeDefault, ModeUnpaced} {
+				l, err := h.servingWindow(ctx, phase, k, rdb, keys, mode, pin, rep, map[string]stage.Profile{ModeDefault: def, ModeUnpaced: unpaced}[mode])
+				if err != nil {
+					return out, err
+				}
+				h.log.Info("serving window", "layout", k.Spec.Layout, "pin", pin, "mode", mode, "rep", rep, "p50", l.P50, "p99", l.P99,
+					"gc_keys", l.GCKeys, "redis_cpu", l.CPU.Redis, "redis_wait", l.CPU.RedisWait, "stages_cpu", l.CPU.Stages,
+					"harness_cpu", l.CPU.Harness)
+				out = append(out, l)
+			}
 		}
 	}
 	return out, nil
 }
 
-func (h *Harness) servingWindow(ctx context.Context, k *Keyspace, rdb *redis.Client, keys []string, mode string, rep int, p stage.Profile) (Latency, error) {
+func (h *Harness) servingWindow(ctx context.Context, phase string, k *Keyspace, rdb *redis.Client, keys []string, mode, pin string, rep int, p stage.Profile) (Latency, error) {
 	var r *run
 	if mode != ModeOff {
 		var err error
-		if r, err = h.newRun(ctx, fmt.Sprintf("serving-%s-%d", mode, rep), k, p); err != nil {
+		if r, err = h.newRun(ctx, fmt.Sprintf("%s-%s-%s-%d", phase, pin, mode, rep), k, p); err != nil {
 			return Latency{}, err
 		}
 		defer r.close(context.WithoutCancel(ctx))
+		if pin == PinPinned {
+			r.cpus = h.gcCPUs()
+		}
 		for _, st := range []string{stage.Scanner, stage.Prober, stage.Deleter} {
 			if err := r.start(st); err != nil {
 				return Latency{}, err
@@ -148,16 +205,21 @@ func (h *Harness) servingWindow(ctx context.Context, k *Keyspace, rdb *redis.Cli
 			return Latency{}, err
 		}
 	}
-	time.Sleep(time.Second) // let the stages reach their steady state
+	// Let the stages reach their steady state, or the last window's settle.
+	if r != nil {
+		time.Sleep(time.Second)
+	} else {
+		time.Sleep(time.Second / 2)
+	}
 	before := h.scannedKeys(ctx, r)
 	var pids []int
 	if r != nil {
 		pids = r.pids()
 	}
 	cpu := h.cpuNow(ctx, pids...)
-	l := readLoad(ctx, rdb, keys, h.cfg.ServingRate, h.cfg.ServingWindow)
+	l := readLoad(ctx, rdb, k.Spec.Layout, keys, h.cfg.ServingRate, h.cfg.ServingWindow)
 	l.CPU = h.cpuSince(ctx, cpu, pids...)
-	l.Mode, l.Rep = mode, rep
+	l.Mode, l.Pin, l.Rep = mode, pin, rep
 	if r != nil {
 		if err := r.checkAlive(); err != nil {
 			return l, err
@@ -176,5 +238,5 @@ func (h *Harness) scannedKeys(ctx context.Context, r *run) int {
 	if err != nil {
 		return 0
 	}
-	return int(ck.KeysScanned) + int(ck.Round-1)*len(r.k.blocks)
+	return int(ck.KeysScanned) + int(ck.Round-1)*r.k.Counts.Blocks
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/bench/stage"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 )
@@ -18,14 +19,24 @@ import (
 // storesCluster is the KVCM cluster of PhaseStores.
 const storesCluster = "stores"
 
-// storesDB is the database of the harness's redis-server holding the first store (and the
-// registry); the main and small keyspaces and the snapshot use 0 to 2.
+// storesDB is the database of each store in the location layout (the first store's holds the
+// registry too); the keyspaces use keyspaceDB. The legacy
+// layout allows no database but 0 (a KVCM of that layout ignores db=), so its stores take
+// DB 0, the main keyspace's: the phase runs after every other phase of the layout.
 const storesDB = 3
+
+func storesDBOf(l kvcm.Layout) int {
+	if l == kvcm.LayoutLegacy {
+		return 0
+	}
+	return storesDB
+}
 
 // StoresResult is the scanner over two metadata stores, each on a redis-server of its own
 // and holding half the main keyspace's blocks: one replica walking both, then two replicas
 // dividing them, in the same run.
 type StoresResult struct {
+	Layout         kvcm.Layout
 	BlocksPerStore int
 	// Runs alternate one replica, then two, Config.StoresReps times.
 	Runs []StoresRun
@@ -54,27 +65,30 @@ func (r StoresRun) Rate() float64 { return Rate{Ops: r.Keys, Dur: r.Dur}.PerSec(
 
 // runStores seeds the two stores (metadata only: no prober runs) and times one scanner round
 // with one replica, then with two.
-func (h *Harness) runStores(ctx context.Context, p stage.Profile) (*StoresResult, error) {
+func (h *Harness) runStores(ctx context.Context, layout kvcm.Layout, p stage.Profile) (*StoresResult, error) {
 	second, err := testenv.StartRedisServer()
 	if err != nil {
 		return nil, fmt.Errorf("start the second store: %w", err)
 	}
 	defer second.Close()
-	// Both stores use database storesDB: the stages' store connections take their defaults,
+	// Both stores use the same database: the stages' store connections take their defaults,
 	// database included, from the registry's URI.
+	db := storesDBOf(layout)
 	clients := make([]*redis.Client, 2)
 	for i, srv := range []*testenv.Redis{h.redis, second} {
 		o := srv.Client().Options()
-		o.DB = storesDB
+		o.DB = db
 		clients[i] = redis.NewClient(o)
 		defer clients[i].Close()
 	}
 	a, b := clients[0], clients[1]
+	// The first store shares the harness's redis-server with the keyspaces: leave nothing there.
+	defer func() { _ = a.FlushDB(context.WithoutCancel(ctx)).Err() }()
 
 	per := max(h.cfg.Blocks/2, 1)
 	instances := max(h.cfg.Instances/2, 1)
-	res := &StoresResult{BlocksPerStore: per}
-	uris := []string{fmt.Sprintf("%s?db=%d", h.redis.URI(), storesDB), fmt.Sprintf("%s?db=%d", second.URI(), storesDB)}
+	res := &StoresResult{Layout: layout, BlocksPerStore: per}
+	uris := []string{fmt.Sprintf("%s?db=%d", h.redis.URI(), db), fmt.Sprintf("%s?db=%d", second.URI(), db)}
 	for i, rdb := range clients {
 		if err := rdb.FlushDB(ctx).Err(); err != nil {
 			return nil, fmt.Errorf("flush store %d: %w", i, err)
@@ -84,7 +98,7 @@ func (h *Harness) runStores(ctx context.Context, p stage.Profile) (*StoresResult
 			ids[j] = fmt.Sprintf("store%d-inst%d", i, j)
 		}
 		h.log.Info("seeding a store", "store", uris[i], "blocks", per)
-		if _, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: storesCluster, Instances: ids, Blocks: max(per/instances, 1),
+		if _, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: storesCluster, Layout: layout, Instances: ids, Blocks: max(per/instances, 1),
 			LocationsPerBlock: h.cfg.Locations, GarbageFraction: h.cfg.Garbage, TrickyFraction: h.cfg.Tricky,
 			Root: filepath.Join(h.workDir, "data-stores"), MetaURI: uris[i], Seed: h.cfg.Seed + uint64(i), NoFiles: true}); err != nil {
 			return nil, fmt.Errorf("seed store %d: %w", i, err)
@@ -94,7 +108,7 @@ func (h *Harness) runStores(ctx context.Context, p stage.Profile) (*StoresResult
 	if err := adoptGroup(ctx, a, b, "group_second"); err != nil {
 		return nil, err
 	}
-	k := &Keyspace{Spec: KeyspaceSpec{Cluster: storesCluster}, URI: uris[0]}
+	k := &Keyspace{Spec: KeyspaceSpec{Cluster: storesCluster, Layout: layout}, URI: uris[0]}
 	k.Counts.Blocks = 2 * per
 	// Alternated: on a shared machine only runs next to each other compare.
 	for range max(h.cfg.StoresReps, 1) {

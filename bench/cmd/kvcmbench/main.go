@@ -46,7 +46,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("kvcmbench", flag.ExitOnError)
 	cfg := bench.Config{Unpaced: bench.UnpacedProfile(), Logger: log}
 	fs.IntVar(&cfg.Blocks, "blocks", 1_000_000, "blocks of the main keyspace")
-	fs.IntVar(&cfg.SmallBlocks, "small-blocks", 200_000, "blocks of the second keyspace (peak memory at two sizes)")
+	fs.IntVar(&cfg.SmallBlocks, "small-blocks", 100_000, "blocks of the second keyspace (peak memory at two sizes)")
 	fs.IntVar(&cfg.Instances, "instances", 4, "KVCM instances the blocks are spread over")
 	fs.IntVar(&cfg.Locations, "locations", 2, "locations per block")
 	fs.Float64Var(&cfg.Garbage, "garbage", 0.1, "fraction of garbage locations")
@@ -59,8 +59,12 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.StringVar(&cfg.Command, "command", "", "command line recorded in the report (default: this one)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "directory receiving CPU profiles of every stage process and of the harness")
 	fs.IntVar(&cfg.ServingRate, "serving-rate", 2000, "read load during the serving windows, requests per second")
-	fs.DurationVar(&cfg.ServingWindow, "serving-window", 5*time.Second, "length of each serving window")
-	fs.IntVar(&cfg.ServingReps, "serving-reps", 10, "repetitions of the off/default/unpaced windows")
+	fs.DurationVar(&cfg.ServingWindow, "serving-window", 3*time.Second, "length of each serving window")
+	fs.IntVar(&cfg.ServingReps, "serving-reps", 3, "repetitions of the off/default/unpaced windows (in each placement)")
+	pins := fs.String("serving-pin", bench.PinPinned+","+bench.PinShared, "placements of the serving windows, alternated: \"pinned\" (Redis and the load on one core, kvcm-gc and NATS on the other, with taskset), \"shared\" (every process on every core)")
+	layout := fs.String("layout", "both", "block layout of the keyspaces: location (today's KVCM), legacy (KVCM f6aa2b2) or both, one after the other, each against its own raw baselines")
+	smallLayout := fs.String("small-layout", "location", "layouts of the small phase (peak memory at two sizes): location, legacy, both or none")
+	fs.BoolVar(&cfg.RawMatch, "raw-match", false, "also time the raw per-instance MATCH walk (the former scanner's) on the legacy keyspace")
 	fs.IntVar(&cfg.Unpaced.ScanBatchSize, "batch", cfg.Unpaced.ScanBatchSize, "scan_batch_size of the unpaced runs")
 	fs.IntVar(&cfg.Unpaced.DeleterMaxAckPending, "deleter-inflight", cfg.Unpaced.DeleterMaxAckPending, "max_inflight_delete_requests of the unpaced runs")
 	fs.IntVar(&cfg.Unpaced.DeleterWorkers, "deleter-workers", cfg.Unpaced.DeleterWorkers, "deleter workers of the unpaced runs")
@@ -74,6 +78,16 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 
 	if *phases != "" {
 		cfg.Phases = strings.Split(*phases, ",")
+	}
+	var err error
+	if cfg.Layouts, err = bench.ParseLayouts(*layout); err != nil || len(cfg.Layouts) == 0 {
+		return fmt.Errorf("-layout: %v", orNone(err))
+	}
+	if cfg.SmallLayouts, err = bench.ParseLayouts(*smallLayout); err != nil {
+		return fmt.Errorf("-small-layout: %w", err)
+	}
+	if cfg.ServingPins, err = bench.ParsePins(*pins); err != nil || len(cfg.ServingPins) == 0 {
+		return fmt.Errorf("-serving-pin: %v", orNone(err))
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -111,6 +125,14 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	if err == nil && len(res.Errors) > 0 {
 		err = bench.ErrFailed
+	}
+	return err
+}
+
+// orNone names an empty selection.
+func orNone(err error) any {
+	if err == nil {
+		return "nothing selected"
 	}
 	return err
 }

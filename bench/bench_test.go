@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+func TestParseCPUList(t *testing.T) {
+	for in, want := range map[string][]int{"0-1": {0, 1}, "0": {0}, "0-2,5,7-8": {0, 1, 2, 5, 7, 8}, "3,1,1": {1, 3}} {
+		got, err := parseCPUList(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"a", "2-1", "1-x"} {
+		_, err := parseCPUList(bad)
+		require.Error(t, err, bad)
+	}
+	require.Equal(t, "0,1,5", cpuList([]int{0, 1, 5}))
+}
+
+func TestParseFlags(t *testing.T) {
+	l, err := ParseLayouts("both")
+	require.NoError(t, err)
+	require.Equal(t, []kvcm.Layout{kvcm.LayoutLocation, kvcm.LayoutLegacy}, l)
+	l, err = ParseLayouts("legacy")
+	require.NoError(t, err)
+	require.Equal(t, []kvcm.Layout{kvcm.LayoutLegacy}, l)
+	l, err = ParseLayouts("none")
+	require.NoError(t, err)
+	require.Empty(t, l)
+	_, err = ParseLayouts("ambiguous")
+	require.Error(t, err)
+
+	p, err := ParsePins("pinned, shared,pinned")
+	require.NoError(t, err)
+	require.Equal(t, []string{PinPinned, PinShared}, p)
+	_, err = ParsePins("pinned,both")
+	require.Error(t, err)
+}
+
+// TestServingPairsWithinPlacement: a window is compared with the off window of its own
+// placement and repetition, never with the other placement's.
+func TestServingPairsWithinPlacement(t *testing.T) {
+	ms := time.Millisecond
+	ls := []Latency{
+		{Pin: PinPinned, Mode: ModeOff, Rep: 1, N: 1, P99: 1 * ms},
+		{Pin: PinPinned, Mode: ModeDefault, Rep: 1, N: 1, P99: 2 * ms},
+		{Pin: PinShared, Mode: ModeOff, Rep: 1, N: 1, P99: 10 * ms},
+		{Pin: PinShared, Mode: ModeDefault, Rep: 1, N: 1, P99: 5 * ms},
+		{Pin: PinPinned, Mode: ModeOff, Rep: 2, N: 1, P99: 2 * ms},
+		{Pin: PinPinned, Mode: ModeDefault, Rep: 2, N: 1, P99: 3 * ms},
+		{Pin: PinShared, Mode: ModeOff, Rep: 2, N: 1, P99: 10 * ms},
+		{Pin: PinShared, Mode: ModeDefault, Rep: 2, N: 1, P99: 20 * ms},
+	}
+	require.InDelta(t, (2.0+1.5)/2, servingPaired(ls, PinPinned, ModeDefault), 1e-9)
+	require.InDelta(t, (0.5+2.0)/2, servingPaired(ls, PinShared, ModeDefault), 1e-9)
+	require.Zero(t, servingPaired(ls, PinPinned, ModeUnpaced))
+	require.Equal(t, "1000 µs, 2000 µs", servingP99s(ls, PinPinned, ModeOff))
+}
+
+func TestComposedDeleteRate(t *testing.T) {
+	r := RawResults{CAS: Rate{Ops: 50, Dur: time.Second}, CAD: Rate{Ops: 50, Dur: time.Second}, WriteLocs: 100,
+		Unlink: Rate{Ops: 100, Dur: time.Second}, Read: Rate{Ops: 50, Dur: time.Second}}
+	// 10 ms of CAS, 10 ms of CAD per location, 2 unlinks of 10 ms: 40 ms.
+	require.InDelta(t, 25, composedDeleteRate(r, 2), 1e-9)
+	// Two reads of 1 s for the 100 locations: 20 ms more.
+	require.InDelta(t, 1/0.06, fullDeleteRate(r, 2), 1e-9)
+	require.Zero(t, composedDeleteRate(RawResults{}, 1))
+}
+
+// TestKeyspaceLayouts seeds a small keyspace in each layout and checks what the harness
+// relies on: its raw write loops leave the keyspace as it was (they write scratch copies
+// only); the writes they time are the deleter's and, applied to the keyspace itself, delete
+// exactly the garbage, which Verify recognises; Restore undoes a collection; the copies of
+// kvcm-gc's scripts are the ones kvcm-gc loads.
+func TestKeyspaceLayouts(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := context.Background()
+	for _, layout := range []kvcm.Layout{kvcm.LayoutLocation, kvcm.LayoutLegacy} {
+		t.Run(layout.String(), func(t *testing.T) {
+			k, err := SeedKeyspace(ctx, srv.Client(), srv.URI(), KeyspaceSpec{Cluster: "t", Layout: layout, DB: keyspaceDB,
+				Instances: 2, Blocks: 400, Locations: 2, Garbage: 0.2, Seed: 3, Root: filepath.Join(t.TempDir(), "data")},
+				slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			defer k.Close()
+			require.Equal(t, 400, k.Counts.Blocks)
+			require.Positive(t, k.Counts.Garbage)
+			require.Positive(t, len(k.GarbageFiles))
+			if layout == kvcm.LayoutLocation {
+				require.Positive(t, k.Counts.SkippedBlocks, "the cached group's blocks")
+			}
+			untouched := func() {
+				v, err := k.Verify(ctx)
+				require.NoError(t, err)
+				require.Equal(t, k.Counts.Garbage, v.GarbageLeft)
+				require.Zero(t, v.LiveChanged+v.BlocksChanged+v.LiveFilesGone, v.Problems)
+			}
+			untouched()
+
+			var raw RawResults
+			require.NoError(t, measureRedisWrites(ctx, k, 1000, &raw))
+			require.True(t, raw.ScriptsMatch, "the harness's script copies differ from kvcm-gc's")
+			require.Equal(t, k.Counts.Garbage, raw.WriteLocs)
+			require.Positive(t, raw.CAS.Ops)
+			require.NoError(t, measureSequential(ctx, k, 2, 1000, &raw))
+			require.Equal(t, k.Counts.Garbage, raw.Sequential.Ops)
+			keys, err := k.rdb.Keys(ctx, scratchPrefix+"*").Result()
+			require.NoError(t, err)
+			require.Empty(t, keys, "scratch keys left")
+			untouched()
+
+			// The raw writes on the keyspace itself: exactly the garbage goes; Restore brings
+			// it back.
+			require.NoError(t, k.Snapshot(ctx))
+			blocks, _, err := garbageBlocks(ctx, k, 1<<30, "")
+			require.NoError(t, err)
+			for i := range blocks {
+				blocks[i].scratch = blocks[i].key
+			}
+			cas, cad, err := deletionWrites(layout, blocks)
+			require.NoError(t, err)
+			casSrc, cadSrc := scripts(layout)
+			for _, step := range []struct {
+				src string
+				ws  []condWrite
+			}{{casSrc, cas}, {cadSrc, cad}} {
+				for _, w := range step.ws {
+					require.NoError(t, scriptResult(k.rdb.Eval(ctx, step.src, []string{w.key}, w.args...)))
+				}
+			}
+			for _, f := range k.GarbageFiles {
+				require.NoError(t, os.Remove(f))
+			}
+			v, err := k.Verify(ctx)
+			require.NoError(t, err)
+			require.True(t, v.OK(), "%+v", v)
+			require.NoError(t, k.Restore(ctx))
+			untouched()
+			for _, f := range k.GarbageFiles {
+				_, err := os.Lstat(f)
+				require.NoError(t, err, "garbage file relinked")
+			}
+		})
+	}
+}
+
+// TestScriptCopies: the harness's copies of the scripts are cached once kvcm-gc's store
+// loaded its own.
+func TestScriptCopies(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := context.Background()
+	conn, err := redismeta.ParseURI(srv.URI())
+	require.NoError(t, err)
+	st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	for _, src := range allScripts {
+		ok, err := srv.Client().ScriptExists(ctx, sha(src)).Result()
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, ok, src)
+	}
+}
+
+// TestReportBothLayouts: a run of both layouts reports every summary figure for each, against
+// its own baselines, and the serving rows of both placements.
+func TestReportBothLayouts(t *testing.T) {
+	rate := func(ops int) Rate { return Rate{Ops: ops, Dur: time.Second} }
+	stageRun := func(st string, n int) StageRun {
+		return StageRun{Stage: st, Items: n, Dur: time.Second, Usage: Usage{PeakRSS: 30 << 20}}
+	}
+	res := &Results{Config: Config{Unpaced: UnpacedProfile(), ServingWindow: time.Second, ServingRate: 10}, Machine: Machine{Cores: 2, CPUs: []int{0, 1}}}
+	for _, layout := range []kvcm.Layout{kvcm.LayoutLocation, kvcm.LayoutLegacy} {
+		k := &Keyspace{Spec: KeyspaceSpec{Cluster: "main", Layout: layout}}
+		k.Counts = KeyspaceCounts{Blocks: 1000, Locations: 2000, Garbage: 200, StatSpecs: 3800, GarbageFiles: 290}
+		raw := &RawResults{Layout: layout, ScanBare: rate(100_000), ScanStore: rate(80_000), Read: rate(100), CAS: rate(100),
+			CAD: rate(100), WriteLocs: 200, StatRoot: rate(100_000), StatDirRoot: rate(400_000), Unlink: rate(100_000),
+			Publish: rate(1000), ScanPerMsg: 256, Sequential: rate(3000), SeqWorkers: 2, Workers: 2, ScriptsMatch: true}
+		if layout == kvcm.LayoutLegacy {
+			raw.ScanAll = rate(90_000)
+		}
+		alone := &AloneResults{Keyspace: "main", Blocks: 1000, Scanner: stageRun("scanner", 1000), Prober: stageRun("prober", 2000),
+			Deleter: stageRun("deleter", 200)}
+		var serving []Latency
+		for _, pin := range []string{PinPinned, PinShared} {
+			for _, mode := range []string{ModeOff, ModeDefault, ModeUnpaced} {
+				serving = append(serving, Latency{Pin: pin, Mode: mode, Rep: 1, N: 10, P99: time.Millisecond})
+			}
+		}
+		res.Layouts = append(res.Layouts, &LayoutResults{Layout: layout, Main: k, Raw: raw, Alone: alone, AloneSmall: alone,
+			Serving: serving, E2E: &E2EResult{Dur: time.Second, Runs: []StageRun{stageRun("deleter", 200)}}})
+	}
+	rep := Report(res)
+	for _, layout := range []string{"location", "legacy"} {
+		for _, row := range []string{"scanner alone", "prober alone", "deleter alone", "end to end", "scanner peak RSS",
+			"serving p99 per window, kvcm-gc default, pinned", "serving p99 per window, kvcm-gc default, shared cores"} {
+			require.Contains(t, rep, "| "+layout+" | "+row, "%s %s", layout, row)
+		}
+		require.Contains(t, rep, "### Raw baselines, "+layout+" layout")
+		require.Contains(t, rep, "### Serving impact, "+layout+" layout")
+	}
+	require.Contains(t, rep, "SCAN COUNT 256 + pipelined HGETALL) | 0.01")
+	require.Contains(t, rep, "SCAN COUNT 256 + pipelined HMGET) | 0.01")
+	require.Equal(t, 1, strings.Count(rep, "vs the same loop reading whole blocks"), "legacy only")
+}
