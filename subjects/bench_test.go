@@ -1,6 +1,7 @@
 package subjects_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -48,13 +49,46 @@ func BenchmarkSplitBatch(b *testing.B) {
 }
 
 // BenchmarkEncodeBatchParts is the scanner's encoding of a page: split under the server's
-// default max payload and encode every part.
+// default max payload and encode every part, in both layouts.
 func BenchmarkEncodeBatchParts(b *testing.B) {
-	batch := sampleBatch(256)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, _, err := subjects.EncodeBatchParts(batch, subjects.PayloadLimit(1<<20)); err != nil {
-			b.Fatal(err)
-		}
+	for _, l := range []struct {
+		name  string
+		batch subjects.Batch
+	}{{"legacy", sampleBatch(256)}, {"location", sampleLocationBatch(256)}} {
+		b.Run(l.name, func(b *testing.B) {
+			parts, _, err := subjects.EncodeBatchParts(l.batch, subjects.PayloadLimit(1<<20))
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for _, p := range parts {
+				n += len(p.Data)
+			}
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := subjects.EncodeBatchParts(l.batch, subjects.PayloadLimit(1<<20)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
+}
+
+// sampleLocationBatch is a page of today's layout: two L# fields per block, as KVCM writes
+// them (create_time before location_specs), and a BP#prev_key.
+func sampleLocationBatch(blocks int) subjects.Batch {
+	b := sampleBatch(0)
+	for i := range blocks {
+		key := int64(i)*7919 - 1000
+		b.Blocks = append(b.Blocks, subjects.BlockEntry{Key: key, Layout: subjects.LayoutLocation,
+			Locs: []subjects.LocField{
+				{ID: subjects.RawText("q0x7m2ab"), V: subjects.RawText(fmt.Sprintf(`{"id":"q0x7m2ab","status":3,"type":4,"spec_size":1,"create_time":1760000000000000,"location_specs":[`+
+					`{"name":"tp0","uri":"file://nfs_01/tmp/nfs/inst0/tp0/%x_3c1a9f0e77d2b4a1?blkid=0&size=1024"}]}`, key))},
+				{ID: subjects.RawText("k3j9x0cd"), V: subjects.RawText(fmt.Sprintf(`{"id":"k3j9x0cd","status":2,"type":1,"spec_size":1,"create_time":1760000000000000,"location_specs":[`+
+					`{"name":"tp0","uri":"hf3fs://hf3fs_01/3fs/stage/kvcm/inst0/tp0/%x?size=1024"}]}`, key))},
+			},
+			Fields: []string{"BP#prev_key"}})
+	}
+	return b
 }

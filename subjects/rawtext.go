@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/jsonstr"
 )
@@ -25,16 +24,16 @@ type RawText []byte
 // MarshalJSON encodes r as a JSON string, or as {"base64":"…"} when r is not valid UTF-8.
 // A nil or empty RawText is "".
 func (r RawText) MarshalJSON() ([]byte, error) {
-	return r.appendJSON(make([]byte, 0, len(r)+2)), nil
+	return r.appendJSON(make([]byte, 0, 2*len(r)+2)), nil
 }
 
 func (r RawText) appendJSON(dst []byte) []byte {
-	if !utf8.Valid(r) {
-		dst = append(dst, `{"base64":"`...)
-		dst = base64.StdEncoding.AppendEncode(dst, r)
-		return append(dst, `"}`...)
+	if out, ok := jsonstr.AppendExact(dst, r); ok {
+		return out // valid UTF-8: the quoting is exact
 	}
-	return jsonstr.Append(dst, r) // valid UTF-8: the quoting is exact
+	dst = append(dst, `{"base64":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, r)
+	return append(dst, `"}`...)
 }
 
 // UnmarshalJSON accepts both forms MarshalJSON writes; null leaves r nil.

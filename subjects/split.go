@@ -26,7 +26,7 @@ func PayloadLimit(maxPayload int64) int {
 // oversized although it would fit in part 0. An error means that even a part with no block
 // does not fit.
 func SplitBatch(b Batch, maxBytes int) (parts []Batch, oversized []BlockEntry, err error) {
-	parts, _, oversized, err = splitBatch(b, maxBytes)
+	parts, _, oversized, err = splitBatch(b, maxBytes, nil)
 	return parts, oversized, err
 }
 
@@ -41,9 +41,18 @@ type EncodedBatch struct {
 // most maxBytes. The Data of all parts share one allocation (each has its own capacity, so an
 // append to one never writes into another).
 func EncodeBatchParts(b Batch, maxBytes int) (parts []EncodedBatch, oversized []BlockEntry, err error) {
-	split, sizes, oversized, err := splitBatch(b, maxBytes)
+	var blocks encodedBlocks
+	split, sizes, oversized, err := splitBatch(b, maxBytes, &blocks)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(split) == 1 && len(oversized) == 0 && len(blocks.parts) == 1 {
+		// The page is one part, with every block: its encoding is what the split measured.
+		data := append(blocks.data, "]}"...)
+		if len(data) > maxBytes {
+			return nil, nil, fmt.Errorf("split batch: part 0 encodes to %d bytes, more than the limit %d", len(data), maxBytes)
+		}
+		return []EncodedBatch{{Batch: split[0], Data: data[:len(data):len(data)]}}, nil, nil
 	}
 	total := 0
 	for _, n := range sizes {
@@ -53,7 +62,20 @@ func EncodeBatchParts(b Batch, maxBytes int) (parts []EncodedBatch, oversized []
 	parts = make([]EncodedBatch, len(split))
 	for i := range split {
 		start := len(buf)
-		buf = split[i].appendJSON(buf)
+		if i >= len(blocks.parts) {
+			buf = split[i].appendJSON(buf) // a part with no block
+		} else {
+			// The header, then the blocks' encodings from the split's measuring pass.
+			buf = split[i].appendHeader(buf)
+			buf = append(buf, '[')
+			for j, k := range blocks.parts[i] {
+				if j > 0 {
+					buf = append(buf, ',')
+				}
+				buf = append(buf, blocks.data[blocks.ends[k]-blocks.sizes[k]:blocks.ends[k]]...)
+			}
+			buf = append(buf, "]}"...)
+		}
 		if n := len(buf) - start; n > maxBytes {
 			// The split's arithmetic is wrong: refuse rather than publish what the server rejects.
 			return nil, nil, fmt.Errorf("split batch: part %d encodes to %d bytes, more than the limit %d", i, n, maxBytes)
@@ -63,9 +85,18 @@ func EncodeBatchParts(b Batch, maxBytes int) (parts []EncodedBatch, oversized []
 	return parts, oversized, nil
 }
 
+// encodedBlocks keeps what splitBatch's measuring pass encoded: block i of the page is
+// data[ends[i]-sizes[i]:ends[i]], and parts[p] lists the blocks of part p by page index.
+type encodedBlocks struct {
+	data        []byte
+	sizes, ends []int
+	parts       [][]int
+}
+
 // splitBatch is SplitBatch; sizes holds each part's encoded length (an upper bound for a
 // page without blocks).
-func splitBatch(b Batch, maxBytes int) (parts []Batch, sizes []int, oversized []BlockEntry, err error) {
+// With keep set, the blocks' encodings are kept there for EncodeBatchParts.
+func splitBatch(b Batch, maxBytes int, keep *encodedBlocks) (parts []Batch, sizes []int, oversized []BlockEntry, err error) {
 	// A part is its header, which ends in "blocks":[], filled with the blocks' encodings and
 	// a comma between two blocks. Headers differ only in the digits of Part and Parts and in
 	// bad_keys (part 0 only).
@@ -92,9 +123,28 @@ func splitBatch(b Batch, maxBytes int) (parts []Batch, sizes []int, oversized []
 	}
 
 	blockSizes := make([]int, len(b.Blocks))
-	for i := range b.Blocks {
-		enc = b.Blocks[i].appendJSON(enc[:0])
-		blockSizes[i] = len(enc)
+	if keep != nil {
+		// Laid out as the encoding of a page that is one part: when it is, that is the
+		// part's encoding once closed, and nothing is copied.
+		keep.data = make([]byte, 0, b.sizeHint())
+		one := b
+		one.Part, one.Parts = 0, 1
+		keep.data = append(one.appendHeader(keep.data), '[')
+		keep.ends = make([]int, len(b.Blocks))
+		for i := range b.Blocks {
+			if i > 0 {
+				keep.data = append(keep.data, ',')
+			}
+			n := len(keep.data)
+			keep.data = b.Blocks[i].appendJSON(keep.data)
+			blockSizes[i], keep.ends[i] = len(keep.data)-n, len(keep.data)
+		}
+		keep.sizes = blockSizes
+	} else {
+		for i := range b.Blocks {
+			enc = b.Blocks[i].appendJSON(enc[:0])
+			blockSizes[i] = len(enc)
+		}
 	}
 	// Split assuming the number of parts has the digits of guess; when it turns out to have
 	// more, the headers were underestimated and the split is redone with the larger count.
@@ -103,6 +153,7 @@ func splitBatch(b Batch, maxBytes int) (parts []Batch, sizes []int, oversized []
 		var starts []int    // index in kept of each part's first block
 		var partSizes []int // encoded size of each part
 		kept := make([]BlockEntry, 0, len(b.Blocks))
+		keptIdx := make([]int, 0, len(b.Blocks)) // page index of each kept block
 		oversized = oversized[:0]
 		// No part index has more digits than guess, so this bounds every header.
 		maxHeader := max(head0, headN) + 2*(digits(guess)-1)
@@ -122,6 +173,7 @@ func splitBatch(b Batch, maxBytes int) (parts []Batch, sizes []int, oversized []
 			}
 			partSizes[len(partSizes)-1] = size
 			kept = append(kept, blk)
+			keptIdx = append(keptIdx, i)
 		}
 		if len(starts) == 0 {
 			b.Part, b.Parts, b.Blocks = 0, 1, []BlockEntry{}
@@ -133,6 +185,9 @@ func splitBatch(b Batch, maxBytes int) (parts []Batch, sizes []int, oversized []
 		}
 		parts = make([]Batch, len(starts))
 		sizes = partSizes
+		if keep != nil {
+			keep.parts = make([][]int, len(starts))
+		}
 		for i, start := range starts {
 			end := len(kept)
 			if i+1 < len(starts) {
@@ -140,6 +195,9 @@ func splitBatch(b Batch, maxBytes int) (parts []Batch, sizes []int, oversized []
 			}
 			p := b
 			p.Blocks = kept[start:end:end]
+			if keep != nil {
+				keep.parts[i] = keptIdx[start:end:end]
+			}
 			p.Part, p.Parts = i, len(starts)
 			if i > 0 {
 				p.BadKeys = 0

@@ -12,6 +12,7 @@ package jsonstr
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -20,54 +21,92 @@ const hexDigits = "0123456789abcdef"
 
 // Append appends s quoted as a JSON string literal (see the package comment).
 func Append[T ~string | ~[]byte](dst []byte, s T) []byte {
-	dst = append(dst, '"')
-	start := 0
+	dst, _ = appendQuoted(dst, s, false)
+	return dst
+}
+
+// AppendExact is Append for bytes that must come back exactly: it reports false, with dst as
+// it was, when s is not valid UTF-8 (Append would replace such bytes), in the same pass.
+func AppendExact[T ~string | ~[]byte](dst []byte, s T) ([]byte, bool) {
+	return appendQuoted(dst, s, true)
+}
+
+// plain marks the bytes written as they are: printable ASCII but '"' and '\'.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+func appendQuoted[T ~string | ~[]byte](dst []byte, s T, exact bool) ([]byte, bool) {
+	orig := len(dst)
+	// Every byte but a control byte or one that is not UTF-8 takes at most two output bytes:
+	// the output is written in place into room for that, and grown only for the rare others.
+	// (Written byte by byte into the room, this is twice as fast as appending runs between
+	// escapes: a location's JSON has an escaped quote every few bytes.)
+	dst = slices.Grow(dst, 2*len(s)+2)
+	w := len(dst)
+	dst = dst[:cap(dst)]
+	dst[w] = '"'
+	w++
 	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
+		c := s[i]
+		if plain[c] {
+			dst[w] = c
+			w++
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
 			switch c {
 			case '"', '\\':
-				dst = append(dst, '\\', c)
+				dst[w], dst[w+1] = '\\', c
 			case '\b':
-				dst = append(dst, '\\', 'b')
+				dst[w], dst[w+1] = '\\', 'b'
 			case '\f':
-				dst = append(dst, '\\', 'f')
+				dst[w], dst[w+1] = '\\', 'f'
 			case '\n':
-				dst = append(dst, '\\', 'n')
+				dst[w], dst[w+1] = '\\', 'n'
 			case '\r':
-				dst = append(dst, '\\', 'r')
+				dst[w], dst[w+1] = '\\', 'r'
 			case '\t':
-				dst = append(dst, '\\', 't')
+				dst[w], dst[w+1] = '\\', 't'
 			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+				dst = append(dst[:w], '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+				w = len(dst)
+				i++
+				dst = grown(dst, 2*(len(s)-i)+2)
+				continue
 			}
+			w += 2
 			i++
-			start = i
 			continue
 		}
 		r, size := decodeRune(s, i)
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
+		switch {
+		case r == utf8.RuneError && size == 1:
+			if exact {
+				return dst[:orig], false
+			}
+			dst = append(dst[:w], `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst[:w], '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			dst = append(dst[:w], s[i:i+size]...)
 		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
+		w = len(dst)
 		i += size
+		dst = grown(dst, 2*(len(s)-i)+2)
 	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	dst[w] = '"'
+	return dst[:w+1], true
+}
+
+// grown is dst with room for n more bytes past its length, resliced to its capacity.
+func grown(dst []byte, n int) []byte {
+	dst = slices.Grow(dst, n)
+	return dst[:cap(dst)]
 }
 
 // decodeRune decodes the rune at s[i:]. The few bytes converted to a string stay on the

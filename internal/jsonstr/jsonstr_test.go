@@ -79,3 +79,27 @@ func FuzzUnquote(f *testing.F) {
 		require.Equal(t, want, string(got))
 	})
 }
+
+// TestAppendExact: AppendExact quotes exactly what Append does when s is valid UTF-8, and
+// otherwise reports false leaving dst as it was.
+func TestAppendExact(t *testing.T) {
+	for _, s := range cases {
+		got, ok := AppendExact([]byte("x"), s)
+		require.Equal(t, utf8.ValidString(s), ok, "%q", s)
+		if ok {
+			require.Equal(t, "x"+stdQuote(t, s), string(got), "%q", s)
+		} else {
+			require.Equal(t, "x", string(got), "%q", s)
+		}
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	v := []byte(`{"id":"q0x7m2ab","status":3,"type":4,"spec_size":1,"create_time":1760000000000000,"location_specs":[` +
+		`{"name":"tp0","uri":"file://nfs_01/tmp/nfs/inst0/tp0/1f_3c1a9f0e77d2b4a1?blkid=0&size=1024"}]}`)
+	buf := make([]byte, 0, 4*len(v))
+	b.SetBytes(int64(len(v)))
+	for b.Loop() {
+		buf, _ = AppendExact(buf[:0], v)
+	}
+}
