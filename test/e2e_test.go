@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
@@ -277,26 +278,24 @@ func (e *e2eEnv) verify() seed.Report {
 	return r
 }
 
-// deleting counts the garbage locations kvcm-gc has marked DELETING and not removed yet.
+// deleting counts the garbage locations kvcm-gc has marked DELETING and not removed yet, in
+// the layout of each (the seed command writes the location layout).
 func (e *e2eEnv) deleting() int {
 	ctx := context.Background()
 	pipe := e.redis.Client().Pipeline()
 	garbage := e.m.Garbage()
-	for _, l := range garbage {
-		pipe.HGet(ctx, kvcm.BlockKey(l.Instance, l.Key), "__uri__")
+	cmds := make([]*redis.MapStringStringCmd, len(garbage))
+	for i, l := range garbage {
+		cmds[i] = pipe.HGetAll(ctx, kvcm.BlockKey(l.Instance, l.Key))
 	}
-	cmds, _ := pipe.Exec(ctx)
+	_, _ = pipe.Exec(ctx)
 	n := 0
 	for i, c := range cmds {
-		uri, err := c.(interface{ Result() (string, error) }).Result()
+		fields, err := c.Result()
 		if err != nil {
 			continue
 		}
-		blk, err := kvcm.DecodeBlock([]byte(uri))
-		if err != nil {
-			continue
-		}
-		if loc, ok := blk.Find(garbage[i].Location); ok && loc.Status == kvcm.StatusDeleting {
+		if loc, ok := locationOf(fields, garbage[i].FieldName(), garbage[i].Location); ok && loc.Status == kvcm.StatusDeleting {
 			n++
 		}
 	}
