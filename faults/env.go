@@ -107,9 +107,17 @@ type env struct {
 	js     jetstream.JetStream
 	names  subjects.Names
 
+	// layout is the block layout the keyspace is seeded in (and the writer writes).
+	layout   kvcm.Layout
 	manifest *seed.Manifest
-	before   Snapshot
-	keys     int // block keys a full round scans
+	// base is the expectation about every location when collection starts: the manifest's,
+	// and what the scenario's setup added or changed.
+	base []Loc
+	// present lists files that must exist whatever happens.
+	present []string
+	byLoc   map[string]seed.Loc // the manifest by "<key>/<location>", once needed
+	before  Snapshot
+	keys    int // block keys a full round scans
 
 	mu       sync.Mutex
 	procs    map[string][]*Proc // running processes by stage
@@ -121,13 +129,13 @@ type env struct {
 }
 
 // newEnv starts the servers (a JetStream cluster of three nodes when cluster is set), seeds
-// the keyspace and creates the topology. Stages are started by the scenario.
-func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, cluster bool, logf func(string, ...any)) (*env, error) {
-	dir := filepath.Join(cfg.WorkDir, name)
+// the keyspace in layout and creates the topology. Stages are started by the scenario.
+func newEnv(ctx context.Context, cfg Config, name string, layout kvcm.Layout, seedValue uint64, cluster bool, logf func(string, ...any)) (*env, error) {
+	dir := filepath.Join(cfg.WorkDir, name+"-"+layout.String())
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("create scenario directory: %w", err)
 	}
-	e := &env{cfg: cfg, name: name, dir: dir, rng: rand.New(rand.NewPCG(seedValue, seedValue^0x5deece66d)),
+	e := &env{cfg: cfg, name: name, dir: dir, layout: layout, rng: rand.New(rand.NewPCG(seedValue, seedValue^0x5deece66d)),
 		procs: map[string][]*Proc{}, started: map[string]int{}, logf: logf}
 	var err error
 	if e.redis, err = testenv.StartRedisServer(testenv.WithRedisPersistence()); err != nil {
@@ -163,12 +171,14 @@ func newEnv(ctx context.Context, cfg Config, name string, seedValue uint64, clus
 	for i := range instances {
 		instances[i] = "inst" + strconv.Itoa(i)
 	}
-	e.manifest, err = seed.Generate(ctx, e.redis.Client(), seed.Spec{Cluster: suiteCluster, Instances: instances, Blocks: cfg.Blocks,
-		GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(), Seed: seedValue})
+	e.manifest, err = seed.Generate(ctx, e.redis.Client(), seed.Spec{Cluster: suiteCluster, Layout: layout, Instances: instances,
+		Blocks: cfg.Blocks, GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(),
+		Seed: seedValue})
 	if err != nil {
 		e.close()
 		return nil, err
 	}
+	e.base = FromManifest(e.manifest)
 	e.keys = cfg.Instances * cfg.Blocks
 	return e, nil
 }
@@ -461,19 +471,6 @@ func (e *env) close() {
 	for _, r := range e.stores {
 		_ = r.Close()
 	}
-}
-
-// originalLocation returns the bytes location id of key had when collection started.
-func (e *env) originalLocation(key, id string) []byte {
-	blk, err := kvcm.DecodeBlock([]byte(e.before[key].Fields["__uri__"]))
-	if err != nil {
-		return nil
-	}
-	l, ok := blk.Find(id)
-	if !ok {
-		return nil
-	}
-	return l.Raw
 }
 
 // errViolation marks a broken safety invariant (as opposed to a failure of the suite).
