@@ -15,7 +15,7 @@
 // location layout, and again in the legacy layout those whose faults meet what differs
 // between the layouts — kill-deleter (CAS and CAD cut short), concurrent-writer (KVCM's
 // writes of each layout), clock-skew (ages: create_time alone, or the later of create_time
-// and __lru_time__).
+// and __lru_time__), stuck-deleting (ages by __lru_time__, or by kvcm-gc's own first sight).
 // The other faults act on the processes, Redis and NATS as wholes and read and write block
 // bytes no differently than kill-deleter does; -layout legacy runs them in the legacy layout
 // too. A scenario named as name:location or name:legacy in -scenarios runs in that layout
@@ -36,6 +36,14 @@
 //     BP#prev_key only when it creates the key), or the whole __uri__ and __lru_time__;
 //   - clock-skew: WRITING locations whose create_time (or __lru_time__) lies in the future, or
 //     is 0 (location layout);
+//   - stuck-deleting: collect_deleting on (deleting_grace 2h, the least the group's
+//     delay_before_delete_ms allows above the 1h minimum), DELETING locations that have been
+//     DELETING longer — legacy: by an old __lru_time__; location layout: by a first-sight
+//     record in the OBSERVED bucket from before round 1 (one is left without, and stays) —
+//     collected under kill -9 of random stages; only per-block file names are unlinked, data
+//     on other names, shared files, mooncake, or named by another location of the block stays.
+//     Right after kvcm-gc nominates one, a KVCM-like writer flips it to SERVING (a late
+//     FinishWriteCache) or finishes it as KVCM's delete executor (its CAD), or leaves it;
 //   - cluster-leaders: a JetStream cluster of three nats-server processes, every stream and
 //     bucket at replicas 3; mid-round the node leading the BATCHES stream, then the node
 //     leading the LEASE bucket, is killed with SIGKILL (no leadership hand-over) and started

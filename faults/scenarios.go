@@ -45,6 +45,8 @@ var scenarios = []scenario{
 	{name: "scanner-failover", about: "several stores, two scanners dividing them; one killed mid-round; the other takes its stores over from their checkpoints", setup: storesSetup, run: scannerFailover},
 	{name: "concurrent-writer", about: "a KVCM-like writer finishing writes and adding locations in the blocks being collected, right after probes too", legacy: true, run: concurrentWriter},
 	{name: "clock-skew", about: "locations with create_time or __lru_time__ in the future are kept", legacy: true, setup: clockSkewSetup, run: plainRun},
+	{name: "stuck-deleting", about: "collect_deleting: stuck DELETING collected under kill -9, data unlinked only for per-block names; KVCM flipping or finishing some meanwhile", legacy: true,
+		setup: stuckSetup, run: stuckDeleting},
 	{name: "cluster-leaders", about: "three JetStream nodes at replicas 3; the node leading the BATCHES stream, then the one leading the LEASE bucket, killed (SIGKILL) mid-round and restarted",
 		cluster: true, run: clusterLeaders},
 }

@@ -15,8 +15,8 @@ import (
 // keyspace, short outages. `make faults` runs the full form (every scenario in the location
 // layout, the layout-sensitive ones in the legacy layout too). Here each scenario runs once,
 // the faults that act on processes and servers as wholes alternating between the layouts, and
-// those whose faults meet what differs between them — a KVCM-like writer, block ages — in
-// both; kill-deleter (CAS and CAD cut short) in the legacy layout, as TestE2E's
+// those whose faults meet what differs between them — a KVCM-like writer, block ages, stuck
+// DELETING — in both; kill-deleter (CAS and CAD cut short) in the legacy layout, as TestE2E's
 // DeleterKilled kills a deleter holding location-layout DELETING marks. A failure prints the
 // table, with the seed that reproduces the schedule (`go run ./faults/cmd/faults -seed N`).
 func TestFaults(t *testing.T) {
@@ -31,10 +31,10 @@ func TestFaults(t *testing.T) {
 			"kill-scanner:location", "kill-prober:legacy", "kill-deleter:legacy", "kill-any:location",
 			"redis-restart:legacy", "redis-outage:location", "nats-restart:legacy", "scanner-failover:location",
 			"concurrent-writer:location", "concurrent-writer:legacy", "clock-skew:location", "clock-skew:legacy",
-			"cluster-leaders:location",
+			"cluster-leaders:location", "stuck-deleting:location", "stuck-deleting:legacy",
 		}}
 	if testing.Short() {
-		cfg.Scenarios = []string{"kill-deleter:location", "concurrent-writer:location"}
+		cfg.Scenarios = []string{"kill-deleter:location", "concurrent-writer:location", "stuck-deleting:legacy"}
 	}
 	results, err := faults.Run(ctx, cfg)
 	require.NoError(t, err)
