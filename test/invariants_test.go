@@ -10,7 +10,9 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -764,4 +766,311 @@ func TestInvariant8DryRun(t *testing.T) {
 		}
 		require.Equal(t, len(m.Garbage()), would)
 	})
+}
+
+// Invariant 9: a key is judged and written only in the layout it was read in; a key holding
+// both layouts (a block written before and after an upgrade) is judged by nothing and written
+// by nothing. A real round over a keyspace with such keys leaves each byte for byte and
+// reports it (a skip event naming the key); a key that turns ambiguous after the prober
+// judged it, or between the deleter's read and its CAS, is not written either.
+func TestInvariant9AmbiguousNeverWritten(t *testing.T) {
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		rdb := e.redis.Client()
+		m, _ := e.seed(seed.Spec{Layout: layout, Ambiguous: true, Blocks: 400, GarbageFraction: 0.3, TrickyFraction: 0.1, Seed: 91})
+		require.NotEmpty(t, m.Ambiguous)
+		reg := prometheus.NewRegistry()
+		o := e.options(reg)
+		e.judgeOneRound(o)
+
+		// After the probe, the other KVCM version writes two judged blocks: today's KVCM adds
+		// an L# field to a legacy key (it reads no L# field, sees the key exist: no
+		// BP#prev_key), or KVCM f6aa2b2 writes __uri__ and __lru_time__ into a location-layout
+		// key. Both are ambiguous now.
+		turned := map[string]bool{}
+		for _, l := range []seed.Loc{firstGarbage(m, seed.KindOrphanWriting, 0), firstGarbage(m, seed.KindMissingServing, 0)} {
+			k := kvcm.BlockKey(l.Instance, l.Key)
+			if layout == kvcm.LayoutLegacy {
+				require.NoError(t, rdb.HSet(ctx, k, kvcm.LocationField("upgr0000"),
+					locJSON(kvcm.LayoutLocation, "upgr0000", kvcm.StatusWriting, kvcm.TypeFile, time.Now().UnixMicro())).Err())
+			} else {
+				require.NoError(t, rdb.HSet(ctx, k, kvcm.FieldURI, `{"down0000":`+locJSON(kvcm.LayoutLegacy, "down0000", kvcm.StatusWriting, kvcm.TypeFile, 0)+`}`,
+					kvcm.FieldLRUTime, strconv.FormatInt(time.Now().UnixMicro(), 10)).Err())
+			}
+			turned[k] = true
+		}
+		for i := range m.Locations {
+			if turned[kvcm.BlockKey(m.Locations[i].Instance, m.Locations[i].Key)] {
+				m.Locations[i].Garbage = false
+			}
+		}
+		before, err := seed.Take(ctx, rdb, "*")
+		require.NoError(t, err)
+		e.run(o, app.Stages{Deleter: true})
+		e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
+		r := e.verify(before, m)
+		require.Equal(t, r.AmbiguousKeys, r.AmbiguousIntact)
+		require.Equal(t, len(m.Ambiguous)+len(turned), r.AmbiguousKeys, "the seeded upgraded keys and the two turned ambiguous")
+		require.Positive(t, r.GarbageGone, "the rest is collected")
+
+		reported := map[string]bool{}
+		for _, ev := range e.events() {
+			switch {
+			case ev.Kind == subjects.EventSkip && ev.Reason == pipeline.SkipAmbiguousLayout:
+				require.NotNil(t, ev.Key)
+				reported[kvcm.BlockKey(ev.Instance, *ev.Key)] = true
+			case ev.Kind == subjects.EventDelete && turned[kvcm.BlockKey(ev.Instance, *ev.Key)]:
+				require.Equal(t, subjects.OutcomeNoopMismatch, ev.Outcome, ev.Detail)
+				require.Contains(t, ev.Detail, "layout")
+			}
+		}
+		for _, k := range m.Ambiguous {
+			require.True(t, reported[k], "ambiguous key %s not reported", k)
+		}
+		require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_prober_skips_total", map[string]string{"reason": pipeline.SkipAmbiguousLayout}),
+			float64(len(m.Ambiguous)))
+
+		// The last moment: the key turns ambiguous between the deleter's read and its CAS.
+		key := int64(9_900_000_001)
+		k := kvcm.BlockKey("inst1", key)
+		orphan := locJSON(layout, "late0000", kvcm.StatusWriting, kvcm.TypeFile, time.Now().Add(-48*time.Hour).UnixMicro())
+		require.NoError(t, rdb.HSet(ctx, k, blockFields(layout, time.Now().Add(-48*time.Hour), "late0000", orphan)...).Err())
+		var ambiguous map[string]string
+		st := &racingStore{Store: e.store(), mutate: func() {
+			if layout == kvcm.LayoutLegacy {
+				rdb.HSet(ctx, k, kvcm.LocationField("upgr0001"), locJSON(kvcm.LayoutLocation, "upgr0001", kvcm.StatusWriting, kvcm.TypeFile, time.Now().UnixMicro()))
+			} else {
+				rdb.HSet(ctx, k, kvcm.FieldURI, "{}", kvcm.FieldLRUTime, strconv.FormatInt(time.Now().UnixMicro(), 10))
+			}
+			ambiguous = rdb.HGetAll(ctx, k).Val()
+		}}
+		res, err := pipeline.NewProtocol(pipeline.DefaultDeleterConfig(), nil).DeleteAll(ctx, st, fakeNoStorage{}, "inst1",
+			[]subjects.Target{{Key: key, Location: "late0000", Layout: layout.String(), Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(orphan)}})
+		require.NoError(t, err)
+		require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome, res[0].Detail)
+		require.Contains(t, res[0].Detail, "layout")
+		require.Equal(t, ambiguous, rdb.HGetAll(ctx, k).Val(), "the CAS script refused the key in its new layout")
+	})
+}
+
+// Invariant 10: kvcm-gc never makes KVCM's key count worse than it would be without kvcm-gc.
+// With empty_block: keep (the default) a key that loses its last location stays in a form
+// KVCM reads as "exists, no location" — legacy, __uri__ = {} beside the untouched
+// __lru_time__; location layout, its other fields, or BP#prev_key = "" where none would
+// remain — and no key is deleted. With delete, every such key is gone and counted
+// (kvcm_gc_deleted_keys_total, deleted_keys.<instance> in the state bucket).
+func TestInvariant10EmptyBlock(t *testing.T) {
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		for _, mode := range []meta.EmptyBlock{meta.EmptyBlockKeep, meta.EmptyBlockDelete} {
+			name, verifyMode := seed.EmptyKeep, seed.EmptyKeep
+			if mode == meta.EmptyBlockDelete {
+				name, verifyMode = seed.EmptyDelete, seed.EmptyDelete
+			}
+			t.Run(name, func(t *testing.T) {
+				e := newEnv(t)
+				ctx := context.Background()
+				rdb := e.redis.Client()
+				m, before := e.seed(seed.Spec{Layout: layout, Instances: []string{"inst1", "inst2"}, Blocks: 200,
+					GarbageFraction: 0.5, TrickyFraction: 0.1, Seed: 101})
+				reg := prometheus.NewRegistry()
+				o := e.options(reg)
+				o.EmptyBlock = mode
+				e.run(o, app.All)
+				e.waitRoundDone(1, time.Minute)
+				r, err := seed.VerifyWith(ctx, rdb, before, m, seed.VerifyOptions{EmptyBlock: verifyMode})
+				require.NoError(t, err)
+				require.True(t, r.OK(), "verification: %+v", r)
+				require.Positive(t, r.EmptyKeys)
+
+				// The keys that lost every location, by the manifest.
+				all, garbage := map[string]int{}, map[string]int{}
+				for _, l := range m.Locations {
+					k := kvcm.BlockKey(l.Instance, l.Key)
+					all[k]++
+					if l.Garbage {
+						garbage[k]++
+					}
+				}
+				deleted := metricValue(t, reg, "kvcm_gc_deleted_keys_total")
+				emptied := 0
+				for k, n := range garbage {
+					if n != all[k] {
+						continue
+					}
+					emptied++
+					got := rdb.HGetAll(ctx, k).Val()
+					if mode == meta.EmptyBlockDelete {
+						require.Empty(t, got, "%s: deleted (empty_block: delete)", k)
+						continue
+					}
+					// What KVCM itself reads as "exists, no location".
+					require.NotEmpty(t, got, "%s: kept", k)
+					if layout == kvcm.LayoutLegacy {
+						require.Equal(t, "{}", got[kvcm.FieldURI], k)
+						require.Equal(t, before[k][kvcm.FieldLRUTime], got[kvcm.FieldLRUTime], "%s: __lru_time__ untouched", k)
+						continue
+					}
+					for f, v := range got {
+						_, isLoc := kvcm.LocationID(f)
+						require.False(t, isLoc && v != "", "%s: a location left in %s", k, f)
+						if want, ok := before[k][f]; ok {
+							require.Equal(t, want, v, "%s: field %s", k, f)
+						} else {
+							require.Equal(t, map[string]string{kvcm.FieldPrevKey: ""}, got, "%s: only BP#prev_key = \"\" added, where no field would remain", k)
+						}
+					}
+				}
+				require.Equal(t, r.EmptyKeys, emptied)
+				if mode == meta.EmptyBlockKeep {
+					require.Zero(t, deleted, "no key deleted")
+					require.Equal(t, r.EmptyKeys, r.EmptyKept)
+					return
+				}
+				require.Equal(t, float64(r.EmptyKeys), deleted, "every deleted key counted")
+				require.Equal(t, r.EmptyKeys, r.EmptyDeleted)
+				kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
+				require.NoError(t, err)
+				var sum uint64
+				for _, inst := range m.Instances {
+					en, err := kv.Get(ctx, pipeline.DeletedKeysKey(inst))
+					if errors.Is(err, jetstream.ErrKeyNotFound) {
+						continue
+					}
+					require.NoError(t, err)
+					var c pipeline.DeletedKeys
+					require.NoError(t, json.Unmarshal(en.Value(), &c))
+					sum += c.Keys
+				}
+				require.Equal(t, uint64(r.EmptyKeys), sum, "deleted_keys in the state bucket")
+			})
+		}
+	})
+}
+
+// Invariant 11: data is unlinked only where no location of the block, in any status, names it
+// at the moment of the unlink, and for a stuck DELETING only where the name cannot have been
+// reused: KVCM's per-block file name <root><instance>/<spec>/<hex block key>. Everywhere else
+// only the metadata goes, and the data left is counted by reason.
+func TestInvariant11DataNamedElsewhereStays(t *testing.T) {
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		rdb := e.redis.Client()
+		now := time.Now()
+		_, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: cluster, Layout: layout, Instances: []string{"inst1"}, Blocks: 0, Root: e.root, MetaURI: e.redis.URI()})
+		require.NoError(t, err)
+		reg := prometheus.NewRegistry()
+		o := e.options(reg)
+		o.Prober.CollectDeleting, o.Prober.DeletingGrace = true, 2*time.Hour
+		require.NoError(t, subjects.Ensure(ctx, e.js, e.names, o.JetStream))
+		nfs, shared := filepath.Join(e.root, "nfs")+"/", filepath.Join(e.root, "shared")+"/"
+		old, young, stuck := now.Add(-30*time.Hour), now.Add(-30*time.Minute), now.Add(-3*time.Hour)
+
+		type loc struct {
+			id     string
+			json   string
+			goes   bool
+			files  []string // that must stay
+			unlink []string // that must go
+		}
+		type block struct {
+			key  int64
+			lru  time.Time
+			locs []loc
+		}
+		key := func(i int) int64 { return int64(9_800_000_000 + i) }
+		f := func(i int, suffix string) string {
+			return writeFile(t, perBlockPath(nfs, "inst1", "tp0", key(i))+suffix)
+		}
+		spec := func(path string) string { return fileSpec("tp0", path) }
+		var blocks []block
+		// Orphan WRITING whose file a SERVING location of the block names.
+		f1 := f(1, "")
+		blocks = append(blocks, block{key(1), old, []loc{
+			{id: "orph0001", json: locJSON(layout, "orph0001", kvcm.StatusWriting, kvcm.TypeFile, old.UnixMicro(), spec(f1)), goes: true, files: []string{f1}},
+			{id: "serv0001", json: locJSON(layout, "serv0001", kvcm.StatusServing, kvcm.TypeFile, young.UnixMicro(), spec(f1)), files: []string{f1}},
+		}})
+		// Storage-missing SERVING whose present spec a young WRITING of the block names.
+		f2, f3 := f(2, ""), perBlockPath(nfs, "inst1", "tp1", key(2))
+		blocks = append(blocks, block{key(2), young, []loc{
+			{id: "miss0002", json: locJSON(layout, "miss0002", kvcm.StatusServing, kvcm.TypeFile, old.UnixMicro(), spec(f2), fileSpec("tp1", f3)), goes: true, files: []string{f2}},
+			{id: "writ0002", json: locJSON(layout, "writ0002", kvcm.StatusWriting, kvcm.TypeFile, young.UnixMicro(), spec(f2)), files: []string{f2}},
+		}})
+		// An orphan whose file nothing else names: unlinked (the rule is live).
+		f4 := f(3, "")
+		blocks = append(blocks, block{key(3), old, []loc{
+			{id: "orph0003", json: locJSON(layout, "orph0003", kvcm.StatusWriting, kvcm.TypeFile, old.UnixMicro(), spec(f4)), goes: true, unlink: []string{f4}},
+		}})
+		// Stuck DELETING: a per-block name goes with the metadata, nothing else does.
+		deleting := func(i int, typ kvcm.StorageType, specs ...string) string {
+			return locJSON(layout, fmt.Sprintf("dele%04d", i), kvcm.StatusDeleting, typ, old.UnixMicro(), specs...)
+		}
+		f5, f6, f7 := f(4, ""), f(5, "_other"), f(6, "")
+		f8 := writeFile(t, shared+"inst1/tp0/"+strconv.FormatUint(uint64(key(7)), 16)+"_s")
+		f9 := writeFile(t, perBlockPath(nfs, "inst1", "tp0", key(9)+1000)) // another block's name
+		blocks = append(blocks,
+			block{key(4), stuck, []loc{{id: "dele0004", json: deleting(4, kvcm.TypeFile, spec(f5)), goes: true, unlink: []string{f5}}}},
+			block{key(5), stuck, []loc{{id: "dele0005", json: deleting(5, kvcm.TypeFile, spec(f6)), goes: true, files: []string{f6}}}},
+			block{key(6), stuck, []loc{
+				{id: "dele0006", json: deleting(6, kvcm.TypeFile, spec(f7)), goes: true, files: []string{f7}},
+				{id: "serv0006", json: locJSON(layout, "serv0006", kvcm.StatusServing, kvcm.TypeFile, young.UnixMicro(), spec(f7)), files: []string{f7}},
+			}},
+			block{key(7), stuck, []loc{{id: "dele0007", json: deleting(7, kvcm.TypeFile,
+				fmt.Sprintf(`{"name":"tp0","uri":"file://%s%s?blkid=1&size=1024"}`, seed.StorageShared, f8)), goes: true, files: []string{f8}}}},
+			block{key(8), stuck, []loc{{id: "dele0008", json: deleting(8, kvcm.TypeMooncake,
+				fmt.Sprintf(`{"name":"tp0","uri":"mooncake://%s/?key=inst1/tp0/%x&size=1024"}`, seed.StorageMooncake, uint64(key(8)))), goes: true}}},
+			block{key(9), stuck, []loc{{id: "dele0009", json: deleting(9, kvcm.TypeFile, spec(f9)), goes: true, files: []string{f9}}}},
+		)
+		for _, b := range blocks {
+			var pairs []string
+			for _, l := range b.locs {
+				pairs = append(pairs, l.id, l.json)
+			}
+			require.NoError(t, rdb.HSet(ctx, kvcm.BlockKey("inst1", b.key), blockFields(layout, b.lru, pairs...)...).Err())
+			if layout == kvcm.LayoutLocation {
+				for _, l := range b.locs {
+					if strings.HasPrefix(l.id, "dele") { // DELETING for three hours, as the prober saw it
+						e.observeDeleting(t, "inst1", b.key, l.id, []byte(l.json), stuck, 0)
+					}
+				}
+			}
+		}
+
+		e.run(o, app.All)
+		e.waitRoundDone(1, time.Minute)
+		for _, b := range blocks {
+			fields := rdb.HGetAll(ctx, kvcm.BlockKey("inst1", b.key)).Val()
+			for _, l := range b.locs {
+				got, there := locationOf(fields, fieldOf(layout, l.id), l.id)
+				if l.goes {
+					require.False(t, there, "%s goes", l.id)
+				} else {
+					require.True(t, there, "%s stays", l.id)
+					require.Equal(t, l.json, string(got.Raw), "%s byte for byte", l.id)
+				}
+				for _, p := range l.files {
+					require.FileExists(t, p, "%s: data another location names, or whose name may have been reused", l.id)
+				}
+				for _, p := range l.unlink {
+					require.NoFileExists(t, p, "%s: its data", l.id)
+				}
+			}
+		}
+		left := metricByLabel(t, reg, "kvcm_gc_stuck_deleting_data_left_total", "reason")
+		require.Equal(t, map[string]float64{pipeline.DataLeftNotPerBlock: 2, pipeline.DataLeftReferenced: 1, pipeline.DataLeftShared: 1,
+			pipeline.DataLeftReusable: 1}, nonZero(left))
+		require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_physical_delete_skips_total", map[string]string{"reason": pipeline.PhysSkipReferenced}), 3.0)
+	})
+}
+
+// nonZero drops the zero values of a metric's pre-initialised label values.
+func nonZero(m map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -2,16 +2,23 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // Helpers for tests that run in both of KVCM's block layouts (DESIGN §2): the location layout
@@ -147,4 +154,109 @@ func fieldOf(layout kvcm.Layout, id string) string {
 		return kvcm.LocationField(id)
 	}
 	return kvcm.FieldURI
+}
+
+// perBlockPath is KVCM's name of a block's data on a file storage, <root><instance>/<spec>/<hex
+// block key>: the one name the deleter unlinks for a stuck DELETING (DESIGN §8 invariant 11).
+func perBlockPath(root, inst, spec string, key int64) string {
+	return root + inst + "/" + spec + "/" + strconv.FormatUint(uint64(key), 16)
+}
+
+// writeFile creates a data file (and its directories).
+func writeFile(t *testing.T, path string) string {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte("kv"), 0o644))
+	return path
+}
+
+// observed is the prober's first-sight store of DELETING locations (the OBSERVED bucket); the
+// topology must exist.
+func (e *env) observed(t *testing.T) pipeline.KVObserver {
+	t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), e.names.ObservedBucket())
+	require.NoError(t, err)
+	return pipeline.KVObserver{KV: kv, TTL: 48 * time.Hour}
+}
+
+// observeDeleting records a first sight of DELETING location id of block key with bytes raw,
+// as the prober records one when it first sees them in round at first.
+func (e *env) observeDeleting(t *testing.T, inst string, key int64, id string, raw []byte, first time.Time, round uint64) {
+	t.Helper()
+	o := pipeline.Observation{FirstUs: first.UnixMicro(), Round: round, Instance: inst, Key: key, Location: id}
+	got, err := e.observed(t).Observe(context.Background(), inst, key, id, raw, o)
+	require.NoError(t, err)
+	require.Equal(t, o, got, "a first sight of %s/%d/%s was recorded already", inst, key, id)
+}
+
+// firstSight returns the recorded first sight of DELETING location id of block key (found by
+// what the record names), with the bucket entry's key; ok is false when there is none.
+func (e *env) firstSight(t *testing.T, inst string, key int64, id string) (pipeline.Observation, string, bool) {
+	t.Helper()
+	ctx := context.Background()
+	kv := e.observed(t).KV
+	lister, err := kv.ListKeys(ctx)
+	require.NoError(t, err)
+	var found []string
+	for name := range lister.Keys() {
+		found = append(found, name)
+	}
+	for _, name := range found {
+		en, err := kv.Get(ctx, name)
+		require.NoError(t, err)
+		var o pipeline.Observation
+		require.NoError(t, json.Unmarshal(en.Value(), &o))
+		if o.Instance == inst && o.Key == key && o.Location == id {
+			return o, name, true
+		}
+	}
+	return pipeline.Observation{}, "", false
+}
+
+// backdateFirstSight moves the recorded first sight of a DELETING location back to first,
+// keeping the round it was seen in: as if that round had been at first (rather than waiting
+// out deleting_grace).
+func (e *env) backdateFirstSight(t *testing.T, inst string, key int64, id string, first time.Time) pipeline.Observation {
+	t.Helper()
+	o, name, ok := e.firstSight(t, inst, key, id)
+	require.True(t, ok, "no first sight of %s/%d/%s", inst, key, id)
+	o.FirstUs = first.UnixMicro()
+	val, err := json.Marshal(o)
+	require.NoError(t, err)
+	_, err = e.observed(t).KV.Put(context.Background(), name, val)
+	require.NoError(t, err)
+	return o
+}
+
+// skipRoundPause ends the round pause of every store now, while no scanner runs: the next
+// scanner starts the next round at once, as it would once round_pause had passed.
+func (e *env) skipRoundPause(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
+	require.NoError(t, err)
+	lister, err := kv.ListKeys(ctx, jetstream.MetaOnly())
+	require.NoError(t, err)
+	var keys []string
+	for name := range lister.Keys() {
+		keys = append(keys, name)
+	}
+	n := 0
+	for _, name := range keys {
+		if !strings.HasPrefix(name, strings.TrimSuffix(subjects.CheckpointFilter(), ">")) {
+			continue
+		}
+		en, err := kv.Get(ctx, name)
+		require.NoError(t, err)
+		var ck pipeline.Checkpoint
+		require.NoError(t, json.Unmarshal(en.Value(), &ck))
+		require.False(t, ck.InRound, "store %s is in a round", ck.Store)
+		ck.NextRoundUs = time.Now().UnixMicro()
+		val, err := json.Marshal(ck)
+		require.NoError(t, err)
+		_, err = kv.Update(ctx, name, val, en.Revision())
+		require.NoError(t, err)
+		n++
+	}
+	require.Positive(t, n, "no checkpoint")
 }
