@@ -36,11 +36,11 @@
 //     BP#prev_key only when it creates the key), or the whole __uri__ and __lru_time__;
 //   - clock-skew: WRITING locations whose create_time (or __lru_time__) lies in the future, or
 //     is 0 (location layout);
-//   - stuck-deleting: collect_deleting on (deleting_grace 2h, the least the group's
-//     delay_before_delete_ms allows above the 1h minimum), DELETING locations that have been
-//     DELETING longer — legacy: by an old __lru_time__; location layout: by a first-sight
-//     record in the OBSERVED bucket from before round 1 (one is left without, and stays) —
-//     collected under kill -9 of random stages; only per-block file names are unlinked, data
+//   - stuck-deleting: collect_deleting on (deleting_grace 2h: at least 1h, and above the seed
+//     group's delay_before_delete_ms + 1h), DELETING locations that have been DELETING longer
+//     — legacy: by an old __lru_time__; location layout: by a first-sight record in the
+//     OBSERVED bucket from before round 1 (those without one are first seen in round 1, and
+//     stay) — collected under kill -9 of random stages; only per-block file names are unlinked, data
 //     on other names, shared files, mooncake, or named by another location of the block stays.
 //     Right after kvcm-gc nominates one, a KVCM-like writer flips it to SERVING (a late
 //     FinishWriteCache) or finishes it as KVCM's delete executor (its CAD), or leaves it;

@@ -284,7 +284,7 @@ func stuckDeleting(ctx context.Context, e *env) (string, *Expect, error) {
 	}); err != nil {
 		return "", nil, err
 	}
-	var parts []string
+	parts := []string{}
 	for _, o := range []string{subjects.OutcomeDeleted, subjects.OutcomePartial, subjects.OutcomeNoopMismatch, subjects.OutcomeNoopGone, subjects.OutcomeError} {
 		if outcomes[o] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", outcomes[o], o))
@@ -303,6 +303,9 @@ func stuckDeleting(ctx context.Context, e *env) (string, *Expect, error) {
 		default:
 			stuck++
 		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "none yet")
 	}
 	return fmt.Sprintf("%d stuck DELETING to collect (%d of them leaving their data), %d DELETING not stuck; %s; %s; stuck deletes by the writer's end: %s",
 		stuck, left, kept, killed, w.summary(), strings.Join(parts, ", ")), &x, nil
