@@ -6,7 +6,20 @@
 // every write (so a restart or a kill loses nothing), a NATS JetStream server on a file store
 // (embedded in the driver, restartable on the same port; three nats-server processes for the
 // cluster scenario), and a keyspace from seed.Generate
-// with a manifest of garbage and live locations. The faults:
+// with a manifest of garbage and live locations, in one of KVCM's two block layouts (DESIGN
+// §2): the location layout of today's KVCM (one L#<id> field per location) or the legacy
+// layout of KVCM f6aa2b2 (one __uri__ map and __lru_time__).
+//
+// Which layout a scenario runs in is chosen per scenario: -layout location or -layout legacy
+// runs every scenario in that layout; -layout both (the default) runs every scenario in the
+// location layout, and again in the legacy layout those whose faults meet what differs
+// between the layouts — kill-deleter (CAS and CAD cut short), concurrent-writer (KVCM's
+// writes of each layout), clock-skew (ages: create_time alone, or the later of create_time
+// and __lru_time__), stuck-deleting (ages by __lru_time__, or by kvcm-gc's own first sight).
+// The other faults act on the processes, Redis and NATS as wholes and read and write block
+// bytes no differently than kill-deleter does; -layout legacy runs them in the legacy layout
+// too. A scenario named as name:location or name:legacy in -scenarios runs in that layout
+// alone. The faults:
 //
 //   - kill-scanner, kill-prober, kill-deleter, kill-any: kill -9 of a stage at random moments
 //     (aimed, most of the time, at a deleter or prober holding messages or a scanner leading a
@@ -18,8 +31,19 @@
 //     resume from the checkpoint (in the first round, each key counted exactly once);
 //   - concurrent-writer: a KVCM-like writer finishing writes (SERVING whatever the status, as
 //     KVCM's FinishWriteCache) and adding locations in the blocks being collected, also right
-//     after each probe, between the prober's judgement and the deleter's compare-and-swap;
-//   - clock-skew: WRITING locations whose create_time or __lru_time__ lies in the future;
+//     after each probe, between the prober's judgement and the deleter's compare-and-swap. It
+//     writes as KVCM of the layout does: HMGET and HSET of one L#<id> field (a new one with
+//     BP#prev_key only when it creates the key), or the whole __uri__ and __lru_time__;
+//   - clock-skew: WRITING locations whose create_time (or __lru_time__) lies in the future, or
+//     is 0 (location layout);
+//   - stuck-deleting: collect_deleting on (deleting_grace 2h: at least 1h, and above the seed
+//     group's delay_before_delete_ms + 1h), DELETING locations that have been DELETING longer
+//     — legacy: by an old __lru_time__; location layout: by a first-sight record in the
+//     OBSERVED bucket from before round 1 (those without one are first seen in round 1, and
+//     stay) — collected under kill -9 of random stages; only per-block file names are unlinked, data
+//     on other names, shared files, mooncake, or named by another location of the block stays.
+//     Right after kvcm-gc nominates one, a KVCM-like writer flips it to SERVING (a late
+//     FinishWriteCache) or finishes it as KVCM's delete executor (its CAD), or leaves it;
 //   - cluster-leaders: a JetStream cluster of three nats-server processes, every stream and
 //     bucket at replicas 3; mid-round the node leading the BATCHES stream, then the node
 //     leading the LEASE bucket, is killed with SIGKILL (no leadership hand-over) and started
@@ -31,9 +55,14 @@
 //
 // After the fault ends the suite waits, round by round (round_pause is short), until Redis and
 // the files are exactly as expected: every garbage location gone with its unshared files,
+// every key that lost its last location in KVCM's "exists, no location" form (empty_block:
+// keep: legacy __uri__ = {}; location layout, its other fields, or BP#prev_key = ""),
 // everything else byte-identical, nothing left DELETING. That must happen within two rounds.
-// A writer's changes adjust the expectation: a location it finished or added is live; an
-// orphan whose age came from a __lru_time__ it refreshed may go or stay. The stage processes'
+// A writer's changes adjust the expectation: a location it finished or added is live (one it
+// finished over a DELETING whose data kvcm-gc may have unlinked may go or stay, and whatever
+// stays is byte for byte the writer's); a location it removed is gone; in the legacy layout a
+// WRITING or DELETING location of a block whose __lru_time__ it refreshed may go or stay (its
+// age is the later of create_time and __lru_time__). The stage processes'
 // peak resident set size (VmHWM) and goroutine count must stay under limits, all must stop
 // cleanly, and the driver's own goroutines must wind down.
 //

@@ -107,9 +107,17 @@ type env struct {
 	js     jetstream.JetStream
 	names  subjects.Names
 
+	// layout is the block layout the keyspace is seeded in (and the writer writes).
+	layout   kvcm.Layout
 	manifest *seed.Manifest
-	before   Snapshot
-	keys     int // block keys a full round scans
+	// base is the expectation about every location when collection starts: the manifest's,
+	// and what the scenario's setup added or changed.
+	base []Loc
+	// present lists files that must exist whatever happens.
+	present []string
+	byLoc   map[string]seed.Loc // the manifest by "<key>/<location>", once needed
+	before  Snapshot
+	keys    int // block keys a full round scans
 
 	mu       sync.Mutex
 	procs    map[string][]*Proc // running processes by stage
@@ -121,15 +129,15 @@ type env struct {
 }
 
 // newEnv starts the servers (a JetStream cluster of three nodes when sc.cluster is set),
-// seeds the keyspace (with the sweep's files when sc.sweepFiles is set) and creates the
-// topology. Stages are started by the scenario.
-func newEnv(ctx context.Context, cfg Config, sc scenario, seedValue uint64, logf func(string, ...any)) (*env, error) {
+// seeds the keyspace in layout (with the sweep's files when sc.sweepFiles is set) and
+// creates the topology. Stages are started by the scenario.
+func newEnv(ctx context.Context, cfg Config, sc scenario, layout kvcm.Layout, seedValue uint64, logf func(string, ...any)) (*env, error) {
 	name, cluster, sweepFiles := sc.name, sc.cluster, sc.sweepFiles
-	dir := filepath.Join(cfg.WorkDir, name)
+	dir := filepath.Join(cfg.WorkDir, name+"-"+layout.String())
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("create scenario directory: %w", err)
 	}
-	e := &env{cfg: cfg, name: name, dir: dir, rng: rand.New(rand.NewPCG(seedValue, seedValue^0x5deece66d)),
+	e := &env{cfg: cfg, name: name, dir: dir, layout: layout, rng: rand.New(rand.NewPCG(seedValue, seedValue^0x5deece66d)),
 		procs: map[string][]*Proc{}, started: map[string]int{}, logf: logf}
 	var err error
 	if e.redis, err = testenv.StartRedisServer(testenv.WithRedisPersistence()); err != nil {
@@ -165,13 +173,14 @@ func newEnv(ctx context.Context, cfg Config, sc scenario, seedValue uint64, logf
 	for i := range instances {
 		instances[i] = "inst" + strconv.Itoa(i)
 	}
-	e.manifest, err = seed.Generate(ctx, e.redis.Client(), seed.Spec{Cluster: suiteCluster, Instances: instances, Blocks: cfg.Blocks,
-		GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(), Seed: seedValue,
-		SweepFiles: sweepFiles})
+	e.manifest, err = seed.Generate(ctx, e.redis.Client(), seed.Spec{Cluster: suiteCluster, Layout: layout, Instances: instances,
+		Blocks: cfg.Blocks, GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(),
+		Seed: seedValue, SweepFiles: sweepFiles})
 	if err != nil {
 		e.close()
 		return nil, err
 	}
+	e.base = FromManifest(e.manifest)
 	e.keys = e.manifest.Blocks
 	return e, nil
 }
@@ -467,19 +476,6 @@ func (e *env) close() {
 	}
 }
 
-// originalLocation returns the bytes location id of key had when collection started.
-func (e *env) originalLocation(key, id string) []byte {
-	blk, err := kvcm.DecodeBlock([]byte(e.before[key].Fields["__uri__"]))
-	if err != nil {
-		return nil
-	}
-	l, ok := blk.Find(id)
-	if !ok {
-		return nil
-	}
-	return l.Raw
-}
-
 // errViolation marks a broken safety invariant (as opposed to a failure of the suite).
 var errViolation = errors.New("invariant violated")
 
@@ -509,7 +505,9 @@ func (e *env) readEvents(ctx context.Context, visit func(subjects.Event)) error 
 		for m := range b.Messages() {
 			got++
 			if ev, err := subjects.DecodeEvent(m.Data()); err == nil {
-				visit(ev)
+				for _, one := range ev.PerTarget() { // a request's delete event: one per target
+					visit(one)
+				}
 			}
 		}
 		if got == 0 {

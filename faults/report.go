@@ -14,7 +14,7 @@ func WriteTable(w io.Writer, seed uint64, results []Result) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tGARBAGE GONE\tLIVE INTACT\tSTRANDED DELETING\tROUNDS\tRESTARTS\tPEAK RSS\tGOROUTINES\tTIME\tRESULT")
+	fmt.Fprintln(tw, "SCENARIO\tLAYOUT\tGARBAGE GONE\tLIVE INTACT\tSTRANDED DELETING\tROUNDS\tRESTARTS\tPEAK RSS\tGOROUTINES\tTIME\tRESULT")
 	for _, r := range results {
 		result := "ok"
 		if r.Err != nil {
@@ -24,7 +24,7 @@ func WriteTable(w io.Writer, seed uint64, results []Result) error {
 		if r.Report.Either > 0 {
 			garbage += fmt.Sprintf(" (+%d/%d either)", r.Report.EitherGone, r.Report.Either)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%d\t%.0f MiB\t%d\t%s\t%s\n", r.Scenario, garbage,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%d\t%d\t%.0f MiB\t%d\t%s\t%s\n", r.Scenario, r.Layout, garbage,
 			r.Report.LiveIntact, r.Report.Live, r.Report.Stranded, r.Rounds, r.Restarts,
 			float64(r.PeakRSS)/(1<<20), r.Goroutines, r.Duration.Round(100_000_000), result)
 	}
@@ -34,10 +34,10 @@ func WriteTable(w io.Writer, seed uint64, results []Result) error {
 	var notes strings.Builder
 	for _, r := range results {
 		if r.Notes != "" {
-			fmt.Fprintf(&notes, "  %s: %s\n", r.Scenario, r.Notes)
+			fmt.Fprintf(&notes, "  %s (%s): %s\n", r.Scenario, r.Layout, r.Notes)
 		}
 		if r.Err != nil {
-			fmt.Fprintf(&notes, "  %s FAILED: %v\n", r.Scenario, r.Err)
+			fmt.Fprintf(&notes, "  %s (%s) FAILED: %v\n", r.Scenario, r.Layout, r.Err)
 		}
 	}
 	if notes.Len() > 0 {
@@ -45,6 +45,7 @@ func WriteTable(w io.Writer, seed uint64, results []Result) error {
 			return err
 		}
 	}
-	_, err := fmt.Fprintln(w, "\nROUNDS: rounds after the fault ended until every garbage location was gone and everything else byte-identical (at most 2).")
+	_, err := fmt.Fprintln(w, "\nLAYOUT: the block layout seeded and written (location: today's KVCM; legacy: KVCM f6aa2b2).\n"+
+		"ROUNDS: rounds after the fault ended until every garbage location was gone and everything else byte-identical (at most 2).")
 	return err
 }

@@ -19,32 +19,36 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// scenario is one fault. setup (optional) adds to the keyspace before the snapshot and
-// returns the expectations of what it added; run starts the stages, injects the fault and
-// returns once the fault is over, with notes for the table and, when the fault changes what
-// is expected (a writer), the expectation.
+// scenario is one fault. setup (optional) adds to the keyspace before the snapshot, with the
+// expectations of what it added (e.base, e.present); run starts the stages, injects the fault
+// and returns once the fault is over, with notes for the table and, when the fault changes
+// what is expected (a writer), the expectation.
 type scenario struct {
 	name  string
 	about string
 	// cluster runs the scenario on a JetStream cluster of three nodes, at replicas 3.
 	cluster bool
+	// legacy: with -layout both, the scenario runs in the legacy layout too.
+	legacy bool
 	// sweepFiles seeds the orphan data files of the sweep (seed.Spec.SweepFiles).
 	sweepFiles bool
-	setup      func(ctx context.Context, e *env) ([]Loc, []string, error)
+	setup      func(ctx context.Context, e *env) error
 	run        func(ctx context.Context, e *env) (string, *Expect, error)
 }
 
 var scenarios = []scenario{
 	{name: "kill-scanner", about: "kill -9 of the scanner at random moments, then a restart", run: killStage(stageScanner)},
 	{name: "kill-prober", about: "kill -9 of the prober at random moments, then a restart", run: killStage(stageProber)},
-	{name: "kill-deleter", about: "kill -9 of the deleter at random moments, mostly with deletes in flight, then a restart", run: killStage(stageDeleter)},
+	{name: "kill-deleter", about: "kill -9 of the deleter at random moments, mostly with deletes in flight, then a restart", legacy: true, run: killStage(stageDeleter)},
 	{name: "kill-any", about: "kill -9 of a random stage at random moments, then a restart", run: killStage("")},
 	{name: "redis-restart", about: "Redis restarted mid-round (SIGTERM, then SIGKILL), data kept by its append-only file", run: redisRestart},
 	{name: "redis-outage", about: "Redis unreachable for a while mid-round, then back on the same port and data", run: redisOutage},
 	{name: "nats-restart", about: "the NATS server restarted mid-round on its file store", run: natsRestart},
 	{name: "scanner-failover", about: "several stores, two scanners dividing them; one killed mid-round; the other takes its stores over from their checkpoints", setup: storesSetup, run: scannerFailover},
-	{name: "concurrent-writer", about: "a KVCM-like writer finishing writes and adding locations in the blocks being collected, right after probes too", run: concurrentWriter},
-	{name: "clock-skew", about: "locations with create_time or __lru_time__ in the future are kept", setup: clockSkewSetup, run: plainRun},
+	{name: "concurrent-writer", about: "a KVCM-like writer finishing writes and adding locations in the blocks being collected, right after probes too", legacy: true, run: concurrentWriter},
+	{name: "clock-skew", about: "locations with create_time or __lru_time__ in the future are kept", legacy: true, setup: clockSkewSetup, run: plainRun},
+	{name: "stuck-deleting", about: "collect_deleting: stuck DELETING collected under kill -9, data unlinked only for per-block names; KVCM flipping or finishing some meanwhile", legacy: true,
+		setup: stuckSetup, run: stuckDeleting},
 	{name: "cluster-leaders", about: "three JetStream nodes at replicas 3; the node leading the BATCHES stream, then the one leading the LEASE bucket, killed (SIGKILL) mid-round and restarted",
 		cluster: true, run: clusterLeaders},
 	{name: "sweep-kills", about: "kill -9 of the walker and of sweepers mid-batch while orphan data files are swept, then restarts", sweepFiles: true, run: sweepKills},
@@ -71,52 +75,59 @@ func killStage(stage string) func(ctx context.Context, e *env) (string, *Expect,
 		if err := e.roundStarted(ctx, 1); err != nil {
 			return "", nil, err
 		}
-		var killed []string
-		for range e.cfg.Kills {
-			// Every draw happens whatever the outcome, so the seed fixes the whole schedule.
-			st := stage
-			pick := stageCommands[e.rng.IntN(len(stageCommands))]
-			if st == "" {
-				st = pick
-			}
-			wait := e.between(50*time.Millisecond, 800*time.Millisecond)
-			aim := e.rng.Float64() < 0.75
-			down := e.between(0, 300*time.Millisecond)
-			if aim {
-				// Aim at the interesting moments: a deleter or a prober holding messages, a
-				// scanner leading a round (after a kill, its successor waits out the lease).
-				_ = e.waitFor(withTimeout(ctx, 4*time.Second), "a busy moment", func() bool {
-					switch st {
-					case stageDeleter:
-						return e.ackPending(ctx, e.names.DeletesStream(), e.names.DeleterConsumer()) > 0
-					case stageProber:
-						return e.ackPending(ctx, e.names.BatchesStream(), e.names.ProberConsumer()) > 0
-					case stageScanner:
-						ck, err := e.checkpoint(ctx)
-						return err == nil && ck.InRound && e.leader(ck) != nil
-					}
-					return true
-				})
-			}
-			if err := sleep(ctx, wait); err != nil {
-				return "", nil, err
-			}
-			ps := e.running(st)
-			if len(ps) == 0 {
-				return "", nil, fmt.Errorf("no running %s to kill", st)
-			}
-			ck, _ := e.checkpoint(ctx)
-			e.kill(st, ps[0])
-			killed = append(killed, fmt.Sprintf("%s@r%d/%d", st, ck.Round, ck.KeysScanned))
-			if err := sleep(ctx, down); err != nil {
-				return "", nil, err
-			}
-			if _, err := e.startStage(st); err != nil {
-				return "", nil, err
-			}
-		}
-		return "killed " + strings.Join(killed, " "), nil, nil
+		notes, err := e.kills(ctx, stage)
+		return notes, nil, err
 	}
+}
+
+// kills kills a process of stage (a random stage when "") cfg.Kills times at random moments,
+// starting a new one after each kill, and returns what it killed when.
+func (e *env) kills(ctx context.Context, stage string) (string, error) {
+	var killed []string
+	for range e.cfg.Kills {
+		// Every draw happens whatever the outcome, so the seed fixes the whole schedule.
+		st := stage
+		pick := stageCommands[e.rng.IntN(len(stageCommands))]
+		if st == "" {
+			st = pick
+		}
+		wait := e.between(50*time.Millisecond, 800*time.Millisecond)
+		aim := e.rng.Float64() < 0.75
+		down := e.between(0, 300*time.Millisecond)
+		if aim {
+			// Aim at the interesting moments: a deleter or a prober holding messages, a
+			// scanner leading a round (after a kill, its successor waits out the lease).
+			_ = e.waitFor(withTimeout(ctx, 4*time.Second), "a busy moment", func() bool {
+				switch st {
+				case stageDeleter:
+					return e.ackPending(ctx, e.names.DeletesStream(), e.names.DeleterConsumer()) > 0
+				case stageProber:
+					return e.ackPending(ctx, e.names.BatchesStream(), e.names.ProberConsumer()) > 0
+				case stageScanner:
+					ck, err := e.checkpoint(ctx)
+					return err == nil && ck.InRound && e.leader(ck) != nil
+				}
+				return true
+			})
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return "", err
+		}
+		ps := e.running(st)
+		if len(ps) == 0 {
+			return "", fmt.Errorf("no running %s to kill", st)
+		}
+		ck, _ := e.checkpoint(ctx)
+		e.kill(st, ps[0])
+		killed = append(killed, fmt.Sprintf("%s@r%d/%d", st, ck.Round, ck.KeysScanned))
+		if err := sleep(ctx, down); err != nil {
+			return "", err
+		}
+		if _, err := e.startStage(st); err != nil {
+			return "", err
+		}
+	}
+	return "killed " + strings.Join(killed, " "), nil
 }
 
 func withTimeout(ctx context.Context, d time.Duration) context.Context {
@@ -328,15 +339,15 @@ func watchCheckpoints(ctx context.Context, state jetstream.KeyValue) (*checkpoin
 }
 
 // storesSetup spreads the instances over several metadata stores.
-func storesSetup(ctx context.Context, e *env) ([]Loc, []string, error) {
-	return nil, nil, spreadStores(ctx, e)
+func storesSetup(ctx context.Context, e *env) error {
+	return spreadStores(ctx, e)
 }
 
 func concurrentWriter(ctx context.Context, e *env) (string, *Expect, error) {
 	if err := e.startAll(); err != nil {
 		return "", nil, err
 	}
-	w := newWriter(e, e.rng.Uint64())
+	w := newWriter(e, writeSessions, e.rng.Uint64())
 	wctx, stop := context.WithTimeout(ctx, e.cfg.WriterFor)
 	defer stop()
 	if err := w.run(wctx); err != nil {
@@ -379,48 +390,117 @@ func plainRun(ctx context.Context, e *env) (string, *Expect, error) {
 
 // clockSkewSetup adds WRITING locations whose time is in the future, which must be kept,
 // and garbage that does not depend on a time, which must go, in blocks whose time is in the
-// future.
-func clockSkewSetup(ctx context.Context, e *env) ([]Loc, []string, error) {
+// future: legacy, create_time or __lru_time__ ahead; location layout (no __lru_time__),
+// create_time ahead, or 0 (data from before KVCM had create_time).
+func clockSkewSetup(ctx context.Context, e *env) error {
 	now := time.Now()
-	us := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).UnixMicro(), 10) }
+	at := func(d time.Duration) int64 { return now.Add(d).UnixMicro() }
 	root := filepath.Join(e.dir, "data", "nfs") + "/"
 	missing := fmt.Sprintf(`{"name":"tp0","uri":"file://%s%sskew/missing?size=1024"}`, seed.StorageNFS, root)
-	writing := func(id, extra string) string {
-		return fmt.Sprintf(`%q:{"id":%q,"status":2,"type":4,"spec_size":0,"location_specs":[]%s}`, id, id, extra)
+	const unset = int64(-1)
+	writing := func(id string, ct int64) locJSON {
+		return locJSON{id: id, status: kvcm.StatusWriting, typ: kvcm.TypeFile, createTime: ct}
 	}
-	ct := func(d time.Duration) string { return `,"create_time":` + us(d) }
-	blocks := []struct {
-		lru  string
-		locs []string
+	type block struct {
+		lru  int64 // legacy only
+		locs []locJSON
 		fate []Fate
-	}{
-		{us(-72 * time.Hour), []string{writing("skewct30", ct(30*24*time.Hour))}, []Fate{Keep}},
-		{us(time.Hour), []string{writing("skewlru1", "")}, []Fate{Keep}},
-		{us(100 * 365 * 24 * time.Hour), []string{writing("skewlru2", "")}, []Fate{Keep}},
-		{us(-72 * time.Hour), []string{writing("skewct01", ct(time.Minute))}, []Fate{Keep}},
-		{us(time.Hour), []string{writing("skewboth", ct(time.Hour))}, []Fate{Keep}},
-		// Storage-missing needs no age; a legacy location's age is the later of its create_time
-		// and its block's __lru_time__ (kvcm.LegacyAge), so an old create_time in a block
-		// written in the future is of unknown age too: kept.
-		{us(time.Hour), []string{
-			fmt.Sprintf(`"skewmiss":{"id":"skewmiss","status":3,"type":4,"spec_size":1,"location_specs":[%s]}`, missing),
-			writing("skewold1", ct(-72*time.Hour)),
-			writing("skewkeep", ""),
-		}, []Fate{Go, Keep, Keep}},
 	}
-	var out []Loc
+	var blocks []block
+	if e.layout == kvcm.LayoutLocation {
+		blocks = []block{
+			{locs: []locJSON{writing("skewct30", at(30*24*time.Hour))}, fate: []Fate{Keep}},
+			{locs: []locJSON{writing("skewct01", at(time.Minute))}, fate: []Fate{Keep}},
+			{locs: []locJSON{writing("skewcent", at(100*365*24*time.Hour))}, fate: []Fate{Keep}},
+			{locs: []locJSON{writing("skewzero", 0), writing("skewnone", unset)}, fate: []Fate{Keep, Keep}},
+			// Storage-missing needs no age; an old create_time is the age beside a future one.
+			{locs: []locJSON{
+				{id: "skewmiss", status: kvcm.StatusServing, typ: kvcm.TypeFile, createTime: at(time.Hour), specs: []string{missing}},
+				writing("skewold1", at(-72*time.Hour)),
+				writing("skewkeep", at(time.Hour)),
+			}, fate: []Fate{Go, Go, Keep}},
+		}
+	} else {
+		blocks = []block{
+			{lru: at(-72 * time.Hour), locs: []locJSON{writing("skewct30", at(30*24*time.Hour))}, fate: []Fate{Keep}},
+			{lru: at(time.Hour), locs: []locJSON{writing("skewlru1", unset)}, fate: []Fate{Keep}},
+			{lru: at(100 * 365 * 24 * time.Hour), locs: []locJSON{writing("skewlru2", unset)}, fate: []Fate{Keep}},
+			{lru: at(-72 * time.Hour), locs: []locJSON{writing("skewct01", at(time.Minute))}, fate: []Fate{Keep}},
+			{lru: at(time.Hour), locs: []locJSON{writing("skewboth", at(time.Hour))}, fate: []Fate{Keep}},
+			// Storage-missing needs no age; an old create_time is no age beside a future
+			// __lru_time__ (the later of the two counts).
+			{lru: at(time.Hour), locs: []locJSON{
+				{id: "skewmiss", status: kvcm.StatusServing, typ: kvcm.TypeFile, createTime: unset, specs: []string{missing}},
+				writing("skewold1", at(-72*time.Hour)),
+				writing("skewkeep", unset),
+			}, fate: []Fate{Go, Keep, Keep}},
+		}
+	}
 	for i, b := range blocks {
 		k := kvcm.BlockKey("inst0", int64(9_100_000_000+i))
-		if err := e.redis.Client().HSet(ctx, k, "__uri__", "{"+strings.Join(b.locs, ",")+"}", "__lru_time__", b.lru).Err(); err != nil {
-			return nil, nil, err
+		if err := e.writeBlock(ctx, k, b.lru, b.locs); err != nil {
+			return err
 		}
 		e.keys++
 		for j, l := range b.locs {
-			id := l[1 : strings.IndexByte(l[1:], '"')+1]
-			out = append(out, Loc{Key: k, ID: id, Fate: b.fate[j]})
+			e.base = append(e.base, Loc{Key: k, ID: l.id, Field: e.fieldOf(l.id), Fate: b.fate[j]})
 		}
 	}
-	return out, nil, nil
+	return nil
+}
+
+// locJSON is one location as KVCM of either layout writes it: the location layout with
+// create_time before location_specs, the legacy layout (KVCM f6aa2b2 had none) with a newer
+// KVCM's create_time after them when set.
+type locJSON struct {
+	id         string
+	status     kvcm.Status
+	typ        kvcm.StorageType
+	createTime int64    // µs; -1: no create_time member
+	specs      []string // {"name":…,"uri":…} objects
+}
+
+func (l locJSON) bytes(layout kvcm.Layout) string {
+	head := fmt.Sprintf(`{"id":%q,"status":%d,"type":%d,"spec_size":%d`, l.id, l.status, l.typ, len(l.specs))
+	specs := `"location_specs":[` + strings.Join(l.specs, ",") + "]"
+	switch {
+	case l.createTime < 0:
+		return head + "," + specs + "}"
+	case layout == kvcm.LayoutLocation:
+		return head + fmt.Sprintf(`,"create_time":%d,`, l.createTime) + specs + "}"
+	default:
+		return head + "," + specs + fmt.Sprintf(`,"create_time":%d}`, l.createTime)
+	}
+}
+
+// fieldOf is the hash field of location id in the scenario's layout.
+func (e *env) fieldOf(id string) string {
+	if e.layout == kvcm.LayoutLocation {
+		return kvcm.LocationField(id)
+	}
+	return kvcm.FieldURI
+}
+
+// writeBlock writes one block in the scenario's layout as KVCM creates it: legacy, __uri__
+// and __lru_time__ (µs); location layout, BP#prev_key "" and one L# field per location.
+func (e *env) writeBlock(ctx context.Context, key string, lru int64, locs []locJSON) error {
+	var fields []any
+	if e.layout == kvcm.LayoutLocation {
+		fields = append(fields, kvcm.FieldPrevKey, "")
+		for _, l := range locs {
+			fields = append(fields, kvcm.LocationField(l.id), l.bytes(e.layout))
+		}
+	} else {
+		uri := make([]string, len(locs))
+		for i, l := range locs {
+			uri[i] = strconv.Quote(l.id) + ":" + l.bytes(e.layout)
+		}
+		fields = append(fields, kvcm.FieldURI, "{"+strings.Join(uri, ",")+"}", kvcm.FieldLRUTime, strconv.FormatInt(lru, 10))
+	}
+	if err := e.redis.Client().HSet(ctx, key, fields...).Err(); err != nil {
+		return fmt.Errorf("write block %s: %w", key, err)
+	}
+	return nil
 }
 
 // leader returns the running scanner that saved ck, if any.

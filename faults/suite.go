@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
 // Config is one run of the suite.
@@ -26,8 +28,13 @@ type Config struct {
 	Outage time.Duration
 	// WriterFor is how long the concurrent writer writes.
 	WriterFor time.Duration
-	// Scenarios selects scenarios by name; empty runs them all.
+	// Scenarios selects scenarios by name, each optionally with the layout it runs in
+	// ("stuck-deleting:legacy"); empty runs them all.
 	Scenarios []string
+	// Layout is the block layout the scenarios seed and write (a scenario named with a layout
+	// of its own runs in that one): LayoutLocation, LayoutLegacy, or LayoutBoth (also when
+	// empty).
+	Layout string
 	// Bins are the stage binaries by command name (scanner, prober, deleter).
 	Bins map[string]string
 	// WorkDir holds each scenario's servers' files, data and process logs.
@@ -48,6 +55,20 @@ func DefaultConfig() Config {
 		WriterFor: 5 * time.Second, RSSLimit: 256 << 20, GoroutineLimit: 200, ScenarioTimeout: 3 * time.Minute}
 }
 
+// Values of Config.Layout.
+const (
+	// LayoutLocation runs every scenario in the location layout (today's KVCM).
+	LayoutLocation = "location"
+	// LayoutLegacy runs every scenario in the legacy layout (KVCM f6aa2b2).
+	LayoutLegacy = "legacy"
+	// LayoutBoth runs every scenario in the location layout, and the scenarios whose faults
+	// meet what differs between the layouts (the deleter's writes cut by a kill, a KVCM-like
+	// writer, block ages, stuck DELETING) in the legacy layout too. The other faults (the
+	// scanner's and the prober's kills, Redis and NATS restarts and outages, failovers) touch
+	// nothing that depends on the layout, and -layout legacy runs them in it.
+	LayoutBoth = "both"
+)
+
 // driverGoroutineSlack is how many more goroutines than before a scenario the driver may hold
 // after it (runtime and client background work that winds down on its own schedule).
 const driverGoroutineSlack = 5
@@ -56,7 +77,9 @@ const driverGoroutineSlack = 5
 type Result struct {
 	Scenario string
 	About    string
-	Report   Report
+	// Layout is the block layout the scenario ran in: location or legacy.
+	Layout string
+	Report Report
 	// Rounds is the number of rounds after the fault ended until everything was as expected.
 	Rounds     int
 	Restarts   int
@@ -112,32 +135,76 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil, fmt.Errorf("stage binary %s: %w", s, err)
 		}
 	}
-	var run []scenario
-	for _, name := range cfg.Scenarios {
-		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
-		if i < 0 {
-			return nil, fmt.Errorf("unknown scenario %q (%s)", name, strings.Join(ScenarioNames(), ", "))
-		}
-		run = append(run, scenarios[i])
-	}
-	if len(run) == 0 {
-		run = scenarios
+	run, err := plan(cfg)
+	if err != nil {
+		return nil, err
 	}
 	var out []Result
-	for i, sc := range run {
+	for i, p := range run {
 		if ctx.Err() != nil {
 			break
 		}
-		fmt.Fprintf(cfg.Out, "--- %s: %s\n", sc.name, sc.about)
-		r := runScenario(ctx, cfg, sc, cfg.Seed+uint64(i)*0x9e3779b97f4a7c15)
+		fmt.Fprintf(cfg.Out, "--- %s (%s layout): %s\n", p.sc.name, p.layout, p.sc.about)
+		r := runScenario(ctx, cfg, p.sc, p.layout, cfg.Seed+uint64(i)*0x9e3779b97f4a7c15)
 		status := "ok"
 		if r.Err != nil {
 			status = "FAILED: " + r.Err.Error()
 		}
-		fmt.Fprintf(cfg.Out, "--- %s: %s (%s)\n", sc.name, status, r.Duration.Round(100*time.Millisecond))
+		fmt.Fprintf(cfg.Out, "--- %s (%s layout): %s (%s)\n", p.sc.name, p.layout, status, r.Duration.Round(100*time.Millisecond))
 		out = append(out, r)
 	}
 	return out, ctx.Err()
+}
+
+// planned is one scenario in one layout.
+type planned struct {
+	sc     scenario
+	layout kvcm.Layout
+}
+
+// plan lists the runs cfg selects, in order: each scenario selected (all by default) in the
+// layout it names, else in cfg.Layout's (both: the location layout, then the legacy layout
+// for the scenarios marked legacy).
+func plan(cfg Config) ([]planned, error) {
+	var layouts []kvcm.Layout
+	switch cfg.Layout {
+	case LayoutLocation:
+		layouts = []kvcm.Layout{kvcm.LayoutLocation}
+	case LayoutLegacy:
+		layouts = []kvcm.Layout{kvcm.LayoutLegacy}
+	case LayoutBoth, "":
+		layouts = []kvcm.Layout{kvcm.LayoutLocation, kvcm.LayoutLegacy}
+	default:
+		return nil, fmt.Errorf("unknown layout %q (%s, %s or %s)", cfg.Layout, LayoutLocation, LayoutLegacy, LayoutBoth)
+	}
+	both := len(layouts) == 2
+	names := cfg.Scenarios
+	if len(names) == 0 {
+		names = ScenarioNames()
+	}
+	var out []planned
+	for _, spec := range names {
+		name, layout, named := strings.Cut(spec, ":")
+		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q (%s)", name, strings.Join(ScenarioNames(), ", "))
+		}
+		sc := scenarios[i]
+		if named {
+			l, ok := kvcm.ParseLayout(layout)
+			if !ok || l != kvcm.LayoutLocation && l != kvcm.LayoutLegacy {
+				return nil, fmt.Errorf("scenario %q: unknown layout %q (%s or %s)", name, layout, LayoutLocation, LayoutLegacy)
+			}
+			out = append(out, planned{sc: sc, layout: l})
+			continue
+		}
+		for _, l := range layouts {
+			if !both || l == kvcm.LayoutLocation || sc.legacy {
+				out = append(out, planned{sc: sc, layout: l})
+			}
+		}
+	}
+	return out, nil
 }
 
 // ScenarioNames lists the scenarios in the order they run.
@@ -149,16 +216,16 @@ func ScenarioNames() []string {
 	return out
 }
 
-func runScenario(parent context.Context, cfg Config, sc scenario, seedValue uint64) (res Result) {
+func runScenario(parent context.Context, cfg Config, sc scenario, layout kvcm.Layout, seedValue uint64) (res Result) {
 	started := time.Now()
-	res = Result{Scenario: sc.name, About: sc.about}
+	res = Result{Scenario: sc.name, About: sc.about, Layout: layout.String()}
 	defer func() { res.Duration = time.Since(started) }()
 	ctx, cancel := context.WithTimeout(parent, cfg.ScenarioTimeout)
 	defer cancel()
 	base := runtime.NumGoroutine()
 	logf := func(format string, a ...any) { fmt.Fprintf(cfg.Out, "    "+format+"\n", a...) }
 
-	e, err := newEnv(ctx, cfg, sc, seedValue, logf)
+	e, err := newEnv(ctx, cfg, sc, layout, seedValue, logf)
 	if err != nil {
 		res.Err = fmt.Errorf("set up: %w", err)
 		return res
@@ -177,10 +244,8 @@ func runScenario(parent context.Context, cfg Config, sc scenario, seedValue uint
 		return res
 	}
 
-	var extra []Loc
-	var present []string
 	if sc.setup != nil {
-		if extra, present, err = sc.setup(ctx, e); err != nil {
+		if err := sc.setup(ctx, e); err != nil {
 			return fail(fmt.Errorf("set up: %w", err))
 		}
 	}
@@ -197,7 +262,7 @@ func runScenario(parent context.Context, cfg Config, sc scenario, seedValue uint
 		return fail(fmt.Errorf("read checkpoint after the fault: %w", err))
 	}
 	if expect == nil {
-		x := Expect{Before: e.before, Locs: append(FromManifest(e.manifest), extra...), Present: present}
+		x := Expect{Before: e.before, Locs: e.base, Present: e.present}
 		expect = &x
 	}
 	rounds, rep, err := converge(ctx, e, *expect, ck.Round)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -15,53 +16,93 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // writerPeriod is the pause between two writes of the writer's own (a write rate, not a wait).
 const writerPeriod = 15 * time.Millisecond
 
-// writer plays KVCM writing the blocks kvcm-gc collects: it finishes writes as KVCM's
-// FinishWriteCache does (SERVING whatever the status, no compare, a fresh __lru_time__) and
-// adds WRITING locations. It finishes the locations that were WRITING when collection started
-// and the ones it added itself. Besides writes at random, it reacts to every candidate event:
-// the prober has just judged that location, so those writes land between probe and CAS, or
-// after the CAS, on a location kvcm-gc already marked DELETING.
+// writerMode is what the writer plays.
+type writerMode int
+
+const (
+	// writeSessions: KVCM's write sessions in the blocks being collected. The writer finishes
+	// writes as KVCM's FinishWriteCache does (SERVING whatever the status, no compare) and
+	// adds WRITING locations, at random and right after every candidate event: the prober has
+	// just judged that location, so those writes land between probe and CAS, or after the
+	// CAS, on a location kvcm-gc already marked DELETING. It finishes the locations that were
+	// WRITING when collection started and the ones it added itself.
+	writeSessions writerMode = iota
+	// finishDeleting: KVCM acting on DELETING locations kvcm-gc has just nominated as stuck
+	// (a stuck_deleting candidate event): a late FinishWriteCache flips one to SERVING (a write
+	// session KVCM's demotion had marked DELETING), or KVCM's delete executor finishes one
+	// (its CAD; today's KVCM's NFS delete is a no-op, so the files stay), or nothing happens.
+	finishDeleting
+)
+
+// writer plays KVCM writing the blocks kvcm-gc collects, in the scenario's layout, the way
+// KVCM of that layout writes:
+//   - location layout (today's KVCM): FinishWriteCache is HMGET of one L#<id> field and an
+//     unconditional HSET of it with status SERVING (a DELETING included); BatchAddLocation is
+//     an HSET of a new L#<id> field (status WRITING, create_time now), with BP#prev_key only
+//     when it creates the key; the executor's CAD is an HDEL of the field, then a DEL of the
+//     key when no non-empty L# field is left (its empty-key recycle). No other field changes.
+//   - legacy layout (KVCM f6aa2b2): every write rewrites the whole __uri__ and __lru_time__;
+//     the executor's CAD DELs a key whose map it empties.
 //
 // KVCM's own read-modify-write is not atomic towards other writers; the writer uses WATCH
 // and MULTI so that each of its writes is one step the outcome can be checked against.
 type writer struct {
-	e   *env
-	rdb redis.UniversalClient
+	e      *env
+	rdb    redis.UniversalClient
+	mode   writerMode
+	layout kvcm.Layout
 
-	mu      sync.Mutex
-	rng     *rand.Rand
-	keys    []string                     // blocks to write to
-	live    map[string]map[string][]byte // locations the writer made live, by key: their bytes
-	touched map[string]bool              // keys whose __lru_time__ the writer rewrote
-	// overMark: locations the writer finished after kvcm-gc had marked them DELETING.
-	overMark                      map[string]map[string]bool
-	finished, added, raced, tries int
-	errs                          []error
+	mu   sync.Mutex
+	rng  *rand.Rand
+	keys []string // blocks to write to
+	// live: locations the writer made live (finished, flipped or added), by key: their bytes.
+	live map[string]map[string][]byte
+	// overMark: locations the writer finished while they were DELETING (kvcm-gc's mark, or a
+	// stuck DELETING kvcm-gc had nominated).
+	overMark map[string]map[string]bool
+	// removed: stuck DELETING locations the writer removed as KVCM's executor.
+	removed map[string]map[string]bool
+	// touched: legacy keys whose __lru_time__ the writer rewrote.
+	touched                                map[string]bool
+	finished, added, flips, removes, raced int
+	tries                                  int
+	errs                                   []error
 }
 
-func newWriter(e *env, seedValue uint64) *writer {
-	w := &writer{e: e, rdb: e.redis.Client(), rng: rand.New(rand.NewPCG(seedValue, ^seedValue)),
-		live: map[string]map[string][]byte{}, touched: map[string]bool{}, overMark: map[string]map[string]bool{}}
+func newWriter(e *env, mode writerMode, seedValue uint64) *writer {
+	w := &writer{e: e, rdb: e.redis.Client(), mode: mode, layout: e.layout, rng: rand.New(rand.NewPCG(seedValue, ^seedValue)),
+		live: map[string]map[string][]byte{}, overMark: map[string]map[string]bool{}, removed: map[string]map[string]bool{},
+		touched: map[string]bool{}}
 	seen := map[string]bool{}
-	for _, l := range e.manifest.Locations {
-		k := kvcm.BlockKey(l.Instance, l.Key)
-		if l.Garbage && !seen[k] {
-			seen[k] = true
-			w.keys = append(w.keys, k)
+	for _, l := range e.base {
+		if l.Fate == Go && !seen[l.Key] {
+			seen[l.Key] = true
+			w.keys = append(w.keys, l.Key)
 		}
 	}
+	slices.Sort(w.keys)
 	return w
 }
 
+// field is the hash field of location id in the writer's layout.
+func (w *writer) field(id string) string {
+	if w.layout == kvcm.LayoutLocation {
+		return kvcm.LocationField(id)
+	}
+	return kvcm.FieldURI
+}
+
 // run writes until ctx ends.
-func (w *writer) run(ctx context.Context) error {
+func (w *writer) run(ctx context.Context) error { return w.runReady(ctx, nil) }
+
+// runReady is run, closing ready (when not nil) once the writer receives candidate events.
+func (w *writer) runReady(ctx context.Context, ready chan<- struct{}) error {
 	// Candidate events as they are stored: the window between probe and CAS.
 	sub, err := w.e.nc.Subscribe(w.e.names.EventKindFilter(subjects.EventCandidate), func(m *nats.Msg) {
 		ev, err := subjects.DecodeEvent(m.Data)
@@ -74,6 +115,12 @@ func (w *writer) run(ctx context.Context) error {
 		w.mu.Unlock()
 		var ok bool
 		switch {
+		case w.mode == finishDeleting && ev.Reason != subjects.ReasonStuckDeleting:
+		case w.mode == finishDeleting && x < 1.0/3:
+			ok = w.finish(ctx, k, ev.Location)
+		case w.mode == finishDeleting && x < 2.0/3:
+			ok = w.removeDeleting(ctx, k, ev.Location)
+		case w.mode == finishDeleting:
 		case x < 0.5:
 			ok = w.finish(ctx, k, ev.Location)
 		case x < 0.75:
@@ -89,6 +136,16 @@ func (w *writer) run(ctx context.Context) error {
 		return fmt.Errorf("writer: subscribe to candidates: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if err := w.e.nc.Flush(); err != nil {
+		return fmt.Errorf("writer: subscribe to candidates: %w", err)
+	}
+	if ready != nil {
+		close(ready)
+	}
+	if w.mode == finishDeleting || len(w.keys) == 0 {
+		<-ctx.Done() // it only reacts to candidates
+		return nil
+	}
 
 	t := time.NewTicker(writerPeriod)
 	defer t.Stop()
@@ -110,32 +167,10 @@ func (w *writer) run(ctx context.Context) error {
 	}
 }
 
-// finish sets location id of key (when id is "", the first location of the block that a
-// write session owns and that is not SERVING) to SERVING, whatever its status.
-func (w *writer) finish(ctx context.Context, key, id string) bool {
-	return w.update(ctx, key, func(blk *kvcm.Block) ([]byte, string, bool, error) {
-		var l *kvcm.Location
-		if id != "" {
-			l, _ = blk.Find(id)
-		} else {
-			for i := range blk.Locations {
-				c := &blk.Locations[i]
-				if c.Err == nil && c.Status != kvcm.StatusServing && w.owned(key, c.ID) {
-					l = c
-					break
-				}
-			}
-		}
-		if l == nil || l.Err != nil || l.Status == kvcm.StatusServing || !w.owned(key, l.ID) {
-			return nil, "", false, nil
-		}
-		next, err := blk.WithStatus(l.ID, kvcm.StatusServing)
-		return next, l.ID, l.Status == kvcm.StatusDeleting, err
-	}, func() { w.finished++ })
-}
-
 // owned reports whether a write session owns location id of key: it was WRITING when
-// collection started, or the writer added it.
+// collection started (or, when the writer finishes DELETING locations, DELETING: KVCM's
+// demotion marked the session's location and its FinishWriteCache still comes), or the
+// writer added it.
 func (w *writer) owned(key, id string) bool {
 	w.mu.Lock()
 	_, added := w.live[key][id]
@@ -143,58 +178,51 @@ func (w *writer) owned(key, id string) bool {
 	if added {
 		return true
 	}
-	blk, err := kvcm.DecodeBlock([]byte(w.e.before[key].Fields["__uri__"]))
-	if err != nil {
+	l, ok := locationIn(w.e.before[key].Fields, w.field(id), id)
+	if !ok || l.Err != nil {
 		return false
 	}
-	l, ok := blk.Find(id)
-	return ok && l.Err == nil && l.Status == kvcm.StatusWriting
+	return l.Status == kvcm.StatusWriting || w.mode == finishDeleting && l.Status == kvcm.StatusDeleting
 }
 
-// add puts a new WRITING location in front of key's locations.
-func (w *writer) add(ctx context.Context, key string) bool {
-	return w.update(ctx, key, func(blk *kvcm.Block) ([]byte, string, bool, error) {
-		w.mu.Lock()
-		id := "w" + strconv.FormatUint(w.rng.Uint64()%(36*36*36*36*36*36), 36)
-		w.mu.Unlock()
-		if _, taken := blk.Find(id); taken {
-			return nil, "", false, nil
-		}
-		loc := fmt.Sprintf(`%q:{"id":%q,"status":2,"type":4,"spec_size":0,"location_specs":[]}`, id, id)
-		next := slices.Concat([]byte("{"+loc+","), blk.Raw[1:])
-		return next, id, false, nil
-	}, func() { w.added++ })
+// op is one write the writer makes to a block: the fields to set and delete (or the whole key
+// to delete), the location it made live, and what to record.
+type op struct {
+	set    []any
+	hdel   []string
+	delKey bool
+	// made is the location the write made live (finished or added), with its new bytes.
+	made      string
+	madeBytes []byte
+	// wasDeleting: made was DELETING before the write.
+	wasDeleting bool
+	// removed is the DELETING location the write removed (the executor's CAD).
+	removed string
 }
 
-// update applies change to key's __uri__ atomically and writes a fresh __lru_time__. change
-// returns the new bytes (nil: write nothing), the location it made live, and whether that
-// location was DELETING.
-func (w *writer) update(ctx context.Context, key string, change func(*kvcm.Block) ([]byte, string, bool, error), count func()) bool {
-	var made string
-	var wrote []byte
-	var wasDeleting bool
+// apply runs one read-modify-write of key atomically: plan reads through tx and returns the
+// write (nil: write nothing). It reports whether the write happened.
+func (w *writer) apply(ctx context.Context, key string, plan func(tx *redis.Tx) (*op, error), count func()) bool {
+	var done *op
 	err := w.rdb.Watch(ctx, func(tx *redis.Tx) error {
-		cur, err := tx.HGet(ctx, key, "__uri__").Bytes()
-		if errors.Is(err, redis.Nil) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		blk, err := kvcm.DecodeBlock(cur)
-		if err != nil || len(blk.Locations) == 0 {
-			return nil
-		}
-		next, id, deleting, err := change(blk)
-		if err != nil || next == nil {
+		o, err := plan(tx)
+		if err != nil || o == nil {
 			return err
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, key, "__uri__", next, "__lru_time__", strconv.FormatInt(time.Now().UnixMicro(), 10))
+			switch {
+			case o.delKey:
+				p.Del(ctx, key)
+			case len(o.hdel) > 0:
+				p.HDel(ctx, key, o.hdel...)
+			}
+			if len(o.set) > 0 {
+				p.HSet(ctx, key, o.set...)
+			}
 			return nil
 		})
 		if err == nil {
-			made, wrote, wasDeleting = id, next, deleting
+			done = o
 		}
 		return err
 	}, key)
@@ -209,120 +237,319 @@ func (w *writer) update(ctx context.Context, key string, change func(*kvcm.Block
 			w.errs = append(w.errs, fmt.Errorf("writer: %s: %w", key, err))
 		}
 		return false
-	case made == "":
+	case done == nil:
 		return false
 	}
-	blk, err := kvcm.DecodeBlock(wrote)
-	if err != nil {
-		w.errs = append(w.errs, fmt.Errorf("writer: %s: decode what it wrote: %w", key, err))
-		return false
+	if w.layout == kvcm.LayoutLegacy && !done.delKey {
+		w.touched[key] = true
 	}
-	l, _ := blk.Find(made)
-	if w.live[key] == nil {
-		w.live[key] = map[string][]byte{}
-	}
-	w.live[key][made] = l.Raw
-	w.touched[key] = true
-	if wasDeleting {
-		if w.overMark[key] == nil {
-			w.overMark[key] = map[string]bool{}
+	if done.made != "" {
+		if w.live[key] == nil {
+			w.live[key] = map[string][]byte{}
 		}
-		w.overMark[key][made] = true
+		w.live[key][done.made] = done.madeBytes
+		if done.wasDeleting {
+			if w.overMark[key] == nil {
+				w.overMark[key] = map[string]bool{}
+			}
+			w.overMark[key][done.made] = true
+		}
+	}
+	if done.removed != "" {
+		if w.removed[key] == nil {
+			w.removed[key] = map[string]bool{}
+		}
+		w.removed[key][done.removed] = true
 	}
 	count()
 	return true
 }
 
+// nowUs is the writer's clock, as KVCM writes times: µs, decimal.
+func nowUs() string { return strconv.FormatInt(time.Now().UnixMicro(), 10) }
+
+// readLegacy reads key's __uri__ as KVCM f6aa2b2 does; nil when absent, empty or corrupt.
+func readLegacy(ctx context.Context, tx *redis.Tx, key string) (*kvcm.Block, error) {
+	cur, err := tx.HGet(ctx, key, kvcm.FieldURI).Bytes()
+	if errors.Is(err, redis.Nil) || err == nil && len(cur) == 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	blk, err := kvcm.DecodeBlock(cur)
+	if err != nil {
+		return nil, nil
+	}
+	return blk, nil
+}
+
+// readField reads location field L#id as today's KVCM's HMGET does; nil when absent or empty.
+func readField(ctx context.Context, tx *redis.Tx, key, id string) (*kvcm.Location, error) {
+	vals, err := tx.HMGet(ctx, key, kvcm.LocationField(id)).Result()
+	if err != nil {
+		return nil, err
+	}
+	s, _ := vals[0].(string)
+	if s == "" {
+		return nil, nil
+	}
+	l, err := kvcm.DecodeLocation(id, []byte(s))
+	if err != nil {
+		return nil, nil
+	}
+	return &l, nil
+}
+
+// finish sets location id of key (when id is "", the first location of the block that a
+// write session owns and that is not SERVING) to SERVING, whatever its status.
+func (w *writer) finish(ctx context.Context, key, id string) bool {
+	count := func() {
+		if w.mode == finishDeleting {
+			w.flips++
+		} else {
+			w.finished++
+		}
+	}
+	if w.layout == kvcm.LayoutLocation {
+		return w.apply(ctx, key, func(tx *redis.Tx) (*op, error) {
+			pick := id
+			if pick == "" {
+				fields, err := tx.HGetAll(ctx, key).Result()
+				if err != nil {
+					return nil, err
+				}
+				for _, f := range slices.Sorted(maps.Keys(fields)) {
+					lid, ok := kvcm.LocationID(f)
+					if !ok || fields[f] == "" || !w.owned(key, lid) {
+						continue
+					}
+					if l, err := kvcm.DecodeLocation(lid, []byte(fields[f])); err == nil && l.Err == nil && l.Status != kvcm.StatusServing {
+						pick = lid
+						break
+					}
+				}
+				if pick == "" {
+					return nil, nil
+				}
+			}
+			l, err := readField(ctx, tx, key, pick)
+			if err != nil || l == nil || l.Err != nil || l.Status == kvcm.StatusServing || !w.owned(key, pick) {
+				return nil, err // absent: FinishWriteCache writes nothing (EC_NOENT)
+			}
+			next, err := kvcm.LocationWithStatus(l.Raw, kvcm.StatusServing)
+			if err != nil {
+				return nil, err
+			}
+			return &op{set: []any{kvcm.LocationField(pick), next}, made: pick, madeBytes: next,
+				wasDeleting: l.Status == kvcm.StatusDeleting}, nil
+		}, count)
+	}
+	return w.apply(ctx, key, func(tx *redis.Tx) (*op, error) {
+		blk, err := readLegacy(ctx, tx, key)
+		if err != nil || blk == nil {
+			return nil, err
+		}
+		var l *kvcm.Location
+		if id != "" {
+			l, _ = blk.Find(id)
+		} else {
+			for i := range blk.Locations {
+				c := &blk.Locations[i]
+				if c.Err == nil && c.Status != kvcm.StatusServing && w.owned(key, c.ID) {
+					l = c
+					break
+				}
+			}
+		}
+		if l == nil || l.Err != nil || l.Status == kvcm.StatusServing || !w.owned(key, l.ID) {
+			return nil, nil
+		}
+		next, err := blk.WithStatus(l.ID, kvcm.StatusServing)
+		if err != nil {
+			return nil, err
+		}
+		nb, err := kvcm.DecodeBlock(next)
+		if err != nil {
+			return nil, fmt.Errorf("decode what it writes: %w", err)
+		}
+		made, _ := nb.Find(l.ID)
+		return &op{set: []any{kvcm.FieldURI, next, kvcm.FieldLRUTime, nowUs()}, made: l.ID, madeBytes: made.Raw,
+			wasDeleting: l.Status == kvcm.StatusDeleting}, nil
+	}, count)
+}
+
+// add puts a new WRITING location into key (legacy: in front of its locations).
+func (w *writer) add(ctx context.Context, key string) bool {
+	w.mu.Lock()
+	id := "w" + strconv.FormatUint(w.rng.Uint64()%(36*36*36*36*36*36), 36)
+	w.mu.Unlock()
+	count := func() { w.added++ }
+	if w.layout == kvcm.LayoutLocation {
+		return w.apply(ctx, key, func(tx *redis.Tx) (*op, error) {
+			n, err := tx.Exists(ctx, key).Result()
+			if err != nil {
+				return nil, err
+			}
+			taken, err := tx.HExists(ctx, key, kvcm.LocationField(id)).Result()
+			if err != nil || taken {
+				return nil, err
+			}
+			loc := []byte(fmt.Sprintf(`{"id":%q,"status":2,"type":4,"spec_size":0,"create_time":%s,"location_specs":[]}`, id, nowUs()))
+			set := []any{kvcm.LocationField(id), loc}
+			if n == 0 {
+				set = append(set, kvcm.FieldPrevKey, "") // BatchAddLocation creating the key
+			}
+			return &op{set: set, made: id, madeBytes: loc}, nil
+		}, count)
+	}
+	return w.apply(ctx, key, func(tx *redis.Tx) (*op, error) {
+		blk, err := readLegacy(ctx, tx, key)
+		if err != nil || blk == nil {
+			return nil, err
+		}
+		if _, taken := blk.Find(id); taken {
+			return nil, nil
+		}
+		loc := fmt.Sprintf(`{"id":%q,"status":2,"type":4,"spec_size":0,"location_specs":[]}`, id)
+		next := []byte("{" + strconv.Quote(id) + ":" + loc + "}")
+		if len(blk.Locations) > 0 {
+			next = slices.Concat([]byte("{"+strconv.Quote(id)+":"+loc+","), blk.Raw[1:])
+		}
+		return &op{set: []any{kvcm.FieldURI, next, kvcm.FieldLRUTime, nowUs()}, made: id, madeBytes: []byte(loc)}, nil
+	}, count)
+}
+
+// removeDeleting removes DELETING location id of key as KVCM's delete executor finishing it
+// does (its CAD, expecting DELETING), with KVCM's empty-key recycle.
+func (w *writer) removeDeleting(ctx context.Context, key, id string) bool {
+	count := func() { w.removes++ }
+	if w.layout == kvcm.LayoutLocation {
+		return w.apply(ctx, key, func(tx *redis.Tx) (*op, error) {
+			l, err := readField(ctx, tx, key, id)
+			if err != nil || l == nil || l.Status != kvcm.StatusDeleting {
+				return nil, err
+			}
+			fields, err := tx.HGetAll(ctx, key).Result()
+			if err != nil {
+				return nil, err
+			}
+			for f, v := range fields {
+				if other, ok := kvcm.LocationID(f); ok && other != id && v != "" {
+					return &op{hdel: []string{kvcm.LocationField(id)}, removed: id}, nil
+				}
+			}
+			return &op{delKey: true, removed: id}, nil
+		}, count)
+	}
+	return w.apply(ctx, key, func(tx *redis.Tx) (*op, error) {
+		blk, err := readLegacy(ctx, tx, key)
+		if err != nil || blk == nil {
+			return nil, err
+		}
+		l, ok := blk.Find(id)
+		if !ok || l.Status != kvcm.StatusDeleting {
+			return nil, nil
+		}
+		next, empty, err := blk.Without(id)
+		if err != nil {
+			return nil, err
+		}
+		if empty {
+			return &op{delKey: true, removed: id}, nil
+		}
+		return &op{set: []any{kvcm.FieldURI, next, kvcm.FieldLRUTime, nowUs()}, removed: id}, nil
+	}, count)
+}
+
 // expect is the expectation once the writer has stopped: the state now, minus what is still
-// garbage. A location the writer finished or added is live; a garbage location it did not
-// change stays garbage, except an orphan WRITING in a block whose __lru_time__ the writer made
-// recent (its age is the later of that and its create_time): kvcm-gc may already have judged
-// it, so it may go or stay.
+// garbage. A location the writer finished or added is live (unless it finished it over a
+// DELETING whose unshared data kvcm-gc may have unlinked before it: that one may go or stay);
+// a location the writer removed is gone, its data KVCM's business; a garbage location it did
+// not change stays garbage, except, in the legacy layout, a WRITING or DELETING location of a
+// block whose __lru_time__ the writer made recent: its age is the later of its create_time
+// and __lru_time__ (kvcm.LegacyAge), and kvcm-gc may already have judged it, so it may go or
+// stay.
 func (w *writer) expect(ctx context.Context) (Expect, error) {
 	now, err := TakeSnapshot(ctx, w.rdb, "*")
 	if err != nil {
 		return Expect{}, err
 	}
-	man := map[string]map[string]seed.Loc{}
-	for _, l := range w.e.manifest.Locations {
-		k := kvcm.BlockKey(l.Instance, l.Key)
-		if man[k] == nil {
-			man[k] = map[string]seed.Loc{}
-		}
-		man[k][l.Location] = l
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	known := map[string]map[string]bool{}
 	var locs []Loc
-	for k, byID := range man {
-		var blk *kvcm.Block
-		if v, ok := now[k]; ok {
-			blk, _ = kvcm.DecodeBlock([]byte(v.Fields["__uri__"]))
+	for _, base := range w.e.base {
+		k, id := base.Key, base.ID
+		if known[k] == nil {
+			known[k] = map[string]bool{}
 		}
-		for id, l := range byID {
-			shared := l.Kind == seed.KindSharedOrphan || l.Kind == seed.KindSharedServing
-			loc := Loc{Key: k, ID: id, Files: l.Files, Shared: shared}
-			var cur *kvcm.Location
-			if blk != nil {
-				cur, _ = blk.Find(id)
+		known[k][id] = true
+		loc := base
+		cur, _ := locationIn(now[k].Fields, base.Field, id)
+		wrote, made := w.live[k][id]
+		switch {
+		case w.removed[k][id]:
+			loc.Fate, loc.Files = Go, nil
+		case made && w.overMark[k][id] && !base.keepsFiles():
+			// Finished after kvcm-gc's CAS (or after it nominated a stuck DELETING): its data
+			// may be gone (deleted before the CAD, which then found the location changed), so
+			// the next round finds it storage-missing; or kvcm-gc saw it SERVING first and
+			// left the data.
+			loc.Fate = Either
+		case made || base.Fate == Keep:
+			loc.Fate = Keep
+		case w.layout == kvcm.LayoutLegacy && w.touched[k] && cur != nil &&
+			(cur.Status == kvcm.StatusWriting || cur.Status == kvcm.StatusDeleting):
+			loc.Fate = Either
+		}
+		if loc.Fate == Keep {
+			// Checked here, as the state now is what the rest is compared with.
+			want := wrote
+			if !made {
+				if orig, ok := locationIn(w.e.before[k].Fields, base.Field, id); ok {
+					want = orig.Raw
+				}
 			}
-			wrote, made := w.live[k][id]
 			switch {
-			case made && w.overMark[k][id] && !shared:
-				// Finished after kvcm-gc's CAS: its data is gone (deleted before the CAD, which
-				// then found the location changed), so the next round finds it storage-missing;
-				// unless a redelivery of the request saw it SERVING first and left the data.
-				loc.Fate = Either
-			case made || !l.Garbage:
-				loc.Fate = Keep
-			case cur != nil && cur.Status == kvcm.StatusWriting && w.touched[k]:
-				// A legacy location is as young as the later of its create_time and its block's
-				// __lru_time__ (kvcm.LegacyAge), which the writer made recent.
-				loc.Fate = Either
-			default:
-				loc.Fate = Go
+			case cur == nil:
+				return Expect{}, fmt.Errorf("%w: live location %s/%s deleted while the writer ran", errViolation, k, id)
+			case string(cur.Raw) != string(want):
+				return Expect{}, fmt.Errorf("%w: live location %s/%s changed while the writer ran: %s, was %s", errViolation, k, id, cur.Raw, want)
 			}
-			if loc.Fate == Keep {
-				// Checked here, as the state now is what the rest is compared with.
-				want := wrote
-				if !made {
-					want = w.e.originalLocation(k, id)
-				}
-				switch {
-				case cur == nil:
-					return Expect{}, fmt.Errorf("%w: live location %s/%s deleted while the writer ran", errViolation, k, id)
-				case string(cur.Raw) != string(want):
-					return Expect{}, fmt.Errorf("%w: live location %s/%s changed while the writer ran: %s, was %s", errViolation, k, id, cur.Raw, want)
-				}
+		}
+		locs = append(locs, loc)
+	}
+	for k, ids := range w.live {
+		for id, want := range ids {
+			if known[k][id] {
+				continue
+			}
+			cur, _ := locationIn(now[k].Fields, w.field(id), id)
+			if cur == nil || string(cur.Raw) != string(want) {
+				return Expect{}, fmt.Errorf("%w: location %s/%s added by the writer deleted or changed while the writer ran", errViolation, k, id)
+			}
+			loc := Loc{Key: k, ID: id, Fate: Keep}
+			if w.layout == kvcm.LayoutLocation {
+				loc.Field = kvcm.LocationField(id)
 			}
 			locs = append(locs, loc)
 		}
 	}
-	for k, ids := range w.live {
-		for id, want := range ids {
-			if _, ok := man[k][id]; ok {
-				continue
-			}
-			var cur *kvcm.Location
-			if blk, err := kvcm.DecodeBlock([]byte(now[k].Fields["__uri__"])); err == nil {
-				cur, _ = blk.Find(id)
-			}
-			if cur == nil || string(cur.Raw) != string(want) {
-				return Expect{}, fmt.Errorf("%w: location %s/%s added by the writer deleted or changed while the writer ran", errViolation, k, id)
-			}
-			locs = append(locs, Loc{Key: k, ID: id, Fate: Keep})
-		}
-	}
-	return Expect{Before: now, Orig: w.e.before, Locs: locs}, nil
+	return Expect{Before: now, Orig: w.e.before, Locs: locs, Present: w.e.present}, nil
 }
 
 func (w *writer) summary() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.mode == finishDeleting {
+		return fmt.Sprintf("writer: %d stuck DELETING flipped to SERVING, %d finished by KVCM's executor, right after kvcm-gc nominated them",
+			w.flips, w.removes)
+	}
 	over, lost := 0, 0
 	files := map[string][]string{}
-	for _, l := range w.e.manifest.Locations {
-		files[kvcm.BlockKey(l.Instance, l.Key)+"/"+l.Location] = l.Files
+	for _, l := range w.e.base {
+		files[l.Key+"/"+l.ID] = l.Files
 	}
 	for k, ids := range w.overMark {
 		for id := range ids {

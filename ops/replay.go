@@ -335,7 +335,7 @@ func indexEvents(ctx context.Context, js jetstream.JetStream, names subjects.Nam
 			if err != nil {
 				return nil
 			}
-			for _, ev := range perLocation(all) {
+			for _, ev := range all.PerTarget() {
 				if ev.Key == nil || ev.Source == nil {
 					continue // not about one location of one input message
 				}
@@ -360,30 +360,6 @@ func indexEvents(ctx context.Context, js jetstream.JetStream, names subjects.Nam
 		return nil, fmt.Errorf("index events: %w", err)
 	}
 	return idx, nil
-}
-
-// perLocation splits a delete event into one event per target (a version-2 event reports a
-// whole request), each with the target's key, location, reason, outcome and detail; any
-// other event is itself.
-func perLocation(e subjects.Event) []subjects.Event {
-	if e.Kind != subjects.EventDelete || len(e.Targets) == 0 {
-		return []subjects.Event{e}
-	}
-	out := make([]subjects.Event, len(e.Targets))
-	for i, t := range e.Targets {
-		one := e
-		key := t.Key
-		one.Key, one.Location, one.Reason, one.Outcome, one.Targets = &key, t.Location, t.Reason, t.Outcome, nil
-		one.Detail = t.Detail
-		if len(t.PhysicalSkips) > 0 {
-			one.Detail = joinDetail(one.Detail, fmt.Sprintf("physical skips %v", t.PhysicalSkips))
-		}
-		if t.Resumed {
-			one.Detail = joinDetail(one.Detail, "resumed from DELETING")
-		}
-		out[i] = one
-	}
-	return out
 }
 
 // replayer explains messages one by one.

@@ -533,6 +533,9 @@ func lastEvents(ctx context.Context, js jetstream.JetStream, names subjects.Name
 				problem("last %s event (seq %d): %v", kind, m.Sequence, err)
 				return
 			}
+			if per := ev.PerTarget(); len(per) > 0 {
+				ev = per[len(per)-1] // a request's delete event: its last target
+			}
 			found[i] = &LastEvent{Kind: kind, Seq: m.Sequence, Time: m.Time.UTC(), Event: ev}
 		})
 	}

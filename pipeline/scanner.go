@@ -120,8 +120,8 @@ func (s *Scanner) Run(ctx context.Context) error {
 		s.Backoff = RegistryBackoff
 	}
 	s.ctl = &controls{state: s.State, backlog: s.Backlog, highWater: s.Config.HighWater, m: s.Metrics, log: s.Logger}
+	s.mu.Lock() // LeaseState (readiness) may already be reading s.reg
 	s.reg = &registryCache{r: s.Registry, backoff: s.Backoff, m: s.Metrics, log: s.Logger}
-	s.mu.Lock()
 	s.walks, s.rounds, s.freed = map[string]*walkHandle{}, map[string]Checkpoint{}, map[string]time.Time{}
 	s.ended = make(chan struct{}, 1)
 	s.mu.Unlock()
@@ -656,14 +656,15 @@ func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
 			held = append(held, fmt.Sprintf("%s (revision %d)", st, rev))
 		}
 	}
+	reg := s.reg
 	s.mu.Unlock()
 	if len(held) > 0 {
 		slices.Sort(held)
 		return "lease held: " + strings.Join(held, ", "), nil
 	}
 	var stores []string
-	if s.reg != nil {
-		stores = storesOf(s.reg.last())
+	if reg != nil {
+		stores = storesOf(reg.last())
 	}
 	holders := map[string]bool{}
 	for _, st := range stores {

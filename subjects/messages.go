@@ -1,5 +1,7 @@
 package subjects
 
+import "fmt"
+
 // Message schemas. Field names and JSON tags are the wire contract; every field is documented.
 
 // SchemaVersion is the "v" of every batch and delete request this build writes. A consumer
@@ -156,6 +158,40 @@ func (e Event) DeleteTargets() []EventTarget {
 		return e.Targets
 	}
 	return []EventTarget{{Key: *e.Key, Location: e.Location, Reason: e.Reason, Outcome: e.Outcome, Detail: e.Detail}}
+}
+
+// PerTarget returns a delete event as one event per target, each as a version-1 event says
+// it (Key, Location, Reason, Outcome, Detail; physical skips and a resume in Detail); any
+// other event, or a version-1 delete event, is returned alone.
+func (e Event) PerTarget() []Event {
+	if e.Kind != EventDelete || len(e.Targets) == 0 {
+		return []Event{e}
+	}
+	out := make([]Event, len(e.Targets))
+	for i, t := range e.Targets {
+		one := e
+		key := t.Key
+		one.Key, one.Location, one.Reason, one.Outcome, one.Targets = &key, t.Location, t.Reason, t.Outcome, nil
+		one.Detail = t.Detail
+		if len(t.PhysicalSkips) > 0 {
+			one.Detail = joinDetail(one.Detail, fmt.Sprintf("physical skips %v", t.PhysicalSkips))
+		}
+		if t.Resumed {
+			one.Detail = joinDetail(one.Detail, "resumed from DELETING")
+		}
+		out[i] = one
+	}
+	return out
+}
+
+func joinDetail(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
 }
 
 // Event kinds (the <kind> token of the event subject).

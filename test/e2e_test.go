@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
@@ -277,34 +278,24 @@ func (e *e2eEnv) verify() seed.Report {
 	return r
 }
 
-// deleting counts the garbage locations kvcm-gc has marked DELETING and not removed yet.
+// deleting counts the garbage locations kvcm-gc has marked DELETING and not removed yet, in
+// the layout of each (the seed command writes the location layout).
 func (e *e2eEnv) deleting() int {
 	ctx := context.Background()
 	pipe := e.redis.Client().Pipeline()
 	garbage := e.m.Garbage()
-	for _, l := range garbage {
-		// The field holding the location: __uri__ (legacy) or its own L#<id> (the seed
-		// command's default layout).
-		pipe.HGet(ctx, kvcm.BlockKey(l.Instance, l.Key), l.FieldName())
+	cmds := make([]*redis.MapStringStringCmd, len(garbage))
+	for i, l := range garbage {
+		cmds[i] = pipe.HGetAll(ctx, kvcm.BlockKey(l.Instance, l.Key))
 	}
-	cmds, _ := pipe.Exec(ctx)
+	_, _ = pipe.Exec(ctx)
 	n := 0
 	for i, c := range cmds {
-		v, err := c.(interface{ Result() (string, error) }).Result()
+		fields, err := c.Result()
 		if err != nil {
 			continue
 		}
-		if _, ok := kvcm.LocationID(garbage[i].FieldName()); ok {
-			if loc, err := kvcm.DecodeLocation(garbage[i].Location, []byte(v)); err == nil && loc.Status == kvcm.StatusDeleting {
-				n++
-			}
-			continue
-		}
-		blk, err := kvcm.DecodeBlock([]byte(v))
-		if err != nil {
-			continue
-		}
-		if loc, ok := blk.Find(garbage[i].Location); ok && loc.Status == kvcm.StatusDeleting {
+		if loc, ok := locationOf(fields, garbage[i].FieldName(), garbage[i].Location); ok && loc.Status == kvcm.StatusDeleting {
 			n++
 		}
 	}
@@ -418,18 +409,20 @@ func e2eEvents(t *testing.T, e *e2eEnv) []subjects.Event {
 	require.NoError(t, err)
 	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
+	// A delete event of a whole request comes back as one event per target.
 	var out []subjects.Event
-	for uint64(len(out)) < info.State.Msgs {
+	for read := uint64(0); read < info.State.Msgs; {
 		b, err := c.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
 		require.NoError(t, err)
 		n := 0
 		for m := range b.Messages() {
 			ev, err := subjects.DecodeEvent(m.Data())
 			require.NoError(t, err)
-			out = append(out, ev)
+			out = append(out, ev.PerTarget()...)
 			n++
 		}
-		require.NotZero(t, n, "events stream stalled at %d of %d", len(out), info.State.Msgs)
+		require.NotZero(t, n, "events stream stalled at %d of %d", read, info.State.Msgs)
+		read += uint64(n)
 	}
 	return out
 }

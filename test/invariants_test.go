@@ -1,12 +1,18 @@
 package test
 
 // One test per safety invariant of DESIGN §8. Each can fail: it sets up the situation the
-// invariant forbids and checks what Redis and the files hold afterwards.
+// invariant forbids and checks what Redis and the files hold afterwards. The invariants about
+// the data (1, 2, 3, 5, 6 after a CAS, 8, and 9–11, which are about the layouts) run in both
+// of KVCM's block layouts, one subtest each: the location layout of today's KVCM and the
+// legacy layout of KVCM f6aa2b2. Those about the pipeline's machinery (4, 6's scanner
+// failover, 7) read and write blocks no differently per layout and run in the legacy one.
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -100,21 +106,6 @@ func (e *env) store() *redismeta.Store {
 	return s
 }
 
-// finishWrite does what KVCM's FinishWriteCache does to one location: status → SERVING,
-// unconditionally, with a fresh __lru_time__.
-func finishWrite(t *testing.T, e *env, inst string, key int64, loc string) []byte {
-	ctx := context.Background()
-	k := kvcm.BlockKey(inst, key)
-	cur, err := e.redis.Client().HGet(ctx, k, "__uri__").Bytes()
-	require.NoError(t, err)
-	blk, err := kvcm.DecodeBlock(cur)
-	require.NoError(t, err)
-	next, err := blk.WithStatus(loc, kvcm.StatusServing)
-	require.NoError(t, err)
-	require.NoError(t, e.redis.Client().HSet(ctx, k, "__uri__", next, "__lru_time__", strconv.FormatInt(time.Now().UnixMicro(), 10)).Err())
-	return next
-}
-
 func firstGarbage(m *seed.Manifest, kind string, skip int) seed.Loc {
 	for _, l := range m.Locations {
 		if l.Kind == kind {
@@ -131,50 +122,63 @@ func firstGarbage(m *seed.Manifest, kind string, skip int) seed.Loc {
 // prober judged. KVCM finishes one judged write and adds a location to another block after
 // the prober ran; the first survives, the second block keeps the new location byte for byte.
 func TestInvariant1ChangedAfterProbeSurvives(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	m, _ := e.seed(seed.Spec{Blocks: 400, GarbageFraction: 0.3, Seed: 1})
-	o := e.options(prometheus.NewRegistry())
-	e.judgeOneRound(o)
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		rdb := e.redis.Client()
+		m, _ := e.seed(seed.Spec{Layout: layout, Blocks: 400, GarbageFraction: 0.3, Seed: 1})
+		o := e.options(prometheus.NewRegistry())
+		e.judgeOneRound(o)
 
-	flipped := firstGarbage(m, seed.KindOrphanWriting, 0)
-	flippedBytes := finishWrite(t, e, flipped.Instance, flipped.Key, flipped.Location)
-	grown := firstGarbage(m, seed.KindOrphanWriting, 1)
-	gk := kvcm.BlockKey(grown.Instance, grown.Key)
-	cur, err := e.redis.Client().HGet(ctx, gk, "__uri__").Bytes()
-	require.NoError(t, err)
-	newLoc := `"zz9new00":{"id":"zz9new00","status":2,"type":4,"spec_size":0,"location_specs":[]}`
-	grownBytes := append([]byte(`{`+newLoc+`,`), cur[1:]...)
-	require.NoError(t, e.redis.Client().HSet(ctx, gk, "__uri__", grownBytes).Err())
-
-	for i := range m.Locations {
-		if m.Locations[i].Location == flipped.Location && m.Locations[i].Key == flipped.Key {
-			m.Locations[i].Garbage = false
+		flipped := firstGarbage(m, seed.KindOrphanWriting, 0)
+		flippedBytes := finishWriteIn(t, rdb, flipped.Instance, flipped.Key, flipped.FieldName(), flipped.Location)
+		grown := firstGarbage(m, seed.KindOrphanWriting, 1)
+		gk := kvcm.BlockKey(grown.Instance, grown.Key)
+		// KVCM's BatchAddLocation on an existing key: legacy, the whole map rewritten with the
+		// new location in front; location layout, one new L# field (no BP#prev_key: the key
+		// exists).
+		var newLoc string
+		if layout == kvcm.LayoutLocation {
+			newLoc = locJSON(layout, "zz9new00", kvcm.StatusWriting, kvcm.TypeFile, time.Now().UnixMicro())
+			require.NoError(t, rdb.HSet(ctx, gk, kvcm.LocationField("zz9new00"), newLoc).Err())
+		} else {
+			cur, err := rdb.HGet(ctx, gk, kvcm.FieldURI).Bytes()
+			require.NoError(t, err)
+			newLoc = `{"id":"zz9new00","status":2,"type":4,"spec_size":0,"location_specs":[]}`
+			require.NoError(t, rdb.HSet(ctx, gk, kvcm.FieldURI, append([]byte(`{"zz9new00":`+newLoc+`,`), cur[1:]...)).Err())
 		}
-	}
-	before, err := seed.Take(ctx, e.redis.Client(), "*")
-	require.NoError(t, err)
-	e.run(o, app.Stages{Deleter: true})
-	e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
-	e.verify(before, m)
 
-	got, err := e.redis.Client().HGet(ctx, kvcm.BlockKey(flipped.Instance, flipped.Key), "__uri__").Bytes()
-	require.NoError(t, err)
-	require.Equal(t, string(flippedBytes), string(got), "the finished write is untouched")
-	got, err = e.redis.Client().HGet(ctx, gk, "__uri__").Bytes()
-	require.NoError(t, err)
-	require.Contains(t, string(got), newLoc, "the location added after the probe survives byte for byte")
-	require.NotContains(t, string(got), grown.Location)
-	outcomes := map[string]int{}
-	for _, ev := range e.events() {
-		if ev.Kind == subjects.EventDelete {
-			outcomes[ev.Outcome+"/"+ev.Reason]++
-			if ev.Location == flipped.Location && *ev.Key == flipped.Key {
-				require.Equal(t, subjects.OutcomeNoopMismatch, ev.Outcome)
+		for i := range m.Locations {
+			if m.Locations[i].Location == flipped.Location && m.Locations[i].Key == flipped.Key {
+				m.Locations[i].Garbage = false
 			}
 		}
-	}
-	t.Logf("delete outcomes by outcome/reason: %v", outcomes)
+		before, err := seed.Take(ctx, rdb, "*")
+		require.NoError(t, err)
+		e.run(o, app.Stages{Deleter: true})
+		e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
+		e.verify(before, m)
+
+		got, ok := seedLocation(t, rdb, flipped)
+		require.True(t, ok)
+		require.Equal(t, string(flippedBytes), string(got.Raw), "the finished write is untouched")
+		grew := seed.Loc{Instance: grown.Instance, Key: grown.Key, Location: "zz9new00", Field: fieldOf(layout, "zz9new00")}
+		got, ok = seedLocation(t, rdb, grew)
+		require.True(t, ok)
+		require.Equal(t, newLoc, string(got.Raw), "the location added after the probe survives byte for byte")
+		_, ok = seedLocation(t, rdb, grown)
+		require.False(t, ok, "the judged orphan beside it goes")
+		outcomes := map[string]int{}
+		for _, ev := range e.events() {
+			if ev.Kind == subjects.EventDelete {
+				outcomes[ev.Outcome+"/"+ev.Reason]++
+				if ev.Location == flipped.Location && *ev.Key == flipped.Key {
+					require.Equal(t, subjects.OutcomeNoopMismatch, ev.Outcome)
+				}
+			}
+		}
+		t.Logf("delete outcomes by outcome/reason: %v", outcomes)
+	})
 }
 
 // racingStore lets a KVCM-like writer change the block between the deleter's read (step 1)
@@ -192,27 +196,28 @@ func (r *racingStore) ReadBlocks(ctx context.Context, inst string, keys []int64)
 }
 
 func TestInvariant1RaceBetweenReadAndCAS(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	m, _ := e.seed(seed.Spec{Blocks: 50, GarbageFraction: 0.5, Seed: 2, NoFiles: true})
-	l := firstGarbage(m, seed.KindOrphanWriting, 0)
-	k := kvcm.BlockKey(l.Instance, l.Key)
-	judged, err := e.redis.Client().HGet(ctx, k, "__uri__").Bytes()
-	require.NoError(t, err)
-	blk, err := kvcm.DecodeBlock(judged)
-	require.NoError(t, err)
-	loc, _ := blk.Find(l.Location)
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		rdb := e.redis.Client()
+		m, _ := e.seed(seed.Spec{Layout: layout, Blocks: 50, GarbageFraction: 0.5, Seed: 2, NoFiles: true})
+		l := firstGarbage(m, seed.KindOrphanWriting, 0)
+		k := kvcm.BlockKey(l.Instance, l.Key)
+		judged, ok := seedLocation(t, rdb, l)
+		require.True(t, ok)
 
-	var written []byte
-	st := &racingStore{Store: e.store(), mutate: func() { written = finishWrite(t, e, l.Instance, l.Key, l.Location) }}
-	p := pipeline.NewProtocol(pipeline.DefaultDeleterConfig(), nil)
-	res, err := p.DeleteAll(ctx, st, fakeNoStorage{}, l.Instance, []subjects.Target{{Key: l.Key, Location: l.Location,
-		Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(loc.Raw)}})
-	require.NoError(t, err)
-	require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome, res[0].Detail)
-	got, err := e.redis.Client().HGet(ctx, k, "__uri__").Bytes()
-	require.NoError(t, err)
-	require.Equal(t, string(written), string(got))
+		var written map[string]string
+		st := &racingStore{Store: e.store(), mutate: func() {
+			finishWriteIn(t, rdb, l.Instance, l.Key, l.FieldName(), l.Location)
+			written = rdb.HGetAll(ctx, k).Val()
+		}}
+		p := pipeline.NewProtocol(pipeline.DefaultDeleterConfig(), nil)
+		res, err := p.DeleteAll(ctx, st, fakeNoStorage{}, l.Instance, []subjects.Target{{Key: l.Key, Location: l.Location,
+			Layout: layout.String(), Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(judged.Raw)}})
+		require.NoError(t, err)
+		require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome, res[0].Detail)
+		require.Equal(t, written, rdb.HGetAll(ctx, k).Val(), "the block as KVCM's FinishWrite left it")
+	})
 }
 
 type fakeNoStorage struct{}
@@ -220,60 +225,99 @@ type fakeNoStorage struct{}
 func (fakeNoStorage) Lookup(string) (storage.Backend, bool) { return nil, false }
 
 // Invariant 2: WRITING younger than the grace, or of unknown or future age, is never
-// deleted; a grace under one hour is refused at startup.
+// deleted; a grace under one hour is refused at startup. Legacy, the age is the later of
+// create_time and __lru_time__; location layout, create_time alone (0 or absent: unknown).
 func TestInvariant2YoungAndFutureWritingKept(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	now := time.Now()
-	c := e.redis.Client()
-	blocks := map[int64]string{
-		1: `{"y":{"id":"y","status":2,"type":4,"spec_size":0,"location_specs":[]}}`,
-		2: fmt.Sprintf(`{"f":{"id":"f","status":2,"type":4,"spec_size":0,"location_specs":[],"create_time":%d}}`, now.Add(time.Hour).UnixMicro()),
-		3: `{"u":{"id":"u","status":2,"type":4,"spec_size":0,"location_specs":[]}}`,
-		4: fmt.Sprintf(`{"o":{"id":"o","status":2,"type":4,"spec_size":0,"location_specs":[],"create_time":%d}}`, now.Add(-25*time.Hour).UnixMicro()),
-	}
-	lru := map[int64]string{1: strconv.FormatInt(now.Add(-23*time.Hour).UnixMicro(), 10), 2: strconv.FormatInt(now.Add(-48*time.Hour).UnixMicro(), 10),
-		3: "not-a-time", 4: strconv.FormatInt(now.Add(-30*time.Hour).UnixMicro(), 10)}
-	_, err := seed.Generate(ctx, c, seed.Spec{Cluster: cluster, Instances: []string{"inst1"}, Blocks: 0, Root: e.root, MetaURI: e.redis.URI()})
-	require.NoError(t, err)
-	for k, v := range blocks {
-		require.NoError(t, c.HSet(ctx, kvcm.BlockKey("inst1", k), "__uri__", v, "__lru_time__", lru[k]).Err())
-	}
-	o := e.options(prometheus.NewRegistry())
-	e.run(o, app.All)
-	e.waitRoundDone(1, time.Minute)
-	for k := int64(1); k <= 3; k++ {
-		got, err := c.HGet(ctx, kvcm.BlockKey("inst1", k), "__uri__").Result()
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		now := time.Now()
+		c := e.redis.Client()
+		us := func(d time.Duration) int64 { return now.Add(d).UnixMicro() }
+		type block struct {
+			ct   int64  // create_time; legacy: 0 for none
+			lru  string // legacy only
+			kept bool
+		}
+		var blocks map[int64]block
+		if layout == kvcm.LayoutLocation {
+			blocks = map[int64]block{
+				1: {ct: us(-23 * time.Hour), kept: true}, // young
+				2: {ct: us(time.Hour), kept: true},       // future
+				3: {ct: 0, kept: true},                   // KVCM's data from before create_time
+				4: {ct: us(-25 * time.Hour)},             // old: collected
+			}
+		} else {
+			blocks = map[int64]block{
+				1: {lru: strconv.FormatInt(us(-23*time.Hour), 10), kept: true},                       // young block
+				2: {ct: us(time.Hour), lru: strconv.FormatInt(us(-48*time.Hour), 10), kept: true},    // future create_time
+				3: {lru: "not-a-time", kept: true},                                                   // unknown
+				5: {ct: us(-30 * time.Hour), lru: strconv.FormatInt(us(-time.Hour), 10), kept: true}, // old, in a block written an hour ago
+				4: {ct: us(-25 * time.Hour), lru: strconv.FormatInt(us(-30*time.Hour), 10)},          // old: collected
+			}
+		}
+		_, err := seed.Generate(ctx, c, seed.Spec{Cluster: cluster, Layout: layout, Instances: []string{"inst1"}, Blocks: 0, Root: e.root, MetaURI: e.redis.URI()})
 		require.NoError(t, err)
-		require.Equal(t, blocks[k], got, "block %d", k)
-	}
-	// The old orphan is collected, so the rule is live; the key stays as KVCM reads "exists,
-	// no location" (empty_block: keep).
-	require.Equal(t, "{}", c.HGet(ctx, kvcm.BlockKey("inst1", 4), "__uri__").Val())
+		written := map[int64]map[string]string{}
+		for k, b := range blocks {
+			id := fmt.Sprintf("w%07d", k)
+			fields := blockFields(layout, now, id, locJSON(layout, id, kvcm.StatusWriting, kvcm.TypeFile, b.ct))
+			if layout == kvcm.LayoutLegacy {
+				fields[3] = b.lru
+			}
+			require.NoError(t, c.HSet(ctx, kvcm.BlockKey("inst1", k), fields...).Err())
+			written[k] = c.HGetAll(ctx, kvcm.BlockKey("inst1", k)).Val()
+		}
+		// A location-layout location without create_time at all: unknown age too.
+		if layout == kvcm.LayoutLocation {
+			v := `{"id":"w0000006","status":2,"type":4,"spec_size":0,"location_specs":[]}`
+			require.NoError(t, c.HSet(ctx, kvcm.BlockKey("inst1", 6), kvcm.FieldPrevKey, "", "L#w0000006", v).Err())
+			written[6], blocks[6] = c.HGetAll(ctx, kvcm.BlockKey("inst1", 6)).Val(), block{kept: true}
+		}
+		o := e.options(prometheus.NewRegistry())
+		e.run(o, app.All)
+		e.waitRoundDone(1, time.Minute)
+		for k, b := range blocks {
+			got := c.HGetAll(ctx, kvcm.BlockKey("inst1", k)).Val()
+			if b.kept {
+				require.Equal(t, written[k], got, "block %d", k)
+				continue
+			}
+			// The old orphan is collected, so the rule is live; the key stays as KVCM reads
+			// "exists, no location" (empty_block: keep).
+			want := map[string]string{kvcm.FieldPrevKey: ""}
+			if layout == kvcm.LayoutLegacy {
+				want = map[string]string{kvcm.FieldURI: "{}", kvcm.FieldLRUTime: written[k][kvcm.FieldLRUTime]}
+			}
+			require.Equal(t, want, got, "block %d", k)
+		}
 
-	o.Prober.OrphanWritingGrace = 59 * time.Minute
-	o.Reg = prometheus.NewRegistry()
-	err = app.Run(ctx, e.nc, o, app.Stages{Prober: true})
-	require.ErrorContains(t, err, "orphan_writing_grace")
+		o.Prober.OrphanWritingGrace = 59 * time.Minute
+		o.Reg = prometheus.NewRegistry()
+		err = app.Run(ctx, e.nc, o, app.Stages{Prober: true})
+		require.ErrorContains(t, err, "orphan_writing_grace")
+	})
 }
 
 // Invariant 3: a SERVING location is deleted only on a definitive "missing". With KVCM's own
 // probe ("none": always might exist) no SERVING location goes, even with its files removed.
 func TestInvariant3NoDefinitiveMissingNoDelete(t *testing.T) {
-	e := newEnv(t)
-	m, before := e.seed(seed.Spec{Blocks: 300, GarbageFraction: 0.3, TrickyFraction: 0.2, Seed: 3})
-	for i := range m.Locations {
-		if m.Locations[i].Kind == seed.KindMissingServing {
-			m.Locations[i].Garbage = false
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		m, before := e.seed(seed.Spec{Layout: layout, Blocks: 300, GarbageFraction: 0.3, TrickyFraction: 0.2, Seed: 3})
+		for i := range m.Locations {
+			if m.Locations[i].Kind == seed.KindMissingServing {
+				m.Locations[i].Garbage = false
+			}
 		}
-	}
-	o := e.options(prometheus.NewRegistry())
-	o.Storage.DefaultProbe = storage.ProbeNone
-	e.run(o, app.All)
-	e.waitRoundDone(1, time.Minute)
-	r := e.verify(before, m)
-	require.Positive(t, r.GarbageGone, "orphans still go")
-	require.Positive(t, m.Counts[seed.KindMissingServing])
+		o := e.options(prometheus.NewRegistry())
+		o.Storage.DefaultProbe = storage.ProbeNone
+		e.run(o, app.All)
+		e.waitRoundDone(1, time.Minute)
+		r := e.verify(before, m)
+		require.Positive(t, r.GarbageGone, "orphans still go")
+		require.Positive(t, m.Counts[seed.KindMissingServing])
+	})
 }
 
 // Invariant 4: a batch or request whose subject names another instance than its body is
@@ -326,114 +370,151 @@ func TestInvariant4WrongInstanceIsPoison(t *testing.T) {
 // whole round issues no write command; nothing but targets changes (checked byte for byte
 // by the full-round test).
 func TestInvariant5ScannerReadOnly(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	_, before := e.seed(seed.Spec{Blocks: 500, GarbageFraction: 0.2, TrickyFraction: 0.1, Seed: 5})
-	e.redis.AddUser(t, "gc-reader", "pw", "~*", "+@read", "+ping", "+hello", "+client", "+select", "-@write", "-@scripting")
-	o := e.options(prometheus.NewRegistry())
-	o.Registry.Username, o.Registry.Password = "gc-reader", "pw"
-	o.Meta.Username, o.Meta.Password = "gc-reader", "pw"
-	writes := func() int64 {
-		var n int64
-		for cmd, calls := range e.redis.CommandStats(t) {
-			switch cmd {
-			case "hset", "hdel", "del", "set", "unlink", "evalsha", "eval", "hsetnx", "expire", "rename":
-				n += calls
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		_, before := e.seed(seed.Spec{Layout: layout, Ambiguous: true, Blocks: 500, GarbageFraction: 0.2, TrickyFraction: 0.1, Seed: 5})
+		e.redis.AddUser(t, "gc-reader", "pw", "~*", "+@read", "+ping", "+hello", "+client", "+select", "-@write", "-@scripting")
+		o := e.options(prometheus.NewRegistry())
+		o.Registry.Username, o.Registry.Password = "gc-reader", "pw"
+		o.Meta.Username, o.Meta.Password = "gc-reader", "pw"
+		writes := func() int64 {
+			var n int64
+			for cmd, calls := range e.redis.CommandStats(t) {
+				switch cmd {
+				case "hset", "hdel", "del", "set", "unlink", "evalsha", "eval", "hsetnx", "expire", "rename":
+					n += calls
+				}
 			}
+			return n
 		}
-		return n
-	}
-	w0 := writes()
-	e.run(o, app.Stages{Scanner: true, Prober: true})
-	ck := e.waitRoundEnded(1, time.Minute)
-	e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
-	require.Equal(t, uint64(500), ck.LastRoundKeys)
-	require.Equal(t, w0, writes(), "no write command during a scan and probe round")
-	after, err := seed.Take(ctx, e.redis.Client(), "*")
-	require.NoError(t, err)
-	require.Equal(t, before, after)
-	// The delete requests exist: the round found garbage without writing anything.
-	s, err := e.js.Stream(ctx, e.names.DeletesStream())
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
-	require.Positive(t, info.State.Msgs)
+		w0 := writes()
+		e.run(o, app.Stages{Scanner: true, Prober: true})
+		ck := e.waitRoundEnded(1, time.Minute)
+		e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
+		require.Equal(t, uint64(500), ck.LastRoundKeys)
+		require.Equal(t, w0, writes(), "no write command during a scan and probe round")
+		after, err := seed.Take(ctx, e.redis.Client(), "*")
+		require.NoError(t, err)
+		require.Equal(t, before, after)
+		// The delete requests exist: the round found garbage without writing anything.
+		s, err := e.js.Stream(ctx, e.names.DeletesStream())
+		require.NoError(t, err)
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		require.Positive(t, info.State.Msgs)
+	})
 }
 
 // Invariant 6: a deleter that dies after its CAS and before its CAD loses nothing: the
 // request is redelivered, the next delivery resumes from its own DELETING, and nothing is
 // left DELETING.
 func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	m, before := e.seed(seed.Spec{Blocks: 300, GarbageFraction: 0.3, Seed: 6})
-	o := e.options(prometheus.NewRegistry())
-	e.judgeOneRound(o)
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		m, before := e.seed(seed.Spec{Layout: layout, Blocks: 300, GarbageFraction: 0.3, Seed: 6})
+		o := e.options(prometheus.NewRegistry())
+		e.judgeOneRound(o)
 
-	// A deleter whose first delivery stops dead after step 2 (as a kill would): no CAD, no
-	// ack, no nak.
-	reg := prometheus.NewRegistry()
-	metrics := pipeline.NewMetrics(reg)
-	conn, err := redismeta.ParseURI(e.redis.URI())
-	require.NoError(t, err)
-	pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: conn})
-	t.Cleanup(func() { _ = pool.Close() })
-	d := &pipeline.Deleter{Config: o.Deleter, Names: e.names, Stores: pool, StorageOptions: o.Storage, Metrics: metrics,
-		Events: &pipeline.EventLog{JS: e.js, Names: e.names, Metrics: metrics}}
-	var crashed atomic.Bool
-	crashedKeys := make(chan subjects.DeleteRequest, 1)
-	handler := func(ctx context.Context, msg jetstream.Msg) error {
-		if crashed.CompareAndSwap(false, true) {
-			req, err := subjects.DecodeDeleteRequest(msg.Data())
-			require.NoError(t, err)
-			st, err := pool.Store(req.Store)
-			require.NoError(t, err)
-			// Steps 1–2 of the protocol (the CAS to DELETING) for every target, then the crash.
-			for _, tg := range req.Targets {
-				cur, ok, err := metatest.GetURI(ctx, st, req.Instance, tg.Key)
+		// A deleter whose first delivery stops dead after step 2 (as a kill would): no CAD, no
+		// ack, no nak.
+		reg := prometheus.NewRegistry()
+		metrics := pipeline.NewMetrics(reg)
+		conn, err := redismeta.ParseURI(e.redis.URI())
+		require.NoError(t, err)
+		pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: conn})
+		t.Cleanup(func() { _ = pool.Close() })
+		d := &pipeline.Deleter{Config: o.Deleter, Names: e.names, Stores: pool, StorageOptions: o.Storage, Metrics: metrics,
+			Events: &pipeline.EventLog{JS: e.js, Names: e.names, Metrics: metrics}}
+		var crashed atomic.Bool
+		crashedKeys := make(chan subjects.DeleteRequest, 1)
+		handler := func(ctx context.Context, msg jetstream.Msg) error {
+			if crashed.CompareAndSwap(false, true) {
+				req, err := subjects.DecodeDeleteRequest(msg.Data())
 				require.NoError(t, err)
-				require.True(t, ok)
-				blk, err := kvcm.DecodeBlock(cur)
+				st, err := pool.Store(req.Store)
 				require.NoError(t, err)
-				next, err := blk.WithStatus(tg.Location, kvcm.StatusDeleting)
-				require.NoError(t, err)
-				require.NoError(t, metatest.CAS(ctx, st, req.Instance, tg.Key, cur, next))
+				// Steps 1–2 of the protocol (the CAS to DELETING) for every target, in the layout
+				// it was judged in, then the crash.
+				for _, tg := range req.Targets {
+					require.NoError(t, casToDeleting(ctx, st, req.Instance, tg))
+				}
+				crashedKeys <- req
+				runtime.Goexit()
 			}
-			crashedKeys <- req
-			runtime.Goexit()
+			return d.Handle(ctx, msg)
 		}
-		return d.Handle(ctx, msg)
-	}
-	cons, err := e.js.Consumer(ctx, e.names.DeletesStream(), e.names.DeleterConsumer())
-	require.NoError(t, err)
-	c := &pipeline.Consumer{Stage: pipeline.StageDeleter, Consumer: cons, Workers: 1, Handle: handler, Metrics: metrics}
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(cctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+		cons, err := e.js.Consumer(ctx, e.names.DeletesStream(), e.names.DeleterConsumer())
+		require.NoError(t, err)
+		c := &pipeline.Consumer{Stage: pipeline.StageDeleter, Consumer: cons, Workers: 1, Handle: handler, Metrics: metrics}
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = c.Run(cctx) }()
+		t.Cleanup(func() { cancel(); <-done })
 
-	req := <-crashedKeys
-	// The crash left our DELETING behind.
-	tg := req.Targets[0]
-	cur, err := e.redis.Client().HGet(ctx, kvcm.BlockKey(req.Instance, tg.Key), "__uri__").Bytes()
-	require.NoError(t, err)
-	blk, err := kvcm.DecodeBlock(cur)
-	require.NoError(t, err)
-	l, ok := blk.Find(tg.Location)
-	require.True(t, ok)
-	require.Equal(t, kvcm.StatusDeleting, l.Status)
+		req := <-crashedKeys
+		// The crash left our DELETING behind.
+		tg := req.Targets[0]
+		require.Equal(t, layout == kvcm.LayoutLocation, tg.Layout == subjects.LayoutLocation, "judged in the key's layout")
+		fields := e.redis.Client().HGetAll(ctx, kvcm.BlockKey(req.Instance, tg.Key)).Val()
+		l, ok := locationOf(fields, fieldOf(layout, tg.Location), tg.Location)
+		require.True(t, ok)
+		require.Equal(t, kvcm.StatusDeleting, l.Status)
 
-	// Redelivery after AckWait resumes and finishes.
-	e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
-	r := e.verify(before, m)
-	require.Zero(t, r.StrandedDeleting)
-	resumed := 0
-	for _, ev := range e.events() {
-		if ev.Kind == subjects.EventDelete && ev.Outcome == subjects.OutcomeDeleted && strings.Contains(ev.Detail, "resumed from DELETING") {
-			resumed++
+		// Redelivery after AckWait resumes and finishes.
+		e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
+		r := e.verify(before, m)
+		require.Zero(t, r.StrandedDeleting)
+		resumed := 0
+		for _, ev := range e.events() {
+			if ev.Kind == subjects.EventDelete && ev.Outcome == subjects.OutcomeDeleted && strings.Contains(ev.Detail, "resumed from DELETING") {
+				resumed++
+			}
 		}
+		require.Equal(t, len(req.Targets), resumed, "every target of the crashed request resumed from DELETING")
+	})
+}
+
+// casToDeleting is the deleter's steps 1–2 for one target, in the layout it was judged in:
+// read the block, check the location holds the judged bytes, CAS it to DELETING (legacy: the
+// whole __uri__; location layout: its L# field).
+func casToDeleting(ctx context.Context, st meta.Store, inst string, tg subjects.Target) error {
+	reads, err := st.ReadBlocks(ctx, inst, []int64{tg.Key})
+	if err != nil {
+		return err
 	}
-	require.Equal(t, len(req.Targets), resumed, "every target of the crashed request resumed from DELETING")
+	en := reads[0].Entry
+	w := meta.CondWrite{BlockKey: tg.Key, Layout: kvcm.LayoutLegacy}
+	if tg.Layout == subjects.LayoutLocation {
+		cur, ok := en.Location(tg.Location)
+		if !ok || string(cur) != string(tg.Expected) {
+			return fmt.Errorf("block %d location %s: not the judged bytes", tg.Key, tg.Location)
+		}
+		next, err := kvcm.LocationWithStatus(cur, kvcm.StatusDeleting)
+		if err != nil {
+			return err
+		}
+		w.Layout, w.Location, w.Expected, w.Next = kvcm.LayoutLocation, tg.Location, cur, next
+	} else {
+		blk, err := kvcm.DecodeBlock(en.URI)
+		if err != nil {
+			return err
+		}
+		if l, ok := blk.Find(tg.Location); !ok || string(l.Raw) != string(tg.Expected) {
+			return fmt.Errorf("block %d location %s: not the judged bytes", tg.Key, tg.Location)
+		}
+		next, err := blk.WithStatus(tg.Location, kvcm.StatusDeleting)
+		if err != nil {
+			return err
+		}
+		w.Expected, w.Next = en.URI, next
+	}
+	errs, err := st.CASMany(ctx, inst, []meta.CondWrite{w})
+	if err != nil {
+		return err
+	}
+	return errs[0]
 }
 
 // Invariant 6, scanner side: the store's holder dies mid-round (its connection cut, lease not
@@ -659,28 +740,334 @@ func TestInvariant7ErrorsDoNotSpin(t *testing.T) {
 // Invariant 8: a dry-run round writes nothing — Redis and the files stay byte-identical —
 // and emits a "would delete" event for every garbage location.
 func TestInvariant8DryRun(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	m, before := e.seed(seed.Spec{Blocks: 500, GarbageFraction: 0.2, TrickyFraction: 0.1, Seed: 11})
-	o := e.options(prometheus.NewRegistry())
-	o.DryRun = true
-	e.run(o, app.All)
-	e.waitRoundDone(1, time.Minute)
-	after, err := seed.Take(ctx, e.redis.Client(), "*")
-	require.NoError(t, err)
-	require.Equal(t, before, after)
-	for _, l := range m.Locations {
-		for _, f := range l.Files {
-			require.FileExists(t, f)
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		m, before := e.seed(seed.Spec{Layout: layout, Blocks: 500, GarbageFraction: 0.2, TrickyFraction: 0.1, Seed: 11})
+		o := e.options(prometheus.NewRegistry())
+		o.DryRun = true
+		e.run(o, app.All)
+		e.waitRoundDone(1, time.Minute)
+		after, err := seed.Take(ctx, e.redis.Client(), "*")
+		require.NoError(t, err)
+		require.Equal(t, before, after)
+		for _, l := range m.Locations {
+			for _, f := range l.Files {
+				require.FileExists(t, f)
+			}
 		}
-	}
-	would := 0
-	for _, ev := range e.events() {
-		if ev.Kind == subjects.EventDelete {
-			require.Equal(t, subjects.OutcomeWouldDelete, ev.Outcome)
-			require.True(t, ev.DryRun)
-			would++
+		would := 0
+		for _, ev := range e.events() {
+			if ev.Kind == subjects.EventDelete {
+				require.Equal(t, subjects.OutcomeWouldDelete, ev.Outcome)
+				require.True(t, ev.DryRun)
+				would++
+			}
 		}
-	}
-	require.Equal(t, len(m.Garbage()), would)
+		require.Equal(t, len(m.Garbage()), would)
+	})
+}
+
+// Invariant 9: a key is judged and written only in the layout it was read in; a key holding
+// both layouts (a block written before and after an upgrade) is judged by nothing and written
+// by nothing. A real round over a keyspace with such keys leaves each byte for byte and
+// reports it (a skip event naming the key); a key that turns ambiguous after the prober
+// judged it, or between the deleter's read and its CAS, is not written either.
+func TestInvariant9AmbiguousNeverWritten(t *testing.T) {
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		rdb := e.redis.Client()
+		m, _ := e.seed(seed.Spec{Layout: layout, Ambiguous: true, Blocks: 400, GarbageFraction: 0.3, TrickyFraction: 0.1, Seed: 91})
+		require.NotEmpty(t, m.Ambiguous)
+		reg := prometheus.NewRegistry()
+		o := e.options(reg)
+		e.judgeOneRound(o)
+
+		// After the probe, the other KVCM version writes two judged blocks: today's KVCM adds
+		// an L# field to a legacy key (it reads no L# field, sees the key exist: no
+		// BP#prev_key), or KVCM f6aa2b2 writes __uri__ and __lru_time__ into a location-layout
+		// key. Both are ambiguous now.
+		turned := map[string]bool{}
+		for _, l := range []seed.Loc{firstGarbage(m, seed.KindOrphanWriting, 0), firstGarbage(m, seed.KindMissingServing, 0)} {
+			k := kvcm.BlockKey(l.Instance, l.Key)
+			if layout == kvcm.LayoutLegacy {
+				require.NoError(t, rdb.HSet(ctx, k, kvcm.LocationField("upgr0000"),
+					locJSON(kvcm.LayoutLocation, "upgr0000", kvcm.StatusWriting, kvcm.TypeFile, time.Now().UnixMicro())).Err())
+			} else {
+				require.NoError(t, rdb.HSet(ctx, k, kvcm.FieldURI, `{"down0000":`+locJSON(kvcm.LayoutLegacy, "down0000", kvcm.StatusWriting, kvcm.TypeFile, 0)+`}`,
+					kvcm.FieldLRUTime, strconv.FormatInt(time.Now().UnixMicro(), 10)).Err())
+			}
+			turned[k] = true
+		}
+		for i := range m.Locations {
+			if turned[kvcm.BlockKey(m.Locations[i].Instance, m.Locations[i].Key)] {
+				m.Locations[i].Garbage = false
+			}
+		}
+		before, err := seed.Take(ctx, rdb, "*")
+		require.NoError(t, err)
+		e.run(o, app.Stages{Deleter: true})
+		e.waitConsumer(e.names.DeletesStream(), e.names.DeleterConsumer(), time.Minute)
+		r := e.verify(before, m)
+		require.Equal(t, r.AmbiguousKeys, r.AmbiguousIntact)
+		require.Equal(t, len(m.Ambiguous)+len(turned), r.AmbiguousKeys, "the seeded upgraded keys and the two turned ambiguous")
+		require.Positive(t, r.GarbageGone, "the rest is collected")
+
+		reported := map[string]bool{}
+		for _, ev := range e.events() {
+			switch {
+			case ev.Kind == subjects.EventSkip && ev.Reason == pipeline.SkipAmbiguousLayout:
+				require.NotNil(t, ev.Key)
+				reported[kvcm.BlockKey(ev.Instance, *ev.Key)] = true
+			case ev.Kind == subjects.EventDelete && turned[kvcm.BlockKey(ev.Instance, *ev.Key)]:
+				require.Equal(t, subjects.OutcomeNoopMismatch, ev.Outcome, ev.Detail)
+				require.Contains(t, ev.Detail, "layout")
+			}
+		}
+		for _, k := range m.Ambiguous {
+			require.True(t, reported[k], "ambiguous key %s not reported", k)
+		}
+		require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_prober_skips_total", map[string]string{"reason": pipeline.SkipAmbiguousLayout}),
+			float64(len(m.Ambiguous)))
+
+		// The last moment: the key turns ambiguous between the deleter's read and its CAS.
+		key := int64(9_900_000_001)
+		k := kvcm.BlockKey("inst1", key)
+		orphan := locJSON(layout, "late0000", kvcm.StatusWriting, kvcm.TypeFile, time.Now().Add(-48*time.Hour).UnixMicro())
+		require.NoError(t, rdb.HSet(ctx, k, blockFields(layout, time.Now().Add(-48*time.Hour), "late0000", orphan)...).Err())
+		var ambiguous map[string]string
+		st := &racingStore{Store: e.store(), mutate: func() {
+			if layout == kvcm.LayoutLegacy {
+				rdb.HSet(ctx, k, kvcm.LocationField("upgr0001"), locJSON(kvcm.LayoutLocation, "upgr0001", kvcm.StatusWriting, kvcm.TypeFile, time.Now().UnixMicro()))
+			} else {
+				rdb.HSet(ctx, k, kvcm.FieldURI, "{}", kvcm.FieldLRUTime, strconv.FormatInt(time.Now().UnixMicro(), 10))
+			}
+			ambiguous = rdb.HGetAll(ctx, k).Val()
+		}}
+		res, err := pipeline.NewProtocol(pipeline.DefaultDeleterConfig(), nil).DeleteAll(ctx, st, fakeNoStorage{}, "inst1",
+			[]subjects.Target{{Key: key, Location: "late0000", Layout: layout.String(), Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(orphan)}})
+		require.NoError(t, err)
+		require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome, res[0].Detail)
+		require.Contains(t, res[0].Detail, "layout")
+		require.Equal(t, ambiguous, rdb.HGetAll(ctx, k).Val(), "the CAS script refused the key in its new layout")
+	})
+}
+
+// Invariant 10: kvcm-gc never makes KVCM's key count worse than it would be without kvcm-gc.
+// With empty_block: keep (the default) a key that loses its last location stays in a form
+// KVCM reads as "exists, no location" — legacy, __uri__ = {} beside the untouched
+// __lru_time__; location layout, its other fields, or BP#prev_key = "" where none would
+// remain — and no key is deleted. With delete, every such key is gone and counted
+// (kvcm_gc_deleted_keys_total, deleted_keys.<instance> in the state bucket).
+func TestInvariant10EmptyBlock(t *testing.T) {
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		for _, mode := range []meta.EmptyBlock{meta.EmptyBlockKeep, meta.EmptyBlockDelete} {
+			name, verifyMode := seed.EmptyKeep, seed.EmptyKeep
+			if mode == meta.EmptyBlockDelete {
+				name, verifyMode = seed.EmptyDelete, seed.EmptyDelete
+			}
+			t.Run(name, func(t *testing.T) {
+				e := newEnv(t)
+				ctx := context.Background()
+				rdb := e.redis.Client()
+				m, before := e.seed(seed.Spec{Layout: layout, Instances: []string{"inst1", "inst2"}, Blocks: 200,
+					GarbageFraction: 0.5, TrickyFraction: 0.1, Seed: 101})
+				reg := prometheus.NewRegistry()
+				o := e.options(reg)
+				o.EmptyBlock = mode
+				e.run(o, app.All)
+				e.waitRoundDone(1, time.Minute)
+				r, err := seed.VerifyWith(ctx, rdb, before, m, seed.VerifyOptions{EmptyBlock: verifyMode})
+				require.NoError(t, err)
+				require.True(t, r.OK(), "verification: %+v", r)
+				require.Positive(t, r.EmptyKeys)
+
+				// The keys that lost every location, by the manifest.
+				all, garbage := map[string]int{}, map[string]int{}
+				for _, l := range m.Locations {
+					k := kvcm.BlockKey(l.Instance, l.Key)
+					all[k]++
+					if l.Garbage {
+						garbage[k]++
+					}
+				}
+				deleted := metricValue(t, reg, "kvcm_gc_deleted_keys_total")
+				emptied := 0
+				for k, n := range garbage {
+					if n != all[k] {
+						continue
+					}
+					emptied++
+					got := rdb.HGetAll(ctx, k).Val()
+					if mode == meta.EmptyBlockDelete {
+						require.Empty(t, got, "%s: deleted (empty_block: delete)", k)
+						continue
+					}
+					// What KVCM itself reads as "exists, no location".
+					require.NotEmpty(t, got, "%s: kept", k)
+					if layout == kvcm.LayoutLegacy {
+						require.Equal(t, "{}", got[kvcm.FieldURI], k)
+						require.Equal(t, before[k][kvcm.FieldLRUTime], got[kvcm.FieldLRUTime], "%s: __lru_time__ untouched", k)
+						continue
+					}
+					for f, v := range got {
+						_, isLoc := kvcm.LocationID(f)
+						require.False(t, isLoc && v != "", "%s: a location left in %s", k, f)
+						if want, ok := before[k][f]; ok {
+							require.Equal(t, want, v, "%s: field %s", k, f)
+						} else {
+							require.Equal(t, map[string]string{kvcm.FieldPrevKey: ""}, got, "%s: only BP#prev_key = \"\" added, where no field would remain", k)
+						}
+					}
+				}
+				require.Equal(t, r.EmptyKeys, emptied)
+				if mode == meta.EmptyBlockKeep {
+					require.Zero(t, deleted, "no key deleted")
+					require.Equal(t, r.EmptyKeys, r.EmptyKept)
+					return
+				}
+				require.Equal(t, float64(r.EmptyKeys), deleted, "every deleted key counted")
+				require.Equal(t, r.EmptyKeys, r.EmptyDeleted)
+				kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
+				require.NoError(t, err)
+				var sum uint64
+				for _, inst := range m.Instances {
+					en, err := kv.Get(ctx, pipeline.DeletedKeysKey(inst))
+					if errors.Is(err, jetstream.ErrKeyNotFound) {
+						continue
+					}
+					require.NoError(t, err)
+					var c pipeline.DeletedKeys
+					require.NoError(t, json.Unmarshal(en.Value(), &c))
+					sum += c.Keys
+				}
+				require.Equal(t, uint64(r.EmptyKeys), sum, "deleted_keys in the state bucket")
+			})
+		}
+	})
+}
+
+// Invariant 11: data is unlinked only where no location of the block, in any status, names it
+// at the moment of the unlink, and for a stuck DELETING only where the name cannot have been
+// reused: KVCM's per-block file name <root><instance>/<spec>/<hex block key>. Everywhere else
+// only the metadata goes, and the data left is counted by reason.
+func TestInvariant11DataNamedElsewhereStays(t *testing.T) {
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		rdb := e.redis.Client()
+		now := time.Now()
+		_, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: cluster, Layout: layout, Instances: []string{"inst1"}, Blocks: 0, Root: e.root, MetaURI: e.redis.URI()})
+		require.NoError(t, err)
+		reg := prometheus.NewRegistry()
+		o := e.options(reg)
+		o.Prober.CollectDeleting, o.Prober.DeletingGrace = true, 2*time.Hour
+		require.NoError(t, subjects.Ensure(ctx, e.js, e.names, o.JetStream))
+		nfs, shared := filepath.Join(e.root, "nfs")+"/", filepath.Join(e.root, "shared")+"/"
+		old, young, stuck := now.Add(-30*time.Hour), now.Add(-30*time.Minute), now.Add(-3*time.Hour)
+
+		type loc struct {
+			id     string
+			json   string
+			goes   bool
+			files  []string // that must stay
+			unlink []string // that must go
+		}
+		type block struct {
+			key  int64
+			lru  time.Time
+			locs []loc
+		}
+		key := func(i int) int64 { return int64(9_800_000_000 + i) }
+		f := func(i int, suffix string) string {
+			return writeFile(t, perBlockPath(nfs, "inst1", "tp0", key(i))+suffix)
+		}
+		spec := func(path string) string { return fileSpec("tp0", path) }
+		var blocks []block
+		// Orphan WRITING whose file a SERVING location of the block names.
+		f1 := f(1, "")
+		blocks = append(blocks, block{key(1), old, []loc{
+			{id: "orph0001", json: locJSON(layout, "orph0001", kvcm.StatusWriting, kvcm.TypeFile, old.UnixMicro(), spec(f1)), goes: true, files: []string{f1}},
+			{id: "serv0001", json: locJSON(layout, "serv0001", kvcm.StatusServing, kvcm.TypeFile, young.UnixMicro(), spec(f1)), files: []string{f1}},
+		}})
+		// Storage-missing SERVING whose present spec a young WRITING of the block names.
+		f2, f3 := f(2, ""), perBlockPath(nfs, "inst1", "tp1", key(2))
+		blocks = append(blocks, block{key(2), young, []loc{
+			{id: "miss0002", json: locJSON(layout, "miss0002", kvcm.StatusServing, kvcm.TypeFile, old.UnixMicro(), spec(f2), fileSpec("tp1", f3)), goes: true, files: []string{f2}},
+			{id: "writ0002", json: locJSON(layout, "writ0002", kvcm.StatusWriting, kvcm.TypeFile, young.UnixMicro(), spec(f2)), files: []string{f2}},
+		}})
+		// An orphan whose file nothing else names: unlinked (the rule is live).
+		f4 := f(3, "")
+		blocks = append(blocks, block{key(3), old, []loc{
+			{id: "orph0003", json: locJSON(layout, "orph0003", kvcm.StatusWriting, kvcm.TypeFile, old.UnixMicro(), spec(f4)), goes: true, unlink: []string{f4}},
+		}})
+		// Stuck DELETING: a per-block name goes with the metadata, nothing else does.
+		deleting := func(i int, typ kvcm.StorageType, specs ...string) string {
+			return locJSON(layout, fmt.Sprintf("dele%04d", i), kvcm.StatusDeleting, typ, old.UnixMicro(), specs...)
+		}
+		f5, f6, f7 := f(4, ""), f(5, "_other"), f(6, "")
+		f8 := writeFile(t, shared+"inst1/tp0/"+strconv.FormatUint(uint64(key(7)), 16)+"_s")
+		f9 := writeFile(t, perBlockPath(nfs, "inst1", "tp0", key(9)+1000)) // another block's name
+		blocks = append(blocks,
+			block{key(4), stuck, []loc{{id: "dele0004", json: deleting(4, kvcm.TypeFile, spec(f5)), goes: true, unlink: []string{f5}}}},
+			block{key(5), stuck, []loc{{id: "dele0005", json: deleting(5, kvcm.TypeFile, spec(f6)), goes: true, files: []string{f6}}}},
+			block{key(6), stuck, []loc{
+				{id: "dele0006", json: deleting(6, kvcm.TypeFile, spec(f7)), goes: true, files: []string{f7}},
+				{id: "serv0006", json: locJSON(layout, "serv0006", kvcm.StatusServing, kvcm.TypeFile, young.UnixMicro(), spec(f7)), files: []string{f7}},
+			}},
+			block{key(7), stuck, []loc{{id: "dele0007", json: deleting(7, kvcm.TypeFile,
+				fmt.Sprintf(`{"name":"tp0","uri":"file://%s%s?blkid=1&size=1024"}`, seed.StorageShared, f8)), goes: true, files: []string{f8}}}},
+			block{key(8), stuck, []loc{{id: "dele0008", json: deleting(8, kvcm.TypeMooncake,
+				fmt.Sprintf(`{"name":"tp0","uri":"mooncake://%s/?key=inst1/tp0/%x&size=1024"}`, seed.StorageMooncake, uint64(key(8)))), goes: true}}},
+			block{key(9), stuck, []loc{{id: "dele0009", json: deleting(9, kvcm.TypeFile, spec(f9)), goes: true, files: []string{f9}}}},
+		)
+		for _, b := range blocks {
+			var pairs []string
+			for _, l := range b.locs {
+				pairs = append(pairs, l.id, l.json)
+			}
+			require.NoError(t, rdb.HSet(ctx, kvcm.BlockKey("inst1", b.key), blockFields(layout, b.lru, pairs...)...).Err())
+			if layout == kvcm.LayoutLocation {
+				for _, l := range b.locs {
+					if strings.HasPrefix(l.id, "dele") { // DELETING for three hours, as the prober saw it
+						e.observeDeleting(t, "inst1", b.key, l.id, []byte(l.json), stuck, 0)
+					}
+				}
+			}
+		}
+
+		e.run(o, app.All)
+		e.waitRoundDone(1, time.Minute)
+		for _, b := range blocks {
+			fields := rdb.HGetAll(ctx, kvcm.BlockKey("inst1", b.key)).Val()
+			for _, l := range b.locs {
+				got, there := locationOf(fields, fieldOf(layout, l.id), l.id)
+				if l.goes {
+					require.False(t, there, "%s goes", l.id)
+				} else {
+					require.True(t, there, "%s stays", l.id)
+					require.Equal(t, l.json, string(got.Raw), "%s byte for byte", l.id)
+				}
+				for _, p := range l.files {
+					require.FileExists(t, p, "%s: data another location names, or whose name may have been reused", l.id)
+				}
+				for _, p := range l.unlink {
+					require.NoFileExists(t, p, "%s: its data", l.id)
+				}
+			}
+		}
+		// The data left, by reason: at least each one above (a redelivered request may count
+		// again), and no other reason.
+		want := map[string]float64{pipeline.DataLeftNotPerBlock: 2, pipeline.DataLeftReferenced: 1, pipeline.DataLeftShared: 1,
+			pipeline.DataLeftReusable: 1}
+		left := metricByLabel(t, reg, "kvcm_gc_stuck_deleting_data_left_total", "reason")
+		for reason, n := range want {
+			require.GreaterOrEqual(t, left[reason], n, "data left for %s", reason)
+		}
+		for reason, n := range left {
+			require.True(t, want[reason] > 0 || n == 0, "data left for %s", reason)
+		}
+		require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_physical_delete_skips_total", map[string]string{"reason": pipeline.PhysSkipReferenced}), 3.0)
+	})
 }

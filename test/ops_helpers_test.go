@@ -93,7 +93,7 @@ func opsEvents(t *testing.T, e *env, kind string) []subjects.Event {
 		require.NoError(t, err)
 		ev, err := subjects.DecodeEvent(m.Data)
 		require.NoError(t, err)
-		out = append(out, ev)
+		out = append(out, ev.PerTarget()...) // a request's delete event: one per target
 		seq = m.Sequence
 	}
 	return out

@@ -176,6 +176,9 @@ func TestPoison(t *testing.T) {
 	odd.write()
 	before, err := faults.TakeSnapshot(ctx, e.redis.Client(), "*")
 	require.NoError(t, err)
+	// empty_block: keep (the default): a block whose only location is garbage (most odd
+	// blocks) stays with __uri__ = {}, as KVCM reads "exists, no location"; it used to be
+	// deleted.
 	expect := faults.Expect{Before: before, Locs: append(faults.FromManifest(m), odd.locs...), Present: odd.present}
 
 	reg := prometheus.NewRegistry()

@@ -114,7 +114,10 @@ func TestScannerPause(t *testing.T) {
 // Redis). A round walks each store once and routes every key to its instance: every block of
 // a registered instance is published exactly in a batch of that instance naming its store,
 // and keys in a store of instances not registered there (an unknown instance; a registered
-// instance's keys in the other database) are counted and never published.
+// instance's keys in the other database) are counted and never published. Database 1 holds
+// its instance's blocks in the location layout (today's KVCM selects db=N); legacy-layout
+// copies there are nobody's (a KVCM of that layout ignores db= and keeps its blocks in DB 0):
+// counted as such and never published.
 func TestScannerWalksEachStoreOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -137,13 +140,17 @@ func TestScannerWalksEachStoreOnce(t *testing.T) {
 	require.NoError(t, rdb.HSet(ctx, reg+"inst9", "inst9", info9).Err())
 	require.NoError(t, rdb.HSet(ctx, reg+"instance", "inst9", "inst9").Err())
 
+	l1 := `{"id":"l1","status":3,"type":4,"spec_size":0,"create_time":1,"location_specs":[]}`
 	uri := `{"l1":{"id":"l1","status":3,"type":4,"spec_size":1,"location_specs":[]}}`
 	want := map[string]string{} // "instance/key" → store name
 	store0, store1 := strings.TrimPrefix(e.redis.URI(), "redis://"), strings.TrimPrefix(e.redis.URI(), "redis://")+"?db=1"
 	for i := range 120 {
-		// Today's layout: a KVCM of the legacy one ignores db= and never writes database 1.
-		require.NoError(t, db1.HSet(ctx, kvcm.BlockKey("inst9", int64(i)), kvcm.LocationField("l1"), `{"id":"l1","status":3,"type":4,"spec_size":1,"location_specs":[]}`).Err())
+		require.NoError(t, db1.HSet(ctx, kvcm.BlockKey("inst9", int64(i)), kvcm.FieldPrevKey, "", kvcm.LocationField("l1"), l1).Err())
 		want["inst9/"+strconv.Itoa(i)] = store1
+	}
+	const legacyCopies = 30 // inst9's blocks in the legacy layout in database 1: nobody's
+	for i := range legacyCopies {
+		require.NoError(t, db1.HSet(ctx, kvcm.BlockKey("inst9", int64(1000+i)), "__uri__", uri, "__lru_time__", "1").Err())
 	}
 	for i := range 40 { // not ours: an unknown instance in database 0, inst0's keys in database 1
 		require.NoError(t, rdb.HSet(ctx, kvcm.BlockKey("ghost", int64(i)), "__uri__", uri).Err())
@@ -199,9 +206,11 @@ func TestScannerWalksEachStoreOnce(t *testing.T) {
 			got[k] = b.Store
 		}
 	}
-	require.Equal(t, want, got)
+	require.Equal(t, want, got, "every block published once with its store, no legacy copy in database 1")
 	require.Equal(t, uint64(len(want)), ck.LastRoundKeys, "keys read in the round")
 	require.GreaterOrEqual(t, metricValue(t, pr, "kvcm_gc_scan_unowned_keys_total"), 80.0)
+	// SCAN may return a key twice, so the count is at least the copies.
+	require.GreaterOrEqual(t, metricValue(t, pr, "kvcm_gc_scan_wrong_db_keys_total"), float64(legacyCopies))
 }
 
 // TestScannerIdleDoesNotSpin: an unpaced scanner (scan_interval 1ns) between rounds, with its

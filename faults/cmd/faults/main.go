@@ -1,8 +1,9 @@
 // Command faults runs kvcm-gc's fault suite: the stage binaries as separate processes on a
 // seeded keyspace under kill -9, Redis and NATS restarts and outages, a scanner failover, a
-// concurrent KVCM-like writer and clock skew, checking DESIGN §8 after each scenario. It
-// prints a table of scenarios × outcomes with the seed; -seed reproduces a run. It exits 1
-// when a scenario fails, keeping the servers' files and the process logs.
+// concurrent KVCM-like writer, clock skew and stuck DELETING, in either block layout
+// (-layout), checking DESIGN §8 after each scenario. It prints a table of scenarios ×
+// outcomes with the seed; -seed reproduces a run. It exits 1 when a scenario fails, keeping
+// the servers' files and the process logs.
 package main
 
 import (
@@ -34,7 +35,9 @@ func run() int {
 	outage := flag.Duration("outage", def.Outage, "how long Redis stays unreachable, and the longest NATS downtime")
 	writerFor := flag.Duration("writer-for", def.WriterFor, "how long the concurrent writer writes")
 	timeout := flag.Duration("scenario-timeout", def.ScenarioTimeout, "bound of one scenario")
-	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all: "+strings.Join(faults.ScenarioNames(), ", ")+")")
+	only := flag.String("scenarios", "", "comma-separated scenarios to run, each optionally as name:location or name:legacy (default all: "+
+		strings.Join(faults.ScenarioNames(), ", ")+")")
+	layout := flag.String("layout", faults.LayoutBoth, "block layout of the keyspace: location, legacy, or both (every scenario in the location layout, the layout-sensitive ones in the legacy layout too)")
 	work := flag.String("work", "", "directory for servers' files and logs (default a new temporary one, removed after a passing run)")
 	quiet := flag.Bool("q", false, "print the table only")
 	flag.Parse()
@@ -64,7 +67,7 @@ func run() int {
 		return 1
 	}
 	cfg := faults.Config{Seed: *seed, Kills: *kills, Instances: *instances, Blocks: *blocks, RoundPause: *roundPause,
-		Outage: *outage, WriterFor: *writerFor, ScenarioTimeout: *timeout, Bins: bins, WorkDir: dir,
+		Outage: *outage, WriterFor: *writerFor, ScenarioTimeout: *timeout, Bins: bins, WorkDir: dir, Layout: *layout,
 		RSSLimit: def.RSSLimit, GoroutineLimit: def.GoroutineLimit}
 	if out != nil {
 		cfg.Out = out
