@@ -508,7 +508,7 @@ func (r *replayer) batch(ctx context.Context, rm *ReplayMessage, src subjects.So
 				one := subjects.BlockEntry{Key: be.Key, URI: subjects.RawText(oneLocation(cl.ID, cl.Raw)), LRUTime: lru}
 				lr.Now = r.judgeOne(ctx, b, one, cl, now)
 				if lr.Changed {
-					lr.Now.Detail = joinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
+					lr.Now.Detail = subjects.JoinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
 				}
 			}
 			rm.Locations = append(rm.Locations, lr)
@@ -547,7 +547,7 @@ func (r *replayer) locationField(ctx context.Context, events map[eventKey][]inde
 	one := subjects.BlockEntry{Key: be.Key, Layout: subjects.LayoutLocation, Locs: []subjects.LocField{{ID: f.ID, V: subjects.RawText(v)}}}
 	lr.Now = r.judgeOne(ctx, b, one, &cl, now)
 	if lr.Changed && err == nil {
-		lr.Now.Detail = joinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
+		lr.Now.Detail = subjects.JoinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
 	}
 	return lr
 }
@@ -702,10 +702,10 @@ func (r *replayer) request(ctx context.Context, rm *ReplayMessage, src subjects.
 			lr.Then = Verdict{Decision: DecisionDelete, Outcome: last.ev.Outcome, Reason: last.ev.Reason,
 				Detail: strings.TrimSpace(last.ev.Detail), EventSeq: last.seq}
 			if len(evs) > 1 {
-				lr.Then.Detail = joinDetail(fmt.Sprintf("%d deliveries recorded", len(evs)), lr.Then.Detail)
+				lr.Then.Detail = subjects.JoinDetail(fmt.Sprintf("%d deliveries recorded", len(evs)), lr.Then.Detail)
 			}
 			if last.ev.DryRun {
-				lr.Then.Detail = joinDetail("dry-run", lr.Then.Detail)
+				lr.Then.Detail = subjects.JoinDetail("dry-run", lr.Then.Detail)
 			}
 		}
 		lr.Now, lr.Changed = r.nowDeleter(ctx, req, t)
@@ -730,14 +730,4 @@ func (r *replayer) nowDeleter(ctx context.Context, req subjects.DeleteRequest, t
 		return Verdict{Decision: DecisionWouldResume, Detail: detail}, true
 	}
 	return Verdict{Decision: outcome, Detail: detail}, true
-}
-
-func joinDetail(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
 }

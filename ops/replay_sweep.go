@@ -132,7 +132,7 @@ func replaySweep(ctx context.Context, js jetstream.JetStream, names subjects.Nam
 				if steps := bySource[md.Sequence.Stream][string(f.Path)]; len(steps) > 0 {
 					fr.Then = verdict(steps[len(steps)-1])
 					if len(steps) > 1 {
-						fr.Then.Detail = joinDetail(fmt.Sprintf("%d steps recorded", len(steps)), fr.Then.Detail)
+						fr.Then.Detail = subjects.JoinDetail(fmt.Sprintf("%d steps recorded", len(steps)), fr.Then.Detail)
 					}
 				}
 				if st, ok := last[string(f.Path)]; ok {

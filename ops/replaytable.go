@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"text/tabwriter"
+
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // WriteReplayMessage prints one replayed message for a human: a header line, then one row per
@@ -30,7 +32,7 @@ func WriteReplayMessage(w io.Writer, m ReplayMessage) error {
 		for _, l := range m.Locations {
 			why := l.Now.Detail
 			if l.Now.Reason != "" && l.Now.Decision != "candidate" && l.Now.Decision != DecisionSkip {
-				why = joinDetail(l.Now.Reason, why)
+				why = subjects.JoinDetail(l.Now.Reason, why)
 			}
 			if rerun {
 				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Key, cell(orDash(l.Location), 32), l.Status,

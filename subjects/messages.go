@@ -174,17 +174,18 @@ func (e Event) PerTarget() []Event {
 		one.Key, one.Location, one.Reason, one.Outcome, one.Targets = &key, t.Location, t.Reason, t.Outcome, nil
 		one.Detail = t.Detail
 		if len(t.PhysicalSkips) > 0 {
-			one.Detail = joinDetail(one.Detail, fmt.Sprintf("physical skips %v", t.PhysicalSkips))
+			one.Detail = JoinDetail(one.Detail, fmt.Sprintf("physical skips %v", t.PhysicalSkips))
 		}
 		if t.Resumed {
-			one.Detail = joinDetail(one.Detail, "resumed from DELETING")
+			one.Detail = JoinDetail(one.Detail, "resumed from DELETING")
 		}
 		out[i] = one
 	}
 	return out
 }
 
-func joinDetail(a, b string) string {
+// JoinDetail joins two detail texts with "; ", leaving out an empty one.
+func JoinDetail(a, b string) string {
 	switch {
 	case a == "":
 		return b

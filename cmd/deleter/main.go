@@ -9,14 +9,10 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 )
 
 func main() {
-	cmd := cli.StageCommand("deleter", "Runs the deleter: executes delete requests with exact-value compare-and-swap deletes.", app.Stages{Deleter: true})
-	os.Exit(cli.RunCommand(filepath.Base(os.Args[0]), cmd, os.Args[1:], os.Stdout, os.Stderr))
+	cli.StageMain("deleter", "Runs the deleter: executes delete requests with exact-value compare-and-swap deletes.", app.Stages{Deleter: true})
 }

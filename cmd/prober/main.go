@@ -8,14 +8,10 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 )
 
 func main() {
-	cmd := cli.StageCommand("prober", "Runs the prober: judges scan batches and publishes delete requests.", app.Stages{Prober: true})
-	os.Exit(cli.RunCommand(filepath.Base(os.Args[0]), cmd, os.Args[1:], os.Stdout, os.Stderr))
+	cli.StageMain("prober", "Runs the prober: judges scan batches and publishes delete requests.", app.Stages{Prober: true})
 }

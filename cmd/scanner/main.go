@@ -8,15 +8,10 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 )
 
 func main() {
-	cmd := cli.StageCommand("scanner", "Runs the leader-elected scanner: reads every block of every collected instance and publishes scan batches.",
-		app.Stages{Scanner: true})
-	os.Exit(cli.RunCommand(filepath.Base(os.Args[0]), cmd, os.Args[1:], os.Stdout, os.Stderr))
+	cli.StageMain("scanner", "Runs the leader-elected scanner: reads every block of every collected instance and publishes scan batches.", app.Stages{Scanner: true})
 }

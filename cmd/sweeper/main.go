@@ -11,14 +11,10 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 )
 
 func main() {
-	cmd := cli.StageCommand("sweeper", "Runs the sweeper: moves orphan data files into quarantine, checks them again, unlinks them.", app.Stages{Sweeper: true})
-	os.Exit(cli.RunCommand(filepath.Base(os.Args[0]), cmd, os.Args[1:], os.Stdout, os.Stderr))
+	cli.StageMain("sweeper", "Runs the sweeper: moves orphan data files into quarantine, checks them again, unlinks them.", app.Stages{Sweeper: true})
 }

@@ -11,14 +11,10 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 )
 
 func main() {
-	cmd := cli.StageCommand("walker", "Runs the walker: walks swept storages and publishes their candidate orphan files.", app.Stages{Walker: true})
-	os.Exit(cli.RunCommand(filepath.Base(os.Args[0]), cmd, os.Args[1:], os.Stdout, os.Stderr))
+	cli.StageMain("walker", "Runs the walker: walks swept storages and publishes their candidate orphan files.", app.Stages{Walker: true})
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -49,6 +51,12 @@ type Process struct {
 func StageCommand(name, summary string, which app.Stages) *Command {
 	return &Command{Name: name, Summary: summary, Config: true,
 		Run: func(ctx context.Context, e *Env) error { return (&Process{Stages: which}).Run(ctx, e) }}
+}
+
+// StageMain is the whole main of a binary running the given stages: it runs StageCommand with
+// the process's arguments and exits with its status.
+func StageMain(name, summary string, which app.Stages) {
+	os.Exit(RunCommand(filepath.Base(os.Args[0]), StageCommand(name, summary, which), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // AllInOneCommand is the run command: every stage in one process, with an embedded NATS
