@@ -10,9 +10,8 @@ build:
 	$(GO) build -o bin/ ./cmd/...
 
 # The whole suite under the race detector: unit, integration and end-to-end tests against a
-# real redis-server and embedded NATS JetStream.
-test:
-	$(GO) vet $(PKGS)
+# real redis-server and embedded NATS JetStream, after go vet and staticcheck.
+test: lint
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 test-short:
