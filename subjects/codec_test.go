@@ -223,16 +223,29 @@ func TestValidateForProducers(t *testing.T) {
 	require.ErrorContains(t, e.Validate(), "unsupported schema version 3")
 }
 
-// TestDeleteTargets: a delete event of either version gives its targets' outcomes; the message
-// id of a request's event follows its targets' outcomes.
-func TestDeleteTargets(t *testing.T) {
+// TestPerTarget: a delete event of either version reads as one event per target, as version 1
+// wrote it; the message id of a request's event follows its targets' outcomes.
+func TestPerTarget(t *testing.T) {
 	key := int64(-5)
 	v1 := subjects.Event{V: 1, Kind: subjects.EventDelete, Key: &key, Location: "a", Reason: subjects.ReasonOrphanWriting, Outcome: subjects.OutcomeDeleted, Detail: "d"}
-	require.Equal(t, []subjects.EventTarget{{Key: -5, Location: "a", Reason: subjects.ReasonOrphanWriting, Outcome: subjects.OutcomeDeleted, Detail: "d"}}, v1.DeleteTargets())
-	v2 := subjects.Event{V: 2, Kind: subjects.EventDelete, Outcome: subjects.OutcomeMixed, Targets: []subjects.EventTarget{
-		{Key: 1, Location: "a", Outcome: subjects.OutcomeDeleted}, {Key: 2, Location: "b", Outcome: subjects.OutcomeNoopGone}}}
-	require.Len(t, v2.DeleteTargets(), 2)
-	require.Empty(t, (subjects.Event{Kind: subjects.EventRound}).DeleteTargets())
+	require.Equal(t, []subjects.Event{v1}, v1.PerTarget())
+	v2 := subjects.Event{V: 2, Kind: subjects.EventDelete, Instance: "i", Outcome: subjects.OutcomeMixed, Targets: []subjects.EventTarget{
+		{Key: 1, Location: "a", Reason: subjects.ReasonStuckDeleting, Outcome: subjects.OutcomeDeleted, PhysicalSkips: map[string]int{"shared_file": 2}, Resumed: true},
+		{Key: 2, Location: "b", Outcome: subjects.OutcomeNoopGone, Detail: "gone"}}}
+	per := v2.PerTarget()
+	require.Len(t, per, 2)
+	require.Equal(t, int64(1), *per[0].Key)
+	require.Equal(t, "a", per[0].Location)
+	require.Equal(t, subjects.ReasonStuckDeleting, per[0].Reason)
+	require.Equal(t, subjects.OutcomeDeleted, per[0].Outcome)
+	require.Equal(t, "physical skips map[shared_file:2]; resumed from DELETING", per[0].Detail)
+	require.Equal(t, "i", per[0].Instance)
+	require.Nil(t, per[0].Targets)
+	require.Equal(t, int64(2), *per[1].Key)
+	require.Equal(t, "gone", per[1].Detail)
+	require.Equal(t, subjects.OutcomeNoopGone, per[1].Outcome)
+	round := subjects.Event{Kind: subjects.EventRound}
+	require.Equal(t, []subjects.Event{round}, round.PerTarget())
 	other := v2
 	other.Targets = []subjects.EventTarget{{Key: 1, Location: "a", Outcome: subjects.OutcomeDeleted}, {Key: 2, Location: "b", Outcome: subjects.OutcomeError}}
 	require.NotEqual(t, subjects.EventMsgID(v2), subjects.EventMsgID(other), "another delivery that ended otherwise is another event")

@@ -10,7 +10,7 @@ const SchemaVersion = 1
 
 // EventSchemaVersion is the "v" of the events this build writes. Version 2 records a delete
 // request's outcome in one event with every target (Event.Targets); version 1 had one delete
-// event per target (Key, Location, Outcome). Readers take both (Event.DeleteTargets).
+// event per target (Key, Location, Outcome). Readers take both (Event.PerTarget).
 const EventSchemaVersion = 2
 
 // Reasons a location becomes a delete target (DESIGN §5).
@@ -150,15 +150,6 @@ type EventTarget struct {
 
 // OutcomeMixed is the Outcome of a delete event whose targets ended differently.
 const OutcomeMixed = "mixed"
-
-// DeleteTargets returns the targets a delete event reports: Targets (version 2), or the one
-// target of a version-1 event.
-func (e Event) DeleteTargets() []EventTarget {
-	if len(e.Targets) > 0 || e.Kind != EventDelete || e.Key == nil {
-		return e.Targets
-	}
-	return []EventTarget{{Key: *e.Key, Location: e.Location, Reason: e.Reason, Outcome: e.Outcome, Detail: e.Detail}}
-}
 
 // PerTarget returns a delete event as one event per target, each as a version-1 event says
 // it (Key, Location, Reason, Outcome, Detail; physical skips and a resume in Detail); any
