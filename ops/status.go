@@ -148,8 +148,9 @@ type LeaderStatus struct {
 type RoundStatus struct {
 	ID         uint64    `json:"id"`
 	InProgress bool      `json:"in_progress"`
-	Store      int       `json:"store"`  // 1-based position of the metadata store being walked
-	Stores     int       `json:"stores"` // metadata stores in the round's registry snapshot
+	Store      int       `json:"store"`       // 1-based position of the metadata store being walked
+	Stores     int       `json:"stores"`      // metadata stores in the round's registry snapshot
+	StoresDone int       `json:"stores_done"` // stores whose walk of this round has ended
 	StoreName  string    `json:"store_name,omitempty"`
 	Instances  int       `json:"instances"` // instances in the round's registry snapshot
 	Cursor     uint64    `json:"cursor"`
@@ -403,7 +404,7 @@ func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.N
 	if ck.Round == 0 {
 		return st
 	}
-	rs := &RoundStatus{ID: ck.Round, InProgress: ck.InRound, Store: min(ck.Index+1, ck.Stores), Stores: ck.Stores,
+	rs := &RoundStatus{ID: ck.Round, InProgress: ck.InRound, Store: min(ck.Index+1, ck.Stores), Stores: ck.Stores, StoresDone: ck.Index,
 		StoreName: ck.Store, Instances: ck.Instances, Cursor: ck.Cursor,
 		Keys: ck.KeysScanned, Started: usTime(ck.RoundStartedUs)}
 	if !ck.InRound && ck.LastRoundEndUs > 0 {

@@ -48,16 +48,24 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	fmt.Fprintln(ew, "\nSCANNER")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	sc := r.Scanner
-	if l := sc.Leader; l != nil {
+	if held, holders := leaseHolders(sc.Stores); len(sc.Stores) > 1 && held > 0 {
+		fmt.Fprintf(tw, "leases\t%d of %d stores held by %d replicas (STORES below)\n", held, len(sc.Stores), holders)
+	} else if l := sc.Leader; l != nil {
 		fmt.Fprintf(tw, "leader\t%s since %s (held %s), lease renewed %s ago, revision %d\n", l.Holder, timeOnly(l.Since),
 			humanDuration(secs(l.HeldSeconds)), humanDuration(secs(l.RenewedAgoSecs)), l.Revision)
 	} else {
 		fmt.Fprintln(tw, "leader\tnone (no replica holds the lease)")
 	}
 	if rd := sc.Round; rd != nil {
-		if rd.InProgress {
+		switch {
+		case rd.InProgress && rd.Stores > 1:
+			// Stores are walked at once, each by its lease holder: the count done, not a position.
+			fmt.Fprintf(tw, "round\t%d in progress: %d of %d stores done, %d instances\n", rd.ID, rd.StoresDone, rd.Stores, rd.Instances)
+		case rd.InProgress:
 			fmt.Fprintf(tw, "round\t%d in progress: store %d of %d (%s), %d instances, cursor %d\n", rd.ID, rd.Store,
 				rd.Stores, orDash(rd.StoreName), rd.Instances, rd.Cursor)
+		}
+		if rd.InProgress {
 			if sc.HeldBack != "" {
 				fmt.Fprintf(tw, "\tnot moving: %s\n", sc.HeldBack)
 			}
@@ -228,4 +236,16 @@ func (e *errWriter) Write(p []byte) (int, error) {
 	n, err := e.w.Write(p)
 	e.err = err
 	return n, err
+}
+
+// leaseHolders counts the stores whose lease a replica holds, and the replicas holding them.
+func leaseHolders(stores []StoreStatus) (held, holders int) {
+	seen := map[string]bool{}
+	for _, st := range stores {
+		if st.Holder != "" {
+			held++
+			seen[st.Holder] = true
+		}
+	}
+	return held, len(seen)
 }

@@ -120,7 +120,12 @@ log:
 		}
 		return true
 	}, time.Minute, 5*time.Millisecond, "the walks to be under way")
-	t.Logf("kvcm-gc status while both walk:\n%s", e.status(t))
+	walking := e.status(t)
+	t.Logf("kvcm-gc status while both walk:\n%s", walking)
+	// Several stores: the summary counts leases and stores done (the victim's are not), the
+	// STORES table has the positions.
+	require.Regexp(t, `leases +[1-3] of 3 stores held by [12] replicas \(STORES below\)`, walking)
+	require.Regexp(t, `round +1 in progress: [0-2] of 3 stores done, \d+ instances`, walking)
 	procOf[pidOf(victim)].kill(t)
 	at := map[string]pipeline.Checkpoint{} // the dead holder's last checkpoint of each store
 	for _, st := range byHolder[victim] {
