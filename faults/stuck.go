@@ -156,7 +156,7 @@ func stuckSetup(ctx context.Context, e *env) error {
 		for _, l := range b.locs {
 			e.base = append(e.base, Loc{Key: k, ID: l.id, Field: e.fieldOf(l.id), Fate: l.fate, Files: l.files, Shared: l.shared, DataLeft: l.dataLeft})
 			if l.observed && e.layout == kvcm.LayoutLocation {
-				if err := observe(ctx, obs, inst, keys[i], l.id, []byte(l.bytes(e.layout)), first); err != nil {
+				if err := obs.Backdate(ctx, inst, keys[i], l.id, []byte(l.bytes(e.layout)), first); err != nil {
 					return err
 				}
 			}
@@ -177,7 +177,7 @@ func stuckSetup(ctx context.Context, e *env) error {
 			if raw == nil {
 				return fmt.Errorf("read the seed's DELETING %s/%s", l.Key, l.ID)
 			}
-			if err := observe(ctx, obs, m.Instance, m.Key, m.Location, raw, first); err != nil {
+			if err := obs.Backdate(ctx, m.Instance, m.Key, m.Location, raw, first); err != nil {
 				return err
 			}
 		}
@@ -194,19 +194,6 @@ func (e *env) observer(ctx context.Context) (pipeline.KVObserver, error) {
 		return pipeline.KVObserver{}, fmt.Errorf("open the observed bucket: %w", err)
 	}
 	return pipeline.KVObserver{KV: kv, TTL: 48 * time.Hour}, nil
-}
-
-// observe records a first sight of DELETING location id of block key with bytes raw at
-// firstUs, before round 1 (the prober keeps the first sight it finds).
-func observe(ctx context.Context, o pipeline.KVObserver, inst string, key int64, id string, raw []byte, firstUs int64) error {
-	got, err := o.Observe(ctx, inst, key, id, raw, pipeline.Observation{FirstUs: firstUs, Round: 0, Instance: inst, Key: key, Location: id})
-	if err != nil {
-		return err
-	}
-	if got.FirstUs != firstUs {
-		return fmt.Errorf("first sight of %s/%d/%s recorded already", inst, key, id)
-	}
-	return nil
 }
 
 // manifestLoc is the manifest's entry of an expectation, when it has one.

@@ -26,6 +26,8 @@ type StatusReport struct {
 	Consumers []ConsumerStatus `json:"consumers"`
 	Scanner   ScannerStatus    `json:"scanner"`
 	Sweep     *SweepStatus     `json:"sweep,omitempty"` // the sweep of orphan data files
+	// StuckDeleting counts the stuck DELETING handled recently (WithStuckDeleting only).
+	StuckDeleting *StuckDeletingStatus `json:"stuck_deleting,omitempty"`
 	// LastEvents holds the newest event of each kind, in the order of EventKinds; kinds never
 	// recorded are absent.
 	LastEvents []LastEvent `json:"last_events"`
@@ -194,6 +196,7 @@ type StatusOption func(*statusOptions)
 type statusOptions struct {
 	callTimeout time.Duration
 	highWater   uint64
+	stuckWindow time.Duration // 0: stuck DELETING not read
 }
 
 // WithCallTimeout bounds each request of Status: a stream or consumer whose leader is being
@@ -250,6 +253,9 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, o
 	wg.Go(func() { r.Scanner = scannerStatus(ctx, js, names, now, o.callTimeout, problem) })
 	wg.Go(func() { r.Sweep = sweepStatus(ctx, rows, names) })
 	wg.Go(func() { r.LastEvents = lastEvents(ctx, js, names, o.callTimeout, problem) })
+	if o.stuckWindow > 0 {
+		wg.Go(func() { r.StuckDeleting = stuckDeletingStatus(ctx, js, names, now, o.stuckWindow, problem) })
+	}
 	wg.Wait()
 	slices.Sort(r.Problems)
 	r.Scanner.HeldBack = heldBack(r, o.highWater, now)

@@ -135,3 +135,41 @@ func TestStatusNoStores(t *testing.T) {
 	require.NoError(t, rep.WriteTable(&out))
 	require.Contains(t, out.String(), "WARNINGS\n  no metadata store to walk")
 }
+
+// TestStatusStuckDeleting: asked for, status counts the stuck DELETING targets of the recent
+// delete events by outcome and the data they left by reason; other reasons are not counted.
+func TestStatusStuckDeleting(t *testing.T) {
+	ctx, js, names := statusSetup(t, "c1")
+	publish := func(targets ...subjects.EventTarget) {
+		t.Helper()
+		ev := subjects.Event{V: subjects.EventSchemaVersion, Kind: subjects.EventDelete, Stage: pipeline.StageDeleter, Cluster: "c1",
+			Instance: "inst1", Outcome: subjects.OutcomeMixed, Targets: targets, At: time.Now().UnixMicro()}
+		data, err := subjects.Encode(ev)
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, names.EventSubject(subjects.EventDelete, "inst1"), data)
+		require.NoError(t, err)
+	}
+	stuck := func(key int64, outcome string, skips map[string]int) subjects.EventTarget {
+		return subjects.EventTarget{Key: key, Location: "d", Reason: subjects.ReasonStuckDeleting, Outcome: outcome, PhysicalSkips: skips}
+	}
+	publish(stuck(1, subjects.OutcomeDeleted, nil), stuck(2, subjects.OutcomeDeleted, map[string]int{pipeline.DataLeftShared: 1}),
+		subjects.EventTarget{Key: 3, Location: "w", Reason: subjects.ReasonOrphanWriting, Outcome: subjects.OutcomeDeleted,
+			PhysicalSkips: map[string]int{pipeline.PhysSkipShared: 4}})
+	publish(stuck(4, subjects.OutcomeDeleted, map[string]int{pipeline.DataLeftReusable: 2}), stuck(5, subjects.OutcomeNoopGone, nil))
+
+	rep, err := ops.Status(ctx, js, names)
+	require.NoError(t, err)
+	require.Nil(t, rep.StuckDeleting, "not asked for")
+
+	rep, err = ops.Status(ctx, js, names, ops.WithStuckDeleting(time.Hour))
+	require.NoError(t, err)
+	require.Empty(t, rep.Problems)
+	require.Equal(t, &ops.StuckDeletingStatus{WindowSeconds: 3600,
+		Outcomes: map[string]int{subjects.OutcomeDeleted: 3, subjects.OutcomeNoopGone: 1},
+		DataLeft: map[string]int{pipeline.DataLeftShared: 1, pipeline.DataLeftReusable: 2}}, rep.StuckDeleting)
+	var out bytes.Buffer
+	require.NoError(t, rep.WriteTable(&out))
+	require.Contains(t, out.String(), "STUCK DELETING (delete events of the last 1h")
+	require.Contains(t, out.String(), "  handled    4 (deleted 3, noop_gone 1)\n")
+	require.Contains(t, out.String(), "  data left  3 spec URIs (reusable_storage 2, shared 1)\n")
+}

@@ -106,6 +106,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 		_ = tw.Flush()
 	}
 	r.Sweep.writeSweep(ew, now)
+	r.StuckDeleting.writeStuck(ew)
 
 	fmt.Fprintln(ew, "\nLAST EVENTS")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)

@@ -94,6 +94,21 @@ func (k KVObserver) Observe(ctx context.Context, instance string, key int64, id 
 	return got, nil
 }
 
+// Backdate records a first sight of DELETING location id of block key with bytes raw at
+// firstUs, as if a round before round 1 had seen it: for a location known to have been
+// DELETING since then (a seeded keyspace, a test). The prober keeps the first sight it finds,
+// so one recorded already is an error.
+func (k KVObserver) Backdate(ctx context.Context, instance string, key int64, id string, raw []byte, firstUs int64) error {
+	got, err := k.Observe(ctx, instance, key, id, raw, Observation{FirstUs: firstUs, Round: 0, Instance: instance, Key: key, Location: id})
+	if err != nil {
+		return err
+	}
+	if got.FirstUs != firstUs {
+		return fmt.Errorf("first sight of DELETING %s/%d/%s recorded already", instance, key, id)
+	}
+	return nil
+}
+
 // judgeDeleting is rule 3 (stuck DELETING) for a DELETING location of batch b. Every doubt
 // keeps: an unknown group or one whose read lease is too long for the grace, an age that
 // cannot be told, a first sight in this very round, an observation that cannot be recorded.

@@ -134,6 +134,13 @@ func TestObserverOnJetStream(t *testing.T) {
 	got, err = o.Observe(ctx, "a.b c", -5, "x", []byte("v2"), Observation{FirstUs: 999, Round: 7})
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), got.Round)
+
+	// Backdate: a first sight before round 1, once only; the prober then keeps it.
+	require.NoError(t, o.Backdate(ctx, "i", 3, "y", []byte("v1"), 50))
+	got, err = o.Observe(ctx, "i", 3, "y", []byte("v1"), Observation{FirstUs: 999, Round: 1})
+	require.NoError(t, err)
+	require.Equal(t, Observation{FirstUs: 50, Instance: "i", Key: 3, Location: "y"}, got)
+	require.ErrorContains(t, o.Backdate(ctx, "i", 3, "y", []byte("v1"), 60), "recorded already")
 }
 
 // The deleter: a stuck DELETING needs no CAS; its data goes only for per-block file names,

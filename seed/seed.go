@@ -87,6 +87,14 @@ type Spec struct {
 	// files are dated twice it back, the young ones now.
 	SweepFiles bool
 	SweepGrace time.Duration
+	// DeletingGrace is the collector's deleting_grace when it collects stuck DELETING
+	// (collect_deleting); 0 when it does not, and every DELETING is someone else's, live.
+	// When set, the seed adds blocks of stuck DELETING locations (stuck.go), DELETING for 12h
+	// more than the grace, and keeps its own DELETING younger than it. Legacy layout, the age
+	// is the block's __lru_time__; location layout, nothing in Redis tells it, so the caller
+	// records each stuck one's first sight (Loc.DeletingSinceUs) in the collector's OBSERVED
+	// bucket before its first round.
+	DeletingGrace time.Duration
 }
 
 // Kinds of generated locations (manifest).
@@ -131,6 +139,11 @@ type Loc struct {
 	// Field is the hash field holding it: __uri__ or L#<location>.
 	Field string   `json:"field,omitempty"`
 	Files []string `json:"files,omitempty"` // local paths of its data
+	// DataLeft (stuck DELETING): why its files must stay when the collector removes it (a
+	// DataLeft* reason); "" when they go with it.
+	DataLeft string `json:"data_left,omitempty"`
+	// DeletingSinceUs (stuck DELETING): since when it is DELETING, µs since the epoch.
+	DeletingSinceUs int64 `json:"deleting_since_us,omitempty"`
 }
 
 // FieldName is the hash field holding the location (__uri__ for manifests without fields).
@@ -143,6 +156,10 @@ func (l Loc) FieldName() string {
 
 // Shared reports whether the location's files are shared with other blocks (never unlinked).
 func (l Loc) Shared() bool { return l.Kind == KindSharedOrphan || l.Kind == KindSharedServing }
+
+// KeepsFiles reports whether the location's files must stay even when it is garbage: shared,
+// or the data of a stuck DELETING that may be another block's now.
+func (l Loc) KeepsFiles() bool { return l.Shared() || l.DataLeft != "" }
 
 // LayoutCount is what the keys of one layout hold.
 type LayoutCount struct {
@@ -223,6 +240,11 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 	if sp.Grace <= 0 {
 		sp.Grace = 24 * time.Hour
 	}
+	if sp.DeletingGrace > 0 && sp.DeletingGrace <= sp.Grace+2*time.Hour {
+		// The legacy blocks holding the seed's own DELETING were last written grace + 2h ago
+		// (so their orphans are old enough): with a shorter deleting grace they would be stuck.
+		return nil, fmt.Errorf("seed: deleting grace %s: want more than the orphan grace + 2h (%s)", sp.DeletingGrace, sp.Grace+2*time.Hour)
+	}
 	if len(sp.Instances) == 0 {
 		sp.Instances = []string{"inst0", "inst1", "inst2"}
 	}
@@ -266,6 +288,11 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 			return nil, err
 		}
 	}
+	if sp.DeletingGrace > 0 {
+		if err := g.stuckSetup(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if sp.SweepFiles && !sp.NoFiles {
 		if err := g.sweepSetup(ctx); err != nil {
 			return nil, err
@@ -280,7 +307,7 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 	if sp.Progress != nil {
 		sp.Progress(g.total, g.total)
 	}
-	g.m.Blocks = len(sp.Instances)*sp.Blocks + g.sweepBlocks // the collected instances' blocks
+	g.m.Blocks = len(sp.Instances)*sp.Blocks + g.extraBlocks // the collected instances' blocks
 	for _, l := range g.m.Locations {
 		g.m.Counts[l.Kind]++
 	}
@@ -297,7 +324,7 @@ type gen struct {
 
 	pipe        redis.Pipeliner
 	done, total int
-	sweepBlocks int // blocks sweepSetup added
+	extraBlocks int // blocks stuckSetup and sweepSetup added
 }
 
 // hset queues one block's fields and flushes every 512 blocks.
@@ -460,7 +487,7 @@ func (g *gen) pickKind(tricky []string) string {
 
 // isGarbage reports whether a location of kind, in a key the collector judges, is garbage.
 func isGarbage(kind string) bool {
-	return kind == KindOrphanWriting || kind == KindMissingServing || kind == KindSharedOrphan
+	return kind == KindOrphanWriting || kind == KindMissingServing || kind == KindSharedOrphan || kind == KindStuckDeleting
 }
 
 func us(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }

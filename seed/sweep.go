@@ -76,16 +76,7 @@ func (g *gen) sweepSetup(ctx context.Context) error {
 	old := g.sp.Now.Add(-2 * grace)
 	location := g.sp.Layout == kvcm.LayoutLocation
 	g.m.SweepRoot = g.nfsRoot
-	taken := map[string]map[int64]bool{}
-	take := func(inst string, key int64) {
-		if taken[inst] == nil {
-			taken[inst] = map[int64]bool{}
-		}
-		taken[inst][key] = true
-	}
-	for _, l := range g.m.Locations {
-		take(l.Instance, l.Key)
-	}
+	fresh := g.freshKeys(rng)
 	keyOf := map[string][2]any{} // redis key -> instance, block key of the special keys
 	for _, lists := range [][]string{g.m.Corrupt, g.m.Ambiguous, g.m.Tombstones} {
 		for _, k := range lists {
@@ -97,17 +88,7 @@ func (g *gen) sweepSetup(ctx context.Context) error {
 			if err != nil {
 				continue
 			}
-			take(inst, key)
 			keyOf[k] = [2]any{inst, key}
-		}
-	}
-	fresh := func(inst string) int64 {
-		for {
-			k := int64(rng.Uint64())
-			if !taken[inst][k] {
-				take(inst, k)
-				return k
-			}
 		}
 	}
 	var errs []error
@@ -147,6 +128,11 @@ func (g *gen) sweepSetup(ctx context.Context) error {
 					l.Status, l.CreateTime, lru = 2, g.sp.Now.Add(-time.Hour).UnixMicro(), g.sp.Now.Add(-time.Hour)
 				case KindSweepDeleting:
 					l.Status = 4
+					if g.sp.DeletingGrace > 0 {
+						// Deleting right now, not stuck: a collector of stuck DELETING keeps it
+						// (and its files, which the sweep must see referenced).
+						lru = g.sp.Now.Add(-time.Hour)
+					}
 				case KindSweepHalf:
 					l.Specs, files = l.Specs[:1], files[:1]
 				}
@@ -171,7 +157,7 @@ func (g *gen) sweepSetup(ctx context.Context) error {
 				if err := g.hset(ctx, kvcm.BlockKey(inst, key), fields); err != nil {
 					return err
 				}
-				g.sweepBlocks++
+				g.extraBlocks++
 			}
 			// Orphans of absent blocks, both specs.
 			key := fresh(inst)

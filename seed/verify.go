@@ -97,6 +97,17 @@ type Report struct {
 	TombstoneKeys    int `json:"tombstone_keys"`
 	TombstonesIntact int `json:"tombstones_intact"`
 
+	// Stuck DELETING (Spec.DeletingGrace): StuckGone of the StuckLocations are gone;
+	// StuckFilesGone of their files were unlinked (named per block), StuckFilesLeft stayed in
+	// place as their DataLeft reason asks; StuckByType counts the gone ones by storage type
+	// and StuckLeftBy the ones whose data stayed by reason.
+	StuckLocations int            `json:"stuck_deleting"`
+	StuckGone      int            `json:"stuck_deleting_gone"`
+	StuckFilesGone int            `json:"stuck_files_unlinked"`
+	StuckFilesLeft int            `json:"stuck_files_left"`
+	StuckByType    map[string]int `json:"stuck_gone_by_storage_type,omitempty"`
+	StuckLeftBy    map[string]int `json:"stuck_data_left_by_reason,omitempty"`
+
 	// Problems lists every mismatch (capped).
 	Problems []string `json:"problems,omitempty"`
 	Mismatch int      `json:"mismatch"`
@@ -155,6 +166,9 @@ func VerifyWith(ctx context.Context, rdb redis.UniversalClient, before Snapshot,
 	}
 	for _, l := range m.Locations {
 		gone := !present(after, l)
+		if l.Kind == KindStuckDeleting {
+			r.stuck(l, gone, before)
+		}
 		if l.Garbage {
 			r.GarbageLocations++
 			if gone {
@@ -173,16 +187,22 @@ func VerifyWith(ctx context.Context, rdb redis.UniversalClient, before Snapshot,
 				return r, fmt.Errorf("verify: stat %s: %w", f, err)
 			}
 			switch {
-			case l.Garbage && !l.Shared():
+			case l.Garbage && !l.KeepsFiles():
 				if present {
 					r.problem("%s/%d/%s: garbage file %s still present", l.Instance, l.Key, l.Location, f)
 				} else {
 					r.GarbageFilesGone++
+					if l.Kind == KindStuckDeleting {
+						r.StuckFilesGone++
+					}
 				}
 			default:
 				r.LiveFiles++
 				if present {
 					r.LiveFilesPresent++
+					if l.Kind == KindStuckDeleting {
+						r.StuckFilesLeft++
+					}
 				} else {
 					r.problem("%s/%d/%s: live or shared file %s is gone", l.Instance, l.Key, l.Location, f)
 				}
@@ -190,6 +210,34 @@ func VerifyWith(ctx context.Context, rdb redis.UniversalClient, before Snapshot,
 		}
 	}
 	return r, nil
+}
+
+// stuck counts a stuck DELETING location: gone or not, by the storage type its seeded bytes
+// name, and the reason its data stays.
+func (r *Report) stuck(l Loc, gone bool, before Snapshot) {
+	r.StuckLocations++
+	if !gone {
+		return
+	}
+	r.StuckGone++
+	typ := kvcm.TypeUnknown
+	raw := []byte(before[kvcm.BlockKey(l.Instance, l.Key)][l.FieldName()])
+	if l.FieldName() == kvcm.FieldURI {
+		if blk, err := kvcm.DecodeBlock(raw); err == nil {
+			if loc, ok := blk.Find(l.Location); ok {
+				typ = loc.Type
+			}
+		}
+	} else if loc, err := kvcm.DecodeLocation(l.Location, raw); err == nil {
+		typ = loc.Type
+	}
+	if r.StuckByType == nil {
+		r.StuckByType, r.StuckLeftBy = map[string]int{}, map[string]int{}
+	}
+	r.StuckByType[typ.String()]++
+	if l.DataLeft != "" {
+		r.StuckLeftBy[l.DataLeft]++
+	}
 }
 
 // checkKey compares one key with what it must be now.

@@ -44,7 +44,12 @@ func StatusCommand() *Command {
 			if err != nil {
 				return err
 			}
-			rep, err := ops.Status(ctx, js, names, ops.WithCallTimeout(e.Config.JS.APITimeout), ops.WithHighWater(e.Config.HighWater))
+			opts := []ops.StatusOption{ops.WithCallTimeout(e.Config.JS.APITimeout), ops.WithHighWater(e.Config.HighWater)}
+			if e.Config.CollectDeleting {
+				// The stuck DELETING of the last day, from the delete events.
+				opts = append(opts, ops.WithStuckDeleting(24*time.Hour))
+			}
+			rep, err := ops.Status(ctx, js, names, opts...)
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}

@@ -27,6 +27,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // Cluster is the KVCM cluster name of the demo deployment.
@@ -114,7 +115,7 @@ func Run(ctx context.Context, o Options) error {
 	seedStart := time.Now()
 	m, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: Cluster, Layout: o.Layout, Ambiguous: o.Ambiguous, Instances: instances, Blocks: o.Blocks,
 		LocationsPerBlock: 2, GarbageFraction: o.Garbage, TrickyFraction: o.Tricky, Root: filepath.Join(dir, "data"),
-		MetaURI: rs.URI(), Seed: o.Seed, SweepFiles: !o.NoSweep, SweepGrace: cfg.SweepGrace,
+		MetaURI: rs.URI(), Seed: o.Seed, SweepFiles: !o.NoSweep, SweepGrace: cfg.SweepGrace, DeletingGrace: cfg.DeletingGrace,
 		Progress: func(done, total int) {
 			prog.Update(fmt.Sprintf("seeding  %s %d/%d blocks", cli.Bar(done, total, 30), done, total))
 		}})
@@ -130,7 +131,9 @@ func Run(ctx context.Context, o Options) error {
 
 	collectStart := time.Now()
 	reg := prometheus.NewRegistry()
-	res, err := collect(ctx, cfg, reg, o, prog, m.SweepRoot)
+	res, err := collect(ctx, cfg, reg, o, prog, m.SweepRoot, func(ctx context.Context, js jetstream.JetStream) error {
+		return backdateStuck(ctx, js, cfg, m, before)
+	})
 	collectTime := time.Since(collectStart)
 	if err != nil {
 		return interrupted(ctx, err)
@@ -204,6 +207,11 @@ func Config(redisURI, jsDir string) config.Config {
 	c.ScanInterval = time.Millisecond
 	c.RoundPause = 24 * time.Hour
 	c.OrphanWritingGrace = 24 * time.Hour
+	// Stuck DELETING are collected too; the seed's own DELETING were last written 26h ago
+	// (the orphan grace + 2h), and are not stuck yet under this grace, the seeded stuck ones
+	// are DELETING for 48h.
+	c.CollectDeleting = true
+	c.DeletingGrace = 36 * time.Hour
 	c.Storage.DefaultProbe = storage.ProbeStat
 	c.Workers.Prober = 2
 	// Deletes are the long pole of a round with 10% garbage; a wider window hides the Redis
@@ -224,15 +232,24 @@ type result struct {
 
 // collect runs the all-in-one process until round 1 has ended and both consumers are
 // drained (and, with sweepRoot set, the sweep of that storage has ended with its quarantine
-// empty), showing progress, then stops it gracefully.
-func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o Options, prog *cli.Progress, sweepRoot string) (result, error) {
+// empty), showing progress, then stops it gracefully. prepare runs once the process's NATS
+// server is up and before its stages start.
+func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o Options, prog *cli.Progress, sweepRoot string,
+	prepare func(context.Context, jetstream.JetStream) error) (result, error) {
 	var res result
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
 	started := make(chan string, 1)
 	var metrics *pipeline.Metrics
+	var prepErr error
 	p := &cli.Process{Stages: app.All, Embedded: true, Registry: reg,
-		Started:     func(url string, m *pipeline.Metrics) { metrics = m; started <- url },
+		Started: func(url string, m *pipeline.Metrics) {
+			metrics = m
+			if prepErr = withJetStream(pctx, url, prepare); prepErr != nil {
+				stop() // the stages start, and stop at once
+			}
+			started <- url
+		},
 		HTTPStarted: func(a net.Addr) { res.Metrics = "http://" + a.String() + "/metrics" }}
 	logs := &clearing{p: prog, w: o.Err}
 	env := &cli.Env{Prog: "kvcm-gc demo", Name: "run", Config: cfg, Stdout: o.Out, Stderr: o.Err,
@@ -246,6 +263,10 @@ func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o
 	case err := <-done:
 		return res, fmt.Errorf("all-in-one process: %w", err)
 	}
+	if prepErr != nil {
+		<-done
+		return res, prepErr
+	}
 	fmt.Fprintf(logs, "all-in-one running: embedded NATS %s, metrics %s\n", url, res.Metrics)
 	ck, werr := watch(ctx, url, cfg, metrics, o.Timeout, prog, sweepRoot)
 	res.Round = ck
@@ -256,6 +277,61 @@ func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o
 		return res, fmt.Errorf("all-in-one process: %w", err)
 	}
 	return res, werr
+}
+
+// withJetStream runs f on a connection of its own to the NATS server at url.
+func withJetStream(ctx context.Context, url string, f func(context.Context, jetstream.JetStream) error) error {
+	nc, err := nats.Connect(url, nats.Name("kvcm-gc-demo-prepare"))
+	if err != nil {
+		return fmt.Errorf("connect to the embedded nats server: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	return f(ctx, js)
+}
+
+// backdateStuck records, in the location layout, the first sight of every seeded stuck
+// DELETING in the OBSERVED bucket, as a prober of an earlier round would have: nothing in
+// Redis says when a location became DELETING, so only kvcm-gc's own first sight tells its
+// age, and the prober never nominates a location in the round that first saw it. The legacy
+// layout needs nothing: the blocks' __lru_time__ tells the age.
+func backdateStuck(ctx context.Context, js jetstream.JetStream, cfg config.Config, m *seed.Manifest, before seed.Snapshot) error {
+	if m.Layout != kvcm.LayoutLocation.String() {
+		return nil
+	}
+	names, err := cfg.Names()
+	if err != nil {
+		return err
+	}
+	opts, err := cfg.AppOptions()
+	if err != nil {
+		return err
+	}
+	// The topology the stages would create at their start, with the same settings.
+	if err := subjects.Ensure(ctx, js, names, opts.JetStream); err != nil {
+		return err
+	}
+	kv, err := js.KeyValue(ctx, names.ObservedBucket())
+	if err != nil {
+		return fmt.Errorf("open the observed bucket: %w", err)
+	}
+	obs := pipeline.KVObserver{KV: kv, TTL: 2*cfg.DeletingGrace + 24*time.Hour}
+	for _, l := range m.Locations {
+		if l.Kind != seed.KindStuckDeleting {
+			continue
+		}
+		raw, ok := before[kvcm.BlockKey(l.Instance, l.Key)][l.FieldName()]
+		if !ok {
+			return fmt.Errorf("stuck DELETING %s/%d/%s: not in the seeded keyspace", l.Instance, l.Key, l.Location)
+		}
+		if err := obs.Backdate(ctx, l.Instance, l.Key, l.Location, []byte(raw), l.DeletingSinceUs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // watch shows the round's progress until round 1 has ended and both consumers are drained,

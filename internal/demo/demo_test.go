@@ -3,6 +3,8 @@ package demo
 import (
 	"bytes"
 	"context"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -30,6 +32,41 @@ func TestRunLegacy(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "in the legacy layout")
 	require.Contains(t, out, "result              OK")
+	requireStuckCollected(t, out)
+}
+
+var (
+	stuckNominatedRE = regexp.MustCompile(`stuck DELETING +(\d+) nominated`)
+	stuckGoneRE      = regexp.MustCompile(`stuck DELETING +(\d+)/(\d+) gone \(([^)]*)\), (\d+) files unlinked, (\d+) files left in place`)
+	stuckLeftRE      = regexp.MustCompile(`data left +(\d+) locations \(([^)]*)\)`)
+)
+
+// requireStuckCollected: the report shows the seeded stuck DELETING, every one nominated and
+// gone, on file and mooncake storages, their per-block files unlinked and the others' data
+// left for each reason.
+func requireStuckCollected(t *testing.T, out string) {
+	t.Helper()
+	atoi := func(s string) int {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err)
+		return n
+	}
+	nominated := stuckNominatedRE.FindStringSubmatch(out)
+	require.NotNil(t, nominated, "no stuck DELETING line")
+	gone := stuckGoneRE.FindStringSubmatch(out)
+	require.NotNil(t, gone, "no stuck DELETING verification line")
+	require.Positive(t, atoi(gone[2]))
+	require.Equal(t, gone[2], gone[1], "every stuck DELETING collected")
+	require.Equal(t, gone[2], nominated[1], "every stuck DELETING nominated once")
+	require.Contains(t, gone[3], "file ")
+	require.Contains(t, gone[3], "mooncake ")
+	require.Positive(t, atoi(gone[4]), "per-block files unlinked")
+	require.Positive(t, atoi(gone[5]), "other data left in place")
+	left := stuckLeftRE.FindStringSubmatch(out)
+	require.NotNil(t, left)
+	for _, reason := range []string{seed.DataLeftShared, seed.DataLeftNotPerBlock, seed.DataLeftReferenced, seed.DataLeftReusable} {
+		require.Contains(t, left[2], reason+" ")
+	}
 }
 
 // TestRunLocation: the demo collects a keyspace of today's KVCM and verifies it, upgraded
@@ -46,6 +83,7 @@ func TestRunLocation(t *testing.T) {
 			require.Contains(t, out, "in the location layout")
 			require.Contains(t, out, "verification (empty_block: "+mode+")")
 			require.Contains(t, out, "result              OK")
+			requireStuckCollected(t, out)
 		})
 	}
 }

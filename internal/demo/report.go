@@ -32,6 +32,10 @@ type Report struct {
 	ProberSkips map[string]float64 // locations kept by the prober, by reason
 	PhysSkips   map[string]float64 // spec files not unlinked, by reason
 	Messages    map[string]float64 // consumed messages by stage/result
+	// Stuck DELETING (collect_deleting): the candidates, and the spec URIs whose data was
+	// left in place by "storage type/reason".
+	StuckNominated float64
+	StuckDataLeft  map[string]float64
 
 	SeedTime, CollectTime, Total time.Duration
 	MetricsURL                   string
@@ -50,15 +54,17 @@ func newReport(o Options, m *seed.Manifest, res result, vr seed.Report) Report {
 	return Report{
 		Instances: o.Instances, Blocks: o.Blocks, Layout: m.Layout, Locations: locations, Garbage: len(m.Garbage()),
 		BadKeys: len(m.BadKeys), Corrupt: len(m.Corrupt), ByLayout: m.LayoutLines(),
-		Round:       res.Round.Round,
-		KeysScanned: g.sum("kvcm_gc_scanned_keys_total"),
-		BadScanned:  g.sum("kvcm_gc_scan_bad_keys_total"),
-		Candidates:  g.by("kvcm_gc_candidates_total", "reason"),
-		Outcomes:    g.by("kvcm_gc_delete_results_total", "outcome"),
-		ProberSkips: g.by("kvcm_gc_prober_skips_total", "reason"),
-		PhysSkips:   g.by("kvcm_gc_physical_delete_skips_total", "reason"),
-		MetricsURL:  res.Metrics,
-		Verify:      vr,
+		Round:          res.Round.Round,
+		KeysScanned:    g.sum("kvcm_gc_scanned_keys_total"),
+		BadScanned:     g.sum("kvcm_gc_scan_bad_keys_total"),
+		Candidates:     g.by("kvcm_gc_candidates_total", "reason"),
+		Outcomes:       g.by("kvcm_gc_delete_results_total", "outcome"),
+		ProberSkips:    g.by("kvcm_gc_prober_skips_total", "reason"),
+		PhysSkips:      g.by("kvcm_gc_physical_delete_skips_total", "reason"),
+		StuckNominated: g.by("kvcm_gc_candidates_total", "reason")[subjects.ReasonStuckDeleting],
+		StuckDataLeft:  g.by2("kvcm_gc_stuck_deleting_data_left_total", "storage_type", "reason"),
+		MetricsURL:     res.Metrics,
+		Verify:         vr,
 	}
 }
 
@@ -89,6 +95,8 @@ func (r Report) Write(w io.Writer) {
 	line("  no-op deletes       %.0f %s", sum(noop), breakdown(noop))
 	line("  kept by the prober  %.0f %s", sum(r.ProberSkips), breakdown(r.ProberSkips))
 	line("  files not unlinked  %.0f %s", sum(r.PhysSkips), breakdown(r.PhysSkips))
+	line("  stuck DELETING      %.0f nominated; data left in place for %.0f spec URIs %s", r.StuckNominated,
+		sum(r.StuckDataLeft), breakdown(r.StuckDataLeft))
 	line("  elapsed             %s (seed %s, collection %s)",
 		r.Total.Round(time.Millisecond), r.SeedTime.Round(time.Millisecond), r.CollectTime.Round(time.Millisecond))
 	line("")
@@ -106,6 +114,9 @@ func (r Report) Write(w io.Writer) {
 		line("  left byte for byte  ambiguous keys %d/%d, tier-marked keys %d/%d, tombstones %d/%d",
 			v.AmbiguousIntact, v.AmbiguousKeys, v.TierIntact, v.TierKeys, v.TombstonesIntact, v.TombstoneKeys)
 	}
+	line("  stuck DELETING      %d/%d gone %s, %d files unlinked, %d files left in place",
+		v.StuckGone, v.StuckLocations, breakdown(floats(v.StuckByType)), v.StuckFilesGone, v.StuckFilesLeft)
+	line("    data left         %d locations %s", total(v.StuckLeftBy), breakdown(floats(v.StuckLeftBy)))
 	line("  stranded DELETING   %d", v.StrandedDeleting)
 	if v.OK() {
 		line("  result              OK")
@@ -124,6 +135,22 @@ func sum(m map[string]float64) float64 {
 		s += v
 	}
 	return s
+}
+
+func floats(m map[string]int) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = float64(v)
+	}
+	return out
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 func pick(m map[string]float64, keys ...string) map[string]float64 {
@@ -192,6 +219,24 @@ func (g gathered) by(name, label string) map[string]float64 {
 				out[l.GetValue()] += value(m)
 			}
 		}
+	}
+	return out
+}
+
+// by2 sums a metric by two labels, keyed "<label1 value>/<label2 value>".
+func (g gathered) by2(name, label1, label2 string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range g[name].GetMetric() {
+		var a, b string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case label1:
+				a = l.GetValue()
+			case label2:
+				b = l.GetValue()
+			}
+		}
+		out[a+"/"+b] += value(m)
 	}
 	return out
 }
