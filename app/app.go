@@ -146,7 +146,11 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 	}
 	o.Health.starting("opening consumers and buckets")
 	op := opener{js: js, timeout: apiTimeout, ensured: !o.SkipEnsure, log: log}
-	events := &pipeline.EventLog{JS: js, Names: names, DryRun: o.DryRun, Logger: log, Metrics: m}
+	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names, DryRun: o.DryRun},
+		pipeline.EventLogDeps{JS: js, Metrics: m, Logger: log})
+	if err != nil {
+		return err
+	}
 	pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: o.Meta, URIs: o.MetaURIs,
 		// Only the deleter writes: a process without it opens every store refusing writes, so no
 		// other stage can write by mistake (and none tries to load the CAS scripts).
@@ -237,33 +241,51 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 			return err
 		}
 		defer closeGuard()
-		p := &pipeline.Prober{Config: o.Prober, Names: names, Registry: registry, StorageOptions: so, Guard: gd,
-			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m, Logger: log.With("stage", pipeline.StageProber)}
+		var observer pipeline.DeletingObserver
 		if observed != nil {
 			// A first sight must outlive the grace and the round pause between two sights.
-			p.Observer = pipeline.KVObserver{KV: observed, TTL: 2*o.Prober.DeletingGrace + o.Scanner.RoundPause + 24*time.Hour}
+			observer = pipeline.KVObserver{KV: observed, TTL: 2*o.Prober.DeletingGrace + o.Scanner.RoundPause + 24*time.Hour}
 		}
-		c := &pipeline.Consumer{Stage: pipeline.StageProber, Consumer: proberCons, Workers: max(o.ProberWorkers, 1),
-			MaxDeliver: o.JetStream.MaxDeliver, Handle: p.Handle, Events: events, Metrics: m, Logger: log}
+		p, err := pipeline.NewProber(o.Prober, pipeline.ProberDeps{Names: names, Registry: registry, StorageOptions: so,
+			Guard: gd, Observer: observer, Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m,
+			Logger: log.With("stage", pipeline.StageProber)})
+		if err != nil {
+			return err
+		}
+		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageProber, Workers: o.ProberWorkers,
+			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: proberCons, Handle: p.Handle, Events: events, Metrics: m, Logger: log})
+		if err != nil {
+			return err
+		}
 		a := checks.stage(o.Health, pipeline.StageProber, nil)
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
 	if which.Deleter {
-		d := &pipeline.Deleter{Config: o.Deleter, Names: names, Stores: stores, StorageOptions: so, Events: events,
-			Metrics: m, Logger: log.With("stage", pipeline.StageDeleter)}
+		var counts jetstream.KeyValue
 		if o.EmptyBlock == meta.EmptyBlockDelete {
-			d.State = state
+			counts = state
 		}
-		c := &pipeline.Consumer{Stage: pipeline.StageDeleter, Consumer: deleterCons, Workers: max(o.DeleterWorkers, 1),
-			MaxDeliver: o.JetStream.MaxDeliver, Handle: d.Handle, Events: events, Metrics: m, Logger: log}
+		d, err := pipeline.NewDeleter(o.Deleter, pipeline.DeleterDeps{Names: names, Stores: stores, StorageOptions: so,
+			Events: events, State: counts, Metrics: m, Logger: log.With("stage", pipeline.StageDeleter)})
+		if err != nil {
+			return err
+		}
+		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageDeleter, Workers: o.DeleterWorkers,
+			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: deleterCons, Handle: d.Handle, Events: events, Metrics: m, Logger: log})
+		if err != nil {
+			return err
+		}
 		a := checks.stage(o.Health, pipeline.StageDeleter, nil)
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
 	if which.Walker {
-		w := &pipeline.Walker{Config: sweepCfg, Names: names, Registry: registry, StorageOptions: so,
+		w, err := pipeline.NewWalker(sweepCfg, pipeline.WalkerDeps{Names: names, Registry: registry, StorageOptions: so,
 			Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Publisher: pipeline.JSPublisher{JS: js},
 			Events: events, Backlog: SweepBacklog(js, names), MaxPayload: int(nc.MaxPayload()),
-			Metrics: m, Logger: log.With("stage", pipeline.StageWalker)}
+			Metrics: m, Logger: log.With("stage", pipeline.StageWalker)})
+		if err != nil {
+			return err
+		}
 		if len(sweepCfg.Storages) == 0 {
 			log.Info("no storage is swept (storage.overrides.<name>.sweep); the walker idles", "stage", pipeline.StageWalker)
 		}
@@ -271,10 +293,16 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		g.Go(func() error { defer a.set(false); return w.Run(gctx) })
 	}
 	if which.Sweeper {
-		sw := &pipeline.Sweeper{Config: sweepCfg, Names: names, Registry: registry, Stores: stores,
-			StorageOptions: so, Events: events, Metrics: m, Logger: log.With("stage", pipeline.StageSweeper)}
-		c := &pipeline.Consumer{Stage: pipeline.StageSweeper, Consumer: sweeperCons, Workers: max(o.SweeperWorkers, 1),
-			MaxDeliver: o.JetStream.MaxDeliver, Handle: sw.Handle, Events: events, Metrics: m, Logger: log}
+		sw, err := pipeline.NewSweeper(sweepCfg, pipeline.SweeperDeps{Names: names, Registry: registry, Stores: stores,
+			StorageOptions: so, Events: events, Metrics: m, Logger: log.With("stage", pipeline.StageSweeper)})
+		if err != nil {
+			return err
+		}
+		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageSweeper, Workers: o.SweeperWorkers,
+			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: sweeperCons, Handle: sw.Handle, Events: events, Metrics: m, Logger: log})
+		if err != nil {
+			return err
+		}
 		a := checks.stage(o.Health, pipeline.StageSweeper, nil)
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}

@@ -31,7 +31,8 @@ func TestRecordMaxDeliveries(t *testing.T) {
 	s.DeleterAckWait = 200 * time.Millisecond
 	require.NoError(t, subjects.Ensure(ctx, js, names, s))
 
-	events := &pipeline.EventLog{JS: js, Names: names}
+	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names}, pipeline.EventLogDeps{JS: js})
+	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- ops.RecordMaxDeliveries(rctx, nc, js, names, events, pipeline.StageDeleter, nil) }()

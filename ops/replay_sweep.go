@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
@@ -177,12 +175,11 @@ func writeReplayFiles(w io.Writer, files []FileReplay) {
 
 // replaySweeper is the sweeper a replay consults: the pipeline's own, in dry-run (the storage
 // refuses every rename and unlink, DESIGN §8.8), on the replay's registry and stores.
-func replaySweeper(s ReplaySetup, reg meta.RegistryReader, stores meta.StoreResolver, so storage.Options) *pipeline.Sweeper {
+func replaySweeper(s ReplaySetup, reg meta.RegistryReader, stores meta.StoreResolver, so storage.Options) (*pipeline.Sweeper, error) {
 	cfg := s.Sweep
 	if cfg.Grace == 0 && len(cfg.Storages) == 0 {
 		cfg = pipeline.DefaultSweepConfig()
 	}
 	so.DryRun = true
-	return &pipeline.Sweeper{Config: cfg, Registry: reg, Stores: stores, StorageOptions: so,
-		Metrics: pipeline.NewMetrics(prometheus.NewRegistry()), Logger: slog.New(slog.DiscardHandler)}
+	return pipeline.NewSweeper(cfg, pipeline.SweeperDeps{Registry: reg, Stores: stores, StorageOptions: so})
 }

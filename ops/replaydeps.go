@@ -82,10 +82,15 @@ func OpenReplayDeps(ctx context.Context, s ReplaySetup) (*ReplayDeps, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	closers = append(closers, closeGuard)
+	sw, err := replaySweeper(s, reg, pool, so)
+	if err != nil {
+		_ = closeAll()
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	return &ReplayDeps{
 		Blocks:  StoreBlocks{Stores: pool},
 		Rules:   &pipeline.Rules{Config: s.Prober, Storages: set, Guard: g},
-		Sweeper: replaySweeper(s, reg, pool, so),
+		Sweeper: sw,
 		Close:   closeAll,
 	}, nil
 }

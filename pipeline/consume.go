@@ -32,18 +32,64 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // It fetches only as many messages as it has free workers, so nothing waits in a client-side
 // buffer while its ack timer runs (the prefetch trap).
 type Consumer struct {
-	Stage      string
-	Consumer   jetstream.Consumer
-	Workers    int
-	MaxDeliver int // the consumer's MaxDeliver: the last failing delivery is dead-lettered
-	Handle     Handler
-	Events     *EventLog
-	Metrics    *Metrics
-	Logger     *slog.Logger
+	stage      string
+	consumer   jetstream.Consumer
+	workers    int
+	maxDeliver int
+	drain      time.Duration
+	fetchWait  time.Duration
+	handle     Handler
+	events     *EventLog
+	metrics    *Metrics
+	log        *slog.Logger
+}
+
+// ConsumerConfig is how a consumer consumes.
+type ConsumerConfig struct {
+	Stage   string
+	Workers int // handlers running at once; default 1
+	// MaxDeliver is the consumer's MaxDeliver: the last failing delivery is dead-lettered
+	// (0: never).
+	MaxDeliver int
 	// Drain is how long in-flight messages may take to finish after shutdown starts. Default 10s.
 	Drain time.Duration
 	// FetchWait bounds one pull request. Default 2s.
 	FetchWait time.Duration
+}
+
+// ConsumerDeps are what a consumer is wired to. Consumer and Handle are required; nil Events
+// records no poison or dead letter, a nil Metrics counts on an unregistered set, a nil Logger
+// discards.
+type ConsumerDeps struct {
+	Consumer jetstream.Consumer
+	Handle   Handler
+	Events   *EventLog
+	Metrics  *Metrics
+	Logger   *slog.Logger
+}
+
+// NewConsumer returns the consume loop of cfg.Stage.
+func NewConsumer(cfg ConsumerConfig, deps ConsumerDeps) (*Consumer, error) {
+	var missing []error
+	if deps.Consumer == nil {
+		missing = append(missing, errors.New("no JetStream consumer"))
+	}
+	if deps.Handle == nil {
+		missing = append(missing, errors.New("no handler"))
+	}
+	if err := errors.Join(missing...); err != nil {
+		return nil, fmt.Errorf("consumer of %s: %w", cfg.Stage, err)
+	}
+	c := &Consumer{stage: cfg.Stage, consumer: deps.Consumer, workers: max(cfg.Workers, 1), maxDeliver: cfg.MaxDeliver,
+		drain: cfg.Drain, fetchWait: cfg.FetchWait, handle: deps.Handle, events: deps.Events,
+		metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger)}
+	if c.drain <= 0 {
+		c.drain = 10 * time.Second
+	}
+	if c.fetchWait <= 0 {
+		c.fetchWait = 2 * time.Second
+	}
+	return c, nil
 }
 
 // redelivery is the policy of redelivery delays.
@@ -51,18 +97,7 @@ func redelivery() backoff.Policy { return backoff.New(RedeliveryInitial, Redeliv
 
 // Run consumes until ctx is done, then lets in-flight handlers finish (bounded by Drain).
 func (c *Consumer) Run(ctx context.Context) error {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	workers := max(c.Workers, 1)
-	drain := c.Drain
-	if drain <= 0 {
-		drain = 10 * time.Second
-	}
-	fetchWait := c.FetchWait
-	if fetchWait <= 0 {
-		fetchWait = 2 * time.Second
-	}
+	workers, drain, fetchWait := c.workers, c.drain, c.fetchWait
 	// Handlers outlive ctx by at most drain, so a shutdown never cuts a CAS/CAD sequence short
 	// without reason, yet never hangs.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -91,7 +126,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			break
 		}
 		fctx, fcancel := context.WithTimeout(ctx, fetchWait)
-		batch, err := c.Consumer.Fetch(free, jetstream.FetchContext(fctx))
+		batch, err := c.consumer.Fetch(free, jetstream.FetchContext(fctx))
 		if err != nil {
 			fcancel()
 			for range free {
@@ -100,9 +135,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			c.Metrics.opError(c.Stage, "fetch")
+			c.metrics.opError(c.stage, "fetch")
 			wait := retry.Next()
-			c.Logger.Warn("fetch", "stage", c.Stage, "failures", retry.Failures(), "retry_in", wait, "err", err)
+			c.log.Warn("fetch", "stage", c.stage, "failures", retry.Failures(), "retry_in", wait, "err", err)
 			_ = backoff.Sleep(ctx, wait) // a broken connection must not spin (invariant 7)
 			continue
 		}
@@ -122,7 +157,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			<-slots
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
-			c.Logger.Debug("fetch ended", "stage", c.Stage, "err", err)
+			c.log.Debug("fetch ended", "stage", c.stage, "err", err)
 		}
 	}
 	return nil
@@ -131,7 +166,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // process runs the handler and disposes of the message: the one place that decides ack,
 // redelivery, termination and dead-lettering.
 func (c *Consumer) process(runCtx, ctx context.Context, msg jetstream.Msg) {
-	err := c.handle(ctx, msg)
+	err := c.run(ctx, msg)
 	md, mdErr := msg.Metadata()
 	var delivered uint64 = 1
 	if mdErr == nil {
@@ -140,58 +175,58 @@ func (c *Consumer) process(runCtx, ctx context.Context, msg jetstream.Msg) {
 	switch {
 	case err == nil:
 		if aerr := msg.Ack(); aerr != nil {
-			c.Logger.Warn("ack", "stage", c.Stage, "err", aerr)
+			c.log.Warn("ack", "stage", c.stage, "err", aerr)
 		}
-		c.Metrics.Messages.WithLabelValues(c.Stage, MsgAck).Inc()
+		c.metrics.Messages.WithLabelValues(c.stage, MsgAck).Inc()
 	case errors.Is(err, subjects.ErrPoison):
 		c.record(ctx, msg, md, subjects.EventPoison, err)
 		_ = msg.TermWithReason(truncate(err.Error(), 200))
-		c.Metrics.Messages.WithLabelValues(c.Stage, MsgTerm).Inc()
-		c.Logger.Warn("message terminated", "stage", c.Stage, "err", err)
-	case c.MaxDeliver > 0 && delivered >= uint64(c.MaxDeliver):
+		c.metrics.Messages.WithLabelValues(c.stage, MsgTerm).Inc()
+		c.log.Warn("message terminated", "stage", c.stage, "err", err)
+	case c.maxDeliver > 0 && delivered >= uint64(c.maxDeliver):
 		c.record(ctx, msg, md, subjects.EventDeadLetter, err)
 		_ = msg.TermWithReason(truncate("max deliveries: "+err.Error(), 200))
-		c.Metrics.Messages.WithLabelValues(c.Stage, MsgTerm).Inc()
-		c.Logger.Warn("message dead-lettered", "stage", c.Stage, "deliveries", delivered, "err", err)
+		c.metrics.Messages.WithLabelValues(c.stage, MsgTerm).Inc()
+		c.log.Warn("message dead-lettered", "stage", c.stage, "deliveries", delivered, "err", err)
 	case runCtx.Err() != nil:
 		// Shutting down: hand the message back at once for another replica.
 		_ = msg.Nak()
-		c.Metrics.Messages.WithLabelValues(c.Stage, MsgNak).Inc()
+		c.metrics.Messages.WithLabelValues(c.stage, MsgNak).Inc()
 	default:
 		// NakWithDelay, never a bare Nak: a persistent failure must not become a redelivery
 		// storm, and the jitter keeps messages that failed together (an outage) from all
 		// coming back at the same instant.
 		_ = msg.NakWithDelay(redelivery().Delay(int(min(delivered, 1<<20))))
-		c.Metrics.Messages.WithLabelValues(c.Stage, MsgNak).Inc()
-		c.Logger.Warn("message failed; redelivery later", "stage", c.Stage, "deliveries", delivered, "err", err)
+		c.metrics.Messages.WithLabelValues(c.stage, MsgNak).Inc()
+		c.log.Warn("message failed; redelivery later", "stage", c.stage, "deliveries", delivered, "err", err)
 	}
 }
 
-// handle runs the handler and turns a panic into an error: one bad message must not take the
+// run runs the handler and turns a panic into an error: one bad message must not take the
 // process down; it is redelivered with backoff and dead-lettered at MaxDeliver.
-func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) (err error) {
+func (c *Consumer) run(ctx context.Context, msg jetstream.Msg) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.Logger.Error("handler panic", "stage", c.Stage, "panic", r)
+			c.log.Error("handler panic", "stage", c.stage, "panic", r)
 			err = fmt.Errorf("handler panic: %v", r)
 		}
 	}()
-	return c.Handle(ctx, msg)
+	return c.handle(ctx, msg)
 }
 
 func (c *Consumer) record(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, kind string, err error) {
-	if c.Events == nil {
+	if c.events == nil {
 		return
 	}
-	e := subjects.Event{Kind: kind, Stage: c.Stage, Reason: truncate(err.Error(), 500)}
-	if inst, ierr := c.Events.Names.InstanceOf(msg.Subject()); ierr == nil {
+	e := subjects.Event{Kind: kind, Stage: c.stage, Reason: truncate(err.Error(), 500)}
+	if inst, ierr := c.events.names.InstanceOf(msg.Subject()); ierr == nil {
 		e.Instance = inst
 	}
 	if md != nil {
 		e.Source = &subjects.Source{Stream: md.Stream, Seq: md.Sequence.Stream, MsgID: msg.Headers().Get(jetstream.MsgIDHeader)}
 	}
-	f := c.Events.Emit(ctx, e)
-	_ = c.Events.Wait(ctx, []jetstream.PubAckFuture{f})
+	f := c.events.Emit(ctx, e)
+	_ = c.events.Wait(ctx, []jetstream.PubAckFuture{f})
 }
 
 func truncate(s string, n int) string {

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -41,8 +40,10 @@ func TestConsumerDisposition(t *testing.T) {
 	var mu sync.Mutex
 	var okSeen []string
 	m := NewMetrics(prometheus.NewRegistry())
-	c := &Consumer{Stage: StageDeleter, Consumer: cons, Workers: 2, MaxDeliver: 2, Metrics: m,
-		Events: &EventLog{JS: js, Names: names, Metrics: m},
+	events, err := NewEventLog(EventLogConfig{Names: names}, EventLogDeps{JS: js, Metrics: m})
+	require.NoError(t, err)
+	c, err := NewConsumer(ConsumerConfig{Stage: StageDeleter, Workers: 2, MaxDeliver: 2}, ConsumerDeps{Consumer: cons, Metrics: m,
+		Events: events,
 		Handle: func(ctx context.Context, msg jetstream.Msg) error {
 			switch string(msg.Data()) {
 			case "poison":
@@ -55,7 +56,8 @@ func TestConsumerDisposition(t *testing.T) {
 				mu.Unlock()
 				return nil
 			}
-		}}
+		}})
+	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(cctx) }()
@@ -105,8 +107,9 @@ func (m *delayMsg) NakWithDelay(d time.Duration) error { m.delay, m.naks = d, m.
 // out, not all at the same instant.
 func TestRedeliveryDelays(t *testing.T) {
 	ctx := context.Background()
-	c := &Consumer{Stage: StageDeleter, MaxDeliver: 100, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: slog.New(slog.DiscardHandler),
-		Handle: func(context.Context, jetstream.Msg) error { return errors.New("redis down") }}
+	c, err := NewConsumer(ConsumerConfig{Stage: StageDeleter, MaxDeliver: 100}, ConsumerDeps{Consumer: noConsumer{},
+		Handle: func(context.Context, jetstream.Msg) error { return errors.New("redis down") }})
+	require.NoError(t, err)
 	for delivered, ceiling := range map[uint64]time.Duration{1: time.Second, 3: 4 * time.Second, 7: time.Minute, 50: time.Minute} {
 		seen := map[time.Duration]bool{}
 		for range 50 {

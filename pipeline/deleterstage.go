@@ -21,7 +21,24 @@ import (
 // Deleter is the deleter stage: it runs the delete protocol for every target of a request.
 // The number of requests in flight across all deleters is the consumer's MaxAckPending.
 type Deleter struct {
-	Config         DeleterConfig
+	cfg       DeleterConfig
+	names     subjects.Names
+	stores    meta.StoreResolver
+	storageOp storage.Options
+	events    *EventLog
+	state     jetstream.KeyValue
+	metrics   *Metrics
+	log       *slog.Logger
+
+	mu       sync.Mutex
+	sets     map[string]*storage.StaticSet // by the request's storage table
+	inflight map[uint64]time.Time          // by stream sequence
+}
+
+// DeleterDeps are what the deleter is wired to. Stores is required; nil Events records no
+// event, a nil State counts no deleted key, a nil Metrics counts on an unregistered set, a
+// nil Logger discards.
+type DeleterDeps struct {
 	Names          subjects.Names
 	Stores         meta.StoreResolver
 	StorageOptions storage.Options // local overrides, dry-run
@@ -31,10 +48,16 @@ type Deleter struct {
 	State   jetstream.KeyValue
 	Metrics *Metrics
 	Logger  *slog.Logger
+}
 
-	mu       sync.Mutex
-	sets     map[string]*storage.StaticSet // by the request's storage table
-	inflight map[uint64]time.Time          // by stream sequence
+// NewDeleter returns the deleter stage of cfg.
+func NewDeleter(cfg DeleterConfig, deps DeleterDeps) (*Deleter, error) {
+	if deps.Stores == nil {
+		return nil, errors.New("deleter: no metadata store resolver")
+	}
+	return &Deleter{cfg: cfg, names: deps.Names, stores: deps.Stores, storageOp: deps.StorageOptions, events: deps.Events,
+		state: deps.State, metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger),
+		sets: map[string]*storage.StaticSet{}, inflight: map[uint64]time.Time{}}, nil
 }
 
 // Handle processes one delete request message (a Handler).
@@ -43,20 +66,20 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	inst, err := d.Names.InstanceOf(msg.Subject())
+	inst, err := d.names.InstanceOf(msg.Subject())
 	if err != nil {
 		return fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
 	}
-	if inst != req.Instance || req.Cluster != d.Names.Cluster {
+	if inst != req.Instance || req.Cluster != d.names.Cluster {
 		return fmt.Errorf("%w: request for instance %q of cluster %q on subject %q", subjects.ErrPoison, req.Instance, req.Cluster, msg.Subject())
 	}
 	set, err := d.storageSet(req.Storages)
 	if err != nil {
 		return fmt.Errorf("%w: storage table: %v", subjects.ErrPoison, err)
 	}
-	store, err := d.Stores.Store(req.Store)
+	store, err := d.stores.Store(req.Store)
 	if err != nil {
-		d.Metrics.opError(StageDeleter, "store")
+		d.metrics.opError(StageDeleter, "store")
 		return fmt.Errorf("open metadata store %q: %w", req.Store, err)
 	}
 
@@ -70,8 +93,8 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 	d.track(seq, true)
 	defer d.track(seq, false)
 
-	proto := NewProtocol(d.Config, func() { _ = msg.InProgress() })
-	d.Metrics.DeleteTargets.Add(float64(len(req.Targets)))
+	proto := NewProtocol(d.cfg, func() { _ = msg.InProgress() })
+	d.metrics.DeleteTargets.Add(float64(len(req.Targets)))
 	// Each step runs for all blocks of the request in one round trip, and delete_delay is
 	// waited once per request (DeleteAll).
 	results, delErr := proto.DeleteAll(ctx, store, set, req.Instance, req.Targets)
@@ -80,40 +103,40 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 	targets := make([]subjects.EventTarget, len(results))
 	counts := map[string]int64{}
 	for i, r := range results {
-		d.Metrics.DeleteResults.WithLabelValues(r.Outcome).Inc()
+		d.metrics.DeleteResults.WithLabelValues(r.Outcome).Inc()
 		for reason, n := range r.PhysicalSkips {
-			d.Metrics.PhysicalSkips.WithLabelValues(reason).Add(float64(n))
+			d.metrics.PhysicalSkips.WithLabelValues(reason).Add(float64(n))
 			if r.Target.Reason == subjects.ReasonStuckDeleting && r.StorageType != "" {
-				d.Metrics.StuckDataLeft.WithLabelValues(r.StorageType, reason).Add(float64(n))
+				d.metrics.StuckDataLeft.WithLabelValues(r.StorageType, reason).Add(float64(n))
 			}
 		}
 		if r.KeyDeleted {
-			d.Metrics.DeletedKeys.WithLabelValues(req.Instance).Inc()
+			d.metrics.DeletedKeys.WithLabelValues(req.Instance).Inc()
 			keysDeleted++
 		}
 		if r.Outcome == subjects.OutcomeError {
-			d.Metrics.opError(StageDeleter, "delete")
+			d.metrics.opError(StageDeleter, "delete")
 		}
 		counts[r.Outcome]++
 		targets[i] = subjects.EventTarget{Key: r.Target.Key, Location: r.Target.Location, Reason: r.Target.Reason,
 			Outcome: r.Outcome, Detail: r.Detail, PhysicalSkips: r.PhysicalSkips, Resumed: r.Resumed, KeyDeleted: r.KeyDeleted}
 	}
-	if keysDeleted > 0 && d.State != nil {
-		if err := AddDeletedKeys(ctx, d.State, req.Instance, keysDeleted); err != nil {
-			d.Logger.Warn("count deleted keys", "instance", req.Instance, "err", err)
+	if keysDeleted > 0 && d.state != nil {
+		if err := AddDeletedKeys(ctx, d.state, req.Instance, keysDeleted); err != nil {
+			d.log.Warn("count deleted keys", "instance", req.Instance, "err", err)
 		}
 	}
-	if d.Events != nil {
+	if d.events != nil {
 		// One event for the whole request, every target's outcome in it, stored before the
 		// request is acknowledged.
 		outcome := subjects.OutcomeMixed
 		if len(counts) == 1 {
 			outcome = results[0].Outcome
 		}
-		f := d.Events.Emit(ctx, subjects.Event{Kind: subjects.EventDelete, Stage: StageDeleter, Instance: req.Instance,
+		f := d.events.Emit(ctx, subjects.Event{Kind: subjects.EventDelete, Stage: StageDeleter, Instance: req.Instance,
 			Round: req.Round, Outcome: outcome, Counts: counts, Targets: targets, Source: &src})
-		if err := d.Events.Wait(ctx, []jetstream.PubAckFuture{f}); err != nil {
-			d.Logger.Warn("store deleter events", "instance", req.Instance, "err", err)
+		if err := d.events.Wait(ctx, []jetstream.PubAckFuture{f}); err != nil {
+			d.log.Warn("store deleter events", "instance", req.Instance, "err", err)
 		}
 	}
 	if delErr != nil {
@@ -132,11 +155,11 @@ func (d *Deleter) storageSet(infos map[string]subjects.StorageInfo) (*storage.St
 	if s, ok := d.sets[string(key)]; ok {
 		return s, nil
 	}
-	s, err := storage.NewSet(StorageConfigs(infos), d.StorageOptions)
+	s, err := storage.NewSet(StorageConfigs(infos), d.storageOp)
 	if err != nil {
 		return nil, err
 	}
-	if d.sets == nil || len(d.sets) > 1024 {
+	if len(d.sets) > 1024 {
 		d.sets = map[string]*storage.StaticSet{}
 	}
 	d.sets[string(key)] = s
@@ -147,15 +170,12 @@ func (d *Deleter) storageSet(infos map[string]subjects.StorageInfo) (*storage.St
 func (d *Deleter) track(seq uint64, start bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.inflight == nil {
-		d.inflight = map[uint64]time.Time{}
-	}
 	if start {
 		d.inflight[seq] = time.Now()
 	} else {
 		delete(d.inflight, seq)
 	}
-	d.Metrics.InflightDeletes.Set(float64(len(d.inflight)))
+	d.metrics.InflightDeletes.Set(float64(len(d.inflight)))
 	var oldest time.Time
 	for _, t := range d.inflight {
 		if oldest.IsZero() || t.Before(oldest) {
@@ -163,9 +183,9 @@ func (d *Deleter) track(seq uint64, start bool) {
 		}
 	}
 	if oldest.IsZero() {
-		d.Metrics.InflightOldest.Set(0)
+		d.metrics.InflightOldest.Set(0)
 	} else {
-		d.Metrics.InflightOldest.Set(time.Since(oldest).Seconds())
+		d.metrics.InflightOldest.Set(time.Since(oldest).Seconds())
 	}
 }
 

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -14,12 +15,37 @@ import (
 // EventLog publishes audit events to the EVENTS stream asynchronously. A stage that must not
 // acknowledge its input before its events are stored waits on what Emit returns.
 type EventLog struct {
+	js      jetstream.JetStream
+	names   subjects.Names
+	dryRun  bool
+	log     *slog.Logger
+	metrics *Metrics
+	now     func() time.Time
+}
+
+// EventLogConfig is what the events say about where they come from.
+type EventLogConfig struct {
+	Names subjects.Names
+	// DryRun marks every event as one of a dry run.
+	DryRun bool
+}
+
+// EventLogDeps are the event log's collaborators. JS is required; a nil Metrics counts on an
+// unregistered set, a nil Logger discards, a nil Now is time.Now.
+type EventLogDeps struct {
 	JS      jetstream.JetStream
-	Names   subjects.Names
-	DryRun  bool
-	Logger  *slog.Logger
 	Metrics *Metrics
+	Logger  *slog.Logger
 	Now     func() time.Time
+}
+
+// NewEventLog returns the event log publishing to deps.JS.
+func NewEventLog(cfg EventLogConfig, deps EventLogDeps) (*EventLog, error) {
+	if deps.JS == nil {
+		return nil, errors.New("event log: no JetStream context")
+	}
+	return &EventLog{js: deps.JS, names: cfg.Names, dryRun: cfg.DryRun, log: orDiscard(deps.Logger),
+		metrics: orUnregistered(deps.Metrics), now: orNow(deps.Now)}, nil
 }
 
 // Emit fills the envelope (version, cluster, time, dry-run) and publishes e with a
@@ -27,19 +53,15 @@ type EventLog struct {
 // not even be queued (logged and counted: an audit gap never blocks deletion decisions).
 func (l *EventLog) Emit(ctx context.Context, e subjects.Event) jetstream.PubAckFuture {
 	e.V = subjects.EventSchemaVersion
-	e.Cluster = l.Names.Cluster
-	e.DryRun = e.DryRun || l.DryRun
-	now := time.Now
-	if l.Now != nil {
-		now = l.Now
-	}
+	e.Cluster = l.names.Cluster
+	e.DryRun = e.DryRun || l.dryRun
 	if e.At == 0 {
-		e.At = now().UnixMicro()
+		e.At = l.now().UnixMicro()
 	}
 	data, err := subjects.Encode(e)
 	if err == nil {
 		var f jetstream.PubAckFuture
-		f, err = l.JS.PublishAsync(l.Names.EventSubject(e.Kind, e.Instance), data, jetstream.WithMsgID(subjects.EventMsgID(e)))
+		f, err = l.js.PublishAsync(l.names.EventSubject(e.Kind, e.Instance), data, jetstream.WithMsgID(subjects.EventMsgID(e)))
 		if err == nil {
 			return f
 		}
@@ -75,12 +97,8 @@ func (l *EventLog) Wait(ctx context.Context, fs []jetstream.PubAckFuture) error 
 }
 
 func (l *EventLog) failed(stage string, err error) {
-	if l.Metrics != nil {
-		l.Metrics.opError(stage, "event")
-	}
-	if l.Logger != nil {
-		l.Logger.Warn("publish event", "stage", stage, "err", err)
-	}
+	l.metrics.opError(stage, "event")
+	l.log.Warn("publish event", "stage", stage, "err", err)
 }
 
 // JSPublisher publishes through JetStream and waits for the server's acknowledgement.

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -19,18 +20,18 @@ import (
 
 // Prober is the prober stage: it judges batches and publishes delete requests.
 type Prober struct {
-	Config         ProberConfig
-	Names          subjects.Names
-	Registry       meta.RegistryReader // for the storage table
-	StorageOptions storage.Options     // local overrides, probe modes
-	Guard          guard.Guard
-	// Observer remembers first sights of DELETING locations (collect_deleting).
-	Observer  DeletingObserver
-	Publisher Publisher
-	Events    *EventLog
-	Metrics   *Metrics
-	Logger    *slog.Logger
-	Now       func() time.Time
+	cfg       ProberConfig
+	names     subjects.Names
+	registry  meta.RegistryReader
+	storageOp storage.Options
+	guard     guard.Guard
+	observer  DeletingObserver
+	publisher Publisher
+	events    *EventLog
+	metrics   *Metrics
+	log       *slog.Logger
+	now       func() time.Time
+	gather    *gatherer
 
 	mu      sync.Mutex
 	set     *storage.StaticSet
@@ -43,27 +44,61 @@ type Prober struct {
 	retry   *backoff.Backoff
 	retryAt time.Time
 	lastErr error
-
-	gatherOnce sync.Once
-	gather     *gatherer
 }
 
-// gatherer returns the prober's gatherer of delete requests.
-func (p *Prober) gatherer() *gatherer {
-	p.gatherOnce.Do(func() {
-		p.gather = newGatherer(max(p.Config.MaxTargets, 1), func(ctx context.Context, req subjects.DeleteRequest) error {
-			data, err := subjects.Encode(req)
-			if err != nil {
-				return fmt.Errorf("encode delete request: %w", err)
-			}
-			if err := p.Publisher.Publish(ctx, p.Names.DeleteSubject(req.Instance), data, subjects.DeleteMsgID(req)); err != nil {
-				p.Metrics.opError(StageProber, "publish")
-				return err
-			}
-			return nil
-		})
-	})
-	return p.gather
+// ProberDeps are what the prober is wired to. Registry (for the storage table), Guard and
+// Publisher are required; a nil Observer collects no DELETING location, nil Events records
+// no event, a nil Metrics counts on an unregistered set, a nil Logger discards, a nil Now is
+// time.Now.
+type ProberDeps struct {
+	Names          subjects.Names
+	Registry       meta.RegistryReader
+	StorageOptions storage.Options // local overrides, probe modes
+	// Guard is the migration copy-target guard.
+	Guard guard.Guard
+	// Observer remembers first sights of DELETING locations (collect_deleting).
+	Observer  DeletingObserver
+	Publisher Publisher
+	Events    *EventLog
+	Metrics   *Metrics
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// NewProber returns the prober stage of cfg.
+func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
+	var missing []error
+	if deps.Registry == nil {
+		missing = append(missing, errors.New("no registry reader"))
+	}
+	if deps.Guard == nil {
+		missing = append(missing, errors.New("no copy-target guard"))
+	}
+	if deps.Publisher == nil {
+		missing = append(missing, errors.New("no publisher"))
+	}
+	if err := errors.Join(missing...); err != nil {
+		return nil, fmt.Errorf("prober: %w", err)
+	}
+	p := &Prober{cfg: cfg, names: deps.Names, registry: deps.Registry, storageOp: deps.StorageOptions,
+		guard: deps.Guard, observer: deps.Observer, publisher: deps.Publisher, events: deps.Events,
+		metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger), now: orNow(deps.Now),
+		retry: backoff.New(RegistryRetryInitial, RegistryRetryMax).Start()}
+	p.gather = newGatherer(max(cfg.MaxTargets, 1), p.publish)
+	return p, nil
+}
+
+// publish stores one gathered delete request.
+func (p *Prober) publish(ctx context.Context, req subjects.DeleteRequest) error {
+	data, err := subjects.Encode(req)
+	if err != nil {
+		return fmt.Errorf("encode delete request: %w", err)
+	}
+	if err := p.publisher.Publish(ctx, p.names.DeleteSubject(req.Instance), data, subjects.DeleteMsgID(req)); err != nil {
+		p.metrics.opError(StageProber, "publish")
+		return err
+	}
+	return nil
 }
 
 // registrySnapshot is what the prober takes from the registry.
@@ -85,13 +120,6 @@ const (
 	RegistryRetryMax     = 30 * time.Second
 )
 
-func (p *Prober) now() time.Time {
-	if p.Now != nil {
-		return p.Now()
-	}
-	return time.Now()
-}
-
 // storages returns the registry snapshot, re-reading the registry at most every
 // RegistryRefresh, and after a failed read not before the registry backoff allows: every
 // batch of a busy prober would otherwise send the failing registry a read of its own.
@@ -100,7 +128,7 @@ func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
 	defer p.mu.Unlock()
 	now := p.now()
 	last := registrySnapshot{p.set, p.tables, p.delays}
-	if p.set != nil && now.Sub(p.fetched) < p.Config.RegistryRefresh {
+	if p.set != nil && now.Sub(p.fetched) < p.cfg.RegistryRefresh {
 		return last, nil
 	}
 	if now.Before(p.retryAt) {
@@ -109,22 +137,19 @@ func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
 		}
 		return registrySnapshot{}, p.lastErr
 	}
-	if p.retry == nil {
-		p.retry = backoff.New(RegistryRetryInitial, RegistryRetryMax).Start()
-	}
-	reg, err := p.Registry.ReadRegistry(ctx)
+	reg, err := p.registry.ReadRegistry(ctx)
 	if err != nil {
 		wait := p.retry.Next()
 		p.retryAt, p.lastErr = now.Add(wait), fmt.Errorf("read registry: %w", err)
 		if p.set != nil {
 			// Keep judging with the last table; a stale table can only make storages unknown.
-			p.Logger.Warn("refresh registry; using the previous storage table", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
+			p.log.Warn("refresh registry; using the previous storage table", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
 			return last, nil
 		}
-		p.Logger.Warn("read registry", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
+		p.log.Warn("read registry", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
 		return registrySnapshot{}, p.lastErr
 	}
-	set, err := storage.NewSet(reg.Storages, p.StorageOptions)
+	set, err := storage.NewSet(reg.Storages, p.storageOp)
 	if err != nil {
 		return registrySnapshot{}, fmt.Errorf("build storage set: %w", err)
 	}
@@ -144,24 +169,24 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	// Invariant 4: the subject and the body must name the same instance and cluster.
-	inst, err := p.Names.InstanceOf(msg.Subject())
+	inst, err := p.names.InstanceOf(msg.Subject())
 	if err != nil {
 		return fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
 	}
-	if inst != b.Instance || b.Cluster != p.Names.Cluster {
+	if inst != b.Instance || b.Cluster != p.names.Cluster {
 		return fmt.Errorf("%w: batch for instance %q of cluster %q on subject %q", subjects.ErrPoison, b.Instance, b.Cluster, msg.Subject())
 	}
 	snap, err := p.storages(ctx)
 	if err != nil {
-		p.Metrics.opError(StageProber, "registry")
+		p.metrics.opError(StageProber, "registry")
 		return err
 	}
 	now := p.now
-	rules := Rules{Config: p.Config, Storages: snap.set, Guard: p.Guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
-		p.Metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
-	}, GroupDelay: snap.groupDelay, Observer: p.Observer}
+	rules := Rules{Config: p.cfg, Storages: snap.set, Guard: p.guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
+		p.metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
+	}, GroupDelay: snap.groupDelay, Observer: p.observer}
 	// Batches of the instance judged at the same time go into one delete request (gather.go).
-	tk := p.gatherer().start(gatherKey{instance: b.Instance, group: b.Group, store: b.Store, round: b.Round})
+	tk := p.gather.start(gatherKey{instance: b.Instance, group: b.Group, store: b.Store, round: b.Round})
 	defer tk.cancel()
 	v := rules.Judge(ctx, b, now())
 
@@ -180,29 +205,29 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 		}
 	}
 
-	p.Metrics.ProbedLocations.Add(float64(v.Judged))
+	p.metrics.ProbedLocations.Add(float64(v.Judged))
 	for r, n := range v.Candidates {
-		p.Metrics.Candidates.WithLabelValues(r).Add(float64(n))
+		p.metrics.Candidates.WithLabelValues(r).Add(float64(n))
 	}
 	for r, n := range v.Skips {
-		p.Metrics.ProberSkips.WithLabelValues(r).Add(float64(n))
+		p.metrics.ProberSkips.WithLabelValues(r).Add(float64(n))
 	}
-	if p.Events == nil {
+	if p.events == nil {
 		return nil
 	}
 	var fs []jetstream.PubAckFuture
 	for _, t := range v.Targets {
 		key := t.Key
-		fs = append(fs, p.Events.Emit(ctx, subjects.Event{Kind: subjects.EventCandidate, Stage: StageProber, Instance: b.Instance,
+		fs = append(fs, p.events.Emit(ctx, subjects.Event{Kind: subjects.EventCandidate, Stage: StageProber, Instance: b.Instance,
 			Round: b.Round, Key: &key, Location: t.Location, Reason: t.Reason, Source: &src}))
 	}
 	for _, n := range v.Notes {
 		key := n.Key
-		fs = append(fs, p.Events.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: StageProber, Instance: b.Instance,
+		fs = append(fs, p.events.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: StageProber, Instance: b.Instance,
 			Round: b.Round, Key: &key, Location: n.Location, Reason: n.Reason, Detail: n.Detail, Source: &src}))
 	}
-	if err := p.Events.Wait(ctx, fs); err != nil {
-		p.Logger.Warn("store prober events", "instance", b.Instance, "err", err)
+	if err := p.events.Wait(ctx, fs); err != nil {
+		p.log.Warn("store prober events", "instance", b.Instance, "err", err)
 	}
 	return nil
 }

@@ -3,13 +3,13 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
@@ -40,7 +40,8 @@ func TestProberRegistryBackoff(t *testing.T) {
 	reg := &flakyRegistry{down: true}
 	cfg := DefaultProberConfig()
 	cfg.RegistryRefresh = 10 * time.Second
-	p := &Prober{Config: cfg, Registry: reg, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }}
+	p, err := NewProber(cfg, ProberDeps{Registry: reg, Guard: guard.None{}, Publisher: noPublisher{}, Now: func() time.Time { return now }})
+	require.NoError(t, err)
 
 	// No table yet: every batch fails, but only the first one reads the registry.
 	for range 100 {
@@ -49,7 +50,7 @@ func TestProberRegistryBackoff(t *testing.T) {
 	}
 	require.Equal(t, 1, reg.reads)
 	now = now.Add(RegistryRetryInitial) // at least the first wait
-	_, err := p.storages(ctx)
+	_, err = p.storages(ctx)
 	require.Error(t, err)
 	require.Equal(t, 2, reg.reads)
 	// The second wait is longer than the first one can be.

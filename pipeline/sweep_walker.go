@@ -24,43 +24,83 @@ import (
 // the storage's quarantine so sweepers finish or undo what is there. It never writes a file
 // or Redis; any number of replicas may run, one walks each storage.
 type Walker struct {
-	Config         SweepConfig
-	Names          subjects.Names
-	Registry       meta.RegistryReader
-	StorageOptions storage.Options // the path maps; dry-run changes nothing the walker does
-	Leases         jetstream.KeyValue
-	LeaseTTL       time.Duration
-	State          jetstream.KeyValue
-	Publisher      AsyncPublisher
-	Events         *EventLog
-	// Backlog reads the sweeper consumer's pending + unacknowledged batches.
-	Backlog    func(ctx context.Context) (uint64, error)
-	MaxPayload int
-	Metrics    *Metrics
-	Logger     *slog.Logger
-	Now        func() time.Time
+	cfg        SweepConfig
+	names      subjects.Names
+	registry   meta.RegistryReader
+	storageOp  storage.Options
+	leases     jetstream.KeyValue
+	leaseTTL   time.Duration
+	state      jetstream.KeyValue
+	publisher  AsyncPublisher
+	events     *EventLog
+	backlog    func(ctx context.Context) (uint64, error)
+	maxPayload int
+	metrics    *Metrics
+	log        *slog.Logger
+	now        func() time.Time
 
 	views viewCache
 }
 
+// WalkerDeps are what the walker is wired to. Registry, Leases, State and Publisher are
+// required; a nil Backlog never holds a walk back, nil Events records no event, a nil Metrics
+// counts on an unregistered set, a nil Logger discards, a nil Now is time.Now.
+type WalkerDeps struct {
+	Names          subjects.Names
+	Registry       meta.RegistryReader
+	StorageOptions storage.Options // the path maps; dry-run changes nothing the walker does
+	// Leases is the LEASE bucket, whose bucket-wide TTL is LeaseTTL (default 15s); State the
+	// STATE bucket, which keeps the walks' checkpoints.
+	Leases    jetstream.KeyValue
+	LeaseTTL  time.Duration
+	State     jetstream.KeyValue
+	Publisher AsyncPublisher
+	Events    *EventLog
+	// Backlog reads the sweeper consumer's pending + unacknowledged batches.
+	Backlog    func(ctx context.Context) (uint64, error)
+	MaxPayload int // the server's max payload; batches are split below it (default 1 MiB)
+	Metrics    *Metrics
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// NewWalker returns the walker of cfg.
+func NewWalker(cfg SweepConfig, deps WalkerDeps) (*Walker, error) {
+	missing := []error{cfg.Validate()}
+	if deps.Registry == nil {
+		missing = append(missing, errors.New("no registry reader"))
+	}
+	if deps.Leases == nil {
+		missing = append(missing, errors.New("no lease bucket"))
+	}
+	if deps.State == nil {
+		missing = append(missing, errors.New("no state bucket"))
+	}
+	if deps.Publisher == nil {
+		missing = append(missing, errors.New("no publisher"))
+	}
+	if err := errors.Join(missing...); err != nil {
+		return nil, fmt.Errorf("walker: %w", err)
+	}
+	w := &Walker{cfg: cfg, names: deps.Names, registry: deps.Registry, storageOp: deps.StorageOptions,
+		leases: deps.Leases, leaseTTL: deps.LeaseTTL, state: deps.State, publisher: deps.Publisher, events: deps.Events,
+		backlog: deps.Backlog, maxPayload: deps.MaxPayload, metrics: orUnregistered(deps.Metrics),
+		log: orDiscard(deps.Logger), now: orNow(deps.Now)}
+	if w.leaseTTL <= 0 {
+		w.leaseTTL = 15 * time.Second
+	}
+	if w.maxPayload <= 0 {
+		w.maxPayload = 1 << 20 // the server's default
+	}
+	return w, nil
+}
+
 // Run walks until ctx is done, then releases its leases.
 func (w *Walker) Run(ctx context.Context) error {
-	if err := w.Config.Validate(); err != nil {
-		return err
-	}
-	if w.Now == nil {
-		w.Now = time.Now
-	}
-	if w.Logger == nil {
-		w.Logger = slog.New(slog.DiscardHandler)
-	}
-	if w.LeaseTTL <= 0 {
-		w.LeaseTTL = 15 * time.Second
-	}
 	var wg sync.WaitGroup
-	for _, name := range slices.Sorted(slices.Values(w.Config.Storages)) {
-		sw := &storageWalk{w: w, storage: name, log: w.Logger.With("storage", name),
-			lease: newSweepLease(w.Leases, name, w.Config.Holder, w.LeaseTTL, w.Now)}
+	for _, name := range slices.Sorted(slices.Values(w.cfg.Storages)) {
+		sw := &storageWalk{w: w, storage: name, log: w.log.With("storage", name),
+			lease: newSweepLease(w.leases, name, w.cfg.Holder, w.leaseTTL, w.now)}
 		wg.Add(1)
 		go func() { defer wg.Done(); sw.run(ctx) }()
 	}
@@ -71,12 +111,12 @@ func (w *Walker) Run(ctx context.Context) error {
 
 // snapshot returns the registry view (viewCache).
 func (w *Walker) snapshot(ctx context.Context) (*SweepView, error) {
-	v, err := w.views.get(ctx, w.Registry, w.StorageOptions, w.Config.RegistryRefresh, w.Now())
+	v, err := w.views.get(ctx, w.registry, w.storageOp, w.cfg.RegistryRefresh, w.now())
 	if err != nil || v.stale {
-		w.Metrics.sweepError(StageWalker, "registry")
+		w.metrics.sweepError(StageWalker, "registry")
 	}
 	if err == nil && v.stale {
-		w.Logger.Warn("refresh registry; walking with the previous snapshot", "err", v.err)
+		w.log.Warn("refresh registry; walking with the previous snapshot", "err", v.err)
 	}
 	return v.view, err
 }
@@ -115,7 +155,7 @@ func (s *storageWalk) run(ctx context.Context) {
 			s.log.Warn("release sweep lease", "err", err)
 		}
 	}()
-	interval := s.w.Config.Interval
+	interval := s.w.cfg.Interval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -134,33 +174,33 @@ func (s *storageWalk) run(ctx context.Context) {
 }
 
 func (s *storageWalk) keepLease(ctx context.Context) {
-	every := s.w.Config.LeaseRenew
+	every := s.w.cfg.LeaseRenew
 	if every <= 0 {
-		every = max(s.w.LeaseTTL/3, 100*time.Millisecond)
+		every = max(s.w.leaseTTL/3, 100*time.Millisecond)
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	wasHeld := false
 	defer func() {
 		if wasHeld {
-			s.w.Metrics.Sweep.LeasesHeld.Dec()
+			s.w.metrics.Sweep.LeasesHeld.Dec()
 		}
 	}()
 	for {
 		held, err := s.lease.refresh(ctx)
 		if err != nil && ctx.Err() == nil {
-			s.w.Metrics.sweepError(StageWalker, "lease")
+			s.w.metrics.sweepError(StageWalker, "lease")
 			if wasHeld {
 				s.log.Warn("sweep lease renewal failed", "err", err)
 			}
 		}
 		if held != wasHeld {
 			if held {
-				s.log.Info("sweep lease acquired", "holder", s.w.Config.Holder)
-				s.w.Metrics.Sweep.LeasesHeld.Inc()
+				s.log.Info("sweep lease acquired", "holder", s.w.cfg.Holder)
+				s.w.metrics.Sweep.LeasesHeld.Inc()
 			} else {
 				s.log.Warn("sweep lease lost")
-				s.w.Metrics.Sweep.LeasesHeld.Dec()
+				s.w.metrics.Sweep.LeasesHeld.Dec()
 			}
 			wasHeld = held
 		}
@@ -211,9 +251,9 @@ func (s *storageWalk) tick(ctx context.Context) {
 		return
 	}
 	if !s.loaded {
-		c, r, err := ReadSweepCheckpoint(ctx, s.w.State, s.storage)
+		c, r, err := ReadSweepCheckpoint(ctx, s.w.state, s.storage)
 		if err != nil {
-			s.w.Metrics.sweepError(StageWalker, "checkpoint")
+			s.w.metrics.sweepError(StageWalker, "checkpoint")
 			s.warn(ctx, "read sweep checkpoint", "err", err)
 			return
 		}
@@ -236,26 +276,26 @@ func (s *storageWalk) tick(ctx context.Context) {
 			s.root, err = fs.Open()
 		}
 		if err != nil {
-			s.w.Metrics.sweepError(StageWalker, "open")
+			s.w.metrics.sweepError(StageWalker, "open")
 			s.warn(ctx, "open swept storage; not walked", "err", err)
 			return
 		}
 		s.fs = fs
 	}
-	if s.w.Backlog != nil {
-		n, err := s.w.Backlog(ctx)
+	if s.w.backlog != nil {
+		n, err := s.w.backlog(ctx)
 		if err != nil {
-			s.w.Metrics.sweepError(StageWalker, "backlog")
+			s.w.metrics.sweepError(StageWalker, "backlog")
 			s.warn(ctx, "read sweeper backlog", "err", err)
 			return // fail closed: no walking without knowing the backlog
 		}
-		s.w.Metrics.Sweep.Backlog.Set(float64(n))
-		if n > s.w.Config.HighWater {
-			s.w.Metrics.Sweep.Backpressure.Inc()
+		s.w.metrics.Sweep.Backlog.Set(float64(n))
+		if n > s.w.cfg.HighWater {
+			s.w.metrics.Sweep.Backpressure.Inc()
 			return
 		}
 	}
-	now := s.w.Now()
+	now := s.w.now()
 	switch {
 	case s.ck.QInPass:
 		s.quarantinePage(ctx, view, rev, now)
@@ -279,10 +319,10 @@ func (s *storageWalk) save(ctx context.Context, c SweepCheckpoint, now time.Time
 	if _, held := s.lease.held(); !held {
 		return false // fencing: no progress recorded after the lease is gone
 	}
-	c.Holder, c.SavedUs = s.w.Config.Holder, now.UnixMicro()
-	rev, err := writeSweepCheckpoint(ctx, s.w.State, c, s.ckRev)
+	c.Holder, c.SavedUs = s.w.cfg.Holder, now.UnixMicro()
+	rev, err := writeSweepCheckpoint(ctx, s.w.state, c, s.ckRev)
 	if err != nil {
-		s.w.Metrics.sweepError(StageWalker, "checkpoint")
+		s.w.metrics.sweepError(StageWalker, "checkpoint")
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			s.log.Warn("sweep checkpoint written by another walker; stepping down", "err", err)
 			s.lease.drop()
@@ -340,12 +380,12 @@ func (s *storageWalk) walkPage(ctx context.Context, view *SweepView, rev uint64,
 	if s.walk == nil {
 		s.walk = s.root.Walk(string(s.ck.Cursor))
 	}
-	grace := s.w.Config.Grace
+	grace := s.w.cfg.Grace
 	var files []sweepCandidate
 	kept := map[string]uint64{}
 	var last string
 	n, done := 0, false
-	for n < s.w.Config.BatchSize {
+	for n < s.w.cfg.BatchSize {
 		e, ok := s.walk.Next()
 		if !ok {
 			done = true
@@ -354,7 +394,7 @@ func (s *storageWalk) walkPage(ctx context.Context, view *SweepView, rev uint64,
 		n++
 		last = e.Rel
 		if e.Err != nil {
-			s.w.Metrics.sweepError(StageWalker, "walk")
+			s.w.metrics.sweepError(StageWalker, "walk")
 			s.warn(ctx, "walk a directory of the swept storage; skipped", "path", e.Rel, "err", e.Err)
 			kept[SweepKeptUnreadable]++
 			continue
@@ -385,7 +425,7 @@ func (s *storageWalk) walkPage(ctx context.Context, view *SweepView, rev uint64,
 	}
 	if done {
 		c.InRound = false
-		c.NextRoundUs = now.Add(s.w.Config.RoundPause).UnixMicro()
+		c.NextRoundUs = now.Add(s.w.cfg.RoundPause).UnixMicro()
 		c.LastRoundEndUs, c.LastRoundMs = now.UnixMicro(), now.Sub(time.UnixMicro(c.RoundStartedUs)).Milliseconds()
 		c.LastWalked, c.LastCandidates, c.LastKept = c.Walked, c.Candidates, maps.Clone(c.Kept)
 	}
@@ -393,7 +433,7 @@ func (s *storageWalk) walkPage(ctx context.Context, view *SweepView, rev uint64,
 		return
 	}
 	s.progressed = true
-	m := s.w.Metrics.Sweep
+	m := s.w.metrics.Sweep
 	m.Walked.Add(float64(n))
 	m.Candidates.Add(float64(len(files)))
 	for r, k := range kept {
@@ -420,7 +460,7 @@ func (s *storageWalk) quarantinePage(ctx context.Context, view *SweepView, rev u
 	if s.qwalk == nil {
 		qw, err := s.root.WalkQuarantine(string(s.ck.QCursor))
 		if err != nil {
-			s.w.Metrics.sweepError(StageWalker, "walk")
+			s.w.metrics.sweepError(StageWalker, "walk")
 			s.warn(ctx, "open the quarantine", "err", err)
 			return
 		}
@@ -430,7 +470,7 @@ func (s *storageWalk) quarantinePage(ctx context.Context, view *SweepView, rev u
 	var files []sweepCandidate
 	var last string
 	n, done := 0, false
-	for n < s.w.Config.BatchSize {
+	for n < s.w.cfg.BatchSize {
 		e, ok := s.qwalk.Next()
 		if !ok {
 			done = true
@@ -439,7 +479,7 @@ func (s *storageWalk) quarantinePage(ctx context.Context, view *SweepView, rev u
 		n++
 		last = e.Rel
 		if e.Err != nil {
-			s.w.Metrics.sweepError(StageWalker, "walk")
+			s.w.metrics.sweepError(StageWalker, "walk")
 			s.warn(ctx, "walk a directory of the quarantine; skipped", "path", e.Rel, "err", e.Err)
 			seen.Foreign++
 			continue
@@ -470,7 +510,7 @@ func (s *storageWalk) quarantinePage(ctx context.Context, view *SweepView, rev u
 		c.QInPass = false
 		seen.EndedUs = now.UnixMicro()
 		c.QLast, c.QSeen = seen, QuarantineCount{}
-		c.QNextUs = now.Add(max(s.w.Config.Quarantine/2, s.w.Config.Interval)).UnixMicro()
+		c.QNextUs = now.Add(max(s.w.cfg.Quarantine/2, s.w.cfg.Interval)).UnixMicro()
 	}
 	if !s.save(ctx, c, now) {
 		return
@@ -481,7 +521,7 @@ func (s *storageWalk) quarantinePage(ctx context.Context, view *SweepView, rev u
 			s.qwalk.Close()
 			s.qwalk = nil
 		}
-		m := s.w.Metrics.Sweep
+		m := s.w.metrics.Sweep
 		m.QFiles.Set(float64(seen.Files))
 		m.QBytes.Set(float64(seen.Bytes))
 		m.QConflicts.Set(float64(seen.Conflicts))
@@ -569,15 +609,11 @@ func (s *storageWalk) publish(ctx context.Context, kind string, round, page, rev
 	for _, f := range files {
 		byInst[f.instance] = append(byInst[f.instance], f)
 	}
-	maxPayload := int64(s.w.MaxPayload)
-	if maxPayload <= 0 {
-		maxPayload = 1 << 20 // the server's default
-	}
-	limit := subjects.PayloadLimit(maxPayload)
+	limit := subjects.PayloadLimit(int64(s.w.maxPayload))
 	var acks []AckWait
 	for _, inst := range slices.Sorted(maps.Keys(byInst)) {
 		cs := byInst[inst]
-		b := subjects.SweepBatch{V: subjects.SchemaVersion, Cluster: s.w.Names.Cluster, Instance: inst,
+		b := subjects.SweepBatch{V: subjects.SchemaVersion, Cluster: s.w.names.Cluster, Instance: inst,
 			Group: cs[0].group, Store: cs[0].store, Storage: s.storage, Kind: kind, Round: round, Page: page,
 			LeaseRev: rev, WalkedAt: now.UnixMicro()}
 		for _, c := range cs {
@@ -585,14 +621,14 @@ func (s *storageWalk) publish(ctx context.Context, kind string, round, page, rev
 		}
 		parts, err := splitSweep(b, limit)
 		if err != nil {
-			s.w.Metrics.sweepError(StageWalker, "publish")
+			s.w.metrics.sweepError(StageWalker, "publish")
 			s.warn(ctx, "encode sweep batch", "instance", inst, "err", err)
 			return false
 		}
 		for _, p := range parts {
-			ack, err := s.w.Publisher.PublishAsync(s.w.Names.SweepSubject(inst), p.data, subjects.SweepMsgID(p.batch))
+			ack, err := s.w.publisher.PublishAsync(s.w.names.SweepSubject(inst), p.data, subjects.SweepMsgID(p.batch))
 			if err != nil {
-				s.w.Metrics.sweepError(StageWalker, "publish")
+				s.w.metrics.sweepError(StageWalker, "publish")
 				s.warn(ctx, "publish sweep batch", "instance", inst, "err", err)
 				return false
 			}
@@ -603,7 +639,7 @@ func (s *storageWalk) publish(ctx context.Context, kind string, round, page, rev
 	defer cancel()
 	for _, ack := range acks {
 		if err := ack(actx); err != nil {
-			s.w.Metrics.sweepError(StageWalker, "publish")
+			s.w.metrics.sweepError(StageWalker, "publish")
 			s.warn(ctx, "store sweep batch", "err", err)
 			return false
 		}
@@ -644,9 +680,9 @@ func splitSweep(b subjects.SweepBatch, limit int) ([]encodedSweep, error) {
 }
 
 func (s *storageWalk) event(ctx context.Context, e subjects.Event) {
-	if s.w.Events == nil {
+	if s.w.events == nil {
 		return
 	}
 	e.Stage = StageWalker
-	s.w.Events.Emit(ctx, e)
+	s.w.events.Emit(ctx, e)
 }

@@ -105,8 +105,10 @@ func (e *walkerEnv) walker(holder string, batch int) *Walker {
 	cfg := DefaultSweepConfig()
 	cfg.Storages, cfg.Interval, cfg.BatchSize, cfg.Holder = []string{"nfs"}, time.Millisecond, batch, holder
 	cfg.LeaseRenew = 100 * time.Millisecond
-	return &Walker{Config: cfg, Names: e.names, Registry: e.reg, Leases: leases, LeaseTTL: 2 * time.Second, State: state,
-		Publisher: JSPublisher{JS: e.js}, Metrics: NewMetrics(prometheus.NewRegistry()), Now: func() time.Time { return e.now }}
+	w, err := NewWalker(cfg, WalkerDeps{Names: e.names, Registry: e.reg, Leases: leases, LeaseTTL: 2 * time.Second, State: state,
+		Publisher: JSPublisher{JS: e.js}, Metrics: NewMetrics(prometheus.NewRegistry()), Now: func() time.Time { return e.now }})
+	require.NoError(e.t, err)
+	return w
 }
 
 // run starts w; the returned func stops it and waits.
@@ -236,7 +238,7 @@ func TestWalkerResumes(t *testing.T) {
 	}
 	slices.Sort(want)
 	w1 := e.walker("w1", 4)
-	w1.Config.Interval = 20 * time.Millisecond
+	w1.cfg.Interval = 20 * time.Millisecond
 	stop1 := e.run(w1)
 	require.Eventually(t, func() bool { c := e.checkpoint(); return c.InRound && c.Page >= 3 }, 20*time.Second, time.Millisecond)
 	stop1()
@@ -263,7 +265,7 @@ func TestWalkerOneLeader(t *testing.T) {
 	c := e.waitRound(1)
 	held := 0
 	for _, w := range []*Walker{a, b} {
-		held += int(gaugeOf(t, w.Metrics.Sweep.LeasesHeld))
+		held += int(gaugeOf(t, w.metrics.Sweep.LeasesHeld))
 	}
 	require.Equal(t, 1, held)
 	require.Len(t, filesOf(e.published(), subjects.SweepWalk), 10)

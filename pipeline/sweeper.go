@@ -38,7 +38,25 @@ import (
 // Any number of sweepers may run; the sweeper consumer's MaxAckPending caps the batches in
 // flight across all of them.
 type Sweeper struct {
-	Config         SweepConfig
+	cfg       SweepConfig
+	names     subjects.Names
+	registry  meta.RegistryReader
+	stores    meta.StoreResolver
+	storageOp storage.Options
+	events    *EventLog
+	metrics   *Metrics
+	log       *slog.Logger
+	now       func() time.Time
+
+	views    viewCache
+	inflight sync.Mutex
+	files    int
+}
+
+// SweeperDeps are what the sweeper is wired to. Registry and Stores are required; nil Events
+// records no event, a nil Metrics counts on an unregistered set, a nil Logger discards, a nil
+// Now is time.Now.
+type SweeperDeps struct {
 	Names          subjects.Names
 	Registry       meta.RegistryReader
 	Stores         meta.StoreResolver
@@ -47,10 +65,22 @@ type Sweeper struct {
 	Metrics        *Metrics
 	Logger         *slog.Logger
 	Now            func() time.Time
+}
 
-	views    viewCache
-	inflight sync.Mutex
-	files    int
+// NewSweeper returns the sweeper stage of cfg.
+func NewSweeper(cfg SweepConfig, deps SweeperDeps) (*Sweeper, error) {
+	var missing []error
+	if deps.Registry == nil {
+		missing = append(missing, errors.New("no registry reader"))
+	}
+	if deps.Stores == nil {
+		missing = append(missing, errors.New("no metadata store resolver"))
+	}
+	if err := errors.Join(missing...); err != nil {
+		return nil, fmt.Errorf("sweeper: %w", err)
+	}
+	return &Sweeper{cfg: cfg, names: deps.Names, registry: deps.Registry, stores: deps.Stores, storageOp: deps.StorageOptions,
+		events: deps.Events, metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger), now: orNow(deps.Now)}, nil
 }
 
 // SweepResult is what a sweeper did with one file.
@@ -73,11 +103,11 @@ func (s *Sweeper) Handle(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	inst, err := s.Names.InstanceOf(msg.Subject())
+	inst, err := s.names.InstanceOf(msg.Subject())
 	if err != nil {
 		return fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
 	}
-	if inst != b.Instance || b.Cluster != s.Names.Cluster {
+	if inst != b.Instance || b.Cluster != s.names.Cluster {
 		return fmt.Errorf("%w: sweep batch for instance %q of cluster %q on subject %q", subjects.ErrPoison, b.Instance, b.Cluster, msg.Subject())
 	}
 	src := subjects.Source{MsgID: msg.Headers().Get(jetstream.MsgIDHeader)}
@@ -88,7 +118,7 @@ func (s *Sweeper) Handle(ctx context.Context, msg jetstream.Msg) error {
 	defer s.track(-len(b.Files))
 
 	// A slow file system must not let the batch be redelivered to another sweeper meanwhile.
-	every := s.Config.AckWait / 3
+	every := s.cfg.AckWait / 3
 	if every <= 0 {
 		every = 10 * time.Second
 	}
@@ -121,13 +151,13 @@ func (s *Sweeper) Handle(ctx context.Context, msg jetstream.Msg) error {
 func (s *Sweeper) track(n int) {
 	s.inflight.Lock()
 	s.files += n
-	s.Metrics.Sweep.InflightFiles.Set(float64(s.files))
+	s.metrics.Sweep.InflightFiles.Set(float64(s.files))
 	s.inflight.Unlock()
 }
 
 // record counts the results and publishes an event for every step taken.
 func (s *Sweeper) record(ctx context.Context, b subjects.SweepBatch, results []SweepResult, src *subjects.Source) {
-	m := s.Metrics.Sweep
+	m := s.metrics.Sweep
 	var fs []jetstream.PubAckFuture
 	for _, r := range results {
 		switch r.Outcome {
@@ -149,22 +179,22 @@ func (s *Sweeper) record(ctx context.Context, b subjects.SweepBatch, results []S
 		case subjects.SweepOutcomeWouldQuarantine, subjects.SweepOutcomeWouldRestore, subjects.SweepOutcomeWouldUnlink:
 			m.Kept.WithLabelValues(SweepKeptDryRun).Inc()
 		case subjects.SweepOutcomeError:
-			s.Metrics.sweepError(StageSweeper, r.Op)
+			s.metrics.sweepError(StageSweeper, r.Op)
 		}
 		if r.Outcome == subjects.SweepOutcomeConflict || r.Outcome == subjects.SweepOutcomeError {
-			s.Logger.Warn("sweep", "outcome", r.Outcome, "storage", b.Storage, "instance", b.Instance,
+			s.log.Warn("sweep", "outcome", r.Outcome, "storage", b.Storage, "instance", b.Instance,
 				"file", string(r.File.Path), "detail", r.Detail)
 		}
-		if s.Events != nil {
+		if s.events != nil {
 			key := r.File.Key
-			fs = append(fs, s.Events.Emit(ctx, subjects.Event{Kind: subjects.EventSweep, Stage: StageSweeper,
+			fs = append(fs, s.events.Emit(ctx, subjects.Event{Kind: subjects.EventSweep, Stage: StageSweeper,
 				Instance: b.Instance, Round: b.Round, Key: &key, File: r.File.Path, Reason: r.Reason, Outcome: r.Outcome,
-				Detail: r.Detail, DryRun: s.StorageOptions.DryRun, Source: src}))
+				Detail: r.Detail, DryRun: s.storageOp.DryRun, Source: src}))
 		}
 	}
-	if s.Events != nil {
-		if err := s.Events.Wait(ctx, fs); err != nil {
-			s.Logger.Warn("store sweep events", "instance", b.Instance, "err", err)
+	if s.events != nil {
+		if err := s.events.Wait(ctx, fs); err != nil {
+			s.log.Warn("store sweep events", "instance", b.Instance, "err", err)
 		}
 	}
 }
@@ -197,12 +227,12 @@ func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]SweepResu
 		}
 		return results, nil
 	}
-	if !s.Config.swept(b.Storage) {
+	if !s.cfg.swept(b.Storage) {
 		return all(subjects.SweepOutcomeKept, SweepKeptNotSwept, "storage "+b.Storage)
 	}
-	cv, err := s.views.get(ctx, s.Registry, s.StorageOptions, s.Config.RegistryRefresh, now)
+	cv, err := s.views.get(ctx, s.registry, s.storageOp, s.cfg.RegistryRefresh, now)
 	if err != nil {
-		s.Metrics.sweepError(StageSweeper, "registry")
+		s.metrics.sweepError(StageSweeper, "registry")
 		return results, err
 	}
 	view := cv.view
@@ -212,7 +242,7 @@ func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]SweepResu
 	}
 	root, err := fs.Open()
 	if err != nil {
-		s.Metrics.sweepError(StageSweeper, "open")
+		s.metrics.sweepError(StageSweeper, "open")
 		return results, err
 	}
 	defer root.Close()
@@ -232,9 +262,9 @@ func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]SweepResu
 		}
 		return results, h.err()
 	}
-	store, err := s.Stores.Store(in.Store)
+	store, err := s.stores.Store(in.Store)
 	if err != nil {
-		s.Metrics.sweepError(StageSweeper, "store")
+		s.metrics.sweepError(StageSweeper, "store")
 		return results, fmt.Errorf("open metadata store %q: %w", in.Store, err)
 	}
 	h.store = store
@@ -247,13 +277,6 @@ func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]SweepResu
 		h.quarantined(ctx, results)
 	}
 	return results, h.err()
-}
-
-func (s *Sweeper) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
 }
 
 // batchSweep is the handling of one batch.
@@ -356,7 +379,7 @@ func (h *batchSweep) walked(ctx context.Context, results []SweepResult) {
 				continue
 			}
 			r.Reason = reason
-			if h.s.StorageOptions.DryRun {
+			if h.s.storageOp.DryRun {
 				r.Outcome = subjects.SweepOutcomeWouldQuarantine
 				continue
 			}
@@ -388,7 +411,7 @@ func (h *batchSweep) walked(ctx context.Context, results []SweepResult) {
 	// written since the first read (a write that began in between) names it, and it goes back.
 	reads, err := h.read(ctx, confirm)
 	if err != nil {
-		h.s.Metrics.sweepError(StageSweeper, "read")
+		h.s.metrics.sweepError(StageSweeper, "read")
 	}
 	for i, sf := range confirm {
 		r := sf.res
@@ -465,10 +488,10 @@ func (h *batchSweep) quarantined(ctx context.Context, results []SweepResult) {
 			h.restore(r, sf, reason)
 			continue
 		}
-		if h.now.Sub(sf.qAt) < h.s.Config.Quarantine {
+		if h.now.Sub(sf.qAt) < h.s.cfg.Quarantine {
 			continue // waiting: the next look brings it back
 		}
-		if h.s.StorageOptions.DryRun {
+		if h.s.storageOp.DryRun {
 			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeWouldUnlink, reason, sf.qrel
 			continue
 		}
@@ -500,7 +523,7 @@ func (h *batchSweep) undo(r *SweepResult, reason string) {
 // restore moves sf back to its path; reason says why. Dry-run only says so.
 func (h *batchSweep) restore(r *SweepResult, sf *sweepFile, reason string) {
 	r.Reason = reason
-	if h.s.StorageOptions.DryRun {
+	if h.s.storageOp.DryRun {
 		r.Outcome = subjects.SweepOutcomeWouldRestore
 		return
 	}
@@ -524,7 +547,7 @@ func (h *batchSweep) sameFile(f subjects.SweepFile, st storage.FileStat) (reason
 		return SweepKeptNotRegular, ""
 	case st.Ino != f.Ino || st.Size != f.Size || st.ModTime.UnixMicro() != f.MtimeUs:
 		return SweepKeptChanged, fmt.Sprintf("inode %d size %d mtime %d, walked %d %d %d", st.Ino, st.Size, st.ModTime.UnixMicro(), f.Ino, f.Size, f.MtimeUs)
-	case h.now.Sub(st.ModTime) < h.s.Config.Grace:
+	case h.now.Sub(st.ModTime) < h.s.cfg.Grace:
 		return SweepKeptYoung, ""
 	}
 	return "", ""

@@ -57,10 +57,11 @@ func newSweepFixture(t *testing.T, dryRun bool) *sweepFixture {
 	f.reg = sweepRegistry(t, f.dir)
 	cfg := DefaultSweepConfig()
 	cfg.Storages = []string{"nfs"}
-	f.sw = &Sweeper{Config: cfg, Names: subjects.Names{Prefix: "kvcmgc", Cluster: "c1"},
+	f.sw, err = NewSweeper(cfg, SweeperDeps{Names: subjects.Names{Prefix: "kvcmgc", Cluster: "c1"},
 		Registry: staticRegistry{f.reg}, Stores: oneStore{st},
 		StorageOptions: storage.Options{DryRun: dryRun}, Metrics: NewMetrics(prometheus.NewRegistry()),
-		Now: func() time.Time { return f.now }}
+		Now: func() time.Time { return f.now }})
+	require.NoError(t, err)
 	return f
 }
 
@@ -180,7 +181,7 @@ func TestSweeperWalked(t *testing.T) {
 	look := f.batch(subjects.SweepQuarantine, f.qentry(orphan, q[0]), f.qentry(unref, q[1]))
 	res = f.sweep(look)
 	require.Equal(t, []string{"", ""}, sweepOutcomes(res), "waiting out sweep_quarantine")
-	f.now = f.now.Add(f.sw.Config.Quarantine)
+	f.now = f.now.Add(f.sw.cfg.Quarantine)
 	res = f.sweep(look)
 	require.Equal(t, []string{"unlinked block_absent", "unlinked no_location_names_it"}, sweepOutcomes(res))
 	require.Equal(t, int64(len("kv of "+string(orphan.Path))), res[0].Freed)
@@ -210,7 +211,7 @@ func (r *racingStore) ReadBlocks(ctx context.Context, inst string, keys []int64)
 func TestSweeperRaceWithWrite(t *testing.T) {
 	f := newSweepFixture(t, false)
 	e := f.file("inst0", "tp0", 10, 48*time.Hour)
-	f.sw.Stores = oneStore{&racingStore{Store: f.store, once: func() { f.block(10, kvcm.StatusWriting, string(e.Path)) }}}
+	f.sw.stores = oneStore{&racingStore{Store: f.store, once: func() { f.block(10, kvcm.StatusWriting, string(e.Path)) }}}
 	res := f.sweep(f.batch(subjects.SweepWalk, e))
 	require.Equal(t, []string{"restored referenced"}, sweepOutcomes(res))
 	data, err := os.ReadFile(string(e.Path))
@@ -219,14 +220,14 @@ func TestSweeperRaceWithWrite(t *testing.T) {
 	require.Empty(t, f.quarantine())
 
 	// Re-referenced during the quarantine: the look moves it back.
-	f.sw.Stores = oneStore{f.store}
+	f.sw.stores = oneStore{f.store}
 	e2 := f.file("inst0", "tp0", 11, 48*time.Hour)
 	res = f.sweep(f.batch(subjects.SweepWalk, e2))
 	require.Equal(t, []string{"quarantined block_absent"}, sweepOutcomes(res))
 	q := f.quarantine()
 	require.Len(t, q, 1)
 	f.block(11, kvcm.StatusWriting, string(e2.Path))
-	f.now = f.now.Add(2 * f.sw.Config.Quarantine)
+	f.now = f.now.Add(2 * f.sw.cfg.Quarantine)
 	res = f.sweep(f.batch(subjects.SweepQuarantine, f.qentry(e2, q[0])))
 	require.Equal(t, []string{"restored referenced"}, sweepOutcomes(res))
 	require.FileExists(t, string(e2.Path))
@@ -255,9 +256,9 @@ func TestSweeperUndo(t *testing.T) {
 	q := f.quarantine()
 	reg := *f.reg
 	reg.Instances = reg.Instances[1:] // inst0 unregistered
-	f.sw.Registry = staticRegistry{&reg}
+	f.sw.registry = staticRegistry{&reg}
 	f.sw.views = viewCache{}
-	f.now = f.now.Add(2 * f.sw.Config.Quarantine)
+	f.now = f.now.Add(2 * f.sw.cfg.Quarantine)
 	res := f.sweep(f.batch(subjects.SweepQuarantine, f.qentry(e, q[0])))
 	require.Equal(t, []string{"restored unknown_instance"}, sweepOutcomes(res))
 	require.FileExists(t, string(e.Path))
@@ -275,9 +276,9 @@ func TestSweeperDryRun(t *testing.T) {
 func TestSweeperNotSwept(t *testing.T) {
 	f := newSweepFixture(t, false)
 	e := f.file("inst0", "tp0", 40, 48*time.Hour)
-	f.sw.Config.Storages = []string{"other"}
+	f.sw.cfg.Storages = []string{"other"}
 	require.Equal(t, []string{"kept not_swept"}, sweepOutcomes(f.sweep(f.batch(subjects.SweepWalk, e))))
-	f.sw.Config.Storages = []string{"nfs"}
+	f.sw.cfg.Storages = []string{"nfs"}
 	b := f.batch(subjects.SweepWalk, e)
 	b.Instance = "local_inst"
 	require.Equal(t, []string{"kept group_skipped"}, sweepOutcomes(f.sweep(b)))
@@ -298,8 +299,8 @@ func TestSweeperDryRunQuarantine(t *testing.T) {
 	require.Equal(t, []string{"quarantined block_absent", "quarantined block_absent"}, sweepOutcomes(f.sweep(f.batch(subjects.SweepWalk, a, b))))
 	q := f.quarantine()
 	f.block(51, kvcm.StatusServing, string(b.Path))
-	f.sw.StorageOptions.DryRun = true
-	f.now = f.now.Add(2 * f.sw.Config.Quarantine)
+	f.sw.storageOp.DryRun = true
+	f.now = f.now.Add(2 * f.sw.cfg.Quarantine)
 	res := f.sweep(f.batch(subjects.SweepQuarantine, f.qentry(a, q[0]), f.qentry(b, q[1])))
 	require.Equal(t, []string{"would_unlink block_absent", "would_restore referenced"}, sweepOutcomes(res))
 	require.Len(t, f.quarantine(), 2, "nothing moved")

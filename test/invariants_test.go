@@ -425,8 +425,11 @@ func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
 		require.NoError(t, err)
 		pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: conn})
 		t.Cleanup(func() { _ = pool.Close() })
-		d := &pipeline.Deleter{Config: o.Deleter, Names: e.names, Stores: pool, StorageOptions: o.Storage, Metrics: metrics,
-			Events: &pipeline.EventLog{JS: e.js, Names: e.names, Metrics: metrics}}
+		events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: e.names}, pipeline.EventLogDeps{JS: e.js, Metrics: metrics})
+		require.NoError(t, err)
+		d, err := pipeline.NewDeleter(o.Deleter, pipeline.DeleterDeps{Names: e.names, Stores: pool, StorageOptions: o.Storage,
+			Metrics: metrics, Events: events})
+		require.NoError(t, err)
 		var crashed atomic.Bool
 		crashedKeys := make(chan subjects.DeleteRequest, 1)
 		handler := func(ctx context.Context, msg jetstream.Msg) error {
@@ -447,7 +450,9 @@ func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
 		}
 		cons, err := e.js.Consumer(ctx, e.names.DeletesStream(), e.names.DeleterConsumer())
 		require.NoError(t, err)
-		c := &pipeline.Consumer{Stage: pipeline.StageDeleter, Consumer: cons, Workers: 1, Handle: handler, Metrics: metrics}
+		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageDeleter, Workers: 1},
+			pipeline.ConsumerDeps{Consumer: cons, Handle: handler, Metrics: metrics})
+		require.NoError(t, err)
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = c.Run(cctx) }()

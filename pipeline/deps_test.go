@@ -1,0 +1,151 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// Stand-ins for collaborators a constructor requires but the call under test never reaches
+// (or, for failingJS and noPublisher, reaches only to fail).
+type (
+	noConsumer  struct{ jetstream.Consumer }
+	noKV        struct{ jetstream.KeyValue }
+	noPublisher struct{}
+	failingJS   struct{ jetstream.JetStream }
+)
+
+var errDown = errors.New("connection refused")
+
+func (noPublisher) Publish(context.Context, string, []byte, string) error { return errDown }
+func (noPublisher) PublishAsync(string, []byte, string) (AckWait, error)  { return nil, errDown }
+func (failingJS) PublishAsync(string, []byte, ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	return nil, errDown
+}
+
+// TestConstructorsRequire: a stage missing a collaborator it cannot run without is refused
+// at construction, with the collaborator named, not found by a nil dereference later.
+func TestConstructorsRequire(t *testing.T) {
+	reg := &flakyRegistry{}
+	stores := oneStore{}
+	sweep := DefaultSweepConfig()
+	for _, tc := range []struct {
+		name string
+		new  func() error
+		want []string
+	}{
+		{"event log", func() error { _, err := NewEventLog(EventLogConfig{}, EventLogDeps{}); return err },
+			[]string{"event log: no JetStream context"}},
+		{"consumer", func() error {
+			_, err := NewConsumer(ConsumerConfig{Stage: StageProber}, ConsumerDeps{})
+			return err
+		}, []string{"consumer of prober", "no JetStream consumer", "no handler"}},
+		{"prober", func() error { _, err := NewProber(DefaultProberConfig(), ProberDeps{}); return err },
+			[]string{"prober:", "no registry reader", "no copy-target guard", "no publisher"}},
+		{"prober without guard", func() error {
+			_, err := NewProber(DefaultProberConfig(), ProberDeps{Registry: reg, Publisher: noPublisher{}})
+			return err
+		}, []string{"prober: no copy-target guard"}},
+		{"deleter", func() error { _, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{}); return err },
+			[]string{"deleter: no metadata store resolver"}},
+		{"sweeper", func() error { _, err := NewSweeper(sweep, SweeperDeps{}); return err },
+			[]string{"sweeper:", "no registry reader", "no metadata store resolver"}},
+		{"walker", func() error { _, err := NewWalker(sweep, WalkerDeps{}); return err },
+			[]string{"walker:", "no registry reader", "no lease bucket", "no state bucket", "no publisher"}},
+		{"walker with a bad config", func() error {
+			cfg := sweep
+			cfg.BatchSize = 0
+			_, err := NewWalker(cfg, WalkerDeps{Registry: reg, Leases: noKV{}, State: noKV{}, Publisher: noPublisher{}})
+			return err
+		}, []string{"walker: sweep_batch_size: must be > 0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.new()
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+	_, err := NewSweeper(sweep, SweeperDeps{Registry: reg, Stores: stores})
+	require.NoError(t, err, "the rest is optional")
+}
+
+// TestNilMetrics: every stage built without metrics counts on a set of its own instead of
+// panicking the first time it records one, whichever path records it.
+func TestNilMetrics(t *testing.T) {
+	ctx := context.Background()
+	names := subjects.Names{Prefix: "kvcmgc", Cluster: "c1"}
+	sweep := DefaultSweepConfig()
+	for _, tc := range []struct {
+		name   string
+		record func(t *testing.T) *Metrics
+	}{
+		{"event log: a publish that cannot be queued", func(t *testing.T) *Metrics {
+			l, err := NewEventLog(EventLogConfig{Names: names}, EventLogDeps{JS: failingJS{}})
+			require.NoError(t, err)
+			require.Nil(t, l.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: StageProber, Instance: "i"}))
+			require.Equal(t, 1.0, counterOf(t, l.metrics.OperationErrors.WithLabelValues(StageProber, "event")))
+			return l.metrics
+		}},
+		{"consumer: a failed message", func(t *testing.T) *Metrics {
+			c, err := NewConsumer(ConsumerConfig{Stage: StageDeleter}, ConsumerDeps{Consumer: noConsumer{},
+				Handle: func(context.Context, jetstream.Msg) error { return errDown }})
+			require.NoError(t, err)
+			c.process(ctx, ctx, &delayMsg{delivered: 1})
+			require.Equal(t, 1.0, counterOf(t, c.metrics.Messages.WithLabelValues(StageDeleter, MsgNak)))
+			return c.metrics
+		}},
+		{"prober: a failed publish", func(t *testing.T) *Metrics {
+			p, err := NewProber(DefaultProberConfig(), ProberDeps{Names: names, Registry: &flakyRegistry{},
+				Guard: guard.None{}, Publisher: noPublisher{}})
+			require.NoError(t, err)
+			require.ErrorIs(t, p.publish(ctx, subjects.DeleteRequest{Instance: "i"}), errDown)
+			require.Equal(t, 1.0, counterOf(t, p.metrics.OperationErrors.WithLabelValues(StageProber, "publish")))
+			return p.metrics
+		}},
+		{"deleter: a request in flight", func(t *testing.T) *Metrics {
+			d, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{Names: names, Stores: oneStore{}})
+			require.NoError(t, err)
+			d.track(7, true)
+			require.Equal(t, 1.0, gaugeOf(t, d.metrics.InflightDeletes))
+			d.track(7, false)
+			return d.metrics
+		}},
+		{"sweeper: files in flight", func(t *testing.T) *Metrics {
+			s, err := NewSweeper(sweep, SweeperDeps{Names: names, Registry: &flakyRegistry{}, Stores: oneStore{}})
+			require.NoError(t, err)
+			s.track(3)
+			require.Equal(t, 3.0, gaugeOf(t, s.metrics.Sweep.InflightFiles))
+			return s.metrics
+		}},
+		{"walker: a failed registry read", func(t *testing.T) *Metrics {
+			w, err := NewWalker(sweep, WalkerDeps{Names: names, Registry: &flakyRegistry{down: true},
+				Leases: noKV{}, State: noKV{}, Publisher: noPublisher{}})
+			require.NoError(t, err)
+			_, err = w.snapshot(ctx)
+			require.ErrorContains(t, err, "connection refused")
+			require.Equal(t, 1.0, counterOf(t, w.metrics.Sweep.Errors.WithLabelValues(StageWalker, "registry")))
+			return w.metrics
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NotNil(t, tc.record(t))
+		})
+	}
+}
+
+func counterOf(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	return m.GetCounter().GetValue()
+}
