@@ -244,7 +244,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 		var observer pipeline.DeletingObserver
 		if observed != nil {
 			// A first sight must outlive the grace and the round pause between two sights.
-			observer = pipeline.KVObserver{KV: observed, TTL: 2*o.Prober.DeletingGrace + o.Scanner.RoundPause + 24*time.Hour}
+			observer = pipeline.KVObserver{KV: observed, TTL: pipeline.ObservationTTL(o.Prober.DeletingGrace, o.Scanner.RoundPause)}
 		}
 		p, err := pipeline.NewProber(o.Prober, pipeline.ProberDeps{Names: names, Registry: registry, StorageOptions: so,
 			Guard: gd, Observer: observer, Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m,

@@ -57,6 +57,13 @@ type KVObserver struct {
 	TTL time.Duration
 }
 
+// ObservationTTL is how long a first sight of a DELETING location is kept: two graces and a
+// round pause, and a day to spare, so a location seen in one round is still known when a round
+// past the grace comes round to it.
+func ObservationTTL(deletingGrace, roundPause time.Duration) time.Duration {
+	return 2*deletingGrace + roundPause + 24*time.Hour
+}
+
 // observationKey names one (instance, block, location, bytes) in the bucket: a hash, so any
 // instance id or location id fits the bucket's key alphabet, and other bytes are another key.
 func observationKey(instance string, key int64, id string, raw []byte) string {

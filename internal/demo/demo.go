@@ -318,7 +318,7 @@ func backdateStuck(ctx context.Context, js jetstream.JetStream, cfg config.Confi
 	if err != nil {
 		return fmt.Errorf("open the observed bucket: %w", err)
 	}
-	obs := pipeline.KVObserver{KV: kv, TTL: 2*cfg.DeletingGrace + 24*time.Hour}
+	obs := pipeline.KVObserver{KV: kv, TTL: pipeline.ObservationTTL(cfg.DeletingGrace, cfg.RoundPause)}
 	for _, l := range m.Locations {
 		if l.Kind != seed.KindStuckDeleting {
 			continue
