@@ -79,11 +79,21 @@ func TestOneHMGETPerCall(t *testing.T) {
 func TestErrors(t *testing.T) {
 	ctx := context.Background()
 
-	// Nothing listens on a port just released.
+	// A server that hangs up on every connection: the port stays taken for the test (a port
+	// just released may be handed to the next redis-server started, this test's own included).
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
 	addr := l.Addr().String()
-	require.NoError(t, l.Close())
 	down := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = down.Close() })
 
