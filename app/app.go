@@ -246,13 +246,18 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
 			// A first sight must outlive the grace and the round pause between two sights.
 			observer = pipeline.KVObserver{KV: observed, TTL: pipeline.ObservationTTL(o.Prober.DeletingGrace, o.Scanner.RoundPause)}
 		}
-		p, err := pipeline.NewProber(o.Prober, pipeline.ProberDeps{Names: names, Registry: registry, StorageOptions: so,
+		pcfg := o.Prober
+		pcfg.Workers = o.ProberWorkers
+		p, err := pipeline.NewProber(pcfg, pipeline.ProberDeps{Names: names, Registry: registry, StorageOptions: so,
 			Guard: gd, Observer: observer, Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m,
 			Logger: log.With("stage", pipeline.StageProber)})
 		if err != nil {
 			return err
 		}
-		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageProber, Workers: o.ProberWorkers,
+		// The consumer holds every batch the server lets through (its max ack pending): while
+		// ProberWorkers are judged, the others of their instance wait to join their delete
+		// request, so a backlog makes requests of up to scan_batch_size targets.
+		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageProber, Workers: max(o.ProberWorkers, o.JetStream.ProberMaxAckPending),
 			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: proberCons, Handle: p.Handle, Events: events, Metrics: m, Logger: log})
 		if err != nil {
 			return err

@@ -43,6 +43,8 @@ type AloneResults struct {
 	// ScanRead are the keys the scanner read (of collected instances); Scanner.Items the
 	// keys it walked.
 	ScanRead int
+	// DeleteRequests are the delete requests the prober stored for the deleter.
+	DeleteRequests int
 }
 
 // E2EResult is the whole pipeline on one keyspace.
@@ -312,6 +314,11 @@ func (h *Harness) runAloneWith(ctx context.Context, phase string, k *Keyspace, p
 		return res, err
 	}
 	res.Prober.Dur, res.Prober.CPU, res.Prober.Items = d, c, int(res.Prober.Metrics.Sum("kvcm_gc_judged_locations_total"))
+	if st, err := h.js.Stream(ctx, r.names.DeletesStream()); err == nil {
+		res.DeleteRequests = int(st.CachedInfo().State.Msgs)
+		h.log.Info("delete requests", "phase", phase, "requests", res.DeleteRequests,
+			"targets", int(res.Prober.Metrics.Sum("kvcm_gc_candidates_total")))
+	}
 
 	h.log.Info("deleter alone", "phase", phase)
 	d, c, err = r.drain(ctx, stage.Deleter, r.names.DeletesStream(), r.names.DeleterConsumer(), timeout)

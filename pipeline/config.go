@@ -49,6 +49,15 @@ type ProberConfig struct {
 	ProbeChunkSize int
 	// MaxTargets caps the targets of one delete request (scan_batch_size). Default 256.
 	MaxTargets int
+	// Workers is how many batches are judged at once (workers.prober). Default 1. The
+	// consumer may hold more: those waiting to be judged, or for the delete request their
+	// targets went into, are gathered with the ones being judged (gather.go).
+	Workers int
+	// GatherLinger is how long a delete request stays open for more targets of its instance
+	// (gather.go): it is published when it holds MaxTargets targets or GatherLinger after its
+	// first ones. Default 50ms; 0 publishes it as soon as no other batch of the instance is
+	// held.
+	GatherLinger time.Duration
 	// ExcludedTypes never enter the storage-missing rule.
 	ExcludedTypes []kvcm.StorageType
 	// RegistryRefresh is how long a registry snapshot (storage table) is reused. Default 30s.
@@ -81,7 +90,7 @@ func DefaultScannerConfig() ScannerConfig {
 
 func DefaultProberConfig() ProberConfig {
 	return ProberConfig{OrphanWritingGrace: 24 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256,
-		RegistryRefresh: 30 * time.Second, DeletingGrace: 24 * time.Hour}
+		RegistryRefresh: 30 * time.Second, DeletingGrace: 24 * time.Hour, GatherLinger: 50 * time.Millisecond}
 }
 
 func DefaultDeleterConfig() DeleterConfig {
@@ -129,8 +138,14 @@ func (c ProberConfig) Validate() error {
 	if c.DeletingGrace < MinDeletingGrace {
 		errs = append(errs, fmt.Errorf("deleting_grace: must be >= %s, got %s", MinDeletingGrace, c.DeletingGrace))
 	}
+	if c.GatherLinger < 0 || c.GatherLinger > maxGatherLinger {
+		errs = append(errs, fmt.Errorf("gather linger: must be in 0..%s, got %s", maxGatherLinger, c.GatherLinger))
+	}
 	return errors.Join(errs...)
 }
+
+// maxGatherLinger bounds ProberConfig.GatherLinger far below any ack wait.
+const maxGatherLinger = 10 * time.Second
 
 func (c DeleterConfig) Validate() error {
 	var errs []error

@@ -10,15 +10,20 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// The prober gathers the targets of batches of one instance judged at the same time into one
-// delete request, up to MaxTargets: a scan page holds a few garbage locations of each
+// The prober gathers the targets of batches of one instance held at the same time (being
+// judged, or waiting for one of the prober's workers: the consumer holds up to its max ack
+// pending batches) into one delete request, up to MaxTargets: a scan page holds a few garbage locations of each
 // instance, and a request of a dozen targets costs the deleter nearly as much as one of a
 // few hundred (every protocol step is one round trip for the whole request).
 //
 // The chain stays at-least-once: a batch's handler returns, and so the batch is acknowledged,
 // only once the request holding its targets is stored; if the publish fails, every batch of
-// the request is redelivered. Gathering never waits for batches that are not there: a request
-// is published as soon as no other batch of its instance is being judged, or when it is full.
+// the request is redelivered. With no linger, gathering never waits for batches that are not
+// there: a request is published as soon as no other batch of its instance is held, or when it
+// is full. With a linger (ProberConfig.GatherLinger, 50ms by default) it is published when
+// full or that long after its first targets, whatever comes in the meantime: a prober that
+// keeps up with the scanner holds a batch or two of an instance at a time, and would publish
+// requests of a dozen targets.
 // A request is named by all its batches (subjects.DeleteMsgID), so a redelivery that gathers
 // them otherwise is a new request, never a dropped one; targets judged twice cost the
 // deleter a no-op.
@@ -45,7 +50,11 @@ type locKey struct {
 
 // gatherer collects requests; the zero value is not usable (newGatherer).
 type gatherer struct {
-	max     int
+	max int
+	// linger, when positive, is how long a request stays open for batches of its instance
+	// still to come: it is published when full or linger after its first targets, not as soon
+	// as no other batch of the instance is held.
+	linger  time.Duration
 	publish func(ctx context.Context, req subjects.DeleteRequest) error
 
 	mu      sync.Mutex
@@ -53,8 +62,18 @@ type gatherer struct {
 	judging map[gatherKey]int // batches of the key being judged now
 }
 
-func newGatherer(max int, publish func(context.Context, subjects.DeleteRequest) error) *gatherer {
-	return &gatherer{max: max, publish: publish, open: map[gatherKey]*gathering{}, judging: map[gatherKey]int{}}
+func newGatherer(max int, linger time.Duration, publish func(context.Context, subjects.DeleteRequest) error) *gatherer {
+	return &gatherer{max: max, linger: linger, publish: publish, open: map[gatherKey]*gathering{}, judging: map[gatherKey]int{}}
+}
+
+// expire publishes r, linger after its first targets, unless it has been published already.
+func (g *gatherer) expire(k gatherKey, r *gathering) {
+	g.mu.Lock()
+	if g.open[k] == r {
+		delete(g.open, k)
+	}
+	g.mu.Unlock()
+	r.flush(g.publish)
 }
 
 // ticket is one batch of a key being judged: it either adds its targets (add) or ends
@@ -80,8 +99,10 @@ func (t *ticket) end() (flush *gathering) {
 		g := t.g
 		if g.judging[t.k]--; g.judging[t.k] <= 0 {
 			delete(g.judging, t.k)
-			flush = g.open[t.k]
-			delete(g.open, t.k)
+			if g.linger <= 0 {
+				flush = g.open[t.k]
+				delete(g.open, t.k)
+			}
 		}
 	})
 	return flush
@@ -115,6 +136,9 @@ func (t *ticket) add(ctx context.Context, base subjects.DeleteRequest, src subje
 		r = &gathering{req: base, seen: make(map[locKey]bool, len(targets)), done: make(chan struct{})}
 		r.req.Source, r.req.Sources, r.req.Targets, r.req.Storages = src, nil, nil, map[string]subjects.StorageInfo{}
 		g.open[k] = r
+		if g.linger > 0 {
+			time.AfterFunc(g.linger, func() { g.expire(k, r) })
+		}
 	} else {
 		r.req.Sources = append(r.req.Sources, src)
 	}

@@ -75,7 +75,7 @@ func pending(t *testing.T, ch <-chan error) {
 
 func TestGatherConcurrentBatchesMakeOneRequest(t *testing.T) {
 	rec := &recorder{}
-	g := newGatherer(256, rec.publish)
+	g := newGatherer(256, 0, rec.publish)
 	ctx := context.Background()
 	t1, t2, t3 := g.start(gk), g.start(gk), g.start(gk)
 	e1 := addAsync(ctx, t1, 1, gatherTargets(1, 2))
@@ -105,7 +105,7 @@ func TestGatherConcurrentBatchesMakeOneRequest(t *testing.T) {
 
 func TestGatherCancelPublishesWhatWaits(t *testing.T) {
 	rec := &recorder{}
-	g := newGatherer(256, rec.publish)
+	g := newGatherer(256, 0, rec.publish)
 	t1, t2 := g.start(gk), g.start(gk)
 	e1 := addAsync(context.Background(), t1, 1, gatherTargets(1, 2))
 	pending(t, e1)
@@ -129,7 +129,7 @@ func TestGatherCancelPublishesWhatWaits(t *testing.T) {
 
 func TestGatherFullRequestIsPublished(t *testing.T) {
 	rec := &recorder{}
-	g := newGatherer(4, rec.publish)
+	g := newGatherer(4, 0, rec.publish)
 	ctx := context.Background()
 	t1, t2, t3, t4 := g.start(gk), g.start(gk), g.start(gk), g.start(gk)
 	e1 := addAsync(ctx, t1, 1, gatherTargets(1, 3))
@@ -153,7 +153,7 @@ func TestGatherFullRequestIsPublished(t *testing.T) {
 
 func TestGatherPublishFailureFailsEveryBatch(t *testing.T) {
 	rec := &recorder{fail: errors.New("stream unavailable")}
-	g := newGatherer(256, rec.publish)
+	g := newGatherer(256, 0, rec.publish)
 	ctx := context.Background()
 	t1, t2 := g.start(gk), g.start(gk)
 	e1 := addAsync(ctx, t1, 1, gatherTargets(1, 2))
@@ -171,7 +171,7 @@ func TestGatherPublishFailureFailsEveryBatch(t *testing.T) {
 
 func TestGatherSameLocationIsOneTarget(t *testing.T) {
 	rec := &recorder{}
-	g := newGatherer(256, rec.publish)
+	g := newGatherer(256, 0, rec.publish)
 	ctx := context.Background()
 	t1, t2 := g.start(gk), g.start(gk)
 	e1 := addAsync(ctx, t1, 1, gatherTargets(7, 2))
@@ -185,7 +185,7 @@ func TestGatherSameLocationIsOneTarget(t *testing.T) {
 
 func TestGatherKeepsInstancesApart(t *testing.T) {
 	rec := &recorder{}
-	g := newGatherer(256, rec.publish)
+	g := newGatherer(256, 0, rec.publish)
 	ctx := context.Background()
 	other := gk
 	other.instance = "i2"
@@ -198,7 +198,7 @@ func TestGatherKeepsInstancesApart(t *testing.T) {
 
 func TestGatherContextEndsTheWait(t *testing.T) {
 	rec := &recorder{}
-	g := newGatherer(256, rec.publish)
+	g := newGatherer(256, 0, rec.publish)
 	ctx, cancel := context.WithCancel(context.Background())
 	t1, t2 := g.start(gk), g.start(gk)
 	e1 := addAsync(ctx, t1, 1, gatherTargets(1, 1))
@@ -208,4 +208,30 @@ func TestGatherContextEndsTheWait(t *testing.T) {
 	// Its targets still go with the request: a no-op for the deleter if the batch comes back.
 	t2.cancel()
 	require.Eventually(t, func() bool { return len(rec.requests()) == 1 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestGatherLinger: with a linger, a request stays open for batches of its instance that come
+// after it (nothing else of the instance held), until it is full or the linger has passed.
+func TestGatherLinger(t *testing.T) {
+	rec := &recorder{}
+	g := newGatherer(4, time.Hour, rec.publish)
+	e1 := addAsync(context.Background(), g.start(gk), 1, gatherTargets(1, 2))
+	pending(t, e1) // alone, yet not published: a later batch may join
+	e2 := addAsync(context.Background(), g.start(gk), 2, gatherTargets(2, 2))
+	require.NoError(t, <-e1)
+	require.NoError(t, <-e2)
+	reqs := rec.requests()
+	require.Len(t, reqs, 1, "full: published at once, with both batches")
+	assert.Len(t, reqs[0].Targets, 4)
+	assert.Len(t, reqs[0].Sources, 1)
+
+	// A request that does not fill up is published once the linger has passed.
+	rec2 := &recorder{}
+	g2 := newGatherer(256, 10*time.Millisecond, rec2.publish)
+	require.NoError(t, <-addAsync(context.Background(), g2.start(gk), 3, gatherTargets(3, 1)))
+	require.Len(t, rec2.requests(), 1)
+	g2.mu.Lock()
+	defer g2.mu.Unlock()
+	assert.Empty(t, g2.open)
+	assert.Empty(t, g2.judging)
 }

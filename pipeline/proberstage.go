@@ -32,6 +32,7 @@ type Prober struct {
 	log       *slog.Logger
 	now       func() time.Time
 	gather    *gatherer
+	judging   chan struct{} // a slot per batch being judged (cfg.Workers)
 
 	mu      sync.Mutex
 	set     *storage.StaticSet
@@ -84,7 +85,8 @@ func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
 		guard: deps.Guard, observer: deps.Observer, publisher: deps.Publisher, events: deps.Events,
 		metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger), now: orNow(deps.Now),
 		retry: backoff.New(RegistryRetryInitial, RegistryRetryMax).Start()}
-	p.gather = newGatherer(max(cfg.MaxTargets, 1), p.publish)
+	p.gather = newGatherer(max(cfg.MaxTargets, 1), cfg.GatherLinger, p.publish)
+	p.judging = make(chan struct{}, max(cfg.Workers, 1))
 	return p, nil
 }
 
@@ -162,6 +164,17 @@ func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
 	return registrySnapshot{set, reg.Storages, delays}, nil
 }
 
+// judge judges b in one of the cfg.Workers slots, once one is free.
+func (p *Prober) judge(ctx context.Context, rules Rules, b subjects.Batch) (Verdict, error) {
+	select {
+	case p.judging <- struct{}{}:
+	case <-ctx.Done():
+		return Verdict{}, ctx.Err()
+	}
+	defer func() { <-p.judging }()
+	return rules.Judge(ctx, b, p.now()), nil
+}
+
 // Handle judges one batch message (a Handler).
 func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	b, err := subjects.DecodeBatch(msg.Data())
@@ -185,10 +198,14 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	rules := Rules{Config: p.cfg, Storages: snap.set, Guard: p.guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
 		p.metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
 	}, GroupDelay: snap.groupDelay, Observer: p.observer}
-	// Batches of the instance judged at the same time go into one delete request (gather.go).
+	// Batches of the instance held at the same time, being judged or waiting to be, go into
+	// one delete request (gather.go); cfg.Workers of them are judged at once.
 	tk := p.gather.start(gatherKey{instance: b.Instance, group: b.Group, store: b.Store, round: b.Round})
 	defer tk.cancel()
-	v := rules.Judge(ctx, b, now())
+	v, err := p.judge(ctx, rules, b)
+	if err != nil {
+		return err
+	}
 
 	var src subjects.Source
 	if md, err := msg.Metadata(); err == nil {
