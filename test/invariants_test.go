@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
@@ -673,10 +674,19 @@ func TestInvariant7InflightCap(t *testing.T) {
 					maxAck.Store(int64(info.NumAckPending))
 				}
 			}
+			// One MULTI/EXEC: a snapshot of every garbage block at one instant, so a request
+			// that ends during the reads is not counted with the one that starts after it.
+			garbage := m.Garbage()
+			cmds := make([]*redis.StringCmd, len(garbage))
+			_, _ = e.redis.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
+				for i, l := range garbage {
+					cmds[i] = p.HGet(ctx, kvcm.BlockKey(l.Instance, l.Key), "__uri__")
+				}
+				return nil
+			})
 			n := int64(0)
-			for _, l := range m.Garbage() {
-				s, _ := e.redis.Client().HGet(ctx, kvcm.BlockKey(l.Instance, l.Key), "__uri__").Result()
-				if strings.Contains(s, fmt.Sprintf(`"%s":{"id":"%s","status":4`, l.Location, l.Location)) {
+			for i, l := range garbage {
+				if strings.Contains(cmds[i].Val(), fmt.Sprintf(`"%s":{"id":"%s","status":4`, l.Location, l.Location)) {
 					n++
 				}
 			}
