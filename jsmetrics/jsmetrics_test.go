@@ -31,6 +31,18 @@ func setup(t *testing.T) (jetstream.JetStream, subjects.Names) {
 	return js, names
 }
 
+// waitPending waits until the deleter consumer counts n pending messages: the count follows
+// the stream asynchronously, and a loaded server may report the last publishes a moment later.
+func waitPending(t *testing.T, js jetstream.JetStream, names subjects.Names, n uint64) {
+	t.Helper()
+	cons, err := js.Consumer(context.Background(), names.DeletesStream(), names.DeleterConsumer())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumPending == n
+	}, 10*time.Second, 10*time.Millisecond, "the deleter consumer to count %d pending", n)
+}
+
 // gather returns the collector's samples as "name{label=value,…}" → value.
 func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
@@ -69,6 +81,7 @@ func TestCollectorReadsConsumerInfoAndPause(t *testing.T) {
 		n++
 	}
 	require.Equal(t, 2, n)
+	waitPending(t, js, names, 3)
 
 	until := time.Now().Add(time.Hour).Truncate(time.Second)
 	_, err = ops.Pause(ctx, js, names, pipeline.StageDeleter, until)
@@ -162,6 +175,7 @@ func TestCollectorKeepsLastReading(t *testing.T) {
 		_, err := js.Publish(ctx, names.DeleteSubject("inst1"), []byte(`{}`), jetstream.WithMsgID(string(rune('a'+i))))
 		require.NoError(t, err)
 	}
+	waitPending(t, js, names, 4)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(jsmetrics.New(js, names, []string{pipeline.StageDeleter})))
 	del := "consumer=deleter,stage=deleter,stream=" + names.DeletesStream()
