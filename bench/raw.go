@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -864,7 +864,7 @@ func samplePage(ctx context.Context, k *Keyspace, count int) ([]byte, error) {
 			return nil, err
 		}
 		for i := range page.Entries {
-			if be, ok := batchEntry(&page.Entries[i]); ok && len(b.Blocks) < count {
+			if be, ok := pipeline.BlockEntry(&page.Entries[i]); ok && len(b.Blocks) < count {
 				b.Blocks = append(b.Blocks, be)
 			}
 		}
@@ -873,29 +873,4 @@ func samplePage(ctx context.Context, k *Keyspace, count int) ([]byte, error) {
 		}
 	}
 	return subjects.Encode(b)
-}
-
-// batchEntry is what the scanner publishes of a scanned entry (package pipeline's
-// blockEntry, which is unexported).
-func batchEntry(e *meta.Entry) (subjects.BlockEntry, bool) {
-	be := subjects.BlockEntry{Key: e.BlockKey}
-	switch e.Layout {
-	case kvcm.LayoutLegacy:
-		if len(e.URI) == 0 {
-			return be, false
-		}
-		be.Layout = subjects.LayoutLegacy
-	case kvcm.LayoutLocation:
-		be.Layout = subjects.LayoutLocation
-	case kvcm.LayoutAmbiguous:
-		be.Layout = subjects.LayoutAmbiguous
-	default:
-		return be, false
-	}
-	be.URI, be.LRUTime = subjects.RawText(e.URI), e.LRUTime
-	for _, l := range e.Locations {
-		be.Locs = append(be.Locs, subjects.LocField{ID: subjects.RawText(l.ID), V: subjects.RawText(l.Value)})
-	}
-	be.Fields = e.Others
-	return be, true
 }

@@ -17,10 +17,10 @@ const (
 	LayoutNone      = "none"
 )
 
-// blockEntry is the one conversion of a scanned entry into what a batch carries; ok is false
+// BlockEntry is the one conversion of a scanned entry into what a batch carries; ok is false
 // for a key with nothing to judge (no location field, or an empty __uri__: an absent block, as
 // in KVCM): the entry is not published.
-func blockEntry(e *meta.Entry) (subjects.BlockEntry, bool) {
+func BlockEntry(e *meta.Entry) (subjects.BlockEntry, bool) {
 	be := subjects.BlockEntry{Key: e.BlockKey}
 	switch e.Layout {
 	case kvcm.LayoutLegacy:

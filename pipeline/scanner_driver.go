@@ -418,7 +418,7 @@ func (s *Scanner) batches(ctx context.Context, store string, a actPublish) []sub
 	}
 	for i := range page.Entries {
 		e := &page.Entries[i]
-		be, ok := blockEntry(e)
+		be, ok := BlockEntry(e)
 		if !ok {
 			continue
 		}

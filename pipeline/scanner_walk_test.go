@@ -659,14 +659,14 @@ func TestFoldCheckpoints(t *testing.T) {
 // blockEntry is the one conversion of a scanned entry: an absent block is not published
 // (§6: a key deleted after SCAN is skipped, not an error).
 func TestBlockEntry(t *testing.T) {
-	_, ok := blockEntry(&meta.Entry{BlockKey: 1})
+	_, ok := BlockEntry(&meta.Entry{BlockKey: 1})
 	require.False(t, ok, "no location field: nothing to judge")
-	_, ok = blockEntry(&meta.Entry{BlockKey: 1, Layout: kvcm.LayoutLegacy})
+	_, ok = BlockEntry(&meta.Entry{BlockKey: 1, Layout: kvcm.LayoutLegacy})
 	require.False(t, ok, "an empty __uri__ is an absent block")
-	b, ok := blockEntry(&meta.Entry{BlockKey: -5, Layout: kvcm.LayoutLegacy, URI: []byte(`{"a":1}`), LRUTime: "9"})
+	b, ok := BlockEntry(&meta.Entry{BlockKey: -5, Layout: kvcm.LayoutLegacy, URI: []byte(`{"a":1}`), LRUTime: "9"})
 	require.True(t, ok)
 	require.Equal(t, subjects.BlockEntry{Key: -5, Layout: subjects.LayoutLegacy, URI: subjects.RawText(`{"a":1}`), LRUTime: "9"}, b)
-	b, ok = blockEntry(&meta.Entry{BlockKey: 7, Layout: kvcm.LayoutLocation, Locations: []meta.Field{{ID: "a", Value: []byte(`{"id":"a"}`)}, {ID: "t"}},
+	b, ok = BlockEntry(&meta.Entry{BlockKey: 7, Layout: kvcm.LayoutLocation, Locations: []meta.Field{{ID: "a", Value: []byte(`{"id":"a"}`)}, {ID: "t"}},
 		Others: []string{"BP#prev_key"}})
 	require.True(t, ok)
 	require.Equal(t, subjects.BlockEntry{Key: 7, Layout: subjects.LayoutLocation, Locs: []subjects.LocField{{ID: subjects.RawText("a"), V: subjects.RawText(`{"id":"a"}`)},
