@@ -94,7 +94,14 @@ const (
 // retried with the backoff policy for as long as JetStream fails in ways that heal (no
 // answer during a leader election, too few peers yet); only a real conflict, a refusal, or
 // ctx ending makes Run return early. /readyz says what it is waiting for meanwhile.
-func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) error {
+func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error) {
+	defer func() {
+		// Stopped while it was still starting (opening buckets, consumers): a shutdown, not
+		// a failure.
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = nil
+		}
+	}()
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
