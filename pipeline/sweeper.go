@@ -210,7 +210,11 @@ type sweepFile struct {
 	qrel   string    // its quarantine name once there
 	qAt    time.Time // when it went in
 	st     storage.FileStat
+	back   bool // found back at its path: an earlier delivery restored it
 }
+
+// backDetail is the detail of a restore an earlier delivery did and this one reports.
+const backDetail = "found back at its path, moved by an earlier delivery"
 
 // Sweep judges and acts on every file of b and returns what it did with each, in order. An
 // error means the batch must be handled again (a step failed); everything it did is in the
@@ -453,14 +457,25 @@ func (h *batchSweep) quarantined(ctx context.Context, results []SweepResult) {
 		}
 		sf := &sweepFile{res: r, rel: rel, qrel: string(r.File.Quarantine), qAt: at}
 		if _, err := h.root.QuarantinedStat(sf.qrel); errors.Is(err, syscall.ENOENT) {
-			r.Outcome = subjects.SweepOutcomeGone // finished or undone already
-			continue
+			// Finished or undone already. Undone by a delivery that stopped before its event was
+			// stored, the file is back at its path (the same inode): this delivery tells the
+			// restore, judged again to say why.
+			st, err := h.root.Stat(rel)
+			if err != nil || !st.Regular() || st.Ino != r.File.Ino || st.Size != r.File.Size {
+				r.Outcome = subjects.SweepOutcomeGone
+				continue
+			}
+			sf.back = true
 		} else if err != nil {
 			h.fail(r, "stat", err)
 			continue
 		}
 		t, _, ok := h.entry(r)
-		if !ok {
+		switch {
+		case !ok && sf.back:
+			r.Outcome, r.Detail = subjects.SweepOutcomeRestored, joinDetail(backDetail, r.Detail)
+			continue
+		case !ok:
 			// Its block can no longer be judged: undo.
 			reason := r.Reason
 			r.Outcome, r.Reason = "", ""
@@ -483,7 +498,15 @@ func (h *batchSweep) quarantined(ctx context.Context, results []SweepResult) {
 	for i, sf := range judge {
 		r := sf.res
 		orphan, reason, detail := h.view.judgeFile(reads[i], sf.target, h.otherDB)
-		if !orphan {
+		switch {
+		case sf.back && !orphan:
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeRestored, reason, joinDetail(backDetail, detail)
+			continue
+		case sf.back:
+			// Named when it went back, not now: at its path, the next walk judges it again.
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeRestored, SweepKeptChanged, backDetail+": no location names it now"
+			continue
+		case !orphan:
 			r.Detail = detail
 			h.restore(r, sf, reason)
 			continue

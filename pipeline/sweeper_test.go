@@ -228,10 +228,25 @@ func TestSweeperRaceWithWrite(t *testing.T) {
 	require.Len(t, q, 1)
 	f.block(11, kvcm.StatusWriting, string(e2.Path))
 	f.now = f.now.Add(2 * f.sw.cfg.Quarantine)
-	res = f.sweep(f.batch(subjects.SweepQuarantine, f.qentry(e2, q[0])))
+	look := f.batch(subjects.SweepQuarantine, f.qentry(e2, q[0]))
+	res = f.sweep(look)
 	require.Equal(t, []string{"restored referenced"}, sweepOutcomes(res))
 	require.FileExists(t, string(e2.Path))
 	require.Empty(t, f.quarantine())
+	// The same look again, as a redelivery after a sweeper killed before it stored its event:
+	// the file found back at its path is told as restored, judged again to say why.
+	res = f.sweep(look)
+	require.Equal(t, []string{"restored referenced"}, sweepOutcomes(res))
+	require.Contains(t, res[0].Detail, backDetail)
+	// Named no longer: still at its path, for the next walk to judge.
+	require.NoError(t, f.r.Client().Del(context.Background(), kvcm.BlockKey("inst0", 11)).Err())
+	res = f.sweep(look)
+	require.Equal(t, []string{"restored changed"}, sweepOutcomes(res))
+	require.FileExists(t, string(e2.Path))
+	// Another file at the path (another inode): that one was not the quarantined file.
+	require.NoError(t, os.WriteFile(string(e2.Path)+".new", []byte("kv of another"), 0o644))
+	require.NoError(t, os.Rename(string(e2.Path)+".new", string(e2.Path)))
+	require.Equal(t, []string{"gone"}, sweepOutcomes(f.sweep(look)))
 
 	// A client created a new file at the path meanwhile: both are kept.
 	e3 := f.file("inst0", "tp0", 12, 48*time.Hour)
