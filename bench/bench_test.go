@@ -69,6 +69,43 @@ func TestServingPairsWithinPlacement(t *testing.T) {
 	require.Equal(t, "1000 µs, 2000 µs", servingP99s(ls, PinPinned, ModeOff))
 }
 
+// TestServingPooled: the pooled figure takes the p99 of every request of a mode's windows
+// against every request of the off windows of the same placement; the off halves compare the
+// off windows of odd and even repetitions.
+func TestServingPooled(t *testing.T) {
+	us := time.Microsecond
+	window := func(pin, mode string, rep int, slow time.Duration) Latency {
+		// 100 requests: 98 of 100 µs, 2 of slow; the p99 is slow.
+		s := make([]time.Duration, 100)
+		for i := range s {
+			s[i] = 100 * us
+		}
+		s[98], s[99] = slow, slow
+		return Latency{Pin: pin, Mode: mode, Rep: rep, N: len(s), P99: slow, Samples: s}
+	}
+	ls := []Latency{
+		window(PinPinned, ModeOff, 1, 200*us),
+		window(PinPinned, ModeDefault, 1, 300*us),
+		window(PinShared, ModeOff, 1, 900*us),
+		window(PinPinned, ModeOff, 2, 400*us),
+		window(PinPinned, ModeDefault, 2, 600*us),
+	}
+	r, n := servingPooled(ls, PinPinned, ModeDefault)
+	require.Equal(t, 200, n)
+	// Pooled off: 196 × 100 µs, 2 × 200, 2 × 400; its p99 (the 199th of 200) is 400 µs.
+	// Pooled default: 2 × 300, 2 × 600; its p99 is 600 µs.
+	require.InDelta(t, 1.5, r, 1e-9)
+	r, n = servingPooled(ls, PinPinned, ModeUnpaced)
+	require.Zero(t, r)
+	require.Zero(t, n)
+	odd, even, ok := servingOffHalves(ls, PinPinned)
+	require.True(t, ok)
+	require.Equal(t, 200*us, odd)
+	require.Equal(t, 400*us, even)
+	_, _, ok = servingOffHalves(ls, PinShared)
+	require.False(t, ok, "one repetition has no even half")
+}
+
 func TestComposedDeleteRate(t *testing.T) {
 	r := RawResults{CAS: Rate{Ops: 50, Dur: time.Second}, CAD: Rate{Ops: 50, Dur: time.Second}, WriteLocs: 100,
 		Unlink: Rate{Ops: 100, Dur: time.Second}, Read: Rate{Ops: 50, Dur: time.Second}}

@@ -62,6 +62,8 @@ type Latency struct {
 	// GCKeys are the keys the scanner read during the window (0 when off).
 	GCKeys int
 	CPU    CPUShare
+	// Samples are the window's request latencies, sorted (for the pooled figures).
+	Samples []time.Duration
 }
 
 // readLoad issues KVCM's read of random blocks at rate per second for window, from a pool of
@@ -120,7 +122,7 @@ func readLoad(ctx context.Context, rdb *redis.Client, layout kvcm.Layout, keys [
 		res.Errors += errs[w]
 	}
 	slices.Sort(all)
-	res.N = len(all)
+	res.N, res.Samples = len(all), all
 	if len(all) > 0 {
 		q := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
 		res.P50, res.P99, res.P999, res.Max = q(0.50), q(0.99), q(0.999), all[len(all)-1]

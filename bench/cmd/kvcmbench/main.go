@@ -60,7 +60,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "directory receiving CPU profiles of every stage process and of the harness")
 	fs.IntVar(&cfg.ServingRate, "serving-rate", 2000, "read load during the serving windows, requests per second")
 	fs.DurationVar(&cfg.ServingWindow, "serving-window", 3*time.Second, "length of each serving window")
-	fs.IntVar(&cfg.ServingReps, "serving-reps", 3, "repetitions of the off/default/unpaced windows (in each placement)")
+	fs.IntVar(&cfg.ServingReps, "serving-reps", 6, "repetitions of the off/default/unpaced windows (in each placement)")
 	pins := fs.String("serving-pin", bench.PinPinned+","+bench.PinShared, "placements of the serving windows, alternated: \"pinned\" (Redis and the load on one core, kvcm-gc and NATS on the other, with taskset), \"shared\" (every process on every core)")
 	layout := fs.String("layout", "both", "block layout of the keyspaces: location (today's KVCM), legacy (KVCM f6aa2b2) or both, one after the other, each against its own raw baselines")
 	smallLayout := fs.String("small-layout", "location", "layouts of the small phase (peak memory at two sizes): location, legacy, both or none")
