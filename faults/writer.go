@@ -98,6 +98,32 @@ func (w *writer) field(id string) string {
 	return kvcm.FieldURI
 }
 
+// race writes to the block of candidate ev as its mode says.
+func (w *writer) race(ctx context.Context, ev subjects.Event) {
+	k := kvcm.BlockKey(ev.Instance, *ev.Key)
+	w.mu.Lock()
+	x := w.rng.Float64()
+	w.mu.Unlock()
+	var ok bool
+	switch {
+	case w.mode == finishDeleting && ev.Reason != subjects.ReasonStuckDeleting:
+	case w.mode == finishDeleting && x < 1.0/3:
+		ok = w.finish(ctx, k, ev.Location)
+	case w.mode == finishDeleting && x < 2.0/3:
+		ok = w.removeDeleting(ctx, k, ev.Location)
+	case w.mode == finishDeleting:
+	case x < 0.5:
+		ok = w.finish(ctx, k, ev.Location)
+	case x < 0.75:
+		ok = w.add(ctx, k)
+	}
+	if ok {
+		w.mu.Lock()
+		w.raced++
+		w.mu.Unlock()
+	}
+}
+
 // run writes until ctx ends.
 func (w *writer) run(ctx context.Context) error { return w.runReady(ctx, nil) }
 
@@ -105,31 +131,15 @@ func (w *writer) run(ctx context.Context) error { return w.runReady(ctx, nil) }
 func (w *writer) runReady(ctx context.Context, ready chan<- struct{}) error {
 	// Candidate events as they are stored: the window between probe and CAS.
 	sub, err := w.e.nc.Subscribe(w.e.names.EventKindFilter(subjects.EventCandidate), func(m *nats.Msg) {
-		ev, err := subjects.DecodeEvent(m.Data)
-		if err != nil || ev.Key == nil || ctx.Err() != nil {
+		all, err := subjects.DecodeEvent(m.Data)
+		if err != nil {
 			return
 		}
-		k := kvcm.BlockKey(ev.Instance, *ev.Key)
-		w.mu.Lock()
-		x := w.rng.Float64()
-		w.mu.Unlock()
-		var ok bool
-		switch {
-		case w.mode == finishDeleting && ev.Reason != subjects.ReasonStuckDeleting:
-		case w.mode == finishDeleting && x < 1.0/3:
-			ok = w.finish(ctx, k, ev.Location)
-		case w.mode == finishDeleting && x < 2.0/3:
-			ok = w.removeDeleting(ctx, k, ev.Location)
-		case w.mode == finishDeleting:
-		case x < 0.5:
-			ok = w.finish(ctx, k, ev.Location)
-		case x < 0.75:
-			ok = w.add(ctx, k)
-		}
-		if ok {
-			w.mu.Lock()
-			w.raced++
-			w.mu.Unlock()
+		for _, ev := range all.PerTarget() { // a batch's candidate event: one per target
+			if ev.Key == nil || ctx.Err() != nil {
+				return
+			}
+			w.race(ctx, ev)
 		}
 	})
 	if err != nil {

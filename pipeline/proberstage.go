@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -233,10 +234,9 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 		return nil
 	}
 	var fs []jetstream.PubAckFuture
-	for _, t := range v.Targets {
-		key := t.Key
-		fs = append(fs, p.events.Emit(ctx, subjects.Event{Kind: subjects.EventCandidate, Stage: StageProber, Instance: b.Instance,
-			Round: b.Round, Key: &key, Location: t.Location, Reason: t.Reason, Source: &src}))
+	// The batch's candidates in events of up to candidatesPerEvent targets (event schema 3).
+	for ts := range slices.Chunk(v.Targets, candidatesPerEvent) {
+		fs = append(fs, p.events.Emit(ctx, candidateEvent(b, ts, &src)))
 	}
 	for _, n := range v.Notes {
 		key := n.Key
@@ -247,6 +247,24 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 		p.log.Warn("store prober events", "instance", b.Instance, "err", err)
 	}
 	return nil
+}
+
+// candidatesPerEvent bounds the targets of one candidate event (about 100 bytes each).
+const candidatesPerEvent = 512
+
+// candidateEvent is the event of candidates ts of batch b.
+func candidateEvent(b subjects.Batch, ts []subjects.Target, src *subjects.Source) subjects.Event {
+	ev := subjects.Event{Kind: subjects.EventCandidate, Stage: StageProber, Instance: b.Instance, Round: b.Round,
+		Source: src, Targets: make([]subjects.EventTarget, len(ts)), Counts: map[string]int64{}}
+	for i, t := range ts {
+		ev.Targets[i] = subjects.EventTarget{Key: t.Key, Location: t.Location, Reason: t.Reason}
+		ev.Counts[t.Reason]++
+	}
+	ev.Reason = subjects.OutcomeMixed
+	if len(ev.Counts) == 1 {
+		ev.Reason = ts[0].Reason
+	}
+	return ev
 }
 
 // storageInfos describes the storages the targets' specs name, for the deleter.

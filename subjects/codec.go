@@ -218,8 +218,8 @@ func (s Source) identifies() bool {
 // Validate checks an event. Kinds are not limited to the Event* constants, so that a newer
 // producer's events still decode.
 func (e *Event) Validate() error {
-	if e.V != 1 && e.V != EventSchemaVersion {
-		return fmt.Errorf("event: unsupported schema version %d (this build reads 1 and %d)", e.V, EventSchemaVersion)
+	if e.V < 1 || e.V > EventSchemaVersion {
+		return fmt.Errorf("event: unsupported schema version %d (this build reads 1 to %d)", e.V, EventSchemaVersion)
 	}
 	switch {
 	case e.Kind == "":

@@ -191,10 +191,12 @@ func TestDecodeDeleteRequest(t *testing.T) {
 
 func TestDecodeEvent(t *testing.T) {
 	valid := sampleEvent()
-	cases := append(commonCasesNext(t, valid, 3), []decodeCase{
+	cases := append(commonCasesNext(t, valid, subjects.EventSchemaVersion+1), []decodeCase{
 		{"minimal", []byte(`{"v":1,"kind":"round","stage":"scanner","cluster":"c","at_us":1}`), ""},
 		{"version 1 delete of one target", []byte(`{"v":1,"kind":"delete","stage":"deleter","cluster":"c","key":"5","location":"a","outcome":"deleted","at_us":1}`), ""},
 		{"version 2 delete of a request", []byte(`{"v":2,"kind":"delete","stage":"deleter","cluster":"c","outcome":"mixed","targets":[{"key":"5","location":"a","reason":"orphan_writing","outcome":"deleted"}],"at_us":1}`), ""},
+		{"version 2 candidate of one target", []byte(`{"v":2,"kind":"candidate","stage":"prober","cluster":"c","key":"5","location":"a","reason":"orphan_writing","at_us":1}`), ""},
+		{"version 3 candidates of a batch", []byte(`{"v":3,"kind":"candidate","stage":"prober","cluster":"c","reason":"mixed","counts":{"orphan_writing":1,"storage_missing":1},"targets":[{"key":"5","location":"a","reason":"orphan_writing"},{"key":"-6","location":"b","reason":"storage_missing"}],"at_us":1}`), ""},
 		{"unknown kind tolerated", mutate(t, valid, func(m map[string]any) { m["kind"] = "future_kind" }), ""},
 		{"kind empty", mutate(t, valid, func(m map[string]any) { m["kind"] = "" }), "kind is empty"},
 		{"stage empty", mutate(t, valid, func(m map[string]any) { delete(m, "stage") }), "stage is empty"},
@@ -219,8 +221,10 @@ func TestValidateForProducers(t *testing.T) {
 	require.ErrorContains(t, r.Validate(), "no targets")
 	e := sampleEvent()
 	require.NoError(t, e.Validate())
-	e.V = 3
-	require.ErrorContains(t, e.Validate(), "unsupported schema version 3")
+	e.V = 4
+	require.ErrorContains(t, e.Validate(), "unsupported schema version 4")
+	e.V = 0
+	require.ErrorContains(t, e.Validate(), "unsupported schema version 0")
 }
 
 // TestPerTarget: a delete event of either version reads as one event per target, as version 1
@@ -246,6 +250,17 @@ func TestPerTarget(t *testing.T) {
 	require.Equal(t, subjects.OutcomeNoopGone, per[1].Outcome)
 	round := subjects.Event{Kind: subjects.EventRound}
 	require.Equal(t, []subjects.Event{round}, round.PerTarget())
+	// A batch's candidate event (version 3) against the per-target ones of versions 1 and 2.
+	c1 := subjects.Event{V: 2, Kind: subjects.EventCandidate, Instance: "i", Key: &key, Location: "a", Reason: subjects.ReasonOrphanWriting}
+	require.Equal(t, []subjects.Event{c1}, c1.PerTarget())
+	c3 := subjects.Event{V: 3, Kind: subjects.EventCandidate, Instance: "i", Reason: subjects.OutcomeMixed, Targets: []subjects.EventTarget{
+		{Key: -5, Location: "a", Reason: subjects.ReasonOrphanWriting}, {Key: 7, Location: "b", Reason: subjects.ReasonStorageMissing}}}
+	per = c3.PerTarget()
+	require.Len(t, per, 2)
+	c1.V = 3
+	require.Equal(t, c1, per[0])
+	require.Equal(t, int64(7), *per[1].Key)
+	require.Equal(t, subjects.ReasonStorageMissing, per[1].Reason)
 	other := v2
 	other.Targets = []subjects.EventTarget{{Key: 1, Location: "a", Outcome: subjects.OutcomeDeleted}, {Key: 2, Location: "b", Outcome: subjects.OutcomeError}}
 	require.NotEqual(t, subjects.EventMsgID(v2), subjects.EventMsgID(other), "another delivery that ended otherwise is another event")

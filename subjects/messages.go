@@ -8,10 +8,12 @@ import "fmt"
 // terminates (does not retry) a message whose version it does not know.
 const SchemaVersion = 1
 
-// EventSchemaVersion is the "v" of the events this build writes. Version 2 records a delete
-// request's outcome in one event with every target (Event.Targets); version 1 had one delete
-// event per target (Key, Location, Outcome). Readers take both (Event.PerTarget).
-const EventSchemaVersion = 2
+// EventSchemaVersion is the "v" of the events this build writes. Version 3 records the
+// candidates a prober judged in one batch in one event with every target (Event.Targets);
+// version 2 records a delete request's outcome in one event with every target; version 1 had
+// one delete event per target (Key, Location, Outcome), and versions 1 and 2 one candidate
+// event per target. Readers take all three (Event.PerTarget).
+const EventSchemaVersion = 3
 
 // Reasons a location becomes a delete target (DESIGN §5).
 const (
@@ -111,7 +113,7 @@ type Source struct {
 
 // Event is one entry of the audit trail. Subject: EventSubject(kind, instance).
 type Event struct {
-	V        int              `json:"v"`                    // EventSchemaVersion (1 or 2)
+	V        int              `json:"v"`                    // EventSchemaVersion (1 to 3)
 	Kind     string           `json:"kind"`                 // one of the Event* kinds
 	Stage    string           `json:"stage"`                // scanner | prober | deleter
 	Cluster  string           `json:"cluster"`              // KVCM cluster name
@@ -128,7 +130,9 @@ type Event struct {
 	Source   *Source          `json:"source,omitempty"` // the input message
 	Counts   map[string]int64 `json:"counts,omitempty"` // summaries (round end, batch verdict, a request's outcomes)
 	// Targets is every target of a delete request with its outcome (EventDelete, version 2);
-	// Outcome is then theirs when they share one, else OutcomeMixed.
+	// Outcome is then theirs when they share one, else OutcomeMixed. Of a candidate event
+	// (version 3) they are the candidates of one batch, each with its reason; Reason is then
+	// theirs when they share one, else OutcomeMixed, and Counts counts them by reason.
 	Targets []EventTarget `json:"targets,omitempty"`
 	At      int64         `json:"at_us"` // µs since the epoch
 }
@@ -137,8 +141,8 @@ type Event struct {
 type EventTarget struct {
 	Key      int64  `json:"key,string"`
 	Location string `json:"location"`
-	Reason   string `json:"reason"`  // the target's reason (Reason*)
-	Outcome  string `json:"outcome"` // Outcome*
+	Reason   string `json:"reason"`            // the target's reason (Reason*)
+	Outcome  string `json:"outcome,omitempty"` // Outcome* ("" of a candidate)
 	Detail   string `json:"detail,omitempty"`
 	// PhysicalSkips counts the spec URIs whose data was not unlinked, by reason.
 	PhysicalSkips map[string]int `json:"physical_skips,omitempty"`
@@ -148,14 +152,15 @@ type EventTarget struct {
 	KeyDeleted bool `json:"key_deleted,omitempty"`
 }
 
-// OutcomeMixed is the Outcome of a delete event whose targets ended differently.
+// OutcomeMixed is the Outcome of a delete event whose targets ended differently, and the
+// Reason of a candidate event whose targets are garbage for different reasons.
 const OutcomeMixed = "mixed"
 
-// PerTarget returns a delete event as one event per target, each as a version-1 event says
-// it (Key, Location, Reason, Outcome, Detail; physical skips and a resume in Detail); any
-// other event, or a version-1 delete event, is returned alone.
+// PerTarget returns a delete or candidate event with targets as one event per target, each
+// as a version-1 event says it (Key, Location, Reason, Outcome, Detail; physical skips and a
+// resume in Detail; Counts the whole event's); any other event, or a version-1 one, is returned alone.
 func (e Event) PerTarget() []Event {
-	if e.Kind != EventDelete || len(e.Targets) == 0 {
+	if e.Kind != EventDelete && e.Kind != EventCandidate || len(e.Targets) == 0 {
 		return []Event{e}
 	}
 	out := make([]Event, len(e.Targets))
