@@ -334,7 +334,7 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 			lay, read, c.ServingRate, c.ServingWindow)
 		w("Placements: **pinned**, Redis and the load (the harness) on core %s, kvcm-gc's stages and NATS on core %s, as production runs them (taskset); **shared**, every process on every core. ",
 			pinnedRedisCore(m), pinnedGCCores(m))
-		w("The summary compares each window with the kvcm-gc-off window of the same placement just before it and takes the median over the repetitions.\n\n")
+		w("The summary gives two figures per mode and placement: the p99 of all the requests of its windows against the p99 of all the requests of the kvcm-gc-off windows (pooled; the target is judged on it), and the median over the repetitions of each window's p99 against the off window of the same placement just before it. The off windows of odd repetitions against those of even ones, pooled the same way, show what the machine resolves.\n\n")
 		w("| window | placement | kvcm-gc | requests | p50 | p99 | p99.9 | max | late | keys scanned by kvcm-gc | Redis CPU | Redis waited for a core | clients waited for a core | stages CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for i, l := range lr.Serving {
 			w("| %d | %s | %s | %s | %s | %s | %s | %s | %d | %s | %.0f%% | %s | %s | %s |\n", i+1, orDash(l.Pin), l.Mode, num(float64(l.N)), us(l.P50), us(l.P99), us(l.P999), us(l.Max),
