@@ -48,6 +48,37 @@ func TestEstimate(t *testing.T) {
 	}
 }
 
+func TestStoresETA(t *testing.T) {
+	now := time.Date(2025, 1, 2, 12, 0, 0, 0, time.UTC)
+	walking := func(eta time.Duration) StoreStatus {
+		s := StoreStatus{InRegistry: true, InRound: true}
+		if eta != 0 {
+			s.ETA = now.Add(eta)
+		}
+		return s
+	}
+	done := StoreStatus{InRegistry: true, InRound: false}
+	gone := StoreStatus{InRegistry: false, InRound: true}
+	tests := []struct {
+		name   string
+		stores []StoreStatus
+		want   time.Time
+	}{
+		{"the latest of the walking stores", []StoreStatus{walking(time.Minute), walking(3 * time.Minute), walking(2 * time.Minute)}, now.Add(3 * time.Minute)},
+		{"done stores do not count", []StoreStatus{done, walking(time.Minute)}, now.Add(time.Minute)},
+		{"a store gone from the registry does not count", []StoreStatus{gone, walking(time.Minute)}, now.Add(time.Minute)},
+		{"one walking store without an estimate: unknown", []StoreStatus{walking(time.Minute), walking(0)}, time.Time{}},
+		{"nothing walking: unknown", []StoreStatus{done, gone}, time.Time{}},
+		{"no stores: unknown", nil, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := storesETA(tt.stores)
+			require.True(t, tt.want.Equal(got), "eta %s, want %s", got, tt.want)
+		})
+	}
+}
+
 func TestExpandStage(t *testing.T) {
 	for _, s := range Stages() {
 		got, err := expandStage(s)

@@ -161,9 +161,10 @@ type RoundStatus struct {
 	// KeysPerSecond is the round's scan rate so far.
 	KeysPerSecond float64 `json:"keys_per_second"`
 	// ETA estimates when the round ends: from the previous round's key count at the current
-	// rate when there is one, else from the share of instances done. Zero when unknown.
+	// rate when there is one, else the latest of the walking stores' own estimates, else from
+	// the share of stores done. Zero when unknown.
 	ETA      time.Time `json:"eta,omitzero"`
-	ETABasis string    `json:"eta_basis,omitempty"` // "keys" | "instances"
+	ETABasis string    `json:"eta_basis,omitempty"` // "keys" | "store_estimates" | "stores"
 }
 
 // LastRound is the last completed round.
@@ -424,7 +425,37 @@ func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.N
 		rs.KeysPerSecond, rs.ETA, rs.ETABasis = estimate(ck, now)
 	}
 	st.Round = rs
+	if rs.InProgress && (rs.ETA.IsZero() || rs.ETABasis == "stores") {
+		// The stores' own estimates beat scaling by the share of stores done.
+		if eta := storesETA(st.Stores); !eta.IsZero() {
+			rs.ETA, rs.ETABasis = eta, "store_estimates"
+		}
+	}
 	return st
+}
+
+// storesETA is the round's end from its stores' own estimates: the latest of them, when every
+// store of the registry still walking this round has one (each from its own DBSIZE or last
+// round). A store without one (not held, held back, no basis yet) leaves the round unknown.
+func storesETA(stores []StoreStatus) time.Time {
+	var eta time.Time
+	walking := 0
+	for _, s := range stores {
+		if !s.InRegistry || !s.InRound {
+			continue
+		}
+		walking++
+		if s.ETA.IsZero() {
+			return time.Time{}
+		}
+		if s.ETA.After(eta) {
+			eta = s.ETA
+		}
+	}
+	if walking == 0 {
+		return time.Time{}
+	}
+	return eta
 }
 
 // estimate returns the round's rate so far and when it should end. With a previous round the

@@ -49,7 +49,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	sc := r.Scanner
 	if held, holders := leaseHolders(sc.Stores); len(sc.Stores) > 1 && held > 0 {
-		fmt.Fprintf(tw, "leases\t%d of %d stores held by %d replicas (STORES below)\n", held, len(sc.Stores), holders)
+		fmt.Fprintf(tw, "leases\t%d of %d stores held by %d %s (STORES below)\n", held, len(sc.Stores), holders, plural(holders, "replica", "replicas"))
 	} else if l := sc.Leader; l != nil {
 		fmt.Fprintf(tw, "leader\t%s since %s (held %s), lease renewed %s ago, revision %d\n", l.Holder, timeOnly(l.Since),
 			humanDuration(secs(l.HeldSeconds)), humanDuration(secs(l.RenewedAgoSecs)), l.Revision)
@@ -71,7 +71,11 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 			}
 			fmt.Fprintf(tw, "\t%d keys scanned since %s, %.0f keys/s\n", rd.Keys, stamp(rd.Started, now), rd.KeysPerSecond)
 			if !rd.ETA.IsZero() {
-				fmt.Fprintf(tw, "\testimated end %s (by %s)\n", stamp(rd.ETA, now), rd.ETABasis)
+				basis := rd.ETABasis
+				if basis == "store_estimates" {
+					basis = "the latest of the stores' estimates"
+				}
+				fmt.Fprintf(tw, "\testimated end %s, by %s\n", stamp(rd.ETA, now), basis)
 			} else {
 				fmt.Fprintln(tw, "\testimated end unknown")
 			}
@@ -240,6 +244,13 @@ func (e *errWriter) Write(p []byte) (int, error) {
 }
 
 // leaseHolders counts the stores whose lease a replica holds, and the replicas holding them.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func leaseHolders(stores []StoreStatus) (held, holders int) {
 	seen := map[string]bool{}
 	for _, st := range stores {

@@ -135,7 +135,7 @@ func maxSeq(les []ops.LastEvent) uint64 {
 // TestOpsStatusRoundInProgress checks the round progress of a running round: a scanner held
 // to a slow pace over three instances of one metadata store, without prober or deleter (the
 // backlog limit is raised so it keeps scanning). The first round has no previous key count
-// and the only store is the first: the end cannot be estimated yet.
+// and the only store is the first: the end is the store's own estimate, from its DBSIZE.
 func TestOpsStatusRoundInProgress(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -163,11 +163,22 @@ func TestOpsStatusRoundInProgress(t *testing.T) {
 	require.NotEmpty(t, rd.StoreName)
 	require.Less(t, rd.Keys, uint64(600), "the round is still going")
 	require.Greater(t, rd.KeysPerSecond, 0.0)
-	require.Empty(t, rd.ETABasis)
+	// No previous round and no store done: the round's end is its one store's own estimate
+	// (from the DBSIZE read at the start of its walk) when that store has one, else unknown.
+	require.Len(t, rep.Scanner.Stores, 1)
+	st := rep.Scanner.Stores[0]
+	require.Equal(t, "dbsize", st.ETABasis)
+	require.True(t, st.ETA.Equal(rd.ETA), "round end %s, store end %s", rd.ETA, st.ETA)
 	require.True(t, rep.Scanner.NextRound.IsZero())
 	var table bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
 	require.Contains(t, table.String(), fmt.Sprintf("round       1 in progress: store 1 of 1 (%s), 3 instances, cursor ", rd.StoreName))
-	require.Contains(t, table.String(), "estimated end unknown")
+	if st.ETA.IsZero() {
+		require.Empty(t, rd.ETABasis)
+		require.Contains(t, table.String(), "estimated end unknown")
+	} else {
+		require.Equal(t, "store_estimates", rd.ETABasis)
+		require.Contains(t, table.String(), "by the latest of the stores' estimates")
+	}
 	t.Logf("status during a round:\n%s", table.String())
 }
