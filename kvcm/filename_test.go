@@ -96,6 +96,11 @@ func TestParseBlockFileName(t *testing.T) {
 		{"two underscores", "inst0/tp0/1f_2_3", nil},
 		{"quarantine name", "inst0/tp0/1f~1767225600123456", nil},
 		{"NUL", "inst0/tp\x000/1f", nil},
+		// KVMeta exact objects (kvmeta/<instance>/<key>/<32-character nonce>) share a storage's
+		// root with block files in newer KVCMs; their nonce, even one of hex digits only, is
+		// longer than any block key, so no such object is ever read as a block's file.
+		{"KVMeta object", "kvmeta/inst0/tp0/0123456789abcdefghijklmnopqrstuv", nil},
+		{"KVMeta object of hex digits", "kvmeta/inst0/tp0/123456789abcdef0123456789abcdef0", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseBlockFileName(tc.in)
