@@ -136,10 +136,12 @@ func (w *writer) runReady(ctx context.Context, ready chan<- struct{}) error {
 			return
 		}
 		for _, ev := range all.PerTarget() { // a batch's candidate event: one per target
-			if ev.Key == nil || ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return
 			}
-			w.race(ctx, ev)
+			if ev.Key != nil {
+				w.race(ctx, ev)
+			}
 		}
 	})
 	if err != nil {

@@ -438,22 +438,17 @@ func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.N
 // store of the registry still walking this round has one (each from its own DBSIZE or last
 // round). A store without one (not held, held back, no basis yet) leaves the round unknown.
 func storesETA(stores []StoreStatus) time.Time {
-	var eta time.Time
-	walking := 0
+	var eta time.Time // stays zero when no store is walking
 	for _, s := range stores {
 		if !s.InRegistry || !s.InRound {
 			continue
 		}
-		walking++
 		if s.ETA.IsZero() {
 			return time.Time{}
 		}
 		if s.ETA.After(eta) {
 			eta = s.ETA
 		}
-	}
-	if walking == 0 {
-		return time.Time{}
 	}
 	return eta
 }

@@ -243,7 +243,7 @@ func (e *errWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// leaseHolders counts the stores whose lease a replica holds, and the replicas holding them.
+// plural is one when n is 1, else many.
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return one
@@ -251,6 +251,7 @@ func plural(n int, one, many string) string {
 	return many
 }
 
+// leaseHolders counts the stores whose lease a replica holds, and the replicas holding them.
 func leaseHolders(stores []StoreStatus) (held, holders int) {
 	seen := map[string]bool{}
 	for _, st := range stores {
