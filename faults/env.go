@@ -305,8 +305,15 @@ func (e *env) exited() error {
 	return nil
 }
 
+// readTimeout bounds each of the suite's reads of JetStream. A request whose context has a
+// deadline waits for it, and one lost while a node is killed or a leader elected would wait
+// for the scenario's: bounded, the next poll asks again.
+const readTimeout = 10 * time.Second
+
 // checkpoint reads the scanner's checkpoint.
 func (e *env) checkpoint(ctx context.Context) (pipeline.Checkpoint, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
 	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
 	if err != nil {
 		return pipeline.Checkpoint{}, err
@@ -317,6 +324,8 @@ func (e *env) checkpoint(ctx context.Context) (pipeline.Checkpoint, error) {
 
 // drained reports whether both consumers have nothing pending or unacknowledged.
 func (e *env) drained(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
 	for _, sc := range [][2]string{{e.names.BatchesStream(), e.names.ProberConsumer()}, {e.names.DeletesStream(), e.names.DeleterConsumer()}} {
 		c, err := e.js.Consumer(ctx, sc[0], sc[1])
 		if err != nil {

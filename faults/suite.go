@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 // Config is one run of the suite.
@@ -257,8 +258,12 @@ func runScenario(parent context.Context, cfg Config, sc scenario, layout kvcm.La
 	if err != nil {
 		return fail(err)
 	}
-	ck, err := e.checkpoint(ctx)
-	if err != nil {
+	var ck pipeline.Checkpoint
+	if err := e.waitFor(ctx, "the checkpoint after the fault", func() bool {
+		var err error
+		ck, err = e.checkpoint(ctx)
+		return err == nil
+	}); err != nil {
 		return fail(fmt.Errorf("read checkpoint after the fault: %w", err))
 	}
 	if expect == nil {

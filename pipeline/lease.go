@@ -241,5 +241,9 @@ func listKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]stri
 		keys = append(keys, k)
 	}
 	_ = lister.Stop() // its ordered consumer is gone once every key was delivered
+	if err := ctx.Err(); err != nil {
+		// The lister also ends its list when ctx ends: what it gave may be a part.
+		return nil, fmt.Errorf("list keys %s: %w", filter, err)
+	}
 	return keys, nil
 }

@@ -171,3 +171,38 @@ func TestRegistryBackoff(t *testing.T) {
 	}
 	require.Greater(t, len(seen), 1)
 }
+
+// cutLister is a KeyValue whose key listing ends early, as nats.go's does when its context
+// ends: the keys so far, then a closed channel and no error.
+type cutLister struct {
+	jetstream.KeyValue
+	keys []string
+}
+
+func (c cutLister) ListKeysFiltered(ctx context.Context, _ ...string) (jetstream.KeyLister, error) {
+	ch := make(chan string, len(c.keys))
+	for _, k := range c.keys {
+		ch <- k
+	}
+	close(ch)
+	return cutKeys(ch), nil
+}
+
+type cutKeys chan string
+
+func (k cutKeys) Keys() <-chan string { return k }
+func (k cutKeys) Stop() error         { return nil }
+
+// TestListKeysCutByContext: a listing that ended with its context is an error, never a part
+// of the keys taken for all of them (a store's lease or checkpoint left out).
+func TestListKeysCutByContext(t *testing.T) {
+	kv := cutLister{keys: []string{"a"}}
+	keys, err := listKeys(context.Background(), kv, ">")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a"}, keys)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	keys, err = listKeys(ctx, kv, ">")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Nil(t, keys)
+}
