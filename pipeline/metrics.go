@@ -185,7 +185,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StuckDataLeft: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_stuck_deleting_data_left_total",
 			Help: "Spec URIs of collected stuck DELETING locations whose data was left in place (metadata only), by storage type and reason."}, []string{"storage_type", "reason"}),
 		DeletedKeys: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_deleted_keys_total",
-			Help: "Block keys the deleter deleted because their last location went (empty_block: delete); KVCM's key count still counts each."}, []string{"instance"}),
+			Help: "Block keys the deleter deleted because their last location went (empty_block: delete); KVCM's key count still counts each."}, []string{"kvcm_instance"}),
 
 		OperationErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_operation_errors_total", Help: "Failed operations, by stage and operation."}, []string{"stage", "op"}),
 		Messages:        f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total", Help: "Consumed messages by stage and disposition (ack, nak, term)."}, []string{"stage", "result"}),

@@ -876,7 +876,7 @@ func TestInvariant9AmbiguousNeverWritten(t *testing.T) {
 // KVCM reads as "exists, no location" — legacy, __uri__ = {} beside the untouched
 // __lru_time__; location layout, its other fields, or BP#prev_key = "" where none would
 // remain — and no key is deleted. With delete, every such key is gone and counted
-// (kvcm_gc_deleted_keys_total, deleted_keys.<instance> in the state bucket).
+// (kvcm_gc_deleted_keys_total{kvcm_instance}, deleted_keys.<instance> in the state bucket).
 func TestInvariant10EmptyBlock(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
 		for _, mode := range []meta.EmptyBlock{meta.EmptyBlockKeep, meta.EmptyBlockDelete} {
@@ -949,6 +949,7 @@ func TestInvariant10EmptyBlock(t *testing.T) {
 				kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
 				require.NoError(t, err)
 				var sum uint64
+				byInstance := map[string]float64{}
 				for _, inst := range m.Instances {
 					en, err := kv.Get(ctx, pipeline.DeletedKeysKey(inst))
 					if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -958,8 +959,11 @@ func TestInvariant10EmptyBlock(t *testing.T) {
 					var c pipeline.DeletedKeys
 					require.NoError(t, json.Unmarshal(en.Value(), &c))
 					sum += c.Keys
+					byInstance[inst] = float64(c.Keys)
 				}
 				require.Equal(t, uint64(r.EmptyKeys), sum, "deleted_keys in the state bucket")
+				// The label is kvcm_instance: Prometheus's own target label is instance.
+				require.Equal(t, byInstance, metricByLabel(t, reg, "kvcm_gc_deleted_keys_total", "kvcm_instance"))
 			})
 		}
 	})
