@@ -91,7 +91,7 @@ type Loc struct {
 	Files  []string // local paths of its data
 	Shared bool     // its files hold other blocks too: never removed
 	// DataLeft: its files must stay even when the location goes: a stuck DELETING whose data
-	// kvcm-gc removes only where the name cannot have been reused (DESIGN §8 invariant 11).
+	// kvcm-gc removes only where the name cannot have been reused (DESIGN §8.11).
 	DataLeft bool
 }
 
@@ -260,7 +260,7 @@ func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient, more ...re
 //   - location layout: each location's L# field goes; once no non-empty L# field is left,
 //     the key keeps its other fields, or BP#prev_key = "" where none would remain (keep), or
 //     is gone (delete);
-//   - any other layout: nothing may go (DESIGN §8 invariant 9).
+//   - any other layout: nothing may go (DESIGN §8.9).
 func expected(b Value, gone []Loc, mode string) (*Value, bool, error) {
 	var there []Loc
 	for _, l := range gone {

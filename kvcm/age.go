@@ -24,8 +24,7 @@ func LocationAge(loc *Location, now time.Time) (age time.Duration, ok bool) {
 // future; callers then keep the location (fail closed).
 //
 // __lru_time__ is the block's last write, so it is a lower bound of every location's age:
-// taking the later time can only make a location look younger, never older (DESIGN.md §8
-// invariant 2).
+// taking the later time can only make a location look younger, never older (DESIGN §8.2).
 func LegacyAge(loc *Location, lruTime string, now time.Time) (age time.Duration, ok bool) {
 	var t int64
 	if lruTime != "" {

@@ -10,7 +10,7 @@ import (
 
 // This file is a small strict JSON scanner (RFC 8259) that reports where things are instead of
 // building values. kvcm-gc must write every location it did not target back byte for byte,
-// and in its target change only the status number (DESIGN.md §8 invariants 1 and 5), which
+// and in its target change only the status number (DESIGN §8.1 and §8.5), which
 // no decode-and-re-encode through encoding/json can promise. The scanner works on a string so
 // that decoded names and ids without escapes are substrings of the one copy of the document.
 

@@ -3,7 +3,7 @@
 // locations and real files under an NFS-like root, and returns a manifest of what is garbage
 // so a collection run can be verified byte for byte.
 //
-// It writes either block layout (DESIGN.md §2): the location layout of today's KVCM, one hash
+// It writes either block layout (DESIGN §2): the location layout of today's KVCM, one hash
 // field L#<location id> per location beside BP#prev_key and tier marks, or the legacy layout
 // of KVCM f6aa2b2, one __uri__ map beside __lru_time__.
 package seed
@@ -54,7 +54,7 @@ type Spec struct {
 	// and the demo default to the location layout.
 	Layout kvcm.Layout
 	// Ambiguous, in the legacy layout, turns a few blocks into upgraded ones: today's KVCM
-	// wrote an L# field beside the legacy __uri__ (DESIGN.md §8 invariant 9: nothing in them
+	// wrote an L# field beside the legacy __uri__ (DESIGN §8.9: nothing in them
 	// may be judged or written). The location layout always has some.
 	Ambiguous bool
 	// Instances are the instance ids of the redis group (default inst0..inst2).

@@ -50,7 +50,7 @@ func Take(ctx context.Context, rdb redis.UniversalClient, pattern string) (Snaps
 // removes.
 const (
 	// EmptyKeep leaves the key in a form KVCM reads as "exists, no location", so KVCM's key
-	// count stays equal to the keys in Redis (DESIGN.md §8 invariant 10): legacy, __uri__ =
+	// count stays equal to the keys in Redis (DESIGN §8.10): legacy, __uri__ =
 	// {} beside the untouched __lru_time__ and _prev_key_; location layout, the key's other
 	// fields (BP#prev_key, tier marks), or BP#prev_key = "" where none would remain.
 	EmptyKeep = "keep"

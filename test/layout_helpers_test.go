@@ -157,7 +157,7 @@ func fieldOf(layout kvcm.Layout, id string) string {
 }
 
 // perBlockPath is KVCM's name of a block's data on a file storage, <root><instance>/<spec>/<hex
-// block key>: the one name the deleter unlinks for a stuck DELETING (DESIGN §8 invariant 11).
+// block key>: the one name the deleter unlinks for a stuck DELETING (DESIGN §8.11).
 func perBlockPath(root, inst, spec string, key int64) string {
 	return root + inst + "/" + spec + "/" + strconv.FormatUint(uint64(key), 16)
 }
