@@ -6,8 +6,16 @@ STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: build test test-short race lint vet fuzz bench bench-quick demo clean tools
 
+# The build's identity, linked into internal/version (kvcm-gc version, kvcm_gc_build_info).
+# Without git (a source tarball) VERSION is "dev" and the revision is left to the build info.
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION   ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_TIME ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG := github.com/kvcm-gc/kvcm-gc/internal/version
+LDFLAGS    := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) -X $(VERSION_PKG).BuildTime=$(BUILD_TIME)
+
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 # The whole suite under the race detector: unit, integration and end-to-end tests against a
 # real redis-server and embedded NATS JetStream, after go vet and staticcheck.

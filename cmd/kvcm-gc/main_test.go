@@ -20,6 +20,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -47,6 +48,17 @@ func TestCommandTable(t *testing.T) {
 	require.True(t, app.All.Walker && app.All.Sweeper, "kvcm-gc run runs the sweep's stages")
 	for _, want := range []string{"scanner", "prober", "deleter", "walker", "sweeper", "run", "status", "replay", "dlq", "pause", "resume", "seed", "demo", "version"} {
 		require.True(t, seen[want], want)
+	}
+}
+
+// TestVersion: version and --version print the same four lines and exit 0.
+func TestVersion(t *testing.T) {
+	v := version.Get()
+	want := fmt.Sprintf("kvcm-gc %s\nrevision:   %s\nbuild time: %s\ngo version: %s\n", v.Version, v.Revision, v.BuildTime, v.GoVersion)
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		code, out, stderr := kvcmgc(t, args...)
+		require.Equal(t, cli.ExitOK, code, "%v: %s", args, stderr)
+		require.Equal(t, want, out, args)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/config"
+	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -105,7 +106,7 @@ func (e *Env) Names() (subjects.Names, error) {
 
 // Main dispatches args (without the program name) to one of cmds and returns the exit
 // status. "help", "-h" and "--help" list the commands; "help <command> [subcommand]"
-// documents one.
+// documents one; "--version" prints the version.
 func Main(prog string, cmds []*Command, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		listCommands(stderr, prog, cmds)
@@ -113,6 +114,9 @@ func Main(prog string, cmds []*Command, args []string, stdout, stderr io.Writer)
 	}
 	name, rest := args[0], args[1:]
 	switch name {
+	case "-version", "--version":
+		version.Get().Write(stdout, prog)
+		return ExitOK
 	case "help", "-h", "-help", "--help":
 		if len(rest) >= 1 {
 			if c := find(cmds, rest[0]); c != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/internal/httpserver"
+	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
@@ -54,9 +55,14 @@ func StageCommand(name, summary string, which app.Stages) *Command {
 }
 
 // StageMain is the whole main of a binary running the given stages: it runs StageCommand with
-// the process's arguments and exits with its status.
+// the process's arguments and exits with its status; --version prints the version.
 func StageMain(name, summary string, which app.Stages) {
-	os.Exit(RunCommand(filepath.Base(os.Args[0]), StageCommand(name, summary, which), os.Args[1:], os.Stdout, os.Stderr))
+	prog := filepath.Base(os.Args[0])
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		version.Get().Write(os.Stdout, prog)
+		os.Exit(ExitOK)
+	}
+	os.Exit(RunCommand(prog, StageCommand(name, summary, which), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // AllInOneCommand is the run command: every stage in one process, with an embedded NATS
@@ -79,6 +85,8 @@ func AllInOneCommand() *Command {
 func (p *Process) Run(ctx context.Context, e *Env) error {
 	cfg := e.Config
 	log := e.Logger
+	// First, so that whatever fails next is logged under a known build.
+	log.Info("kvcm-gc", "version", version.Get(), "stages", stageList(p.Stages))
 	// The Redis client logs connection-pool failures on its own; they belong in the process's
 	// structured log, not as bare lines on stderr.
 	redis.SetLogger(redisLog{log})
@@ -92,7 +100,8 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		version.NewCollector())
 	metrics := pipeline.NewMetrics(reg)
 	health := &app.Health{}
 	ready := health.Ready

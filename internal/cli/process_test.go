@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
@@ -26,11 +30,17 @@ import (
 // function that cancels it and returns what Run returned.
 func startProcess(t *testing.T, p *Process, cfg config.Config) (string, func() error) {
 	t.Helper()
+	return startProcessLog(t, p, cfg, slog.New(slog.DiscardHandler))
+}
+
+// startProcessLog is startProcess with the process logging to log.
+func startProcessLog(t *testing.T, p *Process, cfg config.Config, log *slog.Logger) (string, func() error) {
+	t.Helper()
 	addr := make(chan net.Addr, 1)
 	p.HTTPStarted = func(a net.Addr) { addr <- a }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	e := &Env{Prog: "test", Name: "run", Config: cfg, Stdout: io.Discard, Stderr: io.Discard, Logger: slog.New(slog.DiscardHandler)}
+	e := &Env{Prog: "test", Name: "run", Config: cfg, Stdout: io.Discard, Stderr: io.Discard, Logger: log}
 	go func() { done <- p.Run(ctx, e) }()
 	var base string
 	select {
@@ -77,7 +87,8 @@ func TestDisabledProcess(t *testing.T) {
 	cfg := config.Default()
 	cfg.Enabled = false
 	cfg.HTTP.Listen = "127.0.0.1:0"
-	base, stop := startProcess(t, &Process{Stages: app.All}, cfg)
+	var logged syncBuffer
+	base, stop := startProcessLog(t, &Process{Stages: app.All}, cfg, slog.New(slog.NewTextHandler(&logged, nil)))
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "disabled", "/metrics": "go_goroutines"} {
 		code, body := get(t, base+path)
 		require.Equal(t, http.StatusOK, code, path)
@@ -85,7 +96,30 @@ func TestDisabledProcess(t *testing.T) {
 	}
 	_, body := get(t, base+"/metrics")
 	require.Contains(t, body, "kvcm_gc_scanned_keys_total 0")
+	// Every process says which build it is, in its metrics and first in its log.
+	v := version.Get()
+	require.Contains(t, body, fmt.Sprintf("kvcm_gc_build_info{goversion=%q,revision=%q,version=%q} 1", v.GoVersion, v.Revision, v.Version))
 	require.NoError(t, stop())
+	first, _, _ := strings.Cut(logged.String(), "\n")
+	require.Contains(t, first, fmt.Sprintf("msg=kvcm-gc version.version=%s version.revision=%s", v.Version, v.Revision))
+}
+
+// syncBuffer is a bytes.Buffer that a process's goroutines may log to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestProcessRequires(t *testing.T) {
