@@ -110,6 +110,13 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 				d.metrics.StuckDataLeft.WithLabelValues(r.StorageType, reason).Add(float64(n))
 			}
 		}
+		if r.Outcome != subjects.OutcomeWouldDelete && Frees(r.Outcome) {
+			rec, _ := TargetReclaim(r.Target)
+			for _, x := range rec {
+				d.metrics.ReclaimedBytes.WithLabelValues(x.Storage, r.Target.Reason).Add(float64(x.Bytes))
+				d.metrics.ReclaimedFiles.WithLabelValues(x.Storage, r.Target.Reason).Add(float64(x.Files))
+			}
+		}
 		if r.KeyDeleted {
 			d.metrics.DeletedKeys.WithLabelValues(req.Instance).Inc()
 			keysDeleted++

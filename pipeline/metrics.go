@@ -132,6 +132,8 @@ type Metrics struct {
 	InflightOldest  prometheus.Gauge
 	StuckDataLeft   *prometheus.CounterVec
 	DeletedKeys     *prometheus.CounterVec
+	ReclaimedBytes  *prometheus.CounterVec
+	ReclaimedFiles  *prometheus.CounterVec
 
 	OperationErrors *prometheus.CounterVec
 	Messages        *prometheus.CounterVec
@@ -186,6 +188,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Spec URIs of collected stuck DELETING locations whose data was left in place (metadata only), by storage type and reason."}, []string{"storage_type", "reason"}),
 		DeletedKeys: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_deleted_keys_total",
 			Help: "Block keys the deleter deleted because their last location went (empty_block: delete); KVCM's key count still counts each."}, []string{"kvcm_instance"}),
+		ReclaimedBytes: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_bytes_total",
+			Help: "Bytes of the locations the deleter removed (their spec URIs' size=), by storage and reason; what a dry run's report says deletes would free."}, []string{"storage", "reason"}),
+		ReclaimedFiles: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_files_total",
+			Help: "Data objects (spec URIs) of the locations the deleter removed, by storage and reason."}, []string{"storage", "reason"}),
 
 		OperationErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_operation_errors_total", Help: "Failed operations, by stage and operation."}, []string{"stage", "op"}),
 		Messages:        f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total", Help: "Consumed messages by stage and disposition (ack, nak, term)."}, []string{"stage", "result"}),

@@ -1,0 +1,129 @@
+package test
+
+import (
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/app"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// reclaimKey and reclaimSum are what the seeded garbage frees, by KVCM instance, storage and
+// reason.
+type reclaimKey struct{ instance, storage, reason string }
+
+type reclaimSum struct {
+	locations, files int
+	bytes            uint64
+}
+
+// expectedReclaim is what deleting the manifest's garbage frees, read from the bytes seeded
+// (before) with encoding/json and net/url, apart from the code under test: for each garbage
+// location, every spec URI's host is a storage, with one file of its size= bytes.
+func expectedReclaim(t *testing.T, m *seed.Manifest, before seed.Snapshot) map[reclaimKey]reclaimSum {
+	t.Helper()
+	type location struct {
+		Specs []struct {
+			URI string `json:"uri"`
+		} `json:"location_specs"`
+	}
+	out := map[reclaimKey]reclaimSum{}
+	for _, l := range m.Garbage() {
+		var reason string
+		switch l.Kind {
+		case seed.KindOrphanWriting, seed.KindSharedOrphan:
+			reason = subjects.ReasonOrphanWriting
+		case seed.KindMissingServing:
+			reason = subjects.ReasonStorageMissing
+		case seed.KindStuckDeleting:
+			reason = subjects.ReasonStuckDeleting
+		default:
+			t.Fatalf("garbage of kind %s: no reason known", l.Kind)
+		}
+		fields := before[kvcm.BlockKey(l.Instance, l.Key)]
+		var loc location
+		if f := l.FieldName(); f == kvcm.FieldURI {
+			var block map[string]location
+			require.NoError(t, json.Unmarshal([]byte(fields[f]), &block))
+			loc = block[l.Location]
+		} else {
+			require.NoError(t, json.Unmarshal([]byte(fields[f]), &loc))
+		}
+		require.NotEmpty(t, loc.Specs, "%+v", l)
+		seen := map[string]bool{}
+		for _, s := range loc.Specs {
+			u, err := url.Parse(s.URI)
+			require.NoError(t, err)
+			size, err := strconv.ParseUint(u.Query().Get("size"), 10, 64)
+			require.NoError(t, err, s.URI)
+			k := reclaimKey{l.Instance, u.Hostname(), reason}
+			sum := out[k]
+			if !seen[k.storage] {
+				seen[k.storage] = true
+				sum.locations++
+			}
+			sum.files++
+			sum.bytes += size
+			out[k] = sum
+		}
+	}
+	return out
+}
+
+// metricByLabels sums a counter's series by the values of two labels.
+func metricByLabels(t *testing.T, reg *prometheus.Registry, name, a, b string) map[[2]string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[[2]string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var k [2]string
+			for _, lp := range m.GetLabel() {
+				switch lp.GetName() {
+				case a:
+					k[0] = lp.GetValue()
+				case b:
+					k[1] = lp.GetValue()
+				}
+			}
+			out[k] += m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// TestReclaimedMetrics: a real round counts, by storage and reason, the bytes and the data
+// objects of every garbage location it removes, as the seeded spec URIs' sizes give them —
+// shared files and data already gone included, since the bytes are the locations' own.
+func TestReclaimedMetrics(t *testing.T) {
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		m, before := e.seed(seed.Spec{Layout: layout, Instances: []string{"inst1", "inst2"}, Blocks: 300,
+			GarbageFraction: 0.3, TrickyFraction: 0.1, Seed: 23})
+		reg := prometheus.NewRegistry()
+		e.run(e.options(reg), app.All)
+		e.waitRoundDone(1, time.Minute)
+		e.verify(before, m)
+
+		wantBytes, wantFiles := map[[2]string]float64{}, map[[2]string]float64{}
+		for k, s := range expectedReclaim(t, m, before) {
+			wantBytes[[2]string{k.storage, k.reason}] += float64(s.bytes)
+			wantFiles[[2]string{k.storage, k.reason}] += float64(s.files)
+		}
+		require.Len(t, wantBytes, 3, "garbage on two storages for two reasons: %v", wantBytes)
+		require.Equal(t, wantBytes, metricByLabels(t, reg, "kvcm_gc_reclaimed_bytes_total", "storage", "reason"))
+		require.Equal(t, wantFiles, metricByLabels(t, reg, "kvcm_gc_reclaimed_files_total", "storage", "reason"))
+	})
+}
