@@ -29,12 +29,23 @@ type DeadLetter struct {
 	Stream   string    `json:"stream,omitempty"`
 	Seq      uint64    `json:"seq,omitempty"`
 	MsgID    string    `json:"msg_id,omitempty"`
+	// Records counts the events recorded for this message when there were several: a last
+	// delivery that hung past AckWait is recorded by the server's advisory, and again by the
+	// consumer loop if the handler fails after all.
+	Records int `json:"records,omitempty"`
 }
 
 // DLQList lists the poison and dead-letter events recorded since the given time (zero: all
-// the EVENTS stream holds), oldest first.
+// the EVENTS stream holds), oldest first: one entry per message a stage gave up on, the first
+// event recorded for it (Records counts them when there were several).
 func DLQList(ctx context.Context, js jetstream.JetStream, names subjects.Names, since time.Time) ([]DeadLetter, error) {
 	var out []DeadLetter
+	// The entry of each dead-lettered message: stage, stream and sequence name it.
+	type msgKey struct {
+		stage, stream string
+		seq           uint64
+	}
+	first := map[msgKey]int{}
 	rng := readRange{Filters: []string{names.EventKindFilter(subjects.EventPoison), names.EventKindFilter(subjects.EventDeadLetter)},
 		StartTime: since}
 	err := readStream(ctx, js, names.EventsStream(), rng, nil, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
@@ -49,6 +60,20 @@ func DLQList(ctx context.Context, js jetstream.JetStream, names subjects.Names, 
 		d.Kind, d.Stage, d.Instance, d.Reason = ev.Kind, ev.Stage, ev.Instance, ev.Reason
 		if ev.Source != nil {
 			d.Stream, d.Seq, d.MsgID = ev.Source.Stream, ev.Source.Seq, ev.Source.MsgID
+		}
+		if d.Kind == subjects.EventDeadLetter && d.Seq > 0 {
+			k := msgKey{d.Stage, d.Stream, d.Seq}
+			if i, seen := first[k]; seen {
+				out[i].Records = max(out[i].Records, 1) + 1
+				if out[i].MsgID == "" {
+					out[i].MsgID = d.MsgID
+				}
+				if out[i].Instance == "" {
+					out[i].Instance = d.Instance
+				}
+				return nil
+			}
+			first[k] = len(out)
 		}
 		out = append(out, d)
 		return nil
@@ -69,8 +94,12 @@ func WriteDeadLetters(w io.Writer, dls []DeadLetter) error {
 		if d.Seq > 0 {
 			seq = strconv.FormatUint(d.Seq, 10)
 		}
+		reason := d.Reason
+		if d.Records > 1 {
+			reason = fmt.Sprintf("%s (recorded %d times)", reason, d.Records)
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.EventSeq, timeOnly(d.Time), d.Kind, orDash(d.Stage),
-			cell(orDash(d.Instance), 24), orDash(d.Stream), seq, cell(orDash(d.MsgID), 40), cell(d.Reason, 120))
+			cell(orDash(d.Instance), 24), orDash(d.Stream), seq, cell(orDash(d.MsgID), 40), cell(reason, 120))
 	}
 	_ = tw.Flush()
 	if len(dls) == 0 {

@@ -1,0 +1,63 @@
+package ops_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/ops"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// TestDLQListOneEntryPerMessage stores the events of a message whose last delivery hung past
+// the ack wait — the server's advisory, then the consumer loop's own record once the handler
+// failed after all — beside a poison message and another dead letter: dlq list shows one
+// entry per message, the first event recorded for it, with the number of records.
+func TestDLQListOneEntryPerMessage(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartNATS(t)
+	js, err := jetstream.New(srv.Conn(t))
+	require.NoError(t, err)
+	names, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	s := subjects.DefaultSettings()
+	s.Storage = jetstream.MemoryStorage
+	require.NoError(t, subjects.Ensure(ctx, js, names, s))
+	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names}, pipeline.EventLogDeps{JS: js})
+	require.NoError(t, err)
+	deletes := names.DeletesStream()
+	for _, e := range []subjects.Event{
+		{Kind: subjects.EventDeadLetter, Stage: pipeline.StageDeleter, Reason: pipeline.AdvisoryReason,
+			Source: &subjects.Source{Stream: deletes, Seq: 7}},
+		{Kind: subjects.EventPoison, Stage: pipeline.StageDeleter, Instance: "inst1", Reason: "poison message: bad json",
+			Source: &subjects.Source{Stream: deletes, Seq: 8, MsgID: "p8"}},
+		{Kind: subjects.EventDeadLetter, Stage: pipeline.StageDeleter, Instance: "inst1", Reason: "cas: i/o timeout",
+			Source: &subjects.Source{Stream: deletes, Seq: 7, MsgID: "dm:7"}},
+		{Kind: subjects.EventDeadLetter, Stage: pipeline.StageProber, Instance: "inst2", Reason: pipeline.AdvisoryReason,
+			Source: &subjects.Source{Stream: names.BatchesStream(), Seq: 7, MsgID: "b7"}},
+	} {
+		require.NoError(t, events.Wait(ctx, []jetstream.PubAckFuture{events.Emit(ctx, e)}))
+	}
+	dls, err := ops.DLQList(ctx, js, names, time.Time{})
+	require.NoError(t, err)
+	require.Len(t, dls, 3)
+	hung := dls[0]
+	require.Equal(t, subjects.EventDeadLetter, hung.Kind)
+	require.Equal(t, pipeline.AdvisoryReason, hung.Reason, "the first record of the message")
+	require.Equal(t, uint64(7), hung.Seq)
+	require.Equal(t, 2, hung.Records)
+	require.Equal(t, "inst1", hung.Instance, "filled in from the later record")
+	require.Equal(t, "dm:7", hung.MsgID)
+	require.Equal(t, subjects.EventPoison, dls[1].Kind)
+	require.Zero(t, dls[1].Records)
+	require.Equal(t, pipeline.StageProber, dls[2].Stage, "the same sequence of another stream is another message")
+	var out bytes.Buffer
+	require.NoError(t, ops.WriteDeadLetters(&out, dls))
+	require.Contains(t, out.String(), "(recorded 2 times)")
+}
