@@ -269,6 +269,9 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		if err != nil {
 			return err
 		}
+		if err := watchDeadLetters(gctx, g, nc, names, events, m, log, pipeline.StageProber); err != nil {
+			return err
+		}
 		a := checks.stage(o.Health, pipeline.StageProber, nil)
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
@@ -285,6 +288,9 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageDeleter, Workers: o.DeleterWorkers,
 			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: deleterCons, Handle: d.Handle, Events: events, Metrics: m, Logger: log})
 		if err != nil {
+			return err
+		}
+		if err := watchDeadLetters(gctx, g, nc, names, events, m, log, pipeline.StageDeleter); err != nil {
 			return err
 		}
 		a := checks.stage(o.Health, pipeline.StageDeleter, nil)
@@ -313,6 +319,9 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageSweeper, Workers: o.SweeperWorkers,
 			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: sweeperCons, Handle: sw.Handle, Events: events, Metrics: m, Logger: log})
 		if err != nil {
+			return err
+		}
+		if err := watchDeadLetters(gctx, g, nc, names, events, m, log, pipeline.StageSweeper); err != nil {
 			return err
 		}
 		a := checks.stage(o.Health, pipeline.StageSweeper, nil)
