@@ -17,21 +17,54 @@ func TestStatusString(t *testing.T) {
 	}
 }
 
-func TestStorageTypeString(t *testing.T) {
-	names := []string{"unknown", "hf3fs", "mooncake", "pace", "file", "vcns_hf3fs", "dummy", "vineyard"}
-	for i, name := range names {
-		st := StorageType(i)
-		require.Equal(t, name, st.String())
-		got, ok := ParseStorageType(name)
-		require.True(t, ok, name)
-		require.Equal(t, st, got)
+// TestStorageTypes pins today's KVCM numbering (#249, #293) and each type's rule: a type
+// kvcm-gc does not know, or one whose data only KVCM's memory can judge, gets none of the three.
+func TestStorageTypes(t *testing.T) {
+	all, none := TypeRule{StorageMissing: true, PhysicalDelete: true, Sweep: true}, TypeRule{}
+	pool := TypeRule{StorageMissing: true, PhysicalDelete: true}
+	for _, c := range []struct {
+		n    uint64
+		name string
+		rule TypeRule
+	}{
+		{0, "unknown", none},
+		{1, "hf3fs", all},
+		{2, "mooncake", pool},
+		{3, "pace", pool},
+		{4, "file", all},
+		{5, "vcns_hf3fs", all},
+		{6, "dummy", none},
+		{7, "event_report_l1p5", none},
+		{8, "event_report_l2", none},
+		{9, "pace_ssd", pool},
+		{10, "unknown", none},
+		{255, "unknown", none},
+		{math.MaxUint64, "unknown", none},
+	} {
+		st := StorageType(c.n)
+		require.Equal(t, c.name, st.String(), c.n)
+		require.Equal(t, c.rule, st.Rule(), c.n)
+		require.Equal(t, c.rule.StorageMissing, st.Probed(), c.n)
+		require.Equal(t, c.n == 7 || c.n == 8, st.EventReport(), c.n)
+		if c.name != "unknown" || c.n == 0 {
+			got, ok := ParseStorageType(c.name)
+			require.True(t, ok, c.name)
+			require.Equal(t, st, got)
+		}
 	}
-	require.Equal(t, "unknown", StorageType(8).String())
-	require.Equal(t, "unknown", StorageType(math.MaxUint64).String())
-	for _, bad := range []string{"", "FILE", "nfs", "hf3fs ", "3fs"} {
+	// A KVCM before #249 registers Vineyard storages as "vineyard", type 7.
+	got, ok := ParseStorageType("vineyard")
+	require.True(t, ok)
+	require.Equal(t, TypeEventReportL1P5, got)
+	require.Equal(t, TypeRule{}, got.Rule())
+	for _, bad := range []string{"", "FILE", "nfs", "hf3fs ", "3fs", "pace-ssd", "PACE_SSD", "event_report", "v6d", "rtp_llm", "vllm"} {
 		got, ok := ParseStorageType(bad)
 		require.False(t, ok, bad)
 		require.Equal(t, TypeUnknown, got)
+	}
+	require.Len(t, KnownTypes(), 10)
+	for i, st := range KnownTypes() {
+		require.Equal(t, StorageType(i), st)
 	}
 }
 

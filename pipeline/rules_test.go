@@ -168,8 +168,11 @@ func TestJudgeRules(t *testing.T) {
 			want: []string{"7/s/storage_missing"}},
 		{name: "serving present kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", nfsURI("here")))}}},
 		{name: "serving unknown kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", nfsURI("unk")))}}},
-		{name: "serving unknown type kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 9, "", nfsURI("gone")))}},
+		{name: "serving unknown type kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 200, "", nfsURI("gone")))}},
 			skips: map[string]int{SkipExcludedType: 1}},
+		// pace_ssd (9) is probed, but only against a storage registered as pace_ssd.
+		{name: "serving pace_ssd on an nfs storage kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 9, "", nfsURI("gone")))}},
+			skips: map[string]int{SkipStorageTypeMismatch: 1}},
 		{name: "serving without specs kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, ""))}}, skips: map[string]int{SkipNoSpec: 1}},
 		{name: "bad spec uri alone kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(loc("s", 3, 4, "", "not a uri"))}},
 			skips: map[string]int{SkipBadSpecURI: 1}},
