@@ -186,10 +186,14 @@ func checkLocation(t *testing.T, k string, l Loc, loc kvcm.Location, grace time.
 	case KindDummy, KindVineyard, KindEventReport, KindUnknownType:
 		require.Equal(t, kvcm.StatusServing, loc.Status, what)
 		require.False(t, loc.Type.Probed(), what)
-		require.Equal(t, map[string]kvcm.StorageType{KindDummy: 6, KindVineyard: 7}[l.Kind] != 0,
-			loc.Type == kvcm.TypeDummy || loc.Type == kvcm.TypeVineyard, what)
+		if want, ok := map[string]kvcm.StorageType{KindDummy: kvcm.TypeDummy, KindVineyard: kvcm.TypeEventReportL1P5}[l.Kind]; ok {
+			require.Equal(t, want, loc.Type, what)
+		}
 		if l.Kind == KindEventReport {
-			require.GreaterOrEqual(t, loc.Type, kvcm.StorageType(8), what)
+			require.True(t, loc.Type.EventReport(), what)
+		}
+		if l.Kind == KindUnknownType {
+			require.Equal(t, "unknown", loc.Type.String(), what)
 		}
 	case KindCachedStore:
 		// Garbage by the rules, if the group were collected.

@@ -305,10 +305,10 @@ func (g *gen) locationOf(inst string, key int64, id, kind string, rng *rand.Rand
 		l.Status, l.CreateTime = 4, past(g.sp.Grace+2*time.Hour, 7*24*time.Hour)
 		nfs()
 	case KindUnknownType:
-		l.Status, l.Type, l.CreateTime = 3, 9, past(time.Hour, 7*24*time.Hour)
+		l.Status, l.Type, l.CreateTime = 3, unknownType, past(time.Hour, 7*24*time.Hour)
 		nfs(0, 1)
 	case KindEventReport:
-		l.Status, l.Type, l.CreateTime = 3, uint8(8+rng.IntN(8)), past(time.Hour, 7*24*time.Hour)
+		l.Status, l.Type, l.CreateTime = 3, uint8(kvcm.TypeEventReportL1P5+kvcm.StorageType(rng.IntN(2))), past(time.Hour, 7*24*time.Hour)
 		nfs(0, 1)
 	case KindSharedServing, KindSharedOrphan:
 		l.Status, l.CreateTime = 3, past(time.Minute, 7*24*time.Hour)

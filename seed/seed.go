@@ -105,7 +105,7 @@ const (
 	KindYoungWriting   = "young_writing"    // live: WRITING just under the grace
 	KindFutureWriting  = "future_writing"   // live: create_time in the future
 	KindSharedServing  = "shared_serving"   // live: shared file exists
-	KindUnknownType    = "unknown_type"     // live: SERVING of an unknown storage type, file missing
+	KindUnknownType    = "unknown_type"     // live: SERVING of a storage type kvcm-gc does not know, file missing
 	KindMooncake       = "mooncake_serving" // live: probe unknown
 	KindDeleting       = "deleting"         // live: someone else's DELETING, never touched
 	KindSharedOrphan   = "shared_orphan"    // garbage: orphan WRITING on a shared file (file must stay)
@@ -117,7 +117,7 @@ const (
 	KindZeroCreateTime = "zero_create_time" // live: WRITING with create_time 0, data from before KVCM had it
 	KindDummy          = "dummy_serving"    // live: SERVING of type 6 (dummy), no data
 	KindVineyard       = "vineyard_serving" // live: SERVING of type 7 (vineyard), no data here
-	KindEventReport    = "event_report"     // live: SERVING of an EventReport type (8 and up), file missing
+	KindEventReport    = "event_report"     // live: SERVING of an EventReport type (7 or 8), file missing
 	// KindAmbiguous is any location of a key holding both layouts (an upgraded block), in
 	// __uri__ or in an L# field, whatever it looks like: live, as nothing in such a key may be
 	// judged.
@@ -455,6 +455,9 @@ func (g *gen) blockKey(used map[int64]bool) int64 {
 		}
 	}
 }
+
+// unknownType is a storage type number no KVCM uses (today's end at pace_ssd, 9).
+const unknownType = 200
 
 const idChars = "abcdefghijklmnopqrstuvwxyz0123456789"
 
