@@ -32,6 +32,9 @@ type Location struct {
 	// CreateTimeUs is the optional "create_time" member (µs since the epoch), newer KVCMs only.
 	CreateTimeUs  int64
 	HasCreateTime bool
+	// Guard is the location's migration_copy_guard member, nil when it has none. A location
+	// with a guard, valid or not, is kept by every rule, and so is the source it names.
+	Guard *CopyGuard
 }
 
 // Block is a decoded __uri__ field. Locations keep the stored member order.
@@ -378,6 +381,8 @@ func (d *locationDecoder) location(loc *Location) (r locResult, err error) {
 			loc.CreateTimeUs, loc.HasCreateTime = v, true
 		case "location_specs":
 			err = d.locationSpecs(&r)
+		case FieldCopyGuard:
+			loc.Guard, err = d.copyGuard()
 		default:
 			err = s.skipValue()
 		}

@@ -21,6 +21,7 @@ func FuzzDecodeBlock(f *testing.F) {
 		`{"a":{"id":"a","status":2,"status":3}}`,
 		`{"a":{"id":"a"},"a":{"id":"a"}}`,
 		"{\"a\xff\":{\"id\":\"a\xff\",\"status\":3,\"n\":-0.5E+2,\"t\":[true,false,null]}}",
+		`{"d":{"id":"d","status":2,"migration_copy_guard":{"schema_version":1,"state":2,"operation_id":"o","source_location_id":"s"}},"s":{"id":"s","status":3}}`,
 	} {
 		f.Add([]byte(s), int64(StatusDeleting))
 	}
@@ -147,6 +148,8 @@ func FuzzDecodeLocation(f *testing.F) {
 		"\xef\xbb\xbf{\"id\":\"x\"}",
 		"{\"id\":\"x\"}\x00junk",
 		`{"\u0069d":"x","st\u0061tus":2}`,
+		`{"id":"x","status":2,"type":9,"location_specs":[],"migration_copy_guard":{"schema_version":1,"state":4,"operation_id":"o","source_location_id":"s"}}`,
+		`{"id":"x","status":4,"migration_copy_guard":"bad","checksum":-1}`,
 	} {
 		f.Add("x", []byte(s), int64(StatusDeleting))
 	}
