@@ -162,6 +162,14 @@ type InstanceInfo struct {
 	QuotaGroupName    string
 	BlockSize         int32
 	LocationSpecs     []LocationSpecInfo
+	// ModelName, Dtype and DeploymentExtra are model_deployment's model_name, dtype and extra
+	// (KVMeta marks its instances with them).
+	ModelName       string
+	Dtype           string
+	DeploymentExtra string
+	// DeploymentUnreadable: model_deployment is present but not an object of those strings,
+	// so whether the entry carries KVMeta's markers cannot be told.
+	DeploymentUnreadable bool
 }
 
 // LocationSpecInfo is {name,size} in InstanceInfo.location_spec_infos.
@@ -182,6 +190,13 @@ type instanceInfoJSON struct {
 		Name string `json:"name"`
 		Size int64  `json:"size"`
 	} `json:"location_spec_infos"`
+	ModelDeployment json.RawMessage `json:"model_deployment"`
+}
+
+type modelDeploymentJSON struct {
+	ModelName string `json:"model_name"`
+	Dtype     string `json:"dtype"`
+	Extra     string `json:"extra"`
 }
 
 // DecodeInstanceInfo decodes one InstanceInfo JSON.
@@ -195,6 +210,13 @@ func DecodeInstanceInfo(raw []byte) (InstanceInfo, error) {
 		InstanceGroupName: j.InstanceGroupName,
 		QuotaGroupName:    j.QuotaGroupName,
 		BlockSize:         defaultBlockSize,
+	}
+	if len(j.ModelDeployment) > 0 && string(j.ModelDeployment) != "null" {
+		var md modelDeploymentJSON
+		if err := json.Unmarshal(j.ModelDeployment, &md); err != nil {
+			info.DeploymentUnreadable = true
+		}
+		info.ModelName, info.Dtype, info.DeploymentExtra = md.ModelName, md.Dtype, md.Extra
 	}
 	if j.BlockSize != nil {
 		info.BlockSize = *j.BlockSize

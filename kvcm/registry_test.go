@@ -180,7 +180,13 @@ func TestDecodeInstanceInfo(t *testing.T) {
 				`"model_deployment":{"model_name":"m","dtype":"bf16","use_mla":false,"tp_size":2,"dp_size":1,` +
 				`"lora_name":"","pp_size":1,"extra":"","user_data":""},"location_spec_groups":[{"name":"g","spec_names":["tp0","tp1"]}]}`,
 			want: InstanceInfo{InstanceID: "inst0", InstanceGroupName: "group_a", QuotaGroupName: "q", BlockSize: 64,
-				LocationSpecs: []LocationSpecInfo{{Name: "tp0", Size: 1048576}, {Name: "tp1", Size: 1048576}}},
+				LocationSpecs: []LocationSpecInfo{{Name: "tp0", Size: 1048576}, {Name: "tp1", Size: 1048576}},
+				ModelName:     "m", Dtype: "bf16"},
+		},
+		{
+			name: "model_deployment of the wrong shape",
+			in:   `{"instance_id":"inst0","model_deployment":{"model_name":7}}`,
+			want: InstanceInfo{InstanceID: "inst0", BlockSize: -1, DeploymentUnreadable: true},
 		},
 		{
 			name: "defaults",
