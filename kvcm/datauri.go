@@ -2,6 +2,7 @@ package kvcm
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -201,4 +202,28 @@ func (u DataURI) Uint(name string) (v uint64, ok bool, err error) {
 func (u DataURI) Shared() bool {
 	_, ok := u.Param("blkid")
 	return ok
+}
+
+// SpecBytes is what KVCM accounts a location's data at (BatchAddLocation's usage): the sum of
+// its spec URIs' size parameters. unknown counts the specs whose URI or size does not parse;
+// their bytes are not in total.
+func SpecBytes(specs []Spec) (total uint64, unknown int) {
+	for _, s := range specs {
+		u, err := ParseDataURI(s.URI)
+		if err != nil {
+			unknown++
+			continue
+		}
+		n, ok, err := u.Uint("size")
+		if !ok || err != nil {
+			unknown++
+			continue
+		}
+		if total > math.MaxUint64-n {
+			total = math.MaxUint64 // saturate: a report, not an account
+		} else {
+			total += n
+		}
+	}
+	return total, unknown
 }

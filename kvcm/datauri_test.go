@@ -239,3 +239,17 @@ func BenchmarkParseDataURIShared(b *testing.B) {
 		}
 	}
 }
+
+func TestSpecBytes(t *testing.T) {
+	n, unknown := SpecBytes([]Spec{{URI: "file://nfs_01/r/i/tp0/1?size=1024"}, {URI: "pace://ssd_01/4096?media_type=5&size=2048"}})
+	require.Equal(t, uint64(3072), n)
+	require.Zero(t, unknown)
+	n, unknown = SpecBytes([]Spec{{URI: "file://nfs_01/r/i/tp0/1"}, {URI: "::"}, {URI: "file://h/x?size=-1"}, {URI: "file://h/x?size=7"}})
+	require.Equal(t, uint64(7), n)
+	require.Equal(t, 3, unknown)
+	n, _ = SpecBytes([]Spec{{URI: "file://h/x?size=18446744073709551615"}, {URI: "file://h/y?size=2"}})
+	require.Equal(t, uint64(math.MaxUint64), n)
+	n, unknown = SpecBytes(nil)
+	require.Zero(t, n)
+	require.Zero(t, unknown)
+}

@@ -114,3 +114,29 @@ func GlobEscape(s string) string {
 	}
 	return b.String()
 }
+
+// KeyInstance reads the instance id and block number out of a block key without knowing which
+// instances exist (for keys of instances no longer registered): the id is everything between
+// the prefix and the last ":cache_", which must be followed by a canonical int64 decimal (as
+// ParseBlockKey wants). An id holding ":cache_" itself reads as KVCM reads it: KVCM's own scan
+// of the shorter id finds the key but cannot parse it, so only the longest reading can be a
+// block of anyone. ok is false for anything that is no block key.
+func KeyInstance(key string) (id string, block int64, ok bool) {
+	rest, found := strings.CutPrefix(key, blockKeyPrefix)
+	if !found {
+		return "", 0, false
+	}
+	i := strings.LastIndex(rest, blockKeyInfix)
+	if i < 0 {
+		return "", 0, false
+	}
+	num := rest[i+len(blockKeyInfix):]
+	if !canonicalInt(num) {
+		return "", 0, false
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return rest[:i], v, true
+}

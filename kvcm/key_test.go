@@ -213,3 +213,50 @@ func FuzzOwnerOf(f *testing.F) {
 		}
 	})
 }
+
+func FuzzKeyInstance(f *testing.F) {
+	f.Add("kvcache:instance_a:cache_1:cache_7")
+	f.Add("kvcache:instance_inst0:cache_-9223372036854775808")
+	f.Add("kvcache:instance_x:metadata")
+	f.Fuzz(func(t *testing.T, key string) {
+		id, block, ok := KeyInstance(key)
+		if !ok {
+			return
+		}
+		// Whatever it reads is the reading ParseBlockKey agrees with, and only that one.
+		require.Equal(t, key, BlockKey(id, block))
+		got, err := ParseBlockKey(id, key)
+		require.NoError(t, err)
+		require.Equal(t, block, got)
+	})
+}
+
+func TestKeyInstance(t *testing.T) {
+	for _, c := range []struct {
+		key   string
+		id    string
+		block int64
+		ok    bool
+	}{
+		{"kvcache:instance_inst0:cache_1", "inst0", 1, true},
+		{"kvcache:instance_inst0:cache_-7262535415567954716", "inst0", -7262535415567954716, true},
+		{"kvcache:instance_a:b c:cache_0", "a:b c", 0, true},
+		{"kvcache:instance_a:cache_x:cache_5", "a:cache_x", 5, true},
+		{"kvcache:instance_:cache_9", "", 9, true},
+		{"kvcache:instance_é:cache_3", "é", 3, true},
+		{"kvcache:instance_inst0:metadata", "", 0, false},
+		{"kvcache:instance_inst0:cache_05", "", 0, false},
+		{"kvcache:instance_inst0:cache_+5", "", 0, false},
+		{"kvcache:instance_inst0:cache_99999999999999999999", "", 0, false},
+		{"kvcache_registry:c:instance", "", 0, false},
+		{"other", "", 0, false},
+	} {
+		id, block, ok := KeyInstance(c.key)
+		require.Equal(t, c.ok, ok, c.key)
+		require.Equal(t, c.id, id, c.key)
+		require.Equal(t, c.block, block, c.key)
+		if ok {
+			require.Equal(t, c.key, BlockKey(id, block))
+		}
+	}
+}
