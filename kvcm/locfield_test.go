@@ -1,0 +1,76 @@
+package kvcm
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// locationIDForms are location ids of every form KVCM writes or may write: random ids,
+// EventReport ids ('#', ':'), KVMeta ids, and the bytes a medium or a host may hold (anything
+// but '#').
+var locationIDForms = []string{
+	"a1b2c3d4",
+	"kvs#event_report_l1p5#hbm#10.0.0.8:9000",
+	"kvs#event_report_l2#mem#[::1]:9000",
+	"kvs#v6d#hbm#10.0.0.8:9000",
+	"kvmeta:v1:6b6579",
+	"a|b|c",
+	"with space",
+	" lead and trail ",
+	"tab\there",
+	"é中文🙂",
+	"L#nested",
+	"#",
+	":",
+	"%2F.*>",
+}
+
+// TestLocationIDForms: the id is everything after the first L#, whatever bytes it holds.
+func TestLocationIDForms(t *testing.T) {
+	for _, id := range locationIDForms {
+		f := LocationField(id)
+		require.Equal(t, "L#"+id, f)
+		got, ok := LocationID(f)
+		require.True(t, ok, id)
+		require.Equal(t, id, got, "the id is everything after the first L#")
+		// Its value decodes under that id, naming it as KVCM writes it (JSON-escaped).
+		loc, err := DecodeLocation(id, []byte(`{"id":`+quoteJSON(id)+`,"status":3,"type":7,"location_specs":[]}`))
+		require.NoError(t, err)
+		require.NoError(t, loc.Err, id)
+		require.Equal(t, id, loc.ID)
+		// A subject token holds it bijectively.
+		tok := EncodeToken(id)
+		require.NotContains(t, tok, ".")
+		require.NotContains(t, tok, " ")
+		back, err := DecodeToken(tok)
+		require.NoError(t, err)
+		require.Equal(t, id, back)
+	}
+	_, ok := LocationID("BP#prev_key")
+	require.False(t, ok)
+}
+
+// quoteJSON writes s as rapidjson does (only '"', '\' and control bytes escaped).
+func quoteJSON(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c == '\t':
+			b.WriteString(`\t`)
+		case c < 0x20:
+			b.WriteString(`\u00`)
+			b.WriteByte(upperHex[c>>4])
+			b.WriteByte(upperHex[c&0xF])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
