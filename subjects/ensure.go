@@ -103,9 +103,98 @@ func Ensure(ctx context.Context, js jetstream.JetStream, n Names, s Settings, op
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
-	e := ensurer{js: js, timeout: o.callTimeout}
-	top := n.Topology(s)
+	return ensurer{js: js, timeout: o.callTimeout}.run(ctx, n.Topology(s), o)
+}
+
+// Object states of EnsureReport.
+const (
+	StateCreated   = "created"   // it did not exist; created as wanted
+	StateIdentical = "identical" // it exists with every managed field as wanted
+	StateDiffers   = "differs"   // it exists with fields that differ; left as it is
+)
+
+// ObjectState is one stream, consumer or bucket as EnsureReport left it.
+type ObjectState struct {
+	Kind  string `json:"kind"` // "stream", "consumer" or "bucket"
+	Name  string `json:"name"` // the stream or bucket name; "<stream>/<consumer>" for a consumer
+	State string `json:"state"`
+	// Fields are the managed fields whose existing value differs from the wanted one
+	// (StateDiffers only), those the server cannot update first.
+	Fields []FieldDiff `json:"fields,omitempty"`
+}
+
+// FieldDiff is one managed field of an existing object whose value differs from the wanted one.
+type FieldDiff struct {
+	Field string `json:"field"` // its JSON name, e.g. max_age
+	Have  string `json:"have"`
+	Want  string `json:"want"`
+	// Updatable is false for a field the server never changes on an existing object
+	// (retention, storage, a consumer's deliver and ack policies, …): only deleting and
+	// creating the object again changes it.
+	Updatable bool `json:"updatable"`
+}
+
+func (d FieldDiff) String() string {
+	s := fmt.Sprintf("%s: have %s, want %s", d.Field, d.Have, d.Want)
+	if !d.Updatable {
+		s += " (not updatable)"
+	}
+	return s
+}
+
+// EnsureReport is Ensure for an operator who must see a change before it is made: it creates
+// every stream, consumer and bucket that is missing, changes none that exists, and returns the
+// state of each, in the order of the topology (streams each followed by its consumer, then the
+// buckets): created, identical, or differing field by field. It retries what heals by itself
+// as Ensure does; an object it cannot create is an error (a *ConflictError when the server
+// refuses it, e.g. for subjects another stream holds).
+func EnsureReport(ctx context.Context, js jetstream.JetStream, n Names, s Settings, opts ...EnsureOption) ([]ObjectState, error) {
+	if err := n.Validate(); err != nil {
+		return nil, fmt.Errorf("ensure topology: %w", err)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("ensure topology: %w", err)
+	}
+	o := ensureOptions{callTimeout: DefaultCallTimeout, retry: backoff.New(EnsureRetryInitial, EnsureRetryMax)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	r := &report{created: map[string]bool{}}
+	err := ensurer{js: js, timeout: o.callTimeout, report: r}.run(ctx, n.Topology(s), o)
+	if err != nil {
+		return nil, err
+	}
+	return r.objects, nil
+}
+
+// report is what EnsureReport found. created outlives a failed attempt: an object created by
+// it is found identical by the next one, and was still created by this run.
+type report struct {
+	objects []ObjectState
+	created map[string]bool // by kind + " " + name
+}
+
+func (r *report) add(kind, name, state string, fields []FieldDiff) {
+	id := kind + " " + name
+	switch {
+	case state == StateCreated:
+		r.created[id] = true
+	case state == StateIdentical && r.created[id]:
+		state = StateCreated
+	}
+	r.objects = append(r.objects, ObjectState{Kind: kind, Name: name, State: state, Fields: fields})
+}
+
+// run makes attempts at the whole topology until one succeeds, a failure that waiting cannot
+// cure, or ctx ends.
+func (e ensurer) run(ctx context.Context, top Topology, o ensureOptions) error {
 	return o.retry.Retry(ctx, func(ctx context.Context) error {
+		if e.report != nil {
+			e.report.objects = nil
+		}
 		err := e.all(ctx, top)
 		if err != nil && !Transient(err) {
 			return backoff.Permanent(err)
@@ -156,10 +245,33 @@ func Transient(err error) bool {
 // there when read again; the next attempt finds it in one state or the other.
 var errRaced = errors.New("created and removed again by another process")
 
-// ensurer sends Ensure's requests, each with its own timeout.
+// ensurer sends Ensure's requests, each with its own timeout. With a report (EnsureReport)
+// it creates what is missing, updates nothing, and records every object's state.
 type ensurer struct {
 	js      jetstream.JetStream
 	timeout time.Duration
+	report  *report
+}
+
+// found records an existing object's state (report mode) and says whether Ensure is done with
+// it: when it is identical, or when a report leaves it as it is.
+func (e ensurer) found(kind, name string, diff []FieldDiff) bool {
+	if e.report == nil {
+		return len(diff) == 0
+	}
+	state := StateIdentical
+	if len(diff) > 0 {
+		state = StateDiffers
+	}
+	e.report.add(kind, name, state, diff)
+	return true
+}
+
+// made records an object this attempt created (report mode).
+func (e ensurer) made(kind, name string) {
+	if e.report != nil {
+		e.report.add(kind, name, StateCreated, nil)
+	}
 }
 
 // call runs one request under the per-call timeout, or ctx's own deadline if sooner.
@@ -215,7 +327,7 @@ func (e ensurer) stream(ctx context.Context, want jetstream.StreamConfig) error 
 	if err != nil {
 		return err
 	}
-	if have != nil && len(streamDiff(*have, want)) == 0 {
+	if have != nil && e.found("stream", want.Name, streamDiff(*have, want)) {
 		return nil
 	}
 	if have == nil {
@@ -224,6 +336,7 @@ func (e ensurer) stream(ctx context.Context, want jetstream.StreamConfig) error 
 		// also races the server's own consumer creation).
 		_, err = call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.CreateStream(ctx, want) })
 		if err == nil {
+			e.made("stream", want.Name)
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -235,12 +348,12 @@ func (e ensurer) stream(ctx context.Context, want jetstream.StreamConfig) error 
 		if have == nil {
 			return fmt.Errorf("ensure stream %q: %w", want.Name, errRaced)
 		}
-		if len(streamDiff(*have, want)) == 0 {
-			return nil // created identically by another process
+		if e.found("stream", want.Name, streamDiff(*have, want)) {
+			return nil // created by another process
 		}
 	}
 	if _, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.UpdateStream(ctx, want) }); err != nil {
-		return refused("stream", want.Name, "update", err, append(streamDiff(*have, want), e.overlapping(ctx, want)...))
+		return refused("stream", want.Name, "update", err, append(texts(streamDiff(*have, want)), e.overlapping(ctx, want)...))
 	}
 	return nil
 }
@@ -270,13 +383,26 @@ func (e ensurer) consumer(ctx context.Context, stream string, want jetstream.Con
 	switch {
 	case err == nil:
 		cfg := c.CachedInfo().Config
-		if len(consumerDiff(cfg, want)) == 0 {
+		if e.found("consumer", name, consumerDiff(cfg, want)) {
 			return nil
 		}
 		have = &cfg
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 	default:
 		return fmt.Errorf("ensure consumer %q: read info: %w", name, err)
+	}
+	if e.report != nil {
+		// Create only: one created otherwise by another process in the meantime is compared
+		// on the next attempt, not changed.
+		_, err = call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) { return e.js.CreateConsumer(ctx, stream, want) })
+		switch {
+		case err == nil:
+			e.made("consumer", name)
+			return nil
+		case errors.Is(err, jetstream.ErrConsumerExists):
+			return fmt.Errorf("ensure consumer %q: %w", name, errRaced)
+		}
+		return refused("consumer", name, "create", err, nil)
 	}
 	// Create-or-update: a consumer created identically by another process in the meantime is
 	// simply confirmed.
@@ -286,7 +412,7 @@ func (e ensurer) consumer(ctx context.Context, stream string, want jetstream.Con
 	if err != nil {
 		var fields []string
 		if have != nil {
-			fields = consumerDiff(*have, want)
+			fields = texts(consumerDiff(*have, want))
 		}
 		return refused("consumer", name, "create or update", err, fields)
 	}
@@ -302,7 +428,7 @@ func (e ensurer) bucket(ctx context.Context, want jetstream.KeyValueConfig) erro
 	switch {
 	case err == nil:
 		cfg := st.CachedInfo().Config
-		if len(bucketDiff(cfg, want)) == 0 {
+		if e.found("bucket", want.Bucket, bucketDiff(cfg, want)) {
 			return nil
 		}
 		have = &cfg
@@ -310,11 +436,22 @@ func (e ensurer) bucket(ctx context.Context, want jetstream.KeyValueConfig) erro
 	default:
 		return fmt.Errorf("ensure bucket %q: read info: %w", want.Bucket, err)
 	}
+	if e.report != nil {
+		_, err = call(ctx, e, func(ctx context.Context) (jetstream.KeyValue, error) { return e.js.CreateKeyValue(ctx, want) })
+		switch {
+		case err == nil:
+			e.made("bucket", want.Bucket)
+			return nil
+		case errors.Is(err, jetstream.ErrBucketExists):
+			return fmt.Errorf("ensure bucket %q: %w", want.Bucket, errRaced)
+		}
+		return refused("bucket", want.Bucket, "create", err, nil)
+	}
 	_, err = call(ctx, e, func(ctx context.Context) (jetstream.KeyValue, error) { return e.js.CreateOrUpdateKeyValue(ctx, want) })
 	if err != nil {
 		var fields []string
 		if have != nil {
-			fields = bucketDiff(*have, want)
+			fields = texts(bucketDiff(*have, want))
 		}
 		return refused("bucket", want.Bucket, "create or update", err, fields)
 	}
@@ -334,15 +471,15 @@ type field struct {
 }
 
 // describe returns the differing fields, those the server cannot update first.
-func describe(fields []field) []string {
-	var fixed, other []string
+func describe(fields []field) []FieldDiff {
+	var fixed, other []FieldDiff
 	for _, f := range fields {
 		if f.have == f.want {
 			continue
 		}
-		d := fmt.Sprintf("%s: have %s, want %s", f.name, f.have, f.want)
+		d := FieldDiff{Field: f.name, Have: f.have, Want: f.want, Updatable: !f.immutable}
 		if f.immutable {
-			fixed = append(fixed, d+" (not updatable)")
+			fixed = append(fixed, d)
 		} else {
 			other = append(other, d)
 		}
@@ -350,10 +487,19 @@ func describe(fields []field) []string {
 	return append(fixed, other...)
 }
 
+// texts are the differing fields as ConflictError.Fields lists them.
+func texts(diffs []FieldDiff) []string {
+	out := make([]string, len(diffs))
+	for i, d := range diffs {
+		out[i] = d.String()
+	}
+	return out
+}
+
 func str(v any) string { return fmt.Sprint(v) }
 
 // streamDiff compares the fields Topology sets on a stream.
-func streamDiff(have, want jetstream.StreamConfig) []string {
+func streamDiff(have, want jetstream.StreamConfig) []FieldDiff {
 	return describe([]field{
 		// The server refuses to change retention to or from work-queue, and storage at all.
 		{"retention", true, have.Retention.String(), want.Retention.String()},
@@ -375,7 +521,7 @@ func streamDiff(have, want jetstream.StreamConfig) []string {
 const serverMaxWaiting = 512
 
 // consumerDiff compares the fields Topology sets on a consumer.
-func consumerDiff(have, want jetstream.ConsumerConfig) []string {
+func consumerDiff(have, want jetstream.ConsumerConfig) []FieldDiff {
 	filter := func(c jetstream.ConsumerConfig) string {
 		fs := slices.Clone(c.FilterSubjects)
 		if c.FilterSubject != "" {
@@ -410,7 +556,7 @@ func consumerDiff(have, want jetstream.ConsumerConfig) []string {
 
 // bucketDiff compares the stream behind a bucket with the fields Topology sets on the bucket
 // (the client maps History to MaxMsgsPerSubject and TTL to MaxAge).
-func bucketDiff(have jetstream.StreamConfig, want jetstream.KeyValueConfig) []string {
+func bucketDiff(have jetstream.StreamConfig, want jetstream.KeyValueConfig) []FieldDiff {
 	history := int64(want.History)
 	if history == 0 {
 		history = 1

@@ -532,3 +532,100 @@ func TestTransient(t *testing.T) {
 	require.False(t, subjects.Transient(jetstream.ErrStreamNotFound))
 	require.False(t, subjects.Transient(&subjects.ConflictError{Kind: "stream", Err: errors.New("x")}))
 }
+
+// TestEnsureReport: on a fresh server every object is created; run again, every one is
+// identical; with other settings the objects that differ are named field by field and left as
+// they are, and a missing one is still created.
+func TestEnsureReport(t *testing.T) {
+	ctx := testCtx(t)
+	js := testenv.StartNATS(t).JetStream(t)
+	n := mustNames(t, "kvcmgc", "c1")
+	s := subjects.DefaultSettings()
+	top := n.Topology(s)
+	var all []string // kind name, in the topology's order
+	for _, st := range top.Streams {
+		all = append(all, "stream "+st.Name)
+		if c, ok := top.Consumers[st.Name]; ok {
+			all = append(all, "consumer "+st.Name+"/"+c.Durable)
+		}
+	}
+	for _, b := range top.Buckets {
+		all = append(all, "bucket "+b.Bucket)
+	}
+	states := func(objs []subjects.ObjectState) (names []string, by map[string]subjects.ObjectState) {
+		by = map[string]subjects.ObjectState{}
+		for _, o := range objs {
+			names = append(names, o.Kind+" "+o.Name)
+			by[o.Kind+" "+o.Name] = o
+		}
+		return names, by
+	}
+
+	objs, err := subjects.EnsureReport(ctx, js, n, s)
+	require.NoError(t, err)
+	names, by := states(objs)
+	require.Equal(t, all, names)
+	for _, o := range objs {
+		require.Equal(t, subjects.StateCreated, o.State, o.Name)
+	}
+	objs, err = subjects.EnsureReport(ctx, js, n, s)
+	require.NoError(t, err)
+	for _, o := range objs {
+		require.Equal(t, subjects.StateIdentical, o.State, o.Name)
+		require.Empty(t, o.Fields)
+	}
+
+	// Other settings; the sweep's stream and consumer gone.
+	require.NoError(t, js.DeleteStream(ctx, n.SweepStream()))
+	other := s
+	other.EventsMaxAge, other.DeleterMaxAckPending, other.LeaseTTL = time.Hour, 9, 30*time.Second
+	before, err := js.Stream(ctx, n.EventsStream())
+	require.NoError(t, err)
+	objs, err = subjects.EnsureReport(ctx, js, n, other)
+	require.NoError(t, err)
+	names, by = states(objs)
+	require.Equal(t, all, names)
+	require.Equal(t, []subjects.FieldDiff{{Field: "max_age", Have: "168h0m0s", Want: "1h0m0s", Updatable: true}},
+		by["stream "+n.EventsStream()].Fields)
+	require.Equal(t, []subjects.FieldDiff{{Field: "max_ack_pending", Have: "2", Want: "9", Updatable: true}},
+		by["consumer "+n.DeletesStream()+"/"+n.DeleterConsumer()].Fields)
+	require.Equal(t, []subjects.FieldDiff{{Field: "ttl", Have: "15s", Want: "30s", Updatable: true}},
+		by["bucket "+n.LeaseBucket()].Fields)
+	for id, o := range by {
+		switch id {
+		case "stream " + n.EventsStream(), "consumer " + n.DeletesStream() + "/" + n.DeleterConsumer(), "bucket " + n.LeaseBucket():
+			require.Equal(t, subjects.StateDiffers, o.State, id)
+		case "stream " + n.SweepStream(), "consumer " + n.SweepStream() + "/" + n.SweeperConsumer():
+			require.Equal(t, subjects.StateCreated, o.State, id)
+		default:
+			require.Equal(t, subjects.StateIdentical, o.State, id)
+		}
+	}
+	// Nothing that differs was changed.
+	after, err := js.Stream(ctx, n.EventsStream())
+	require.NoError(t, err)
+	require.Equal(t, before.CachedInfo().Config, after.CachedInfo().Config)
+	dc, err := js.Consumer(ctx, n.DeletesStream(), n.DeleterConsumer())
+	require.NoError(t, err)
+	require.Equal(t, 2, dc.CachedInfo().Config.MaxAckPending)
+	lease, err := js.KeyValue(ctx, n.LeaseBucket())
+	require.NoError(t, err)
+	st, err := lease.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 15*time.Second, st.TTL())
+
+	// An object that differs where the server cannot update it says so.
+	require.NoError(t, js.DeleteStream(ctx, n.DeletesStream()))
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: n.DeletesStream(), Subjects: []string{n.DeleteFilter()},
+		Storage: jetstream.MemoryStorage, Retention: jetstream.LimitsPolicy, MaxAge: s.MaxAge, Duplicates: s.Duplicates,
+		MaxBytes: -1, MaxMsgs: -1, AllowDirect: true, Description: top.Streams[1].Description})
+	require.NoError(t, err)
+	objs, err = subjects.EnsureReport(ctx, js, n, s)
+	require.NoError(t, err)
+	_, by = states(objs)
+	require.Equal(t, []subjects.FieldDiff{{Field: "storage", Have: "Memory", Want: "File", Updatable: false}},
+		by["stream "+n.DeletesStream()].Fields)
+	require.Equal(t, "storage: have Memory, want File (not updatable)", by["stream "+n.DeletesStream()].Fields[0].String())
+	require.Equal(t, subjects.StateCreated, by["consumer "+n.DeletesStream()+"/"+n.DeleterConsumer()].State,
+		"the consumer went with its stream")
+}
