@@ -46,7 +46,7 @@ func TestCommandTable(t *testing.T) {
 		require.True(t, c.Run != nil || len(c.Sub) > 0, c.Name)
 	}
 	require.True(t, app.All.Walker && app.All.Sweeper, "kvcm-gc run runs the sweep's stages")
-	for _, want := range []string{"scanner", "prober", "deleter", "walker", "sweeper", "run", "status", "replay", "dlq", "pause", "resume", "seed", "demo", "version"} {
+	for _, want := range []string{"scanner", "prober", "deleter", "walker", "sweeper", "run", "status", "replay", "dlq", "pause", "resume", "ensure", "seed", "demo", "version"} {
 		require.True(t, seen[want], want)
 	}
 }
@@ -219,4 +219,45 @@ func TestStatusAPITimeout(t *testing.T) {
 	for _, c := range rep.Consumers {
 		require.Contains(t, c.Error, "deadline exceeded", c.Stage)
 	}
+}
+
+// TestEnsureCommand runs ensure as an operator would, against a real server: a fresh topology
+// is created (exit 0), an identical one is confirmed (exit 0), and one whose EVENTS stream
+// keeps events for another time is named field by field and left as it is (exit 1).
+func TestEnsureCommand(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	names, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	args := []string{"ensure", "--cluster", "c1", "--nats.url", srv.URL()}
+	top := names.Topology(subjects.DefaultSettings())
+	objects := len(top.Streams) + len(top.Consumers) + len(top.Buckets)
+
+	code, out, stderr := kvcmgc(t, args...)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	require.Regexp(t, `stream\s+`+names.EventsStream()+`\s+created`, out)
+	require.Contains(t, out, fmt.Sprintf("%d objects created, 0 identical: the topology is as configured", objects))
+
+	code, out, stderr = kvcmgc(t, append(args, "--json")...)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	var r ops.EnsureResult
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Objects, objects)
+	for _, o := range r.Objects {
+		require.Equal(t, subjects.StateIdentical, o.State, o.Name)
+	}
+
+	js := srv.JetStream(t)
+	ctx := context.Background()
+	before, err := js.Stream(ctx, names.EventsStream())
+	require.NoError(t, err)
+	code, out, stderr = kvcmgc(t, append(args, "--jetstream.events_max_age", "1h")...)
+	require.Equal(t, cli.ExitFailure, code, "out:\n%s\nstderr:\n%s", out, stderr)
+	require.Regexp(t, `stream\s+`+names.EventsStream()+`\s+differs`, out)
+	require.Regexp(t, `stream `+names.EventsStream()+`\s+max_age\s+168h0m0s\s+1h0m0s\s+yes`, out)
+	require.Contains(t, out, "1 object differs from the configuration; nothing of it was changed")
+	require.Empty(t, stderr, "the table says it all")
+	after, err := js.Stream(ctx, names.EventsStream())
+	require.NoError(t, err)
+	require.Equal(t, before.CachedInfo().Config, after.CachedInfo().Config, "left as it is")
+	t.Log("\n" + out)
 }

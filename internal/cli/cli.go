@@ -46,6 +46,10 @@ func (u usageError) Error() string        { return u.err.Error() }
 func (u usageError) Unwrap() error        { return u.err }
 func (u usageError) Is(target error) bool { return target == ErrUsage }
 
+// ErrReported: the command failed and has printed why (ensure's differing fields); it exits
+// with ExitFailure and nothing more is said.
+var ErrReported = errors.New("failed, as reported")
+
 // ErrInterrupted: a command was stopped by a signal before it finished what it does by
 // itself (a demo, a seed). A stage process stopped by a signal has finished: that is success.
 var ErrInterrupted = errors.New("interrupted")
@@ -251,6 +255,8 @@ func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer
 		return ExitOK
 	case errors.Is(err, ErrUsage):
 		return usageErr(err)
+	case errors.Is(err, ErrReported):
+		return ExitFailure
 	case errors.Is(err, ErrInterrupted) || (ctx.Err() != nil && errors.Is(err, context.Canceled)):
 		if c.Config {
 			e.Logger.Warn("interrupted", "err", err)

@@ -23,9 +23,9 @@ import (
 // arguments before they connect, and reach the all-in-one process's embedded server when
 // nats.url is empty.
 
-// OperatorCommands lists status, replay, dlq, pause and resume.
+// OperatorCommands lists status, replay, dlq, pause, resume and ensure.
 func OperatorCommands() []*Command {
-	return []*Command{StatusCommand(), ReplayCommand(), DLQCommand(), PauseCommand(), ResumeCommand()}
+	return []*Command{StatusCommand(), ReplayCommand(), DLQCommand(), PauseCommand(), ResumeCommand(), EnsureCommand()}
 }
 
 // StatusCommand: status [--json].

@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/kvcm-gc/kvcm-gc/ops"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// EnsureCommand: ensure [--json].
+func EnsureCommand() *Command {
+	var asJSON bool
+	return &Command{
+		Name:    "ensure",
+		Summary: "create the streams, consumers and buckets, or check them: exit 1 naming each field that differs",
+		Help: "Run with credentials allowed to manage streams (an administrator's), before the stages, which\n" +
+			"then need jetstream.skip_ensure and no such right. Creates every stream, consumer and bucket\n" +
+			"that is missing and compares the ones that exist with the configuration (jetstream.*,\n" +
+			"max_inflight_delete_requests, max_inflight_sweep_batches, subject_prefix, cluster). It never\n" +
+			"changes an existing object: one that differs is listed field by field (have, want, updatable)\n" +
+			"and the command exits 1. Exit 0: everything exists as configured.",
+		Config: true, Tool: true,
+		Flags: func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print the result as JSON") },
+		Run: func(ctx context.Context, e *Env) error {
+			js, names, err := e.opsClients(ctx)
+			if err != nil {
+				return err
+			}
+			r, err := ops.Ensure(ctx, js, names, e.Config.Settings(), subjects.WithCallTimeout(e.Config.JS.APITimeout),
+				subjects.WithEnsureLogger(e.Logger))
+			if err != nil {
+				return fmt.Errorf("ensure: %w", err)
+			}
+			if asJSON {
+				err = writeJSON(e.Stdout, r)
+			} else {
+				err = r.WriteTable(e.Stdout)
+			}
+			if err != nil {
+				return err
+			}
+			if r.Differs > 0 {
+				return ErrReported
+			}
+			return nil
+		},
+	}
+}
