@@ -230,9 +230,6 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			host, _ := os.Hostname()
 			cfg.Holder = fmt.Sprintf("%s/%d", host, os.Getpid())
 		}
-		if cfg.LeaseRenew <= 0 {
-			cfg.LeaseRenew = max(o.JetStream.LeaseTTL/3, 100*time.Millisecond)
-		}
 		sizes := newStoreSizes(pool)
 		defer sizes.close()
 		sc := &pipeline.Scanner{Config: cfg, Names: names, Registry: registry, Stores: stores,

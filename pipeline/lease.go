@@ -15,12 +15,23 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// LeaseRecord is the value of a store's lease key (subjects.StoreLeaseKey).
+// LeaseRecord is the value of a lease key: a scanner's lease on a metadata store
+// (subjects.StoreLeaseKey, Store set) or a sweep walker's on a storage (subjects.SweepKey in
+// the same bucket, Storage set).
 type LeaseRecord struct {
 	Holder    string `json:"holder"`
 	Store     string `json:"store,omitempty"`
+	Storage   string `json:"storage,omitempty"`
 	SinceUs   int64  `json:"since_us"`   // when this holder acquired the lease
 	RenewedUs int64  `json:"renewed_us"` // last renewal
+}
+
+// on names what the record's lease is on.
+func (r LeaseRecord) on() string {
+	if r.Store != "" {
+		return r.Store
+	}
+	return r.Storage
 }
 
 // ErrLeaseLost: the lease is someone else's now, or it expired before it could be renewed.
@@ -30,20 +41,19 @@ var ErrLeaseLost = errors.New("lease lost")
 // errNotHeld: a renewal of a lease released, dropped or never acquired (wraps ErrLeaseLost).
 var errNotHeld = fmt.Errorf("%w: not held", ErrLeaseLost)
 
-// Lease is a scanner's lease on one metadata store: a key in a KV bucket whose bucket-wide TTL
-// is the lease TTL. Acquire creates the key, Renew updates it by revision (never get-then-put),
+// Lease is a walk's lease: a scanner's on one metadata store, a sweep walker's on one storage.
+// It is a key in a KV bucket whose bucket-wide TTL is the lease TTL. Acquire creates the key, Renew updates it by revision (never get-then-put),
 // Release deletes it by revision. A renewal that fails for a transient reason (a timeout, a
 // NATS node changing leader) leaves the lease held until its TTL would pass, counted from the
 // start of the last successful renewal, so the caller retries meanwhile; a renewal the server
 // refuses (the revision moved on: someone else holds it) loses it at once. Held turns false
 // in both cases, so a stalled process stops acting on its own.
 type Lease struct {
-	kv     jetstream.KeyValue
-	key    string
-	store  string
-	holder string
-	ttl    time.Duration
-	now    func() time.Time
+	kv  jetstream.KeyValue
+	key string
+	rec LeaseRecord // the holder and what the lease is on; the times are set by each write
+	ttl time.Duration
+	now func() time.Time
 
 	// op serialises the server calls, so a renewal in flight never races a release.
 	op sync.Mutex
@@ -54,13 +64,27 @@ type Lease struct {
 	validUntil time.Time
 }
 
-// NewLease returns holder's lease on store, in kv (a bucket whose TTL is ttl).
-func NewLease(kv jetstream.KeyValue, store, holder string, ttl time.Duration) *Lease {
-	return &Lease{kv: kv, key: subjects.StoreLeaseKey(store), store: store, holder: holder, ttl: ttl, now: time.Now}
+// NewLease returns the lease of key in kv (a bucket whose TTL is ttl): rec names the holder
+// and what the lease is on, and is written with the times of each acquisition and renewal.
+func NewLease(kv jetstream.KeyValue, key string, rec LeaseRecord, ttl time.Duration) *Lease {
+	rec.SinceUs, rec.RenewedUs = 0, 0
+	return &Lease{kv: kv, key: key, rec: rec, ttl: ttl, now: time.Now}
 }
 
-// Store is the store the lease is on.
-func (l *Lease) Store() string { return l.store }
+// NewStoreLease returns holder's lease on a metadata store.
+func NewStoreLease(kv jetstream.KeyValue, store, holder string, ttl time.Duration) *Lease {
+	return NewLease(kv, subjects.StoreLeaseKey(store), LeaseRecord{Holder: holder, Store: store}, ttl)
+}
+
+// DefaultLeaseRenew is how often a lease of TTL ttl is renewed when the configuration says
+// nothing (renew <= 0): a third of the TTL, so two renewals may fail before it expires, and
+// never more often than every 100ms.
+func DefaultLeaseRenew(renew, ttl time.Duration) time.Duration {
+	if renew > 0 {
+		return renew
+	}
+	return max(ttl/3, 100*time.Millisecond)
+}
 
 // Held reports whether the lease is held now, with its revision (the fencing token: it only
 // grows, whoever holds the lease).
@@ -99,7 +123,7 @@ func (l *Lease) Acquire(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("acquire lease of %s: %w", l.store, err)
+		return false, fmt.Errorf("acquire lease of %s: %w", l.rec.on(), err)
 	}
 	l.mu.Lock()
 	l.rev, l.since, l.validUntil = rev, start, start.Add(l.ttl)
@@ -118,11 +142,11 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Unlock()
 	start := l.now()
 	if rev == 0 {
-		return fmt.Errorf("renew lease of %s: %w", l.store, errNotHeld)
+		return fmt.Errorf("renew lease of %s: %w", l.rec.on(), errNotHeld)
 	}
 	if !start.Before(valid) {
 		l.Drop()
-		return fmt.Errorf("renew lease of %s: %w: expired %s ago", l.store, ErrLeaseLost, start.Sub(valid))
+		return fmt.Errorf("renew lease of %s: %w: expired %s ago", l.rec.on(), ErrLeaseLost, start.Sub(valid))
 	}
 	val, err := l.record(since, start)
 	if err != nil {
@@ -132,9 +156,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if err != nil {
 		if refused(err) {
 			l.Drop()
-			return fmt.Errorf("renew lease of %s: %w: %w", l.store, ErrLeaseLost, err)
+			return fmt.Errorf("renew lease of %s: %w: %w", l.rec.on(), ErrLeaseLost, err)
 		}
-		return fmt.Errorf("renew lease of %s: %w", l.store, err)
+		return fmt.Errorf("renew lease of %s: %w", l.rec.on(), err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -152,11 +176,27 @@ func refused(err error) bool {
 }
 
 func (l *Lease) record(since, renewed time.Time) ([]byte, error) {
-	val, err := json.Marshal(LeaseRecord{Holder: l.holder, Store: l.store, SinceUs: since.UnixMicro(), RenewedUs: renewed.UnixMicro()})
+	r := l.rec
+	r.SinceUs, r.RenewedUs = since.UnixMicro(), renewed.UnixMicro()
+	val, err := json.Marshal(r)
 	if err != nil {
-		return nil, fmt.Errorf("encode lease of %s: %w", l.store, err)
+		return nil, fmt.Errorf("encode lease of %s: %w", l.rec.on(), err)
 	}
 	return val, nil
+}
+
+// Refresh acquires the lease when it is not held and renews it when it is, and reports whether
+// it is held afterwards: the one call of a keeper that renews a single lease.
+func (l *Lease) Refresh(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	rev := l.rev
+	l.mu.Unlock()
+	if rev == 0 {
+		return l.Acquire(ctx)
+	}
+	err := l.Renew(ctx)
+	_, held := l.Held()
+	return held, err
 }
 
 // Drop forgets the lease locally (after a fencing failure), leaving the key to expire.
@@ -179,7 +219,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev)); err != nil {
-		return fmt.Errorf("release lease of %s: %w", l.store, err)
+		return fmt.Errorf("release lease of %s: %w", l.rec.on(), err)
 	}
 	return nil
 }
@@ -218,6 +258,22 @@ func ReadLeases(ctx context.Context, kv jetstream.KeyValue) ([]StoreLease, error
 	}
 	slices.SortFunc(out, func(a, b StoreLease) int { return cmp.Compare(a.Store, b.Store) })
 	return out, nil
+}
+
+// ReadLeaseKey returns the lease record of key, if any (nil and revision 0 when none).
+func ReadLeaseKey(ctx context.Context, kv jetstream.KeyValue, key string) (*LeaseRecord, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read lease %s: %w", key, err)
+	}
+	var r LeaseRecord
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("decode lease %s: %w", key, err)
+	}
+	return &r, e.Revision(), nil
 }
 
 // ReadLease returns the lease of the first store (by name) that has one, if any: the whole

@@ -25,8 +25,8 @@ func leaseBucket(t *testing.T, ttl time.Duration) jetstream.KeyValue {
 func TestLeaseOneHolderAtATime(t *testing.T) {
 	ctx := context.Background()
 	kv := leaseBucket(t, time.Minute)
-	a, b := NewLease(kv, "s1:6379", "a", time.Minute), NewLease(kv, "s1:6379", "b", time.Minute)
-	other := NewLease(kv, "s2:6379", "b", time.Minute)
+	a, b := NewStoreLease(kv, "s1:6379", "a", time.Minute), NewStoreLease(kv, "s1:6379", "b", time.Minute)
+	other := NewStoreLease(kv, "s2:6379", "b", time.Minute)
 
 	held, err := a.Acquire(ctx)
 	require.NoError(t, err)
@@ -67,7 +67,7 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 func TestLeaseLostWhenSomeoneElseWrote(t *testing.T) {
 	ctx := context.Background()
 	kv := leaseBucket(t, time.Minute)
-	a := NewLease(kv, "s1", "a", time.Minute)
+	a := NewStoreLease(kv, "s1", "a", time.Minute)
 	_, err := a.Acquire(ctx)
 	require.NoError(t, err)
 	// Another writer replaced the key (e.g. the lease expired and was taken).
@@ -87,7 +87,7 @@ func TestLeaseExpiresLocally(t *testing.T) {
 	ctx := context.Background()
 	kv := leaseBucket(t, time.Minute)
 	now := time.Now()
-	a := NewLease(kv, "s1", "a", time.Second)
+	a := NewStoreLease(kv, "s1", "a", time.Second)
 	a.now = func() time.Time { return now }
 	_, err := a.Acquire(ctx)
 	require.NoError(t, err)
@@ -120,7 +120,7 @@ func TestLeaseSurvivesTransientRenewalFailures(t *testing.T) {
 	ctx := context.Background()
 	kv := &flakyKV{KeyValue: leaseBucket(t, time.Minute)}
 	now := time.Now()
-	a := NewLease(kv, "s1", "a", 10*time.Second)
+	a := NewStoreLease(kv, "s1", "a", 10*time.Second)
 	a.now = func() time.Time { return now }
 	_, err := a.Acquire(ctx)
 	require.NoError(t, err)

@@ -92,10 +92,7 @@ type MemberRecord struct {
 }
 
 func (s *Scanner) renewEvery() time.Duration {
-	if s.Config.LeaseRenew > 0 {
-		return s.Config.LeaseRenew
-	}
-	return max(s.LeaseTTL/3, 100*time.Millisecond)
+	return DefaultLeaseRenew(s.Config.LeaseRenew, s.LeaseTTL)
 }
 
 // Run walks the stores it can hold until ctx is done; then every walk records its last page,
@@ -209,7 +206,7 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 		if s.holding(st) || (held >= share && !s.orphaned(st, now)) {
 			continue
 		}
-		lease := NewLease(s.Leases, st, s.Config.Holder, s.LeaseTTL)
+		lease := NewStoreLease(s.Leases, st, s.Config.Holder, s.LeaseTTL)
 		ok, err := lease.Acquire(ctx)
 		if err != nil {
 			s.Metrics.opError(StageScanner, "lease")
@@ -219,7 +216,7 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 		if !ok {
 			continue // someone else's
 		}
-		s.start(ctx, walks, lease)
+		s.start(ctx, walks, st, lease)
 		held++
 	}
 	s.mu.Lock()
@@ -294,8 +291,8 @@ func (s *Scanner) orphaned(store string, now time.Time) bool {
 }
 
 // start runs a walk on a store whose lease was just acquired.
-func (s *Scanner) start(ctx context.Context, walks *sync.WaitGroup, lease *Lease) {
-	h := &walkHandle{store: lease.Store(), lease: lease, wake: make(chan struct{}, 1), done: make(chan struct{})}
+func (s *Scanner) start(ctx context.Context, walks *sync.WaitGroup, store string, lease *Lease) {
+	h := &walkHandle{store: store, lease: lease, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	s.mu.Lock()
 	s.walks[h.store] = h
 	delete(s.freed, h.store)
@@ -331,7 +328,7 @@ func (s *Scanner) reap() {
 	s.mu.Unlock()
 	for _, h := range ended {
 		if _, held := h.lease.Held(); held && !h.released.Load() {
-			s.releaseLease(h.lease)
+			s.releaseLease(h)
 		}
 	}
 	if len(ended) > 0 {
@@ -339,11 +336,11 @@ func (s *Scanner) reap() {
 	}
 }
 
-func (s *Scanner) releaseLease(l *Lease) {
+func (s *Scanner) releaseLease(h *walkHandle) {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	if err := l.Release(ctx); err != nil {
-		s.Logger.Warn("release store lease", "store", l.Store(), "err", err)
+	if err := h.lease.Release(ctx); err != nil {
+		s.Logger.Warn("release store lease", "store", h.store, "err", err)
 	}
 }
 
@@ -365,7 +362,7 @@ func (s *Scanner) leave() {
 	s.mu.Unlock()
 	for _, h := range hs {
 		if !h.released.Load() {
-			s.releaseLease(h.lease)
+			s.releaseLease(h)
 		}
 	}
 	s.Metrics.LeaseHeld.Set(0)

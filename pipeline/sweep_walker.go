@@ -100,7 +100,7 @@ func (w *Walker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, name := range slices.Sorted(slices.Values(w.cfg.Storages)) {
 		sw := &storageWalk{w: w, storage: name, log: w.log.With("storage", name),
-			lease: newSweepLease(w.leases, name, w.cfg.Holder, w.leaseTTL, w.now)}
+			lease: NewLease(w.leases, subjects.SweepKey(name), LeaseRecord{Holder: w.cfg.Holder, Storage: name}, w.leaseTTL)}
 		wg.Add(1)
 		go func() { defer wg.Done(); sw.run(ctx) }()
 	}
@@ -126,7 +126,7 @@ type storageWalk struct {
 	w       *Walker
 	storage string
 	log     *slog.Logger
-	lease   *sweepLease
+	lease   *Lease
 
 	loaded bool // the checkpoint is read
 	ck     SweepCheckpoint
@@ -151,7 +151,7 @@ func (s *storageWalk) run(ctx context.Context) {
 		s.reset()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := s.lease.release(rctx); err != nil {
+		if err := s.lease.Release(rctx); err != nil {
 			s.log.Warn("release sweep lease", "err", err)
 		}
 	}()
@@ -174,11 +174,7 @@ func (s *storageWalk) run(ctx context.Context) {
 }
 
 func (s *storageWalk) keepLease(ctx context.Context) {
-	every := s.w.cfg.LeaseRenew
-	if every <= 0 {
-		every = max(s.w.leaseTTL/3, 100*time.Millisecond)
-	}
-	t := time.NewTicker(every)
+	t := time.NewTicker(DefaultLeaseRenew(s.w.cfg.LeaseRenew, s.w.leaseTTL))
 	defer t.Stop()
 	wasHeld := false
 	defer func() {
@@ -187,7 +183,7 @@ func (s *storageWalk) keepLease(ctx context.Context) {
 		}
 	}()
 	for {
-		held, err := s.lease.refresh(ctx)
+		held, err := s.lease.Refresh(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.w.metrics.sweepError(StageWalker, "lease")
 			if wasHeld {
@@ -245,7 +241,7 @@ func (s *storageWalk) warn(ctx context.Context, what string, args ...any) {
 // data. Every failure returns and is retried on a later tick (invariant 7).
 func (s *storageWalk) tick(ctx context.Context) {
 	s.progressed = false
-	rev, held := s.lease.held()
+	rev, held := s.lease.Held()
 	if !held {
 		s.reset()
 		return
@@ -316,7 +312,7 @@ func (s *storageWalk) tick(ctx context.Context) {
 // save writes c as the checkpoint by revision and makes it the walk's on success. A revision
 // conflict means another walker wrote it: this one is no longer the leader and steps down.
 func (s *storageWalk) save(ctx context.Context, c SweepCheckpoint, now time.Time) bool {
-	if _, held := s.lease.held(); !held {
+	if _, held := s.lease.Held(); !held {
 		return false // fencing: no progress recorded after the lease is gone
 	}
 	c.Holder, c.SavedUs = s.w.cfg.Holder, now.UnixMicro()
@@ -325,7 +321,7 @@ func (s *storageWalk) save(ctx context.Context, c SweepCheckpoint, now time.Time
 		s.w.metrics.sweepError(StageWalker, "checkpoint")
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			s.log.Warn("sweep checkpoint written by another walker; stepping down", "err", err)
-			s.lease.drop()
+			s.lease.Drop()
 		} else {
 			s.warn(ctx, "save sweep checkpoint", "err", err)
 		}
@@ -602,7 +598,7 @@ func quarantined(fs *storage.SweepFS, view *SweepView, e storage.WalkEntry) (swe
 // and waits until the server has stored them all. It reports success.
 func (s *storageWalk) publish(ctx context.Context, kind string, round, page, rev uint64, now time.Time, files []sweepCandidate) bool {
 	// Fencing: never publish after losing the lease.
-	if _, held := s.lease.held(); !held {
+	if _, held := s.lease.Held(); !held {
 		return false
 	}
 	byInst := map[string][]sweepCandidate{}
@@ -685,4 +681,9 @@ func (s *storageWalk) event(ctx context.Context, e subjects.Event) {
 	}
 	e.Stage = StageWalker
 	s.w.events.Emit(ctx, e)
+}
+
+// ReadSweepLease returns the walker's lease record of a storage, if any.
+func ReadSweepLease(ctx context.Context, kv jetstream.KeyValue, storage string) (*LeaseRecord, uint64, error) {
+	return ReadLeaseKey(ctx, kv, subjects.SweepKey(storage))
 }
