@@ -22,6 +22,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -54,7 +55,7 @@ type Options struct {
 	DeleterWorkers int
 	// Sweep is the walker's and the sweepers' configuration (the swept storages among it);
 	// SweeperWorkers the batches one sweeper process handles at once.
-	Sweep          pipeline.SweepConfig
+	Sweep          sweep.Config
 	SweeperWorkers int
 	// SkipEnsure leaves stream and consumer creation to someone else (least-privilege users).
 	SkipEnsure bool
@@ -63,9 +64,12 @@ type Options struct {
 	// change is sent again sooner.
 	APITimeout time.Duration
 
-	Logger  *slog.Logger
-	Metrics *pipeline.Metrics
-	Reg     prometheus.Registerer
+	Logger *slog.Logger
+	// Metrics and SweepMetrics are the stages' metrics; either left nil is registered on Reg
+	// (nil: on a registry of its own).
+	Metrics      *pipeline.Metrics
+	SweepMetrics *sweep.Metrics
+	Reg          prometheus.Registerer
 	// Health, when set, is filled with the readiness checks of the stages Run starts (/readyz).
 	Health *Health
 }
@@ -106,13 +110,16 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := o.Metrics
+	reg := o.Reg
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, sm := o.Metrics, o.SweepMetrics
 	if m == nil {
-		reg := o.Reg
-		if reg == nil {
-			reg = prometheus.NewRegistry()
-		}
 		m = pipeline.NewMetrics(reg)
+	}
+	if sm == nil {
+		sm = sweep.NewMetrics(reg)
 	}
 	names, err := subjects.NewNames(o.Prefix, o.Cluster)
 	if err != nil {
@@ -294,10 +301,10 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
 	}
 	if which.Walker {
-		w, err := pipeline.NewWalker(sweepCfg, pipeline.WalkerDeps{Names: names, Registry: registry, StorageOptions: so,
+		w, err := sweep.NewWalker(sweepCfg, sweep.WalkerDeps{Names: names, Registry: registry, StorageOptions: so,
 			Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Publisher: pipeline.JSPublisher{JS: js},
 			Events: events, Backlog: SweepBacklog(js, names), MaxPayload: int(nc.MaxPayload()),
-			Metrics: m, Logger: log.With("stage", pipeline.StageWalker)})
+			Metrics: sm, Logger: log.With("stage", pipeline.StageWalker)})
 		if err != nil {
 			return err
 		}
@@ -308,8 +315,8 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		g.Go(func() error { defer a.set(false); return w.Run(gctx) })
 	}
 	if which.Sweeper {
-		sw, err := pipeline.NewSweeper(sweepCfg, pipeline.SweeperDeps{Names: names, Registry: registry, Stores: stores,
-			StorageOptions: so, Events: events, Metrics: m, Logger: log.With("stage", pipeline.StageSweeper)})
+		sw, err := sweep.NewSweeper(sweepCfg, sweep.SweeperDeps{Names: names, Registry: registry, Stores: stores,
+			StorageOptions: so, Events: events, Metrics: sm, Logger: log.With("stage", pipeline.StageSweeper)})
 		if err != nil {
 			return err
 		}

@@ -7,15 +7,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // sweepConfig is o.Sweep, or the defaults with no storage swept when o.Sweep is the zero
 // value (options built without the sweep in mind: the sweep is off by default).
-func (o Options) sweepConfig() pipeline.SweepConfig {
+func (o Options) sweepConfig() sweep.Config {
 	if o.Sweep.Grace == 0 && len(o.Sweep.Storages) == 0 {
-		return pipeline.DefaultSweepConfig()
+		return sweep.DefaultConfig()
 	}
 	return o.Sweep
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -194,7 +195,7 @@ func Default() Config {
 	sc := pipeline.DefaultScannerConfig()
 	pc := pipeline.DefaultProberConfig()
 	dc := pipeline.DefaultDeleterConfig()
-	sw := pipeline.DefaultSweepConfig()
+	sw := sweep.DefaultConfig()
 	js := subjects.DefaultSettings()
 	return Config{
 		Enabled:            true,

@@ -13,6 +13,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -192,8 +193,8 @@ func (c Config) LogValue() slog.Value {
 
 // SweepConfig is the sweep's configuration: the storages whose override sets sweep, sorted,
 // and the sweep_* keys.
-func (c Config) SweepConfig() pipeline.SweepConfig {
-	sw := pipeline.DefaultSweepConfig()
+func (c Config) SweepConfig() sweep.Config {
+	sw := sweep.DefaultConfig()
 	for _, name := range slices.Sorted(maps.Keys(c.Storage.Overrides)) {
 		if c.Storage.Overrides[name].Sweep {
 			sw.Storages = append(sw.Storages, name)

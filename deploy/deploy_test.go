@@ -17,6 +17,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -193,14 +194,16 @@ func exported(t *testing.T) map[string]metric {
 			out[m[1]] = metric{labels: labels}
 		}
 	}
-	pipeline.NewMetrics(collectRegisterer(func(c prometheus.Collector) {
+	collect := collectRegisterer(func(c prometheus.Collector) {
 		switch c.(type) {
 		case prometheus.Histogram, *prometheus.HistogramVec, prometheus.Summary, *prometheus.SummaryVec:
 			add(c, true)
 		default:
 			add(c, false)
 		}
-	}))
+	})
+	pipeline.NewMetrics(collect)
+	sweep.NewMetrics(collect)
 	names, err := subjects.NewNames("kvcmgc", "c1")
 	require.NoError(t, err)
 	add(jsmetrics.New(nil, names, stages), false)
@@ -209,6 +212,7 @@ func exported(t *testing.T) map[string]metric {
 	// The values of closed label sets: what a fresh process exports before it counted anything.
 	reg := prometheus.NewRegistry()
 	pipeline.NewMetrics(reg)
+	sweep.NewMetrics(reg)
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 )
 
@@ -112,12 +112,12 @@ func sweepKills(ctx context.Context, e *env) (string, *Expect, error) {
 }
 
 // sweepCheckpoint reads the seeded NFS storage's walk checkpoint.
-func (e *env) sweepCheckpoint(ctx context.Context) (pipeline.SweepCheckpoint, error) {
+func (e *env) sweepCheckpoint(ctx context.Context) (sweep.Checkpoint, error) {
 	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
 	if err != nil {
-		return pipeline.SweepCheckpoint{}, err
+		return sweep.Checkpoint{}, err
 	}
-	ck, _, err := pipeline.ReadSweepCheckpoint(ctx, kv, seed.StorageNFS)
+	ck, _, err := sweep.ReadCheckpoint(ctx, kv, seed.StorageNFS)
 	return ck, err
 }
 

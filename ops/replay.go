@@ -15,6 +15,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -172,7 +173,7 @@ type ReplayDeps struct {
 	// Progress receives a progress bar for long replays (stderr); nil draws nothing.
 	Progress io.Writer
 	// Sweeper is the sweeper, in dry-run, whose decisions a sweeper replay re-runs.
-	Sweeper *pipeline.Sweeper
+	Sweeper *sweep.Sweeper
 	// Close releases what OpenReplayDeps opened; nil when nothing.
 	Close func() error
 }

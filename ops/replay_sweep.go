@@ -13,6 +13,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -175,11 +176,11 @@ func writeReplayFiles(w io.Writer, files []FileReplay) {
 
 // replaySweeper is the sweeper a replay consults: the pipeline's own, in dry-run (the storage
 // refuses every rename and unlink, DESIGN §8.8), on the replay's registry and stores.
-func replaySweeper(s ReplaySetup, reg meta.RegistryReader, stores meta.StoreResolver, so storage.Options) (*pipeline.Sweeper, error) {
+func replaySweeper(s ReplaySetup, reg meta.RegistryReader, stores meta.StoreResolver, so storage.Options) (*sweep.Sweeper, error) {
 	cfg := s.Sweep
 	if cfg.Grace == 0 && len(cfg.Storages) == 0 {
-		cfg = pipeline.DefaultSweepConfig()
+		cfg = sweep.DefaultConfig()
 	}
 	so.DryRun = true
-	return pipeline.NewSweeper(cfg, pipeline.SweeperDeps{Registry: reg, Stores: stores, StorageOptions: so})
+	return sweep.NewSweeper(cfg, sweep.SweeperDeps{Registry: reg, Stores: stores, StorageOptions: so})
 }

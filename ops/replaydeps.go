@@ -11,6 +11,7 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 )
 
 // ReplaySetup is the part of a kvcm-gc configuration a replay needs: the same connections and
@@ -26,7 +27,7 @@ type ReplaySetup struct {
 	Prober         pipeline.ProberConfig
 	// Sweep is the sweep's configuration (sweeper replay); the zero value means its defaults
 	// with no storage swept.
-	Sweep pipeline.SweepConfig
+	Sweep sweep.Config
 	// Guard is "none" or "redis" (hashes under GuardKeyPrefix on GuardConn), as in app.Options.
 	Guard          string
 	GuardConn      redismeta.ConnOptions

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -37,8 +38,8 @@ type SweepStorageStatus struct {
 	NextRound  time.Time         `json:"next_round,omitzero"`
 	// The last complete look into the quarantine: files waiting there, their bytes, conflict
 	// copies kept for an operator, entries that are not kvcm-gc's, the oldest.
-	Quarantine QuarantineStatus          `json:"quarantine"`
-	Raw        *pipeline.SweepCheckpoint `json:"checkpoint,omitempty"`
+	Quarantine QuarantineStatus  `json:"quarantine"`
+	Raw        *sweep.Checkpoint `json:"checkpoint,omitempty"`
 }
 
 // QuarantineStatus is what the last look into a storage's quarantine found.
@@ -78,7 +79,7 @@ func sweepStatus(ctx context.Context, rows statusRows, names subjects.Names) *Sw
 	slices.Sort(storages)
 	leases, lerr := js.KeyValue(ctx, names.LeaseBucket())
 	for _, name := range storages {
-		ck, _, err := pipeline.ReadSweepCheckpoint(ctx, state, name)
+		ck, _, err := sweep.ReadCheckpoint(ctx, state, name)
 		if err != nil {
 			problem("%v", err)
 			continue
@@ -94,7 +95,7 @@ func sweepStatus(ctx context.Context, rows statusRows, names subjects.Names) *Sw
 		}
 		ss.LastEnded, ss.LastSecs = usTime(ck.LastRoundEndUs), float64(ck.LastRoundMs)/1e3
 		if lerr == nil {
-			if rec, rev, err := pipeline.ReadSweepLease(ctx, leases, name); err != nil {
+			if rec, rev, err := sweep.ReadLease(ctx, leases, name); err != nil {
 				problem("%v", err)
 			} else if rec != nil {
 				since, renewed := time.UnixMicro(rec.SinceUs), time.UnixMicro(rec.RenewedUs)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -18,12 +19,16 @@ import (
 // (or, for failingJS and noPublisher, reaches only to fail).
 type (
 	noConsumer  struct{ jetstream.Consumer }
-	noKV        struct{ jetstream.KeyValue }
 	noPublisher struct{}
 	failingJS   struct{ jetstream.JetStream }
 )
 
 var errDown = errors.New("connection refused")
+
+// oneStore resolves every name to one store.
+type oneStore struct{ st meta.Store }
+
+func (o oneStore) Store(string) (meta.Store, error) { return o.st, nil }
 
 func (noPublisher) Publish(context.Context, string, []byte, string) error { return errDown }
 func (noPublisher) PublishAsync(string, []byte, string) (AckWait, error)  { return nil, errDown }
@@ -35,8 +40,6 @@ func (failingJS) PublishAsync(string, []byte, ...jetstream.PublishOpt) (jetstrea
 // at construction, with the collaborator named, not found by a nil dereference later.
 func TestConstructorsRequire(t *testing.T) {
 	reg := &flakyRegistry{}
-	stores := oneStore{}
-	sweep := DefaultSweepConfig()
 	for _, tc := range []struct {
 		name string
 		new  func() error
@@ -56,16 +59,6 @@ func TestConstructorsRequire(t *testing.T) {
 		}, []string{"prober: no copy-target guard"}},
 		{"deleter", func() error { _, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{}); return err },
 			[]string{"deleter: no metadata store resolver"}},
-		{"sweeper", func() error { _, err := NewSweeper(sweep, SweeperDeps{}); return err },
-			[]string{"sweeper:", "no registry reader", "no metadata store resolver"}},
-		{"walker", func() error { _, err := NewWalker(sweep, WalkerDeps{}); return err },
-			[]string{"walker:", "no registry reader", "no lease bucket", "no state bucket", "no publisher"}},
-		{"walker with a bad config", func() error {
-			cfg := sweep
-			cfg.BatchSize = 0
-			_, err := NewWalker(cfg, WalkerDeps{Registry: reg, Leases: noKV{}, State: noKV{}, Publisher: noPublisher{}})
-			return err
-		}, []string{"walker: sweep_batch_size: must be > 0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.new()
@@ -75,7 +68,7 @@ func TestConstructorsRequire(t *testing.T) {
 			}
 		})
 	}
-	_, err := NewSweeper(sweep, SweeperDeps{Registry: reg, Stores: stores})
+	_, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{Stores: oneStore{}})
 	require.NoError(t, err, "the rest is optional")
 }
 
@@ -84,7 +77,6 @@ func TestConstructorsRequire(t *testing.T) {
 func TestNilMetrics(t *testing.T) {
 	ctx := context.Background()
 	names := subjects.Names{Prefix: "kvcmgc", Cluster: "c1"}
-	sweep := DefaultSweepConfig()
 	for _, tc := range []struct {
 		name   string
 		record func(t *testing.T) *Metrics
@@ -120,22 +112,6 @@ func TestNilMetrics(t *testing.T) {
 			d.track(7, false)
 			return d.metrics
 		}},
-		{"sweeper: files in flight", func(t *testing.T) *Metrics {
-			s, err := NewSweeper(sweep, SweeperDeps{Names: names, Registry: &flakyRegistry{}, Stores: oneStore{}})
-			require.NoError(t, err)
-			s.track(3)
-			require.Equal(t, 3.0, gaugeOf(t, s.metrics.Sweep.InflightFiles))
-			return s.metrics
-		}},
-		{"walker: a failed registry read", func(t *testing.T) *Metrics {
-			w, err := NewWalker(sweep, WalkerDeps{Names: names, Registry: &flakyRegistry{down: true},
-				Leases: noKV{}, State: noKV{}, Publisher: noPublisher{}})
-			require.NoError(t, err)
-			_, err = w.snapshot(ctx)
-			require.ErrorContains(t, err, "connection refused")
-			require.Equal(t, 1.0, counterOf(t, w.metrics.Sweep.Errors.WithLabelValues(StageWalker, "registry")))
-			return w.metrics
-		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.NotNil(t, tc.record(t))
@@ -148,4 +124,11 @@ func counterOf(t *testing.T, c prometheus.Counter) float64 {
 	var m dto.Metric
 	require.NoError(t, c.Write(&m))
 	return m.GetCounter().GetValue()
+}
+
+func gaugeOf(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, g.Write(&m))
+	return m.GetGauge().GetValue()
 }

@@ -206,3 +206,47 @@ func TestListKeysCutByContext(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Nil(t, keys)
 }
+
+// TestLeaseOfAStorage: a sweep walker's lease, on a storage's key, is held by one walker at a
+// time and lost at once when someone else writes its key.
+func TestLeaseOfAStorage(t *testing.T) {
+	ctx := context.Background()
+	kv := leaseBucket(t, time.Minute)
+	lease := func(storage, holder string) *Lease {
+		return NewLease(kv, subjects.SweepKey(storage), LeaseRecord{Holder: holder, Storage: storage}, time.Minute)
+	}
+	a, b, other := lease("nfs", "a"), lease("nfs", "b"), lease("nfs2", "b")
+	held, err := a.Refresh(ctx)
+	require.NoError(t, err)
+	require.True(t, held)
+	held, err = b.Refresh(ctx)
+	require.NoError(t, err)
+	require.False(t, held, "one walker per storage")
+	held, err = other.Refresh(ctx)
+	require.NoError(t, err)
+	require.True(t, held, "a lease per storage")
+	r1, _ := a.Held()
+	held, err = a.Refresh(ctx)
+	require.NoError(t, err)
+	require.True(t, held)
+	r2, _ := a.Held()
+	require.Greater(t, r2, r1)
+	rec, _, err := ReadLeaseKey(ctx, kv, subjects.SweepKey("nfs"))
+	require.NoError(t, err)
+	require.Equal(t, "a", rec.Holder)
+	require.Equal(t, "nfs", rec.Storage)
+
+	// Someone else wrote the key: the renewal loses the lease at once.
+	_, err = kv.Put(ctx, subjects.SweepKey("nfs"), []byte(`{"holder":"x"}`))
+	require.NoError(t, err)
+	held, err = a.Refresh(ctx)
+	require.Error(t, err)
+	require.False(t, held)
+	_, ok := a.Held()
+	require.False(t, ok)
+	require.NoError(t, a.Release(ctx), "nothing to release")
+	require.NoError(t, other.Release(ctx))
+	held, err = b.Refresh(ctx)
+	require.NoError(t, err)
+	require.False(t, held, "x holds it")
+}

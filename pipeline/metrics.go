@@ -14,14 +14,18 @@ var (
 	candidateReasons = []string{subjects.ReasonOrphanWriting, subjects.ReasonStorageMissing, subjects.ReasonStuckDeleting}
 	deleteOutcomes   = []string{subjects.OutcomeDeleted, subjects.OutcomePartial, subjects.OutcomeNoopMismatch,
 		subjects.OutcomeNoopGone, subjects.OutcomeError, subjects.OutcomeWouldDelete}
-	stages = []string{StageScanner, StageProber, StageDeleter}
+	// messageStages are the stages of kvcm_gc_messages_total.
+	messageStages = []string{StageScanner, StageProber, StageDeleter, StageSweeper}
 )
 
-// Stage names (the "stage" label and Event.Stage).
+// Stage names (the "stage" label and Event.Stage): the pipeline's three, and the sweep's
+// walker and sweeper (package sweep).
 const (
 	StageScanner = "scanner"
 	StageProber  = "prober"
 	StageDeleter = "deleter"
+	StageWalker  = "walker"
+	StageSweeper = "sweeper"
 )
 
 // Skip reasons of the prober (the "reason" label of kvcm_gc_prober_skips_total and Event.Reason).
@@ -88,7 +92,8 @@ const (
 )
 
 // Metrics of every stage, on one injected registry (STYLE: nothing on the global registry).
-// A process registers all of them even when it runs one stage, so names stay stable.
+// A process registers all of them even when it runs one stage, so names stay stable; the
+// sweep's own are sweep.Metrics, registered beside them.
 type Metrics struct {
 	ScanRounds        prometheus.Counter
 	ScannedKeys       prometheus.Counter
@@ -137,9 +142,6 @@ type Metrics struct {
 
 	OperationErrors *prometheus.CounterVec
 	Messages        *prometheus.CounterVec
-
-	// Sweep are the walker's and the sweepers' metrics (orphan data files).
-	Sweep *SweepMetrics
 }
 
 // NewMetrics registers kvcm-gc's metrics on reg.
@@ -213,7 +215,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.StuckDataLeft.WithLabelValues(t.String(), r)
 		}
 	}
-	for _, s := range stages {
+	for _, s := range messageStages {
 		for _, r := range []string{MsgAck, MsgNak, MsgTerm} {
 			m.Messages.WithLabelValues(s, r)
 		}
@@ -223,7 +225,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.OperationErrors.WithLabelValues(stage, op)
 		}
 	}
-	m.Sweep = newSweepMetrics(f, m)
 	return m
 }
 
@@ -232,6 +233,7 @@ var operations = map[string][]string{
 	StageScanner: {"lease", "checkpoint", "pause", "registry", "backlog", "store", "scan", "publish", "event"},
 	StageProber:  {"registry", "publish", "event", "fetch"},
 	StageDeleter: {"store", "delete", "event", "fetch"},
+	StageSweeper: {"event", "fetch"},
 }
 
 // initStore starts the series of a store this process walks.

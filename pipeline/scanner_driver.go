@@ -17,9 +17,9 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// ackTimeout bounds the wait for the acknowledgement of a page's batches; a page not
+// AckTimeout bounds the wait for the acknowledgement of a walk's page of batches; a page not
 // acknowledged by then is read and published again (the server drops the duplicates).
-const ackTimeout = 30 * time.Second
+const AckTimeout = 30 * time.Second
 
 // stopTimeout bounds what a walk still does once the scanner stops: recording its last page.
 const stopTimeout = 5 * time.Second
@@ -290,7 +290,7 @@ func (d *walkDriver) publish(ctx context.Context, a actPublish) any {
 		return rec.ev
 	}
 	// Not cancelled with the scanner: a page whose batches are stored is recorded on the way
-	// out as well (bounded by ackTimeout and the server's answer). Only the goroutine touches
+	// out as well (bounded by AckTimeout and the server's answer). Only the goroutine touches
 	// rec until await has waited for it.
 	d.rec = rec
 	go func() {
@@ -305,7 +305,7 @@ func (d *walkDriver) await() any {
 	if rec == nil {
 		return nil
 	}
-	<-rec.done // record ends within ackTimeout plus one checkpoint write
+	<-rec.done // record ends within AckTimeout plus one checkpoint write
 	d.rec = nil
 	if rec.ev.err == nil {
 		d.s.Metrics.PublishedBatches.Add(float64(len(rec.acks)))
@@ -316,7 +316,7 @@ func (d *walkDriver) await() any {
 // record waits for the page's batches to be stored, then writes its checkpoint by revision.
 // It sets rec.ev and changes nothing else.
 func (d *walkDriver) record(ctx context.Context, rec *recording) {
-	actx, cancel := context.WithTimeout(ctx, ackTimeout)
+	actx, cancel := context.WithTimeout(ctx, AckTimeout)
 	defer cancel()
 	for _, ack := range rec.acks {
 		if err := ack(actx); err != nil {

@@ -24,11 +24,11 @@ import (
 // the next page is published only once the previous one is recorded (pending). A failure of
 // either puts the read position back on the checkpoint, so that page is read and published
 // again (the server drops the batches it already has). Every path that makes no progress
-// waits at least idleWait, whatever scan_interval (invariant 7: nothing spins).
+// waits at least IdleWait, whatever scan_interval (invariant 7: nothing spins).
 
-// idleWait is the least time between two ticks that did not move the walk on (a pause, a full
-// backlog, an error): an unpaced scanner would otherwise spin on those checks (invariant 7).
-const idleWait = 100 * time.Millisecond
+// IdleWait is the least time between two ticks that did not move a walk on (a pause, a full
+// backlog, an error): an unpaced walk would otherwise spin on those checks (invariant 7).
+const IdleWait = 100 * time.Millisecond
 
 // overlapBelow: only when the next tick is due sooner than this does a page stay unrecorded
 // while the next one is read; a slower walk records every page at once (a successor then
@@ -247,7 +247,7 @@ func (w *walk) step(ev any) []action {
 // action is one of the act* types.
 type action = any
 
-func (w *walk) idle() time.Duration { return max(idleWait, w.cfg.scanInterval) }
+func (w *walk) idle() time.Duration { return max(IdleWait, w.cfg.scanInterval) }
 
 func (w *walk) tick(t evTick) []action {
 	if t.leaseRev == 0 {

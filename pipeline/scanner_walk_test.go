@@ -87,11 +87,11 @@ func lastWait(t *testing.T, acts []action) time.Duration {
 	return ws[len(ws)-1].d
 }
 
-// noSpin: an error or a hold waits at least idleWait (invariant 7; §6: every error path
+// noSpin: an error or a hold waits at least IdleWait (invariant 7; §6: every error path
 // passes scan_interval or the cooldown).
 func noSpin(t *testing.T, acts []action) {
 	t.Helper()
-	require.GreaterOrEqual(t, lastWait(t, acts), idleWait)
+	require.GreaterOrEqual(t, lastWait(t, acts), IdleWait)
 }
 
 func TestWalkStep(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -110,12 +110,12 @@ log:
 		}
 		return info.NumAckPending
 	}
-	ckpt := func() pipeline.SweepCheckpoint {
+	ckpt := func() sweep.Checkpoint {
 		kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
 		if err != nil {
-			return pipeline.SweepCheckpoint{}
+			return sweep.Checkpoint{}
 		}
-		c, _, _ := pipeline.ReadSweepCheckpoint(ctx, kv, seed.StorageNFS)
+		c, _, _ := sweep.ReadCheckpoint(ctx, kv, seed.StorageNFS)
 		return c
 	}
 	// A sweeper with batches in flight, killed.
@@ -131,7 +131,7 @@ log:
 	sweeper.kill(t)
 	sweeper = e.start("sweeper-2", "sweeper")
 
-	var last pipeline.SweepCheckpoint
+	var last sweep.Checkpoint
 	require.Eventually(t, func() bool {
 		last = ckpt()
 		info := e.consumer(e.names.SweepStream(), e.names.SweeperConsumer())
@@ -156,7 +156,7 @@ log:
 	restored := false
 	for _, ev := range e2eEvents(t, e) {
 		if ev.Kind == subjects.EventSweep && string(ev.File) == named.Path && ev.Outcome == subjects.SweepOutcomeRestored {
-			require.Equal(t, pipeline.SweepKeptReferenced, ev.Reason)
+			require.Equal(t, sweep.KeptReferenced, ev.Reason)
 			restored = true
 		}
 	}

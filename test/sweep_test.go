@@ -19,6 +19,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -26,7 +27,7 @@ import (
 // sweepOptions are e.options with the sweep of nfs_01 on: fast pages, a one-second quarantine.
 func (e *env) sweepOptions(reg prometheus.Registerer) app.Options {
 	o := e.options(reg)
-	sw := pipeline.DefaultSweepConfig()
+	sw := sweep.DefaultConfig()
 	sw.Storages = []string{seed.StorageNFS}
 	sw.Interval, sw.BatchSize, sw.Quarantine, sw.RoundPause = time.Millisecond, 16, time.Second, time.Hour
 	sw.LeaseRenew, sw.AckWait = 200*time.Millisecond, o.JetStream.DeleterAckWait
@@ -35,13 +36,13 @@ func (e *env) sweepOptions(reg prometheus.Registerer) app.Options {
 }
 
 // sweepCheckpoint reads nfs_01's walk checkpoint (zero before the stages created the bucket).
-func (e *env) sweepCheckpoint() pipeline.SweepCheckpoint {
+func (e *env) sweepCheckpoint() sweep.Checkpoint {
 	ctx := context.Background()
 	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
 	if err != nil {
-		return pipeline.SweepCheckpoint{}
+		return sweep.Checkpoint{}
 	}
-	ck, _, _ := pipeline.ReadSweepCheckpoint(ctx, kv, seed.StorageNFS)
+	ck, _, _ := sweep.ReadCheckpoint(ctx, kv, seed.StorageNFS)
 	return ck
 }
 
@@ -65,9 +66,9 @@ func quarantined(t *testing.T, root string) []string {
 
 // waitSwept waits until a walk of round n has ended, every sweep batch is handled, a look
 // into the quarantine came after the walk, and the quarantine is empty.
-func (e *env) waitSwept(n uint64, root string, timeout time.Duration) pipeline.SweepCheckpoint {
+func (e *env) waitSwept(n uint64, root string, timeout time.Duration) sweep.Checkpoint {
 	e.t.Helper()
-	var ck pipeline.SweepCheckpoint
+	var ck sweep.Checkpoint
 	require.Eventually(e.t, func() bool {
 		ck = e.sweepCheckpoint()
 		if ck.Round < n || ck.InRound || ck.QLast.EndedUs <= ck.LastRoundEndUs {

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/config"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -39,7 +39,7 @@ func enableSweep(c *config.Config) {
 
 // sweepState is how far the sweep of the demo's storage is.
 type sweepState struct {
-	ck          pipeline.SweepCheckpoint
+	ck          sweep.Checkpoint
 	pending     uint64 // sweep batches pending or in flight
 	quarantined int    // files in the quarantine now
 	ok          bool
@@ -68,7 +68,7 @@ func readSweep(ctx context.Context, js jetstream.JetStream, names subjects.Names
 	if err != nil {
 		return s
 	}
-	if s.ck, _, err = pipeline.ReadSweepCheckpoint(ctx, st, seed.StorageNFS); err != nil {
+	if s.ck, _, err = sweep.ReadCheckpoint(ctx, st, seed.StorageNFS); err != nil {
 		return s
 	}
 	cons, err := js.Consumer(ctx, names.SweepStream(), names.SweeperConsumer())

@@ -1,4 +1,4 @@
-package pipeline
+package sweep
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// SweepCheckpoint is the durable position of one storage's walk, written by revision after
+// Checkpoint is the durable position of one storage's walk, written by revision after
 // every page (STATE bucket, key subjects.SweepKey(storage)), so a new walker resumes the
 // round, the pause between rounds survives restarts, and `status` reads the progress.
 //
@@ -21,7 +21,7 @@ import (
 // publish every quarantined file for a sweeper to finish (unlink after sweep_quarantine) or
 // undo (restore). A look starts when a walker takes the lease, at the start of every round,
 // and every half sweep_quarantine.
-type SweepCheckpoint struct {
+type Checkpoint struct {
 	Storage string `json:"storage"`
 
 	Round   uint64 `json:"round"`
@@ -74,29 +74,29 @@ func (q *QuarantineCount) add(size int64, atUs int64) {
 	}
 }
 
-func (c SweepCheckpoint) clone() SweepCheckpoint {
+func (c Checkpoint) clone() Checkpoint {
 	c.Kept, c.LastKept = maps.Clone(c.Kept), maps.Clone(c.LastKept)
 	return c
 }
 
-// ReadSweepCheckpoint returns a storage's checkpoint (zero value and revision 0 when none).
-func ReadSweepCheckpoint(ctx context.Context, kv jetstream.KeyValue, storage string) (SweepCheckpoint, uint64, error) {
+// ReadCheckpoint returns a storage's checkpoint (zero value and revision 0 when none).
+func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue, storage string) (Checkpoint, uint64, error) {
 	e, err := kv.Get(ctx, subjects.SweepKey(storage))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return SweepCheckpoint{Storage: storage}, 0, nil
+		return Checkpoint{Storage: storage}, 0, nil
 	}
 	if err != nil {
-		return SweepCheckpoint{}, 0, fmt.Errorf("read sweep checkpoint of %s: %w", storage, err)
+		return Checkpoint{}, 0, fmt.Errorf("read sweep checkpoint of %s: %w", storage, err)
 	}
-	var c SweepCheckpoint
+	var c Checkpoint
 	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return SweepCheckpoint{}, 0, fmt.Errorf("decode sweep checkpoint of %s: %w", storage, err)
+		return Checkpoint{}, 0, fmt.Errorf("decode sweep checkpoint of %s: %w", storage, err)
 	}
 	return c, e.Revision(), nil
 }
 
-// writeSweepCheckpoint stores c by revision rev (0: the first) and returns the new revision.
-func writeSweepCheckpoint(ctx context.Context, kv jetstream.KeyValue, c SweepCheckpoint, rev uint64) (uint64, error) {
+// writeCheckpoint stores c by revision rev (0: the first) and returns the new revision.
+func writeCheckpoint(ctx context.Context, kv jetstream.KeyValue, c Checkpoint, rev uint64) (uint64, error) {
 	val, err := json.Marshal(c)
 	if err != nil {
 		return 0, fmt.Errorf("encode sweep checkpoint of %s: %w", c.Storage, err)

@@ -1,4 +1,4 @@
-package pipeline
+package sweep
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -24,15 +25,15 @@ import (
 // the storage's quarantine so sweepers finish or undo what is there. It never writes a file
 // or Redis; any number of replicas may run, one walks each storage.
 type Walker struct {
-	cfg        SweepConfig
+	cfg        Config
 	names      subjects.Names
 	registry   meta.RegistryReader
 	storageOp  storage.Options
 	leases     jetstream.KeyValue
 	leaseTTL   time.Duration
 	state      jetstream.KeyValue
-	publisher  AsyncPublisher
-	events     *EventLog
+	publisher  pipeline.AsyncPublisher
+	events     *pipeline.EventLog
 	backlog    func(ctx context.Context) (uint64, error)
 	maxPayload int
 	metrics    *Metrics
@@ -54,8 +55,8 @@ type WalkerDeps struct {
 	Leases    jetstream.KeyValue
 	LeaseTTL  time.Duration
 	State     jetstream.KeyValue
-	Publisher AsyncPublisher
-	Events    *EventLog
+	Publisher pipeline.AsyncPublisher
+	Events    *pipeline.EventLog
 	// Backlog reads the sweeper consumer's pending + unacknowledged batches.
 	Backlog    func(ctx context.Context) (uint64, error)
 	MaxPayload int // the server's max payload; batches are split below it (default 1 MiB)
@@ -65,7 +66,7 @@ type WalkerDeps struct {
 }
 
 // NewWalker returns the walker of cfg.
-func NewWalker(cfg SweepConfig, deps WalkerDeps) (*Walker, error) {
+func NewWalker(cfg Config, deps WalkerDeps) (*Walker, error) {
 	missing := []error{cfg.Validate()}
 	if deps.Registry == nil {
 		missing = append(missing, errors.New("no registry reader"))
@@ -100,7 +101,7 @@ func (w *Walker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, name := range slices.Sorted(slices.Values(w.cfg.Storages)) {
 		sw := &storageWalk{w: w, storage: name, log: w.log.With("storage", name),
-			lease: NewLease(w.leases, subjects.SweepKey(name), LeaseRecord{Holder: w.cfg.Holder, Storage: name}, w.leaseTTL)}
+			lease: pipeline.NewLease(w.leases, subjects.SweepKey(name), pipeline.LeaseRecord{Holder: w.cfg.Holder, Storage: name}, w.leaseTTL)}
 		wg.Add(1)
 		go func() { defer wg.Done(); sw.run(ctx) }()
 	}
@@ -110,10 +111,10 @@ func (w *Walker) Run(ctx context.Context) error {
 }
 
 // snapshot returns the registry view (viewCache).
-func (w *Walker) snapshot(ctx context.Context) (*SweepView, error) {
+func (w *Walker) snapshot(ctx context.Context) (*View, error) {
 	v, err := w.views.get(ctx, w.registry, w.storageOp, w.cfg.RegistryRefresh, w.now())
 	if err != nil || v.stale {
-		w.metrics.sweepError(StageWalker, "registry")
+		w.metrics.opError(pipeline.StageWalker, "registry")
 	}
 	if err == nil && v.stale {
 		w.log.Warn("refresh registry; walking with the previous snapshot", "err", v.err)
@@ -126,10 +127,10 @@ type storageWalk struct {
 	w       *Walker
 	storage string
 	log     *slog.Logger
-	lease   *Lease
+	lease   *pipeline.Lease
 
 	loaded bool // the checkpoint is read
-	ck     SweepCheckpoint
+	ck     Checkpoint
 	ckRev  uint64
 	fs     *storage.SweepFS
 	root   *storage.SweepRoot
@@ -167,25 +168,25 @@ func (s *storageWalk) run(ctx context.Context) {
 		s.tick(ctx)
 		wait := interval
 		if !s.progressed {
-			wait = max(wait, idleWait)
+			wait = max(wait, pipeline.IdleWait)
 		}
 		timer.Reset(wait) // no catch-up: the next page starts at least an interval after this one
 	}
 }
 
 func (s *storageWalk) keepLease(ctx context.Context) {
-	t := time.NewTicker(DefaultLeaseRenew(s.w.cfg.LeaseRenew, s.w.leaseTTL))
+	t := time.NewTicker(pipeline.DefaultLeaseRenew(s.w.cfg.LeaseRenew, s.w.leaseTTL))
 	defer t.Stop()
 	wasHeld := false
 	defer func() {
 		if wasHeld {
-			s.w.metrics.Sweep.LeasesHeld.Dec()
+			s.w.metrics.LeasesHeld.Dec()
 		}
 	}()
 	for {
 		held, err := s.lease.Refresh(ctx)
 		if err != nil && ctx.Err() == nil {
-			s.w.metrics.sweepError(StageWalker, "lease")
+			s.w.metrics.opError(pipeline.StageWalker, "lease")
 			if wasHeld {
 				s.log.Warn("sweep lease renewal failed", "err", err)
 			}
@@ -193,10 +194,10 @@ func (s *storageWalk) keepLease(ctx context.Context) {
 		if held != wasHeld {
 			if held {
 				s.log.Info("sweep lease acquired", "holder", s.w.cfg.Holder)
-				s.w.metrics.Sweep.LeasesHeld.Inc()
+				s.w.metrics.LeasesHeld.Inc()
 			} else {
 				s.log.Warn("sweep lease lost")
-				s.w.metrics.Sweep.LeasesHeld.Dec()
+				s.w.metrics.LeasesHeld.Dec()
 			}
 			wasHeld = held
 		}
@@ -247,9 +248,9 @@ func (s *storageWalk) tick(ctx context.Context) {
 		return
 	}
 	if !s.loaded {
-		c, r, err := ReadSweepCheckpoint(ctx, s.w.state, s.storage)
+		c, r, err := ReadCheckpoint(ctx, s.w.state, s.storage)
 		if err != nil {
-			s.w.metrics.sweepError(StageWalker, "checkpoint")
+			s.w.metrics.opError(pipeline.StageWalker, "checkpoint")
 			s.warn(ctx, "read sweep checkpoint", "err", err)
 			return
 		}
@@ -272,7 +273,7 @@ func (s *storageWalk) tick(ctx context.Context) {
 			s.root, err = fs.Open()
 		}
 		if err != nil {
-			s.w.metrics.sweepError(StageWalker, "open")
+			s.w.metrics.opError(pipeline.StageWalker, "open")
 			s.warn(ctx, "open swept storage; not walked", "err", err)
 			return
 		}
@@ -281,13 +282,13 @@ func (s *storageWalk) tick(ctx context.Context) {
 	if s.w.backlog != nil {
 		n, err := s.w.backlog(ctx)
 		if err != nil {
-			s.w.metrics.sweepError(StageWalker, "backlog")
+			s.w.metrics.opError(pipeline.StageWalker, "backlog")
 			s.warn(ctx, "read sweeper backlog", "err", err)
 			return // fail closed: no walking without knowing the backlog
 		}
-		s.w.metrics.Sweep.Backlog.Set(float64(n))
+		s.w.metrics.Backlog.Set(float64(n))
 		if n > s.w.cfg.HighWater {
-			s.w.metrics.Sweep.Backpressure.Inc()
+			s.w.metrics.Backpressure.Inc()
 			return
 		}
 	}
@@ -311,14 +312,14 @@ func (s *storageWalk) tick(ctx context.Context) {
 
 // save writes c as the checkpoint by revision and makes it the walk's on success. A revision
 // conflict means another walker wrote it: this one is no longer the leader and steps down.
-func (s *storageWalk) save(ctx context.Context, c SweepCheckpoint, now time.Time) bool {
+func (s *storageWalk) save(ctx context.Context, c Checkpoint, now time.Time) bool {
 	if _, held := s.lease.Held(); !held {
 		return false // fencing: no progress recorded after the lease is gone
 	}
 	c.Holder, c.SavedUs = s.w.cfg.Holder, now.UnixMicro()
-	rev, err := writeSweepCheckpoint(ctx, s.w.state, c, s.ckRev)
+	rev, err := writeCheckpoint(ctx, s.w.state, c, s.ckRev)
 	if err != nil {
-		s.w.metrics.sweepError(StageWalker, "checkpoint")
+		s.w.metrics.opError(pipeline.StageWalker, "checkpoint")
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			s.log.Warn("sweep checkpoint written by another walker; stepping down", "err", err)
 			s.lease.Drop()
@@ -372,7 +373,7 @@ func (s *storageWalk) reopen() {
 
 // walkPage walks at most BatchSize entries of the data, publishes the candidates among them
 // and records the page in the checkpoint. On the last page the round ends.
-func (s *storageWalk) walkPage(ctx context.Context, view *SweepView, rev uint64, now time.Time) {
+func (s *storageWalk) walkPage(ctx context.Context, view *View, rev uint64, now time.Time) {
 	if s.walk == nil {
 		s.walk = s.root.Walk(string(s.ck.Cursor))
 	}
@@ -390,9 +391,9 @@ func (s *storageWalk) walkPage(ctx context.Context, view *SweepView, rev uint64,
 		n++
 		last = e.Rel
 		if e.Err != nil {
-			s.w.metrics.sweepError(StageWalker, "walk")
+			s.w.metrics.opError(pipeline.StageWalker, "walk")
 			s.warn(ctx, "walk a directory of the swept storage; skipped", "path", e.Rel, "err", e.Err)
-			kept[SweepKeptUnreadable]++
+			kept[KeptUnreadable]++
 			continue
 		}
 		c, reason := classifyWalked(s.fs, view, e, now, grace)
@@ -429,7 +430,7 @@ func (s *storageWalk) walkPage(ctx context.Context, view *SweepView, rev uint64,
 		return
 	}
 	s.progressed = true
-	m := s.w.metrics.Sweep
+	m := s.w.metrics
 	m.Walked.Add(float64(n))
 	m.Candidates.Add(float64(len(files)))
 	for r, k := range kept {
@@ -452,11 +453,11 @@ func (s *storageWalk) walkPage(ctx context.Context, view *SweepView, rev uint64,
 // quarantinePage reads at most BatchSize entries of the quarantine and publishes every file
 // there for a sweeper to finish or undo; the entries that are no file of kvcm-gc's are counted
 // and left alone.
-func (s *storageWalk) quarantinePage(ctx context.Context, view *SweepView, rev uint64, now time.Time) {
+func (s *storageWalk) quarantinePage(ctx context.Context, view *View, rev uint64, now time.Time) {
 	if s.qwalk == nil {
 		qw, err := s.root.WalkQuarantine(string(s.ck.QCursor))
 		if err != nil {
-			s.w.metrics.sweepError(StageWalker, "walk")
+			s.w.metrics.opError(pipeline.StageWalker, "walk")
 			s.warn(ctx, "open the quarantine", "err", err)
 			return
 		}
@@ -475,7 +476,7 @@ func (s *storageWalk) quarantinePage(ctx context.Context, view *SweepView, rev u
 		n++
 		last = e.Rel
 		if e.Err != nil {
-			s.w.metrics.sweepError(StageWalker, "walk")
+			s.w.metrics.opError(pipeline.StageWalker, "walk")
 			s.warn(ctx, "walk a directory of the quarantine; skipped", "path", e.Rel, "err", e.Err)
 			seen.Foreign++
 			continue
@@ -517,7 +518,7 @@ func (s *storageWalk) quarantinePage(ctx context.Context, view *SweepView, rev u
 			s.qwalk.Close()
 			s.qwalk = nil
 		}
-		m := s.w.metrics.Sweep
+		m := s.w.metrics
 		m.QFiles.Set(float64(seen.Files))
 		m.QBytes.Set(float64(seen.Bytes))
 		m.QConflicts.Set(float64(seen.Conflicts))
@@ -541,24 +542,24 @@ type sweepCandidate struct {
 // classifyWalked decides whether a walked file is a candidate: a regular file, KVCM's
 // per-block name of a registered instance and spec (ResolveName), older than grace by its
 // mtime, and whose data path maps back to the very file walked. Else reason says why it stays.
-func classifyWalked(fs *storage.SweepFS, view *SweepView, e storage.WalkEntry, now time.Time, grace time.Duration) (sweepCandidate, string) {
+func classifyWalked(fs *storage.SweepFS, view *View, e storage.WalkEntry, now time.Time, grace time.Duration) (sweepCandidate, string) {
 	if !e.Stat.Regular() {
-		return sweepCandidate{}, SweepKeptNotRegular
+		return sweepCandidate{}, KeptNotRegular
 	}
 	object := fs.Object(e.Rel)
 	if object == "" {
-		return sweepCandidate{}, SweepKeptUnparsable
+		return sweepCandidate{}, KeptUnparsable
 	}
 	name, reason, _ := view.ResolveName(object)
 	if reason != "" {
 		return sweepCandidate{}, reason
 	}
 	if age := now.Sub(e.Stat.ModTime); age < grace {
-		return sweepCandidate{}, SweepKeptYoung // also a time in the future
+		return sweepCandidate{}, KeptYoung // also a time in the future
 	}
 	raw := fs.DataPath(object)
 	if rel, err := fs.Resolve(raw); err != nil || rel != e.Rel {
-		return sweepCandidate{}, SweepKeptPathMap
+		return sweepCandidate{}, KeptPathMap
 	}
 	return sweepCandidate{instance: name.Instance.ID, group: name.Instance.Group, store: name.Instance.Store,
 		file: subjects.SweepFile{Path: subjects.RawText(raw), Spec: name.Spec, Key: name.Key, Size: e.Stat.Size,
@@ -569,7 +570,7 @@ func classifyWalked(fs *storage.SweepFS, view *SweepView, e storage.WalkEntry, n
 // Quarantine named, whose name is KVCM's per-block name (the only ones it moves). A name that
 // no longer resolves to a collected instance (the registry changed meanwhile) goes out under
 // its first reading, for a sweeper to move it back.
-func quarantined(fs *storage.SweepFS, view *SweepView, e storage.WalkEntry) (sweepCandidate, bool) {
+func quarantined(fs *storage.SweepFS, view *View, e storage.WalkEntry) (sweepCandidate, bool) {
 	rel, at, err := storage.ParseQuarantined(e.Rel)
 	if err != nil || !e.Stat.Regular() {
 		return sweepCandidate{}, false
@@ -606,7 +607,7 @@ func (s *storageWalk) publish(ctx context.Context, kind string, round, page, rev
 		byInst[f.instance] = append(byInst[f.instance], f)
 	}
 	limit := subjects.PayloadLimit(int64(s.w.maxPayload))
-	var acks []AckWait
+	var acks []pipeline.AckWait
 	for _, inst := range slices.Sorted(maps.Keys(byInst)) {
 		cs := byInst[inst]
 		b := subjects.SweepBatch{V: subjects.SchemaVersion, Cluster: s.w.names.Cluster, Instance: inst,
@@ -617,25 +618,25 @@ func (s *storageWalk) publish(ctx context.Context, kind string, round, page, rev
 		}
 		parts, err := splitSweep(b, limit)
 		if err != nil {
-			s.w.metrics.sweepError(StageWalker, "publish")
+			s.w.metrics.opError(pipeline.StageWalker, "publish")
 			s.warn(ctx, "encode sweep batch", "instance", inst, "err", err)
 			return false
 		}
 		for _, p := range parts {
 			ack, err := s.w.publisher.PublishAsync(s.w.names.SweepSubject(inst), p.data, subjects.SweepMsgID(p.batch))
 			if err != nil {
-				s.w.metrics.sweepError(StageWalker, "publish")
+				s.w.metrics.opError(pipeline.StageWalker, "publish")
 				s.warn(ctx, "publish sweep batch", "instance", inst, "err", err)
 				return false
 			}
 			acks = append(acks, ack)
 		}
 	}
-	actx, cancel := context.WithTimeout(ctx, ackTimeout)
+	actx, cancel := context.WithTimeout(ctx, pipeline.AckTimeout)
 	defer cancel()
 	for _, ack := range acks {
 		if err := ack(actx); err != nil {
-			s.w.metrics.sweepError(StageWalker, "publish")
+			s.w.metrics.opError(pipeline.StageWalker, "publish")
 			s.warn(ctx, "store sweep batch", "err", err)
 			return false
 		}
@@ -679,11 +680,11 @@ func (s *storageWalk) event(ctx context.Context, e subjects.Event) {
 	if s.w.events == nil {
 		return
 	}
-	e.Stage = StageWalker
+	e.Stage = pipeline.StageWalker
 	s.w.events.Emit(ctx, e)
 }
 
-// ReadSweepLease returns the walker's lease record of a storage, if any.
-func ReadSweepLease(ctx context.Context, kv jetstream.KeyValue, storage string) (*LeaseRecord, uint64, error) {
-	return ReadLeaseKey(ctx, kv, subjects.SweepKey(storage))
+// ReadLease returns the walker's lease record of a storage, if any.
+func ReadLease(ctx context.Context, kv jetstream.KeyValue, storage string) (*pipeline.LeaseRecord, uint64, error) {
+	return pipeline.ReadLeaseKey(ctx, kv, subjects.SweepKey(storage))
 }

@@ -1,4 +1,4 @@
-package pipeline
+package sweep
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
-// SweepView is what the sweep takes from one registry snapshot: the collected instances and
+// View is what the sweep takes from one registry snapshot: the collected instances and
 // their specs, the instances it must not judge, and the storage table (with the local
 // overrides) to map the spec URIs of a block to local files. It is immutable.
-type SweepView struct {
+type View struct {
 	reg       *meta.Registry
 	set       *storage.StaticSet
 	instances map[string]meta.Instance
@@ -26,13 +26,13 @@ type SweepView struct {
 	skipped map[string]string
 }
 
-// NewSweepView builds the view of a registry snapshot.
-func NewSweepView(reg *meta.Registry, opts storage.Options) (*SweepView, error) {
+// NewView builds the view of a registry snapshot.
+func NewView(reg *meta.Registry, opts storage.Options) (*View, error) {
 	set, err := storage.NewSet(reg.Storages, opts)
 	if err != nil {
 		return nil, err
 	}
-	v := &SweepView{reg: reg, set: set, instances: map[string]meta.Instance{}, specs: map[string]map[string]bool{},
+	v := &View{reg: reg, set: set, instances: map[string]meta.Instance{}, specs: map[string]map[string]bool{},
 		skipped: map[string]string{}}
 	for _, s := range reg.Skipped {
 		if s.Instance != "" {
@@ -58,16 +58,16 @@ func NewSweepView(reg *meta.Registry, opts storage.Options) (*SweepView, error) 
 }
 
 // Storages is the storage set of the snapshot.
-func (v *SweepView) Storages() *storage.StaticSet { return v.set }
+func (v *View) Storages() *storage.StaticSet { return v.set }
 
 // Instance returns a collected instance.
-func (v *SweepView) Instance(id string) (meta.Instance, bool) {
+func (v *View) Instance(id string) (meta.Instance, bool) {
 	in, ok := v.instances[id]
 	return in, ok
 }
 
-// SweepName is a file name read back as the block whose data it is.
-type SweepName struct {
+// Name is a file name read back as the block whose data it is.
+type Name struct {
 	Instance meta.Instance
 	Spec     string
 	Key      int64
@@ -77,19 +77,19 @@ type SweepName struct {
 // block of a collected instance: KVCM's per-block name, exactly one registered (instance,
 // spec) reading of it, and no reading that names an instance nothing may be judged of. Else
 // reason says why the file is kept (a SweepKept* reason) and detail more.
-func (v *SweepView) ResolveName(object string) (n SweepName, reason, detail string) {
+func (v *View) ResolveName(object string) (n Name, reason, detail string) {
 	bf, err := kvcm.ParseBlockFileName(object)
 	if err != nil {
-		return SweepName{}, SweepKeptUnparsable, err.Error()
+		return Name{}, KeptUnparsable, err.Error()
 	}
 	if bf.Shared {
-		return SweepName{}, SweepKeptShared, ""
+		return Name{}, KeptShared, ""
 	}
-	var matches []SweepName
+	var matches []Name
 	known := false
 	for _, s := range bf.Splits() {
 		if why, ok := v.skipped[s.Instance]; ok {
-			return SweepName{}, SweepKeptGroupSkipped, fmt.Sprintf("instance %q: %s", s.Instance, why)
+			return Name{}, KeptGroupSkipped, fmt.Sprintf("instance %q: %s", s.Instance, why)
 		}
 		in, ok := v.instances[s.Instance]
 		if !ok {
@@ -97,18 +97,18 @@ func (v *SweepView) ResolveName(object string) (n SweepName, reason, detail stri
 		}
 		known = true
 		if v.specs[s.Instance][s.Spec] {
-			matches = append(matches, SweepName{Instance: in, Spec: s.Spec, Key: bf.Key})
+			matches = append(matches, Name{Instance: in, Spec: s.Spec, Key: bf.Key})
 		}
 	}
 	switch {
 	case len(matches) == 1:
 		return matches[0], "", ""
 	case len(matches) > 1:
-		return SweepName{}, SweepKeptAmbiguousName, fmt.Sprintf("blocks of instances %q and %q", matches[0].Instance.ID, matches[1].Instance.ID)
+		return Name{}, KeptAmbiguousName, fmt.Sprintf("blocks of instances %q and %q", matches[0].Instance.ID, matches[1].Instance.ID)
 	case known:
-		return SweepName{}, SweepKeptUnknownSpec, ""
+		return Name{}, KeptUnknownSpec, ""
 	}
-	return SweepName{}, SweepKeptUnknownInstance, ""
+	return Name{}, KeptUnknownInstance, ""
 }
 
 // sweepTarget is the file a decision is about.
@@ -131,12 +131,12 @@ const (
 // it: a read error, a corrupt value or a bad location, a tombstone, an ambiguous key, a spec
 // URI that does not parse, and an absent key in a database other than 0 (otherDB). reason is
 // an orphan reason when orphan, a SweepKept* reason otherwise.
-func (v *SweepView) judgeFile(r meta.BlockRead, t sweepTarget, otherDB bool) (orphan bool, reason, detail string) {
+func (v *View) judgeFile(r meta.BlockRead, t sweepTarget, otherDB bool) (orphan bool, reason, detail string) {
 	switch {
 	case r.Err != nil:
-		return false, SweepKeptReadError, r.Err.Error()
+		return false, KeptReadError, r.Err.Error()
 	case !r.Exists && otherDB:
-		return false, SweepKeptAbsentOtherDB, ""
+		return false, KeptAbsentOtherDB, ""
 	case !r.Exists:
 		return true, orphanAbsent, ""
 	}
@@ -146,43 +146,43 @@ func (v *SweepView) judgeFile(r meta.BlockRead, t sweepTarget, otherDB bool) (or
 	case kvcm.LayoutNone:
 		return true, orphanNoLocation, ""
 	case kvcm.LayoutAmbiguous:
-		return false, SweepKeptAmbiguousLayout, ""
+		return false, KeptAmbiguousLayout, ""
 	case kvcm.LayoutLegacy:
 		if len(e.URI) == 0 {
 			return true, orphanNoLocation, "" // an empty __uri__ is an absent block to KVCM
 		}
 		blk, err := kvcm.DecodeBlock(e.URI)
 		if err != nil {
-			return false, SweepKeptCorrupt, err.Error()
+			return false, KeptCorrupt, err.Error()
 		}
 		locs = blk.Locations
 	case kvcm.LayoutLocation:
 		for _, f := range e.Locations {
 			if len(f.Value) == 0 {
-				return false, SweepKeptTombstone, "L#" + f.ID
+				return false, KeptTombstone, "L#" + f.ID
 			}
 			l, err := kvcm.DecodeLocation(f.ID, f.Value)
 			if err != nil {
-				return false, SweepKeptCorrupt, err.Error()
+				return false, KeptCorrupt, err.Error()
 			}
 			locs = append(locs, l)
 		}
 	default:
-		return false, SweepKeptCorrupt, "unknown layout " + e.Layout.String()
+		return false, KeptCorrupt, "unknown layout " + e.Layout.String()
 	}
 	dirs := map[string]string{}
 	for i := range locs {
 		l := &locs[i]
 		if l.Err != nil {
-			return false, SweepKeptCorrupt, l.Err.Error()
+			return false, KeptCorrupt, l.Err.Error()
 		}
 		for _, s := range l.Specs {
 			u, err := kvcm.ParseDataURI(s.URI)
 			if err != nil {
-				return false, SweepKeptBadURI, err.Error()
+				return false, KeptBadURI, err.Error()
 			}
 			if v.names(u, t, dirs) {
-				return false, SweepKeptReferenced, fmt.Sprintf("location %s (%s)", l.ID, l.Status)
+				return false, KeptReferenced, fmt.Sprintf("location %s (%s)", l.ID, l.Status)
 			}
 		}
 	}
@@ -196,7 +196,7 @@ func (v *SweepView) judgeFile(r meta.BlockRead, t sweepTarget, otherDB bool) (or
 // path of a storage that is not registered (nothing tells it apart), or a data path of a
 // registered file storage that is t's local file, directly or through symbolic links in its
 // directories (two storages sharing a file system). dirs caches resolved directories.
-func (v *SweepView) names(u kvcm.DataURI, t sweepTarget, dirs map[string]string) bool {
+func (v *View) names(u kvcm.DataURI, t sweepTarget, dirs map[string]string) bool {
 	if path.Clean(u.Path) == path.Clean(t.rawPath) {
 		if u.Host == t.storage {
 			return true
@@ -243,12 +243,12 @@ func realDir(cache map[string]string, dir string) string {
 // registered since.
 type viewCache struct {
 	mu   sync.Mutex
-	view *SweepView
+	view *View
 	at   time.Time
 }
 
 type cachedView struct {
-	view  *SweepView
+	view  *View
 	stale bool
 	err   error // why it is stale
 }
@@ -261,8 +261,8 @@ func (c *viewCache) get(ctx context.Context, reg meta.RegistryReader, opts stora
 	}
 	r, err := reg.ReadRegistry(ctx)
 	if err == nil {
-		var v *SweepView
-		if v, err = NewSweepView(r, opts); err == nil {
+		var v *View
+		if v, err = NewView(r, opts); err == nil {
 			c.view, c.at = v, now
 			return cachedView{view: v}, nil
 		}

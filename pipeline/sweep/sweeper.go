@@ -1,4 +1,4 @@
-package pipeline
+package sweep
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -38,12 +39,12 @@ import (
 // Any number of sweepers may run; the sweeper consumer's MaxAckPending caps the batches in
 // flight across all of them.
 type Sweeper struct {
-	cfg       SweepConfig
+	cfg       Config
 	names     subjects.Names
 	registry  meta.RegistryReader
 	stores    meta.StoreResolver
 	storageOp storage.Options
-	events    *EventLog
+	events    *pipeline.EventLog
 	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
@@ -61,14 +62,14 @@ type SweeperDeps struct {
 	Registry       meta.RegistryReader
 	Stores         meta.StoreResolver
 	StorageOptions storage.Options // path maps; DryRun renames nothing (the storage refuses)
-	Events         *EventLog
+	Events         *pipeline.EventLog
 	Metrics        *Metrics
 	Logger         *slog.Logger
 	Now            func() time.Time
 }
 
 // NewSweeper returns the sweeper stage of cfg.
-func NewSweeper(cfg SweepConfig, deps SweeperDeps) (*Sweeper, error) {
+func NewSweeper(cfg Config, deps SweeperDeps) (*Sweeper, error) {
 	var missing []error
 	if deps.Registry == nil {
 		missing = append(missing, errors.New("no registry reader"))
@@ -83,8 +84,8 @@ func NewSweeper(cfg SweepConfig, deps SweeperDeps) (*Sweeper, error) {
 		events: deps.Events, metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger), now: orNow(deps.Now)}, nil
 }
 
-// SweepResult is what a sweeper did with one file.
-type SweepResult struct {
+// Result is what a sweeper did with one file.
+type Result struct {
 	File subjects.SweepFile
 	// Outcome is a subjects.SweepOutcome*; "" for a quarantined file left waiting out
 	// sweep_quarantine.
@@ -97,7 +98,7 @@ type SweepResult struct {
 	Op string
 }
 
-// Handle handles one sweep batch message (a Handler).
+// Handle handles one sweep batch message (a pipeline.Handler).
 func (s *Sweeper) Handle(ctx context.Context, msg jetstream.Msg) error {
 	b, err := subjects.DecodeSweepBatch(msg.Data())
 	if err != nil {
@@ -151,13 +152,13 @@ func (s *Sweeper) Handle(ctx context.Context, msg jetstream.Msg) error {
 func (s *Sweeper) track(n int) {
 	s.inflight.Lock()
 	s.files += n
-	s.metrics.Sweep.InflightFiles.Set(float64(s.files))
+	s.metrics.InflightFiles.Set(float64(s.files))
 	s.inflight.Unlock()
 }
 
 // record counts the results and publishes an event for every step taken.
-func (s *Sweeper) record(ctx context.Context, b subjects.SweepBatch, results []SweepResult, src *subjects.Source) {
-	m := s.metrics.Sweep
+func (s *Sweeper) record(ctx context.Context, b subjects.SweepBatch, results []Result, src *subjects.Source) {
+	m := s.metrics
 	var fs []jetstream.PubAckFuture
 	for _, r := range results {
 		switch r.Outcome {
@@ -177,9 +178,9 @@ func (s *Sweeper) record(ctx context.Context, b subjects.SweepBatch, results []S
 		case subjects.SweepOutcomeKept:
 			m.Kept.WithLabelValues(r.Reason).Inc()
 		case subjects.SweepOutcomeWouldQuarantine, subjects.SweepOutcomeWouldRestore, subjects.SweepOutcomeWouldUnlink:
-			m.Kept.WithLabelValues(SweepKeptDryRun).Inc()
+			m.Kept.WithLabelValues(KeptDryRun).Inc()
 		case subjects.SweepOutcomeError:
-			s.metrics.sweepError(StageSweeper, r.Op)
+			s.metrics.opError(pipeline.StageSweeper, r.Op)
 		}
 		if r.Outcome == subjects.SweepOutcomeConflict || r.Outcome == subjects.SweepOutcomeError {
 			s.log.Warn("sweep", "outcome", r.Outcome, "storage", b.Storage, "instance", b.Instance,
@@ -187,7 +188,7 @@ func (s *Sweeper) record(ctx context.Context, b subjects.SweepBatch, results []S
 		}
 		if s.events != nil {
 			key := r.File.Key
-			fs = append(fs, s.events.Emit(ctx, subjects.Event{Kind: subjects.EventSweep, Stage: StageSweeper,
+			fs = append(fs, s.events.Emit(ctx, subjects.Event{Kind: subjects.EventSweep, Stage: pipeline.StageSweeper,
 				Instance: b.Instance, Round: b.Round, Key: &key, File: r.File.Path, Reason: r.Reason, Outcome: r.Outcome,
 				Detail: r.Detail, DryRun: s.storageOp.DryRun, Source: src}))
 		}
@@ -204,7 +205,7 @@ var errRetry = errors.New("some files could not be handled")
 
 // sweepFile is one file of a batch as it is being handled.
 type sweepFile struct {
-	res    *SweepResult
+	res    *Result
 	target sweepTarget
 	rel    string
 	qrel   string    // its quarantine name once there
@@ -219,34 +220,34 @@ const backDetail = "found back at its path, moved by an earlier delivery"
 // Sweep judges and acts on every file of b and returns what it did with each, in order. An
 // error means the batch must be handled again (a step failed); everything it did is in the
 // results.
-func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]SweepResult, error) {
+func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]Result, error) {
 	now := s.now()
-	results := make([]SweepResult, len(b.Files))
+	results := make([]Result, len(b.Files))
 	for i := range b.Files {
 		results[i].File = b.Files[i]
 	}
-	all := func(outcome, reason, detail string) ([]SweepResult, error) {
+	all := func(outcome, reason, detail string) ([]Result, error) {
 		for i := range results {
 			results[i].Outcome, results[i].Reason, results[i].Detail = outcome, reason, detail
 		}
 		return results, nil
 	}
 	if !s.cfg.swept(b.Storage) {
-		return all(subjects.SweepOutcomeKept, SweepKeptNotSwept, "storage "+b.Storage)
+		return all(subjects.SweepOutcomeKept, KeptNotSwept, "storage "+b.Storage)
 	}
 	cv, err := s.views.get(ctx, s.registry, s.storageOp, s.cfg.RegistryRefresh, now)
 	if err != nil {
-		s.metrics.sweepError(StageSweeper, "registry")
+		s.metrics.opError(pipeline.StageSweeper, "registry")
 		return results, err
 	}
 	view := cv.view
 	fs, err := view.Storages().SweepFS(b.Storage)
 	if err != nil {
-		return all(subjects.SweepOutcomeKept, SweepKeptNoStorage, err.Error())
+		return all(subjects.SweepOutcomeKept, KeptNoStorage, err.Error())
 	}
 	root, err := fs.Open()
 	if err != nil {
-		s.metrics.sweepError(StageSweeper, "open")
+		s.metrics.opError(pipeline.StageSweeper, "open")
 		return results, err
 	}
 	defer root.Close()
@@ -255,7 +256,7 @@ func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]SweepResu
 	if !ok {
 		_, reason, detail := view.ResolveName(kvcm.BlockObjectName(b.Instance, b.Files[0].Spec, b.Files[0].Key))
 		if reason == "" {
-			reason = SweepKeptUnknownInstance
+			reason = KeptUnknownInstance
 		}
 		if b.Kind == subjects.SweepWalk {
 			return all(subjects.SweepOutcomeKept, reason, detail)
@@ -268,7 +269,7 @@ func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]SweepResu
 	}
 	store, err := s.stores.Store(in.Store)
 	if err != nil {
-		s.metrics.sweepError(StageSweeper, "store")
+		s.metrics.opError(pipeline.StageSweeper, "store")
 		return results, fmt.Errorf("open metadata store %q: %w", in.Store, err)
 	}
 	h.store = store
@@ -287,7 +288,7 @@ func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]SweepResu
 type batchSweep struct {
 	s       *Sweeper
 	b       subjects.SweepBatch
-	view    *SweepView
+	view    *View
 	fs      *storage.SweepFS
 	root    *storage.SweepRoot
 	store   meta.Store
@@ -303,7 +304,7 @@ func (h *batchSweep) err() error {
 	return nil
 }
 
-func (h *batchSweep) fail(r *SweepResult, op string, err error) {
+func (h *batchSweep) fail(r *Result, op string, err error) {
 	r.Outcome, r.Op, r.Detail = subjects.SweepOutcomeError, op, err.Error()
 	h.failed = true
 }
@@ -311,11 +312,11 @@ func (h *batchSweep) fail(r *SweepResult, op string, err error) {
 // entry checks that a file entry names what KVCM's name of its block gives, on this storage,
 // for a collected instance and spec, and returns its local path. ok is false when the result
 // is decided (kept) already.
-func (h *batchSweep) entry(r *SweepResult) (sweepTarget, string, bool) {
+func (h *batchSweep) entry(r *Result) (sweepTarget, string, bool) {
 	f := r.File
 	object := kvcm.BlockObjectName(h.b.Instance, f.Spec, f.Key)
 	if h.fs.DataPath(object) != string(f.Path) {
-		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, "KVCM's name of the block is "+object
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptBadEntry, "KVCM's name of the block is "+object
 		return sweepTarget{}, "", false
 	}
 	if _, reason, detail := h.view.ResolveName(object); reason != "" {
@@ -324,7 +325,7 @@ func (h *batchSweep) entry(r *SweepResult) (sweepTarget, string, bool) {
 	}
 	rel, err := h.fs.Resolve(string(f.Path))
 	if err != nil {
-		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptPathMap, err.Error()
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptPathMap, err.Error()
 		return sweepTarget{}, "", false
 	}
 	t := sweepTarget{storage: h.b.Storage, rawPath: string(f.Path), local: h.fs.LocalDir() + "/" + rel}
@@ -332,7 +333,7 @@ func (h *batchSweep) entry(r *SweepResult) (sweepTarget, string, bool) {
 }
 
 // walked handles the files of a walk: judge, quarantine, judge again.
-func (h *batchSweep) walked(ctx context.Context, results []SweepResult) {
+func (h *batchSweep) walked(ctx context.Context, results []Result) {
 	var judge, confirm []*sweepFile
 	for i := range results {
 		r := &results[i]
@@ -402,7 +403,7 @@ func (h *batchSweep) walked(ctx context.Context, results []SweepResult) {
 			qst, err := h.root.QuarantinedStat(qrel)
 			if err != nil || !qst.Regular() || qst.Ino != sf.st.Ino || qst.Size != sf.st.Size || !qst.ModTime.Equal(sf.st.ModTime) {
 				r.Detail = "back from quarantine as " + qrel + ": not the file judged"
-				h.restore(r, sf, SweepKeptChanged)
+				h.restore(r, sf, KeptChanged)
 				continue
 			}
 			confirm = append(confirm, sf)
@@ -415,12 +416,12 @@ func (h *batchSweep) walked(ctx context.Context, results []SweepResult) {
 	// written since the first read (a write that began in between) names it, and it goes back.
 	reads, err := h.read(ctx, confirm)
 	if err != nil {
-		h.s.metrics.sweepError(StageSweeper, "read")
+		h.s.metrics.opError(pipeline.StageSweeper, "read")
 	}
 	for i, sf := range confirm {
 		r := sf.res
 		if err != nil {
-			h.restore(r, sf, SweepKeptReadError) // fail closed: unconfirmed, so undone
+			h.restore(r, sf, KeptReadError) // fail closed: unconfirmed, so undone
 			continue
 		}
 		orphan, reason, detail := h.view.judgeFile(reads[i], sf.target, h.otherDB)
@@ -442,17 +443,17 @@ func joinDetail(a, b string) string {
 
 // quarantined handles the files of a look into the quarantine: judge once more, then unlink
 // what has waited out sweep_quarantine, or move back what is named again.
-func (h *batchSweep) quarantined(ctx context.Context, results []SweepResult) {
+func (h *batchSweep) quarantined(ctx context.Context, results []Result) {
 	var judge []*sweepFile
 	for i := range results {
 		r := &results[i]
 		rel, at, err := storage.ParseQuarantined(string(r.File.Quarantine))
 		if err != nil {
-			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, err.Error()
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptBadEntry, err.Error()
 			continue
 		}
 		if local, err := h.fs.Resolve(string(r.File.Path)); err != nil || local != rel {
-			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, "quarantine name of another path"
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptBadEntry, "quarantine name of another path"
 			continue
 		}
 		sf := &sweepFile{res: r, rel: rel, qrel: string(r.File.Quarantine), qAt: at}
@@ -504,7 +505,7 @@ func (h *batchSweep) quarantined(ctx context.Context, results []SweepResult) {
 			continue
 		case sf.back:
 			// Named when it went back, not now: at its path, the next walk judges it again.
-			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeRestored, SweepKeptChanged, backDetail+": no location names it now"
+			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeRestored, KeptChanged, backDetail+": no location names it now"
 			continue
 		case !orphan:
 			r.Detail = detail
@@ -530,21 +531,21 @@ func (h *batchSweep) quarantined(ctx context.Context, results []SweepResult) {
 }
 
 // undo moves a quarantined file back without judging it.
-func (h *batchSweep) undo(r *SweepResult, reason string) {
+func (h *batchSweep) undo(r *Result, reason string) {
 	rel, at, err := storage.ParseQuarantined(string(r.File.Quarantine))
 	if err != nil {
-		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, err.Error()
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptBadEntry, err.Error()
 		return
 	}
 	if local, err := h.fs.Resolve(string(r.File.Path)); err != nil || local != rel {
-		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, SweepKeptBadEntry, "quarantine name of another path"
+		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptBadEntry, "quarantine name of another path"
 		return
 	}
 	h.restore(r, &sweepFile{res: r, rel: rel, qrel: string(r.File.Quarantine), qAt: at}, reason)
 }
 
 // restore moves sf back to its path; reason says why. Dry-run only says so.
-func (h *batchSweep) restore(r *SweepResult, sf *sweepFile, reason string) {
+func (h *batchSweep) restore(r *Result, sf *sweepFile, reason string) {
 	r.Reason = reason
 	if h.s.storageOp.DryRun {
 		r.Outcome = subjects.SweepOutcomeWouldRestore
@@ -567,11 +568,11 @@ func (h *batchSweep) restore(r *SweepResult, sf *sweepFile, reason string) {
 func (h *batchSweep) sameFile(f subjects.SweepFile, st storage.FileStat) (reason, detail string) {
 	switch {
 	case !st.Regular():
-		return SweepKeptNotRegular, ""
+		return KeptNotRegular, ""
 	case st.Ino != f.Ino || st.Size != f.Size || st.ModTime.UnixMicro() != f.MtimeUs:
-		return SweepKeptChanged, fmt.Sprintf("inode %d size %d mtime %d, walked %d %d %d", st.Ino, st.Size, st.ModTime.UnixMicro(), f.Ino, f.Size, f.MtimeUs)
+		return KeptChanged, fmt.Sprintf("inode %d size %d mtime %d, walked %d %d %d", st.Ino, st.Size, st.ModTime.UnixMicro(), f.Ino, f.Size, f.MtimeUs)
 	case h.now.Sub(st.ModTime) < h.s.cfg.Grace:
-		return SweepKeptYoung, ""
+		return KeptYoung, ""
 	}
 	return "", ""
 }

@@ -1,89 +1,86 @@
-package pipeline
+package sweep
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-)
 
-// Stage names of the sweep (the "stage" label and Event.Stage).
-const (
-	StageWalker  = "walker"
-	StageSweeper = "sweeper"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 // Reasons a file is kept (the "reason" label of kvcm_gc_sweep_kept_files_total, Event.Reason).
 // The walker's come first: it publishes only what none of them holds for.
 const (
-	// SweepKeptNotRegular: a symbolic link, a directory where a file belongs, a device.
-	SweepKeptNotRegular = "not_regular"
-	// SweepKeptUnparsable: not a per-block name KVCM writes (kvcm.ParseBlockFileName).
-	SweepKeptUnparsable = "unparsable"
-	// SweepKeptShared: a file several blocks share; its name says nothing certain about them.
-	SweepKeptShared = "shared"
-	// SweepKeptUnknownInstance: no registered instance has the id the name gives.
-	SweepKeptUnknownInstance = "unknown_instance"
-	// SweepKeptGroupSkipped: the instance's group is not collected (a local, dummy or cached
+	// KeptNotRegular: a symbolic link, a directory where a file belongs, a device.
+	KeptNotRegular = "not_regular"
+	// KeptUnparsable: not a per-block name KVCM writes (kvcm.ParseBlockFileName).
+	KeptUnparsable = "unparsable"
+	// KeptShared: a file several blocks share; its name says nothing certain about them.
+	KeptShared = "shared"
+	// KeptUnknownInstance: no registered instance has the id the name gives.
+	KeptUnknownInstance = "unknown_instance"
+	// KeptGroupSkipped: the instance's group is not collected (a local, dummy or cached
 	// metadata store, or a group record kvcm-gc cannot use).
-	SweepKeptGroupSkipped = "group_skipped"
-	// SweepKeptUnknownSpec: the instance has no spec of the name's.
-	SweepKeptUnknownSpec = "unknown_spec"
-	// SweepKeptAmbiguousName: the name reads as blocks of two registered instances (a '/' in an id).
-	SweepKeptAmbiguousName = "ambiguous_name"
-	// SweepKeptYoung: modified within sweep_grace (or in the future).
-	SweepKeptYoung = "young"
-	// SweepKeptPathMap: the storage's data path of the name maps to another local file.
-	SweepKeptPathMap = "path_mismatch"
-	// SweepKeptUnreadable: a directory that could not be read, or too deep; nothing in it judged.
-	SweepKeptUnreadable = "unreadable"
+	KeptGroupSkipped = "group_skipped"
+	// KeptUnknownSpec: the instance has no spec of the name's.
+	KeptUnknownSpec = "unknown_spec"
+	// KeptAmbiguousName: the name reads as blocks of two registered instances (a '/' in an id).
+	KeptAmbiguousName = "ambiguous_name"
+	// KeptYoung: modified within sweep_grace (or in the future).
+	KeptYoung = "young"
+	// KeptPathMap: the storage's data path of the name maps to another local file.
+	KeptPathMap = "path_mismatch"
+	// KeptUnreadable: a directory that could not be read, or too deep; nothing in it judged.
+	KeptUnreadable = "unreadable"
 
-	// SweepKeptReferenced: a location of the block, in any status, names the file.
-	SweepKeptReferenced = "referenced"
-	// SweepKeptCorrupt: a value of the block does not decode, or a location is bad: what it
+	// KeptReferenced: a location of the block, in any status, names the file.
+	KeptReferenced = "referenced"
+	// KeptCorrupt: a value of the block does not decode, or a location is bad: what it
 	// names is unknown.
-	SweepKeptCorrupt = "corrupt"
-	// SweepKeptTombstone: the block has an empty location field (KVCM's tombstone).
-	SweepKeptTombstone = "tombstone"
-	// SweepKeptAmbiguousLayout: the block holds both __uri__ and L# fields.
-	SweepKeptAmbiguousLayout = "ambiguous_layout"
-	// SweepKeptReadError: the block could not be read (or is a legacy key in a database a
+	KeptCorrupt = "corrupt"
+	// KeptTombstone: the block has an empty location field (KVCM's tombstone).
+	KeptTombstone = "tombstone"
+	// KeptAmbiguousLayout: the block holds both __uri__ and L# fields.
+	KeptAmbiguousLayout = "ambiguous_layout"
+	// KeptReadError: the block could not be read (or is a legacy key in a database a
 	// KVCM of that layout does not use).
-	SweepKeptReadError = "read_error"
-	// SweepKeptAbsentOtherDB: the block is absent from a store in a database other than 0, where
+	KeptReadError = "read_error"
+	// KeptAbsentOtherDB: the block is absent from a store in a database other than 0, where
 	// a KVCM of the legacy layout, which ignores db=, would not have written it.
-	SweepKeptAbsentOtherDB = "absent_other_db"
-	// SweepKeptBadURI: a spec URI of the block does not parse.
-	SweepKeptBadURI = "bad_spec_uri"
-	// SweepKeptNoStorage: the storage is no longer registered, or cannot be swept.
-	SweepKeptNoStorage = "storage_not_registered"
-	// SweepKeptNotSwept: this sweeper does not sweep the storage (its storage.overrides differ).
-	SweepKeptNotSwept = "not_swept"
-	// SweepKeptChanged: the file is not the one the walker saw (another inode, size or
+	KeptAbsentOtherDB = "absent_other_db"
+	// KeptBadURI: a spec URI of the block does not parse.
+	KeptBadURI = "bad_spec_uri"
+	// KeptNoStorage: the storage is no longer registered, or cannot be swept.
+	KeptNoStorage = "storage_not_registered"
+	// KeptNotSwept: this sweeper does not sweep the storage (its storage.overrides differ).
+	KeptNotSwept = "not_swept"
+	// KeptChanged: the file is not the one the walker saw (another inode, size or
 	// mtime), or changed while it was moved.
-	SweepKeptChanged = "changed"
-	// SweepKeptBadEntry: the batch's entry does not name the file KVCM's name of its block gives.
-	SweepKeptBadEntry = "bad_entry"
-	// SweepKeptDryRun: dry-run; what a sweeper would have done (would_quarantine, would_restore,
+	KeptChanged = "changed"
+	// KeptBadEntry: the batch's entry does not name the file KVCM's name of its block gives.
+	KeptBadEntry = "bad_entry"
+	// KeptDryRun: dry-run; what a sweeper would have done (would_quarantine, would_restore,
 	// would_unlink) was not done.
-	SweepKeptDryRun = "dry_run"
+	KeptDryRun = "dry_run"
 )
 
-var sweepKeptReasons = []string{SweepKeptNotRegular, SweepKeptUnparsable, SweepKeptShared, SweepKeptUnknownInstance,
-	SweepKeptGroupSkipped, SweepKeptUnknownSpec, SweepKeptAmbiguousName, SweepKeptYoung, SweepKeptPathMap,
-	SweepKeptUnreadable, SweepKeptReferenced, SweepKeptCorrupt, SweepKeptTombstone, SweepKeptAmbiguousLayout,
-	SweepKeptReadError, SweepKeptAbsentOtherDB, SweepKeptBadURI, SweepKeptNoStorage, SweepKeptNotSwept,
-	SweepKeptChanged, SweepKeptBadEntry, SweepKeptDryRun}
+var keptReasons = []string{KeptNotRegular, KeptUnparsable, KeptShared, KeptUnknownInstance,
+	KeptGroupSkipped, KeptUnknownSpec, KeptAmbiguousName, KeptYoung, KeptPathMap,
+	KeptUnreadable, KeptReferenced, KeptCorrupt, KeptTombstone, KeptAmbiguousLayout,
+	KeptReadError, KeptAbsentOtherDB, KeptBadURI, KeptNoStorage, KeptNotSwept,
+	KeptChanged, KeptBadEntry, KeptDryRun}
 
-// SweepKeptReasons lists every kept reason, walker's first.
-func SweepKeptReasons() []string { return append([]string(nil), sweepKeptReasons...) }
+// KeptReasons lists every kept reason, walker's first.
+func KeptReasons() []string { return append([]string(nil), keptReasons...) }
 
 // Operations of the sweep that fail (the "reason" label of kvcm_gc_sweep_errors_total).
-var sweepErrors = map[string][]string{
-	StageWalker:  {"lease", "checkpoint", "registry", "backlog", "open", "walk", "publish", "event"},
-	StageSweeper: {"registry", "open", "store", "read", "stat", "quarantine", "restore", "unlink", "event"},
+var errorOps = map[string][]string{
+	pipeline.StageWalker:  {"lease", "checkpoint", "registry", "backlog", "open", "walk", "publish", "event"},
+	pipeline.StageSweeper: {"registry", "open", "store", "read", "stat", "quarantine", "restore", "unlink", "event"},
 }
 
-// SweepMetrics are the sweep's metrics, part of Metrics.
-type SweepMetrics struct {
+// Metrics are the sweep's metrics, registered beside pipeline.Metrics (the sweeper
+// consumer's messages are counted there).
+type Metrics struct {
 	Walked        prometheus.Counter
 	Candidates    prometheus.Counter
 	Kept          *prometheus.CounterVec
@@ -105,8 +102,10 @@ type SweepMetrics struct {
 	Backlog       prometheus.Gauge
 }
 
-func newSweepMetrics(f promauto.Factory, m *Metrics) *SweepMetrics {
-	s := &SweepMetrics{
+// NewMetrics registers the sweep's metrics on reg (nil: registered nowhere).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	s := &Metrics{
 		Walked:     f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_sweep_walked_files_total", Help: "Files of swept storages the walker read."}),
 		Candidates: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_sweep_candidates_total", Help: "Files the walker published for the sweepers to judge."}),
 		Kept: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_sweep_kept_files_total",
@@ -131,24 +130,26 @@ func newSweepMetrics(f promauto.Factory, m *Metrics) *SweepMetrics {
 		Backlog: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_backlog_batches",
 			Help: "Sweep batches pending or unacknowledged at the sweeper consumer, as this walker last read them."}),
 	}
-	for _, r := range sweepKeptReasons {
+	for _, r := range keptReasons {
 		s.Kept.WithLabelValues(r)
 	}
-	for stage, reasons := range sweepErrors {
+	for stage, reasons := range errorOps {
 		for _, r := range reasons {
 			s.Errors.WithLabelValues(stage, r)
 		}
 	}
-	for _, r := range []string{MsgAck, MsgNak, MsgTerm} {
-		m.Messages.WithLabelValues(StageSweeper, r)
-	}
-	for _, op := range []string{"event", "fetch"} {
-		m.OperationErrors.WithLabelValues(StageSweeper, op)
-	}
 	return s
 }
 
-// sweepError counts a failed operation of the sweep.
-func (m *Metrics) sweepError(stage, reason string) {
-	m.Sweep.Errors.WithLabelValues(stage, reason).Inc()
+// opError counts a failed operation of the sweep.
+func (m *Metrics) opError(stage, reason string) {
+	m.Errors.WithLabelValues(stage, reason).Inc()
+}
+
+// orUnregistered returns m, or metrics registered nowhere: they count, nobody scrapes them.
+func orUnregistered(m *Metrics) *Metrics {
+	if m == nil {
+		return NewMetrics(nil)
+	}
+	return m
 }

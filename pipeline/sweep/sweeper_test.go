@@ -1,4 +1,4 @@
-package pipeline
+package sweep
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func newSweepFixture(t *testing.T, dryRun bool) *sweepFixture {
 	t.Cleanup(func() { _ = st.Close() })
 	f.store = st
 	f.reg = sweepRegistry(t, f.dir)
-	cfg := DefaultSweepConfig()
+	cfg := DefaultConfig()
 	cfg.Storages = []string{"nfs"}
 	f.sw, err = NewSweeper(cfg, SweeperDeps{Names: subjects.Names{Prefix: "kvcmgc", Cluster: "c1"},
 		Registry: staticRegistry{f.reg}, Stores: oneStore{st},
@@ -96,7 +96,7 @@ func (f *sweepFixture) block(key int64, status kvcm.Status, path string) {
 	require.NoError(f.t, f.r.Client().HSet(context.Background(), kvcm.BlockKey("inst0", key), "__uri__", u, "__lru_time__", "1").Err())
 }
 
-func (f *sweepFixture) sweep(b subjects.SweepBatch) []SweepResult {
+func (f *sweepFixture) sweep(b subjects.SweepBatch) []Result {
 	f.t.Helper()
 	res, err := f.sw.Sweep(context.Background(), b)
 	require.NoError(f.t, err)
@@ -127,7 +127,7 @@ func (f *sweepFixture) qentry(e subjects.SweepFile, qrel string) subjects.SweepF
 	return e
 }
 
-func sweepOutcomes(res []SweepResult) []string {
+func sweepOutcomes(res []Result) []string {
 	var out []string
 	for _, r := range res {
 		s := r.Outcome

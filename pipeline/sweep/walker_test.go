@@ -1,4 +1,4 @@
-package pipeline
+package sweep
 
 import (
 	"context"
@@ -17,50 +17,9 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
-
-func TestSweepLease(t *testing.T) {
-	ctx := context.Background()
-	kv := leaseBucket(t, time.Minute)
-	lease := func(storage, holder string) *Lease {
-		return NewLease(kv, subjects.SweepKey(storage), LeaseRecord{Holder: holder, Storage: storage}, time.Minute)
-	}
-	a, b, other := lease("nfs", "a"), lease("nfs", "b"), lease("nfs2", "b")
-	held, err := a.Refresh(ctx)
-	require.NoError(t, err)
-	require.True(t, held)
-	held, err = b.Refresh(ctx)
-	require.NoError(t, err)
-	require.False(t, held, "one walker per storage")
-	held, err = other.Refresh(ctx)
-	require.NoError(t, err)
-	require.True(t, held, "a lease per storage")
-	r1, _ := a.Held()
-	held, err = a.Refresh(ctx)
-	require.NoError(t, err)
-	require.True(t, held)
-	r2, _ := a.Held()
-	require.Greater(t, r2, r1)
-	rec, _, err := ReadSweepLease(ctx, kv, "nfs")
-	require.NoError(t, err)
-	require.Equal(t, "a", rec.Holder)
-	require.Equal(t, "nfs", rec.Storage)
-
-	// Someone else wrote the key: the renewal loses the lease at once.
-	_, err = kv.Put(ctx, subjects.SweepKey("nfs"), []byte(`{"holder":"x"}`))
-	require.NoError(t, err)
-	held, err = a.Refresh(ctx)
-	require.Error(t, err)
-	require.False(t, held)
-	_, ok := a.Held()
-	require.False(t, ok)
-	require.NoError(t, a.Release(ctx), "nothing to release")
-	require.NoError(t, other.Release(ctx))
-	held, err = b.Refresh(ctx)
-	require.NoError(t, err)
-	require.False(t, held, "x holds it")
-}
 
 // walkerEnv is an embedded JetStream server with kvcm-gc's topology, the storage nfs of a
 // registry (sweepRegistry) and its files, and walkers on them.
@@ -103,11 +62,11 @@ func (e *walkerEnv) walker(holder string, batch int) *Walker {
 	require.NoError(e.t, err)
 	state, err := e.js.KeyValue(ctx, e.names.StateBucket())
 	require.NoError(e.t, err)
-	cfg := DefaultSweepConfig()
+	cfg := DefaultConfig()
 	cfg.Storages, cfg.Interval, cfg.BatchSize, cfg.Holder = []string{"nfs"}, time.Millisecond, batch, holder
 	cfg.LeaseRenew = 100 * time.Millisecond
 	w, err := NewWalker(cfg, WalkerDeps{Names: e.names, Registry: e.reg, Leases: leases, LeaseTTL: 2 * time.Second, State: state,
-		Publisher: JSPublisher{JS: e.js}, Metrics: NewMetrics(prometheus.NewRegistry()), Now: func() time.Time { return e.now }})
+		Publisher: pipeline.JSPublisher{JS: e.js}, Metrics: NewMetrics(prometheus.NewRegistry()), Now: func() time.Time { return e.now }})
 	require.NoError(e.t, err)
 	return w
 }
@@ -128,18 +87,18 @@ func (e *walkerEnv) run(w *Walker) (stop func()) {
 	return stop
 }
 
-func (e *walkerEnv) checkpoint() SweepCheckpoint {
+func (e *walkerEnv) checkpoint() Checkpoint {
 	e.t.Helper()
 	kv, err := e.js.KeyValue(context.Background(), e.names.StateBucket())
 	require.NoError(e.t, err)
-	c, _, err := ReadSweepCheckpoint(context.Background(), kv, "nfs")
+	c, _, err := ReadCheckpoint(context.Background(), kv, "nfs")
 	require.NoError(e.t, err)
 	return c
 }
 
-func (e *walkerEnv) waitRound(n uint64) SweepCheckpoint {
+func (e *walkerEnv) waitRound(n uint64) Checkpoint {
 	e.t.Helper()
-	var c SweepCheckpoint
+	var c Checkpoint
 	require.Eventually(e.t, func() bool {
 		c = e.checkpoint()
 		return c.Round > n || c.Round == n && !c.InRound
@@ -218,9 +177,9 @@ func TestWalkerRound(t *testing.T) {
 	require.Equal(t, want, filesOf(e.published(), subjects.SweepWalk))
 	require.Equal(t, uint64(len(want)+11), c.LastWalked)
 	require.Equal(t, uint64(len(want)), c.LastCandidates)
-	require.Equal(t, map[string]uint64{SweepKeptYoung: 2, SweepKeptShared: 1, SweepKeptUnparsable: 2,
-		SweepKeptUnknownInstance: 2, SweepKeptGroupSkipped: 1, SweepKeptUnknownSpec: 1, SweepKeptAmbiguousName: 1,
-		SweepKeptNotRegular: 1}, c.LastKept)
+	require.Equal(t, map[string]uint64{KeptYoung: 2, KeptShared: 1, KeptUnparsable: 2,
+		KeptUnknownInstance: 2, KeptGroupSkipped: 1, KeptUnknownSpec: 1, KeptAmbiguousName: 1,
+		KeptNotRegular: 1}, c.LastKept)
 	require.Greater(t, c.NextRoundUs, e.now.UnixMicro(), "the next round waits the round pause")
 	for _, b := range e.published() {
 		require.Equal(t, "nfs", b.Storage)
@@ -266,7 +225,7 @@ func TestWalkerOneLeader(t *testing.T) {
 	c := e.waitRound(1)
 	held := 0
 	for _, w := range []*Walker{a, b} {
-		held += int(gaugeOf(t, w.metrics.Sweep.LeasesHeld))
+		held += int(gaugeOf(t, w.metrics.LeasesHeld))
 	}
 	require.Equal(t, 1, held)
 	require.Len(t, filesOf(e.published(), subjects.SweepWalk), 10)

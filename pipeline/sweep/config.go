@@ -1,4 +1,4 @@
-package pipeline
+package sweep
 
 import (
 	"errors"
@@ -7,19 +7,19 @@ import (
 	"time"
 )
 
-// MinSweepGrace is the smallest sweep_grace accepted: a file younger than it may be one a
+// MinGrace is the smallest sweep_grace accepted: a file younger than it may be one a
 // client is still writing for a WRITING location, and a file's age is its mtime, which a
 // client's clock and a slow write can both bend.
-const MinSweepGrace = time.Hour
+const MinGrace = time.Hour
 
-// SweepConfig steers the sweep of orphan data files (DESIGN §7): the walker's pace and the
+// Config steers the sweep of orphan data files (DESIGN §7): the walker's pace and the
 // sweepers' rules. One configuration serves both stages.
-type SweepConfig struct {
+type Config struct {
 	// Storages are the storages swept (storage.overrides.<name>.sweep: true), by global unique
 	// name. None: the stages run and do nothing.
 	Storages []string
 	// Grace is the least age of a file, by its mtime, before it may be judged (sweep_grace).
-	// Default 24h, at least MinSweepGrace.
+	// Default 24h, at least MinGrace.
 	Grace time.Duration
 	// Quarantine is how long a file stays in quarantine before the last check and the unlink
 	// (sweep_quarantine). Default 1h.
@@ -46,17 +46,17 @@ type SweepConfig struct {
 	Holder string
 }
 
-// DefaultSweepConfig returns the defaults of DESIGN §9.
-func DefaultSweepConfig() SweepConfig {
-	return SweepConfig{Grace: 24 * time.Hour, Quarantine: time.Hour, Interval: time.Second, RoundPause: 24 * time.Hour,
+// DefaultConfig returns the defaults of DESIGN §9.
+func DefaultConfig() Config {
+	return Config{Grace: 24 * time.Hour, Quarantine: time.Hour, Interval: time.Second, RoundPause: 24 * time.Hour,
 		BatchSize: 256, HighWater: 100, RegistryRefresh: 30 * time.Second, AckWait: 60 * time.Second}
 }
 
 // Validate names the offending key.
-func (c SweepConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
-	if c.Grace < MinSweepGrace {
-		errs = append(errs, fmt.Errorf("sweep_grace: must be >= %s, got %s", MinSweepGrace, c.Grace))
+	if c.Grace < MinGrace {
+		errs = append(errs, fmt.Errorf("sweep_grace: must be >= %s, got %s", MinGrace, c.Grace))
 	}
 	if c.Quarantine <= 0 {
 		errs = append(errs, fmt.Errorf("sweep_quarantine: must be > 0, got %s", c.Quarantine))
@@ -88,4 +88,4 @@ func (c SweepConfig) Validate() error {
 }
 
 // swept reports whether storage is swept.
-func (c SweepConfig) swept(storage string) bool { return slices.Contains(c.Storages, storage) }
+func (c Config) swept(storage string) bool { return slices.Contains(c.Storages, storage) }

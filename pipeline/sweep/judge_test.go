@@ -1,4 +1,4 @@
-package pipeline
+package sweep
 
 import (
 	"errors"
@@ -44,7 +44,7 @@ func sweepRegistry(t *testing.T, dir string) *meta.Registry {
 }
 
 func TestSweepResolveName(t *testing.T) {
-	v, err := NewSweepView(sweepRegistry(t, t.TempDir()), storage.Options{})
+	v, err := NewView(sweepRegistry(t, t.TempDir()), storage.Options{})
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		object, inst, spec string
@@ -53,18 +53,18 @@ func TestSweepResolveName(t *testing.T) {
 	}{
 		{object: "inst0/tp0/1f", inst: "inst0", spec: "tp0", key: 0x1f},
 		{object: "inst1/tp1/ffffffffffffffff", inst: "inst1", spec: "tp1", key: -1},
-		{object: "inst0/tp2/1f", reason: SweepKeptUnknownSpec},
-		{object: "ghost/tp0/1f", reason: SweepKeptUnknownInstance},
-		{object: "local_inst/tp0/1f", reason: SweepKeptGroupSkipped},
-		{object: "a/b/c/1", reason: SweepKeptAmbiguousName},
+		{object: "inst0/tp2/1f", reason: KeptUnknownSpec},
+		{object: "ghost/tp0/1f", reason: KeptUnknownInstance},
+		{object: "local_inst/tp0/1f", reason: KeptGroupSkipped},
+		{object: "a/b/c/1", reason: KeptAmbiguousName},
 		{object: "solo/x/y/1", inst: "solo", spec: "x/y", key: 1},
 		// A reading that names an instance nothing may be judged of keeps the file, even
 		// with another reading registered.
-		{object: "x/y/tp0/1", reason: SweepKeptGroupSkipped},
-		{object: "inst0/tp0/1f_9c0e77d2b4a1e2f0", reason: SweepKeptShared},
-		{object: "inst0/tp0/1F", reason: SweepKeptUnparsable},
-		{object: "inst0/tp0/01f", reason: SweepKeptUnparsable},
-		{object: "inst0/tp0/1f.tmp", reason: SweepKeptUnparsable},
+		{object: "x/y/tp0/1", reason: KeptGroupSkipped},
+		{object: "inst0/tp0/1f_9c0e77d2b4a1e2f0", reason: KeptShared},
+		{object: "inst0/tp0/1F", reason: KeptUnparsable},
+		{object: "inst0/tp0/01f", reason: KeptUnparsable},
+		{object: "inst0/tp0/1f.tmp", reason: KeptUnparsable},
 	} {
 		n, reason, _ := v.ResolveName(tc.object)
 		require.Equal(t, tc.reason, reason, tc.object)
@@ -80,7 +80,7 @@ func TestSweepResolveName(t *testing.T) {
 // location, in any status, that names it; everything uncertain keeps it.
 func TestSweepJudgeFile(t *testing.T) {
 	dir := t.TempDir()
-	v, err := NewSweepView(sweepRegistry(t, dir), storage.Options{})
+	v, err := NewView(sweepRegistry(t, dir), storage.Options{})
 	require.NoError(t, err)
 	raw := dir + "/nfs/inst0/tp0/1f"
 	target := sweepTarget{storage: "nfs", rawPath: raw, local: raw}
@@ -105,31 +105,31 @@ func TestSweepJudgeFile(t *testing.T) {
 		reason  string
 	}{
 		{"absent", meta.BlockRead{}, false, true, orphanAbsent},
-		{"absent from another database", meta.BlockRead{}, true, false, SweepKeptAbsentOtherDB},
-		{"read error", meta.BlockRead{Err: errors.New("WRONGTYPE")}, false, false, SweepKeptReadError},
+		{"absent from another database", meta.BlockRead{}, true, false, KeptAbsentOtherDB},
+		{"read error", meta.BlockRead{Err: errors.New("WRONGTYPE")}, false, false, KeptReadError},
 		{"no location field", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutNone, Others: []string{"BP#prev_key"}}}, false, true, orphanNoLocation},
-		{"ambiguous", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutAmbiguous}}, false, false, SweepKeptAmbiguousLayout},
+		{"ambiguous", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutAmbiguous}}, false, false, KeptAmbiguousLayout},
 		{"legacy empty __uri__", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutLegacy}}, false, true, orphanNoLocation},
 		{"legacy no location", legacy(), false, true, orphanNoLocation},
-		{"legacy serving names it", legacy(loc("a1", kvcm.StatusServing, uri("nfs", raw))), false, false, SweepKeptReferenced},
-		{"legacy writing names it", legacy(loc("a1", kvcm.StatusWriting, uri("nfs", raw))), false, false, SweepKeptReferenced},
-		{"legacy deleting names it", legacy(loc("a1", kvcm.StatusDeleting, uri("nfs", raw))), false, false, SweepKeptReferenced},
+		{"legacy serving names it", legacy(loc("a1", kvcm.StatusServing, uri("nfs", raw))), false, false, KeptReferenced},
+		{"legacy writing names it", legacy(loc("a1", kvcm.StatusWriting, uri("nfs", raw))), false, false, KeptReferenced},
+		{"legacy deleting names it", legacy(loc("a1", kvcm.StatusDeleting, uri("nfs", raw))), false, false, KeptReferenced},
 		{"legacy another spec's file", legacy(loc("a1", kvcm.StatusServing, uri("nfs", other))), false, true, orphanUnreferenced},
-		{"legacy second spec names it", legacy(loc("a1", kvcm.StatusServing, uri("nfs", other), uri("nfs", raw))), false, false, SweepKeptReferenced},
-		{"legacy corrupt", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutLegacy, URI: []byte(`{"a1":`)}}, false, false, SweepKeptCorrupt},
-		{"legacy bad location", legacy(`{"id":"zz","status":"3","location_specs":[]}`), false, false, SweepKeptCorrupt},
-		{"bad spec uri", legacy(loc("a1", kvcm.StatusServing, "no scheme")), false, false, SweepKeptBadURI},
+		{"legacy second spec names it", legacy(loc("a1", kvcm.StatusServing, uri("nfs", other), uri("nfs", raw))), false, false, KeptReferenced},
+		{"legacy corrupt", meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutLegacy, URI: []byte(`{"a1":`)}}, false, false, KeptCorrupt},
+		{"legacy bad location", legacy(`{"id":"zz","status":"3","location_specs":[]}`), false, false, KeptCorrupt},
+		{"bad spec uri", legacy(loc("a1", kvcm.StatusServing, "no scheme")), false, false, KeptBadURI},
 		{"mooncake location", legacy(metatest.Location("a1", kvcm.StatusServing, kvcm.TypeMooncake, "mooncake://mc/inst0/tp0/1f")), false, true, orphanUnreferenced},
-		{"a double slash", legacy(loc("a1", kvcm.StatusServing, uri("nfs", dir+"/nfs/inst0//tp0/1f"))), false, false, SweepKeptReferenced},
-		{"another storage on the same root", legacy(loc("a1", kvcm.StatusServing, uri("twin", raw))), false, false, SweepKeptReferenced},
-		{"the same files through a link", legacy(loc("a1", kvcm.StatusServing, uri("alias", dir+"/alias/inst0/tp0/1f"))), false, false, SweepKeptReferenced},
-		{"an unregistered storage, the same path", legacy(loc("a1", kvcm.StatusServing, uri("gone", raw))), false, false, SweepKeptReferenced},
+		{"a double slash", legacy(loc("a1", kvcm.StatusServing, uri("nfs", dir+"/nfs/inst0//tp0/1f"))), false, false, KeptReferenced},
+		{"another storage on the same root", legacy(loc("a1", kvcm.StatusServing, uri("twin", raw))), false, false, KeptReferenced},
+		{"the same files through a link", legacy(loc("a1", kvcm.StatusServing, uri("alias", dir+"/alias/inst0/tp0/1f"))), false, false, KeptReferenced},
+		{"an unregistered storage, the same path", legacy(loc("a1", kvcm.StatusServing, uri("gone", raw))), false, false, KeptReferenced},
 		{"an unregistered storage, another path", legacy(loc("a1", kvcm.StatusServing, uri("gone", other))), false, true, orphanUnreferenced},
-		{"location layout names it", location(field("a1", loc("a1", kvcm.StatusWriting, uri("nfs", raw)))), false, false, SweepKeptReferenced},
+		{"location layout names it", location(field("a1", loc("a1", kvcm.StatusWriting, uri("nfs", raw)))), false, false, KeptReferenced},
 		{"location layout other file", location(field("a1", loc("a1", kvcm.StatusServing, uri("nfs", other)))), false, true, orphanUnreferenced},
-		{"location layout tombstone", location(field("a1", loc("a1", kvcm.StatusServing, uri("nfs", other))), field("b2", "")), false, false, SweepKeptTombstone},
-		{"location layout corrupt", location(field("a1", `{"id":"a1"`)), false, false, SweepKeptCorrupt},
-		{"location layout inner id differs", location(field("a1", loc("zz", kvcm.StatusServing, uri("nfs", other)))), false, false, SweepKeptCorrupt},
+		{"location layout tombstone", location(field("a1", loc("a1", kvcm.StatusServing, uri("nfs", other))), field("b2", "")), false, false, KeptTombstone},
+		{"location layout corrupt", location(field("a1", `{"id":"a1"`)), false, false, KeptCorrupt},
+		{"location layout inner id differs", location(field("a1", loc("zz", kvcm.StatusServing, uri("nfs", other)))), false, false, KeptCorrupt},
 	} {
 		orphan, reason, _ := v.judgeFile(tc.read, target, tc.otherDB)
 		require.Equal(t, tc.orphan, orphan, tc.name)
