@@ -1,0 +1,793 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
+
+// UpstreamGC plays KVCM's own in-process garbage collector (manager/cache_garbage_collector.cc,
+// on by default in KVCM's shipped configuration since #244/#345) and the delete executor it
+// submits to (SchedulePlanExecutor), on one metadata Redis, so that kvcm-gc can be run beside
+// it over the same keyspace and the same garbage.
+//
+// Each tick it scans one batch of one instance, round-robin (SCAN MATCH of the instance's
+// keys, COUNT ScanBatch, then the keys whole), judges it by upstream's rules, in upstream's
+// order (CandidatePriority: orphan_writing, then storage_missing), and submits at most one
+// delete request of at most ScanBatch targets, with at most MaxInflight requests in flight and
+// the locations of those skipped. A request runs upstream's five steps for each target:
+//
+//  1. re-read the location from Redis (the persistent store: authoritative_read);
+//  2. skip it when it is DELETING, or when its bytes differ from what the scan read (KVCM
+//     compares its re-serialization of the value; KVCM wrote these bytes, so they are it);
+//  3. CAS it to DELETING (only its status token changes);
+//  4. re-read, keep it only when it is still that DELETING, and physically delete every spec
+//     URI but the ones the probe confirmed missing, "not found" counting as success (#320);
+//  5. CAD: remove it (expecting those DELETING bytes), then DEL the key when no non-empty
+//     location field is left (KVCM's empty-key recycle).
+//
+// Where KVCM reads and then writes under a lock of its own process, the emulator's read and
+// write of a step are one Redis transaction (WATCH, MULTI), retried from the read when another
+// writer of the key comes between (as KVCM's read would simply have come later): a race it
+// loses is a counted no-op, and each removal is checkable. KVCM's real window between its read
+// and its write is not reproduced (a location another process removed in it would be written
+// back as DELETING, and deleted again by the same request's later steps).
+//
+// Layouts: in the location layout it is today's KVCM (one L#<id> field per location). In the
+// legacy layout it is the same collector over KVCM f6aa2b2's writes: every CAS and CAD
+// rewrites the whole __uri__ and __lru_time__ (µs, now), and a CAD that empties the map DELs
+// the key; f6aa2b2 wrote no create_time, so there it finds orphan WRITING only where a newer
+// KVCM added one.
+//
+// Like KVCM, it never touches a location that is not WRITING or SERVING, one with a valid
+// migration_copy_guard or named as the source of one, nor a key holding a location it cannot
+// decode (KVCM's whole-key read fails there, EC_CORRUPTION), and it reads only its layout's
+// fields. Unlike KVCM it skips a location kvcm.DecodeLocation calls bad (kvcm-gc's decoder is
+// stricter than rapidjson): it plays a collector that keeps what it cannot read exactly.
+type UpstreamGC struct {
+	cfg UpstreamConfig
+
+	mu      sync.Mutex
+	stats   UpstreamStats
+	removed map[UpstreamRef]int
+	touched map[string]bool
+	pending map[UpstreamRef]bool
+	errs    []error
+
+	inflight sync.WaitGroup
+	slots    chan struct{}
+	ran      bool
+}
+
+// UpstreamConfig configures an UpstreamGC. Zero durations and sizes take KVCM's defaults
+// (kvcm.cache_gc.* of its shipped configuration).
+type UpstreamConfig struct {
+	// Store is the metadata Redis (the Redis of the instances' group).
+	Store redis.UniversalClient
+	// Layout is kvcm.LayoutLocation (today's KVCM) or kvcm.LayoutLegacy.
+	Layout kvcm.Layout
+	// Instances are visited round-robin, each round. KVCM visits the instances its registry
+	// lists in groups whose metadata store is this Redis (in a cached store, it scans its own
+	// memory: that is not Redis, so such instances do not belong here).
+	Instances []string
+	// Storages are the storages KVCM's DataStorageManager holds, by global unique name.
+	Storages map[string]UpstreamStorage
+	// ScanInterval is the tick (scan_interval_ms, 100 ms).
+	ScanInterval time.Duration
+	// ScanBatch is the keys scanned per tick, and the targets per request (scan_batch_size, 256).
+	ScanBatch int
+	// MaxInflight caps the delete requests in flight (max_inflight_delete_requests, 64).
+	MaxInflight int
+	// OrphanGrace is orphan_writing_grace_period_ms (24 h; KVCM refuses less than 1 h).
+	OrphanGrace time.Duration
+	// RoundPause is the pause after a full round (round_pause_ms, 5 min).
+	RoundPause time.Duration
+	// Now is the wall clock (µs create_time are compared with it); time.Now when nil.
+	Now func() time.Time
+}
+
+// UpstreamStorage is one storage of KVCM's as the emulator's DataStorageManager sees it.
+type UpstreamStorage struct {
+	Type kvcm.StorageType
+	// Files: KVCM's backend for it can look at and delete the files the spec URIs' paths name
+	// (as its HF3FS backend does: MightExist is a stat, Delete a remove of the path, shared or
+	// not). Otherwise every URI might exist and a delete does nothing, as KVCM's NFS backend
+	// does today (nfs_backend.cc: Delete is a no-op returning OK).
+	Files bool
+}
+
+// UpstreamRef names one location: its block key and location id.
+type UpstreamRef struct {
+	Key string
+	ID  string
+}
+
+// UpstreamStats counts what the emulator did.
+type UpstreamStats struct {
+	Rounds, Ticks int
+	// Candidates counts the locations judged garbage, by reason (orphan_writing,
+	// storage_missing), before the pending and budget filters.
+	Candidates map[string]int
+	Requests   int // delete requests submitted
+	// CAS counts the locations set DELETING; CASLost those found changed, DELETING or gone
+	// at steps 1 to 3 (a no-op).
+	CAS, CASLost int
+	// Removed counts the locations removed by a CAD; CADLost those found changed or gone at
+	// steps 4 and 5 (a no-op: someone else finished it).
+	Removed, CADLost int
+	// Unlinked, UnlinkAbsent, UnlinkErrors count the physical deletes of files: done, found
+	// absent already (success, #320), failed.
+	Unlinked, UnlinkAbsent, UnlinkErrors int
+	// SkippedMissing counts the spec URIs not deleted because the probe confirmed them missing.
+	SkippedMissing int
+	// KeysRecycled counts the keys DEL'd when their last location went.
+	KeysRecycled int
+	// ScanErrors counts failed scans (an instance is left for the round after 3 in a row).
+	ScanErrors int
+}
+
+// Upstream candidate reasons, KVCM's names.
+const (
+	upstreamOrphanWriting  = "orphan_writing"
+	upstreamStorageMissing = "storage_missing"
+)
+
+// NewUpstreamGC checks cfg and applies KVCM's defaults.
+func NewUpstreamGC(cfg UpstreamConfig) (*UpstreamGC, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("upstream gc: no store")
+	}
+	if cfg.Layout != kvcm.LayoutLocation && cfg.Layout != kvcm.LayoutLegacy {
+		return nil, fmt.Errorf("upstream gc: layout %s: want location or legacy", cfg.Layout)
+	}
+	if cfg.ScanInterval <= 0 {
+		cfg.ScanInterval = 100 * time.Millisecond
+	}
+	if cfg.ScanBatch <= 0 {
+		cfg.ScanBatch = 256
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 64
+	}
+	if cfg.OrphanGrace == 0 {
+		cfg.OrphanGrace = 24 * time.Hour
+	}
+	if cfg.OrphanGrace < time.Hour {
+		return nil, fmt.Errorf("upstream gc: orphan grace %s below KVCM's minimum of 1h", cfg.OrphanGrace)
+	}
+	if cfg.RoundPause < 0 {
+		return nil, fmt.Errorf("upstream gc: negative round pause %s", cfg.RoundPause)
+	}
+	if cfg.RoundPause == 0 {
+		cfg.RoundPause = 5 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Instances = slices.Clone(cfg.Instances)
+	slices.Sort(cfg.Instances) // KVCM sorts its snapshot by (group, instance)
+	return &UpstreamGC{cfg: cfg, removed: map[UpstreamRef]int{}, touched: map[string]bool{}, pending: map[UpstreamRef]bool{},
+		stats: UpstreamStats{Candidates: map[string]int{}}, slots: make(chan struct{}, cfg.MaxInflight)}, nil
+}
+
+// Run collects until ctx ends, round after round, then waits for its delete requests in
+// flight (as KVCM's executor finishes accepted requests after its GC stops) and returns. A
+// Redis error is counted and retried on a later tick, never returned; Err reports the
+// emulator's own failures (a write it could not make sense of).
+func (u *UpstreamGC) Run(ctx context.Context) {
+	u.mu.Lock()
+	if u.ran {
+		u.mu.Unlock()
+		panic("upstream gc: Run called twice")
+	}
+	u.ran = true
+	u.mu.Unlock()
+	defer u.inflight.Wait()
+	for ctx.Err() == nil {
+		if !u.round(ctx) {
+			return
+		}
+		u.mu.Lock()
+		u.stats.Rounds++
+		u.mu.Unlock()
+		if !pause(ctx, u.cfg.RoundPause) {
+			return
+		}
+	}
+}
+
+// RunRounds runs n rounds, waits for every request they submitted, and returns: a
+// synchronous form for tests. It fails when ctx ends first.
+func (u *UpstreamGC) RunRounds(ctx context.Context, n int) error {
+	defer u.inflight.Wait()
+	for range n {
+		if !u.round(ctx) {
+			return ctx.Err()
+		}
+		u.mu.Lock()
+		u.stats.Rounds++
+		u.mu.Unlock()
+	}
+	return nil
+}
+
+// Stats returns the counts so far.
+func (u *UpstreamGC) Stats() UpstreamStats {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := u.stats
+	s.Candidates = maps.Clone(u.stats.Candidates)
+	return s
+}
+
+// Removed returns how many times each location was removed by the emulator's CAD (1 at
+// most, unless something re-created it).
+func (u *UpstreamGC) Removed() map[UpstreamRef]int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.removed)
+}
+
+// Touched returns the legacy keys whose __lru_time__ the emulator rewrote: the age kvcm-gc
+// gives their WRITING and DELETING locations (the later of create_time and __lru_time__)
+// is young from then on.
+func (u *UpstreamGC) Touched() map[string]bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.touched)
+}
+
+// Err reports the emulator's own failures, nil when there were none.
+func (u *UpstreamGC) Err() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return errors.Join(u.errs...)
+}
+
+// pause waits d or until ctx ends; false when ctx ended.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// scanEntry is one instance's walk in a round.
+type scanEntry struct {
+	instance string
+	cursor   uint64
+	done     bool
+	failures int
+}
+
+// round walks every instance once, a batch per tick, moving to the next instance after each
+// batch (AdvanceInstance). false when ctx ended.
+func (u *UpstreamGC) round(ctx context.Context) bool {
+	entries := make([]*scanEntry, len(u.cfg.Instances))
+	for i, inst := range u.cfg.Instances {
+		entries[i] = &scanEntry{instance: inst}
+	}
+	next := 0
+	for {
+		open := 0
+		for _, e := range entries {
+			if !e.done {
+				open++
+			}
+		}
+		if open == 0 {
+			return true
+		}
+		for entries[next].done {
+			next = (next + 1) % len(entries)
+		}
+		if !pause(ctx, u.cfg.ScanInterval) {
+			return false
+		}
+		u.mu.Lock()
+		u.stats.Ticks++
+		u.mu.Unlock()
+		if len(u.slots) == cap(u.slots) {
+			continue // a full window: nothing scanned this tick
+		}
+		u.tick(ctx, entries[next])
+		next = (next + 1) % len(entries)
+	}
+}
+
+// upstreamTarget is one location of a delete request.
+type upstreamTarget struct {
+	ref      UpstreamRef
+	reason   string
+	expected []byte          // the location's bytes as scanned
+	missing  map[string]bool // spec URIs the probe confirmed missing
+}
+
+// tick scans one batch of e, judges it and submits its targets.
+func (u *UpstreamGC) tick(ctx context.Context, e *scanEntry) {
+	rdb := u.cfg.Store
+	keys, cursor, err := rdb.Scan(ctx, e.cursor, kvcm.ScanPattern(e.instance), int64(u.cfg.ScanBatch)).Result()
+	if err != nil {
+		u.scanFailed(e)
+		return
+	}
+	pipe := rdb.Pipeline()
+	reads := make([]*redis.MapStringStringCmd, len(keys))
+	for i, k := range keys {
+		reads[i] = pipe.HGetAll(ctx, k)
+	}
+	if len(keys) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			u.scanFailed(e)
+			return
+		}
+	}
+	e.failures = 0
+	e.cursor = cursor
+	if cursor == 0 {
+		e.done = true
+	}
+	var cands []upstreamTarget
+	for i, k := range keys {
+		if _, err := kvcm.ParseBlockKey(e.instance, k); err != nil {
+			continue
+		}
+		cands = append(cands, u.judge(k, reads[i].Val())...)
+	}
+	// CandidatePriority, then the key.
+	prio := map[string]int{upstreamOrphanWriting: 0, upstreamStorageMissing: 1}
+	slices.SortStableFunc(cands, func(a, b upstreamTarget) int {
+		if d := prio[a.reason] - prio[b.reason]; d != 0 {
+			return d
+		}
+		if a.ref.Key != b.ref.Key {
+			if a.ref.Key < b.ref.Key {
+				return -1
+			}
+			return 1
+		}
+		if a.ref.ID < b.ref.ID {
+			return -1
+		}
+		if a.ref.ID > b.ref.ID {
+			return 1
+		}
+		return 0
+	})
+	u.mu.Lock()
+	var req []upstreamTarget
+	for _, c := range cands {
+		u.stats.Candidates[c.reason]++
+		if u.pending[c.ref] || len(req) >= u.cfg.ScanBatch {
+			continue
+		}
+		u.pending[c.ref] = true
+		req = append(req, c)
+	}
+	if len(req) > 0 {
+		u.stats.Requests++
+	}
+	u.mu.Unlock()
+	if len(req) == 0 {
+		return
+	}
+	u.slots <- struct{}{}
+	u.inflight.Add(1)
+	go func() {
+		defer u.inflight.Done()
+		defer func() { <-u.slots }()
+		// Accepted requests finish even after the GC stops (KVCM's executor does not cancel
+		// them), bounded so a dead Redis cannot hold the caller for ever.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		u.execute(rctx, req)
+		u.mu.Lock()
+		for _, t := range req {
+			delete(u.pending, t.ref)
+		}
+		u.mu.Unlock()
+	}()
+}
+
+func (u *UpstreamGC) scanFailed(e *scanEntry) {
+	u.mu.Lock()
+	u.stats.ScanErrors++
+	u.mu.Unlock()
+	e.failures++
+	if e.failures >= 3 {
+		e.done = true // the rest of this instance waits for the next round
+	}
+}
+
+// decoded is one location of a key as upstream's scan reads it.
+type decoded struct {
+	loc kvcm.Location
+	raw []byte
+}
+
+// readLocations decodes the locations of a key in the emulator's layout; ok is false when
+// KVCM's whole-key read of it fails (a location that does not decode, an invalid guard).
+func (u *UpstreamGC) readLocations(fields map[string]string) ([]decoded, bool) {
+	var out []decoded
+	if u.cfg.Layout == kvcm.LayoutLegacy {
+		v, ok := fields[kvcm.FieldURI]
+		if !ok || v == "" {
+			return nil, true
+		}
+		blk, err := kvcm.DecodeBlock([]byte(v))
+		if err != nil {
+			return nil, false // BatchGetLocation: an empty map
+		}
+		for _, l := range blk.Locations {
+			if l.Guard != nil && !l.Guard.Valid {
+				return nil, false
+			}
+			out = append(out, decoded{loc: l, raw: l.Raw})
+		}
+		return out, true
+	}
+	for f, v := range fields {
+		id, ok := kvcm.LocationID(f)
+		if !ok || v == "" {
+			continue // not a location, or KVCM's tombstone
+		}
+		l, err := kvcm.DecodeLocation(id, []byte(v))
+		if err != nil || l.Guard != nil && !l.Guard.Valid {
+			return nil, false
+		}
+		out = append(out, decoded{loc: l, raw: []byte(v)})
+	}
+	return out, true
+}
+
+// judge applies upstream's rules to the key's locations (BuildDeleteActions).
+func (u *UpstreamGC) judge(key string, fields map[string]string) []upstreamTarget {
+	locs, ok := u.readLocations(fields)
+	if !ok {
+		return nil
+	}
+	all := make([]kvcm.Location, len(locs))
+	for i := range locs {
+		all[i] = locs[i].loc
+	}
+	sources, _ := kvcm.CopySources(all)
+	now := u.cfg.Now()
+	var out []upstreamTarget
+	for _, d := range locs {
+		l := d.loc
+		if l.Err != nil || l.ID == "" || l.Guard != nil || sources[l.ID] {
+			continue
+		}
+		ref := UpstreamRef{Key: key, ID: l.ID}
+		switch l.Status {
+		case kvcm.StatusWriting:
+			ct := l.CreateTimeUs
+			if !l.HasCreateTime || ct <= 0 || now.UnixMicro() < ct || time.Duration(now.UnixMicro()-ct)*time.Microsecond < u.cfg.OrphanGrace {
+				continue
+			}
+			out = append(out, upstreamTarget{ref: ref, reason: upstreamOrphanWriting, expected: d.raw})
+		case kvcm.StatusServing:
+			if missing := u.missing(l); len(missing) > 0 {
+				out = append(out, upstreamTarget{ref: ref, reason: upstreamStorageMissing, expected: d.raw, missing: missing})
+			}
+		}
+	}
+	return out
+}
+
+// knownType is a type of today's KVCM (below DataStorageType::COUNT), not unknown.
+func knownType(t kvcm.StorageType) bool { return t > kvcm.TypeUnknown && t <= kvcm.TypePaceSSD }
+
+// missing is the storage-missing rule: the spec URIs a storage of the location's type
+// definitively misses (none: not a candidate). KVCM groups the URIs by (host, type), drops a
+// group whose storage is not registered or of another type, and asks MightExist.
+func (u *UpstreamGC) missing(l kvcm.Location) map[string]bool {
+	if !knownType(l.Type) || l.Type.EventReport() || len(l.Specs) == 0 {
+		return nil
+	}
+	var out map[string]bool
+	for _, s := range l.Specs {
+		d, err := kvcm.ParseDataURI(s.URI)
+		if err != nil || d.Host == "" {
+			continue
+		}
+		st, ok := u.cfg.Storages[d.Host]
+		if !ok || st.Type != l.Type || !st.Files {
+			continue // not found, another type, or MightExist all-true
+		}
+		if _, err := os.Lstat(d.Path); errors.Is(err, fs.ErrNotExist) {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[s.URI] = true
+		}
+	}
+	return out
+}
+
+// execute runs the five steps for a request's targets, block by block.
+func (u *UpstreamGC) execute(ctx context.Context, req []upstreamTarget) {
+	byKey := map[string][]upstreamTarget{}
+	var order []string
+	for _, t := range req {
+		if byKey[t.ref.Key] == nil {
+			order = append(order, t.ref.Key)
+		}
+		byKey[t.ref.Key] = append(byKey[t.ref.Key], t)
+	}
+	for _, k := range order {
+		marked := u.cas(ctx, k, byKey[k])
+		if len(marked) == 0 {
+			continue
+		}
+		u.deleteData(ctx, k, marked)
+		u.cad(ctx, k, marked)
+	}
+}
+
+// markedTarget is a target CAS'd to DELETING: those are the bytes its CAD expects.
+type markedTarget struct {
+	upstreamTarget
+	deleting []byte
+}
+
+// txRetries bounds the attempts of one step's transaction when other writers of the key keep
+// coming between its read and its write.
+const txRetries = 20
+
+// watch runs f as one transaction on key, again from its read when the key changed in between.
+func (u *UpstreamGC) watch(ctx context.Context, key string, f func(tx *redis.Tx) error) error {
+	var err error
+	for range txRetries {
+		if err = u.cfg.Store.Watch(ctx, f, key); !errors.Is(err, redis.TxFailedErr) {
+			return err
+		}
+	}
+	return err
+}
+
+// cas is steps 1 to 3 for the targets of one key, in one transaction.
+func (u *UpstreamGC) cas(ctx context.Context, key string, ts []upstreamTarget) []markedTarget {
+	var marked []markedTarget
+	lost := 0
+	err := u.watch(ctx, key, func(tx *redis.Tx) error {
+		marked, lost = nil, 0
+		fields, err := tx.HGetAll(ctx, key).Result()
+		if err != nil {
+			return err
+		}
+		var set []any
+		uri := fields[kvcm.FieldURI]
+		for _, t := range ts {
+			cur, ok := u.current(fields, uri, t.ref.ID)
+			if !ok || string(cur) != string(t.expected) {
+				lost++ // gone, rewritten, or DELETING already (then it differs too)
+				continue
+			}
+			next, err := kvcm.LocationWithStatus(cur, kvcm.StatusDeleting)
+			if err != nil {
+				return fmt.Errorf("set %s DELETING: %w", t.ref.ID, err)
+			}
+			if u.cfg.Layout == kvcm.LayoutLocation {
+				set = append(set, kvcm.LocationField(t.ref.ID), next)
+			} else {
+				blk, err := kvcm.DecodeBlock([]byte(uri))
+				if err != nil {
+					return err
+				}
+				out, err := blk.WithStatus(t.ref.ID, kvcm.StatusDeleting)
+				if err != nil {
+					return fmt.Errorf("set %s DELETING: %w", t.ref.ID, err)
+				}
+				uri = string(out)
+			}
+			marked = append(marked, markedTarget{upstreamTarget: t, deleting: next})
+		}
+		if len(marked) == 0 {
+			return nil
+		}
+		if u.cfg.Layout == kvcm.LayoutLegacy {
+			set = []any{kvcm.FieldURI, uri, kvcm.FieldLRUTime, strconv.FormatInt(u.cfg.Now().UnixMicro(), 10)}
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, key, set...)
+			return nil
+		})
+		return err
+	})
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err != nil {
+		// An outage, or other writers of the key every time: a no-op, and the next scan
+		// judges the key again.
+		u.stats.CASLost += len(ts)
+		if !errors.Is(err, redis.TxFailedErr) && ctx.Err() == nil && !isNetErr(err) {
+			u.errs = append(u.errs, fmt.Errorf("upstream gc: cas %s: %w", key, err))
+		}
+		return nil
+	}
+	u.stats.CAS += len(marked)
+	u.stats.CASLost += lost
+	if len(marked) > 0 && u.cfg.Layout == kvcm.LayoutLegacy {
+		u.touched[key] = true
+	}
+	return marked
+}
+
+// current returns location id's bytes in the key's fields (legacy: in __uri__).
+func (u *UpstreamGC) current(fields map[string]string, uri, id string) ([]byte, bool) {
+	if u.cfg.Layout == kvcm.LayoutLocation {
+		v, ok := fields[kvcm.LocationField(id)]
+		return []byte(v), ok && v != ""
+	}
+	if uri == "" {
+		return nil, false
+	}
+	blk, err := kvcm.DecodeBlock([]byte(uri))
+	if err != nil {
+		return nil, false
+	}
+	l, ok := blk.Find(id)
+	if !ok {
+		return nil, false
+	}
+	return l.Raw, true
+}
+
+// deleteData is step 4: the targets still DELETING as this request left them have their data
+// deleted (DoLocationDelTask), spec URI by spec URI, the confirmed-missing ones skipped.
+func (u *UpstreamGC) deleteData(ctx context.Context, key string, ts []markedTarget) {
+	fields, err := u.cfg.Store.HGetAll(ctx, key).Result()
+	if err != nil {
+		return // the CAD re-reads; a DELETING left here is what KVCM's executor leaves too
+	}
+	uri := fields[kvcm.FieldURI]
+	for _, t := range ts {
+		cur, ok := u.current(fields, uri, t.ref.ID)
+		if !ok || string(cur) != string(t.deleting) {
+			continue
+		}
+		l, err := kvcm.DecodeLocation(t.ref.ID, cur)
+		if err != nil {
+			continue
+		}
+		for _, s := range l.Specs {
+			if t.missing[s.URI] {
+				u.count(func(st *UpstreamStats) { st.SkippedMissing++ })
+				continue
+			}
+			d, err := kvcm.ParseDataURI(s.URI)
+			if err != nil {
+				continue // an invalid URI: KVCM leaves the location (counted as partial)
+			}
+			st, ok := u.cfg.Storages[d.Host]
+			if !ok || !st.Files {
+				continue // an unknown storage, or a backend whose Delete is a no-op
+			}
+			switch err := os.Remove(d.Path); {
+			case err == nil:
+				u.count(func(st *UpstreamStats) { st.Unlinked++ })
+			case errors.Is(err, fs.ErrNotExist):
+				u.count(func(st *UpstreamStats) { st.UnlinkAbsent++ }) // EC_NOENT: success
+			default:
+				u.count(func(st *UpstreamStats) { st.UnlinkErrors++ })
+			}
+		}
+	}
+}
+
+func (u *UpstreamGC) count(f func(*UpstreamStats)) {
+	u.mu.Lock()
+	f(&u.stats)
+	u.mu.Unlock()
+}
+
+// cad is step 5 for the targets of one key, in one transaction: each still holding the bytes
+// its CAS wrote goes; a key left without a non-empty location field is DEL'd.
+func (u *UpstreamGC) cad(ctx context.Context, key string, ts []markedTarget) {
+	var gone []UpstreamRef
+	lost, recycled := 0, false
+	err := u.watch(ctx, key, func(tx *redis.Tx) error {
+		gone, lost, recycled = nil, 0, false
+		fields, err := tx.HGetAll(ctx, key).Result()
+		if err != nil {
+			return err
+		}
+		uri := fields[kvcm.FieldURI]
+		var hdel []string
+		for _, t := range ts {
+			cur, ok := u.current(fields, uri, t.ref.ID)
+			if !ok || string(cur) != string(t.deleting) {
+				lost++
+				continue
+			}
+			gone = append(gone, t.ref)
+			if u.cfg.Layout == kvcm.LayoutLocation {
+				hdel = append(hdel, kvcm.LocationField(t.ref.ID))
+				continue
+			}
+			blk, err := kvcm.DecodeBlock([]byte(uri))
+			if err != nil {
+				return err
+			}
+			out, empty, err := blk.Without(t.ref.ID)
+			if err != nil {
+				return err
+			}
+			if uri = string(out); empty {
+				uri = ""
+			}
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+		if u.cfg.Layout == kvcm.LayoutLocation {
+			left := false
+			for f, v := range fields {
+				if id, ok := kvcm.LocationID(f); ok && v != "" && !slices.Contains(hdel, kvcm.LocationField(id)) {
+					left = true
+					break
+				}
+			}
+			recycled = !left
+		} else {
+			recycled = uri == ""
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			switch {
+			case recycled:
+				p.Del(ctx, key)
+			case u.cfg.Layout == kvcm.LayoutLocation:
+				p.HDel(ctx, key, hdel...)
+			default:
+				p.HSet(ctx, key, kvcm.FieldURI, uri, kvcm.FieldLRUTime, strconv.FormatInt(u.cfg.Now().UnixMicro(), 10))
+			}
+			return nil
+		})
+		return err
+	})
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err != nil {
+		// Other writers every time, or an outage: the DELETING stays, as KVCM's executor leaves it
+		// when its CAD fails. Nothing of KVCM's retries it.
+		u.stats.CADLost += len(ts)
+		if !errors.Is(err, redis.TxFailedErr) && ctx.Err() == nil && !isNetErr(err) {
+			u.errs = append(u.errs, fmt.Errorf("upstream gc: cad %s: %w", key, err))
+		}
+		return
+	}
+	u.stats.CADLost += lost
+	u.stats.Removed += len(gone)
+	for _, r := range gone {
+		u.removed[r]++
+	}
+	if recycled {
+		u.stats.KeysRecycled++
+	}
+	if !recycled && u.cfg.Layout == kvcm.LayoutLegacy && len(gone) > 0 {
+		u.touched[key] = true
+	}
+}
+
+// isNetErr reports an error of the connection rather than of the emulator (an outage the
+// caller may be injecting).
+func isNetErr(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne) || errors.Is(err, redis.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded)
+}
