@@ -412,3 +412,87 @@ func TestParseDesign(t *testing.T) {
 	require.ErrorContains(t, err, "section 8 defined again")
 	require.Equal(t, "42-the-scanner-walk-scan_interval", slug("4.2 The scanner: walk, `scan_interval`"))
 }
+
+// TestDesignNamesExist: what the design names in code spans exists in the tree — every test
+// it cites as guarding an invariant (`TestX`), every repository path (`pipeline/sweep/`), and
+// every Go identifier it names with its package (`kvcm.OwnerOf`, `kvcm.StorageType.Rule`) —
+// so that a rename or a removal shows up here, not in a reader's search.
+func TestDesignNamesExist(t *testing.T) {
+	text, ok := textOf(designFile)
+	require.True(t, ok)
+	files := trackedFiles(t)
+
+	tests := map[string]bool{}
+	sources := map[string][]string{} // package name → its non-test source texts
+	funcTest := regexp.MustCompile(`(?m)^func (Test\w+)\(`)
+	pkgLine := regexp.MustCompile(`(?m)^package (\w+)`)
+	for _, f := range files {
+		if filepath.Ext(f) != ".go" {
+			continue
+		}
+		src, ok := textOf(f)
+		if !ok {
+			continue
+		}
+		if strings.HasSuffix(f, "_test.go") {
+			for _, m := range funcTest.FindAllStringSubmatch(src, -1) {
+				tests[m[1]] = true
+			}
+			continue
+		}
+		if m := pkgLine.FindStringSubmatch(src); m != nil {
+			sources[m[1]] = append(sources[m[1]], src)
+		}
+	}
+
+	var bad []string
+	checked := 0
+	spans := regexp.MustCompile("`([^`\n]+)`").FindAllStringSubmatch(text, -1)
+	testName := regexp.MustCompile(`^Test[A-Z]\w*$`)
+	repoPath := regexp.MustCompile(`^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*/?$`)
+	ident := regexp.MustCompile(`^([a-z][a-z0-9]*)\.([A-Z]\w*)(?:\.([A-Z]\w*))?$`)
+	for _, m := range spans {
+		span := m[1]
+		switch {
+		case testName.MatchString(span):
+			checked++
+			if !tests[span] {
+				bad = append(bad, fmt.Sprintf("test %s: no such test function", span))
+			}
+		case strings.Contains(span, "/") && repoPath.MatchString(span):
+			top, _, _ := strings.Cut(span, "/")
+			if _, err := os.Stat(filepath.Join(root, top)); err != nil {
+				continue // not a path of the repository (log/slog, mountpoint/root_dir/)
+			}
+			checked++
+			if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(span))); err != nil {
+				bad = append(bad, fmt.Sprintf("path %s: %v", span, err))
+			}
+		case ident.MatchString(span):
+			p := ident.FindStringSubmatch(span)
+			srcs, known := sources[p[1]]
+			if !known {
+				continue // not one of the project's packages
+			}
+			checked++
+			if !declared(srcs, p[2], p[3]) {
+				bad = append(bad, fmt.Sprintf("identifier %s: not declared in package %s", span, p[1]))
+			}
+		}
+	}
+	require.Empty(t, bad, "names in %s that the tree does not have:\n%s", designFile, strings.Join(bad, "\n"))
+	require.Positive(t, checked, "no name found at all: the scan is broken")
+	t.Logf("%d tests, paths and identifiers named by the design, all present", checked)
+}
+
+// declared reports whether one of srcs declares name (a func, type, var or const, also in a
+// block), or, with method set, a method of type name.
+func declared(srcs []string, name, method string) bool {
+	q := regexp.QuoteMeta
+	pattern := `(?m)^(?:func|type|var|const)\s+` + q(name) + `\b|^\t` + q(name) + `\b[^\n]*(?:=|\b[A-Z]\w*$)|^\t` + q(name) + `\s`
+	if method != "" {
+		pattern = `(?m)^func\s+\(\w+\s+\*?` + q(name) + `\)\s+` + q(method) + `\(`
+	}
+	re := regexp.MustCompile(pattern)
+	return slices.ContainsFunc(srcs, re.MatchString)
+}
