@@ -4,6 +4,14 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 STATICCHECK_VERSION ?= v0.8.2
 
+# Tools the tests run, built from the module proxy into .tools/ (gitignored). A stamp file per
+# pinned version reinstalls a tool only when its version changes.
+TOOLS            := $(CURDIR)/.tools
+HELM_VERSION     ?= v4.3.2
+PROMTOOL_VERSION ?= v0.316.0
+HELM             := $(TOOLS)/bin/helm
+PROMTOOL         := $(TOOLS)/bin/promtool
+
 .PHONY: build test test-short race lint vet fuzz bench bench-quick demo clean tools
 
 # The build's identity, linked into internal/version (kvcm-gc version, kvcm_gc_build_info).
@@ -74,6 +82,20 @@ demo:
 
 clean:
 	rm -rf bin
+
+tools: $(TOOLS)/helm-$(HELM_VERSION).stamp $(TOOLS)/promtool-$(PROMTOOL_VERSION).stamp
+
+$(TOOLS)/helm-$(HELM_VERSION).stamp:
+	@mkdir -p $(TOOLS)/bin
+	rm -f $(TOOLS)/helm-*.stamp
+	GOBIN=$(TOOLS)/bin $(GO) install -ldflags='-s -w' helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	touch $@
+
+$(TOOLS)/promtool-$(PROMTOOL_VERSION).stamp:
+	@mkdir -p $(TOOLS)/bin
+	rm -f $(TOOLS)/promtool-*.stamp
+	GOBIN=$(TOOLS)/bin $(GO) install -tags remove_all_sd -ldflags='-s -w' github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	touch $@
 
 # The fault suite: the stage binaries as separate processes under kill -9, Redis and NATS
 # restarts and outages, a scanner failover, a concurrent KVCM-like writer and clock skew,
