@@ -13,4 +13,4 @@
 // The example configuration kvcm-gc.example.yaml documents every key.
 package deploy
 
-//go:generate go test -run TestNATSDefinitions -update .
+//go:generate go test -run TestNATSDefinitions|TestGenerated -update .

@@ -3,7 +3,6 @@ package deploy_test
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,8 +15,6 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/config"
 )
-
-var update = flag.Bool("update", false, "rewrite the generated files of deploy/nats")
 
 const natsDir = "nats"
 

@@ -8,7 +8,6 @@ package test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -35,78 +34,52 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/config"
+	"github.com/kvcm-gc/kvcm-gc/deploy/privileges"
 	"github.com/kvcm-gc/kvcm-gc/faults"
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/ops"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// The shipped least-privilege files, relative to this package.
-const (
-	redisACLFile  = "../deploy/redis/users.acl"
-	natsPermsFile = "../deploy/nats-permissions/permissions.json"
+// Users of the least-privilege definitions (deploy/privileges, the chart's
+// files/privileges.json).
+var (
+	userAdmin   = privileges.DefaultUser(privileges.StageAdmin)
+	userScanner = privileges.DefaultUser(pipeline.StageScanner)
+	userProber  = privileges.DefaultUser(pipeline.StageProber)
+	userDeleter = privileges.DefaultUser(pipeline.StageDeleter)
+	userWalker  = privileges.DefaultUser(pipeline.StageWalker)
+	userSweeper = privileges.DefaultUser(pipeline.StageSweeper)
 )
 
-// Users of the shipped files.
-const (
-	userAdmin   = "kvcm-gc-admin"
-	userScanner = "kvcm-gc-scanner"
-	userProber  = "kvcm-gc-prober"
-	userDeleter = "kvcm-gc-deleter"
-)
-
-// natsPermissions is deploy/nats-permissions/permissions.json.
-type natsPermissions struct {
-	Users []struct {
-		User      string                   `json:"user"`
-		Role      string                   `json:"role"`
-		Publish   struct{ Allow []string } `json:"publish"`
-		Subscribe struct{ Allow []string } `json:"subscribe"`
-	} `json:"users"`
-}
-
-// loadNATSUsers reads the shipped NATS permissions, fills in the placeholders for names and
-// returns one user per entry with the given passwords.
+// loadNATSUsers returns the NATS users of the least-privilege definitions for names, with the
+// given passwords, as the chart renders them into a nats-server account.
 func loadNATSUsers(t *testing.T, names subjects.Names, passwords map[string]string) []natsembed.User {
 	t.Helper()
-	data, err := os.ReadFile(natsPermsFile)
-	require.NoError(t, err)
-	var p natsPermissions
-	require.NoError(t, json.Unmarshal(data, &p))
-	objects, ok := strings.CutSuffix(names.BatchesStream(), "_BATCHES")
-	require.True(t, ok)
-	r := strings.NewReplacer("{{prefix}}", names.Prefix, "{{cluster}}", kvcm.EncodeToken(names.Cluster), "{{objects}}", objects)
-	render := func(in []string) []string {
-		out := make([]string, len(in))
-		for i, s := range in {
-			out[i] = r.Replace(s)
-			require.NotContains(t, out[i], "{{", "unknown placeholder in %q", s)
-		}
-		return out
-	}
 	var users []natsembed.User
-	for _, u := range p.Users {
-		pw, ok := passwords[u.User]
-		require.True(t, ok, "no password for %s", u.User)
-		users = append(users, natsembed.User{Name: u.User, Password: pw,
-			Publish:   &natsembed.Permission{Allow: render(u.Publish.Allow)},
-			Subscribe: &natsembed.Permission{Allow: render(u.Subscribe.Allow)}})
+	for _, u := range privileges.NATS(names) {
+		name := privileges.DefaultUser(u.Stage)
+		pw, ok := passwords[name]
+		require.True(t, ok, "no password for %s", name)
+		users = append(users, natsembed.User{Name: name, Password: pw,
+			Publish:   &natsembed.Permission{Allow: u.Publish},
+			Subscribe: &natsembed.Permission{Allow: u.Subscribe}})
 	}
 	return users
 }
 
-// startRedisWithACL starts a redis-server loading the shipped ACL file and turns its users on
+// startRedisWithACL starts a redis-server loading the rendered ACL file and turns its users on
 // with the given passwords (the file ships them off and without a password).
 func startRedisWithACL(t *testing.T, passwords map[string]string) *testenv.Redis {
 	t.Helper()
-	data, err := os.ReadFile(redisACLFile)
-	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "users.acl")
-	require.NoError(t, os.WriteFile(path, data, 0o600))
+	acl := privileges.ACLFile(privileges.Redis(privileges.DefaultGuardPrefix), nil)
+	require.NoError(t, os.WriteFile(path, []byte(acl), 0o600))
 	r := testenv.StartRedis(t, testenv.WithRedisArgs("--aclfile", path))
 	ctx := context.Background()
 	for user, pw := range passwords {
@@ -175,8 +148,10 @@ type lpEnv struct {
 
 func newLeastPrivilegeEnv(t *testing.T) *lpEnv {
 	t.Helper()
-	redisPW := map[string]string{userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw"}
-	natsPW := map[string]string{userAdmin: "admin-pw", userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw"}
+	redisPW := map[string]string{userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw",
+		userWalker: "walk-pw", userSweeper: "sweep-pw"}
+	natsPW := map[string]string{userAdmin: "admin-pw", userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw",
+		userWalker: "walk-pw", userSweeper: "sweep-pw"}
 	names, err := subjects.NewNames("kvcmgc", cluster)
 	require.NoError(t, err)
 	n := testenv.StartNATS(t, testenv.WithNATSTLS(),
@@ -193,10 +168,10 @@ func (l *lpEnv) natsConfig(user string) config.NATSConfig {
 	return config.NATSConfig{User: user, Password: l.natsPW[user], TLS: config.NATSTLS{CAFile: l.nats.CAFile()}}
 }
 
-// stageOptions are the test options with the stage's own Redis user on every connection and
-// no topology management (the admin created it).
+// stageOptions are the test options, with the sweep of nfs_01 on, the stage's own Redis user
+// on every connection and no topology management (the admin created it).
 func (l *lpEnv) stageOptions(user string) app.Options {
-	o := l.options(prometheus.NewRegistry())
+	o := l.sweepOptions(prometheus.NewRegistry())
 	o.SkipEnsure = true
 	o.Registry.Username, o.Registry.Password = user, l.redisPW[user]
 	o.Meta.Username, o.Meta.Password = user, l.redisPW[user]
@@ -218,12 +193,12 @@ func requireNoPerm(t *testing.T, err error, what string) {
 		"%s: want a permission error, got %v", what, err)
 }
 
-// TestLeastPrivilege runs a full round with each stage as its own Redis and NATS user, as
-// the shipped files define them, then shows what each user is refused.
+// TestLeastPrivilege runs a full round and a sweep with each stage as its own Redis and NATS
+// user, as the least-privilege definitions give them, then shows what each user is refused.
 func TestLeastPrivilege(t *testing.T) {
 	l := newLeastPrivilegeEnv(t)
 	ctx := context.Background()
-	m, before := l.seed(seed.Spec{Blocks: 300, GarbageFraction: 0.3, TrickyFraction: 0.1, Seed: 21})
+	m, before := l.seed(seed.Spec{Blocks: 300, GarbageFraction: 0.3, TrickyFraction: 0.1, Seed: 21, SweepFiles: true})
 	require.NoError(t, subjects.Ensure(ctx, l.js, l.names, l.options(nil).JetStream), "the admin creates the topology")
 	require.NoError(t, l.redis.Client().ACLLogReset(ctx).Err())
 
@@ -231,33 +206,37 @@ func TestLeastPrivilege(t *testing.T) {
 	for _, st := range []struct {
 		user  string
 		which app.Stages
-	}{{userScanner, app.Stages{Scanner: true}}, {userProber, app.Stages{Prober: true}}, {userDeleter, app.Stages{Deleter: true}}} {
+	}{{userScanner, app.Stages{Scanner: true}}, {userProber, app.Stages{Prober: true}}, {userDeleter, app.Stages{Deleter: true}},
+		{userWalker, app.Stages{Walker: true}}, {userSweeper, app.Stages{Sweeper: true}}} {
 		logs[st.user] = &syncBuffer{}
 		log := slog.New(slog.NewTextHandler(logs[st.user], &slog.HandlerOptions{Level: slog.LevelDebug}))
 		runStageProcess(t, l.natsConfig(st.user), l.nats.URL(), l.stageOptions(st.user), st.which, log)
 	}
 
 	l.waitRoundDone(1, time.Minute)
+	l.waitSwept(1, m.SweepRoot, time.Minute)
 	r := l.verify(before, m)
 	require.Positive(t, r.GarbageGone)
+	sr, err := seed.VerifySweep(m)
+	require.NoError(t, err)
+	require.True(t, sr.OK(), sr.Problems)
+	require.Positive(t, sr.Orphans, "the sweeper unlinked orphan files")
 	kinds := map[string]int{}
 	for _, ev := range readEventsTolerant(t, l.js, l.names) {
 		kinds[ev.Kind]++
 	}
-	for _, k := range []string{subjects.EventRound, subjects.EventCandidate, subjects.EventDelete, subjects.EventSkip} {
+	for _, k := range []string{subjects.EventRound, subjects.EventCandidate, subjects.EventDelete, subjects.EventSkip, subjects.EventSweep} {
 		require.Positive(t, kinds[k], "events of kind %s were stored", k)
 	}
 	for user, b := range logs {
 		require.NotContains(t, strings.ToLower(b.String()), "permissions violation", "%s was refused something during the round", user)
 		require.NotContains(t, strings.ToLower(b.String()), "authorization violation", user)
 	}
-	// Redis refused nothing the round needed. The one expected denial: a store the scanner
-	// opens loads the delete scripts, best effort (the scanner never runs them).
+	// Redis refused nothing the round and the sweep needed.
 	entries, err := l.redis.Client().ACLLog(ctx, 128).Result()
 	require.NoError(t, err)
 	for _, en := range entries {
-		require.True(t, en.Username == userScanner && en.Object == "script|load",
-			"unexpected ACL denial during the round: user %s, %s %q (%s)", en.Username, en.Reason, en.Object, en.Context)
+		t.Errorf("unexpected ACL denial during the round: user %s, %s %q (%s)", en.Username, en.Reason, en.Object, en.Context)
 	}
 
 	t.Run("redis scanner is read-only", func(t *testing.T) {
@@ -335,9 +314,51 @@ func TestLeastPrivilege(t *testing.T) {
 		require.Equal(t, evals+1, l.redis.CommandStats(t)["eval"], "the CAD ran through EVAL")
 	})
 
+	t.Run("redis walker reads the registry only", func(t *testing.T) {
+		c := l.redisAs(userWalker)
+		reg := "kvcache_registry:" + cluster + ":storage"
+		k := kvcm.BlockKey("inst1", m.Locations[0].Key)
+		require.NoError(t, c.HGetAll(ctx, reg).Err(), "reads the registry")
+		requireNoPerm(t, c.HGetAll(ctx, k).Err(), "HGETALL a block")
+		requireNoPerm(t, c.HGet(ctx, k, "__uri__").Err(), "HGET a block")
+		requireNoPerm(t, c.HSet(ctx, reg, "x", "y").Err(), "HSET the registry")
+		requireNoPerm(t, c.Del(ctx, k).Err(), "DEL a block")
+		requireNoPerm(t, c.Scan(ctx, 0, "*", 10).Err(), "SCAN")
+		requireNoPerm(t, c.Eval(ctx, "return 1", nil).Err(), "EVAL")
+		requireNoPerm(t, c.Get(ctx, "kvcm_lock:_TAIR_KVCM_LEADER_KEY").Err(), "KVCM's leader lock")
+	})
+
+	t.Run("redis sweeper reads blocks and the registry, writes nothing", func(t *testing.T) {
+		c := l.redisAs(userSweeper)
+		reg := "kvcache_registry:" + cluster + ":storage"
+		k := kvcm.BlockKey("inst1", m.Locations[0].Key)
+		require.NoError(t, c.HGetAll(ctx, k).Err(), "reads a block")
+		require.NoError(t, c.HGetAll(ctx, reg).Err(), "reads the registry")
+		requireNoPerm(t, c.HSet(ctx, k, "__uri__", "{}").Err(), "HSET a block")
+		requireNoPerm(t, c.HDel(ctx, k, "__uri__").Err(), "HDEL a block")
+		requireNoPerm(t, c.Del(ctx, k).Err(), "DEL a block")
+		requireNoPerm(t, c.HSet(ctx, reg, "x", "y").Err(), "HSET the registry")
+		requireNoPerm(t, c.Eval(ctx, "return 1", []string{k}).Err(), "EVAL")
+		requireNoPerm(t, c.Scan(ctx, 0, "*", 10).Err(), "SCAN")
+		requireNoPerm(t, c.HGet(ctx, "kvcache:instance_inst1:metadata", "__key_count__").Err(), "the instance metadata hash")
+		requireNoPerm(t, c.FlushAll(ctx).Err(), "FLUSHALL")
+		// The store's own conditional write, attempted with the sweeper's credentials.
+		conn, err := redismeta.ParseURI(l.redis.URI())
+		require.NoError(t, err)
+		conn.Username, conn.Password = userSweeper, l.redisPW[userSweeper]
+		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
+		require.NoError(t, err)
+		defer st.Close()
+		cur, ok, err := metatest.GetURI(ctx, st, "inst1", m.Locations[0].Key)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.ErrorContains(t, metatest.CAS(ctx, st, "inst1", m.Locations[0].Key, cur, []byte(`{}`)), "NOPERM")
+	})
+
 	t.Run("nats stages are refused outside their permissions", func(t *testing.T) {
-		batches, deletes := l.names.BatchesStream(), l.names.DeletesStream()
-		state := l.names.StateBucket()
+		batches, deletes, sweep := l.names.BatchesStream(), l.names.DeletesStream(), l.names.SweepStream()
+		state, lease := l.names.StateBucket(), l.names.LeaseBucket()
+		sweepKey := subjects.SweepKey(seed.StorageNFS)
 		for _, c := range []struct {
 			user    string
 			subject string
@@ -346,16 +367,35 @@ func TestLeastPrivilege(t *testing.T) {
 			{userScanner, l.names.EventSubject(subjects.EventDelete, "inst1")},
 			{userScanner, "$JS.API.STREAM.DELETE." + batches},
 			{userScanner, "$JS.API.CONSUMER.MSG.NEXT." + batches + ".prober"},
+			{userScanner, l.names.SweepSubject("inst1")},
 			{userProber, l.names.BatchSubject("inst1")},
 			{userProber, "$KV." + state + ".checkpoint"},
 			{userProber, "$JS.API.CONSUMER.MSG.NEXT." + deletes + ".deleter"},
 			{userProber, "$JS.ACK." + deletes + ".deleter.1.1.1.1.0"},
 			{userProber, "$JS.API.STREAM.PURGE." + batches},
+			{userProber, l.names.SweepSubject("inst1")},
 			{userDeleter, l.names.DeleteSubject("inst1")},
 			{userDeleter, l.names.BatchSubject("inst1")},
 			{userDeleter, l.names.EventSubject(subjects.EventCandidate, "inst1")},
 			{userDeleter, "$JS.API.CONSUMER.DELETE." + deletes + ".deleter"},
 			{userDeleter, "$JS.API.STREAM.MSG.DELETE." + deletes},
+			{userDeleter, l.names.SweepSubject("inst1")},
+			{userWalker, l.names.DeleteSubject("inst1")},
+			{userWalker, l.names.BatchSubject("inst1")},
+			{userWalker, l.names.EventSubject(subjects.EventDelete, "inst1")},
+			{userWalker, "$KV." + state + "." + subjects.CheckpointKey("store-0")},
+			{userWalker, "$KV." + lease + "." + subjects.StoreLeaseKey("store-0")},
+			{userWalker, "$JS.API.CONSUMER.MSG.NEXT." + sweep + ".sweeper"},
+			{userWalker, "$JS.ACK." + sweep + ".sweeper.1.1.1.1.0"},
+			{userWalker, "$JS.API.STREAM.PURGE." + sweep},
+			{userSweeper, l.names.SweepSubject("inst1")},
+			{userSweeper, l.names.DeleteSubject("inst1")},
+			{userSweeper, "$KV." + lease + "." + sweepKey},
+			{userSweeper, "$KV." + state + "." + sweepKey},
+			{userSweeper, "$JS.API.CONSUMER.MSG.NEXT." + batches + ".prober"},
+			{userSweeper, l.names.EventSubject(subjects.EventDelete, "inst1")},
+			{userSweeper, "$JS.API.CONSUMER.DELETE." + sweep + ".sweeper"},
+			{userSweeper, "$JS.API.STREAM.MSG.DELETE." + sweep},
 		} {
 			refused := make(chan error, 4)
 			nc := l.nats.Conn(t, nats.UserInfo(c.user, l.natsPW[c.user]),
@@ -372,7 +412,7 @@ func TestLeastPrivilege(t *testing.T) {
 			nc.Close()
 		}
 		// Subscriptions: only reply inboxes.
-		for _, user := range []string{userScanner, userProber, userDeleter} {
+		for _, user := range []string{userScanner, userProber, userDeleter, userWalker, userSweeper} {
 			refused := make(chan error, 4)
 			nc := l.nats.Conn(t, nats.UserInfo(user, l.natsPW[user]),
 				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
@@ -441,12 +481,16 @@ func eventsOf(evs []subjects.Event, kind string) []subjects.Event {
 // stagePermissions renders the shipped permissions of user for names.
 func stagePermissions(t *testing.T, names subjects.Names, user string) (pub, sub []string) {
 	t.Helper()
-	for _, u := range loadNATSUsers(t, names, map[string]string{userAdmin: "x", userScanner: "x", userProber: "x", userDeleter: "x"}) {
+	all := map[string]string{}
+	for _, st := range append([]string{privileges.StageAdmin}, privileges.Stages...) {
+		all[privileges.DefaultUser(st)] = "x"
+	}
+	for _, u := range loadNATSUsers(t, names, all) {
 		if u.Name == user {
 			return u.Publish.Allow, u.Subscribe.Allow
 		}
 	}
-	t.Fatalf("no user %s in %s", user, natsPermsFile)
+	t.Fatalf("no NATS user %s", user)
 	return nil, nil
 }
 
@@ -816,18 +860,20 @@ func metricLabeled(t *testing.T, reg *prometheus.Registry, name string, want map
 	return sum
 }
 
-// TestNATSServerConfig loads the shipped server configuration snippet as nats-server would,
-// checks it grants exactly the permissions of permissions.json rendered for its deployment,
-// and serves a stage with it.
+// TestNATSServerConfig loads the nats-server account the least-privilege definitions render
+// (what the chart's privileges ConfigMap holds) as nats-server would, checks it grants exactly
+// the permissions of every user, and serves a stage with it.
 func TestNATSServerConfig(t *testing.T) {
-	passwords := map[string]string{userAdmin: "admin-pw", userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw"}
-	for user, pw := range passwords {
-		t.Setenv("KVCMGC_"+strings.ToUpper(strings.TrimPrefix(user, "kvcm-gc-"))+"_NATS_PASSWORD", pw)
+	passwords := map[string]string{}
+	for _, st := range append([]string{privileges.StageAdmin}, privileges.Stages...) {
+		passwords[privileges.DefaultUser(st)] = st + "-pw"
+		t.Setenv(privileges.PasswordEnv(st), st+"-pw")
 	}
-	opts, err := server.ProcessConfigFile("../deploy/nats-permissions/kvcm-gc.conf")
-	require.NoError(t, err)
-	// The deployment of deploy/kubernetes: subject_prefix kvcmgc, cluster kvcm-prod.
 	names, err := subjects.NewNames("kvcmgc", "kvcm-prod")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "kvcm-gc.conf")
+	require.NoError(t, os.WriteFile(path, []byte(privileges.AccountConfig(privileges.NATS(names), nil)), 0o600))
+	opts, err := server.ProcessConfigFile(path)
 	require.NoError(t, err)
 	want := map[string]natsembed.User{}
 	for _, u := range loadNATSUsers(t, names, passwords) {
@@ -838,7 +884,7 @@ func TestNATSServerConfig(t *testing.T) {
 		w, ok := want[u.Username]
 		require.True(t, ok, u.Username)
 		require.Equal(t, w.Password, u.Password, "%s: password from the environment", u.Username)
-		require.Equal(t, "KVCMGC", u.Account.Name)
+		require.Equal(t, privileges.Account, u.Account.Name)
 		require.Equal(t, w.Publish.Allow, u.Permissions.Publish.Allow, "%s publish", u.Username)
 		require.Equal(t, w.Subscribe.Allow, u.Permissions.Subscribe.Allow, "%s subscribe", u.Username)
 		require.Empty(t, u.Permissions.Publish.Deny)
