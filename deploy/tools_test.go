@@ -1,0 +1,49 @@
+package deploy_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tool returns the path of a tool the deploy tests run (helm, promtool): the one the HELM or
+// PROMTOOL environment variable names, else the one `make tools` installs into .tools/bin,
+// else one on PATH. Without it the test fails when REQUIRE_DEPLOY_TOOLS is set (make test
+// sets it, after installing the tools) and is skipped otherwise.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	if p := os.Getenv(strings.ToUpper(name)); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s=%s: %v", strings.ToUpper(name), p, err)
+		}
+		return p
+	}
+	if p, err := filepath.Abs(filepath.Join("..", ".tools", "bin", name)); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if os.Getenv("REQUIRE_DEPLOY_TOOLS") != "" {
+		t.Fatalf("%s is not installed: run `make tools` (it installs into .tools/bin), or set %s", name, strings.ToUpper(name))
+	}
+	t.Skipf("%s is not installed (make tools installs it; make test requires it)", name)
+	return ""
+}
+
+// run runs a tool and fails the test with its output when it fails.
+func run(t *testing.T, bin string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", filepath.Base(bin), strings.Join(args, " "), err, out, stderr.String())
+	}
+	return out
+}
