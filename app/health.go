@@ -16,7 +16,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/ops"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -310,7 +310,7 @@ func (r *readiness) stage(h *Health, stage string, extra func(context.Context) (
 			}
 		}
 		// A pause is an operator's choice, not a fault: the stage stays ready and says so.
-		st, err := ops.StagePause(ctx, r.js, r.names, stage)
+		st, err := pipeline.StagePause(ctx, r.js, r.names, stage)
 		switch {
 		case err != nil:
 			l.detail += " (pause unknown: " + err.Error() + ")"

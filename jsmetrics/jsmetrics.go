@@ -21,7 +21,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -64,7 +63,7 @@ type reading struct {
 	info   *jetstream.ConsumerInfo // nil for the scanner
 	stream string
 	cons   string
-	pause  ops.PauseState
+	pause  pipeline.PauseState
 }
 
 // Option configures a Collector.
@@ -210,7 +209,7 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, stage string, r reading, n
 // read reads one stage's statistics.
 func (c *Collector) read(ctx context.Context, stage string, now time.Time) (reading, bool) {
 	if stage == pipeline.StageScanner {
-		st, err := ops.StagePause(ctx, c.js, c.names, stage)
+		st, err := pipeline.StagePause(ctx, c.js, c.names, stage)
 		if err != nil {
 			c.log.Warn("read scanner pause for metrics", "err", err)
 			return reading{}, false
@@ -227,5 +226,5 @@ func (c *Collector) read(ctx context.Context, stage string, now time.Time) (read
 		return reading{}, false
 	}
 	info := cons.CachedInfo()
-	return reading{at: now, info: info, stream: stream, cons: consumer, pause: ops.ConsumerPause(stage, info)}, true
+	return reading{at: now, info: info, stream: stream, cons: consumer, pause: pipeline.ConsumerPause(stage, info)}, true
 }

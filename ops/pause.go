@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,80 +16,28 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// ScannerPauseKey is the key of the scanner's pause in the state bucket. The scanner has no
-// consumer to pause, so an operator's pause is a value it reads before every tick.
-const ScannerPauseKey = pipeline.ScannerPauseKey
-
 // StageAll names every stage at once in Pause and Resume.
 const StageAll = "all"
 
-// ErrUnknownStage reports a stage name other than scanner, prober, deleter (or all).
-var ErrUnknownStage = errors.New("unknown stage")
-
-// ScannerPause is the value of ScannerPauseKey: the scanner starts no tick before UntilUs. An
-// expired value is harmless, so Resume may delete it or leave it to age out.
-type ScannerPause struct {
-	UntilUs int64  `json:"until_us"`     // µs since the epoch; no tick starts before it
-	SetUs   int64  `json:"set_us"`       // when the pause was set, µs since the epoch
-	By      string `json:"by,omitempty"` // who set it (host/pid of the operator's command)
-}
-
-// Until is UntilUs as a time.
-func (p ScannerPause) Until() time.Time { return time.UnixMicro(p.UntilUs) }
-
-// Active reports whether the pause still holds at now.
-func (p ScannerPause) Active(now time.Time) bool { return now.UnixMicro() < p.UntilUs }
-
-// ReadScannerPause returns the stored scanner pause, or nil when there is none.
-func ReadScannerPause(ctx context.Context, state jetstream.KeyValue) (*ScannerPause, error) {
-	e, err := state.Get(ctx, ScannerPauseKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read scanner pause: %w", err)
-	}
-	var p ScannerPause
-	if err := json.Unmarshal(e.Value(), &p); err != nil {
-		return nil, fmt.Errorf("decode scanner pause %q: %w", e.Value(), err)
-	}
-	return &p, nil
-}
+// ErrUnknownStage reports a stage name other than the pausable stages (or all).
+var ErrUnknownStage = pipeline.ErrUnknownStage
 
 // PauseState is a stage's pause as the server (or the state bucket) reports it.
-type PauseState struct {
-	Stage  string    `json:"stage"`
-	Paused bool      `json:"paused"`
-	Until  time.Time `json:"until,omitzero"`
-}
+type PauseState = pipeline.PauseState
 
-// Stages lists the stages in pipeline order.
-func Stages() []string {
-	return []string{pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter}
-}
+// Stages lists the stages an operator can pause, in pipeline order.
+func Stages() []string { return pipeline.Stages() }
 
 // expandStage turns a stage argument into the stages it names.
 func expandStage(stage string) ([]string, error) {
-	switch stage {
-	case pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter:
+	stages := Stages()
+	switch {
+	case stage == StageAll:
+		return stages, nil
+	case slices.Contains(stages, stage):
 		return []string{stage}, nil
-	case StageAll:
-		return Stages(), nil
-	default:
-		return nil, fmt.Errorf("%w %q (scanner, prober, deleter, all)", ErrUnknownStage, stage)
 	}
-}
-
-// stageConsumer returns the stream and durable consumer a stage reads; ok is false for the
-// scanner, which reads no stream.
-func stageConsumer(names subjects.Names, stage string) (stream, consumer string, ok bool) {
-	switch stage {
-	case pipeline.StageProber:
-		return names.BatchesStream(), names.ProberConsumer(), true
-	case pipeline.StageDeleter:
-		return names.DeletesStream(), names.DeleterConsumer(), true
-	}
-	return "", "", false
+	return nil, fmt.Errorf("%w %q (%s, %s)", ErrUnknownStage, stage, strings.Join(stages, ", "), StageAll)
 }
 
 // Pause stops a stage (or all) until the given time. The prober and the deleter are paused
@@ -109,7 +59,7 @@ func Pause(ctx context.Context, js jetstream.JetStream, names subjects.Names, st
 	}
 	var out []PauseState
 	for _, st := range stages {
-		if stream, cons, ok := stageConsumer(names, st); ok {
+		if stream, cons, ok := pipeline.StageConsumer(names, st); ok {
 			resp, err := js.PauseConsumer(ctx, stream, cons, until)
 			if err != nil {
 				return out, fmt.Errorf("pause consumer %s/%s: %w", stream, cons, err)
@@ -117,17 +67,18 @@ func Pause(ctx context.Context, js jetstream.JetStream, names subjects.Names, st
 			out = append(out, PauseState{Stage: st, Paused: resp.Paused, Until: resp.PauseUntil})
 			continue
 		}
+		key, _ := pipeline.PauseKey(st)
 		kv, err := js.KeyValue(ctx, names.StateBucket())
 		if err != nil {
-			return out, fmt.Errorf("pause scanner: open state bucket: %w", err)
+			return out, fmt.Errorf("pause %s: open state bucket: %w", st, err)
 		}
-		p := ScannerPause{UntilUs: until.UnixMicro(), SetUs: time.Now().UnixMicro(), By: whoami()}
+		p := pipeline.PauseRecord{UntilUs: until.UnixMicro(), SetUs: time.Now().UnixMicro(), By: whoami()}
 		val, err := json.Marshal(p)
 		if err != nil {
-			return out, fmt.Errorf("pause scanner: encode: %w", err)
+			return out, fmt.Errorf("pause %s: encode: %w", st, err)
 		}
-		if _, err := kv.Put(ctx, ScannerPauseKey, val); err != nil {
-			return out, fmt.Errorf("pause scanner: write %s: %w", ScannerPauseKey, err)
+		if _, err := kv.Put(ctx, key, val); err != nil {
+			return out, fmt.Errorf("pause %s: write %s: %w", st, key, err)
 		}
 		out = append(out, PauseState{Stage: st, Paused: true, Until: p.Until()})
 	}
@@ -142,7 +93,7 @@ func Resume(ctx context.Context, js jetstream.JetStream, names subjects.Names, s
 	}
 	var out []PauseState
 	for _, st := range stages {
-		if stream, cons, ok := stageConsumer(names, st); ok {
+		if stream, cons, ok := pipeline.StageConsumer(names, st); ok {
 			resp, err := js.ResumeConsumer(ctx, stream, cons)
 			if err != nil {
 				return out, fmt.Errorf("resume consumer %s/%s: %w", stream, cons, err)
@@ -150,58 +101,17 @@ func Resume(ctx context.Context, js jetstream.JetStream, names subjects.Names, s
 			out = append(out, PauseState{Stage: st, Paused: resp.Paused})
 			continue
 		}
+		key, _ := pipeline.PauseKey(st)
 		kv, err := js.KeyValue(ctx, names.StateBucket())
 		if err != nil {
-			return out, fmt.Errorf("resume scanner: open state bucket: %w", err)
+			return out, fmt.Errorf("resume %s: open state bucket: %w", st, err)
 		}
-		if err := kv.Delete(ctx, ScannerPauseKey); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return out, fmt.Errorf("resume scanner: delete %s: %w", ScannerPauseKey, err)
+		if err := kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return out, fmt.Errorf("resume %s: delete %s: %w", st, key, err)
 		}
 		out = append(out, PauseState{Stage: st})
 	}
 	return out, nil
-}
-
-// StagePause reads a stage's current pause.
-func StagePause(ctx context.Context, js jetstream.JetStream, names subjects.Names, stage string) (PauseState, error) {
-	if stream, cons, ok := stageConsumer(names, stage); ok {
-		c, err := js.Consumer(ctx, stream, cons)
-		if err != nil {
-			return PauseState{Stage: stage}, fmt.Errorf("read consumer %s/%s: %w", stream, cons, err)
-		}
-		return ConsumerPause(stage, c.CachedInfo()), nil
-	}
-	if stage != pipeline.StageScanner {
-		return PauseState{Stage: stage}, fmt.Errorf("%w %q", ErrUnknownStage, stage)
-	}
-	kv, err := js.KeyValue(ctx, names.StateBucket())
-	if err != nil {
-		return PauseState{Stage: stage}, fmt.Errorf("open state bucket: %w", err)
-	}
-	p, err := ReadScannerPause(ctx, kv)
-	if err != nil || p == nil || !p.Active(time.Now()) {
-		return PauseState{Stage: stage}, err
-	}
-	return PauseState{Stage: stage, Paused: true, Until: p.Until()}, nil
-}
-
-// ConsumerPause reads the pause out of a consumer's info. The server reports the remaining
-// time; the configured PauseUntil is the exact end when present.
-func ConsumerPause(stage string, info *jetstream.ConsumerInfo) PauseState {
-	st := PauseState{Stage: stage}
-	if info == nil || !info.Paused {
-		return st
-	}
-	st.Paused = true
-	switch {
-	case info.Config.PauseUntil != nil:
-		st.Until = *info.Config.PauseUntil
-	case !info.TimeStamp.IsZero():
-		st.Until = info.TimeStamp.Add(info.PauseRemaining)
-	default:
-		st.Until = time.Now().Add(info.PauseRemaining)
-	}
-	return st
 }
 
 // whoami names the operator's process in records it writes.

@@ -247,7 +247,7 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, o
 	}
 	for i, stage := range consumerStages {
 		wg.Go(func() {
-			stream, name, _ := stageConsumer(names, stage)
+			stream, name, _ := pipeline.StageConsumer(names, stage)
 			r.Consumers[i] = rows.consumer(ctx, stage, stream, name)
 		})
 	}
@@ -301,7 +301,7 @@ func (s statusRows) consumer(ctx context.Context, stage, stream, name string) Co
 		return ConsumerStatus{Stage: stage, Stream: stream, Name: name, Error: err.Error()}
 	}
 	info := c.CachedInfo()
-	p := ConsumerPause(stage, info)
+	p := pipeline.ConsumerPause(stage, info)
 	row := ConsumerStatus{Stage: stage, Stream: stream, Name: name,
 		Pending: info.NumPending, AckPending: info.NumAckPending, MaxAckPending: info.Config.MaxAckPending,
 		Redelivered: info.NumRedelivered, Waiting: info.NumWaiting,
@@ -373,7 +373,7 @@ func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.N
 		problem("state bucket %s: %v", names.StateBucket(), err)
 		return st
 	}
-	if p, err := ReadScannerPause(ctx, state); err != nil {
+	if p, err := pipeline.ReadPause(ctx, state, subjects.ScannerPauseKey); err != nil {
 		problem("%v", err)
 	} else if p != nil && p.Active(now) {
 		st.Paused, st.PausedUntil = true, p.Until().UTC()

@@ -2,10 +2,8 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"log/slog"
 	"sort"
 	"sync"
@@ -14,16 +12,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // What every walk of a scanner shares: the operator's pause and the downstream backlog (one
 // reading serves every store, and its changes are logged once), and the registry snapshot
 // (one read serves every store; failed reads back off).
-
-// ScannerPauseKey is the key of an operator's scanner pause in the state bucket: a JSON
-// object whose "until_us" (µs since the epoch) is when walks may go on. The scanner has no
-// consumer that JetStream could pause, so it reads this before its ticks.
-const ScannerPauseKey = "scanner_pause"
 
 // controlRefresh bounds how stale a reused pause or backlog answer may be: with a short
 // scan_interval and several stores, reading them for every tick would cost more round trips
@@ -147,23 +142,11 @@ func (c *controls) logBacklog(ctx context.Context) {
 
 // readPause returns the end of an active operator pause (zero when none).
 func readPause(ctx context.Context, kv jetstream.KeyValue, now time.Time) (time.Time, error) {
-	e, err := kv.Get(ctx, ScannerPauseKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return time.Time{}, nil
+	p, err := ReadPause(ctx, kv, subjects.ScannerPauseKey)
+	if err != nil || p == nil || !p.Active(now) {
+		return time.Time{}, err
 	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("read scanner pause: %w", err)
-	}
-	var p struct {
-		UntilUs int64 `json:"until_us"`
-	}
-	if err := json.Unmarshal(e.Value(), &p); err != nil {
-		return time.Time{}, fmt.Errorf("decode scanner pause: %w", err)
-	}
-	if until := time.UnixMicro(p.UntilUs); now.Before(until) {
-		return until, nil
-	}
-	return time.Time{}, nil
+	return p.Until(), nil
 }
 
 // registryReuse is how long a registry snapshot serves every walk (and the lease

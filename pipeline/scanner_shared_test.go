@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // records keeps the log records' messages.
@@ -64,7 +65,7 @@ func (p *pauseKV) Get(context.Context, string) (jetstream.KeyValueEntry, error) 
 type pauseEntry string
 
 func (e pauseEntry) Bucket() string                  { return "STATE" }
-func (e pauseEntry) Key() string                     { return ScannerPauseKey }
+func (e pauseEntry) Key() string                     { return subjects.ScannerPauseKey }
 func (e pauseEntry) Value() []byte                   { return []byte(e) }
 func (e pauseEntry) Revision() uint64                { return 1 }
 func (e pauseEntry) Created() time.Time              { return time.Time{} }

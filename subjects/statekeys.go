@@ -27,6 +27,9 @@ const (
 
 	// StoresKey is the STATE key of the stores index (see StoreIndex in pipeline).
 	StoresKey = "stores"
+	// ScannerPauseKey is the STATE key of an operator's pause of every walk of the scanners
+	// (see PauseRecord in pipeline): the scanner has no consumer that JetStream could pause.
+	ScannerPauseKey = "scanner_pause"
 )
 
 // ErrBadKey: a bucket key is not one this package produces.

@@ -96,7 +96,7 @@ func TestOpsPauseScanner(t *testing.T) {
 	require.NoError(t, opsCommand("pause")(ctx, opsEnv(t, e, o), []string{"--until", until.Format(time.RFC3339), "scanner"}, &out, &errOut))
 	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
 	require.NoError(t, err)
-	p, err := ops.ReadScannerPause(ctx, kv)
+	p, err := pipeline.ReadPause(ctx, kv, subjects.ScannerPauseKey)
 	require.NoError(t, err)
 	require.NotNil(t, p)
 	require.True(t, p.Until().Equal(until))

@@ -101,7 +101,7 @@ func TestScannerPause(t *testing.T) {
 	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
 	require.NoError(t, err)
 	until := time.Now().Add(1500 * time.Millisecond)
-	_, err = kv.Put(ctx, pipeline.ScannerPauseKey, []byte(fmt.Sprintf(`{"until_us":%d}`, until.UnixMicro())))
+	_, err = kv.Put(ctx, subjects.ScannerPauseKey, []byte(fmt.Sprintf(`{"until_us":%d}`, until.UnixMicro())))
 	require.NoError(t, err)
 	e.run(o, app.All)
 	require.Eventually(t, func() bool { return metricValue(t, reg, "kvcm_gc_scanner_paused") == 1 }, time.Minute, 10*time.Millisecond)
