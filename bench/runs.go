@@ -143,7 +143,7 @@ func (r *run) close(ctx context.Context) {
 		_, _ = r.stop(st)
 	}
 	for _, s := range []string{r.names.BatchesStream(), r.names.DeletesStream(), r.names.EventsStream(),
-		"KV_" + r.names.StateBucket(), "KV_" + r.names.LeaseBucket()} {
+		subjects.KVStream(r.names.StateBucket()), subjects.KVStream(r.names.LeaseBucket())} {
 		if err := r.h.js.DeleteStream(ctx, s); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			r.h.log.Warn("delete stream", "stream", s, "err", err)
 		}

@@ -529,7 +529,7 @@ func clusterLeaders(ctx context.Context, e *env) (string, *Expect, error) {
 	var notes []string
 	for _, target := range []struct{ what, stream string }{
 		{"BATCHES stream", e.names.BatchesStream()},
-		{"LEASE bucket", "KV_" + e.names.LeaseBucket()},
+		{"LEASE bucket", subjects.KVStream(e.names.LeaseBucket())},
 	} {
 		var ck pipeline.Checkpoint
 		if err := e.waitFor(ctx, "a round in progress", func() bool {
@@ -569,7 +569,7 @@ func clusterLeaders(ctx context.Context, e *env) (string, *Expect, error) {
 		// Caught up on every replicated stream before anything else is killed: a second kill
 		// before that could take a stream's quorum.
 		for _, s := range []string{e.names.BatchesStream(), e.names.DeletesStream(), e.names.EventsStream(),
-			"KV_" + e.names.StateBucket(), "KV_" + e.names.LeaseBucket()} {
+			subjects.KVStream(e.names.StateBucket()), subjects.KVStream(e.names.LeaseBucket())} {
 			if err := e.waitFor(ctx, "every replica of "+s+" current", func() bool {
 				_, ok := streamCurrent(withTimeout(ctx, time.Second), e.js, s, clusterNodes)
 				return ok

@@ -440,11 +440,11 @@ func fairShare(stores int, caps []int, myCap int) int {
 // bucketKeys lists the keys of a bucket matching filter, deleted ones included, with one
 // STREAM.INFO filtered by subject (kv.ListKeys would create a consumer).
 func bucketKeys(ctx context.Context, js jetstream.JetStream, bucket, filter string) ([]string, error) {
-	st, err := js.Stream(ctx, "KV_"+bucket)
+	st, err := js.Stream(ctx, subjects.KVStream(bucket))
 	if err != nil {
 		return nil, err
 	}
-	prefix := "$KV." + bucket + "."
+	prefix := subjects.KVSubjectPrefix(bucket)
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
 	if err != nil {
 		return nil, err
@@ -570,7 +570,7 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 // period. A subscription that cannot start leaves the periodic coordination alone.
 func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-chan struct{}) {
 	out, finished := make(chan struct{}, 1), make(chan struct{})
-	prefix := "$KV." + s.Leases.Bucket() + "."
+	prefix := subjects.KVSubjectPrefix(s.Leases.Bucket())
 	msgs := make(chan *nats.Msg, 64)
 	sub, err := s.JS.Conn().ChanSubscribe(prefix+">", msgs)
 	if err != nil {

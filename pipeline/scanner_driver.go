@@ -178,7 +178,7 @@ func (d *walkDriver) perform(ctx context.Context, a action) any {
 		e := a.ev
 		e.Store = d.h.store
 		if a.ckptRev != 0 {
-			e.Source = &subjects.Source{Stream: "KV_" + s.Names.StateBucket(), Seq: a.ckptRev, MsgID: subjects.CheckpointKey(d.h.store)}
+			e.Source = &subjects.Source{Stream: subjects.KVStream(s.Names.StateBucket()), Seq: a.ckptRev, MsgID: subjects.CheckpointKey(d.h.store)}
 		}
 		s.event(ctx, e)
 	case actLog:

@@ -423,7 +423,7 @@ func (e ensurer) bucket(ctx context.Context, want jetstream.KeyValueConfig) erro
 	var have *jetstream.StreamConfig
 	// A bucket is the stream "KV_<bucket>"; its info holds everything bucketDiff compares.
 	st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) {
-		return e.js.Stream(ctx, kvStreamPrefix+want.Bucket)
+		return e.js.Stream(ctx, KVStream(want.Bucket))
 	})
 	switch {
 	case err == nil:
@@ -457,9 +457,6 @@ func (e ensurer) bucket(ctx context.Context, want jetstream.KeyValueConfig) erro
 	}
 	return nil
 }
-
-// kvStreamPrefix names the stream behind a KV bucket.
-const kvStreamPrefix = "KV_"
 
 // field is one managed field of a config: its JSON name, whether the server can change it
 // on an existing object, and both values as text.
@@ -563,7 +560,7 @@ func bucketDiff(have jetstream.StreamConfig, want jetstream.KeyValueConfig) []Fi
 	}
 	return describe([]field{
 		{"storage", true, have.Storage.String(), want.Storage.String()},
-		{"subjects", false, fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q", []string{"$KV." + want.Bucket + ".>"})},
+		{"subjects", false, fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q", []string{KVSubjectPrefix(want.Bucket) + ">"})},
 		{"history", false, str(have.MaxMsgsPerSubject), str(history)},
 		{"ttl", false, have.MaxAge.String(), want.TTL.String()},
 		{"num_replicas", false, str(have.Replicas), str(want.Replicas)},

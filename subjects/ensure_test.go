@@ -350,7 +350,7 @@ func TestEnsureConcurrent(t *testing.T) {
 	require.NoError(t, names.Err())
 	require.ElementsMatch(t, []string{
 		n.BatchesStream(), n.DeletesStream(), n.EventsStream(), n.SweepStream(),
-		"KV_" + n.StateBucket(), "KV_" + n.LeaseBucket(), "KV_" + n.ObservedBucket(),
+		subjects.KVStream(n.StateBucket()), subjects.KVStream(n.LeaseBucket()), subjects.KVStream(n.ObservedBucket()),
 	}, got)
 }
 
@@ -453,7 +453,7 @@ func TestEnsureRetriesTransient(t *testing.T) {
 				subjects.WithCallTimeout(300*time.Millisecond), subjects.WithEnsureLogger(slog.New(log))))
 			// One line per retried attempt (a slow real request may add one).
 			require.GreaterOrEqual(t, log.count(), 4)
-			for _, stream := range []string{n.BatchesStream(), n.DeletesStream(), n.EventsStream(), "KV_" + n.LeaseBucket()} {
+			for _, stream := range []string{n.BatchesStream(), n.DeletesStream(), n.EventsStream(), subjects.KVStream(n.LeaseBucket())} {
 				_, err := js.JetStream.Stream(ctx, stream)
 				require.NoError(t, err, stream)
 			}
@@ -515,7 +515,7 @@ func TestEnsureCluster(t *testing.T) {
 				require.NoError(t, <-errs)
 			}
 			js := c.JetStream(t)
-			for _, name := range []string{n.BatchesStream(), n.DeletesStream(), n.EventsStream(), "KV_" + n.StateBucket(), "KV_" + n.LeaseBucket()} {
+			for _, name := range []string{n.BatchesStream(), n.DeletesStream(), n.EventsStream(), subjects.KVStream(n.StateBucket()), subjects.KVStream(n.LeaseBucket())} {
 				st, err := js.Stream(ctx, name)
 				require.NoError(t, err, name)
 				require.Equal(t, 3, st.CachedInfo().Config.Replicas, name)

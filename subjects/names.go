@@ -181,6 +181,13 @@ func (n Names) ObservedBucket() string { return n.objectName("OBSERVED") }
 // TTL: "KVCMGC_<prefix>_<cluster>_LEASE".
 func (n Names) LeaseBucket() string { return n.objectName("LEASE") }
 
+// KVStream is the stream that holds a KV bucket's keys: "KV_<bucket>".
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// KVSubjectPrefix is the prefix of the subjects of a KV bucket's keys, "$KV.<bucket>.": a key's
+// subject is the prefix and the key.
+func KVSubjectPrefix(bucket string) string { return "$KV." + bucket + "." }
+
 // nameComponent maps an arbitrary string to a part of a stream or bucket name. Stream names
 // become directory names in the server's store, and bucket names allow only [A-Za-z0-9_-], so
 // the result uses only [A-Za-z0-9-] ('_' separates the components of a name):

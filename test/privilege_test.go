@@ -369,7 +369,7 @@ func TestLeastPrivilege(t *testing.T) {
 			{userScanner, "$JS.API.CONSUMER.MSG.NEXT." + batches + ".prober"},
 			{userScanner, l.names.SweepSubject("inst1")},
 			{userProber, l.names.BatchSubject("inst1")},
-			{userProber, "$KV." + state + ".checkpoint"},
+			{userProber, subjects.KVSubjectPrefix(state) + "checkpoint"},
 			{userProber, "$JS.API.CONSUMER.MSG.NEXT." + deletes + ".deleter"},
 			{userProber, "$JS.ACK." + deletes + ".deleter.1.1.1.1.0"},
 			{userProber, "$JS.API.STREAM.PURGE." + batches},
@@ -809,7 +809,7 @@ round_pause: 1h
 	}
 
 	// Everything stored in NATS: batches, requests, events, checkpoint and lease.
-	for _, stream := range []string{names.BatchesStream(), names.DeletesStream(), names.EventsStream(), "KV_" + names.StateBucket(), "KV_" + names.LeaseBucket()} {
+	for _, stream := range []string{names.BatchesStream(), names.DeletesStream(), names.EventsStream(), subjects.KVStream(names.StateBucket()), subjects.KVStream(names.LeaseBucket())} {
 		s, err := js.Stream(ctx, stream)
 		require.NoError(t, err)
 		info, err := s.Info(ctx)
