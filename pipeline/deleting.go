@@ -180,7 +180,7 @@ func ageSinceUs(t int64, now time.Time) (time.Duration, bool) {
 // the "reason" label of kvcm_gc_stuck_deleting_data_left_total.
 const (
 	// DataLeftReusable: the storage may reuse the object's name or address for other data
-	// (pace offsets after a free, mooncake keys, vcns_hf3fs, vineyard, unknown types).
+	// (pace and pace_ssd offsets after a free, mooncake keys, vcns_hf3fs).
 	DataLeftReusable = "reusable_storage"
 	// DataLeftShared: a file several blocks share (blkid, key_count_per_file > 1).
 	DataLeftShared = "shared"

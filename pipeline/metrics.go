@@ -79,10 +79,14 @@ const (
 	// DataLeftReusable, DataLeftNotPerBlock).
 	PhysSkipReusable    = DataLeftReusable
 	PhysSkipNotPerBlock = DataLeftNotPerBlock
+	// PhysSkipType: the location's storage type allows no physical delete (kvcm.TypeRule:
+	// dummy, EventReport kinds, a type kvcm-gc does not know), or its spec URI names a storage
+	// registered with another type. Only the metadata goes.
+	PhysSkipType = "storage_type"
 )
 
 var physSkipReasons = []string{PhysSkipShared, PhysSkipUnsupported, PhysSkipDisabled, PhysSkipUnknownStorage,
-	PhysSkipBadURI, PhysSkipFailed, PhysSkipReferenced, PhysSkipReusable, PhysSkipNotPerBlock}
+	PhysSkipBadURI, PhysSkipFailed, PhysSkipReferenced, PhysSkipReusable, PhysSkipNotPerBlock, PhysSkipType}
 
 // Message results of a consumer (kvcm_gc_messages_total).
 const (
@@ -210,7 +214,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range physSkipReasons {
 		m.PhysicalSkips.WithLabelValues(r)
 	}
-	for t := kvcm.TypeUnknown; t <= kvcm.TypeVineyard; t++ {
+	for _, t := range kvcm.KnownTypes() {
 		for _, r := range physSkipReasons {
 			m.StuckDataLeft.WithLabelValues(t.String(), r)
 		}

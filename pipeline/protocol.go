@@ -638,6 +638,11 @@ func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*r
 		blockRefs, known := refs[t.res.Target.Key]
 		for _, spec := range t.loc.Specs {
 			u, be, reason := physicalTarget(storages, spec.URI)
+			if reason == "" && (!t.loc.Type.Rule().PhysicalDelete || be.Type() != t.loc.Type) {
+				// The type decides, never the URI: the location's type and its storage's
+				// registered type must agree, and that type must have data to delete.
+				reason = PhysSkipType
+			}
 			if t.stuck && reason == "" {
 				// Only data whose name cannot have been reused goes (stuck DELETING).
 				reason = stuckDataLeft(r.instance, t.res.Target.Key, spec, u, be)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -106,20 +107,27 @@ func TestProtocolPhysicalSkips(t *testing.T) {
 	f := newDeleterFixture(t, false)
 	shared := f.file("shared")
 	blk := f.file("blk")
+	dummy, mismatch, unknown := f.file("dummy"), f.file("mismatch"), f.file("unknown")
 	cases := []struct {
 		name, uri, skip, outcome string
 		keep                     string
+		typ                      kvcm.StorageType
 	}{
-		{"shared by key_count_per_file", "file://shr" + shared + "?size=1", PhysSkipShared, subjects.OutcomeDeleted, shared},
-		{"shared by blkid", "file://nfs" + blk + "?blkid=3&size=1", PhysSkipShared, subjects.OutcomeDeleted, blk},
-		{"no client", "mooncake://mc/?key=i/tp0/1&size=1", PhysSkipUnsupported, subjects.OutcomePartial, ""},
-		{"unknown storage", "file://nope/x?size=1", PhysSkipUnknownStorage, subjects.OutcomePartial, ""},
-		{"bad uri", "::", PhysSkipBadURI, subjects.OutcomePartial, ""},
-		{"already absent", "file://nfs" + f.root + "gone?size=1", "", subjects.OutcomeDeleted, ""},
+		{"shared by key_count_per_file", "file://shr" + shared + "?size=1", PhysSkipShared, subjects.OutcomeDeleted, shared, kvcm.TypeFile},
+		{"shared by blkid", "file://nfs" + blk + "?blkid=3&size=1", PhysSkipShared, subjects.OutcomeDeleted, blk, kvcm.TypeFile},
+		{"no client", "mooncake://mc/?key=i/tp0/1&size=1", PhysSkipUnsupported, subjects.OutcomePartial, "", kvcm.TypeMooncake},
+		{"unknown storage", "file://nope/x?size=1", PhysSkipUnknownStorage, subjects.OutcomePartial, "", kvcm.TypeFile},
+		{"bad uri", "::", PhysSkipBadURI, subjects.OutcomePartial, "", kvcm.TypeFile},
+		{"already absent", "file://nfs" + f.root + "gone?size=1", "", subjects.OutcomeDeleted, "", kvcm.TypeFile},
+		// The type decides what may be deleted, never the URI's storage alone.
+		{"a type with no data", "file://nfs" + dummy + "?size=1", PhysSkipType, subjects.OutcomeDeleted, dummy, kvcm.TypeDummy},
+		{"an EventReport type", "file://nfs" + dummy + "?size=1", PhysSkipType, subjects.OutcomeDeleted, dummy, kvcm.TypeEventReportL1P5},
+		{"a type kvcm-gc does not know", "file://nfs" + unknown + "?size=1", PhysSkipType, subjects.OutcomeDeleted, unknown, 200},
+		{"a storage of another type", "file://nfs" + mismatch + "?size=1", PhysSkipType, subjects.OutcomeDeleted, mismatch, kvcm.TypeHF3FS},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			loc := `{"id":"a","status":2,"type":4,"spec_size":1,"location_specs":[{"name":"tp0","uri":"` + tc.uri + `"}]}`
+			loc := `{"id":"a","status":2,"type":` + strconv.FormatUint(uint64(tc.typ), 10) + `,"spec_size":1,"location_specs":[{"name":"tp0","uri":"` + tc.uri + `"}]}`
 			f.put(int64(i), `{"a":`+loc+`}`)
 			res, err := deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", target(int64(i), "a", loc))
 			require.NoError(t, err)

@@ -103,7 +103,7 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 			}
 		case kvcm.StatusServing:
 			if !loc.Type.Probed() || excluded(loc.Type) {
-				// Unknown, dummy, vineyard and EventReport kinds never enter this rule.
+				// Unknown, dummy and EventReport kinds never enter this rule (kvcm.TypeRule).
 				v.skip(SkipExcludedType, 1)
 				return
 			}

@@ -90,9 +90,9 @@ func NewSet(storages map[string]kvcm.StorageConfig, opts Options) (*StaticSet, e
 	return s, nil
 }
 
-func isFS(t kvcm.StorageType) bool {
-	return t == kvcm.TypeFile || t == kvcm.TypeHF3FS || t == kvcm.TypeVCNSHF3FS
-}
+// isFS reports whether t's storages hold files kvcm-gc can stat and unlink: the types whose
+// rule lets them be swept (kvcm.TypeRule).
+func isFS(t kvcm.StorageType) bool { return t.Rule().Sweep }
 
 // Lookup returns the backend of a registered storage.
 func (s *StaticSet) Lookup(name string) (Backend, bool) {
