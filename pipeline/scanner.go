@@ -24,6 +24,21 @@ import (
 // Backlog reports the downstream consumers' pending + unacknowledged messages.
 type Backlog func(ctx context.Context) (prober, deleter uint64, err error)
 
+// full is the scanner's reading of b: full when either backlog is above highWater (nil when b
+// is: nothing holds the walks back).
+func (b Backlog) full(highWater uint64) BacklogFunc {
+	if b == nil {
+		return nil
+	}
+	return func(ctx context.Context) (bool, []any, error) {
+		p, d, err := b(ctx)
+		if err != nil {
+			return false, nil, err
+		}
+		return p > highWater || d > highWater, []any{"prober_backlog", p, "deleter_backlog", d, "high_water", highWater}, nil
+	}
+}
+
 // Publisher stores one message in a stream with a Nats-Msg-Id (synchronously: it returns once
 // the server has stored or deduplicated it).
 type Publisher interface {
@@ -74,7 +89,7 @@ type Scanner struct {
 	Logger     *slog.Logger
 	Now        func() time.Time
 
-	ctl *controls
+	ctl *Controls
 	reg *registryCache
 
 	mu     sync.Mutex
@@ -116,7 +131,10 @@ func (s *Scanner) Run(ctx context.Context) error {
 	if s.Backoff == nil {
 		s.Backoff = RegistryBackoff
 	}
-	s.ctl = &controls{state: s.State, backlog: s.Backlog, highWater: s.Config.HighWater, m: s.Metrics, log: s.Logger}
+	s.ctl = NewControls(ControlsConfig{Stage: StageScanner, PauseKey: subjects.ScannerPauseKey, Refresh: ControlRefresh},
+		ControlsDeps{State: s.State, Backlog: s.Backlog.full(s.Config.HighWater),
+			OpError: func(op string) { s.Metrics.opError(StageScanner, op) },
+			Paused:  s.Metrics.ScannerPaused, Backpressure: s.Metrics.Backpressure, Logger: s.Logger})
 	s.mu.Lock() // LeaseState (readiness) may already be reading s.reg
 	s.reg = &registryCache{r: s.Registry, backoff: s.Backoff, m: s.Metrics, log: s.Logger}
 	s.walks, s.rounds, s.freed = map[string]*walkHandle{}, map[string]Checkpoint{}, map[string]time.Time{}

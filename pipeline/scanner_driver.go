@@ -124,15 +124,10 @@ func (d *walkDriver) forget() {
 }
 
 func (d *walkDriver) tick(ctx context.Context) evTick {
-	now := d.s.Now()
-	t := evTick{now: now, stop: ctx.Err() != nil, release: d.h.release.Load(), gone: d.h.gone.Load()}
-	if rev, held := d.h.lease.Held(); held {
-		t.leaseRev = rev
-	}
-	if t.leaseRev != 0 && !t.stop && d.w.phase == phaseReady {
-		t.pausedUntil, t.backlogFull, t.controlErr = d.s.ctl.read(ctx, now)
-	}
-	return t
+	stop := ctx.Err() != nil
+	wt := d.s.ctl.Tick(ctx, d.s.Now(), d.h.lease, !stop && d.w.phase == phaseReady)
+	return evTick{now: wt.Now, leaseRev: wt.LeaseRev, pausedUntil: wt.PausedUntil, backlogFull: wt.BacklogFull,
+		controlErr: wt.ControlErr, stop: stop, release: d.h.release.Load(), gone: d.h.gone.Load()}
 }
 
 func (d *walkDriver) perform(ctx context.Context, a action) any {

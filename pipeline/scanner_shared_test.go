@@ -3,144 +3,15 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
-	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
-
-// records keeps the log records' messages.
-type records struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, rec.Message)
-	return nil
-}
-func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *records) WithGroup(string) slog.Handler      { return r }
-
-func (r *records) count(msg string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, m := range r.msgs {
-		if m == msg {
-			n++
-		}
-	}
-	return n
-}
-
-// pauseKV is a state bucket holding only a scanner pause (or an error reading it).
-type pauseKV struct {
-	jetstream.KeyValue
-	until time.Time
-	err   error
-}
-
-func (p *pauseKV) Get(context.Context, string) (jetstream.KeyValueEntry, error) {
-	if p.err != nil {
-		return nil, p.err
-	}
-	if p.until.IsZero() {
-		return nil, jetstream.ErrKeyNotFound
-	}
-	return pauseEntry(fmt.Sprintf(`{"until_us":%d}`, p.until.UnixMicro())), nil
-}
-
-type pauseEntry string
-
-func (e pauseEntry) Bucket() string                  { return "STATE" }
-func (e pauseEntry) Key() string                     { return subjects.ScannerPauseKey }
-func (e pauseEntry) Value() []byte                   { return []byte(e) }
-func (e pauseEntry) Revision() uint64                { return 1 }
-func (e pauseEntry) Created() time.Time              { return time.Time{} }
-func (e pauseEntry) Delta() uint64                   { return 0 }
-func (e pauseEntry) Operation() jetstream.KeyValueOp { return jetstream.KeyValuePut }
-
-// Issue: scanning stopped by a pause or by backpressure was invisible. Each change is logged
-// once, whatever the number of ticks (and of walks) that read it.
-func TestControlsLogEachChangeOnce(t *testing.T) {
-	ctx := context.Background()
-	logs := &records{}
-	kv := &pauseKV{}
-	var deleter uint64
-	c := &controls{state: kv, highWater: 10, m: NewMetrics(prometheus.NewRegistry()), log: slog.New(logs),
-		backlog: func(context.Context) (uint64, uint64, error) { return 0, deleter, nil }}
-	now := t0
-	read := func(n int) (time.Time, bool, error) {
-		var until time.Time
-		var full bool
-		var err error
-		for range n {
-			now = now.Add(controlRefresh)
-			until, full, err = c.read(ctx, now)
-		}
-		return until, full, err
-	}
-	_, full, err := read(3)
-	require.NoError(t, err)
-	require.False(t, full)
-	require.Empty(t, logs.msgs, "nothing to say while scanning")
-
-	kv.until = now.Add(time.Hour)
-	until, _, _ := read(5)
-	require.True(t, kv.until.Equal(until))
-	kv.until = time.Time{}
-	until, _, _ = read(5)
-	require.True(t, until.IsZero())
-	deleter = 11
-	_, full, _ = read(5)
-	require.True(t, full)
-	deleter = 3
-	_, full, _ = read(5)
-	require.False(t, full)
-	require.Equal(t, 1, logs.count("scanner paused"))
-	require.Equal(t, 1, logs.count("scanner resumed"))
-	require.Equal(t, 1, logs.count("backpressure: scanning held back"))
-	require.Equal(t, 1, logs.count("backpressure over: scanning again"))
-
-	// A pause that ends between two readings is over at once, the gauge with it.
-	kv.until = now.Add(controlRefresh + controlRefresh/2)
-	_, _, _ = read(1)
-	until, _, _ = c.read(ctx, now.Add(controlRefresh*3/4)) // the reading is reused, the pause is over
-	require.True(t, until.IsZero())
-	require.Equal(t, 2, logs.count("scanner resumed"))
-	require.Zero(t, gaugeValue(c.m.ScannerPaused))
-	kv.until = time.Time{}
-
-	// A pause that cannot be read fails closed, said once too.
-	kv.err = errors.New("no responders")
-	_, _, err = read(5)
-	require.Error(t, err)
-	kv.err = nil
-	_, _, err = read(5)
-	require.NoError(t, err)
-	require.Equal(t, 1, logs.count("read scanner pause; walks held until it can be read"))
-	require.Equal(t, 1, logs.count("scanner pause readable again"))
-
-	// Readings are reused for controlRefresh: a burst of ticks reads once.
-	reads := 0
-	c.backlog = func(context.Context) (uint64, uint64, error) { reads++; return 0, 0, nil }
-	for range 50 {
-		_, _, _ = c.read(ctx, now.Add(time.Millisecond))
-	}
-	require.LessOrEqual(t, reads, 1)
-}
 
 type failingRegistry struct {
 	calls int
