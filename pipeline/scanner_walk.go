@@ -11,13 +11,13 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// The walk of one metadata store is a state machine: step takes the walk's state and one event
-// (a tick with the readings it needs, a page read, a page recorded, a checkpoint written, …)
-// and returns the actions to perform (read a page, publish it, write the checkpoint, wait, …);
-// it does no I/O and reads no clock, so every decision is table-tested without servers
-// (scanner_walk_test.go). The driver (scanner_driver.go) performs the actions and feeds their
-// results back as events; the scanner (scanner.go) holds the leases and starts one walk per
-// store it holds.
+// The walk of one metadata store is a walk as walk.go describes it: step takes the walk's
+// state and one event (a tick with the readings it needs, a page read, a page recorded, a
+// checkpoint written, …) and returns the actions to perform (read a page, publish it, write
+// the checkpoint, wait, …); it does no I/O and reads no clock, so every decision is
+// table-tested without servers (scanner_walk_test.go). The driver (scanner_driver.go)
+// performs the actions and feeds their results back as events; the scanner (scanner.go)
+// holds the leases and starts one walk per store it holds.
 //
 // The read position runs at most one page ahead of the checkpoint: a page's batches are stored
 // by JetStream (and the checkpoint moved past it) while the next page is read from Redis, and
@@ -38,18 +38,6 @@ const overlapBelow = 5 * time.Millisecond
 // rateWindow is the time constant of a walk's recent rate (Checkpoint.Rate).
 const rateWindow = 10 * time.Second
 
-type walkPhase int
-
-const (
-	phaseLoad  walkPhase = iota // the lease is held, the checkpoint not read yet
-	phaseReady                  // the checkpoint is read: between rounds, or walking
-	phaseDone                   // the lease is lost, released or handed back: the walk is over
-)
-
-func (p walkPhase) String() string {
-	return [...]string{"load", "ready", "done"}[p]
-}
-
 // walkConfig is what a walk needs of ScannerConfig.
 type walkConfig struct {
 	scanInterval     time.Duration
@@ -62,7 +50,7 @@ type walkConfig struct {
 type walk struct {
 	cfg   walkConfig
 	store string
-	phase walkPhase
+	phase WalkPhase
 	// leaseRev is the lease revision of the last tick: the fencing token of what is read now.
 	leaseRev uint64
 	// ckpt is the checkpoint as last written (or read), rev its revision (0: none yet).
@@ -102,8 +90,18 @@ type heldPage struct {
 }
 
 func newWalk(cfg walkConfig, store string) *walk {
-	return &walk{cfg: cfg, store: store, phase: phaseLoad}
+	return &walk{cfg: cfg, store: store, phase: PhaseLoad}
 }
+
+// event is one of the ev* types: sealed, each handled by step (TestWalkSealed).
+type event interface{ isEvent() }
+
+func (evTick) isEvent()       {}
+func (evCheckpoint) isEvent() {}
+func (evSnapshot) isEvent()   {}
+func (evPage) isEvent()       {}
+func (evRecorded) isEvent()   {}
+func (evSaved) isEvent()      {}
 
 // Events.
 type (
@@ -170,6 +168,26 @@ const (
 	saveWaiting    = "waiting"
 )
 
+// action is one of the act* types: sealed, each handled by the driver's perform
+// (TestWalkSealed).
+type action interface{ isAction() }
+
+func (actReadCheckpoint) isAction() {}
+func (actSnapshot) isAction()       {}
+func (actScan) isAction()           {}
+func (actPublish) isAction()        {}
+func (actAwait) isAction()          {}
+func (actDrop) isAction()           {}
+func (actSave) isAction()           {}
+func (actEvent) isAction()          {}
+func (actLog) isAction()            {}
+func (actOpError) isAction()        {}
+func (actSkipTick) isAction()       {}
+func (actRoundEnded) isAction()     {}
+func (actStepDown) isAction()       {}
+func (actRelease) isAction()        {}
+func (actWait) isAction()           {}
+
 // Actions.
 type (
 	actReadCheckpoint struct{}
@@ -223,8 +241,8 @@ type (
 )
 
 // step is the whole decision of a walk: the event's effect on the state and the actions.
-func (w *walk) step(ev any) []action {
-	if w.phase == phaseDone {
+func (w *walk) step(ev event) []action {
+	if w.phase == PhaseDone {
 		return nil
 	}
 	switch e := ev.(type) {
@@ -241,11 +259,13 @@ func (w *walk) step(ev any) []action {
 	case evSaved:
 		return w.saved(e)
 	}
-	return nil
+	return nil // sealed: no other event exists
 }
 
-// action is one of the act* types.
-type action = any
+// Step, Phase and Idle make the walk a Stepper.
+func (w *walk) Step(ev event) []action { return w.step(ev) }
+func (w *walk) Phase() WalkPhase       { return w.phase }
+func (w *walk) Idle() time.Duration    { return w.idle() }
 
 func (w *walk) idle() time.Duration { return max(IdleWait, w.cfg.scanInterval) }
 
@@ -257,7 +277,7 @@ func (w *walk) tick(t evTick) []action {
 	if t.stop || t.gone {
 		return w.stop(t.gone)
 	}
-	if w.phase == phaseLoad {
+	if w.phase == PhaseLoad {
 		return []action{actReadCheckpoint{}}
 	}
 	if !t.pausedUntil.IsZero() && t.now.Before(t.pausedUntil) {
@@ -314,7 +334,7 @@ func (w *walk) setWaiting(now time.Time, reason string) []action {
 	if w.waiting != reason || w.waitingSince.IsZero() {
 		w.waiting, w.waitingSince = reason, now
 	}
-	if w.pending != nil || w.phase != phaseReady || w.ckpt.Waiting == reason {
+	if w.pending != nil || w.phase != PhaseReady || w.ckpt.Waiting == reason {
 		return nil
 	}
 	c := w.ckpt
@@ -332,7 +352,7 @@ func (w *walk) lost() []action {
 		// next holder reads the page again.
 		acts = append(acts, actDrop{})
 	}
-	w.pending, w.held, w.phase = nil, nil, phaseDone
+	w.pending, w.held, w.phase = nil, nil, PhaseDone
 	return acts
 }
 
@@ -355,17 +375,17 @@ func (w *walk) finish() []action {
 	if w.stopReason != "" {
 		return w.release(w.stopReason)
 	}
-	w.phase = phaseDone
+	w.phase = PhaseDone
 	return nil
 }
 
 func (w *walk) release(reason string) []action {
-	w.phase = phaseDone
+	w.phase = PhaseDone
 	return []action{actRelease{reason: reason}}
 }
 
 func (w *walk) stepDown() []action {
-	w.pending, w.held, w.phase = nil, nil, phaseDone
+	w.pending, w.held, w.phase = nil, nil, PhaseDone
 	return []action{actLog{slog.LevelWarn, "checkpoint written by another scanner; stepping down", nil}, actStepDown{}}
 }
 
@@ -381,7 +401,7 @@ func (w *walk) loaded(e evCheckpoint) []action {
 	}
 	c := e.ckpt
 	c.Store = w.store
-	w.ckpt, w.rev, w.phase, w.instances = c, e.rev, phaseReady, nil
+	w.ckpt, w.rev, w.phase, w.instances = c, e.rev, PhaseReady, nil
 	w.waiting, w.waitingSince = c.Waiting, time.UnixMicro(c.WaitingSinceUs)
 	w.rewind()
 	return []action{actLog{slog.LevelInfo, "store lease acquired", []any{"round", c.Round, "in_round", c.InRound, "cursor", c.Cursor, "keys", c.KeysScanned}},
@@ -576,7 +596,7 @@ func (w *walk) recorded(e evRecorded) []action {
 			}
 			// The write may have reached the server: read the checkpoint again before
 			// going on (a later write by the old revision would conflict anyway).
-			w.phase = phaseLoad
+			w.phase = PhaseLoad
 			return []action{actOpError{"checkpoint"}, actLog{slog.LevelWarn, "save checkpoint; read it again", []any{"err", e.err}},
 				actWait{w.idle()}}
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/internal/sealed"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -98,13 +99,13 @@ func TestWalkStep(t *testing.T) {
 	tests := []struct {
 		name  string
 		walk  func() *walk
-		ev    any
+		ev    event
 		check func(t *testing.T, w *walk, acts []action)
 	}{
 		{"lease taken: read the checkpoint", func() *walk { return newWalk(testCfg(), "s1") }, evTick{now: t0, leaseRev: 7},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, []action{actReadCheckpoint{}}, acts)
-				require.Equal(t, phaseLoad, w.phase)
+				require.Equal(t, PhaseLoad, w.phase)
 			}},
 		{"checkpoint unreadable: retried after a wait", func() *walk {
 			w := newWalk(testCfg(), "s1")
@@ -112,7 +113,7 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evCheckpoint{err: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, phaseLoad, w.phase)
+				require.Equal(t, PhaseLoad, w.phase)
 				require.Equal(t, "checkpoint", only[actOpError](t, acts).op)
 				noSpin(t, acts)
 			}},
@@ -122,7 +123,7 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evCheckpoint{ckpt: Checkpoint{Round: 2, InRound: true, Cursor: 40}, rev: 9},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, phaseReady, w.phase)
+				require.Equal(t, PhaseReady, w.phase)
 				require.Equal(t, uint64(40), w.cursor)
 				require.Equal(t, uint64(9), w.rev)
 				require.Nil(t, w.instances, "the registry is read again before walking on")
@@ -166,7 +167,7 @@ func TestWalkStep(t *testing.T) {
 		}, evSnapshot{now: t0, instances: map[string]meta.Instance{}},
 			func(t *testing.T, w *walk, acts []action) {
 				only[actRelease](t, acts)
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"between rounds, pause not over: wait for it", func() *walk {
 			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Minute).UnixMicro(), Waiting: WaitRoundPause})
@@ -309,7 +310,7 @@ func TestWalkStep(t *testing.T) {
 		{"checkpoint write fails: read it again before going on", pendingWalk,
 			evRecorded{err: errBoom, failure: failCheckpoint},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, phaseLoad, w.phase)
+				require.Equal(t, PhaseLoad, w.phase)
 				noSpin(t, acts)
 				require.Equal(t, []action{actReadCheckpoint{}}, w.step(evTick{now: t0, leaseRev: 7}))
 			}},
@@ -317,7 +318,7 @@ func TestWalkStep(t *testing.T) {
 			evRecorded{err: errBoom, failure: failConflict},
 			func(t *testing.T, w *walk, acts []action) {
 				only[actStepDown](t, acts)
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 				require.Nil(t, w.step(evTick{now: t0, leaseRev: 7}), "a walk that is over does nothing")
 			}},
 		{"fencing: lease lost before the record: nothing more", pendingWalk,
@@ -325,14 +326,14 @@ func TestWalkStep(t *testing.T) {
 			func(t *testing.T, w *walk, acts []action) {
 				none[actSave](t, acts)
 				none[actPublish](t, acts)
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"lease lost with a page pending: its recording is waited for and dropped", pendingWalk, evTick{now: t0},
 			func(t *testing.T, w *walk, acts []action) {
 				only[actDrop](t, acts)
 				none[actAwait](t, acts)
 				none[actScan](t, acts)
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"lease lost while loading", func() *walk {
 			w := newWalk(testCfg(), "s1")
@@ -340,7 +341,7 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evTick{now: t0},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"the fencing token follows renewals", walking, evTick{now: t0, leaseRev: 9},
 			func(t *testing.T, w *walk, acts []action) {
@@ -461,7 +462,7 @@ func TestWalkStep(t *testing.T) {
 		}, evTick{now: t0, leaseRev: 7, release: true},
 			func(t *testing.T, w *walk, acts []action) {
 				only[actRelease](t, acts)
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"store left the registry: handed back at once", walking, evTick{now: t0, leaseRev: 7, gone: true},
 			func(t *testing.T, w *walk, acts []action) {
@@ -473,7 +474,7 @@ func TestWalkStep(t *testing.T) {
 				none[actRelease](t, acts)
 				acts = w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
 				only[actRelease](t, acts)
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"§6 stop with a page pending: recorded, nothing new read or published", func() *walk {
 			w := pendingWalk()
@@ -484,18 +485,18 @@ func TestWalkStep(t *testing.T) {
 				none[actScan](t, acts)
 				acts = w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
 				require.Empty(t, acts)
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 				require.Equal(t, uint64(200), w.ckpt.Cursor)
 			}},
 		{"stop with nothing pending: over, lease left to the scanner", walking, evTick{now: t0, leaseRev: 7, stop: true},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Empty(t, acts)
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"a status write conflicting: step down", walking, evSaved{now: t0, why: saveWaiting, err: errBoom, conflict: true},
 			func(t *testing.T, w *walk, acts []action) {
 				only[actStepDown](t, acts)
-				require.Equal(t, phaseDone, w.phase)
+				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"a round start not written: retried later, the round unchanged", func() *walk {
 			return loaded(Checkpoint{Round: 2})
@@ -692,4 +693,11 @@ func BenchmarkWalkPage(b *testing.B) {
 		w.step(evRecorded{ckpt: pub.next, rev: uint64(i + 10)})
 		w.step(evTick{now: now, leaseRev: 7})
 	}
+}
+
+// TestWalkSealed: every event has a case in step, every action one in the driver's do: an
+// action or event added without one fails here, not silently at run time.
+func TestWalkSealed(t *testing.T) {
+	sealed.Types(t, "", "isEvent", "step")
+	sealed.Types(t, "", "isAction", "do")
 }
