@@ -335,7 +335,9 @@ func TestDashboard(t *testing.T) {
 	for _, want := range []string{jsmetrics.MetricPending, jsmetrics.MetricAckPending, jsmetrics.MetricMaxAckPending,
 		jsmetrics.MetricRedelivered, jsmetrics.MetricPaused, "kvcm_gc_scanner_lease_held", "kvcm_gc_delete_results_total",
 		// The per-store row: every store's holder, state and progress.
-		"kvcm_gc_store_lease_held", "kvcm_gc_store_walk_state", "kvcm_gc_store_round_progress_ratio"} {
+		"kvcm_gc_store_lease_held", "kvcm_gc_store_walk_state", "kvcm_gc_store_round_progress_ratio",
+		// What the deletes freed.
+		"kvcm_gc_reclaimed_bytes_total", "kvcm_gc_deleted_keys_total"} {
 		require.True(t, used[want], "dashboard does not show %s", want)
 	}
 }
