@@ -108,12 +108,12 @@ const api = "$JS.API."
 // kvRead lets a user open bucket (STREAM.INFO) and read the keys matching filter (a direct
 // get by subject; STREAM.MSG.GET where direct gets are off).
 func kvRead(bucket, filter string) []string {
-	s := "KV_" + bucket
-	return []string{api + "STREAM.INFO." + s, api + "DIRECT.GET." + s + ".$KV." + bucket + "." + filter, api + "STREAM.MSG.GET." + s}
+	s := subjects.KVStream(bucket)
+	return []string{api + "STREAM.INFO." + s, api + "DIRECT.GET." + s + "." + subjects.KVSubjectPrefix(bucket) + filter, api + "STREAM.MSG.GET." + s}
 }
 
 // kvWrite lets a user create, update and delete the keys matching filter.
-func kvWrite(bucket, filter string) []string { return []string{"$KV." + bucket + "." + filter} }
+func kvWrite(bucket, filter string) []string { return []string{subjects.KVSubjectPrefix(bucket) + filter} }
 
 // pull lets a user read a durable consumer's info, pull its messages and acknowledge them,
 // and read a message of the stream by sequence: the one the server gave up on, which a
@@ -153,7 +153,7 @@ func NATS(n subjects.Names) []NATSUser {
 			Publish: cat([]string{n.BatchFilter(), ev(subjects.EventRound), ev(subjects.EventSkip)},
 				kvWrite(state, ">"), kvWrite(lease, ">"), kvRead(state, ">"), kvRead(lease, ">"),
 				[]string{consumerInfo(batches, n.ProberConsumer()), consumerInfo(deletes, n.DeleterConsumer())}),
-			Subscribe: []string{inbox, "$KV." + lease + ".>"}},
+			Subscribe: []string{inbox, subjects.KVSubjectPrefix(lease) + ">"}},
 		{Stage: pipeline.StageProber,
 			Role: "pulls scan batches from its durable consumer and acknowledges them, records the batches the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes delete requests and its events, and (collect_deleting) records first sights of DELETING locations in the OBSERVED bucket",
 			Publish: cat([]string{n.DeleteFilter()}, kvWrite(observed, ">"), kvRead(observed, ">"),
