@@ -563,7 +563,7 @@ func TestEnsureReport(t *testing.T) {
 
 	objs, err := subjects.EnsureReport(ctx, js, n, s)
 	require.NoError(t, err)
-	names, by := states(objs)
+	names, _ := states(objs)
 	require.Equal(t, all, names)
 	for _, o := range objs {
 		require.Equal(t, subjects.StateCreated, o.State, o.Name)
@@ -583,7 +583,7 @@ func TestEnsureReport(t *testing.T) {
 	require.NoError(t, err)
 	objs, err = subjects.EnsureReport(ctx, js, n, other)
 	require.NoError(t, err)
-	names, by = states(objs)
+	names, by := states(objs)
 	require.Equal(t, all, names)
 	require.Equal(t, []subjects.FieldDiff{{Field: "max_age", Have: "168h0m0s", Want: "1h0m0s", Updatable: true}},
 		by["stream "+n.EventsStream()].Fields)
