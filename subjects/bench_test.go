@@ -25,17 +25,44 @@ func BenchmarkEncodeBatch(b *testing.B) {
 }
 
 func BenchmarkDecodeBatch(b *testing.B) {
-	data, err := subjects.Encode(sampleBatch(256))
-	if err != nil {
-		b.Fatal(err)
+	for _, l := range sampleLayouts() {
+		b.Run(l.name, func(b *testing.B) {
+			data, err := subjects.Encode(l.batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := subjects.DecodeBatch(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(data))/float64(len(l.batch.Blocks)), "bytes/block")
+		})
 	}
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := subjects.DecodeBatch(data); err != nil {
-			b.Fatal(err)
+}
+
+// sampleLayouts are a 256-block page of each layout in both batch schemas (JSON "v1" and the
+// binary "v2").
+func sampleLayouts() []struct {
+	name  string
+	batch subjects.Batch
+} {
+	var out []struct {
+		name  string
+		batch subjects.Batch
+	}
+	for _, v := range []int{subjects.SchemaVersion, subjects.BatchSchemaVersion} {
+		for _, l := range []struct {
+			name  string
+			batch subjects.Batch
+		}{{"legacy", sampleBatch(256)}, {"location", sampleLocationBatch(256)}} {
+			l.batch.V = v
+			l.name = fmt.Sprintf("%s-v%d", l.name, v)
+			out = append(out, l)
 		}
 	}
+	return out
 }
 
 func BenchmarkSplitBatch(b *testing.B) {
@@ -51,10 +78,7 @@ func BenchmarkSplitBatch(b *testing.B) {
 // BenchmarkEncodeBatchParts is the scanner's encoding of a page: split under the server's
 // default max payload and encode every part, in both layouts.
 func BenchmarkEncodeBatchParts(b *testing.B) {
-	for _, l := range []struct {
-		name  string
-		batch subjects.Batch
-	}{{"legacy", sampleBatch(256)}, {"location", sampleLocationBatch(256)}} {
+	for _, l := range sampleLayouts() {
 		b.Run(l.name, func(b *testing.B) {
 			parts, _, err := subjects.EncodeBatchParts(l.batch, subjects.PayloadLimit(1<<20))
 			if err != nil {
@@ -64,13 +88,13 @@ func BenchmarkEncodeBatchParts(b *testing.B) {
 			for _, p := range parts {
 				n += len(p.Data)
 			}
-			b.SetBytes(int64(n))
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, _, err := subjects.EncodeBatchParts(l.batch, subjects.PayloadLimit(1<<20)); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64(n)/float64(len(l.batch.Blocks)), "bytes/block")
 		})
 	}
 }

@@ -16,10 +16,10 @@ var ErrPoison = errors.New("poison message")
 func Encode(v any) ([]byte, error) {
 	switch m := v.(type) {
 	case Batch:
-		return m.appendJSON(make([]byte, 0, m.sizeHint())), nil
+		return m.encode(), nil
 	case *Batch:
 		if m != nil {
-			return m.appendJSON(make([]byte, 0, m.sizeHint())), nil
+			return m.encode(), nil
 		}
 	}
 	var buf bytes.Buffer
@@ -31,15 +31,39 @@ func Encode(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
-// DecodeBatch decodes and validates a batch; every failure wraps ErrPoison.
+// encode is Encode of a batch: the binary schema 2 (batchbin.go) when V says so, else JSON.
+func (b *Batch) encode() []byte {
+	if b.V == BatchSchemaVersion {
+		return b.encodeBinary()
+	}
+	return b.appendJSON(make([]byte, 0, b.sizeHint()))
+}
+
+// DecodeBatch decodes and validates a batch of either schema; every failure wraps ErrPoison.
 //
-// A batch in the form Encode writes is decoded by hand (see decodeBatchFast); any other input
-// goes through encoding/json. Both give the same batch, or the same error.
+// A schema 2 batch (batchbin.go) is recognised by its magic. Of JSON, a batch in the form
+// Encode writes is decoded by hand (see decodeBatchFast); any other input goes through
+// encoding/json. Both give the same batch, or the same error.
 func DecodeBatch(data []byte) (Batch, error) {
-	if b, ok := decodeBatchFast(data); ok {
+	if IsBinaryBatch(data) {
+		b, err := decodeBinaryBatch(data)
+		if err != nil {
+			return Batch{}, err
+		}
 		return validBatch(b)
 	}
+	if b, ok := decodeBatchFast(data); ok {
+		return validJSONBatch(b)
+	}
 	return decodeBatchJSON(data)
+}
+
+// validJSONBatch is validBatch of a batch read from JSON, which only schema 1 is written in.
+func validJSONBatch(b Batch) (Batch, error) {
+	if err := checkVersion(b.V); err != nil {
+		return Batch{}, fmt.Errorf("%w: batch: %w", ErrPoison, err)
+	}
+	return validBatch(b)
 }
 
 // decodeBatchJSON is DecodeBatch through encoding/json only.
@@ -48,7 +72,7 @@ func decodeBatchJSON(data []byte) (Batch, error) {
 	if err := decode(data, &b, "batch"); err != nil {
 		return Batch{}, err
 	}
-	return validBatch(b)
+	return validJSONBatch(b)
 }
 
 func validBatch(b Batch) (Batch, error) {
@@ -128,8 +152,8 @@ func checkVersion(v int) error {
 // Validate checks what every consumer of a batch relies on. Producers may call it before
 // publishing; DecodeBatch calls it on every message.
 func (b *Batch) Validate() error {
-	if err := checkVersion(b.V); err != nil {
-		return fmt.Errorf("batch: %w", err)
+	if b.V != SchemaVersion && b.V != BatchSchemaVersion {
+		return fmt.Errorf("batch: unsupported schema version %d (this build reads %d and %d)", b.V, SchemaVersion, BatchSchemaVersion)
 	}
 	switch {
 	case b.Cluster == "":

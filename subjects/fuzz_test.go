@@ -56,6 +56,8 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte(`{"v":1,"cluster":"c","instance":"i","parts":2,"part":1,"blocks":null,"x":{}} `))
 	f.Add([]byte(`{"v":2}`))
 	f.Add([]byte(`{"v":1}{}`))
+	b.V = subjects.BatchSchemaVersion
+	f.Add(mustEncode(f, b))
 	f.Fuzz(func(t *testing.T, data []byte) { fuzzDecode(t, data, subjects.DecodeBatch) })
 }
 

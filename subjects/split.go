@@ -13,7 +13,7 @@ func PayloadLimit(maxPayload int64) int {
 }
 
 // SplitBatch splits b's blocks into parts whose encodings are each at most maxBytes, setting
-// Part/Parts. Blocks too large to fit alone are left out and returned in oversized.
+// Part/Parts (in the encoding b.V names). Blocks too large to fit alone are left out and returned in oversized.
 //
 // Parts keep the blocks' order and share the bytes of b's block entries. The split is greedy
 // and deterministic, so re-splitting the same page after a crash gives the same parts and the
@@ -26,6 +26,13 @@ func PayloadLimit(maxPayload int64) int {
 // oversized although it would fit in part 0. An error means that even a part with no block
 // does not fit.
 func SplitBatch(b Batch, maxBytes int) (parts []Batch, oversized []BlockEntry, err error) {
+	if b.V == BatchSchemaVersion {
+		enc, oversized, err := encodeBinaryParts(b, maxBytes)
+		for _, p := range enc {
+			parts = append(parts, p.Batch)
+		}
+		return parts, oversized, err
+	}
 	parts, _, oversized, err = splitBatch(b, maxBytes, nil)
 	return parts, oversized, err
 }
@@ -40,7 +47,13 @@ type EncodedBatch struct {
 // twice: the parts, their blocks and oversized are exactly SplitBatch's, and each Data is at
 // most maxBytes. The Data of all parts share one allocation (each has its own capacity, so an
 // append to one never writes into another).
+//
+// A batch of BatchSchemaVersion is encoded in the binary schema (batchbin.go), split by the
+// same rule on its binary size.
 func EncodeBatchParts(b Batch, maxBytes int) (parts []EncodedBatch, oversized []BlockEntry, err error) {
+	if b.V == BatchSchemaVersion {
+		return encodeBinaryParts(b, maxBytes)
+	}
 	var blocks encodedBlocks
 	split, sizes, oversized, err := splitBatch(b, maxBytes, &blocks)
 	if err != nil {
