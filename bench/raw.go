@@ -849,7 +849,7 @@ func fullDeleteRate(r RawResults, unlinks float64) float64 {
 // kvcm-gc's store and encoded as a batch in their layout. Only its size matters to the raw
 // publish baseline.
 func samplePage(ctx context.Context, k *Keyspace, count int) ([]byte, error) {
-	b := subjects.Batch{V: subjects.SchemaVersion, Cluster: k.Spec.Cluster, Instance: k.Instances[0], Group: "g", Store: "s",
+	b := subjects.Batch{V: subjects.BatchSchemaVersion, Cluster: k.Spec.Cluster, Instance: k.Instances[0], Group: "g", Store: "s",
 		Round: 1, LeaseRev: 1, Parts: 1, ScannedAt: time.Now().UnixMicro()}
 	st, err := k.openStore(ctx, true)
 	if err != nil {

@@ -379,7 +379,9 @@ func (r *replayer) message(ctx context.Context, m jetstream.Msg, md *jetstream.M
 		rm.Instance = inst
 	}
 	if r.q.Dump {
-		if json.Valid(m.Data()) {
+		if b, err := subjects.DecodeBatch(m.Data()); err == nil && subjects.IsBinaryBatch(m.Data()) {
+			rm.Raw = json.RawMessage(subjects.BatchJSON(b)) // a binary batch, shown as its JSON form
+		} else if json.Valid(m.Data()) {
 			rm.Raw = json.RawMessage(bytes.Clone(m.Data()))
 		} else {
 			rm.RawText = string(m.Data())

@@ -370,7 +370,7 @@ func (s *Scanner) batches(ctx context.Context, store string, a actPublish) []sub
 		if b == nil {
 			in := a.instances[id]
 			b = &subjects.Batch{
-				V: subjects.SchemaVersion, Cluster: s.Names.Cluster, Instance: id, Group: in.Group, Store: store,
+				V: subjects.BatchSchemaVersion, Cluster: s.Names.Cluster, Instance: id, Group: in.Group, Store: store,
 				Round: a.round, LeaseRev: a.leaseRev, Cursor: a.cursor, Next: page.Next,
 				ScannedAt: a.now.UnixMicro(), BadKeys: len(bad[id]),
 			}
