@@ -33,10 +33,7 @@ func TargetReclaim(t subjects.Target) (out []Reclaim, ok bool) {
 		if err != nil {
 			continue
 		}
-		size, _, err := u.Uint("size")
-		if err != nil {
-			size = 0
-		}
+		size, _ := kvcm.SpecBytes([]kvcm.Spec{spec}) // KVCM's account of it; 0 without a size
 		i := 0
 		for i < len(out) && out[i].Storage != u.Host {
 			i++
