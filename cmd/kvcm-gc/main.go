@@ -1,7 +1,7 @@
 // Command kvcm-gc is kvcm-gc's all-in-one command line: each stage on its own (scanner,
 // prober, deleter, and the sweep's walker and sweeper), all of them in one process with an
 // embedded NATS JetStream server (run), the operator's commands (status, replay, dlq, pause,
-// resume, ensure), the seed generator (seed), the one-command demonstration (demo) and the version.
+// resume, ensure, report), the seed generator (seed), the one-command demonstration (demo) and the version.
 //
 // The command table is built here, in one place; each command declares its flags, help and
 // run together where it is defined (package cli for the stages and the operator's commands,

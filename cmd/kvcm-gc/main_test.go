@@ -46,7 +46,7 @@ func TestCommandTable(t *testing.T) {
 		require.True(t, c.Run != nil || len(c.Sub) > 0, c.Name)
 	}
 	require.True(t, app.All.Walker && app.All.Sweeper, "kvcm-gc run runs the sweep's stages")
-	for _, want := range []string{"scanner", "prober", "deleter", "walker", "sweeper", "run", "status", "replay", "dlq", "pause", "resume", "ensure", "seed", "demo", "version"} {
+	for _, want := range []string{"scanner", "prober", "deleter", "walker", "sweeper", "run", "status", "replay", "dlq", "pause", "resume", "ensure", "report", "seed", "demo", "version"} {
 		require.True(t, seen[want], want)
 	}
 }

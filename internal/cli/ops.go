@@ -23,9 +23,9 @@ import (
 // arguments before they connect, and reach the all-in-one process's embedded server when
 // nats.url is empty.
 
-// OperatorCommands lists status, replay, dlq, pause, resume and ensure.
+// OperatorCommands lists status, replay, dlq, pause, resume, ensure and report.
 func OperatorCommands() []*Command {
-	return []*Command{StatusCommand(), ReplayCommand(), DLQCommand(), PauseCommand(), ResumeCommand(), EnsureCommand()}
+	return []*Command{StatusCommand(), ReplayCommand(), DLQCommand(), PauseCommand(), ResumeCommand(), EnsureCommand(), ReportCommand()}
 }
 
 // StatusCommand: status [--json].
