@@ -1,9 +1,9 @@
 package test
 
 // Least privilege (DESIGN §8.5; security.md): every stage runs as a Redis ACL user and a NATS
-// user holding only what it needs, loaded from the files shipped in deploy/redis and
-// deploy/nats-permissions, and a full round still works. What a stage must not do is refused
-// by the servers themselves.
+// user holding only what it needs, as deploy/privileges renders them (the Helm chart renders
+// the same), and a full round and a sweep still work. What a stage must not do is refused by
+// the servers themselves.
 
 import (
 	"bytes"
@@ -186,6 +186,30 @@ func (l *lpEnv) redisAs(user string) *redis.Client {
 	return c
 }
 
+// storeAs opens the metadata store as the stage's Redis user, with the store's own code.
+func (l *lpEnv) storeAs(t *testing.T, user string) *redismeta.Store {
+	t.Helper()
+	conn, err := redismeta.ParseURI(l.redis.URI())
+	require.NoError(t, err)
+	conn.Username, conn.Password = user, l.redisPW[user]
+	st, err := redismeta.OpenStore(context.Background(), conn, redismeta.StoreOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// requireCASRefused attempts the store's own conditional write of a block of inst1 with the
+// stage's credentials, which read it, and shows Redis refuses the write.
+func (l *lpEnv) requireCASRefused(t *testing.T, user string, key int64) {
+	t.Helper()
+	ctx := context.Background()
+	st := l.storeAs(t, user)
+	cur, ok, err := metatest.GetURI(ctx, st, "inst1", key)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.ErrorContains(t, metatest.CAS(ctx, st, "inst1", key, cur, []byte(`{}`)), "NOPERM", "%s wrote a block", user)
+}
+
 func requireNoPerm(t *testing.T, err error, what string) {
 	t.Helper()
 	require.Error(t, err, what)
@@ -249,18 +273,7 @@ func TestLeastPrivilege(t *testing.T) {
 		requireNoPerm(t, c.Eval(ctx, "return 1", []string{k}).Err(), "EVAL")
 		requireNoPerm(t, c.FlushAll(ctx).Err(), "FLUSHALL")
 		requireNoPerm(t, c.Get(ctx, "kvcm_lock:_TAIR_KVCM_LEADER_KEY").Err(), "KVCM's leader lock")
-		// The store's own conditional write, attempted with the scanner's credentials.
-		conn, err := redismeta.ParseURI(l.redis.URI())
-		require.NoError(t, err)
-		conn.Username, conn.Password = userScanner, l.redisPW[userScanner]
-		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
-		require.NoError(t, err)
-		defer st.Close()
-		cur, ok, err := metatest.GetURI(ctx, st, "inst1", m.Locations[0].Key)
-		require.NoError(t, err)
-		require.True(t, ok)
-		err = metatest.CAS(ctx, st, "inst1", m.Locations[0].Key, cur, []byte(`{}`))
-		require.ErrorContains(t, err, "NOPERM")
+		l.requireCASRefused(t, userScanner, m.Locations[0].Key)
 	})
 
 	t.Run("redis prober reads the registry only", func(t *testing.T) {
@@ -290,12 +303,7 @@ func TestLeastPrivilege(t *testing.T) {
 
 		// The CAS and CAD scripts run under the deleter's permissions (Redis 7 checks every
 		// command a script calls against the caller's ACL).
-		conn, err := redismeta.ParseURI(l.redis.URI())
-		require.NoError(t, err)
-		conn.Username, conn.Password = userDeleter, l.redisPW[userDeleter]
-		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
-		require.NoError(t, err)
-		defer st.Close()
+		st := l.storeAs(t, userDeleter)
 		const key = int64(424242)
 		first := []byte(`{"a":{"id":"a","status":2,"type":4,"spec_size":0,"location_specs":[]}}`)
 		require.NoError(t, l.redis.Client().HSet(ctx, kvcm.BlockKey("inst1", key), "__uri__", first, "__lru_time__", "1").Err())
@@ -342,17 +350,7 @@ func TestLeastPrivilege(t *testing.T) {
 		requireNoPerm(t, c.Scan(ctx, 0, "*", 10).Err(), "SCAN")
 		requireNoPerm(t, c.HGet(ctx, "kvcache:instance_inst1:metadata", "__key_count__").Err(), "the instance metadata hash")
 		requireNoPerm(t, c.FlushAll(ctx).Err(), "FLUSHALL")
-		// The store's own conditional write, attempted with the sweeper's credentials.
-		conn, err := redismeta.ParseURI(l.redis.URI())
-		require.NoError(t, err)
-		conn.Username, conn.Password = userSweeper, l.redisPW[userSweeper]
-		st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
-		require.NoError(t, err)
-		defer st.Close()
-		cur, ok, err := metatest.GetURI(ctx, st, "inst1", m.Locations[0].Key)
-		require.NoError(t, err)
-		require.True(t, ok)
-		require.ErrorContains(t, metatest.CAS(ctx, st, "inst1", m.Locations[0].Key, cur, []byte(`{}`)), "NOPERM")
+		l.requireCASRefused(t, userSweeper, m.Locations[0].Key)
 	})
 
 	t.Run("nats stages are refused outside their permissions", func(t *testing.T) {
