@@ -24,7 +24,8 @@ type BacklogFunc func(ctx context.Context) (full bool, detail []any, err error)
 type ControlsConfig struct {
 	// Stage is the walking stage (the "stage" of its log lines and its pause).
 	Stage string
-	// PauseKey is the state-bucket key of the stage's pause (PauseKey).
+	// PauseKey is the state-bucket key of the stage's pause (PauseKey); empty: the stage
+	// cannot be paused.
 	PauseKey string
 	// Refresh is how long a reading serves every walk (ControlRefresh for the scanner; 0 reads
 	// at every tick).
@@ -107,6 +108,9 @@ func (c *Controls) Read(ctx context.Context, now time.Time) (pausedUntil time.Ti
 
 // readPause returns the end of an active operator pause (zero when none).
 func (c *Controls) readPause(ctx context.Context, now time.Time) (time.Time, error) {
+	if c.cfg.PauseKey == "" {
+		return time.Time{}, nil
+	}
 	p, err := ReadPause(ctx, c.deps.State, c.cfg.PauseKey)
 	if err != nil || p == nil || !p.Active(now) {
 		return time.Time{}, err

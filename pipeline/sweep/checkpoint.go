@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -74,6 +75,17 @@ func (q *QuarantineCount) add(size int64, atUs int64) {
 	}
 }
 
+// merge adds the count of one page of a look.
+func (q *QuarantineCount) merge(p QuarantineCount) {
+	q.Files += p.Files
+	q.Bytes += p.Bytes
+	q.Conflicts += p.Conflicts
+	q.Foreign += p.Foreign
+	if p.OldestUs != 0 && (q.OldestUs == 0 || p.OldestUs < q.OldestUs) {
+		q.OldestUs = p.OldestUs
+	}
+}
+
 func (c Checkpoint) clone() Checkpoint {
 	c.Kept, c.LastKept = maps.Clone(c.Kept), maps.Clone(c.LastKept)
 	return c
@@ -97,12 +109,5 @@ func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue, storage string) 
 
 // writeCheckpoint stores c by revision rev (0: the first) and returns the new revision.
 func writeCheckpoint(ctx context.Context, kv jetstream.KeyValue, c Checkpoint, rev uint64) (uint64, error) {
-	val, err := json.Marshal(c)
-	if err != nil {
-		return 0, fmt.Errorf("encode sweep checkpoint of %s: %w", c.Storage, err)
-	}
-	if rev == 0 {
-		return kv.Create(ctx, subjects.SweepKey(c.Storage), val)
-	}
-	return kv.Update(ctx, subjects.SweepKey(c.Storage), val, rev)
+	return pipeline.WriteCheckpoint(ctx, kv, subjects.SweepKey(c.Storage), c, rev)
 }

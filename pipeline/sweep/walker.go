@@ -41,6 +41,7 @@ type Walker struct {
 	now        func() time.Time
 
 	views viewCache
+	ctl   *pipeline.Controls // the pause and the backlog, read for every storage's walk
 }
 
 // WalkerDeps are what the walker is wired to. Registry, Leases, State and Publisher are
@@ -93,6 +94,11 @@ func NewWalker(cfg Config, deps WalkerDeps) (*Walker, error) {
 	if w.maxPayload <= 0 {
 		w.maxPayload = 1 << 20 // the server's default
 	}
+	// Read at every tick (no reuse), as the walker always read its backlog; a page costs far
+	// more than the reading.
+	w.ctl = pipeline.NewControls(pipeline.ControlsConfig{Stage: pipeline.StageWalker},
+		pipeline.ControlsDeps{State: w.state, Backlog: w.backlogFull(), Logger: w.log,
+			OpError: func(op string) { w.metrics.opError(pipeline.StageWalker, op) }})
 	return w, nil
 }
 
@@ -100,10 +106,8 @@ func NewWalker(cfg Config, deps WalkerDeps) (*Walker, error) {
 func (w *Walker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, name := range slices.Sorted(slices.Values(w.cfg.Storages)) {
-		sw := &storageWalk{w: w, storage: name, log: w.log.With("storage", name),
-			lease: pipeline.NewLease(w.leases, subjects.SweepKey(name), pipeline.LeaseRecord{Holder: w.cfg.Holder, Storage: name}, w.leaseTTL)}
-		wg.Add(1)
-		go func() { defer wg.Done(); sw.run(ctx) }()
+		d := w.newDriver(name)
+		wg.Go(func() { d.run(ctx) })
 	}
 	wg.Wait()
 	<-ctx.Done() // with no swept storage the stage runs and does nothing
@@ -122,82 +126,94 @@ func (w *Walker) snapshot(ctx context.Context) (*View, error) {
 	return v.view, err
 }
 
-// storageWalk is the walk of one storage: a small state machine (tick) and its driver (run).
-type storageWalk struct {
+// backlogFull is the walker's reading of the sweeper backlog: full above the high-water mark
+// (nil without a backlog reader: nothing holds the walks back).
+func (w *Walker) backlogFull() pipeline.BacklogFunc {
+	if w.backlog == nil {
+		return nil
+	}
+	return func(ctx context.Context) (bool, []any, error) {
+		n, err := w.backlog(ctx)
+		if err != nil {
+			return false, nil, err
+		}
+		w.metrics.Backlog.Set(float64(n))
+		return n > w.cfg.HighWater, []any{"sweeper_backlog", n, "high_water", w.cfg.HighWater}, nil
+	}
+}
+
+// walkDriver performs the actions of one storage's walk: the only code between its state
+// machine (walk.go) and the servers and files. It holds what the walk opened: the storage's
+// directory and the walks of its data and of its quarantine, each positioned after the last
+// page read.
+type walkDriver struct {
 	w       *Walker
 	storage string
 	log     *slog.Logger
 	lease   *pipeline.Lease
+	walk    *walk
+	loop    pipeline.Loop[event, action]
 
-	loaded bool // the checkpoint is read
-	ck     Checkpoint
-	ckRev  uint64
-	fs     *storage.SweepFS
-	root   *storage.SweepRoot
-	walk   *storage.TreeWalk // the data walk, positioned at ck.Cursor
-	qwalk  *storage.TreeWalk // the quarantine walk, positioned at ck.QCursor
-	// progressed: the last tick moved the walk on.
-	progressed bool
-	warned     map[string]bool // failures logged once until the walk moves on
+	now        time.Time // the tick's time: what its pages are walked and recorded at
+	view       *View     // the tick's registry view
+	fs         *storage.SweepFS
+	root       *storage.SweepRoot
+	data       *storage.TreeWalk // the data walk, positioned at the checkpoint's cursor
+	quarantine *storage.TreeWalk // the quarantine walk, positioned at its cursor
+	warned     map[string]bool   // failures logged once until the walk moves on
 }
 
-func (s *storageWalk) run(ctx context.Context) {
+func (w *Walker) newDriver(name string) *walkDriver {
+	d := &walkDriver{w: w, storage: name, log: w.log.With("storage", name),
+		lease: pipeline.NewLease(w.leases, subjects.SweepKey(name), pipeline.LeaseRecord{Holder: w.cfg.Holder, Storage: name}, w.leaseTTL),
+		walk:  newWalk(newWalkConfig(w.cfg), name)}
+	d.loop = pipeline.Loop[event, action]{Walk: d.walk, Tick: d.tick, Perform: d.perform}
+	return d
+}
+
+// run walks the storage until ctx is done. The lease is renewed in the background; the
+// renewals end before the release, so none can recreate the key after it.
+func (d *walkDriver) run(ctx context.Context) {
 	lctx, stopLease := context.WithCancel(ctx)
 	leaseDone := make(chan struct{})
-	go func() { defer close(leaseDone); s.keepLease(lctx) }()
+	go func() { defer close(leaseDone); d.keepLease(lctx) }()
 	defer func() {
-		// The renewals end before the release, so none can recreate the key after it.
 		stopLease()
 		<-leaseDone
-		s.reset()
+		d.close(actClose{root: true})
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := s.lease.Release(rctx); err != nil {
-			s.log.Warn("release sweep lease", "err", err)
+		if err := d.lease.Release(rctx); err != nil {
+			d.log.Warn("release sweep lease", "err", err)
 		}
 	}()
-	interval := s.w.cfg.Interval
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		s.tick(ctx)
-		wait := interval
-		if !s.progressed {
-			wait = max(wait, pipeline.IdleWait)
-		}
-		timer.Reset(wait) // no catch-up: the next page starts at least an interval after this one
-	}
+	d.loop.Run(ctx)
 }
 
-func (s *storageWalk) keepLease(ctx context.Context) {
-	t := time.NewTicker(pipeline.DefaultLeaseRenew(s.w.cfg.LeaseRenew, s.w.leaseTTL))
+func (d *walkDriver) keepLease(ctx context.Context) {
+	t := time.NewTicker(pipeline.DefaultLeaseRenew(d.w.cfg.LeaseRenew, d.w.leaseTTL))
 	defer t.Stop()
 	wasHeld := false
 	defer func() {
 		if wasHeld {
-			s.w.metrics.LeasesHeld.Dec()
+			d.w.metrics.LeasesHeld.Dec()
 		}
 	}()
 	for {
-		held, err := s.lease.Refresh(ctx)
+		held, err := d.lease.Refresh(ctx)
 		if err != nil && ctx.Err() == nil {
-			s.w.metrics.opError(pipeline.StageWalker, "lease")
+			d.w.metrics.opError(pipeline.StageWalker, "lease")
 			if wasHeld {
-				s.log.Warn("sweep lease renewal failed", "err", err)
+				d.log.Warn("sweep lease renewal failed", "err", err)
 			}
 		}
 		if held != wasHeld {
 			if held {
-				s.log.Info("sweep lease acquired", "holder", s.w.cfg.Holder)
-				s.w.metrics.LeasesHeld.Inc()
+				d.log.Info("sweep lease acquired", "holder", d.w.cfg.Holder)
+				d.w.metrics.LeasesHeld.Inc()
 			} else {
-				s.log.Warn("sweep lease lost")
-				s.w.metrics.LeasesHeld.Dec()
+				d.log.Warn("sweep lease lost")
+				d.w.metrics.LeasesHeld.Dec()
 			}
 			wasHeld = held
 		}
@@ -209,316 +225,104 @@ func (s *storageWalk) keepLease(ctx context.Context) {
 	}
 }
 
-// reset forgets everything the lease guarded: a later leadership reads the checkpoint again.
-func (s *storageWalk) reset() {
-	s.loaded = false
-	s.reopen()
-}
-
-func (s *storageWalk) dropWalks() {
-	if s.walk != nil {
-		s.walk.Close()
-		s.walk = nil
-	}
-	if s.qwalk != nil {
-		s.qwalk.Close()
-		s.qwalk = nil
-	}
-}
-
-// warn logs a failure once until the walk moves on again (no log line per tick).
-func (s *storageWalk) warn(ctx context.Context, what string, args ...any) {
-	if ctx.Err() != nil || s.warned[what] {
-		return
-	}
-	if s.warned == nil {
-		s.warned = map[string]bool{}
-	}
-	s.warned[what] = true
-	s.log.Warn(what, args...)
-}
-
-// tick does at most one page: of the quarantine when a look is under way or due, else of the
-// data. Every failure returns and is retried on a later tick (invariant 7).
-func (s *storageWalk) tick(ctx context.Context) {
-	s.progressed = false
-	rev, held := s.lease.Held()
-	if !held {
-		s.reset()
-		return
-	}
-	if !s.loaded {
-		c, r, err := ReadCheckpoint(ctx, s.w.state, s.storage)
-		if err != nil {
-			s.w.metrics.opError(pipeline.StageWalker, "checkpoint")
-			s.warn(ctx, "read sweep checkpoint", "err", err)
-			return
+// tick reads the lease and, for a walk ready to move, the registry view and the controls.
+func (d *walkDriver) tick(ctx context.Context) event {
+	stop := ctx.Err() != nil
+	d.now = d.w.now()
+	t := evTick{WalkTick: d.w.ctl.Tick(ctx, d.now, d.lease, false), stop: stop}
+	if t.LeaseRev != 0 && !stop && d.walk.phase == pipeline.PhaseReady {
+		d.view, t.viewErr = d.w.snapshot(ctx)
+		if t.viewErr == nil {
+			t.PausedUntil, t.BacklogFull, t.ControlErr = d.w.ctl.Read(ctx, d.now)
 		}
-		c.Storage = s.storage
-		// A new leader looks into the quarantine first: what a walker or a sweeper left there
-		// is finished or undone without waiting for the next look.
-		c.QNextUs = 0
-		s.ck, s.ckRev, s.loaded = c, r, true
-		s.dropWalks()
-		s.log.Info("sweep walk leader", "round", c.Round, "in_round", c.InRound, "quarantine_look", c.QPass)
 	}
-	view, err := s.w.snapshot(ctx)
-	if err != nil {
-		s.warn(ctx, "read registry", "err", err)
-		return
-	}
-	if s.root == nil {
-		fs, err := view.Storages().SweepFS(s.storage)
+	return t
+}
+
+// perform does one action and returns the event it produced, if any.
+func (d *walkDriver) perform(ctx context.Context, a action) (event, bool) {
+	ev := d.do(ctx, a)
+	return ev, ev != nil
+}
+
+func (d *walkDriver) do(ctx context.Context, a action) event {
+	m := d.w.metrics
+	switch a := a.(type) {
+	case actWait:
+		d.loop.Wait(a.d)
+	case actReadCheckpoint:
+		c, rev, err := ReadCheckpoint(ctx, d.w.state, d.storage)
+		return evLoaded{ck: c, rev: rev, err: err}
+	case actOpen:
+		fs, err := d.view.Storages().SweepFS(d.storage)
+		var root *storage.SweepRoot
 		if err == nil {
-			s.root, err = fs.Open()
+			root, err = fs.Open()
 		}
-		if err != nil {
-			s.w.metrics.opError(pipeline.StageWalker, "open")
-			s.warn(ctx, "open swept storage; not walked", "err", err)
-			return
+		if err == nil {
+			d.fs, d.root = fs, root
 		}
-		s.fs = fs
-	}
-	if s.w.backlog != nil {
-		n, err := s.w.backlog(ctx)
-		if err != nil {
-			s.w.metrics.opError(pipeline.StageWalker, "backlog")
-			s.warn(ctx, "read sweeper backlog", "err", err)
-			return // fail closed: no walking without knowing the backlog
+		return evOpened{err: err}
+	case actClose:
+		d.close(a)
+	case actReadPage:
+		if a.kind == subjects.SweepQuarantine {
+			return d.readQuarantine(a.cursor)
 		}
-		s.w.metrics.Backlog.Set(float64(n))
-		if n > s.w.cfg.HighWater {
-			s.w.metrics.Backpressure.Inc()
-			return
+		return d.readData(a.cursor)
+	case actPublish:
+		return d.publish(ctx, a)
+	case actSave:
+		// Fencing: no progress recorded after the lease is gone.
+		if _, held := d.lease.Held(); !held {
+			return evSaved{now: a.now, why: a.why, fenced: true}
 		}
-	}
-	now := s.w.now()
-	switch {
-	case s.ck.QInPass:
-		s.quarantinePage(ctx, view, rev, now)
-	case now.UnixMicro() >= s.ck.QNextUs:
-		s.startLook(ctx, now)
-	case !s.ck.InRound:
-		if now.UnixMicro() >= s.ck.NextRoundUs {
-			s.startRound(ctx, now)
-		}
-	default:
-		s.walkPage(ctx, view, rev, now)
-	}
-	if s.progressed {
-		s.warned = nil
-	}
-}
-
-// save writes c as the checkpoint by revision and makes it the walk's on success. A revision
-// conflict means another walker wrote it: this one is no longer the leader and steps down.
-func (s *storageWalk) save(ctx context.Context, c Checkpoint, now time.Time) bool {
-	if _, held := s.lease.Held(); !held {
-		return false // fencing: no progress recorded after the lease is gone
-	}
-	c.Holder, c.SavedUs = s.w.cfg.Holder, now.UnixMicro()
-	rev, err := writeCheckpoint(ctx, s.w.state, c, s.ckRev)
-	if err != nil {
-		s.w.metrics.opError(pipeline.StageWalker, "checkpoint")
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			s.log.Warn("sweep checkpoint written by another walker; stepping down", "err", err)
-			s.lease.Drop()
-		} else {
-			s.warn(ctx, "save sweep checkpoint", "err", err)
-		}
-		s.loaded = false
-		s.dropWalks()
-		return false
-	}
-	s.ck, s.ckRev = c, rev
-	return true
-}
-
-func (s *storageWalk) startRound(ctx context.Context, now time.Time) {
-	c := s.ck.clone()
-	c.Round++
-	c.InRound, c.Cursor, c.Page = true, nil, 0
-	c.RoundStartedUs, c.Walked, c.Candidates, c.Kept = now.UnixMicro(), 0, 0, nil
-	c.QNextUs = 0 // every round starts with a look into the quarantine
-	if !s.save(ctx, c, now) {
-		return
-	}
-	s.reopen()
-	s.progressed = true
-	s.log.Info("sweep round started", "round", c.Round)
-	s.event(ctx, subjects.Event{Kind: subjects.EventSweep, Round: c.Round, Outcome: subjects.SweepOutcomeRoundStart,
-		Detail: "storage " + s.storage})
-}
-
-func (s *storageWalk) startLook(ctx context.Context, now time.Time) {
-	c := s.ck.clone()
-	c.QPass++
-	c.QInPass, c.QCursor, c.QPage, c.QSeen = true, nil, 0, QuarantineCount{}
-	if !s.save(ctx, c, now) {
-		return
-	}
-	s.reopen()
-	s.progressed = true
-}
-
-// reopen closes the storage's directory and walks, so the next page opens them again from
-// the registry as it is then (a changed root_path, a remounted storage).
-func (s *storageWalk) reopen() {
-	s.dropWalks()
-	if s.root != nil {
-		_ = s.root.Close()
-		s.root, s.fs = nil, nil
-	}
-}
-
-// walkPage walks at most BatchSize entries of the data, publishes the candidates among them
-// and records the page in the checkpoint. On the last page the round ends.
-func (s *storageWalk) walkPage(ctx context.Context, view *View, rev uint64, now time.Time) {
-	if s.walk == nil {
-		s.walk = s.root.Walk(string(s.ck.Cursor))
-	}
-	grace := s.w.cfg.Grace
-	var files []sweepCandidate
-	kept := map[string]uint64{}
-	var last string
-	n, done := 0, false
-	for n < s.w.cfg.BatchSize {
-		e, ok := s.walk.Next()
-		if !ok {
-			done = true
+		c := a.ck
+		c.Holder, c.SavedUs = d.w.cfg.Holder, a.now.UnixMicro()
+		rev, err := writeCheckpoint(ctx, d.w.state, c, a.rev)
+		return evSaved{now: a.now, why: a.why, ck: c, rev: rev, err: err}
+	case actStepDown:
+		d.lease.Drop()
+	case actWarn:
+		if ctx.Err() != nil || d.warned[a.what] {
 			break
 		}
-		n++
-		last = e.Rel
-		if e.Err != nil {
-			s.w.metrics.opError(pipeline.StageWalker, "walk")
-			s.warn(ctx, "walk a directory of the swept storage; skipped", "path", e.Rel, "err", e.Err)
-			kept[KeptUnreadable]++
-			continue
+		if d.warned == nil {
+			d.warned = map[string]bool{}
 		}
-		c, reason := classifyWalked(s.fs, view, e, now, grace)
-		if reason != "" {
-			kept[reason]++
-			continue
+		d.warned[a.what] = true
+		d.log.Warn(a.what, a.args...)
+	case actProgress:
+		d.warned = nil
+	case actLog:
+		d.log.Log(ctx, a.level, a.msg, a.args...)
+	case actOpError:
+		m.opError(pipeline.StageWalker, a.op)
+	case actSkip:
+		m.Backpressure.Inc()
+	case actCount:
+		m.Walked.Add(float64(a.read.n))
+		m.Candidates.Add(float64(len(a.read.files)))
+		for r, k := range a.read.kept {
+			m.Kept.WithLabelValues(r).Add(float64(k))
 		}
-		files = append(files, c)
-	}
-	if !s.publish(ctx, subjects.SweepWalk, s.ck.Round, s.ck.Page, rev, now, files) {
-		s.dropWalks()
-		return
-	}
-	c := s.ck.clone()
-	if n > 0 {
-		c.Cursor = subjects.RawText(last)
-	}
-	c.Page++
-	c.Walked += uint64(n)
-	c.Candidates += uint64(len(files))
-	for r, k := range kept {
-		if c.Kept == nil {
-			c.Kept = map[string]uint64{}
-		}
-		c.Kept[r] += k
-	}
-	if done {
-		c.InRound = false
-		c.NextRoundUs = now.Add(s.w.cfg.RoundPause).UnixMicro()
-		c.LastRoundEndUs, c.LastRoundMs = now.UnixMicro(), now.Sub(time.UnixMicro(c.RoundStartedUs)).Milliseconds()
-		c.LastWalked, c.LastCandidates, c.LastKept = c.Walked, c.Candidates, maps.Clone(c.Kept)
-	}
-	if !s.save(ctx, c, now) {
-		return
-	}
-	s.progressed = true
-	m := s.w.metrics
-	m.Walked.Add(float64(n))
-	m.Candidates.Add(float64(len(files)))
-	for r, k := range kept {
-		m.Kept.WithLabelValues(r).Add(float64(k))
-	}
-	if done {
-		s.dropWalks()
-		m.LastRoundEnd.Set(float64(now.Unix()))
-		s.log.Info("sweep round finished", "round", c.Round, "walked", c.Walked, "candidates", c.Candidates,
+	case actRoundStarted:
+		d.log.Info("sweep round started", "round", a.round)
+		d.event(ctx, subjects.Event{Kind: subjects.EventSweep, Round: a.round, Outcome: subjects.SweepOutcomeRoundStart,
+			Detail: "storage " + d.storage})
+	case actRoundEnded:
+		c := a.ck
+		m.LastRoundEnd.Set(float64(a.now.Unix()))
+		d.log.Info("sweep round finished", "round", c.Round, "walked", c.Walked, "candidates", c.Candidates,
 			"duration", time.Duration(c.LastRoundMs)*time.Millisecond)
 		counts := map[string]int64{"walked": int64(c.Walked), "candidates": int64(c.Candidates), "duration_ms": c.LastRoundMs}
 		for r, k := range c.Kept {
 			counts["kept_"+r] = int64(k)
 		}
-		s.event(ctx, subjects.Event{Kind: subjects.EventSweep, Round: c.Round, Outcome: subjects.SweepOutcomeRoundEnd,
-			Detail: "storage " + s.storage, Counts: counts})
-	}
-}
-
-// quarantinePage reads at most BatchSize entries of the quarantine and publishes every file
-// there for a sweeper to finish or undo; the entries that are no file of kvcm-gc's are counted
-// and left alone.
-func (s *storageWalk) quarantinePage(ctx context.Context, view *View, rev uint64, now time.Time) {
-	if s.qwalk == nil {
-		qw, err := s.root.WalkQuarantine(string(s.ck.QCursor))
-		if err != nil {
-			s.w.metrics.opError(pipeline.StageWalker, "walk")
-			s.warn(ctx, "open the quarantine", "err", err)
-			return
-		}
-		s.qwalk = qw
-	}
-	seen := s.ck.QSeen
-	var files []sweepCandidate
-	var last string
-	n, done := 0, false
-	for n < s.w.cfg.BatchSize {
-		e, ok := s.qwalk.Next()
-		if !ok {
-			done = true
-			break
-		}
-		n++
-		last = e.Rel
-		if e.Err != nil {
-			s.w.metrics.opError(pipeline.StageWalker, "walk")
-			s.warn(ctx, "walk a directory of the quarantine; skipped", "path", e.Rel, "err", e.Err)
-			seen.Foreign++
-			continue
-		}
-		if storage.IsConflict(e.Rel) {
-			seen.Conflicts++
-			continue
-		}
-		c, ok := quarantined(s.fs, view, e)
-		if !ok {
-			seen.Foreign++
-			continue
-		}
-		seen.add(c.file.Size, c.file.QuarantinedUs)
-		files = append(files, c)
-	}
-	if !s.publish(ctx, subjects.SweepQuarantine, s.ck.QPass, s.ck.QPage, rev, now, files) {
-		s.dropWalks()
-		return
-	}
-	c := s.ck.clone()
-	if n > 0 {
-		c.QCursor = subjects.RawText(last)
-	}
-	c.QPage++
-	c.QSeen = seen
-	if done {
-		c.QInPass = false
-		seen.EndedUs = now.UnixMicro()
-		c.QLast, c.QSeen = seen, QuarantineCount{}
-		c.QNextUs = now.Add(max(s.w.cfg.Quarantine/2, s.w.cfg.Interval)).UnixMicro()
-	}
-	if !s.save(ctx, c, now) {
-		return
-	}
-	s.progressed = true
-	if done {
-		if s.qwalk != nil {
-			s.qwalk.Close()
-			s.qwalk = nil
-		}
-		m := s.w.metrics
+		d.event(ctx, subjects.Event{Kind: subjects.EventSweep, Round: c.Round, Outcome: subjects.SweepOutcomeRoundEnd,
+			Detail: "storage " + d.storage, Counts: counts})
+	case actLookEnded:
+		seen := a.seen
 		m.QFiles.Set(float64(seen.Files))
 		m.QBytes.Set(float64(seen.Bytes))
 		m.QConflicts.Set(float64(seen.Conflicts))
@@ -528,13 +332,107 @@ func (s *storageWalk) quarantinePage(ctx context.Context, view *View, rev uint64
 			m.QOldest.Set(0)
 		}
 		if seen.Files+seen.Conflicts+seen.Foreign > 0 {
-			s.log.Info("looked into the quarantine", "files", seen.Files, "bytes", seen.Bytes, "conflicts", seen.Conflicts, "foreign", seen.Foreign)
+			d.log.Info("looked into the quarantine", "files", seen.Files, "bytes", seen.Bytes, "conflicts", seen.Conflicts, "foreign", seen.Foreign)
 		}
+	default:
+		// Sealed: TestWalkSealed fails on an action without a case. Were one to slip through,
+		// the walk stops rather than go on without it.
+		d.log.Error("unhandled walk action; walk stopped", "action", fmt.Sprintf("%T", a))
+		d.walk.phase = pipeline.PhaseDone
+	}
+	return nil
+}
+
+// close closes the directory walks (a: the quarantine's alone, or the directory too).
+func (d *walkDriver) close(a actClose) {
+	if d.quarantine != nil {
+		d.quarantine.Close()
+		d.quarantine = nil
+	}
+	if a.quarantineOnly {
+		return
+	}
+	if d.data != nil {
+		d.data.Close()
+		d.data = nil
+	}
+	if a.root && d.root != nil {
+		_ = d.root.Close()
+		d.root, d.fs = nil, nil
 	}
 }
 
-// sweepCandidate is one file to publish, with the batch it goes in.
-type sweepCandidate struct {
+// readData walks at most BatchSize entries of the data from cursor and classifies them.
+func (d *walkDriver) readData(cursor subjects.RawText) event {
+	if d.data == nil {
+		d.data = d.root.Walk(string(cursor))
+	}
+	r := pageRead{kept: map[string]uint64{}}
+	for r.n < d.w.cfg.BatchSize {
+		e, ok := d.data.Next()
+		if !ok {
+			r.done = true
+			break
+		}
+		r.n++
+		r.last = e.Rel
+		if e.Err != nil {
+			r.unreadable = append(r.unreadable, walkFailure{path: e.Rel, err: e.Err})
+			r.kept[KeptUnreadable]++
+			continue
+		}
+		c, reason := classifyWalked(d.fs, d.view, e, d.now, d.w.cfg.Grace)
+		if reason != "" {
+			r.kept[reason]++
+			continue
+		}
+		r.files = append(r.files, c)
+	}
+	return evPage{now: d.now, kind: subjects.SweepWalk, read: r}
+}
+
+// readQuarantine reads at most BatchSize entries of the quarantine from cursor: every file
+// there goes to a sweeper to finish or undo; the entries that are no file of kvcm-gc's are
+// counted and left alone.
+func (d *walkDriver) readQuarantine(cursor subjects.RawText) event {
+	if d.quarantine == nil {
+		qw, err := d.root.WalkQuarantine(string(cursor))
+		if err != nil {
+			return evPage{now: d.now, kind: subjects.SweepQuarantine, err: err}
+		}
+		d.quarantine = qw
+	}
+	var r pageRead
+	for r.n < d.w.cfg.BatchSize {
+		e, ok := d.quarantine.Next()
+		if !ok {
+			r.done = true
+			break
+		}
+		r.n++
+		r.last = e.Rel
+		if e.Err != nil {
+			r.unreadable = append(r.unreadable, walkFailure{path: e.Rel, err: e.Err})
+			r.seen.Foreign++
+			continue
+		}
+		if storage.IsConflict(e.Rel) {
+			r.seen.Conflicts++
+			continue
+		}
+		c, ok := quarantined(d.fs, d.view, e)
+		if !ok {
+			r.seen.Foreign++
+			continue
+		}
+		r.seen.add(c.file.Size, c.file.QuarantinedUs)
+		r.files = append(r.files, c)
+	}
+	return evPage{now: d.now, kind: subjects.SweepQuarantine, read: r}
+}
+
+// candidate is one file to publish, with the batch it goes in.
+type candidate struct {
 	instance, group, store string
 	file                   subjects.SweepFile
 }
@@ -542,26 +440,26 @@ type sweepCandidate struct {
 // classifyWalked decides whether a walked file is a candidate: a regular file, KVCM's
 // per-block name of a registered instance and spec (ResolveName), older than grace by its
 // mtime, and whose data path maps back to the very file walked. Else reason says why it stays.
-func classifyWalked(fs *storage.SweepFS, view *View, e storage.WalkEntry, now time.Time, grace time.Duration) (sweepCandidate, string) {
+func classifyWalked(fs *storage.SweepFS, view *View, e storage.WalkEntry, now time.Time, grace time.Duration) (candidate, string) {
 	if !e.Stat.Regular() {
-		return sweepCandidate{}, KeptNotRegular
+		return candidate{}, KeptNotRegular
 	}
 	object := fs.Object(e.Rel)
 	if object == "" {
-		return sweepCandidate{}, KeptUnparsable
+		return candidate{}, KeptUnparsable
 	}
 	name, reason, _ := view.ResolveName(object)
 	if reason != "" {
-		return sweepCandidate{}, reason
+		return candidate{}, reason
 	}
 	if age := now.Sub(e.Stat.ModTime); age < grace {
-		return sweepCandidate{}, KeptYoung // also a time in the future
+		return candidate{}, KeptYoung // also a time in the future
 	}
 	raw := fs.DataPath(object)
 	if rel, err := fs.Resolve(raw); err != nil || rel != e.Rel {
-		return sweepCandidate{}, KeptPathMap
+		return candidate{}, KeptPathMap
 	}
-	return sweepCandidate{instance: name.Instance.ID, group: name.Instance.Group, store: name.Instance.Store,
+	return candidate{instance: name.Instance.ID, group: name.Instance.Group, store: name.Instance.Store,
 		file: subjects.SweepFile{Path: subjects.RawText(raw), Spec: name.Spec, Key: name.Key, Size: e.Stat.Size,
 			MtimeUs: e.Stat.ModTime.UnixMicro(), Ino: e.Stat.Ino}}, ""
 }
@@ -570,16 +468,16 @@ func classifyWalked(fs *storage.SweepFS, view *View, e storage.WalkEntry, now ti
 // Quarantine named, whose name is KVCM's per-block name (the only ones it moves). A name that
 // no longer resolves to a collected instance (the registry changed meanwhile) goes out under
 // its first reading, for a sweeper to move it back.
-func quarantined(fs *storage.SweepFS, view *View, e storage.WalkEntry) (sweepCandidate, bool) {
+func quarantined(fs *storage.SweepFS, view *View, e storage.WalkEntry) (candidate, bool) {
 	rel, at, err := storage.ParseQuarantined(e.Rel)
 	if err != nil || !e.Stat.Regular() {
-		return sweepCandidate{}, false
+		return candidate{}, false
 	}
 	object := fs.Object(rel)
 	if object == "" {
-		return sweepCandidate{}, false
+		return candidate{}, false
 	}
-	c := sweepCandidate{file: subjects.SweepFile{Path: subjects.RawText(fs.DataPath(object)), Size: e.Stat.Size,
+	c := candidate{file: subjects.SweepFile{Path: subjects.RawText(fs.DataPath(object)), Size: e.Stat.Size,
 		MtimeUs: e.Stat.ModTime.UnixMicro(), Ino: e.Stat.Ino, Quarantine: subjects.RawText(e.Rel), QuarantinedUs: at.UnixMicro()}}
 	if name, reason, _ := view.ResolveName(object); reason == "" {
 		c.instance, c.group, c.store = name.Instance.ID, name.Instance.Group, name.Instance.Store
@@ -588,7 +486,7 @@ func quarantined(fs *storage.SweepFS, view *View, e storage.WalkEntry) (sweepCan
 	}
 	bf, err := kvcm.ParseBlockFileName(object)
 	if err != nil || bf.Shared {
-		return sweepCandidate{}, false
+		return candidate{}, false
 	}
 	first := bf.Splits()[0]
 	c.instance, c.file.Spec, c.file.Key = first.Instance, first.Spec, bf.Key
@@ -596,38 +494,37 @@ func quarantined(fs *storage.SweepFS, view *View, e storage.WalkEntry) (sweepCan
 }
 
 // publish stores a page's files as one batch per instance (split below the payload limit)
-// and waits until the server has stored them all. It reports success.
-func (s *storageWalk) publish(ctx context.Context, kind string, round, page, rev uint64, now time.Time, files []sweepCandidate) bool {
+// and waits until the server has stored them all.
+func (d *walkDriver) publish(ctx context.Context, a actPublish) event {
 	// Fencing: never publish after losing the lease.
-	if _, held := s.lease.Held(); !held {
-		return false
+	if _, held := d.lease.Held(); !held {
+		return evPublished{now: a.now, fenced: true}
 	}
-	byInst := map[string][]sweepCandidate{}
-	for _, f := range files {
+	failed := func(what string, err error, args ...any) event {
+		return evPublished{now: a.now, err: err, what: what, args: args}
+	}
+	byInst := map[string][]candidate{}
+	for _, f := range a.files {
 		byInst[f.instance] = append(byInst[f.instance], f)
 	}
-	limit := subjects.PayloadLimit(int64(s.w.maxPayload))
+	limit := subjects.PayloadLimit(int64(d.w.maxPayload))
 	var acks []pipeline.AckWait
 	for _, inst := range slices.Sorted(maps.Keys(byInst)) {
 		cs := byInst[inst]
-		b := subjects.SweepBatch{V: subjects.SchemaVersion, Cluster: s.w.names.Cluster, Instance: inst,
-			Group: cs[0].group, Store: cs[0].store, Storage: s.storage, Kind: kind, Round: round, Page: page,
-			LeaseRev: rev, WalkedAt: now.UnixMicro()}
+		b := subjects.SweepBatch{V: subjects.SchemaVersion, Cluster: d.w.names.Cluster, Instance: inst,
+			Group: cs[0].group, Store: cs[0].store, Storage: d.storage, Kind: a.kind, Round: a.round, Page: a.page,
+			LeaseRev: a.leaseRev, WalkedAt: a.now.UnixMicro()}
 		for _, c := range cs {
 			b.Files = append(b.Files, c.file)
 		}
 		parts, err := splitSweep(b, limit)
 		if err != nil {
-			s.w.metrics.opError(pipeline.StageWalker, "publish")
-			s.warn(ctx, "encode sweep batch", "instance", inst, "err", err)
-			return false
+			return failed("encode sweep batch", err, "instance", inst)
 		}
 		for _, p := range parts {
-			ack, err := s.w.publisher.PublishAsync(s.w.names.SweepSubject(inst), p.data, subjects.SweepMsgID(p.batch))
+			ack, err := d.w.publisher.PublishAsync(d.w.names.SweepSubject(inst), p.data, subjects.SweepMsgID(p.batch))
 			if err != nil {
-				s.w.metrics.opError(pipeline.StageWalker, "publish")
-				s.warn(ctx, "publish sweep batch", "instance", inst, "err", err)
-				return false
+				return failed("publish sweep batch", err, "instance", inst)
 			}
 			acks = append(acks, ack)
 		}
@@ -636,12 +533,10 @@ func (s *storageWalk) publish(ctx context.Context, kind string, round, page, rev
 	defer cancel()
 	for _, ack := range acks {
 		if err := ack(actx); err != nil {
-			s.w.metrics.opError(pipeline.StageWalker, "publish")
-			s.warn(ctx, "store sweep batch", "err", err)
-			return false
+			return failed("store sweep batch", err)
 		}
 	}
-	return true
+	return evPublished{now: a.now}
 }
 
 type encodedSweep struct {
@@ -676,12 +571,12 @@ func splitSweep(b subjects.SweepBatch, limit int) ([]encodedSweep, error) {
 	return out, split(b.Files)
 }
 
-func (s *storageWalk) event(ctx context.Context, e subjects.Event) {
-	if s.w.events == nil {
+func (d *walkDriver) event(ctx context.Context, e subjects.Event) {
+	if d.w.events == nil {
 		return
 	}
 	e.Stage = pipeline.StageWalker
-	s.w.events.Emit(ctx, e)
+	d.w.events.Emit(ctx, e)
 }
 
 // ReadLease returns the walker's lease record of a storage, if any.
