@@ -18,8 +18,9 @@ import (
 // what its stages need, so one file can serve every stage of a deployment.
 //
 // Tags: yaml names the key (nested structs make dotted keys, e.g. nats.url), help documents it
-// for --help, and secret marks a value never to print: "true" hides it whole, "uri" hides the
-// credentials inside a URI.
+// for --help, secret marks a value never to print ("true" hides it whole, "uri" hides the
+// credentials inside a URI), and file marks the key naming a file that holds the value of the
+// sibling key it names (password_file for password): see ReadSecretFiles.
 type Config struct {
 	Enabled bool   `yaml:"enabled" help:"run the stages; false keeps the process up serving /healthz and /metrics only"`
 	DryRun  bool   `yaml:"dry_run" help:"judge and report everything, write nothing (the Redis writer and storage deleter refuse every write)"`
@@ -91,17 +92,21 @@ type RedisTLS struct {
 
 // RedisConn is the connection to KVCM's registry Redis.
 type RedisConn struct {
-	URI      string   `yaml:"uri" secret:"uri" help:"KVCM's registry Redis, redis[s]://[userinfo@]host:port[?timeout_ms=…]; userinfo authenticates as KVCM does"`
-	Username string   `yaml:"username" help:"ACL user of kvcm-gc's own (exclusive with a URI userinfo)"`
-	Password string   `yaml:"password" secret:"true" help:"password of username (or of the default user)"`
-	TLS      RedisTLS `yaml:"tls"`
+	URI      string `yaml:"uri" secret:"uri" help:"KVCM's registry Redis, redis[s]://[userinfo@]host:port[?timeout_ms=…]; userinfo authenticates as KVCM does"`
+	Username string `yaml:"username" help:"ACL user of kvcm-gc's own (exclusive with a URI userinfo)"`
+	Password string `yaml:"password" secret:"true" help:"password of username (or of the default user)"`
+	// PasswordFile holds the password (a mounted secret), so it shows in no flag, variable
+	// or file of the configuration.
+	PasswordFile string   `yaml:"password_file" file:"password" help:"file holding the password (one trailing newline is dropped); exclusive with password"`
+	TLS          RedisTLS `yaml:"tls"`
 }
 
 // MetaConn are the metadata stores: the connection defaults and the URI overrides.
 type MetaConn struct {
-	Username string   `yaml:"username" help:"ACL user for every metadata store (a store URI's userinfo wins)"`
-	Password string   `yaml:"password" secret:"true" help:"password of username (or of the default user)"`
-	TLS      RedisTLS `yaml:"tls"`
+	Username     string   `yaml:"username" help:"ACL user for every metadata store (a store URI's userinfo wins)"`
+	Password     string   `yaml:"password" secret:"true" help:"password of username (or of the default user)"`
+	PasswordFile string   `yaml:"password_file" file:"password" help:"file holding the password (one trailing newline is dropped); exclusive with password"`
+	TLS          RedisTLS `yaml:"tls"`
 	// StoreURIs and GroupStoreURIs override what the registry says.
 	StoreURIs      map[string]string `yaml:"store_uris" secret:"uri" help:"URI by metadata store name (host:port as in the registry), to reach a store another way"`
 	GroupStoreURIs map[string]string `yaml:"group_store_uris" secret:"uri" help:"URI by instance group name, replacing the group's meta_storage_backend_config.storage_uri"`
@@ -134,6 +139,11 @@ type GuardConfig struct {
 	Kind   string `yaml:"kind" help:"none, or redis: hashes <prefix><instance> list copy targets that must never be collected"`
 	Prefix string `yaml:"prefix" help:"key prefix of the redis guard's hashes"`
 	URI    string `yaml:"uri" secret:"uri" help:"Redis of the guard (empty: the registry connection)"`
+	// Username and Password sign in to guard.uri's Redis, as registry.username does to the
+	// registry's; without guard.uri the guard uses the registry connection and its credentials.
+	Username     string `yaml:"username" help:"ACL user on guard.uri's Redis (exclusive with a URI userinfo)"`
+	Password     string `yaml:"password" secret:"true" help:"password of username on guard.uri's Redis (or of the default user)"`
+	PasswordFile string `yaml:"password_file" file:"password" help:"file holding the password (one trailing newline is dropped); exclusive with password"`
 }
 
 // NATSConfig is the connection to NATS, and the embedded server of the run command.
@@ -143,6 +153,9 @@ type NATSConfig struct {
 	NkeySeedFile    string        `yaml:"nkey_seed_file" help:"file holding an nkey seed to sign in with"`
 	User            string        `yaml:"user" help:"user name"`
 	Password        string        `yaml:"password" secret:"true" help:"password of user"`
+	PasswordFile    string        `yaml:"password_file" file:"password" help:"file holding the password of user (one trailing newline is dropped); exclusive with password"`
+	Token           string        `yaml:"token" secret:"true" help:"authentication token (the server's authorization token)"`
+	TokenFile       string        `yaml:"token_file" file:"token" help:"file holding the token (one trailing newline is dropped); exclusive with token"`
 	Name            string        `yaml:"name" help:"connection name shown by the server (empty: kvcm-gc-<command>)"`
 	TLS             NATSTLS       `yaml:"tls"`
 	Embedded        EmbeddedJS    `yaml:"embedded"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -303,5 +304,95 @@ func TestReadmeListsEveryKey(t *testing.T) {
 	require.NoError(t, err)
 	for _, k := range Keys() {
 		require.Contains(t, string(data), "| `"+k.Name+"` | `"+k.Env+"` |", "README.md does not list %s", k.Name)
+	}
+}
+
+// TestEverySecretHasAFile: every secret given whole (a password, a token) can also come from
+// a file, so it need not show in a flag (ps), a variable or the configuration file.
+func TestEverySecretHasAFile(t *testing.T) {
+	files := map[string]string{} // secret key -> its file key
+	for _, k := range Keys() {
+		if k.FileOf != "" {
+			v, ok := Lookup(k.FileOf)
+			require.True(t, ok, "%s names %s", k.Name, k.FileOf)
+			require.Equal(t, "true", v.Secret, "%s holds a secret", v.Name)
+			require.Equal(t, v.Name+"_file", k.Name)
+			require.Empty(t, k.Secret, "a file's name is no secret")
+			files[k.FileOf] = k.Name
+		}
+	}
+	for _, k := range Keys() {
+		if k.Secret == "true" {
+			require.Contains(t, files, k.Name, "%s has no _file key", k.Name)
+		}
+	}
+	require.Len(t, files, 5) // registry, meta, guard, nats passwords; nats token
+}
+
+// TestSecretFiles: each secret's _file key fills it from the file, one trailing newline
+// dropped; the value never shows in --print-config, the help or the startup log line; a
+// secret given both ways, an unreadable file or an empty one stops the start, naming the keys.
+func TestSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	secret := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
+	reg, meta, guard := secret("reg", "reg-s3cret\n"), secret("meta", "meta-s3cret\r\n"), secret("guard", "guard-s3cret")
+	natsPW, token := secret("natspw", "nats-s3cret\n\n"), secret("token", "tok-s3cret\n")
+	file := writeFile(t, "cluster: c1\nregistry: {uri: \"redis://r:6379\", username: gc, password_file: "+reg+"}\n"+
+		"guard: {kind: redis, uri: \"redis://g:1\", username: guard, password_file: "+guard+"}\n")
+	c, err := load(t, []string{"--config", file, "--nats.user", "n", "--nats.password_file", natsPW},
+		map[string]string{"KVCMGC_META_PASSWORD_FILE": meta})
+	require.NoError(t, err)
+	require.Equal(t, "reg-s3cret", c.Registry.Password)
+	require.Equal(t, "meta-s3cret", c.Meta.Password, "a CRLF goes too")
+	require.Equal(t, "guard-s3cret", c.Guard.Password, "no newline: nothing dropped")
+	require.Equal(t, "nats-s3cret\n", c.NATS.Password, "one newline only")
+	o, err := c.AppOptions()
+	require.NoError(t, err)
+	require.Equal(t, "reg-s3cret", o.Registry.Password)
+	require.Equal(t, "guard", o.GuardConn.Username)
+	require.Equal(t, "guard-s3cret", o.GuardConn.Password)
+
+	ct, err := load(t, []string{"--cluster", "c1", "--nats.token_file", token}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "tok-s3cret", ct.NATS.Token)
+
+	var out bytes.Buffer
+	require.NoError(t, c.Print(&out))
+	require.NoError(t, ct.Print(&out))
+	WriteHelp(&out)
+	slog.New(slog.NewTextHandler(&out, nil)).Info("starting", "config", c)
+	require.Contains(t, out.String(), "password_file: "+reg, "the file's name is shown")
+	require.NotContains(t, out.String(), "s3cret")
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"both a password and its file", []string{"--registry.password", "x", "--registry.password_file", reg}, nil,
+			"registry.password, registry.password_file: both set"},
+		{"both, from the environment and a flag", []string{"--nats.token", "x"}, map[string]string{"KVCMGC_NATS_TOKEN_FILE": token},
+			"nats.token, nats.token_file: both set"},
+		{"unreadable file", []string{"--meta.password_file", filepath.Join(dir, "missing")}, nil,
+			"meta.password_file: open " + filepath.Join(dir, "missing")},
+		{"empty file", []string{"--nats.user", "n", "--nats.password_file", secret("empty", "\n")}, nil,
+			"nats.password_file: " + filepath.Join(dir, "empty") + " is empty"},
+		{"token and user", []string{"--nats.user", "n", "--nats.token_file", token}, nil,
+			"credentials_file, nkey_seed_file, user and token are exclusive"},
+		{"guard credentials without guard.uri", []string{"--guard.kind", "redis", "--guard.password_file", guard}, nil,
+			"guard.username, guard.password: given without guard.uri"},
+		{"guard credentials and a userinfo", []string{"--guard.kind", "redis", "--guard.uri", "redis://:x@g:1", "--guard.password_file", guard}, nil,
+			"guard.username, guard.password: exclusive with a userinfo in guard.uri"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, append([]string{"--cluster", "c1"}, tc.args...), tc.env)
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "s3cret")
+		})
 	}
 }

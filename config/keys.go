@@ -29,6 +29,9 @@ type Key struct {
 	// Secret is "true" for a value never printed, "uri" for a URI whose credentials are never
 	// printed, "" otherwise.
 	Secret string
+	// FileOf, on a key naming a file that holds a secret (registry.password_file), is the key
+	// whose value the file holds (registry.password); see Config.ReadSecretFiles.
+	FileOf string
 
 	index []int // field path in Config
 }
@@ -58,12 +61,17 @@ func Keys() []Key {
 				continue
 			}
 			full := prefix + name
+			var fileOf string
+			if of := f.Tag.Get("file"); of != "" {
+				fileOf = prefix + of
+			}
 			out = append(out, Key{
 				Name:   full,
 				Env:    EnvPrefix + strings.ToUpper(strings.ReplaceAll(full, ".", "_")),
 				Help:   f.Tag.Get("help"),
 				Type:   typeName(f.Type),
 				Secret: f.Tag.Get("secret"),
+				FileOf: fileOf,
 				index:  idx,
 			})
 		}

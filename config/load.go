@@ -94,11 +94,60 @@ func (f *Flags) Load(getenv func(string) (string, bool)) (Config, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
+	if err := c.ReadSecretFiles(); err != nil {
+		return Config{}, err
+	}
 	c.normalize()
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// ReadSecretFiles sets every secret given as a file (registry.password from
+// registry.password_file, nats.token from nats.token_file, …: the keys whose FileOf names
+// them) to the file's content, one trailing newline ("\n" or "\r\n") dropped, as a mounted
+// Kubernetes Secret or `echo pw > file` leaves it. A secret given both ways, from whatever
+// sources, is an error naming both keys: which one would win is not a guess to make
+// silently. So is a file that cannot be read, or is empty. The value read is hidden like
+// the key's own (--print-config, logs); the file's name is not a secret.
+func (c *Config) ReadSecretFiles() error {
+	var errs []error
+	for _, fk := range Keys() {
+		if fk.FileOf == "" {
+			continue
+		}
+		path := fk.field(c).String()
+		if path == "" {
+			continue
+		}
+		vk, ok := Lookup(fk.FileOf)
+		if !ok {
+			return fmt.Errorf("%s: names no key %s", fk.Name, fk.FileOf) // a Config tag's mistake
+		}
+		v := vk.field(c)
+		if v.String() != "" {
+			errs = append(errs, fmt.Errorf("%s, %s: both set; give the secret one way", vk.Name, fk.Name))
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", fk.Name, err))
+			continue
+		}
+		text := string(data)
+		if t, ok := strings.CutSuffix(text, "\r\n"); ok {
+			text = t
+		} else {
+			text = strings.TrimSuffix(text, "\n")
+		}
+		if text == "" {
+			errs = append(errs, fmt.Errorf("%s: %s is empty", fk.Name, path))
+			continue
+		}
+		v.SetString(text)
+	}
+	return errors.Join(errs...)
 }
 
 // normalize fills values that derive from others.

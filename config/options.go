@@ -32,6 +32,20 @@ func (c Config) RegistryConn() (redismeta.ConnOptions, error) {
 	return conn, nil
 }
 
+// GuardConn returns the connection to guard.uri's Redis, signed in with guard.username and
+// guard.password unless the URI's userinfo does it.
+func (c Config) GuardConn() (redismeta.ConnOptions, error) {
+	base := redismeta.ConnOptions{Username: c.Guard.Username, Password: c.Guard.Password}
+	conn, err := base.ApplyURI(c.Guard.URI)
+	if err != nil {
+		return conn, fmt.Errorf("guard.uri: %w", err)
+	}
+	if conn.UserInfo != "" && (c.Guard.Username != "" || c.Guard.Password != "") {
+		return conn, errors.New("guard.username, guard.password: exclusive with a userinfo in guard.uri")
+	}
+	return conn, nil
+}
+
 func (t RedisTLS) options() redismeta.TLSOptions {
 	return redismeta.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
 }
@@ -98,8 +112,8 @@ func (c Config) AppOptions() (app.Options, error) {
 	guardConn := reg
 	if c.Guard.URI != "" {
 		var err error
-		if guardConn, err = redismeta.ParseURI(c.Guard.URI); err != nil {
-			return app.Options{}, fmt.Errorf("guard.uri: %w", err)
+		if guardConn, err = c.GuardConn(); err != nil {
+			return app.Options{}, err
 		}
 	}
 	sc, pc, dc := c.stageConfigs()

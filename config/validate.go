@@ -117,12 +117,15 @@ func (c Config) Validate() error {
 			bad("guard.prefix", "must not be empty with guard.kind redis")
 		}
 		if c.Guard.URI != "" {
-			if _, err := redismeta.ParseURI(c.Guard.URI); err != nil {
-				bad("guard.uri", "%v", err)
+			if _, err := c.GuardConn(); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	default:
 		bad("guard.kind", "%q is not none or redis", c.Guard.Kind)
+	}
+	if c.Guard.URI == "" && (c.Guard.Username != "" || c.Guard.Password != "") {
+		bad("guard.username, guard.password", "given without guard.uri (the guard then uses the registry connection)")
 	}
 
 	errs = append(errs, c.checkNATS()...)
@@ -155,13 +158,13 @@ func (c Config) checkNATS() []error {
 		}
 	}
 	auth := 0
-	for _, a := range []string{n.CredentialsFile, n.NkeySeedFile, n.User} {
+	for _, a := range []string{n.CredentialsFile, n.NkeySeedFile, n.User, n.Token} {
 		if a != "" {
 			auth++
 		}
 	}
 	if auth > 1 {
-		bad("nats", "credentials_file, nkey_seed_file and user are exclusive")
+		bad("nats", "credentials_file, nkey_seed_file, user and token are exclusive")
 	}
 	if n.Password != "" && n.User == "" {
 		bad("nats.password", "given without nats.user")

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +117,21 @@ func TestHelpDocumentsEveryKeyAndNoSecret(t *testing.T) {
 	require.Contains(t, out.String(), "redis://***@r:1")
 	require.NotContains(t, out.String(), "s3cret")
 	require.NotContains(t, out.String(), "pw1")
+
+	// A secret read from its file is hidden as well; the file's name is not.
+	secret := filepath.Join(t.TempDir(), "pw")
+	require.NoError(t, os.WriteFile(secret, []byte("file-pw-9\n"), 0o600))
+	out.Reset()
+	require.Equal(t, ExitOK, RunCommand("kvcm-gc stage", c, []string{"--print-config", "--nats.user", "n", "--registry.password_file", secret, "--meta.password_file", secret}, &out, &out), out.String())
+	require.Contains(t, out.String(), "password_file: "+secret)
+	require.Equal(t, 3, strings.Count(out.String(), "password: '***'"), "registry, meta, nats")
+	require.NotContains(t, out.String(), "file-pw-9")
+
+	// Both ways: a configuration error naming both keys (exit 2), the secret not in it.
+	out.Reset()
+	require.Equal(t, ExitUsage, RunCommand("kvcm-gc stage", c, []string{"--registry.password", "file-pw-9", "--registry.password_file", secret}, &out, &out))
+	require.Contains(t, out.String(), "registry.password, registry.password_file: both set")
+	require.NotContains(t, out.String(), "file-pw-9")
 }
 
 func TestArgsCommand(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 const connectRetry = 250 * time.Millisecond
 
 // ConnectNATS connects to the configured NATS server(s), signing in with the credentials
-// file, the nkey seed, or user and password, over TLS when configured. Startup waits up to
+// file, the nkey seed, user and password, or a token, over TLS when configured. Startup waits up to
 // nats.connect_timeout for a server that is not up yet (processes of a deployment start in
 // any order); once connected, the client reconnects for ever.
 //
@@ -86,6 +86,8 @@ func ConnectNATS(ctx context.Context, c config.NATSConfig, url, defaultName stri
 		opts = append(opts, o)
 	case c.User != "":
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	case c.Token != "":
+		opts = append(opts, nats.Token(c.Token))
 	}
 	if c.TLS.CAFile != "" {
 		opts = append(opts, nats.RootCAs(c.TLS.CAFile))

@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
@@ -230,4 +232,30 @@ func TestConnectNATS(t *testing.T) {
 	c.ConnectTimeout = time.Minute
 	_, err = ConnectNATS(ctx, c, "nats://127.0.0.1:1", "kvcm-gc-test", nil)
 	require.True(t, errors.Is(err, context.Canceled), "%v", err)
+}
+
+// TestConnectNATSToken: nats.token_file signs in to a server that takes a token, and a wrong
+// token fails at once.
+func TestConnectNATSToken(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Authorization: "tok-s3cret", NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+
+	file := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(file, []byte("tok-s3cret\n"), 0o600))
+	cfg := config.Default()
+	cfg.NATS.TokenFile, cfg.NATS.ConnectTimeout = file, time.Minute
+	require.NoError(t, cfg.ReadSecretFiles())
+	nc, err := ConnectNATS(context.Background(), cfg.NATS, srv.ClientURL(), "kvcm-gc-test", nil)
+	require.NoError(t, err)
+	require.True(t, nc.IsConnected())
+	nc.Close()
+
+	cfg.NATS.Token = "wrong"
+	start := time.Now()
+	_, err = ConnectNATS(context.Background(), cfg.NATS, srv.ClientURL(), "kvcm-gc-test", nil)
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 10*time.Second, "an authorization error is not waited out")
 }
