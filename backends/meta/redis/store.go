@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -136,6 +138,13 @@ type Store struct {
 	db         int
 	emptyBlock meta.EmptyBlock
 	log        *slog.Logger
+	// generalOnly reads pages through go-redis's decoder only, noScanAhead sends each page's
+	// SCAN on its own (tests compare the paths; scanread.go).
+	generalOnly, noScanAhead bool
+	rawFallbacks             atomic.Int64 // pages the raw reader handed to the general decoder
+	replyBytes               atomic.Int64 // bytes of a key's HGETALL reply on the last page
+	aheadMu                  sync.Mutex
+	ahead                    aheadPage
 }
 
 var _ meta.Store = (*Store)(nil)
@@ -191,17 +200,15 @@ func (s *Store) ScanStore(ctx context.Context, cursor uint64, count int, owns fu
 	if count <= 0 {
 		return meta.Page{}, fmt.Errorf("scan store: count %d is not positive", count)
 	}
-	keys, next, err := s.c.Scan(ctx, cursor, kvcm.StoreScanPattern, int64(count)).Result()
-	if err != nil {
-		return meta.Page{}, fmt.Errorf("scan store: %w", err)
+	keys, next, ok := s.takeAhead(cursor, count)
+	if !ok {
+		var err error
+		if keys, next, err = s.c.Scan(ctx, cursor, kvcm.StoreScanPattern, int64(count)).Result(); err != nil {
+			return meta.Page{}, fmt.Errorf("scan store: %w", err)
+		}
 	}
 	page := meta.Page{Next: next}
-	type pending struct {
-		key, instance string
-		block         int64
-		cmd           *redis.Cmd
-	}
-	reads := make([]pending, 0, len(keys))
+	reads := make([]pendingRead, 0, len(keys))
 	for _, k := range keys {
 		inst, ok := kvcm.OwnerOf(k, owns)
 		if !ok {
@@ -213,42 +220,74 @@ func (s *Store) ScanStore(ctx context.Context, cursor uint64, count int, owns fu
 			page.BadKeys = append(page.BadKeys, k)
 			continue
 		}
-		reads = append(reads, pending{key: k, instance: inst, block: block})
+		reads = append(reads, pendingRead{key: k, instance: inst, block: block})
 	}
 	if len(reads) == 0 {
 		return page, nil
 	}
-	pipe := s.c.Pipeline()
-	for i := range reads {
-		reads[i].cmd = pipe.Do(ctx, "hgetall", reads[i].key)
+	var ahead *scanAhead
+	if next != 0 && !s.noScanAhead {
+		ahead = &scanAhead{cursor: next, count: count}
 	}
-	if err := execPipeline(ctx, pipe); err != nil {
+	got, err := s.readPage(ctx, reads, ahead)
+	if err != nil {
 		return meta.Page{}, fmt.Errorf("read blocks of store: %w", err)
 	}
 	page.Entries = make([]meta.Entry, 0, len(reads))
-	for _, r := range reads {
-		e := meta.Entry{Key: r.key, Instance: r.instance, BlockKey: r.block}
-		exists, err := readEntry(r.cmd, &e)
-		if err != nil {
+	for i := range got {
+		r := &got[i]
+		if r.err != nil {
 			// Only WRONGTYPE is about this key alone. Anything else (network, auth, NOPERM,
 			// OOM, …) would hit every key alike and must fail the page, not empty it into
 			// BadKeys.
-			if isWrongType(err) {
-				page.BadKeys = append(page.BadKeys, r.key)
+			if isWrongType(r.err) {
+				page.BadKeys = append(page.BadKeys, r.entry.Key)
 				continue
 			}
-			return meta.Page{}, fmt.Errorf("read blocks of store: %w", err)
+			return meta.Page{}, fmt.Errorf("read blocks of store: %w", r.err)
 		}
 		switch {
-		case !exists:
+		case !r.exists:
 			// Deleted between SCAN and HGETALL.
-		case s.wrongDB(e.Layout):
+		case s.wrongDB(r.entry.Layout):
 			page.WrongDB++
 		default:
-			page.Entries = append(page.Entries, e)
+			page.Entries = append(page.Entries, r.entry)
+		}
+	}
+	if ahead != nil && ahead.cmd != nil {
+		if k, n, err := ahead.cmd.Result(); err == nil {
+			s.putAhead(next, count, k, n)
 		}
 	}
 	return page, nil
+}
+
+// takeAhead returns the keys and next cursor of the SCAN at cursor with count when the last
+// page's pipeline sent it (scanAhead), and forgets it either way.
+func (s *Store) takeAhead(cursor uint64, count int) (keys []string, next uint64, ok bool) {
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	a := s.ahead
+	s.ahead = aheadPage{}
+	if !a.set || a.cursor != cursor || a.count != count {
+		return nil, 0, false
+	}
+	return a.keys, a.next, true
+}
+
+func (s *Store) putAhead(cursor uint64, count int, keys []string, next uint64) {
+	s.aheadMu.Lock()
+	s.ahead = aheadPage{set: true, cursor: cursor, count: count, keys: keys, next: next}
+	s.aheadMu.Unlock()
+}
+
+// aheadPage is the reply of a SCAN sent a page early.
+type aheadPage struct {
+	set          bool
+	cursor, next uint64
+	count        int
+	keys         []string
 }
 
 // wrongDB reports whether a key of this layout cannot be a live KVCM block in this store's

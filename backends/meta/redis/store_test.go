@@ -148,6 +148,10 @@ func TestScanErrorKeepsCursor(t *testing.T) {
 	}
 
 	srv.AddUser(t, "scanner", "scan-pw", "~*", "+hmget", "+hget", "+ping") // no +scan
+	// The page at cursor was scanned with the last one's reads (one round trip per page): its
+	// reads fail first, and the SCAN itself once asked again.
+	_, err = metatest.ScanInstance(ctx, st, "i", cursor, 5)
+	require.ErrorContains(t, err, "NOPERM")
 	_, err = metatest.ScanInstance(ctx, st, "i", cursor, 5)
 	require.ErrorContains(t, err, `scan store`)
 	require.ErrorContains(t, err, "NOPERM")
