@@ -467,6 +467,7 @@ func (c *reqCell) judge() []byte {
 	}
 	var next []byte
 	val := c.val
+	var pins *MigrationPins // the block's copy guards, read at the first target that needs them
 	c.each(stateOpen, func(t *reqTarget) {
 		if val == nil {
 			// What the targets before this one leave, decoded only when a target follows.
@@ -492,6 +493,18 @@ func (c *reqCell) judge() []byte {
 			// Invariant 1: a concurrent FinishWrite, refresh or another deleter won.
 			t.finish(subjects.OutcomeNoopMismatch, "location changed since it was judged")
 		default:
+			// A guard written since the judgement pins its source, whose own bytes did not
+			// change: the whole block as read now says whether the target is one.
+			if pins == nil && c.entry != nil {
+				p := MigrationPinsOfEntry(c.entry)
+				pins = &p
+			}
+			if pins != nil {
+				if reason, detail := pins.Kept(l); reason != "" {
+					t.finish(subjects.OutcomeNoopMismatch, reason+": "+detail)
+					return
+				}
+			}
 			nb, err := val.withStatus(t.res.Target.Location, kvcm.StatusDeleting)
 			if err != nil {
 				t.finish(subjects.OutcomeNoopMismatch, fmt.Sprintf("re-encode: %v", err))

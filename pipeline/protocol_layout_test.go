@@ -194,3 +194,30 @@ func TestLocationLayoutResumesOwnDeleting(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopGone, res.Outcome)
 }
+
+// TestGuardWrittenAfterJudgementPinsItsSource: KVCM started a migration copy after the prober
+// judged the source: the target's new guard names it, while the source's own bytes did not
+// change. The deleter reads the whole block before its CAS and keeps the source and its data,
+// in both layouts.
+func TestGuardWrittenAfterJudgementPinsItsSource(t *testing.T) {
+	f := newDeleterFixture(t, false)
+	ps := f.file("src")
+	src := lloc("src", kvcm.StatusServing, ps)
+	guarded := `{"id":"dst","status":2,"type":9,"spec_size":0,"create_time":1716345600123456,"location_specs":[],` +
+		`"migration_copy_guard":{"schema_version":1,"state":1,"operation_id":"op","source_location_id":"src"}}`
+	f.hset(1, "L#src", src, "L#dst", guarded)
+	res, err := deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", ltarget(1, "src", src))
+	require.NoError(t, err)
+	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
+	require.Contains(t, res.Detail, SkipMigrationSource)
+	require.Equal(t, map[string]string{"L#src": src, "L#dst": guarded}, f.get(1))
+	require.FileExists(t, ps)
+
+	// Legacy: the same block as one __uri__.
+	f.put(2, `{"src":`+src+`,"dst":`+guarded+`}`)
+	res, err = deleteOne(NewProtocol(DefaultDeleterConfig(), nil), context.Background(), f.store, f.set, "i", target(2, "src", src))
+	require.NoError(t, err)
+	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
+	require.Contains(t, res.Detail, SkipMigrationSource)
+	require.FileExists(t, ps)
+}

@@ -80,9 +80,18 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 	var cands []cand
 	var serving []servingLoc
 
-	// judge applies the rules to one decoded location of block be.
-	judge := func(be *subjects.BlockEntry, loc *kvcm.Location, layout string) {
+	// judge applies the rules to one decoded location of block be, whose guards are pins.
+	judge := func(be *subjects.BlockEntry, loc *kvcm.Location, layout string, pins MigrationPins) {
 		v.Judged++
+		if reason, detail := pins.Kept(loc); reason != "" {
+			// Kept by every rule, before anything else is looked at.
+			if loc.Guard != nil && !loc.Guard.Valid {
+				v.note(be.Key, loc.ID, reason, detail)
+			} else {
+				v.skip(reason, 1)
+			}
+			return
+		}
 		if loc.Err != nil {
 			v.note(be.Key, loc.ID, SkipBadLocation, loc.Err.Error())
 			return
@@ -131,10 +140,15 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 				v.note(be.Key, "", SkipCorruptURI, err.Error())
 				continue
 			}
+			pins := pinsOf(blk.Locations, false)
 			for j := range blk.Locations {
-				judge(be, &blk.Locations[j], subjects.LayoutLegacy)
+				judge(be, &blk.Locations[j], subjects.LayoutLegacy, pins)
 			}
 		case subjects.LayoutLocation:
+			// Every field is decoded first: a guard pins its source, another field. The
+			// candidates keep pointers into locs, so each block has its own.
+			locs := make([]kvcm.Location, 0, len(be.Locs))
+			hidden := false
 			for j := range be.Locs {
 				f := &be.Locs[j]
 				if len(f.V) == 0 {
@@ -146,9 +160,14 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 				if err != nil {
 					v.Judged++
 					v.note(be.Key, string(f.ID), SkipCorruptLocation, err.Error())
+					hidden = hidden || mentionsGuard(f.V)
 					continue
 				}
-				judge(be, &loc, subjects.LayoutLocation)
+				locs = append(locs, loc)
+			}
+			pins := pinsOf(locs, hidden)
+			for j := range locs {
+				judge(be, &locs[j], subjects.LayoutLocation, pins)
 			}
 		default:
 			// Both layouts in one key (a block touched before and after an upgrade): which

@@ -227,6 +227,29 @@ func TestJudgeRules(t *testing.T) {
 			skips: map[string]int{SkipBadLocation: 1}},
 		{name: "location: deleting and new never judged", blocks: []subjects.BlockEntry{locBlock(1, lf("d", 4, 4, ct(-48*time.Hour), nfsURI("gone")), lf("n", 1, 4, ct(-48*time.Hour)))}},
 
+		// KVCM's migration guards (#307): the guarded target and the source it names are
+		// kept by every rule, in any state, valid or not; its other locations are judged.
+		{name: "location: guarded copy target and its source kept", blocks: []subjects.BlockEntry{locBlock(1,
+			lf("dst", 2, 9, ct(-48*time.Hour)+`,"migration_copy_guard":{"schema_version":1,"state":2,"operation_id":"op","source_location_id":"src"}`, nfsURI("gone")),
+			lf("src", 3, 4, ct(-48*time.Hour), nfsURI("gone")),
+			lf("o", 2, 4, ct(-48*time.Hour)))},
+			want: []string{"1/o/orphan_writing"}, skips: map[string]int{SkipMigrationGuard: 1, SkipMigrationSource: 1}},
+		{name: "location: quarantined guard of a future schema kept", blocks: []subjects.BlockEntry{locBlock(1,
+			lf("dst", 2, 4, ct(-48*time.Hour)+`,"migration_copy_guard":{"schema_version":7,"state":4,"operation_id":"op","source_location_id":"src"}`),
+			lf("src", 3, 4, ct(-48*time.Hour), nfsURI("gone")))},
+			skips: map[string]int{SkipMigrationGuard: 1, SkipMigrationSource: 1}},
+		{name: "location: a guard naming no source keeps the whole block", blocks: []subjects.BlockEntry{locBlock(1,
+			lf("dst", 4, 4, ct(-48*time.Hour)+`,"migration_copy_guard":"broken"`),
+			lf("a", 3, 4, ct(-48*time.Hour), nfsURI("gone")),
+			lf("b", 2, 4, ct(-48*time.Hour)))},
+			skips: map[string]int{SkipMigrationGuard: 1, SkipMigrationSource: 2}},
+		{name: "location: a field that does not decode but names a guard keeps the block", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutLocation,
+			Locs: []subjects.LocField{{ID: subjects.RawText("c"), V: subjects.RawText(`{"id":"c","migration_copy_guard":{`)}, lfField(lf("a", 2, 4, ct(-48*time.Hour)))}}},
+			skips: map[string]int{SkipCorruptLocation: 1, SkipMigrationSource: 1}},
+		{name: "legacy: guarded target and its source kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(
+			loc("dst", 2, 4, `,"migration_copy_guard":{"schema_version":1,"state":1,"operation_id":"op","source_location_id":"src"}`),
+			loc("src", 3, 4, "", nfsURI("gone")), loc("o", 2, 4, ""))}},
+			want: []string{"7/o/orphan_writing"}, skips: map[string]int{SkipMigrationGuard: 1, SkipMigrationSource: 1}},
 		// Both layouts in one key: nothing in it is judged.
 		{name: "ambiguous: nothing judged", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutAmbiguous, LRUTime: old,
 			URI:  block(loc("o", 2, 4, "", nfsURI("x"))),
