@@ -489,12 +489,17 @@ func (r *replayer) batch(ctx context.Context, rm *ReplayMessage, src subjects.So
 		if exists && readErr == nil && cur.Layout == kvcm.LayoutLegacy {
 			curBlk, _ = kvcm.DecodeBlock(cur.URI)
 		}
+		pins := pipeline.MigrationPinsOf(be)
+		var curPins pipeline.MigrationPins
+		if curBlk != nil {
+			curPins = pipeline.MigrationPinsOfEntry(&cur)
+		}
 		for i := range blk.Locations {
 			loc := &blk.Locations[i]
 			lr := LocationReplay{Key: be.Key, Location: loc.ID, Status: loc.Status.String()}
 			lr.Then = r.thenProber(events, b, be.Key, loc.ID)
 			one := subjects.BlockEntry{Key: be.Key, URI: subjects.RawText(oneLocation(loc.ID, loc.Raw)), LRUTime: be.LRUTime}
-			rerun := r.judgeOne(ctx, b, one, loc, at)
+			rerun := r.judgeIn(ctx, b, one, loc, pins, at)
 			lr.Rerun = &rerun
 			switch {
 			case readErr != nil || !exists || cur.Layout != kvcm.LayoutLegacy:
@@ -509,7 +514,7 @@ func (r *replayer) batch(ctx context.Context, rm *ReplayMessage, src subjects.So
 				}
 				lr.Changed = !bytes.Equal(cl.Raw, loc.Raw)
 				one := subjects.BlockEntry{Key: be.Key, URI: subjects.RawText(oneLocation(cl.ID, cl.Raw)), LRUTime: lru}
-				lr.Now = r.judgeOne(ctx, b, one, cl, now)
+				lr.Now = r.judgeIn(ctx, b, one, cl, curPins, now)
 				if lr.Changed {
 					lr.Now.Detail = subjects.JoinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
 				}
@@ -533,7 +538,7 @@ func (r *replayer) locationField(ctx context.Context, events map[eventKey][]inde
 			lr.Status = loc.Status.String()
 		}
 		one := subjects.BlockEntry{Key: be.Key, Layout: subjects.LayoutLocation, Locs: []subjects.LocField{f}}
-		rerun := r.judgeOne(ctx, b, one, &loc, at)
+		rerun := r.judgeIn(ctx, b, one, &loc, pipeline.MigrationPinsOf(be), at)
 		lr.Rerun = &rerun
 	}
 	if readErr != nil || !exists || cur.Layout != kvcm.LayoutLocation {
@@ -548,7 +553,7 @@ func (r *replayer) locationField(ctx context.Context, events map[eventKey][]inde
 	lr.Changed = !bytes.Equal(v, f.V)
 	cl, err := kvcm.DecodeLocation(id, v)
 	one := subjects.BlockEntry{Key: be.Key, Layout: subjects.LayoutLocation, Locs: []subjects.LocField{{ID: f.ID, V: subjects.RawText(v)}}}
-	lr.Now = r.judgeOne(ctx, b, one, &cl, now)
+	lr.Now = r.judgeIn(ctx, b, one, &cl, pipeline.MigrationPinsOfEntry(cur), now)
 	if lr.Changed && err == nil {
 		lr.Now.Detail = subjects.JoinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
 	}
@@ -626,6 +631,17 @@ func (r *replayer) judgeOne(ctx context.Context, b subjects.Batch, one subjects.
 		v.Reason = keptReason(loc, one.LRUTime, one.Layout == subjects.LayoutLocation, at, r.deps.Rules.Config)
 	}
 	return v
+}
+
+// judgeIn is judgeOne for a location of a block whose copy guards are pins: a location alone
+// cannot tell whether a guard of its block pins it, so the prober's migration check runs
+// with the whole block first (pipeline.MigrationPins.Kept, the rules' own check).
+func (r *replayer) judgeIn(ctx context.Context, b subjects.Batch, one subjects.BlockEntry, loc *kvcm.Location,
+	pins pipeline.MigrationPins, at time.Time) Verdict {
+	if reason, detail := pins.Kept(loc); reason != "" {
+		return Verdict{Decision: DecisionSkip, Reason: reason, Detail: detail}
+	}
+	return r.judgeOne(ctx, b, one, loc, at)
 }
 
 // judgeBlock runs the rules on a whole block entry (one that judges as a whole, such as an

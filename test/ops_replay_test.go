@@ -32,6 +32,16 @@ func TestOpsReplay(t *testing.T) {
 	const corruptKey = 4242
 	require.NoError(t, e.redis.Client().HSet(ctx, kvcm.BlockKey("inst1", corruptKey), "__uri__", `{"abc":{"id":"abc",`,
 		"__lru_time__", "1").Err())
+	// A migration's copy target with KVCM's guard (#307), and the source it names, whose data
+	// is gone: both kept, and the replay says why.
+	const guardKey = 4343
+	old := time.Now().Add(-72 * time.Hour).UnixMicro()
+	srcLoc := fmt.Sprintf(`{"id":"src00001","status":3,"type":4,"spec_size":1,"create_time":%d,"location_specs":[{"name":"tp0","uri":"file://%s%s/guard/missing?size=1"}]}`,
+		old, seed.StorageNFS, e.root)
+	dstLoc := fmt.Sprintf(`{"id":"dst00001","status":2,"type":4,"spec_size":0,"create_time":%d,"location_specs":[],`+
+		`"migration_copy_guard":{"schema_version":1,"state":2,"operation_id":"op-1","source_location_id":"src00001"}}`, old)
+	require.NoError(t, e.redis.Client().HSet(ctx, kvcm.BlockKey("inst1", guardKey), kvcm.FieldPrevKey, "",
+		kvcm.LocationField("src00001"), srcLoc, kvcm.LocationField("dst00001"), dstLoc).Err())
 	o := e.options(prometheus.NewRegistry())
 	stop := e.run(o, app.All)
 	e.waitRoundDone(1, time.Minute)
@@ -95,7 +105,7 @@ func TestOpsReplay(t *testing.T) {
 	// The prober's input: every batch, every location.
 	msgs, sum := replay(ops.ReplayQuery{Stage: pipeline.StageProber})
 	// One row per location, and one per block whose __uri__ does not decode.
-	require.Equal(t, len(m.Locations)+len(m.Corrupt)+1, sum.Locations)
+	require.Equal(t, len(m.Locations)+len(m.Corrupt)+1+2, sum.Locations)
 	require.Len(t, corruptRows(msgs), len(m.Corrupt)+1)
 	corruptKeys := map[int64]bool{}
 	for _, l := range corruptRows(msgs) {
@@ -106,6 +116,16 @@ func TestOpsReplay(t *testing.T) {
 		require.Equal(t, ops.Verdict{Decision: ops.DecisionSkip, Reason: pipeline.SkipCorruptURI}, ops.Verdict{Decision: l.Then.Decision, Reason: l.Then.Reason})
 		require.Equal(t, pipeline.SkipCorruptURI, l.Rerun.Reason)
 	}
+	for id, reason := range map[string]string{"dst00001": pipeline.SkipMigrationGuard, "src00001": pipeline.SkipMigrationSource} {
+		_, g := find(msgs, guardKey, id)
+		require.Equal(t, ops.DecisionKept, g.Then.Decision, id)
+		require.Equal(t, ops.Verdict{Decision: ops.DecisionSkip, Reason: reason}, ops.Verdict{Decision: g.Rerun.Decision, Reason: g.Rerun.Reason}, id)
+		require.Equal(t, reason, g.Now.Reason, id)
+		require.NotEmpty(t, g.Rerun.Detail, id)
+	}
+	cur, err := e.redis.Client().HGetAll(ctx, kvcm.BlockKey("inst1", guardKey)).Result()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{kvcm.FieldPrevKey: "", kvcm.LocationField("src00001"): srcLoc, kvcm.LocationField("dst00001"): dstLoc}, cur)
 	rm, d := find(msgs, deleted.Key, deleted.Location)
 	require.Equal(t, ops.DecisionCandidate, d.Then.Decision)
 	require.Equal(t, deleted.Kind, d.Then.Reason) // seed kinds are named as the reasons
