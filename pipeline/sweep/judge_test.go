@@ -95,6 +95,10 @@ func TestSweepJudgeFile(t *testing.T) {
 		return meta.BlockRead{Exists: true, Entry: meta.Entry{Layout: kvcm.LayoutLocation, Locations: fields}}
 	}
 	field := func(id, value string) meta.Field { return meta.Field{ID: id, Value: []byte(value)} }
+	guarded := func(id string, st kvcm.Status, guard string, uris ...string) string {
+		l := loc(id, st, uris...)
+		return l[:len(l)-1] + `,"migration_copy_guard":` + guard + "}"
+	}
 	other := dir + "/nfs/inst0/tp1/1f"
 
 	for _, tc := range []struct {
@@ -129,6 +133,13 @@ func TestSweepJudgeFile(t *testing.T) {
 		{"location layout other file", location(field("a1", loc("a1", kvcm.StatusServing, uri("nfs", other)))), false, true, orphanUnreferenced},
 		{"location layout tombstone", location(field("a1", loc("a1", kvcm.StatusServing, uri("nfs", other))), field("b2", "")), false, false, KeptTombstone},
 		{"location layout corrupt", location(field("a1", `{"id":"a1"`)), false, false, KeptCorrupt},
+		// A migration's guarded copy target and the source it names: the files of both stay
+		// (the target's guard valid or not).
+		{"guarded copy target names it", location(field("d1", guarded("d1", kvcm.StatusWriting, `{"schema_version":1,"state":2,"operation_id":"op","source_location_id":"s1"}`, uri("nfs", raw))),
+			field("s1", loc("s1", kvcm.StatusServing, uri("nfs", other)))), false, false, KeptReferenced},
+		{"its source names it", location(field("d1", guarded("d1", kvcm.StatusWriting, `{"schema_version":1,"state":2,"operation_id":"op","source_location_id":"s1"}`, uri("nfs", other))),
+			field("s1", loc("s1", kvcm.StatusServing, uri("nfs", raw)))), false, false, KeptReferenced},
+		{"a malformed guard names it", location(field("d1", guarded("d1", kvcm.StatusDeleting, `"?"`, uri("nfs", raw)))), false, false, KeptReferenced},
 		{"location layout inner id differs", location(field("a1", loc("zz", kvcm.StatusServing, uri("nfs", other)))), false, false, KeptCorrupt},
 	} {
 		orphan, reason, _ := v.judgeFile(tc.read, target, tc.otherDB)
