@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +79,10 @@ type Name struct {
 // spec) reading of it, and no reading that names an instance nothing may be judged of. Else
 // reason says why the file is kept (a SweepKept* reason) and detail more.
 func (v *View) ResolveName(object string) (n Name, reason, detail string) {
+	if strings.HasPrefix(object, kvcm.KVMetaDir+"/") {
+		// Even an instance named kvmeta: its files would share the tree with KVMeta's.
+		return Name{}, KeptKVMeta, ""
+	}
 	bf, err := kvcm.ParseBlockFileName(object)
 	if err != nil {
 		return Name{}, KeptUnparsable, err.Error()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -65,6 +66,10 @@ func TestSweepResolveName(t *testing.T) {
 		{object: "inst0/tp0/1F", reason: KeptUnparsable},
 		{object: "inst0/tp0/01f", reason: KeptUnparsable},
 		{object: "inst0/tp0/1f.tmp", reason: KeptUnparsable},
+		// KVMeta's objects, in either form, and anything else below kvmeta/.
+		{object: "kvmeta/1a2b3c/" + strings.Repeat("ab", 32) + "/" + strings.Repeat("cd", 16), reason: KeptKVMeta},
+		{object: "kvmeta/1a2b3c/9f/" + strings.Repeat("cd", 16), reason: KeptKVMeta},
+		{object: "kvmeta/tp0/1f", reason: KeptKVMeta},
 	} {
 		n, reason, _ := v.ResolveName(tc.object)
 		require.Equal(t, tc.reason, reason, tc.object)

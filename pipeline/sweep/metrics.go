@@ -14,6 +14,9 @@ const (
 	KeptNotRegular = "not_regular"
 	// KeptUnparsable: not a per-block name KVCM writes (kvcm.ParseBlockFileName).
 	KeptUnparsable = "unparsable"
+	// KeptKVMeta: a file of KVCM's KVMeta objects (<root>/kvmeta/…, open upstream PR #341),
+	// which KVMeta's own reclaimer owns; its tree is never swept, whatever is in it.
+	KeptKVMeta = "kvmeta"
 	// KeptShared: a file several blocks share; its name says nothing certain about them.
 	KeptShared = "shared"
 	// KeptUnknownInstance: no registered instance has the id the name gives.
@@ -63,7 +66,7 @@ const (
 	KeptDryRun = "dry_run"
 )
 
-var keptReasons = []string{KeptNotRegular, KeptUnparsable, KeptShared, KeptUnknownInstance,
+var keptReasons = []string{KeptNotRegular, KeptUnparsable, KeptKVMeta, KeptShared, KeptUnknownInstance,
 	KeptGroupSkipped, KeptUnknownSpec, KeptAmbiguousName, KeptYoung, KeptPathMap,
 	KeptUnreadable, KeptReferenced, KeptCorrupt, KeptTombstone, KeptAmbiguousLayout,
 	KeptReadError, KeptAbsentOtherDB, KeptBadURI, KeptNoStorage, KeptNotSwept,
