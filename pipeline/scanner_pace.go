@@ -1,0 +1,223 @@
+package pipeline
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Adaptive pacing of a store's walk, for when the operator sets no rate (max_keys_per_second
+// 0). A fixed pace is either slow (a page a second: a 100M-key store in 4.5 days) or harmful
+// (unpaced, the serving p99 grows fivefold), and the right one changes with the serving load
+// through the day. The pacer finds it from what the walk measures: the round-trip time of a
+// probe command (PING) sent to the store between the walk's own bursts, which waits in Redis's
+// one event loop behind whatever else is queued there, as a serving request does. Its latency
+// over a window is compared with an idle baseline, measured while the walk holds; the walk
+// speeds up while the rise stays within scanner.latency_budget and backs off when it does not.
+//
+// The control has two outputs. A page's pipeline of HGETALL holds Redis for the whole burst:
+// a request that arrives meanwhile waits for the rest of it, so shorter bursts (a smaller
+// pipeline depth) allow a higher rate at the same tail latency. Over budget, the pacer first
+// halves the depth (down to its minimum), then the rate; within budget for raiseAfter windows
+// in a row it raises the rate by a quarter and, at a depth below the page size, doubles the
+// depth back once the rate has grown past what the smaller bursts were chosen for.
+//
+// The pacer is a pure state machine (no clock, no I/O): the driver feeds it probe samples
+// with their times and asks for the pace at each tick (scanner_pace_test.go is its table).
+
+// Reasons of a pace (the reason label of kvcm_gc_scan_pace and the status's "why").
+const (
+	PaceBaseline   = "baseline"    // holding the walk to measure the idle latency
+	PaceFewSamples = "few_samples" // too few probe samples in the window: the pace is kept
+	PaceRaise      = "raise"       // latency within budget: faster
+	PaceHold       = "hold"        // within budget, not yet for long enough to raise
+	PaceLowerDepth = "lower_depth" // over budget: shorter bursts at the same rate
+	PaceLowerRate  = "lower_rate"  // over budget at the smallest burst: slower
+	PaceCeiling    = "ceiling"     // within budget at the highest rate allowed
+	PaceFloor      = "floor"       // over budget at the lowest rate and burst allowed
+)
+
+// PaceReasons are every reason, for pre-initialised metric labels.
+var PaceReasons = []string{PaceBaseline, PaceFewSamples, PaceRaise, PaceHold, PaceLowerDepth, PaceLowerRate, PaceCeiling, PaceFloor}
+
+// paceConfig is the pacer's part of ScannerConfig.
+type paceConfig struct {
+	// budget is the allowed rise of the probe latency's quantile over its idle baseline
+	// (0.1: +10%), and slack an absolute rise always allowed (a baseline of a few µs would
+	// otherwise leave no room for the jitter of the scanner's own host).
+	budget float64
+	slack  time.Duration
+	// quantile of the probe latencies compared (0.9: the tenth-worst of a hundred).
+	quantile float64
+	// window is the time between two decisions; minSamples the probes a window needs.
+	window     time.Duration
+	minSamples int
+	// baseline is how long the walk holds to measure the idle latency, at the start and
+	// again every rebaseline (0: never again).
+	baseline, rebaseline time.Duration
+	// Rates in keys per second, depths in keys per burst (maxDepth: the page size).
+	minRate, maxRate, startRate float64
+	minDepth, maxDepth          int
+	// raiseAfter is how many windows within budget in a row raise the rate.
+	raiseAfter int
+}
+
+// defaultPaceConfig is the pacer for a page size of batch keys.
+func defaultPaceConfig(budget float64, batch int) paceConfig {
+	return paceConfig{
+		budget: budget, slack: 20 * time.Microsecond, quantile: 0.9,
+		window: time.Second, minSamples: 20,
+		baseline: 2 * time.Second, rebaseline: 10 * time.Minute,
+		minRate: 64, maxRate: 0, startRate: 1024,
+		minDepth: min(8, batch), maxDepth: batch,
+		raiseAfter: 2,
+	}
+}
+
+// Pace is what the walk does now: read rate keys per second (0: hold) in bursts of depth
+// keys, and why.
+type Pace struct {
+	Rate   float64
+	Depth  int
+	Reason string
+	// Signal and Baseline are the latency quantiles the last decision compared (0 before
+	// the first).
+	Signal, Baseline time.Duration
+}
+
+func (p Pace) String() string {
+	return fmt.Sprintf("%.0f keys/s in bursts of %d (%s: probe latency %v, idle %v)", p.Rate, p.Depth, p.Reason,
+		p.Signal, p.Baseline)
+}
+
+// pacer is the state of one walk's pacing.
+type pacer struct {
+	cfg paceConfig
+	// samples are the probe latencies since the window began.
+	samples []time.Duration
+	// windowStart is when the current window (or baseline measurement) began; zero before the
+	// first tick.
+	windowStart time.Time
+	// baselining: the walk holds while the idle latency is measured; nextBaseline is when to
+	// measure it again.
+	baselining   bool
+	nextBaseline time.Time
+	baselineQ    time.Duration
+	// The pace, and the windows within budget in a row.
+	rate   float64
+	depth  int
+	within int
+	// loweredAt is the rate at which the depth was last lowered: once the rate has doubled
+	// past it, the depth is doubled back.
+	loweredAt float64
+	last      Pace
+}
+
+func newPacer(cfg paceConfig) *pacer {
+	p := &pacer{cfg: cfg, rate: cfg.startRate, depth: max(cfg.maxDepth/8, cfg.minDepth)}
+	p.rate = p.clampRate(p.rate)
+	return p
+}
+
+// sample records a probe's round-trip time, taken at at (samples of an earlier window are
+// dropped when it ends).
+func (p *pacer) sample(at time.Time, d time.Duration) {
+	if !p.windowStart.IsZero() && at.Before(p.windowStart) {
+		return // sent before the window began: it measured the previous pace
+	}
+	p.samples = append(p.samples, d)
+}
+
+// pace decides at now, when a window has ended, and returns the pace to walk at.
+func (p *pacer) pace(now time.Time) Pace {
+	switch {
+	case p.windowStart.IsZero():
+		p.startBaseline(now)
+		return p.last
+	case now.Sub(p.windowStart) < p.window():
+		return p.last
+	}
+	q, n := quantile(p.samples, p.cfg.quantile), len(p.samples)
+	p.samples, p.windowStart = p.samples[:0], now
+	if p.baselining {
+		if n < p.cfg.minSamples {
+			p.last.Reason = PaceBaseline // measure for another window
+			return p.last
+		}
+		p.baselining, p.baselineQ = false, q
+		if p.cfg.rebaseline > 0 {
+			p.nextBaseline = now.Add(p.cfg.rebaseline)
+		}
+		return p.set(PaceHold, 0)
+	}
+	if !p.nextBaseline.IsZero() && !now.Before(p.nextBaseline) {
+		p.startBaseline(now)
+		return p.last
+	}
+	if n < p.cfg.minSamples {
+		return p.set(PaceFewSamples, q)
+	}
+	limit := time.Duration(float64(p.baselineQ)*(1+p.cfg.budget)) + p.cfg.slack
+	if q > limit {
+		p.within = 0
+		switch {
+		case p.depth > p.cfg.minDepth:
+			p.depth = max(p.depth/2, p.cfg.minDepth)
+			p.loweredAt = p.rate
+			return p.set(PaceLowerDepth, q)
+		case p.rate > p.cfg.minRate:
+			p.rate = p.clampRate(p.rate / 2)
+			return p.set(PaceLowerRate, q)
+		}
+		return p.set(PaceFloor, q)
+	}
+	p.within++
+	if p.within < p.cfg.raiseAfter {
+		return p.set(PaceHold, q)
+	}
+	p.within = 0
+	if p.cfg.maxRate > 0 && p.rate >= p.cfg.maxRate {
+		return p.set(PaceCeiling, q)
+	}
+	p.rate = p.clampRate(p.rate * 1.25)
+	if p.depth < p.cfg.maxDepth && p.rate >= 2*p.loweredAt {
+		p.depth = min(p.depth*2, p.cfg.maxDepth)
+		p.loweredAt = p.rate
+	}
+	return p.set(PaceRaise, q)
+}
+
+func (p *pacer) window() time.Duration {
+	if p.baselining {
+		return p.cfg.baseline
+	}
+	return p.cfg.window
+}
+
+func (p *pacer) startBaseline(now time.Time) {
+	p.baselining, p.windowStart, p.samples, p.within = true, now, p.samples[:0], 0
+	p.last = Pace{Rate: 0, Depth: p.depth, Reason: PaceBaseline, Baseline: p.baselineQ, Signal: p.last.Signal}
+}
+
+func (p *pacer) set(reason string, q time.Duration) Pace {
+	p.last = Pace{Rate: p.rate, Depth: p.depth, Reason: reason, Signal: q, Baseline: p.baselineQ}
+	return p.last
+}
+
+func (p *pacer) clampRate(r float64) float64 {
+	if p.cfg.maxRate > 0 {
+		r = math.Min(r, p.cfg.maxRate)
+	}
+	return math.Max(r, p.cfg.minRate)
+}
+
+// quantile is the q-quantile of ds (nearest rank; 0 for none). ds is reordered.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
