@@ -34,7 +34,7 @@ var ErrNoGroups = errors.New("no instance groups in the registry")
 //   - the registry (scanner, prober) can be read and holds instance groups for the cluster;
 //   - every metadata store its stages use answers PING (scanner, deleter): the stores the
 //     registry names (scanner), the configured ones, and those the deleter has been sent to;
-//   - every stage loop runs, a scanner holding the leader lease or able to read who does.
+//   - every stage loop runs, a scanner holding store leases or able to read who holds them.
 //
 // A stage an operator paused is ready, and says so ("ready, paused until …"). Before the
 // stages start, Ready says what startup is waiting for.

@@ -81,9 +81,12 @@ type ScannerStatus struct {
 	// HeldBack says why a round in progress is not moving, as far as status can tell from the
 	// consumers and the configuration: an operator's pause, or a backlog above
 	// backpressure_high_water (the scanner then skips its ticks). Empty otherwise.
-	HeldBack string        `json:"held_back,omitempty"`
-	Leader   *LeaderStatus `json:"leader,omitempty"` // nil: no replica holds the lease
-	Round    *RoundStatus  `json:"round,omitempty"`  // nil: no round ever started
+	HeldBack string `json:"held_back,omitempty"`
+	// Leader is the holder of the first store's lease (the only one with one store), under
+	// its historic JSON name: replicas divide the stores, each store with a lease of its own
+	// (Stores). nil: no replica holds it.
+	Leader *LeaderStatus `json:"leader,omitempty"`
+	Round  *RoundStatus  `json:"round,omitempty"` // nil: no round ever started
 	// NextRound is when the next round may start (between rounds only).
 	NextRound time.Time            `json:"next_round,omitzero"`
 	LastRound *LastRound           `json:"last_round,omitempty"`
@@ -136,12 +139,12 @@ type StoreStatus struct {
 	SavedAt    time.Time         `json:"checkpoint_saved,omitzero"`
 }
 
-// LeaderStatus is the current lease holder.
+// LeaderStatus is the holder of one lease: a store's (scanner) or a swept storage's (walker).
 type LeaderStatus struct {
 	Holder         string    `json:"holder"`
 	Since          time.Time `json:"since"`
 	Renewed        time.Time `json:"renewed"`
-	HeldSeconds    float64   `json:"held_seconds"`        // how long this holder has led
+	HeldSeconds    float64   `json:"held_seconds"`        // how long this holder has held the lease
 	RenewedAgoSecs float64   `json:"renewed_ago_seconds"` // age of the last renewal (lease age)
 	Revision       uint64    `json:"revision"`            // the fencing token batches carry
 }

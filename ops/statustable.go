@@ -51,10 +51,15 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	if held, holders := leaseHolders(sc.Stores); len(sc.Stores) > 1 && held > 0 {
 		fmt.Fprintf(tw, "leases\t%d of %d stores held by %d %s (STORES below)\n", held, len(sc.Stores), holders, plural(holders, "replica", "replicas"))
 	} else if l := sc.Leader; l != nil {
-		fmt.Fprintf(tw, "leader\t%s since %s (held %s), lease renewed %s ago, revision %d\n", l.Holder, timeOnly(l.Since),
-			humanDuration(secs(l.HeldSeconds)), humanDuration(secs(l.RenewedAgoSecs)), l.Revision)
+		// One store (or one held): its lease. Replicas divide the stores, each with a lease.
+		of := ""
+		if len(sc.Stores) == 1 {
+			of = " (store " + sc.Stores[0].Store + ")"
+		}
+		fmt.Fprintf(tw, "lease\t%s since %s (held %s), renewed %s ago, revision %d%s\n", l.Holder, timeOnly(l.Since),
+			humanDuration(secs(l.HeldSeconds)), humanDuration(secs(l.RenewedAgoSecs)), l.Revision, of)
 	} else {
-		fmt.Fprintln(tw, "leader\tnone (no replica holds the lease)")
+		fmt.Fprintln(tw, "lease\tnone (no replica holds a store lease)")
 	}
 	if rd := sc.Round; rd != nil {
 		switch {

@@ -114,14 +114,14 @@ func TestOpsStatus(t *testing.T) {
 	require.Equal(t, rep.Scanner.Leader.Holder, back.Scanner.Leader.Holder)
 	require.Equal(t, len(rep.LastEvents), len(back.LastEvents))
 
-	// With no leader (scanner stopped and lease released), status says so.
+	// With no lease holder (scanner stopped and its lease released), status says so.
 	stop()
 	rep, err = ops.Status(ctx, e.js, e.names)
 	require.NoError(t, err)
 	require.Nil(t, rep.Scanner.Leader)
 	table.Reset()
 	require.NoError(t, rep.WriteTable(&table))
-	require.True(t, strings.Contains(table.String(), "leader      none"), table.String())
+	require.True(t, strings.Contains(table.String(), "lease       none (no replica holds a store lease)"), table.String())
 }
 
 func maxSeq(les []ops.LastEvent) uint64 {

@@ -1,10 +1,10 @@
-// Command scanner runs kvcm-gc's scanner stage alone. Any number of replicas may run: one
-// holds the leader lease and scans, the others wait to take over. The leader walks every
-// block of every collected KVCM instance with read-only commands and publishes the pages as
-// scan batches.
+// Command scanner runs kvcm-gc's scanner stage alone. Any number of replicas may run: they
+// divide the metadata stores, each store walked by the replica holding its lease, and a
+// replica takes over the stores of one that stops. A store's walk reads every block of the
+// collected instances in it with read-only commands and publishes the pages as scan batches.
 //
 // Every setting comes from the configuration (--config file, KVCMGC_* environment, a flag per
-// key; see --help). SIGTERM or SIGINT stops it gracefully and releases the lease.
+// key; see --help). SIGTERM or SIGINT stops it gracefully and releases its store leases.
 package main
 
 import (
@@ -13,5 +13,5 @@ import (
 )
 
 func main() {
-	cli.StageMain("scanner", "Runs the leader-elected scanner: reads every block of every collected instance and publishes scan batches.", app.Stages{Scanner: true})
+	cli.StageMain("scanner", "Runs the scanner: walks the metadata stores whose leases it holds (replicas divide the stores) and publishes scan batches.", app.Stages{Scanner: true})
 }

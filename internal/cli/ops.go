@@ -35,8 +35,10 @@ func StatusCommand() *Command {
 		Name:    "status",
 		Summary: "show streams, consumers, every metadata store's walk, last events",
 		Help: "Streams, consumers (pending, ack pending, redelivered, paused, and how old each reading is), the\n" +
-			"scanner leader, round and next round, and the last event of each kind. Every part is read at\n" +
-			"once, each request bounded by jetstream.api_timeout; what cannot be read is shown as such.",
+			"scanner replicas and, for every metadata store, the replica holding its lease (the replicas\n" +
+			"divide the stores), its round, progress, estimated end and why it is not moving; the next\n" +
+			"round, and the last event of each kind. Every part is read at once, each request bounded by\n" +
+			"jetstream.api_timeout; what cannot be read is shown as such.",
 		Config: true, Tool: true,
 		Flags: func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print the report as JSON") },
 		Run: func(ctx context.Context, e *Env) error {
