@@ -30,6 +30,10 @@ const (
 	SkipNoStoreURI       = "meta store uri missing"
 	SkipBadStoreURI      = "bad meta store uri"
 	SkipBadStorage       = "bad storage config json"
+	// SkipKVMeta: an instance of KVCM's KVMeta side path (open upstream PR #341): its id lies
+	// in the reserved __kv_meta_v1__ namespace, or its record carries a KVMeta marker. Its
+	// CLS_NEW and CLS_DELETING locations are KVMeta's own states, which its reclaimer owns.
+	SkipKVMeta = "kvmeta instance"
 )
 
 // RegistryOptions configure a RegistryReader.
@@ -156,6 +160,11 @@ func (r *RegistryReader) ReadRegistry(ctx context.Context) (*meta.Registry, erro
 			return nil, fmt.Errorf("read registry instances: %w", err)
 		}
 		for i, id := range ids {
+			if kvcm.IsKVMetaInstanceID(id) {
+				// Reserved whatever its record says, even one that does not decode.
+				r.skip(ctx, reg, meta.Skip{Instance: id, Reason: SkipKVMeta + ": " + kvcm.KVMetaMarker(id, nil)})
+				continue
+			}
 			raw, err := infoCmds[i].Result()
 			if errors.Is(err, redis.Nil) || (err == nil && raw == "") {
 				r.skip(ctx, reg, meta.Skip{Instance: id, Reason: SkipInfoMissing})
@@ -185,6 +194,10 @@ func (r *RegistryReader) addInstance(ctx context.Context, reg *meta.Registry, id
 	if info.InstanceID != id {
 		r.skip(ctx, reg, meta.Skip{Instance: id, Group: group,
 			Reason: fmt.Sprintf("%s: record names %q", SkipInfoIDMismatch, info.InstanceID)})
+		return
+	}
+	if why := kvcm.KVMetaMarker(id, &info); why != "" {
+		r.skip(ctx, reg, meta.Skip{Instance: id, Group: group, Reason: SkipKVMeta + ": " + why})
 		return
 	}
 	if reason, skipped := reg.SkippedGroups[group]; skipped {

@@ -120,6 +120,11 @@ func startRegistry(t *testing.T) *registryEnv {
 		"inst-mismatch":      infoJSON("inst-a", "g-redis"),
 		"inst-malformed":     `{"quota_group_name":"q1","instance_group_name":"g-redis","instance_id":"inst-malformed","block_size":"16"`,
 		"inst-empty":         "",
+		// KVMeta's (open upstream PR #341): by its reserved id, even with a record that does
+		// not decode, or by a marker of its record, in a group kvcm-gc collects.
+		"__kv_meta_v1__656d62": `{"instance_id":`,
+		"inst-kvmeta": `{"quota_group_name":"q1","instance_group_name":"g-redis","instance_id":"inst-kvmeta","block_size":1,` +
+			`"location_spec_infos":[{"name":"value","size":1}],"model_deployment":{"model_name":"__kv_meta_object__","dtype":"opaque_bytes","extra":"kv_meta_v1"}}`,
 	}
 	for id, info := range instances {
 		require.NoError(t, c.HSet(ctx, p+"instance", id, id).Err())
@@ -189,23 +194,25 @@ func TestRegistryReader(t *testing.T) {
 		skipped[s.Instance] = s.Reason
 	}
 	wantSkips := map[string]string{
-		"inst-slash-bad":     redismeta.SkipBadStoreURI + `: parse "redis://***@` + env.meta3.Addr() + `/" as KVCM does: a '/' or '?' in the userinfo`,
-		"inst-noport":        redismeta.SkipBadStoreURI + `: parse "redis://***@h" as KVCM does: no port: KVCM would dial port 0 and fail`,
-		"inst-c":             redismeta.SkipLocalStore + ": in KVCM's memory, not in Redis",
-		"inst-d":             redismeta.SkipLocalStore,
-		"inst-cached1":       redismeta.SkipCachedStore + ": Redis is a write-behind copy of KVCM's memory, not the truth (persistent_type=async_redis, cache_type=local)",
-		"inst-cached2":       redismeta.SkipCachedStore,
-		"inst-cached-redis":  redismeta.SkipCachedStore + ": Redis is a write-behind copy of KVCM's memory, not the truth (persistent_type=redis, cache_type=local)",
-		"inst-etcd":          redismeta.SkipUnknownStoreType + `: "etcd"`,
-		"inst-emptytype":     redismeta.SkipUnknownStoreType + `: ""`,
-		"inst-nouri":         redismeta.SkipNoStoreURI,
-		"inst-baduri":        redismeta.SkipBadStoreURI,
-		"inst-badgroup":      redismeta.SkipBadGroup,
-		"inst-unknown-group": redismeta.SkipUnknownGroup,
-		"inst-mismatch":      redismeta.SkipInfoIDMismatch,
-		"inst-malformed":     redismeta.SkipBadInfo,
-		"inst-empty":         redismeta.SkipInfoMissing,
-		"inst-missing":       redismeta.SkipInfoMissing,
+		"inst-slash-bad":       redismeta.SkipBadStoreURI + `: parse "redis://***@` + env.meta3.Addr() + `/" as KVCM does: a '/' or '?' in the userinfo`,
+		"inst-noport":          redismeta.SkipBadStoreURI + `: parse "redis://***@h" as KVCM does: no port: KVCM would dial port 0 and fail`,
+		"inst-c":               redismeta.SkipLocalStore + ": in KVCM's memory, not in Redis",
+		"inst-d":               redismeta.SkipLocalStore,
+		"inst-cached1":         redismeta.SkipCachedStore + ": Redis is a write-behind copy of KVCM's memory, not the truth (persistent_type=async_redis, cache_type=local)",
+		"inst-cached2":         redismeta.SkipCachedStore,
+		"inst-cached-redis":    redismeta.SkipCachedStore + ": Redis is a write-behind copy of KVCM's memory, not the truth (persistent_type=redis, cache_type=local)",
+		"inst-etcd":            redismeta.SkipUnknownStoreType + `: "etcd"`,
+		"inst-emptytype":       redismeta.SkipUnknownStoreType + `: ""`,
+		"inst-nouri":           redismeta.SkipNoStoreURI,
+		"inst-baduri":          redismeta.SkipBadStoreURI,
+		"inst-badgroup":        redismeta.SkipBadGroup,
+		"inst-unknown-group":   redismeta.SkipUnknownGroup,
+		"inst-mismatch":        redismeta.SkipInfoIDMismatch,
+		"inst-malformed":       redismeta.SkipBadInfo,
+		"inst-empty":           redismeta.SkipInfoMissing,
+		"inst-missing":         redismeta.SkipInfoMissing,
+		"__kv_meta_v1__656d62": redismeta.SkipKVMeta + ": instance id starts with __kv_meta_v1__",
+		"inst-kvmeta":          redismeta.SkipKVMeta + ": model_name __kv_meta_object__",
 	}
 	require.Len(t, skipped, len(wantSkips), "skipped: %v", skipped)
 	for id, prefix := range wantSkips {
