@@ -61,7 +61,7 @@ const (
 var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown, SkipGuardError, SkipCopyTarget,
 	SkipBadSpecURI, SkipStorageNotFound, SkipStorageTypeMismatch, SkipProbeShape, SkipProbeError, SkipExcludedType,
 	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout,
-	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved, SkipMigrationGuard, SkipMigrationSource}
+	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved, SkipMigrationGuard, SkipMigrationSource, SkipKVMeta}
 
 // Reasons a physical delete was not done (kvcm_gc_physical_delete_skips_total).
 const (

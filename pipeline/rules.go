@@ -79,10 +79,19 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 	}
 	var cands []cand
 	var serving []servingLoc
+	// KVMeta's objects (open upstream PR #341) are KVMeta's: CLS_NEW and CLS_DELETING are its
+	// own states there, and its create_time no µs.
+	kvmetaInstance := kvcm.IsKVMetaInstanceID(b.Instance)
 
 	// judge applies the rules to one decoded location of block be, whose guards are pins.
 	judge := func(be *subjects.BlockEntry, loc *kvcm.Location, layout string, pins MigrationPins) {
+		kvmeta := kvmetaInstance || kvcm.IsKVMetaLocationID(loc.ID)
 		v.Judged++
+		if kvmeta {
+			// The registry reader skips KVMeta's instances; this keeps a batch of one anyway.
+			v.skip(SkipKVMeta, 1)
+			return
+		}
 		if reason, detail := pins.Kept(loc); reason != "" {
 			// Kept by every rule, before anything else is looked at.
 			if loc.Guard != nil && !loc.Guard.Valid {

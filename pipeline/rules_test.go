@@ -250,6 +250,11 @@ func TestJudgeRules(t *testing.T) {
 			loc("dst", 2, 4, `,"migration_copy_guard":{"schema_version":1,"state":1,"operation_id":"op","source_location_id":"src"}`),
 			loc("src", 3, 4, "", nfsURI("gone")), loc("o", 2, 4, ""))}},
 			want: []string{"7/o/orphan_writing"}, skips: map[string]int{SkipMigrationGuard: 1, SkipMigrationSource: 1}},
+		// KVMeta's locations: never judged, whatever their status and age.
+		{name: "location: kvmeta location ids kept", blocks: []subjects.BlockEntry{locBlock(1,
+			lf("kvmeta:v1:6b6579", 4, 4, ct(-48*time.Hour), nfsURI("gone")),
+			lf("kvmeta:v1:6b657a", 2, 4, ct(-48*time.Hour)))},
+			skips: map[string]int{SkipKVMeta: 2}},
 		// Both layouts in one key: nothing in it is judged.
 		{name: "ambiguous: nothing judged", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutAmbiguous, LRUTime: old,
 			URI:  block(loc("o", 2, 4, "", nfsURI("x"))),
@@ -269,6 +274,12 @@ func TestJudgeRules(t *testing.T) {
 			}
 			cfg := DefaultProberConfig()
 			v := Rules{Config: cfg, Storages: set, Guard: g}.Judge(context.Background(), subjects.Batch{Instance: "inst1", Blocks: tc.blocks}, judgeNow)
+			if len(tc.want) > 0 {
+				// A KVMeta instance's batch judges nothing, whatever it holds.
+				kv := Rules{Config: cfg, Storages: set, Guard: g}.Judge(context.Background(), subjects.Batch{Instance: "__kv_meta_v1__61", Blocks: tc.blocks}, judgeNow)
+				require.Empty(t, kv.Targets)
+				require.NotZero(t, kv.Skips[SkipKVMeta])
+			}
 			var got []string
 			for _, tg := range v.Targets {
 				got = append(got, fmt.Sprintf("%d/%s/%s", tg.Key, tg.Location, tg.Reason))
