@@ -31,6 +31,7 @@ func demoCommand() *cli.Command {
 			fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "longest the collection may take")
 			fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (Redis data, files, JetStream store)")
 			fs.BoolVar(&o.NoSweep, "no-sweep", false, "leave out the sweep of orphan data files (seeded files, walker and sweeper, their verification)")
+			fs.BoolVar(&o.DryRun, "dry-run", false, "collect with dry_run: true (no sweep): check that nothing changed and print what the deletes would free (kvcm-gc report)")
 		},
 		Check: func(*cli.Env) error {
 			l, ok := kvcm.ParseLayout(layout)

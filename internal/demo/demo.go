@@ -25,6 +25,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/internal/cli"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -55,6 +56,10 @@ type Options struct {
 	// NoSweep leaves out the sweep of orphan data files (seeded files, the walker's and the
 	// sweepers' work, its verification).
 	NoSweep bool
+	// DryRun collects with dry_run: true (and no sweep): nothing may change, and the report
+	// is `kvcm-gc report` of the round, what the deletes would free, checked against the
+	// seeded garbage.
+	DryRun bool
 	// Out receives the report, Err the progress and the process's warnings.
 	Out, Err io.Writer
 }
@@ -101,6 +106,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if o.DryRun {
+		cfg.DryRun, o.NoSweep = true, true
+	}
 	if !o.NoSweep {
 		enableSweep(&cfg)
 	}
@@ -131,12 +139,28 @@ func Run(ctx context.Context, o Options) error {
 
 	collectStart := time.Now()
 	reg := prometheus.NewRegistry()
+	var dry *ops.DeleteReport
+	finish := func(context.Context, jetstream.JetStream) error { return nil }
+	if o.DryRun {
+		finish = func(ctx context.Context, js jetstream.JetStream) error {
+			names, err := cfg.Names()
+			if err != nil {
+				return err
+			}
+			r, err := ops.Report(ctx, js, names, ops.ReportQuery{})
+			dry = &r
+			return err
+		}
+	}
 	res, err := collect(ctx, cfg, reg, o, prog, m.SweepRoot, func(ctx context.Context, js jetstream.JetStream) error {
 		return backdateStuck(ctx, js, cfg, m, before)
-	})
+	}, finish)
 	collectTime := time.Since(collectStart)
 	if err != nil {
 		return interrupted(ctx, err)
+	}
+	if o.DryRun {
+		return dryRunReport(context.WithoutCancel(ctx), o.Out, rdb, m, before, *dry, collectTime)
 	}
 
 	vr, err := seed.VerifyWith(context.WithoutCancel(ctx), rdb, before, m, seed.VerifyOptions{EmptyBlock: emptyBlock})
@@ -235,7 +259,7 @@ type result struct {
 // empty), showing progress, then stops it gracefully. prepare runs once the process's NATS
 // server is up and before its stages start.
 func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o Options, prog *cli.Progress, sweepRoot string,
-	prepare func(context.Context, jetstream.JetStream) error) (result, error) {
+	prepare, finish func(context.Context, jetstream.JetStream) error) (result, error) {
 	var res result
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -269,6 +293,9 @@ func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o
 	}
 	fmt.Fprintf(logs, "all-in-one running: embedded NATS %s, metrics %s\n", url, res.Metrics)
 	ck, werr := watch(ctx, url, cfg, metrics, o.Timeout, prog, sweepRoot)
+	if werr == nil {
+		werr = withJetStream(ctx, url, finish)
+	}
 	res.Round = ck
 	// Read while the process runs: its JetStream collectors need the connection.
 	res.Gathered = gather(reg)
