@@ -82,10 +82,15 @@ func validBatch(b Batch) (Batch, error) {
 	return b, nil
 }
 
-// DecodeDeleteRequest decodes and validates a delete request; every failure wraps ErrPoison.
+// DecodeDeleteRequest decodes and validates a delete request, sealed (sealed.go) or not; every
+// failure wraps ErrPoison.
 // Like DecodeBatch, it decodes the form Encode writes by hand and anything else through
 // encoding/json, with the same result.
 func DecodeDeleteRequest(data []byte) (DeleteRequest, error) {
+	data, err := unseal(data, "delete request")
+	if err != nil {
+		return DeleteRequest{}, err
+	}
 	if r, ok := decodeDeleteRequestFast(data); ok {
 		return validDeleteRequest(r)
 	}

@@ -65,6 +65,11 @@ func FuzzDecodeDeleteRequest(f *testing.F) {
 	f.Add(mustEncode(f, sampleDelete()))
 	f.Add([]byte(`{"v":1,"cluster":"c","instance":"i","source":{"msg_id":"m"},"targets":[{"key":"1","location":"l","reason":"orphan_writing","expected":"\ud83d\ude00"}]}`))
 	f.Add([]byte(`{"v":1,"cluster":"c","instance":"i","source":{"stream":"s","seq":1},"targets":[{"key":"1","location":"l","reason":"storage_missing","expected":{"base64":"AA=="}},{"key":"1","location":"l","reason":"storage_missing","expected":"x"}]}`))
+	sealed, err := subjects.EncodeDeleteRequest(sampleDelete())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(sealed)
 	f.Fuzz(func(t *testing.T, data []byte) { fuzzDecode(t, data, subjects.DecodeDeleteRequest) })
 }
 
