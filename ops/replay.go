@@ -381,6 +381,8 @@ func (r *replayer) message(ctx context.Context, m jetstream.Msg, md *jetstream.M
 	if r.q.Dump {
 		if b, err := subjects.DecodeBatch(m.Data()); err == nil && subjects.IsBinaryBatch(m.Data()) {
 			rm.Raw = json.RawMessage(subjects.BatchJSON(b)) // a binary batch, shown as its JSON form
+		} else if j, err := subjects.Unseal(m.Data()); err == nil && subjects.IsSealed(m.Data()) && json.Valid(j) {
+			rm.Raw = json.RawMessage(j) // a compressed delete request, shown as its JSON
 		} else if json.Valid(m.Data()) {
 			rm.Raw = json.RawMessage(bytes.Clone(m.Data()))
 		} else {

@@ -93,7 +93,7 @@ func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
 
 // publish stores one gathered delete request.
 func (p *Prober) publish(ctx context.Context, req subjects.DeleteRequest) error {
-	data, err := subjects.Encode(req)
+	data, err := subjects.EncodeDeleteRequest(req)
 	if err != nil {
 		return fmt.Errorf("encode delete request: %w", err)
 	}
