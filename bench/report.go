@@ -23,7 +23,37 @@ const (
 	TargetRSS       = 150 << 20        // bytes, each stage
 	TargetRSSGrowth = 0.10             // between the two keyspace sizes
 	TargetServing   = 0.10             // added to the p99 by default pacing, pinned placement
+	// TargetStreamBytes bounds what a round stores in JetStream per scanned block (BATCHES,
+	// DELETES and EVENTS together), 2 locations per block.
+	TargetStreamBytes = 250
 )
+
+// streamKinds are the streams of AloneResults.StreamBytes, in report order.
+var streamKinds = []string{StreamBatches, StreamDeletes, StreamEvents}
+
+// streamPerBlock is the bytes per scanned block each stream holds after the stages alone, and
+// their total; disk is the same of the streams' directories.
+func streamPerBlock(a *AloneResults) (per map[string]float64, total, disk float64, ok bool) {
+	if a == nil || a.ScanRead == 0 || len(a.StreamBytes) == 0 {
+		return nil, 0, 0, false
+	}
+	per = map[string]float64{}
+	for _, k := range streamKinds {
+		per[k] = float64(a.StreamBytes[k]) / float64(a.ScanRead)
+		total += per[k]
+		disk += float64(a.StreamDisk[k]) / float64(a.ScanRead)
+	}
+	return per, total, disk, true
+}
+
+// streamBytesText is "BATCHES 129, DELETES 40, EVENTS 30 bytes" of per.
+func streamBytesText(per map[string]float64) string {
+	var parts []string
+	for _, k := range streamKinds {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, per[k]))
+	}
+	return strings.Join(parts, ", ")
+}
 
 // Report renders the results as Markdown.
 func Report(r *Results) string {
@@ -174,6 +204,11 @@ func summaryRows(w func(string, ...any), c Config, lr *LayoutResults) {
 				rel(a.Deleter.Rate(), raw.Sequential.PerSec()), "", "")
 		}
 	}
+	if per, total, disk, ok := streamPerBlock(lr.Alone); ok {
+		row("bytes stored in JetStream per scanned block, one round (BATCHES + DELETES + EVENTS; what max_bytes counts)",
+			fmt.Sprintf("%.0f B (%s; %.0f B on disk)", total, streamBytesText(per), disk), "", "",
+			fmt.Sprintf("≤ %d B", TargetStreamBytes), yes(total <= TargetStreamBytes))
+	}
 	if e := lr.E2E; e != nil && e.Dur > 0 && lr.Main != nil {
 		base, ratio := "", "–"
 		var rt float64
@@ -301,6 +336,10 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 		if a.ScanPages > 0 {
 			w("\nThe scanner walked %s keys and read %s of them (the collected instances'), in %s pages (%.0f keys per page), and stored %s of batches in JetStream.\n",
 				num(float64(a.Scanner.Items)), num(float64(a.ScanRead)), num(float64(a.ScanPages)), float64(a.Scanner.Items)/float64(a.ScanPages), mb(int64(a.PublishedBytes)))
+		}
+		if per, total, disk, ok := streamPerBlock(a); ok {
+			w("\nStored in JetStream per scanned block once the three stages were done: %s bytes, %.0f in all (%.0f on disk).\n",
+				streamBytesText(per), total, disk)
 		}
 		w("\n%s\n\n", verification(a.Verification, a.Deleter.Metrics))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -45,6 +46,49 @@ type AloneResults struct {
 	ScanRead int
 	// DeleteRequests are the delete requests the prober stored for the deleter.
 	DeleteRequests int
+	// StreamBytes are the bytes each stream holds once the three stages are done (BATCHES,
+	// DELETES, EVENTS: what max_bytes counts), and StreamDisk the bytes of each stream's
+	// directory in the JetStream store.
+	StreamBytes, StreamDisk map[string]int64
+}
+
+// Stream kinds of AloneResults.StreamBytes.
+const (
+	StreamBatches = "BATCHES"
+	StreamDeletes = "DELETES"
+	StreamEvents  = "EVENTS"
+)
+
+// streamSizes reads what each of the run's streams holds, and its directory's size.
+func (r *run) streamSizes(ctx context.Context, res *AloneResults) {
+	res.StreamBytes, res.StreamDisk = map[string]int64{}, map[string]int64{}
+	for kind, name := range map[string]string{StreamBatches: r.names.BatchesStream(), StreamDeletes: r.names.DeletesStream(),
+		StreamEvents: r.names.EventsStream()} {
+		st, err := r.h.js.Stream(ctx, name)
+		if err != nil {
+			continue
+		}
+		res.StreamBytes[kind] = int64(st.CachedInfo().State.Bytes)
+		// <store dir>/jetstream/<account>/streams/<stream>
+		dirs, _ := filepath.Glob(filepath.Join(r.h.workDir, "jetstream", "*", "*", "streams", name))
+		for _, d := range dirs {
+			res.StreamDisk[kind] += dirSize(d)
+		}
+	}
+}
+
+// dirSize is the bytes of the files under dir (0 when it cannot be read).
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // E2EResult is the whole pipeline on one keyspace.
@@ -329,6 +373,7 @@ func (h *Harness) runAloneWith(ctx context.Context, phase string, k *Keyspace, p
 		return res, err
 	}
 	res.Deleter.Dur, res.Deleter.CPU, res.Deleter.Items = d, c, deleted(res.Deleter.Metrics)
+	r.streamSizes(ctx, &res)
 
 	if res.Verification, err = k.Verify(ctx); err != nil {
 		return res, err
