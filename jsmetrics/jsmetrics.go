@@ -1,8 +1,9 @@
 // Package jsmetrics exports a stage's JetStream consumer statistics as Prometheus metrics, so
-// a dashboard needs no separate NATS exporter: a process running the prober or the deleter
-// reports its consumer's backlog (pending), work in flight (ack pending, against its cap),
-// redeliveries, waiting pull requests and pause, read from the server on every scrape. The
-// scanner, which has no consumer, reports its pause from the state bucket.
+// a dashboard needs no separate NATS exporter: a process running the prober, the deleter or
+// the sweeper reports its consumer's backlog (pending), work in flight (ack pending, against
+// its cap), redeliveries, waiting pull requests and pause, read from the server on every
+// scrape. The scanner and the walker, which have no consumer, report their pause from the
+// state bucket.
 //
 // Every replica of a stage exports the same server-side numbers: aggregate them with max, not
 // sum (max by (stage) (kvcm_gc_consumer_pending_messages)).
@@ -15,6 +16,7 @@ package jsmetrics
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,7 +62,7 @@ type Collector struct {
 // reading is what one stage's read returned, and when.
 type reading struct {
 	at     time.Time
-	info   *jetstream.ConsumerInfo // nil for the scanner
+	info   *jetstream.ConsumerInfo // nil for a walk (scanner, walker)
 	stream string
 	cons   string
 	pause  pipeline.PauseState
@@ -82,8 +84,8 @@ func WithTimeout(d time.Duration) Option {
 // WithLogger receives one line per failed read; nil discards.
 func WithLogger(l *slog.Logger) Option { return func(c *Collector) { c.log = l } }
 
-// New returns a collector for the given stages (pipeline.StageScanner, StageProber,
-// StageDeleter); unknown names are ignored.
+// New returns a collector for the given stages (of pipeline.Stages); unknown names are
+// ignored.
 func New(js jetstream.JetStream, names subjects.Names, stages []string, opts ...Option) *Collector {
 	consumerLabels := []string{"stage", "stream", "consumer"}
 	c := &Collector{
@@ -99,7 +101,7 @@ func New(js jetstream.JetStream, names subjects.Names, stages []string, opts ...
 		waiting: prometheus.NewDesc(MetricWaiting,
 			"Pull requests of the stage's replicas waiting at the server, from consumer info.", consumerLabels, nil),
 		paused: prometheus.NewDesc(MetricPaused,
-			"1 while the stage is paused by an operator (consumer pause; scanner pause in the state bucket).", []string{"stage"}, nil),
+			"1 while the stage is paused by an operator (consumer pause; a walk's pause in the state bucket).", []string{"stage"}, nil),
 		pauseEnd: prometheus.NewDesc(MetricPauseEnd,
 			"Unix time the stage's pause ends (0 when not paused).", []string{"stage"}, nil),
 		up: prometheus.NewDesc(MetricUp,
@@ -109,8 +111,7 @@ func New(js jetstream.JetStream, names subjects.Names, stages []string, opts ...
 		last: map[string]reading{},
 	}
 	for _, s := range stages {
-		switch s {
-		case pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter:
+		if slices.Contains(pipeline.Stages(), s) {
 			c.stages = append(c.stages, s)
 		}
 	}
@@ -125,16 +126,7 @@ func New(js jetstream.JetStream, names subjects.Names, stages []string, opts ...
 
 // Register registers a collector for the stages a process runs on reg; a nil reg or no stage
 // registers nothing.
-func Register(reg prometheus.Registerer, js jetstream.JetStream, names subjects.Names, scanner, prober, deleter bool, opts ...Option) error {
-	var stages []string
-	for _, s := range []struct {
-		on   bool
-		name string
-	}{{scanner, pipeline.StageScanner}, {prober, pipeline.StageProber}, {deleter, pipeline.StageDeleter}} {
-		if s.on {
-			stages = append(stages, s.name)
-		}
-	}
+func Register(reg prometheus.Registerer, js jetstream.JetStream, names subjects.Names, stages []string, opts ...Option) error {
 	if reg == nil || len(stages) == 0 {
 		return nil
 	}
@@ -150,7 +142,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector: one consumer info request per consumer stage, one
-// KV read for the scanner, all at once, bounded by the timeout. A failed read reports up 0
+// KV read per walk, all at once, bounded by the timeout. A failed read reports up 0
 // and the stage's last reading, whose age the info age gauge gives; a stage never read yet
 // reports up 0 alone.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
@@ -208,17 +200,14 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, stage string, r reading, n
 
 // read reads one stage's statistics.
 func (c *Collector) read(ctx context.Context, stage string, now time.Time) (reading, bool) {
-	if stage == pipeline.StageScanner {
+	stream, consumer, ok := pipeline.StageConsumer(c.names, stage)
+	if !ok {
 		st, err := pipeline.StagePause(ctx, c.js, c.names, stage)
 		if err != nil {
-			c.log.Warn("read scanner pause for metrics", "err", err)
+			c.log.Warn("read stage pause for metrics", "stage", stage, "err", err)
 			return reading{}, false
 		}
 		return reading{at: now, pause: st}, true
-	}
-	stream, consumer := c.names.BatchesStream(), c.names.ProberConsumer()
-	if stage == pipeline.StageDeleter {
-		stream, consumer = c.names.DeletesStream(), c.names.DeleterConsumer()
 	}
 	cons, err := c.js.Consumer(ctx, stream, consumer)
 	if err != nil {

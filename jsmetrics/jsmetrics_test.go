@@ -16,6 +16,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -65,7 +66,7 @@ func TestCollectorReadsConsumerInfoAndPause(t *testing.T) {
 	ctx := context.Background()
 	js, names := setup(t)
 	reg := prometheus.NewRegistry()
-	require.NoError(t, jsmetrics.Register(reg, js, names, true, true, true))
+	require.NoError(t, jsmetrics.Register(reg, js, names, pipeline.Stages()))
 
 	// Five delete requests stored, two of them delivered and not acknowledged.
 	for i := range 5 {
@@ -88,6 +89,10 @@ func TestCollectorReadsConsumerInfoAndPause(t *testing.T) {
 	require.NoError(t, err)
 	_, err = ops.Pause(ctx, js, names, pipeline.StageScanner, until)
 	require.NoError(t, err)
+	_, err = ops.Pause(ctx, js, names, pipeline.StageWalker, until)
+	require.NoError(t, err)
+	_, err = ops.Pause(ctx, js, names, pipeline.StageSweeper, until)
+	require.NoError(t, err)
 
 	del := "consumer=deleter,stage=deleter,stream=" + names.DeletesStream()
 	prb := "consumer=prober,stage=prober,stream=" + names.BatchesStream()
@@ -101,16 +106,20 @@ func TestCollectorReadsConsumerInfoAndPause(t *testing.T) {
 		"kvcm_gc_stage_paused{stage=deleter}":                     1,
 		"kvcm_gc_stage_paused{stage=prober}":                      0,
 		"kvcm_gc_stage_paused{stage=scanner}":                     1,
+		"kvcm_gc_stage_paused{stage=walker}":                      1,
+		"kvcm_gc_stage_paused{stage=sweeper}":                     1,
 		"kvcm_gc_stage_pause_end_timestamp_seconds{stage=prober}": 0,
 		"kvcm_gc_jetstream_stats_up{stage=deleter}":               1,
 		"kvcm_gc_jetstream_stats_up{stage=prober}":                1,
 		"kvcm_gc_jetstream_stats_up{stage=scanner}":               1,
+		"kvcm_gc_jetstream_stats_up{stage=walker}":                1,
+		"kvcm_gc_jetstream_stats_up{stage=sweeper}":               1,
 	}
 	for k, v := range want {
 		require.Contains(t, got, k)
 		require.Equal(t, v, got[k], k)
 	}
-	for _, stage := range []string{"deleter", "scanner"} {
+	for _, stage := range []string{"deleter", "scanner", "walker", "sweeper"} {
 		end := got["kvcm_gc_stage_pause_end_timestamp_seconds{stage="+stage+"}"]
 		require.InDelta(t, float64(until.Unix()), end, 1, stage)
 	}
@@ -118,7 +127,7 @@ func TestCollectorReadsConsumerInfoAndPause(t *testing.T) {
 	_, err = ops.Resume(ctx, js, names, ops.StageAll)
 	require.NoError(t, err)
 	got = gather(t, reg)
-	for _, stage := range []string{"scanner", "prober", "deleter"} {
+	for _, stage := range pipeline.Stages() {
 		require.Zero(t, got["kvcm_gc_stage_paused{stage="+stage+"}"], stage)
 	}
 }
@@ -135,21 +144,22 @@ func TestCollectorReportsDownWhenConsumerMissing(t *testing.T) {
 
 func TestRegisterNothing(t *testing.T) {
 	js, names := setup(t)
-	require.NoError(t, jsmetrics.Register(nil, js, names, true, true, true))
+	require.NoError(t, jsmetrics.Register(nil, js, names, pipeline.Stages()))
 	reg := prometheus.NewRegistry()
-	require.NoError(t, jsmetrics.Register(reg, js, names, false, false, false))
+	require.NoError(t, jsmetrics.Register(reg, js, names, nil))
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	require.Empty(t, mfs)
 }
 
 // TestMetricNamesLint runs the checks of `promtool check metrics` on every series a process
-// exports: the pipeline's metrics and this collector's.
+// exports: the pipeline's and the sweep's metrics and this collector's.
 func TestMetricNamesLint(t *testing.T) {
 	js, names := setup(t)
 	reg := prometheus.NewRegistry()
 	pipeline.NewMetrics(reg)
-	require.NoError(t, jsmetrics.Register(reg, js, names, true, true, true))
+	sweep.NewMetrics(reg)
+	require.NoError(t, jsmetrics.Register(reg, js, names, pipeline.Stages()))
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()

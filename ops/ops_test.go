@@ -87,8 +87,12 @@ func TestExpandStage(t *testing.T) {
 	got, err := expandStage(StageAll)
 	require.NoError(t, err)
 	require.Equal(t, Stages(), got)
-	_, err = expandStage("sweeper")
-	require.ErrorIs(t, err, ErrUnknownStage)
+	// all is every stage that writes or unlinks, and the walks that feed them.
+	require.Equal(t, []string{"scanner", "prober", "deleter", "walker", "sweeper"}, got)
+	for _, s := range []string{"sweep", "Scanner", ""} {
+		_, err = expandStage(s)
+		require.ErrorIs(t, err, ErrUnknownStage, s)
+	}
 }
 
 func TestReplayQueryValidate(t *testing.T) {

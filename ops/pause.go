@@ -40,11 +40,13 @@ func expandStage(stage string) ([]string, error) {
 	return nil, fmt.Errorf("%w %q (%s, %s)", ErrUnknownStage, stage, strings.Join(stages, ", "), StageAll)
 }
 
-// Pause stops a stage (or all) until the given time. The prober and the deleter are paused
-// with JetStream consumer pause: the server delivers nothing to any replica until then, and
-// messages keep arriving in the stream, so nothing is lost and every replica stops at once
-// without a restart. In-flight messages finish normally. The scanner, which has no consumer,
-// reads ScannerPauseKey in the state bucket before each tick.
+// Pause stops a stage (or all: every stage that writes or unlinks, and those that feed them)
+// until the given time. The prober, the deleter and the sweeper are paused with JetStream
+// consumer pause: the server delivers nothing to any replica until then, and messages keep
+// arriving in the stream, so nothing is lost and every replica stops at once without a
+// restart. In-flight messages finish normally. The scanner and the walker, which have no
+// consumer, read their pause key in the state bucket (subjects.ScannerPauseKey,
+// subjects.WalkerPauseKey) before each tick.
 //
 // A paused deleter lets the DELETES backlog grow; once it passes the scanner's high-water
 // mark the scanner stops scanning by itself (backpressure), which is the intended effect of

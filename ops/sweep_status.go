@@ -17,9 +17,12 @@ import (
 // SweepStatus is the sweep of orphan data files in `status`: the SWEEP stream and the
 // sweeper consumer, and per swept storage its walker, its walk and its quarantine.
 type SweepStatus struct {
-	Stream   *StreamStatus        `json:"stream,omitempty"`
-	Consumer *ConsumerStatus      `json:"consumer,omitempty"`
-	Storages []SweepStorageStatus `json:"storages"`
+	Stream   *StreamStatus   `json:"stream,omitempty"`
+	Consumer *ConsumerStatus `json:"consumer,omitempty"`
+	// WalkerPaused: an operator paused the walkers (the sweeper's pause is its consumer's).
+	WalkerPaused      bool                 `json:"walker_paused"`
+	WalkerPausedUntil time.Time            `json:"walker_paused_until,omitzero"`
+	Storages          []SweepStorageStatus `json:"storages"`
 }
 
 // SweepStorageStatus is one swept storage (any storage with a walk checkpoint).
@@ -63,6 +66,11 @@ func sweepStatus(ctx context.Context, rows statusRows, names subjects.Names) *Sw
 	state, err := js.KeyValue(ctx, names.StateBucket())
 	if err != nil {
 		return st // reported with the scanner
+	}
+	if p, err := pipeline.ReadPause(ctx, state, subjects.WalkerPauseKey); err != nil {
+		problem("%v", err)
+	} else if p != nil && p.Active(now) {
+		st.WalkerPaused, st.WalkerPausedUntil = true, p.Until().UTC()
 	}
 	lister, err := state.ListKeysFiltered(ctx, subjects.SweepKeyFilter())
 	if err != nil {
@@ -121,6 +129,7 @@ func (s *SweepStatus) writeSweep(w io.Writer, now time.Time) {
 		fmt.Fprintf(tw, "sweeper\t%s/%s: %d pending, %d/%d in flight, %d redelivered, paused %s\n", c.Stream, c.Name,
 			c.Pending, c.AckPending, c.MaxAckPending, c.Redelivered, pausedCell(c.Paused, c.PausedUntil, now))
 	}
+	fmt.Fprintf(tw, "walker	paused %s\n", pausedCell(s.WalkerPaused, s.WalkerPausedUntil, now))
 	if len(s.Storages) == 0 {
 		fmt.Fprintln(tw, "storages\tnone swept (storage.overrides.<name>.sweep)")
 	}

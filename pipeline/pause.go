@@ -12,14 +12,18 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// An operator pauses a stage until a time. The stages that read a stream (prober, deleter)
-// are paused with JetStream consumer pause: the server delivers nothing to any replica until
-// then. The scanner has no consumer: its pause is a value in the state bucket (PauseRecord
-// under subjects.ScannerPauseKey) that every walk reads before it moves. Here is how a pause
-// is read; package ops sets and lifts them.
+// An operator pauses a stage until a time. The stages that read a stream (prober, deleter,
+// sweeper) are paused with JetStream consumer pause: the server delivers nothing to any
+// replica until then. The walks (scanner, walker) have no consumer: their pause is a value in
+// the state bucket (PauseRecord under subjects.ScannerPauseKey or subjects.WalkerPauseKey)
+// that every walk reads before it moves (Controls). Here is how a pause is read; package ops
+// sets and lifts them.
 
-// Stages lists the stages an operator can pause, in pipeline order.
-func Stages() []string { return []string{StageScanner, StageProber, StageDeleter} }
+// Stages lists the stages an operator can pause, in pipeline order: the metadata's three,
+// then the sweep's two. Each of them writes or unlinks something, or feeds a stage that does.
+func Stages() []string {
+	return []string{StageScanner, StageProber, StageDeleter, StageWalker, StageSweeper}
+}
 
 // PauseRecord is the value of a walk's pause key: no walk moves before UntilUs. An expired
 // value is harmless, so a resume may delete it or leave it to age out.
@@ -41,6 +45,8 @@ func PauseKey(stage string) (key string, ok bool) {
 	switch stage {
 	case StageScanner:
 		return subjects.ScannerPauseKey, true
+	case StageWalker:
+		return subjects.WalkerPauseKey, true
 	}
 	return "", false
 }
@@ -53,6 +59,8 @@ func StageConsumer(names subjects.Names, stage string) (stream, consumer string,
 		return names.BatchesStream(), names.ProberConsumer(), true
 	case StageDeleter:
 		return names.DeletesStream(), names.DeleterConsumer(), true
+	case StageSweeper:
+		return names.SweepStream(), names.SweeperConsumer(), true
 	}
 	return "", "", false
 }

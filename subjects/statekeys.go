@@ -15,6 +15,7 @@ import (
 //	STATE  checkpoint.<enc store>   the store's round, cursor, progress and next round time
 //	STATE  stores                   the registry's stores as the scanners last read them
 //	STATE  scanner_pause            an operator's pause of every walk
+//	STATE  walker_pause             an operator's pause of every sweep walk
 //
 // A bucket key allows only [-/_=.A-Za-z0-9], and a '.' splits it into subject tokens, so the
 // store or holder name is encoded by EncodeKeyPart: bytes of [A-Za-z0-9_-] are kept, a '.'
@@ -30,6 +31,9 @@ const (
 	// ScannerPauseKey is the STATE key of an operator's pause of every walk of the scanners
 	// (see PauseRecord in pipeline): the scanner has no consumer that JetStream could pause.
 	ScannerPauseKey = "scanner_pause"
+	// WalkerPauseKey is the STATE key of an operator's pause of every walk of the sweep's
+	// walkers, which have no consumer either.
+	WalkerPauseKey = "walker_pause"
 )
 
 // ErrBadKey: a bucket key is not one this package produces.

@@ -97,18 +97,18 @@ func stageArg(cmd string, args []string) error {
 	return nil
 }
 
-// PauseCommand: pause <scanner|prober|deleter|all> (--for 2h | --until T).
+// PauseCommand: pause <scanner|prober|deleter|walker|sweeper|all> (--for 2h | --until T).
 func PauseCommand() *Command {
 	var dur durationFlag
 	var untilText string
 	var until time.Time
 	return &Command{
 		Name:    "pause",
-		Summary: "pause a stage: pause <scanner|prober|deleter|all> --for 2h",
-		Usage:   "<scanner|prober|deleter|all> (--for 2h | --until 2025-01-02T15:04:05Z)",
-		Help: "The prober and deleter are paused with JetStream consumer pause (no replica receives\n" +
-			"anything until then; the stream keeps filling); the scanner skips its ticks. Resume earlier\n" +
-			"with resume.",
+		Summary: "pause a stage: pause <scanner|prober|deleter|walker|sweeper|all> --for 2h",
+		Usage:   "<scanner|prober|deleter|walker|sweeper|all> (--for 2h | --until 2025-01-02T15:04:05Z)",
+		Help: "The prober, deleter and sweeper are paused with JetStream consumer pause (no replica\n" +
+			"receives anything until then; the stream keeps filling); the scanner and the walker skip\n" +
+			"their ticks. all pauses every stage. Resume earlier with resume.",
 		Config: true, Tool: true, Args: true,
 		Flags: func(fs *flag.FlagSet) {
 			dur = durationFlag{}
@@ -148,13 +148,13 @@ func PauseCommand() *Command {
 	}
 }
 
-// ResumeCommand: resume <scanner|prober|deleter|all>.
+// ResumeCommand: resume <scanner|prober|deleter|walker|sweeper|all>.
 func ResumeCommand() *Command {
 	return &Command{
 		Name:    "resume",
-		Summary: "resume a paused stage: resume <scanner|prober|deleter|all>",
-		Usage:   "<scanner|prober|deleter|all>",
-		Help:    "Lifts a pause at once: the consumer pause of the prober and the deleter, the scanner's pause value.",
+		Summary: "resume a paused stage: resume <scanner|prober|deleter|walker|sweeper|all>",
+		Usage:   "<scanner|prober|deleter|walker|sweeper|all>",
+		Help:    "Lifts a pause at once: the consumer pause of the prober, the deleter and the sweeper, the pause value of the scanner and the walker.",
 		Config:  true, Tool: true, Args: true,
 		Check: func(e *Env) error { return stageArg("resume", e.Args) },
 		Run: func(ctx context.Context, e *Env) error {

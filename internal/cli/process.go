@@ -164,7 +164,7 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := jsmetrics.Register(reg, js, names, p.Stages.Scanner, p.Stages.Prober, p.Stages.Deleter,
+	if err := jsmetrics.Register(reg, js, names, stageList(p.Stages),
 		jsmetrics.WithLogger(log), jsmetrics.WithTimeout(cfg.JS.APITimeout)); err != nil {
 		return fmt.Errorf("register jetstream metrics: %w", err)
 	}

@@ -77,7 +77,7 @@ func KeptReasons() []string { return append([]string(nil), keptReasons...) }
 
 // Operations of the sweep that fail (the "reason" label of kvcm_gc_sweep_errors_total).
 var errorOps = map[string][]string{
-	pipeline.StageWalker:  {"lease", "checkpoint", "registry", "backlog", "open", "walk", "publish", "event"},
+	pipeline.StageWalker:  {"lease", "checkpoint", "registry", "pause", "backlog", "open", "walk", "publish", "event"},
 	pipeline.StageSweeper: {"registry", "open", "store", "read", "stat", "quarantine", "restore", "unlink", "event"},
 }
 
@@ -96,6 +96,7 @@ type Metrics struct {
 	Errors        *prometheus.CounterVec
 	Backpressure  prometheus.Counter
 	LeasesHeld    prometheus.Gauge
+	WalkerPaused  prometheus.Gauge
 	LastRoundEnd  prometheus.Gauge
 	QFiles        prometheus.Gauge
 	QBytes        prometheus.Gauge
@@ -123,6 +124,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Failed operations of the sweep, by stage and operation; the work is retried."}, []string{"stage", "reason"}),
 		Backpressure: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_sweep_backpressure_skips_total", Help: "Walker pages skipped because the sweeper backlog was above the high-water mark."}),
 		LeasesHeld:   f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_leases_held", Help: "Swept storages whose walk this walker leads."}),
+		WalkerPaused: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_walker_paused", Help: "1 while an operator pause stops this walker's walks."}),
 		LastRoundEnd: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_last_round_end_timestamp_seconds", Help: "Unix time a walk of a storage this walker leads last completed (0: none yet in this process)."}),
 		QFiles:       f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_files", Help: "Files in the quarantines of the storages this walker leads, at its last look."}),
 		QBytes:       f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_bytes", Help: "Bytes of those files."}),

@@ -95,9 +95,9 @@ func NewWalker(cfg Config, deps WalkerDeps) (*Walker, error) {
 		w.maxPayload = 1 << 20 // the server's default
 	}
 	// Read at every tick (no reuse), as the walker always read its backlog; a page costs far
-	// more than the reading.
-	w.ctl = pipeline.NewControls(pipeline.ControlsConfig{Stage: pipeline.StageWalker},
-		pipeline.ControlsDeps{State: w.state, Backlog: w.backlogFull(), Logger: w.log,
+	// more than the reading. An operator's pause (kvcm-gc pause walker) holds every walk.
+	w.ctl = pipeline.NewControls(pipeline.ControlsConfig{Stage: pipeline.StageWalker, PauseKey: subjects.WalkerPauseKey},
+		pipeline.ControlsDeps{State: w.state, Backlog: w.backlogFull(), Paused: w.metrics.WalkerPaused, Logger: w.log,
 			OpError: func(op string) { w.metrics.opError(pipeline.StageWalker, op) }})
 	return w, nil
 }

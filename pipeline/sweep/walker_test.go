@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -273,4 +274,41 @@ func gaugeOf(t *testing.T, g prometheus.Gauge) float64 {
 	var m dto.Metric
 	require.NoError(t, g.Write(&m))
 	return m.GetGauge().GetValue()
+}
+
+// TestWalkerPaused: an operator's pause of the walker (its key in the state bucket) holds
+// every walk: the lease is held, no round starts and nothing is published; once the pause is
+// lifted the round runs.
+func TestWalkerPaused(t *testing.T) {
+	e := newWalkerEnv(t)
+	e.file("inst0/tp0/1", 48*time.Hour)
+	ctx := context.Background()
+	state, err := e.js.KeyValue(ctx, e.names.StateBucket())
+	require.NoError(t, err)
+	val, err := json.Marshal(pipeline.PauseRecord{UntilUs: time.Now().Add(time.Hour).UnixMicro()})
+	require.NoError(t, err)
+	_, err = state.Put(ctx, subjects.WalkerPauseKey, val)
+	require.NoError(t, err)
+
+	w := e.walker("w1", 4)
+	e.run(w)
+	require.Eventually(t, func() bool { return gaugeOf(t, w.metrics.WalkerPaused) == 1 }, 10*time.Second, 5*time.Millisecond)
+	// Held for several renewals of its lease (every 100ms): still no round.
+	leases, err := e.js.KeyValue(ctx, e.names.LeaseBucket())
+	require.NoError(t, err)
+	_, first, err := ReadLease(ctx, leases, "nfs")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, rev, err := ReadLease(ctx, leases, "nfs")
+		return err == nil && rev >= first+3
+	}, 10*time.Second, 5*time.Millisecond)
+	c := e.checkpoint()
+	require.Zero(t, c.Round, "no round while paused")
+	require.Zero(t, c.QPass, "no look into the quarantine either")
+	require.Empty(t, e.published())
+
+	require.NoError(t, state.Delete(ctx, subjects.WalkerPauseKey))
+	e.waitRound(1)
+	require.Len(t, filesOf(e.published(), subjects.SweepWalk), 1)
+	require.Zero(t, gaugeOf(t, w.metrics.WalkerPaused))
 }
