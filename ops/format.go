@@ -2,8 +2,11 @@ package ops
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Formatting helpers of the human tables.
@@ -71,6 +74,20 @@ func timeOnly(t time.Time) string {
 func orDash(s string) string {
 	if strings.TrimSpace(s) == "" {
 		return "-"
+	}
+	return s
+}
+
+// idCell shows a location id whole in a cell, quoted (Go syntax) when it holds a space, a
+// control byte or anything not printable, so that it can be copied back exactly: EventReport
+// ids run past any width ("kvs#event_report_l1p5#hbm#10.0.0.8:9000"), and a medium or host
+// may hold spaces.
+func idCell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 || s == "-" {
+		return strconv.Quote(s)
 	}
 	return s
 }

@@ -227,3 +227,26 @@ var errBroken = errors.New("broken pipe")
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errBroken }
+
+// TestIDCell: a location id is shown whole, and quoted where the table would hide what it is.
+func TestIDCell(t *testing.T) {
+	for id, want := range map[string]string{
+		"":         "-",
+		"-":        `"-"`,
+		"a1b2c3d4": "a1b2c3d4",
+		"kvs#event_report_l1p5#hbm#10.0.0.8:9000": "kvs#event_report_l1p5#hbm#10.0.0.8:9000",
+		"kvs#event_report_l2#mem#h:1|x":           "kvs#event_report_l2#mem#h:1|x",
+		"é中文🙂":                                    "é中文🙂",
+		"with space":                              `"with space"`,
+		"tab\there":                               `"tab\there"`,
+		"nul\x00":                                 `"nul\x00"`,
+		"bad\xff":                                 `"bad\xff"`,
+	} {
+		require.Equal(t, want, idCell(id), "%q", id)
+		if want != "-" && want[0] == '"' {
+			back, err := strconv.Unquote(want)
+			require.NoError(t, err)
+			require.Equal(t, id, back)
+		}
+	}
+}

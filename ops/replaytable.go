@@ -35,10 +35,10 @@ func WriteReplayMessage(w io.Writer, m ReplayMessage) error {
 				why = subjects.JoinDetail(l.Now.Reason, why)
 			}
 			if rerun {
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Key, cell(orDash(l.Location), 32), l.Status,
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Key, idCell(l.Location), l.Status,
 					cell(l.Then.String(), 60), cell(l.Rerun.String(), 70), cell(nowCell(l.Now), 40), cell(orDash(why), 100))
 			} else {
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Key, cell(orDash(l.Location), 32), l.Status,
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Key, idCell(l.Location), l.Status,
 					orDash(l.Reason), cell(l.Then.String(), 60), cell(nowCell(l.Now), 40), cell(orDash(why), 100))
 			}
 		}

@@ -131,7 +131,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 			src = fmt.Sprintf("%s#%d", ev.Source.Stream, ev.Source.Seq)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Kind, e.Seq, stamp(e.Time, now), ev.Stage,
-			cell(orDash(ev.Instance), 24), key, cell(orDash(ev.Location), 24), cell(orDash(ev.Reason), 40),
+			cell(orDash(ev.Instance), 24), key, idCell(ev.Location), cell(orDash(ev.Reason), 40),
 			orDash(ev.Outcome), src)
 	}
 	_ = tw.Flush()
