@@ -243,6 +243,14 @@ var alertCases = []alertCase{
 		{at: "3m", alert: "KvcmGcDeadLetters"},
 		{at: "10m", alert: "KvcmGcDeadLetters", want: []map[string]string{lbl("stage", "prober")}},
 	}},
+	{name: "a message the server gave up on", interval: "1m", input: []series{
+		{`kvcm_gc_messages_total{` + ns + `, pod="deleter-0", stage="deleter", result="max_deliveries"}`, "0x4 1x30"},
+		{`kvcm_gc_messages_total{` + ns + `, pod="deleter-1", stage="deleter", result="max_deliveries"}`, "0x35"},
+		{`kvcm_gc_messages_total{` + ns + `, pod="prober-0", stage="prober", result="max_deliveries"}`, "0x35"},
+	}, checks: []alertCheck{
+		{at: "3m", alert: "KvcmGcDeliveriesUnanswered"},
+		{at: "10m", alert: "KvcmGcDeliveriesUnanswered", want: []map[string]string{lbl("stage", "deleter")}},
+	}},
 	{name: "failing operations", interval: "1m", input: []series{
 		{`kvcm_gc_operation_errors_total{` + ns + `, pod="scanner-0", stage="scanner", op="store"}`, "0+6x40"},
 		{`kvcm_gc_operation_errors_total{` + ns + `, pod="scanner-0", stage="scanner", op="lease"}`, "0+1x40"},

@@ -200,7 +200,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Data objects (spec URIs) of the locations the deleter removed, by storage and reason."}, []string{"storage", "reason"}),
 
 		OperationErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_operation_errors_total", Help: "Failed operations, by stage and operation."}, []string{"stage", "op"}),
-		Messages:        f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total", Help: "Consumed messages by stage and disposition (ack, nak, term)."}, []string{"stage", "result"}),
+		Messages:        f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total", Help: "Consumed messages by stage and disposition (ack, nak, term; max_deliveries: the server gave up on the last delivery, unanswered)."}, []string{"stage", "result"}),
 	}
 	for _, r := range candidateReasons {
 		m.Candidates.WithLabelValues(r)
@@ -220,7 +220,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	for _, s := range messageStages {
-		for _, r := range []string{MsgAck, MsgNak, MsgTerm} {
+		for _, r := range []string{MsgAck, MsgNak, MsgTerm, MsgMaxDeliveries} {
 			m.Messages.WithLabelValues(s, r)
 		}
 	}
