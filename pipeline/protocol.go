@@ -793,7 +793,10 @@ func (r *request) cad(ctx context.Context, cells []*reqCell) {
 				}
 				switch {
 				case c.cur == nil || (c.val != nil && !ok):
-					t.deleted() // someone else finished the job
+					// Someone else's CAD won the race (KVCM's own GC finishing our DELETING, or
+					// another delivery of this request): the removal is theirs, a no-op here,
+					// though the data may have gone through us too.
+					t.finish(subjects.OutcomeNoopGone, "gone before our CAD: another delete removed it")
 				case c.val == nil || !bytes.Equal(l.Raw, t.deleting):
 					// Rewritten after the unlink (e.g. KVCM's unconditional FinishWrite): left as it is.
 					t.finish(subjects.OutcomeNoopMismatch, "location changed after CAS")

@@ -267,7 +267,7 @@ func (w *waitHook) ReadBlocks(ctx context.Context, inst string, keys []int64) ([
 }
 
 // TestDeleteAllCADConflict: a block changed between the re-read and the CAD. A new location
-// of KVCM is kept; a block someone else emptied counts as deleted; our mark replaced after
+// of KVCM is kept; a block someone else emptied is their removal, a no-op; our mark replaced after
 // the unlink is left as it is.
 func TestDeleteAllCADConflict(t *testing.T) {
 	f := newDeleterFixture(t, false)
@@ -290,7 +290,8 @@ func TestDeleteAllCADConflict(t *testing.T) {
 	res, err := NewProtocol(DefaultDeleterConfig(), nil).DeleteAll(context.Background(), st, f.set, "i",
 		[]subjects.Target{target(0, "a", a), target(1, "a", a), target(2, "a", a)})
 	require.NoError(t, err)
-	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted, subjects.OutcomeNoopMismatch}, outcomes(res))
+	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeNoopGone, subjects.OutcomeNoopMismatch}, outcomes(res))
+	require.Equal(t, "gone before our CAD: another delete removed it", res[1].Detail)
 	require.Equal(t, "location changed after CAS", res[2].Detail)
 	require.Equal(t, []string{"get:3", "cas:3", "get:3", "cad:3", "get:3", "cad:1"}, st.calls)
 	require.Equal(t, dblock(newcomer), f.get(0)["__uri__"])
