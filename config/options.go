@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"log/slog"
@@ -19,29 +18,27 @@ import (
 
 // RegistryConn returns the connection to the registry Redis.
 func (c Config) RegistryConn() (redismeta.ConnOptions, error) {
-	base := redismeta.ConnOptions{Username: c.Registry.Username, Password: c.Registry.Password, TLS: c.Registry.TLS.options()}
-	conn, err := base.ApplyURI(c.Registry.URI)
-	if err != nil {
-		return conn, fmt.Errorf("registry.uri: %w", err)
-	}
-	// ApplyURI lets a URI's userinfo win silently; configured ACL credentials that would be
-	// ignored are a mistake worth stopping for.
-	if conn.UserInfo != "" && (c.Registry.Username != "" || c.Registry.Password != "") {
-		return conn, errors.New("registry.username, registry.password: exclusive with a userinfo in registry.uri")
-	}
-	return conn, nil
+	return signIn("registry", redismeta.ConnOptions{Username: c.Registry.Username, Password: c.Registry.Password,
+		TLS: c.Registry.TLS.options()}, c.Registry.URI)
 }
 
 // GuardConn returns the connection to guard.uri's Redis, signed in with guard.username and
 // guard.password unless the URI's userinfo does it.
 func (c Config) GuardConn() (redismeta.ConnOptions, error) {
-	base := redismeta.ConnOptions{Username: c.Guard.Username, Password: c.Guard.Password}
-	conn, err := base.ApplyURI(c.Guard.URI)
+	return signIn("guard", redismeta.ConnOptions{Username: c.Guard.Username, Password: c.Guard.Password}, c.Guard.URI)
+}
+
+// signIn applies the URI of section (its key section.uri) over base, which holds the
+// section's username and password.
+func signIn(section string, base redismeta.ConnOptions, uri string) (redismeta.ConnOptions, error) {
+	conn, err := base.ApplyURI(uri)
 	if err != nil {
-		return conn, fmt.Errorf("guard.uri: %w", err)
+		return conn, fmt.Errorf("%s.uri: %w", section, err)
 	}
-	if conn.UserInfo != "" && (c.Guard.Username != "" || c.Guard.Password != "") {
-		return conn, errors.New("guard.username, guard.password: exclusive with a userinfo in guard.uri")
+	// ApplyURI lets a URI's userinfo win silently; configured ACL credentials that would be
+	// ignored are a mistake worth stopping for.
+	if conn.UserInfo != "" && (base.Username != "" || base.Password != "") {
+		return conn, fmt.Errorf("%[1]s.username, %[1]s.password: exclusive with a userinfo in %[1]s.uri", section)
 	}
 	return conn, nil
 }
