@@ -26,9 +26,24 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 # The whole suite under the race detector: unit, integration and end-to-end tests against a
-# real redis-server and embedded NATS JetStream, after go vet and staticcheck.
-test: lint
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+# real redis-server and embedded NATS JetStream, after go vet, staticcheck and the checks of
+# the Helm chart and the alerting rules. The deploy tests render the chart and run promtool:
+# REQUIRE_DEPLOY_TOOLS makes them fail, not skip, without the tools.
+test: lint deploy-check
+	HELM=$(HELM) PROMTOOL=$(PROMTOOL) REQUIRE_DEPLOY_TOOLS=1 $(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+# helm lint and helm template of the chart on its default values and on a values file that
+# turns every part on, and promtool's check and unit tests of the alerting rules.
+CHART        := deploy/helm/kvcm-gc
+CHART_VALUES := $(CHART)/ci/full-values.yaml
+.PHONY: deploy-check
+deploy-check: tools
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) -f $(CHART_VALUES)
+	$(HELM) template kvcm-gc $(CHART) >/dev/null
+	$(HELM) template kvcm-gc $(CHART) -f $(CHART_VALUES) >/dev/null
+	$(PROMTOOL) check rules $(CHART)/files/alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yaml
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)

@@ -1,19 +1,17 @@
 package deploy_test
 
 import (
-	"net"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
@@ -21,144 +19,6 @@ import (
 )
 
 var stages = []string{pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter}
-
-// TestKubernetes checks the manifests against the code: every stage has a Deployment running
-// its binary with the ConfigMap's configuration, environment variables that are configuration
-// keys, secrets that the example Secret provides, the HTTP port of http.listen with /healthz
-// and /readyz probes, resources, and the volumes the configuration points at.
-func TestKubernetes(t *testing.T) {
-	objs := parseAll(t)
-	c := deployConfig(t, objs)
-	_, port, err := net.SplitHostPort(c.HTTP.Listen)
-	require.NoError(t, err)
-	httpPort, err := strconv.Atoi(port)
-	require.NoError(t, err)
-
-	envKeys := map[string]bool{}
-	for _, k := range config.Keys() {
-		envKeys[k.Env] = true
-	}
-	secret := find(t, objs, "Secret", "kvcm-gc-credentials")
-
-	// The kustomization lists files that exist and every manifest but the examples.
-	var kustomization object
-	for _, o := range objs {
-		if str(o.doc, "kind") == "Kustomization" {
-			kustomization = o
-		}
-	}
-	require.NotNil(t, kustomization.doc, "kubernetes/kustomization.yaml")
-	var resources []string
-	for _, r := range list(kustomization.doc, "resources") {
-		resources = append(resources, r.(string))
-		_, err := os.Stat(filepath.Join("kubernetes", r.(string)))
-		require.NoError(t, err)
-	}
-	manifests, err := filepath.Glob("kubernetes/*.yaml")
-	require.NoError(t, err)
-	for _, m := range manifests {
-		base := filepath.Base(m)
-		if base == "kustomization.yaml" || strings.HasSuffix(base, ".example.yaml") {
-			continue
-		}
-		require.Contains(t, resources, base, "kustomization.yaml misses %s", base)
-	}
-
-	for _, stage := range stages {
-		d := find(t, objs, "Deployment", "kvcm-gc-"+stage)
-		spec := get(d.doc, "spec")
-		if stage == pipeline.StageScanner {
-			require.Equal(t, 2, num(spec, "replicas"), "two scanner replicas share the lease")
-		} else {
-			require.GreaterOrEqual(t, num(spec, "replicas"), 1)
-		}
-		podLabels := get(spec, "template", "metadata", "labels").(map[string]any)
-		for k, v := range get(spec, "selector", "matchLabels").(map[string]any) {
-			require.Equal(t, v, podLabels[k], "%s: selector %s", stage, k)
-		}
-		require.Equal(t, stage, podLabels["app.kubernetes.io/component"])
-		require.Equal(t, strconv.Itoa(httpPort), str(spec, "template", "metadata", "annotations", "prometheus.io/port"))
-
-		pod := get(spec, "template", "spec")
-		containers := list(pod, "containers")
-		require.Len(t, containers, 1)
-		ct := containers[0]
-		// The stage's own binary, from cmd/.
-		cmd := list(ct, "command")
-		require.Len(t, cmd, 1)
-		require.Equal(t, "/usr/local/bin/"+stage, cmd[0])
-		_, err := os.Stat(filepath.Join("..", "cmd", stage, "main.go"))
-		require.NoError(t, err, "no cmd/%s for the %s Deployment", stage, stage)
-		args := list(ct, "args")
-		require.Equal(t, []any{"--config", "/etc/kvcm-gc/config.yaml"}, args)
-
-		// Environment: configuration keys only; secrets the Secret has.
-		for _, e := range list(ct, "env") {
-			name := str(e, "name")
-			require.True(t, envKeys[name], "%s: env %s is no configuration key", stage, name)
-			if ref := get(e, "valueFrom", "secretKeyRef"); ref != nil {
-				require.Equal(t, "kvcm-gc-credentials", str(ref, "name"))
-				require.NotNil(t, get(secret.doc, "stringData", str(ref, "key")), "%s: secret key %s", stage, str(ref, "key"))
-			}
-		}
-
-		// HTTP port and probes.
-		ports := list(ct, "ports")
-		require.Len(t, ports, 1)
-		require.Equal(t, "http", str(ports[0], "name"))
-		require.Equal(t, httpPort, num(ports[0], "containerPort"))
-		require.Equal(t, "/healthz", str(ct, "livenessProbe", "httpGet", "path"))
-		require.Equal(t, "http", str(ct, "livenessProbe", "httpGet", "port"))
-		require.Equal(t, "/readyz", str(ct, "readinessProbe", "httpGet", "path"))
-		require.Equal(t, "http", str(ct, "readinessProbe", "httpGet", "port"))
-		for _, r := range []string{"requests", "limits"} {
-			for _, k := range []string{"cpu", "memory"} {
-				require.NotNil(t, get(ct, "resources", r, k), "%s: resources.%s.%s", stage, r, k)
-			}
-		}
-
-		// Volumes: the ConfigMap at the config path, the NATS credentials from the Secret, and
-		// for the prober and the deleter every local path the storage overrides map to.
-		volumes := map[string]any{}
-		for _, v := range list(pod, "volumes") {
-			volumes[str(v, "name")] = v
-		}
-		mounts := map[string]string{} // mount path -> volume
-		for _, m := range list(ct, "volumeMounts") {
-			require.Contains(t, volumes, str(m, "name"), "%s: mount of an undeclared volume", stage)
-			mounts[str(m, "mountPath")] = str(m, "name")
-		}
-		volumeAt := func(path string) any {
-			best := ""
-			for mp := range mounts {
-				if hasPrefixDir(path, mp) && len(mp) > len(best) {
-					best = mp
-				}
-			}
-			require.NotEmpty(t, best, "%s: nothing mounted at %s", stage, path)
-			return volumes[mounts[best]]
-		}
-		require.Equal(t, "kvcm-gc-config", str(volumeAt("/etc/kvcm-gc/config.yaml"), "configMap", "name"))
-		if c.NATS.CredentialsFile != "" {
-			v := volumeAt(c.NATS.CredentialsFile)
-			require.Equal(t, "kvcm-gc-credentials", str(v, "secret", "secretName"))
-			require.NotNil(t, get(secret.doc, "stringData", filepath.Base(c.NATS.CredentialsFile)))
-		}
-		if stage != pipeline.StageScanner {
-			for name, o := range c.Storage.Overrides {
-				for _, pm := range o.PathMap {
-					require.NotNil(t, volumeAt(pm.To), "%s: storage %s path %s", stage, name, pm.To)
-				}
-			}
-		}
-	}
-
-	svc := find(t, objs, "Service", "kvcm-gc-metrics")
-	require.Equal(t, "http", str(list(svc.doc, "spec", "ports")[0], "targetPort"))
-	require.Equal(t, httpPort, num(list(svc.doc, "spec", "ports")[0], "port"))
-	require.Equal(t, "kvcm-gc", str(svc.doc, "spec", "selector", "app.kubernetes.io/name"))
-	find(t, objs, "PodDisruptionBudget", "kvcm-gc-scanner")
-}
 
 // metric is a metric name a process exports, with its label names and, for a closed label
 // set, the values it pre-initialises (STYLE: every label value pre-initialised).
@@ -305,10 +165,14 @@ func TestDashboard(t *testing.T) {
 	used := map[string]bool{}
 	var queries int
 	var namespaced bool
-	for _, o := range parseAll(t) {
-		if !strings.HasPrefix(o.file, "grafana"+string(filepath.Separator)) {
-			continue
-		}
+	files, err := filepath.Glob(filepath.Join("grafana", "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		o := object{file: f}
+		require.NoError(t, json.Unmarshal(data, &o.doc), f)
 		require.NotEmpty(t, str(o.doc, "uid"), o.file)
 		require.NotEmpty(t, str(o.doc, "title"), o.file)
 		for _, v := range list(o.doc, "templating", "list") {

@@ -1,16 +1,23 @@
 // Package deploy holds kvcm-gc's deployment files, checked against the code by its tests:
 //
-//   - kubernetes/: a Deployment per stage (two scanner replicas sharing the leader lease,
-//     scalable probers and deleters), the configuration as a ConfigMap, the metrics Service,
-//     and examples of the credentials Secret and a storage volume;
-//   - nats/: the streams and consumers as files for `nats stream add --config` and
-//     `nats consumer add --config`, and create.sh, which also creates the KV buckets. They are
-//     generated from the ConfigMap's configuration through subjects.Topology; regenerate them
-//     with `go generate ./deploy` after changing it (a test fails while they differ);
-//   - prometheus/alerts.yaml: alerting rules; grafana/kvcm-gc.json: a dashboard;
-//   - Dockerfile: the image the Deployments run.
+//   - helm/kvcm-gc: the Helm chart, the one way to install it (docs/operating.md): a
+//     Deployment per stage, each with its own Redis user, NATS identity and Secret (the
+//     scanner replicas divide the metadata stores, a lease per store; probers, deleters and
+//     sweepers share their consumers; walkers divide the swept storages), the configuration
+//     of each stage, the ensure hook that creates the streams, consumers and buckets as the
+//     admin, disruption budgets, a network policy, and the ServiceMonitor and PrometheusRule
+//     when asked. files/alerts.yaml holds the alerting rules, files/privileges.json every
+//     identity's Redis ACL and NATS permissions (generated from deploy/privileges);
+//     ci/full-values.yaml turns every part on;
+//   - privileges: the least privilege of every stage on Redis and NATS, the one source of the
+//     ACL file and the NATS account the chart renders;
+//   - prometheus/alerts_test.yaml: promtool's unit tests of every alert, generated from the
+//     cases in alerts_test.go;
+//   - grafana/kvcm-gc.json: a dashboard, with a row per metadata store;
+//   - Dockerfile: the image the chart runs.
 //
-// The example configuration kvcm-gc.example.yaml documents every key.
+// Regenerate the generated files with `go generate ./deploy` (a test fails while they
+// differ). The example configuration kvcm-gc.example.yaml documents every key.
 package deploy
 
-//go:generate go test -run TestNATSDefinitions|TestGenerated -update .
+//go:generate go test -run TestGenerated|TestAlertUnitTests -update .

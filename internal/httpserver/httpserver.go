@@ -20,8 +20,9 @@ import (
 // ReadyFunc reports readiness: a human-readable report, and an error when not ready.
 type ReadyFunc func(ctx context.Context) (string, error)
 
-// readyTimeout bounds one /readyz: its checks ping servers, and a probe must not pile up.
-const readyTimeout = 2 * time.Second
+// ReadyTimeout bounds one /readyz: its checks ping servers, and a probe must not pile up. A
+// readiness probe's timeout must be above it (the chart's is; deploy/ tests it).
+const ReadyTimeout = 2 * time.Second
 
 // Server serves the endpoints until Shutdown.
 type Server struct {
@@ -39,7 +40,7 @@ func Handler(reg *prometheus.Registry, ready ReadyFunc) http.Handler {
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
 		defer cancel()
 		report, err := ready(ctx)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

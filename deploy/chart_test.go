@@ -1,0 +1,717 @@
+package deploy_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/kvcm-gc/kvcm-gc/config"
+	"github.com/kvcm-gc/kvcm-gc/deploy/privileges"
+	"github.com/kvcm-gc/kvcm-gc/internal/httpserver"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// The values files make test lints and renders: the defaults, and one turning every part on.
+var valuesFiles = []string{"", filepath.Join(chartDir, "ci", "full-values.yaml")}
+
+const (
+	release   = "kvcm-gc"
+	namespace = "kvcm-gc"
+)
+
+// rendered is one `helm template` of the chart.
+type rendered struct {
+	values  string // the values file, "" for the defaults
+	v       map[string]any
+	objects []object
+}
+
+// render runs helm template on the chart with a values file ("" for the defaults) and parses
+// every object, hooks included; it also parses the values as helm merges them.
+func render(t *testing.T, values string) rendered {
+	t.Helper()
+	helm := tool(t, "helm")
+	args := []string{"template", release, chartDir, "--namespace", namespace}
+	if values != "" {
+		args = append(args, "-f", values)
+	}
+	out := run(t, helm, args...)
+	r := rendered{values: values}
+	dec := yaml.NewDecoder(bytes.NewReader(out))
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "helm template %s", values)
+		if doc != nil {
+			r.objects = append(r.objects, object{file: "helm template " + values, doc: doc})
+		}
+	}
+	require.NotEmpty(t, r.objects)
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(data, &r.v))
+	if values != "" {
+		var over map[string]any
+		data, err := os.ReadFile(values)
+		require.NoError(t, err)
+		require.NoError(t, yaml.Unmarshal(data, &over))
+		r.v = mergeValues(r.v, over)
+	}
+	return r
+}
+
+// mergeValues merges over into base as helm does: maps deeply, anything else replaced.
+func mergeValues(base, over map[string]any) map[string]any {
+	out := maps.Clone(base)
+	for k, v := range over {
+		if bm, ok := out[k].(map[string]any); ok {
+			if om, ok := v.(map[string]any); ok {
+				out[k] = mergeValues(bm, om)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func (r rendered) find(t *testing.T, kind, name string) object { t.Helper(); return find(t, r.objects, kind, name) }
+
+func (r rendered) all(kind string) []object {
+	var out []object
+	for _, o := range r.objects {
+		if o.kind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// stageConfig is one identity's configuration file of the chart's ConfigMap, loaded and
+// validated as the binaries do, with the secret files it names.
+type stageConfig struct {
+	c config.Config
+	// files are the secret files the configuration reads (password_file, credentials_file, …).
+	files []string
+}
+
+// loadConfig loads the ConfigMap's <stage>.yaml. The secret files exist only in the pods
+// (mounted from the stage's Secret; TestChart checks the mounts): the configuration is
+// validated with stand-ins at their paths.
+func (r rendered) loadConfig(t *testing.T, stage string) stageConfig {
+	t.Helper()
+	cm := r.find(t, "ConfigMap", release+"-config")
+	text := str(cm.doc, "data", stage+".yaml")
+	require.NotEmpty(t, text, "%s.yaml", stage)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+	c := config.Default()
+	require.NoError(t, config.LoadFile(&c, path), "%s: %s", r.values, stage)
+	sc := stageConfig{c: c}
+	standIn := c
+	for _, f := range []*string{&standIn.Registry.PasswordFile, &standIn.Meta.PasswordFile, &standIn.NATS.PasswordFile,
+		&standIn.NATS.TokenFile, &standIn.NATS.CredentialsFile, &standIn.NATS.NkeySeedFile,
+		&standIn.NATS.TLS.CAFile, &standIn.NATS.TLS.CertFile, &standIn.NATS.TLS.KeyFile,
+		&standIn.Registry.TLS.CAFile, &standIn.Meta.TLS.CAFile, &standIn.Guard.PasswordFile} {
+		if *f == "" {
+			continue
+		}
+		sc.files = append(sc.files, *f)
+		*f = filepath.Join(dir, strings.ReplaceAll(*f, "/", "_"))
+		require.NoError(t, os.WriteFile(*f, []byte("stand-in"), 0o600))
+	}
+	require.NoError(t, standIn.Validate(), "%s: %s", r.values, stage)
+	needs := config.Needs{NATS: true, Registry: stage != pipeline.StageDeleter}
+	require.NoError(t, standIn.Require(needs), "%s: %s", r.values, stage)
+	return sc
+}
+
+// stagesOf are the stages the values deploy: the walker and the sweeper with a swept storage.
+func (r rendered) stagesOf() []string {
+	out := []string{pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter}
+	for _, s := range get(r.v, "storages").(map[string]any) {
+		if b, _ := get(s, "sweep").(bool); b {
+			return append(out, pipeline.StageWalker, pipeline.StageSweeper)
+		}
+	}
+	return out
+}
+
+// pods are the pod templates of the release: every Deployment's and the hook Job's.
+func (r rendered) pods() map[string]any {
+	out := map[string]any{}
+	for _, kind := range []string{"Deployment", "Job"} {
+		for _, o := range r.all(kind) {
+			out[kind+" "+o.name()] = get(o.doc, "spec", "template")
+		}
+	}
+	return out
+}
+
+// TestChart renders the chart with each values file and checks what it makes: a Deployment
+// per stage running its own binary with its own configuration, Redis user and NATS identity;
+// secrets from files of the stage's own Secret, never in the environment or the arguments;
+// the storages mounted read-only where only read; dry_run on by default; nobody running as
+// root, a read-only root file system, no service account token; probe timeouts above what
+// the handlers allow themselves; GOMEMLIMIT under each memory limit; the disruption budgets,
+// the network policy, the ensure hook, and the monitoring objects the values ask for.
+func TestChart(t *testing.T) {
+	for _, values := range valuesFiles {
+		name := values
+		if name == "" {
+			name = "default values"
+		}
+		t.Run(name, func(t *testing.T) {
+			r := render(t, values)
+			checkStages(t, r)
+			checkPods(t, r)
+			checkObjects(t, r)
+			checkPrivileges(t, r)
+		})
+	}
+}
+
+func checkStages(t *testing.T, r rendered) {
+	stages := r.stagesOf()
+	if r.values == "" {
+		require.Equal(t, []string{pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter}, stages)
+	} else {
+		require.Equal(t, privileges.Stages, stages, "the full values deploy every stage")
+	}
+	uses := map[string]struct{ registry, meta bool }{
+		pipeline.StageScanner: {true, true}, pipeline.StageProber: {true, false}, pipeline.StageDeleter: {false, true},
+		pipeline.StageWalker: {true, false}, pipeline.StageSweeper: {true, true},
+	}
+	redisUsers, natsIDs, secrets := map[string]string{}, map[string]string{}, map[string]string{}
+	admin := r.loadConfig(t, privileges.StageAdmin)
+	require.False(t, admin.c.JS.SkipEnsure, "the admin creates the topology")
+	for _, stage := range stages {
+		sc := r.loadConfig(t, stage)
+		c := sc.c
+		dryRun, _ := get(r.v, "dryRun").(bool)
+		if own, ok := get(r.v, "stages", stage, "dryRun").(bool); ok {
+			dryRun = own
+		}
+		require.Equal(t, dryRun, c.DryRun, stage)
+		if r.values == "" {
+			require.True(t, c.DryRun, "%s: the chart installs dry-run", stage)
+		}
+		require.True(t, c.JS.SkipEnsure, "%s: only the admin manages the topology", stage)
+		require.Equal(t, ":9090", c.HTTP.Listen, stage)
+		require.Equal(t, "json", c.Log.Format, stage)
+
+		// Its own Redis user, on the connections it uses and only those.
+		u := uses[stage]
+		var user string
+		for _, conn := range []struct {
+			used           bool
+			username, file string
+		}{{u.registry, c.Registry.Username, c.Registry.PasswordFile}, {u.meta, c.Meta.Username, c.Meta.PasswordFile}} {
+			if !conn.used {
+				require.Empty(t, conn.username, "%s: a Redis user where it reads nothing", stage)
+				require.Empty(t, conn.file, stage)
+				continue
+			}
+			require.NotEmpty(t, conn.username, stage)
+			require.NotEmpty(t, conn.file, "%s: the password comes from a file", stage)
+			require.True(t, user == "" || user == conn.username, "%s: one Redis user", stage)
+			user = conn.username
+		}
+		require.Empty(t, c.Registry.Password+c.Meta.Password+c.Guard.Password+c.NATS.Password+c.NATS.Token, "%s: a secret in the ConfigMap", stage)
+		if c.Guard.Kind == "redis" && c.Guard.URI != "" && stage == pipeline.StageProber {
+			require.Equal(t, user, c.Guard.Username, "the prober reads the guard as its own user")
+			require.NotEmpty(t, c.Guard.PasswordFile)
+		} else {
+			require.Empty(t, c.Guard.Username+c.Guard.PasswordFile, "%s: guard credentials it does not use", stage)
+		}
+		require.NotContains(t, c.Registry.URI, "@", "%s: credentials in the registry URI", stage)
+		for other, ou := range redisUsers {
+			require.NotEqual(t, ou, user, "%s and %s share a Redis user", stage, other)
+		}
+		redisUsers[stage] = user
+
+		// Its own NATS identity: a user of its own, or credentials of its own Secret.
+		id := c.NATS.User
+		switch {
+		case c.NATS.PasswordFile != "":
+			require.NotEmpty(t, c.NATS.User, stage)
+		case c.NATS.CredentialsFile != "", c.NATS.NkeySeedFile != "":
+			id = secretOf(t, r, stage)
+		default:
+			t.Fatalf("%s: no NATS identity", stage)
+		}
+		for other, oid := range natsIDs {
+			require.NotEqual(t, oid, id, "%s and %s share a NATS identity", stage, other)
+		}
+		natsIDs[stage] = id
+		require.NotEqual(t, admin.c.NATS.User+secretOf(t, r, privileges.StageAdmin), c.NATS.User+secretOf(t, r, stage),
+			"%s runs as the admin", stage)
+		s := secretOf(t, r, stage)
+		for other, os := range secrets {
+			require.NotEqual(t, os, s, "%s and %s share a Secret", stage, other)
+		}
+		secrets[stage] = s
+	}
+}
+
+// secretOf is the Secret the identity's pods mount its credentials from.
+func secretOf(t *testing.T, r rendered, stage string) string {
+	t.Helper()
+	kind, name := "Deployment", release+"-"+stage
+	if stage == privileges.StageAdmin {
+		kind, name = "Job", release+"-ensure"
+	}
+	for _, v := range list(r.find(t, kind, name).doc, "spec", "template", "spec", "volumes") {
+		if str(v, "name") == "secrets" {
+			return str(v, "secret", "secretName")
+		}
+	}
+	t.Fatalf("%s %s mounts no secrets volume", kind, name)
+	return ""
+}
+
+// configOfPod is the identity whose configuration a pod mounts.
+func configOfPod(t *testing.T, pod any) string {
+	for _, v := range list(pod, "spec", "volumes") {
+		if str(v, "name") == "config" {
+			items := list(v, "configMap", "items")
+			require.Len(t, items, 1)
+			require.Equal(t, "config.yaml", str(items[0], "path"))
+			return strings.TrimSuffix(str(items[0], "key"), ".yaml")
+		}
+	}
+	t.Fatal("no config volume")
+	return ""
+}
+
+func checkPods(t *testing.T, r rendered) {
+	envKeys := map[string]bool{"GOMEMLIMIT": true, "GOGC": true}
+	for _, k := range config.Keys() {
+		envKeys[k.Env] = true
+	}
+	pct := num(r.v, "goRuntime", "memoryLimitPercent")
+	require.Positive(t, pct)
+	deployed := map[string]bool{}
+	for where, pod := range r.pods() {
+		spec := get(pod, "spec")
+		stage := configOfPod(t, pod)
+		deployed[stage] = true
+		sc := r.loadConfig(t, stage)
+
+		// Nobody is root, nothing but /tmp and the data written, no Kubernetes API token.
+		require.Equal(t, false, get(spec, "automountServiceAccountToken"), where)
+		require.Equal(t, true, get(spec, "securityContext", "runAsNonRoot"), where)
+		require.Positive(t, num(spec, "securityContext", "runAsUser"), where)
+		containers := list(spec, "containers")
+		require.Len(t, containers, 1, where)
+		require.Empty(t, list(spec, "initContainers"), where)
+		ct := containers[0]
+		require.Equal(t, true, get(ct, "securityContext", "readOnlyRootFilesystem"), where)
+		require.Equal(t, false, get(ct, "securityContext", "allowPrivilegeEscalation"), where)
+		require.Equal(t, []any{"ALL"}, list(ct, "securityContext", "capabilities", "drop"), where)
+		if u := get(ct, "securityContext", "runAsUser"); u != nil {
+			require.Positive(t, num(ct, "securityContext", "runAsUser"), where)
+		}
+
+		// Its binary and its configuration.
+		cmd := list(ct, "command")
+		require.Len(t, cmd, 1, where)
+		bin := strings.TrimPrefix(cmd[0].(string), "/usr/local/bin/")
+		_, err := os.Stat(filepath.Join("..", "cmd", bin, "main.go"))
+		require.NoError(t, err, "%s: no cmd/%s", where, bin)
+		args := list(ct, "args")
+		if stage == privileges.StageAdmin {
+			require.Equal(t, "kvcm-gc", bin, where)
+		} else {
+			require.Equal(t, stage, bin, where)
+			require.Equal(t, []any{"--config", "/etc/kvcm-gc/config.yaml"}, args, where)
+		}
+		require.Contains(t, args, "/etc/kvcm-gc/config.yaml", where)
+		for _, a := range args {
+			require.NotContains(t, strings.ToLower(a.(string)), "password", "%s: a secret as an argument", where)
+		}
+
+		// The environment: configuration keys and the Go runtime's, no secret.
+		for _, e := range list(ct, "env") {
+			require.True(t, envKeys[str(e, "name")], "%s: env %s is no configuration key", where, str(e, "name"))
+			require.Nil(t, get(e, "valueFrom", "secretKeyRef"), "%s: a secret in the environment", where)
+			require.NotContains(t, str(e, "name"), "PASSWORD", where)
+			require.NotContains(t, str(e, "name"), "TOKEN", where)
+		}
+		if limit := str(ct, "resources", "limits", "memory"); limit != "" {
+			got := envValue(ct, "GOMEMLIMIT")
+			require.NotEmpty(t, got, "%s: no GOMEMLIMIT under its memory limit %s", where, limit)
+			n, err := strconv.ParseInt(got, 10, 64)
+			require.NoError(t, err)
+			require.Equal(t, quantity(t, limit)*int64(pct)/100, n, "%s: GOMEMLIMIT is %d%% of %s", where, pct, limit)
+		}
+		for _, res := range []string{"requests", "limits"} {
+			for _, k := range []string{"cpu", "memory"} {
+				require.NotNil(t, get(ct, "resources", res, k), "%s: resources.%s.%s", where, res, k)
+			}
+		}
+
+		// Probes: above what the handler allows itself (/readyz bounds its pings).
+		if strings.HasPrefix(where, "Deployment") {
+			require.Equal(t, "/healthz", str(ct, "livenessProbe", "httpGet", "path"), where)
+			require.GreaterOrEqual(t, num(ct, "livenessProbe", "timeoutSeconds"), 1, where)
+			if stage != privileges.StageAdmin {
+				require.Equal(t, "/readyz", str(ct, "readinessProbe", "httpGet", "path"), where)
+				timeout := time.Duration(num(ct, "readinessProbe", "timeoutSeconds")) * time.Second
+				require.Greater(t, timeout, httpserver.ReadyTimeout, "%s: readiness timeout", where)
+				require.Equal(t, "http", str(ct, "readinessProbe", "httpGet", "port"), where)
+				require.Equal(t, 9090, num(list(ct, "ports")[0], "containerPort"), where)
+			}
+		}
+
+		// Mounts: the configuration; every file it names from the identity's own Secret,
+		// key for key; the storages it works on, read-only where it only reads.
+		volumes := map[string]any{}
+		for _, v := range list(spec, "volumes") {
+			require.NotContains(t, volumes, str(v, "name"), where)
+			volumes[str(v, "name")] = v
+		}
+		type mount struct {
+			volume   string
+			readOnly bool
+		}
+		mounts := map[string]mount{}
+		for _, m := range list(ct, "volumeMounts") {
+			require.Contains(t, volumes, str(m, "name"), "%s: a mount of an undeclared volume", where)
+			ro, _ := get(m, "readOnly").(bool)
+			mounts[str(m, "mountPath")] = mount{str(m, "name"), ro}
+		}
+		mountAt := func(path string) (string, mount) {
+			best := ""
+			for mp := range mounts {
+				if hasPrefixDir(path, mp) && len(mp) > len(best) {
+					best = mp
+				}
+			}
+			require.NotEmpty(t, best, "%s: nothing mounted at %s", where, path)
+			return best, mounts[best]
+		}
+		_, cm := mountAt("/etc/kvcm-gc/config.yaml")
+		wantCM := release + "-config"
+		if where == "Job "+release+"-ensure" {
+			wantCM = release + "-ensure" // a hook: it exists before the release's ConfigMap
+		}
+		require.Equal(t, wantCM, str(volumes[cm.volume], "configMap", "name"), where)
+		require.True(t, cm.readOnly, where)
+		for _, f := range sc.files {
+			mp, m := mountAt(f)
+			require.True(t, m.readOnly, "%s: %s", where, f)
+			v := volumes[m.volume]
+			require.NotEmpty(t, str(v, "secret", "secretName"), "%s: %s is not from a Secret", where, f)
+			key := strings.TrimPrefix(f, mp+"/")
+			var keys []string
+			for _, it := range list(v, "secret", "items") {
+				keys = append(keys, str(it, "key"))
+				require.Equal(t, str(it, "key"), str(it, "path"), where)
+			}
+			require.Contains(t, keys, key, "%s: %s is not an item of its Secret", where, f)
+		}
+		// Every mount not of the configuration, the secrets or /tmp is a storage's.
+		dataMounts := map[string]mount{}
+		for mp, m := range mounts {
+			v := volumes[m.volume]
+			if get(v, "configMap") != nil || get(v, "secret") != nil || get(v, "emptyDir") != nil {
+				continue
+			}
+			dataMounts[mp] = m
+		}
+		want := map[string]bool{} // the storage paths the stage works on
+		for name, o := range sc.c.Storage.Overrides {
+			probe := o.Probe
+			if probe == "" {
+				probe = sc.c.Storage.DefaultProbe
+			}
+			del := o.Delete == nil || *o.Delete
+			var uses bool
+			switch stage {
+			case pipeline.StageProber:
+				uses = probe == "stat"
+			case pipeline.StageDeleter:
+				uses = del && get(r.v, "storages", name, "volume") != nil
+			case pipeline.StageWalker, pipeline.StageSweeper:
+				uses = o.Sweep
+			}
+			for _, pm := range o.PathMap {
+				if uses {
+					// The storage's files are opened through the directory holding its mapped
+					// root (the root up to its last '/'), and the quarantine sits there: that
+					// directory must be inside the mount.
+					mp, _ := mountAt(pm.To[:strings.LastIndexByte(pm.To, '/')])
+					want[mp] = true
+				}
+			}
+		}
+		for mp, m := range dataMounts {
+			require.True(t, want[mp], "%s mounts %s, which it does not work on", where, mp)
+			switch stage {
+			case pipeline.StageProber, pipeline.StageWalker:
+				require.True(t, m.readOnly, "%s: the %s only reads %s: mount it read-only", where, stage, mp)
+			case pipeline.StageDeleter, pipeline.StageSweeper:
+				require.False(t, m.readOnly, "%s: the %s unlinks under %s", where, stage, mp)
+			default:
+				t.Fatalf("%s mounts storage %s", where, mp)
+			}
+		}
+		for mp := range want {
+			require.Contains(t, dataMounts, mp, "%s: storage at %s not mounted", where, mp)
+		}
+		if stage == pipeline.StageProber && r.values != "" {
+			require.NotEmpty(t, dataMounts, "the full values' prober stats a storage")
+		}
+	}
+	for _, stage := range r.stagesOf() {
+		require.True(t, deployed[stage], "no pod runs the %s", stage)
+	}
+	require.True(t, deployed[privileges.StageAdmin], "the ensure hook runs as the admin")
+}
+
+func envValue(ct any, name string) string {
+	for _, e := range list(ct, "env") {
+		if str(e, "name") == name {
+			return str(e, "value")
+		}
+	}
+	return ""
+}
+
+// quantity is a Kubernetes memory quantity in bytes.
+func quantity(t *testing.T, q string) int64 {
+	t.Helper()
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"", 1}} {
+		if n, ok := strings.CutSuffix(q, u.suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err == nil {
+				return v * u.mult
+			}
+		}
+	}
+	t.Fatalf("memory quantity %q", q)
+	return 0
+}
+
+// selects reports whether a selector's matchLabels all hold in labels.
+func selects(selector, labels any) bool {
+	m, _ := selector.(map[string]any)
+	l, _ := labels.(map[string]any)
+	if len(m) == 0 {
+		return false
+	}
+	for k, v := range m {
+		if l[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func checkObjects(t *testing.T, r rendered) {
+	// The image: the chart's appVersion unless the values name a tag.
+	chart, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	require.NoError(t, err)
+	var meta struct {
+		AppVersion string `yaml:"appVersion"`
+	}
+	require.NoError(t, yaml.Unmarshal(chart, &meta))
+	tag := str(r.v, "image", "tag")
+	if tag == "" {
+		tag = meta.AppVersion
+	}
+	for where, pod := range r.pods() {
+		ct := list(pod, "spec", "containers")[0]
+		require.Equal(t, str(r.v, "image", "repository")+":"+tag, str(ct, "image"), where)
+	}
+
+	// One Deployment per stage, its pods selected by its selector only.
+	for _, stage := range r.stagesOf() {
+		d := r.find(t, "Deployment", release+"-"+stage)
+		labels := get(d.doc, "spec", "template", "metadata", "labels")
+		require.True(t, selects(get(d.doc, "spec", "selector", "matchLabels"), labels), stage)
+		require.Equal(t, stage, get(labels, "app.kubernetes.io/component"))
+		replicas := num(d.doc, "spec", "replicas")
+		require.Equal(t, num(r.v, "stages", stage, "replicas"), replicas, stage)
+		// A disruption budget for every stage of more than one replica.
+		if replicas > 1 {
+			pdb := r.find(t, "PodDisruptionBudget", release+"-"+stage)
+			require.True(t, selects(get(pdb.doc, "spec", "selector", "matchLabels"), labels), stage)
+		}
+	}
+	require.Len(t, r.all("Deployment"), len(r.stagesOf())+map[bool]int{true: 1}[get(r.v, "admin", "ops", "enabled") == true])
+
+	// The ServiceAccount mounts no token; the Service selects the stage pods only.
+	sa := r.find(t, "ServiceAccount", release)
+	require.Equal(t, false, get(sa.doc, "automountServiceAccountToken"))
+	svc := r.find(t, "Service", release+"-metrics")
+	require.Equal(t, 9090, num(list(svc.doc, "spec", "ports")[0], "port"))
+	for where, pod := range r.pods() {
+		stage := configOfPod(t, pod)
+		require.Equal(t, stage != privileges.StageAdmin, selects(get(svc.doc, "spec", "selector"), get(pod, "metadata", "labels")), where)
+	}
+
+	// The network policy: every pod of the release, egress to the NATS, Redis and DNS ports
+	// only, ingress to the metrics port only.
+	np := r.find(t, "NetworkPolicy", release)
+	for where, pod := range r.pods() {
+		require.True(t, selects(get(np.doc, "spec", "podSelector", "matchLabels"), get(pod, "metadata", "labels")), where)
+	}
+	require.ElementsMatch(t, []any{"Ingress", "Egress"}, list(np.doc, "spec", "policyTypes"))
+	var egress []int
+	for _, rule := range list(np.doc, "spec", "egress") {
+		require.NotEmpty(t, list(rule, "ports"), "an egress rule without ports allows every port")
+		for _, p := range list(rule, "ports") {
+			egress = append(egress, num(p, "port"))
+		}
+	}
+	var allowed []int
+	for _, k := range []string{"nats", "redis", "dns"} {
+		for _, p := range list(r.v, "networkPolicy", k, "ports") {
+			allowed = append(allowed, p.(int))
+		}
+	}
+	for _, p := range egress {
+		require.Contains(t, allowed, p)
+	}
+	require.Contains(t, egress, 53)
+	for _, rule := range list(np.doc, "spec", "ingress") {
+		for _, p := range list(rule, "ports") {
+			require.Equal(t, 9090, num(p, "port"))
+		}
+	}
+
+	// The ensure hook runs before the release's objects, its configuration before it.
+	job := r.find(t, "Job", release+"-ensure")
+	require.Equal(t, "pre-install,pre-upgrade", str(job.doc, "metadata", "annotations", "helm.sh/hook"))
+	ct := list(job.doc, "spec", "template", "spec", "containers")[0]
+	require.Equal(t, "ensure", list(ct, "args")[0])
+	hookCM := r.find(t, "ConfigMap", release+"-ensure")
+	require.Equal(t, "pre-install,pre-upgrade", str(hookCM.doc, "metadata", "annotations", "helm.sh/hook"))
+	w := func(o object) int {
+		n, err := strconv.Atoi(str(o.doc, "metadata", "annotations", "helm.sh/hook-weight"))
+		require.NoError(t, err)
+		return n
+	}
+	require.Less(t, w(hookCM), w(job))
+	require.Equal(t, str(r.find(t, "ConfigMap", release+"-config").doc, "data", "admin.yaml"), str(hookCM.doc, "data", "admin.yaml"))
+
+	// Monitoring, as the values ask: the rules are the shipped ones.
+	sm, _ := get(r.v, "monitoring", "serviceMonitor", "enabled").(bool)
+	require.Len(t, r.all("ServiceMonitor"), map[bool]int{true: 1}[sm])
+	if sm {
+		o := r.all("ServiceMonitor")[0]
+		require.True(t, selects(get(o.doc, "spec", "selector", "matchLabels"), get(svc.doc, "metadata", "labels")))
+	}
+	pr, _ := get(r.v, "monitoring", "prometheusRule", "enabled").(bool)
+	require.Len(t, r.all("PrometheusRule"), map[bool]int{true: 1}[pr])
+	if pr {
+		o := r.all("PrometheusRule")[0]
+		data, err := os.ReadFile(alertsFile)
+		require.NoError(t, err)
+		text := strings.ReplaceAll(string(data), runbookURL, str(r.v, "monitoring", "prometheusRule", "runbookURL"))
+		var want map[string]any
+		require.NoError(t, yaml.Unmarshal([]byte(text), &want))
+		require.Equal(t, want["groups"], get(o.doc, "spec", "groups"))
+	}
+
+	// Nothing else: every kind the chart makes is accounted for.
+	kinds := map[string]bool{}
+	for _, o := range r.objects {
+		kinds[o.kind()] = true
+	}
+	require.Subset(t, []string{"ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "Service", "ServiceAccount",
+		"NetworkPolicy", "ServiceMonitor", "PrometheusRule"}, slices.Collect(maps.Keys(kinds)))
+	require.NotContains(t, kinds, "Secret", "the chart never holds a credential")
+}
+
+// checkPrivileges: the privileges ConfigMap holds what deploy/privileges renders for the
+// release's cluster, prefix, guard prefix and user names.
+func checkPrivileges(t *testing.T, r rendered) {
+	cm := r.find(t, "ConfigMap", release+"-privileges")
+	c := r.loadConfig(t, privileges.StageAdmin).c
+	names, err := subjects.NewNames(c.Prefix, c.Cluster)
+	require.NoError(t, err)
+	redisUsers, natsUsers := map[string]string{}, map[string]string{privileges.StageAdmin: str(r.v, "admin", "natsUser")}
+	for _, stage := range privileges.Stages {
+		redisUsers[stage] = str(r.v, "stages", stage, "redisUser")
+		natsUsers[stage] = str(r.v, "stages", stage, "natsUser")
+	}
+	require.Equal(t, privileges.ACLFile(privileges.Redis(c.Guard.Prefix), redisUsers), str(cm.doc, "data", "users.acl"))
+	require.Equal(t, privileges.AccountConfig(privileges.NATS(names), natsUsers), str(cm.doc, "data", "nats-account.conf"))
+	var perms struct {
+		Users []struct {
+			Stage, User string
+			Publish     struct{ Allow []string }
+			Subscribe   struct{ Allow []string }
+		}
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(str(cm.doc, "data", "nats-permissions.yaml")), &perms))
+	nu := privileges.NATS(names)
+	require.Len(t, perms.Users, len(nu))
+	for i, u := range nu {
+		require.Equal(t, u.Stage, perms.Users[i].Stage)
+		require.Equal(t, natsUsers[u.Stage], perms.Users[i].User)
+		require.Equal(t, u.Publish, perms.Users[i].Publish.Allow, u.Stage)
+		require.Equal(t, u.Subscribe, perms.Users[i].Subscribe.Allow, u.Stage)
+	}
+	// The stages sign in as the users the privileges name.
+	for _, stage := range r.stagesOf() {
+		sc := r.loadConfig(t, stage).c
+		if sc.NATS.User != "" {
+			require.Equal(t, natsUsers[stage], sc.NATS.User, stage)
+		}
+		if sc.Registry.Username != "" {
+			require.Equal(t, redisUsers[stage], sc.Registry.Username, stage)
+		}
+		if sc.Meta.Username != "" {
+			require.Equal(t, redisUsers[stage], sc.Meta.Username, stage)
+		}
+	}
+}
+
+// TestChartLint runs helm lint on the chart with each values file, and shows that the
+// values schema and the chart refuse what they must: a misspelt key, an unknown auth
+// kind, a swept storage without physical deletes or without a mount.
+func TestChartLint(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, values := range valuesFiles {
+		args := []string{"lint", chartDir, "--strict"}
+		if values != "" {
+			args = append(args, "-f", values)
+		}
+		run(t, helm, args...)
+	}
+	for _, c := range []struct{ set, want string }{
+		{"storage.nfs.probe=stat", "additional properties 'storage' not allowed"},
+		{"nats.auth=jwt", "/nats/auth"},
+		{"storages.nfs.sweep=true,storages.nfs.delete=false", "sweep removes files, so it needs delete on"},
+		{"storages.nfs.sweep=true", "give it a volume and a mountPath"},
+		{"kvcm.registryURI=redis://r:6379", "no cluster_name parameter"},
+	} {
+		out, err := exec.Command(helm, "template", release, chartDir, "--set", c.set).CombinedOutput()
+		require.Error(t, err, "--set %s renders", c.set)
+		require.Contains(t, string(out), c.want, c.set)
+	}
+}
