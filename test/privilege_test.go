@@ -381,19 +381,22 @@ func TestLeastPrivilege(t *testing.T) {
 			{userWalker, l.names.DeleteSubject("inst1")},
 			{userWalker, l.names.BatchSubject("inst1")},
 			{userWalker, l.names.EventSubject(subjects.EventDelete, "inst1")},
-			{userWalker, "$KV." + state + "." + subjects.CheckpointKey("store-0")},
-			{userWalker, "$KV." + lease + "." + subjects.StoreLeaseKey("store-0")},
+			{userWalker, subjects.KVSubjectPrefix(state) + subjects.CheckpointKey("store-0")},
+			{userWalker, subjects.KVSubjectPrefix(lease) + subjects.StoreLeaseKey("store-0")},
 			{userWalker, "$JS.API.CONSUMER.MSG.NEXT." + sweep + ".sweeper"},
 			{userWalker, "$JS.ACK." + sweep + ".sweeper.1.1.1.1.0"},
 			{userWalker, "$JS.API.STREAM.PURGE." + sweep},
+			{userWalker, subjects.KVSubjectPrefix(state) + subjects.WalkerPauseKey}, // an operator's pause holds
+			{userWalker, subjects.KVSubjectPrefix(state) + subjects.ScannerPauseKey},
 			{userSweeper, l.names.SweepSubject("inst1")},
 			{userSweeper, l.names.DeleteSubject("inst1")},
-			{userSweeper, "$KV." + lease + "." + sweepKey},
-			{userSweeper, "$KV." + state + "." + sweepKey},
+			{userSweeper, subjects.KVSubjectPrefix(lease) + sweepKey},
+			{userSweeper, subjects.KVSubjectPrefix(state) + sweepKey},
 			{userSweeper, "$JS.API.CONSUMER.MSG.NEXT." + batches + ".prober"},
 			{userSweeper, l.names.EventSubject(subjects.EventDelete, "inst1")},
 			{userSweeper, "$JS.API.CONSUMER.DELETE." + sweep + ".sweeper"},
 			{userSweeper, "$JS.API.STREAM.MSG.DELETE." + sweep},
+			{userSweeper, "$JS.API.CONSUMER.PAUSE." + sweep + ".sweeper"}, // nor does it lift its pause
 		} {
 			refused := make(chan error, 4)
 			nc := l.nats.Conn(t, nats.UserInfo(c.user, l.natsPW[c.user]),

@@ -112,6 +112,11 @@ func kvRead(bucket, filter string) []string {
 	return []string{api + "STREAM.INFO." + s, api + "DIRECT.GET." + s + "." + subjects.KVSubjectPrefix(bucket) + filter, api + "STREAM.MSG.GET." + s}
 }
 
+// kvGet lets a user read one key of a bucket it reads otherwise (kvRead): its direct get.
+func kvGet(bucket, key string) string {
+	return api + "DIRECT.GET." + subjects.KVStream(bucket) + "." + subjects.KVSubjectPrefix(bucket) + key
+}
+
 // kvWrite lets a user create, update and delete the keys matching filter.
 func kvWrite(bucket, filter string) []string { return []string{subjects.KVSubjectPrefix(bucket) + filter} }
 
@@ -166,10 +171,10 @@ func NATS(n subjects.Names) []NATSUser {
 				[]string{ev(subjects.EventPoison), ev(subjects.EventDeadLetter)}, pull(deletes, n.DeleterConsumer())),
 			Subscribe: []string{inbox, deadLetters(deletes, n.DeleterConsumer())}},
 		{Stage: pipeline.StageWalker,
-			Role: "publishes sweep batches and its walk events, holds the swept storages' leases (LEASE bucket) and walk checkpoints (STATE bucket) under sweep.* keys, reads the sweepers' backlog",
+			Role: "publishes sweep batches and its walk events, holds the swept storages' leases (LEASE bucket) and walk checkpoints (STATE bucket) under sweep.* keys, reads its pause (walker_pause in STATE) and the sweepers' backlog",
 			Publish: cat([]string{n.SweepFilter(), ev(subjects.EventSweep)},
 				kvWrite(lease, sweepKeys), kvWrite(state, sweepKeys), kvRead(lease, sweepKeys), kvRead(state, sweepKeys),
-				[]string{consumerInfo(sweep, n.SweeperConsumer())}),
+				[]string{kvGet(state, subjects.WalkerPauseKey), consumerInfo(sweep, n.SweeperConsumer())}),
 			Subscribe: []string{inbox}},
 		{Stage: pipeline.StageSweeper,
 			Role: "pulls sweep batches from its durable consumer and acknowledges them, records the batches the server gave up on (its max-deliveries advisories, and the message read by sequence), and publishes its events",
