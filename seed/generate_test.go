@@ -231,3 +231,17 @@ func TestLegacyKeyspaceUnchanged(t *testing.T) {
 }
 
 const legacyDigest = "ab24bf26a624ad07b5e8ec3d441ea6fa4314942c72b8980174e91c631cc4bf5b"
+
+// TestGenerateNoUpgraded: without upgraded blocks no key holds both layouts' fields, and the
+// locations those blocks would have held are plain ones.
+func TestGenerateNoUpgraded(t *testing.T) {
+	s := generate(t, Spec{Layout: kvcm.LayoutLocation, Blocks: 200, GarbageFraction: 0.2, TrickyFraction: 0.3, Seed: 11, NoUpgraded: true})
+	require.Empty(t, s.m.Ambiguous)
+	for k, fields := range s.before {
+		_, legacy := fields[kvcm.FieldURI]
+		require.False(t, legacy, k)
+	}
+	for _, l := range s.m.Locations {
+		require.NotEqual(t, KindAmbiguous, l.Kind)
+	}
+}

@@ -177,6 +177,9 @@ func (g *gen) metadata(ctx context.Context, inst string, keys int, usage map[kvc
 func (g *gen) locationBlock(inst string, key int64, form blockForm, prev string, usage map[kvcm.StorageType]uint64) ([]any, []Loc, string) {
 	now := g.sp.Now
 	class := kvcm.LayoutLocation.String()
+	if g.sp.NoUpgraded && (form.special == upgradedOrphan || form.special == upgradedEmptied) {
+		form.special = plain
+	}
 	upgraded := form.special == upgradedOrphan || form.special == upgradedEmptied
 	if upgraded {
 		class = kvcm.LayoutAmbiguous.String()

@@ -57,6 +57,11 @@ type Spec struct {
 	// wrote an L# field beside the legacy __uri__ (DESIGN §8.9: nothing in them
 	// may be judged or written). The location layout always has some.
 	Ambiguous bool
+	// NoUpgraded, in the location layout, writes no upgraded (ambiguous) blocks: their shapes
+	// become plain blocks of the same locations. Which fields of such a key KVCM reads depends
+	// on its version, so a keyspace that a KVCM of one version collects too (KVCM's own GC
+	// beside kvcm-gc) leaves them out.
+	NoUpgraded bool
 	// Instances are the instance ids of the redis group (default inst0..inst2).
 	Instances []string
 	// Blocks per instance.
