@@ -47,8 +47,8 @@ import (
 // Layouts: in the location layout it is today's KVCM (one L#<id> field per location). In the
 // legacy layout it is the same collector over KVCM f6aa2b2's writes: every CAS and CAD
 // rewrites the whole __uri__ and __lru_time__ (µs, now), and a CAD that empties the map DELs
-// the key; f6aa2b2 wrote no create_time, so there it finds orphan WRITING only where a newer
-// KVCM added one.
+// the key; f6aa2b2 reads no create_time (it drops the member), so there it finds no orphan
+// WRITING at all, only storage-missing SERVING.
 //
 // Like KVCM, it never touches a location that is not WRITING or SERVING, one with a valid
 // migration_copy_guard or named as the source of one, nor a key holding a location it cannot
@@ -93,6 +93,10 @@ type UpstreamConfig struct {
 	OrphanGrace time.Duration
 	// RoundPause is the pause after a full round (round_pause_ms, 5 min).
 	RoundPause time.Duration
+	// DeleteDelay is the executor's wait between the CAS and the physical delete (step 5 of
+	// PrepareDeleteTaskImpl). KVCM's GC submits with none; its reclaimer waits the group's
+	// delay_before_delete_ms, and a busy executor queue or a slow Sync waits too.
+	DeleteDelay time.Duration
 	// Now is the wall clock (µs create_time are compared with it); time.Now when nil.
 	Now func() time.Time
 }
@@ -476,6 +480,9 @@ func (u *UpstreamGC) judge(key string, fields map[string]string) []upstreamTarge
 		ref := UpstreamRef{Key: key, ID: l.ID}
 		switch l.Status {
 		case kvcm.StatusWriting:
+			if u.cfg.Layout == kvcm.LayoutLegacy {
+				continue // f6aa2b2's decoder drops create_time: every age is 0, never collected
+			}
 			ct := l.CreateTimeUs
 			if !l.HasCreateTime || ct <= 0 || now.UnixMicro() < ct || time.Duration(now.UnixMicro()-ct)*time.Microsecond < u.cfg.OrphanGrace {
 				continue
@@ -534,6 +541,9 @@ func (u *UpstreamGC) execute(ctx context.Context, req []upstreamTarget) {
 		marked := u.cas(ctx, k, byKey[k])
 		if len(marked) == 0 {
 			continue
+		}
+		if u.cfg.DeleteDelay > 0 {
+			pause(ctx, u.cfg.DeleteDelay) // ended early by the request's own deadline only
 		}
 		u.deleteData(ctx, k, marked)
 		u.cad(ctx, k, marked)

@@ -111,7 +111,7 @@ func TestUpstreamGC(t *testing.T) {
 			before, err := TakeSnapshot(ctx, e.redis.Client(), "*")
 			require.NoError(t, err)
 			u, err := NewUpstreamGC(UpstreamConfig{Store: e.redis.Client(), Layout: layout, Instances: []string{"inst0"},
-				Storages: map[string]UpstreamStorage{"nfs_01": {Type: kvcm.TypeFile, Files: true}, "ssd_01": {Type: kvcm.TypePaceSSD}},
+				Storages:     map[string]UpstreamStorage{"nfs_01": {Type: kvcm.TypeFile, Files: true}, "ssd_01": {Type: kvcm.TypePaceSSD}},
 				ScanInterval: time.Millisecond, ScanBatch: 2})
 			require.NoError(t, err)
 			require.NoError(t, u.RunRounds(ctx, 2))
