@@ -14,9 +14,9 @@
 // runs every scenario in that layout; -layout both (the default) runs every scenario in the
 // location layout, and again in the legacy layout those whose faults meet what differs
 // between the layouts — kill-deleter (CAS and CAD cut short), concurrent-writer (KVCM's
-// writes of each layout), clock-skew (ages: create_time alone, or the later of create_time
-// and __lru_time__), stuck-deleting (ages by __lru_time__, or by kvcm-gc's own first sight).
-// The other faults act on the processes, Redis and NATS as wholes and read and write block
+// writes of each layout), beside-upstream (KVCM's own deletes in each layout), clock-skew
+// (ages: create_time alone, or the later of create_time and __lru_time__), stuck-deleting
+// (ages by __lru_time__, or by kvcm-gc's own first sight). The other faults act on the processes, Redis and NATS as wholes and read and write block
 // bytes no differently than kill-deleter does; -layout legacy runs them in the legacy layout
 // too. A scenario named as name:location or name:legacy in -scenarios runs in that layout
 // alone. The faults:
@@ -48,6 +48,13 @@
 //     bucket at replicas 3; mid-round the node leading the BATCHES stream, then the node
 //     leading the LEASE bucket, is killed with SIGKILL (no leadership hand-over) and started
 //     again on its store once another node leads.
+//   - beside-upstream: KVCM's own in-process GC (UpstreamGC, an emulator of its five-step
+//     delete protocol: re-read, compare, CAS to DELETING, physical delete but the confirmed
+//     missing, CAD and empty-key recycle) collecting the same keyspace and the same garbage at
+//     the same time, its nfs_01 storage able to stat and delete files; no upgraded keys. Once
+//     both converged, every garbage location must have been removed exactly once, by kvcm-gc's
+//     CAD or KVCM's; the races kvcm-gc lost must be no-ops, no delete of either an error, and
+//     no unlink of a file the other deleted first a failure;
 //   - sweep-kills: the sweep of orphan data files (walker and sweepers beside the other
 //     stages) under kill -9 of the walker and of sweepers mid-batch; a whole walk after the
 //     kills must leave exactly the orphans gone, every other file byte-identical and nothing

@@ -126,6 +126,11 @@ type env struct {
 	restarts int
 	extra    []string // extra flags of every stage process
 	logf     func(format string, a ...any)
+
+	// upstream is KVCM's own GC beside kvcm-gc (beside-upstream), once it ran, and expected
+	// the location expectations the scenario's run returned.
+	upstream *UpstreamGC
+	expected []Loc
 }
 
 // newEnv starts the servers (a JetStream cluster of three nodes when sc.cluster is set),
@@ -175,7 +180,7 @@ func newEnv(ctx context.Context, cfg Config, sc scenario, layout kvcm.Layout, se
 	}
 	e.manifest, err = seed.Generate(ctx, e.redis.Client(), seed.Spec{Cluster: suiteCluster, Layout: layout, Instances: instances,
 		Blocks: cfg.Blocks, GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(),
-		Seed: seedValue, SweepFiles: sweepFiles})
+		Seed: seedValue, SweepFiles: sweepFiles, NoUpgraded: sc.noUpgraded})
 	if err != nil {
 		e.close()
 		return nil, err
@@ -488,8 +493,18 @@ func (e *env) close() {
 // errViolation marks a broken safety invariant (as opposed to a failure of the suite).
 var errViolation = errors.New("invariant violated")
 
-// readEvents visits every event stored so far; what does not decode is skipped.
+// readEvents visits every event stored so far, a request's delete event once per target;
+// what does not decode is skipped.
 func (e *env) readEvents(ctx context.Context, visit func(subjects.Event)) error {
+	return e.readWholeEvents(ctx, func(ev subjects.Event) {
+		for _, one := range ev.PerTarget() {
+			visit(one)
+		}
+	})
+}
+
+// readWholeEvents visits every event stored so far as it was stored.
+func (e *env) readWholeEvents(ctx context.Context, visit func(subjects.Event)) error {
 	s, err := e.js.Stream(ctx, e.names.EventsStream())
 	if err != nil {
 		return fmt.Errorf("read events: %w", err)
@@ -514,9 +529,7 @@ func (e *env) readEvents(ctx context.Context, visit func(subjects.Event)) error 
 		for m := range b.Messages() {
 			got++
 			if ev, err := subjects.DecodeEvent(m.Data()); err == nil {
-				for _, one := range ev.PerTarget() { // a request's delete event: one per target
-					visit(one)
-				}
+				visit(ev)
 			}
 		}
 		if got == 0 {

@@ -32,8 +32,12 @@ type scenario struct {
 	legacy bool
 	// sweepFiles seeds the orphan data files of the sweep (seed.Spec.SweepFiles).
 	sweepFiles bool
+	// noUpgraded seeds no upgraded (ambiguous) blocks (seed.Spec.NoUpgraded).
+	noUpgraded bool
 	setup      func(ctx context.Context, e *env) error
 	run        func(ctx context.Context, e *env) (string, *Expect, error)
+	// after, when set, checks more once everything converged, and returns notes for the table.
+	after func(ctx context.Context, e *env) (string, error)
 }
 
 var scenarios = []scenario{
@@ -51,6 +55,8 @@ var scenarios = []scenario{
 		setup: stuckSetup, run: stuckDeleting},
 	{name: "cluster-leaders", about: "three JetStream nodes at replicas 3; the node leading the BATCHES stream, then the one leading the LEASE bucket, killed (SIGKILL) mid-round and restarted",
 		cluster: true, run: clusterLeaders},
+	{name: "beside-upstream", about: "KVCM's own GC (an emulator of its five-step delete protocol) collecting the same keyspace at the same time: each garbage location removed once, by one of the two",
+		legacy: true, noUpgraded: true, run: besideUpstream, after: besideUpstreamAfter},
 	{name: "sweep-kills", about: "kill -9 of the walker and of sweepers mid-batch while orphan data files are swept, then restarts", sweepFiles: true, run: sweepKills},
 }
 

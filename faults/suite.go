@@ -275,6 +275,13 @@ func runScenario(parent context.Context, cfg Config, sc scenario, layout kvcm.La
 	if err != nil {
 		return fail(err)
 	}
+	if sc.after != nil {
+		more, err := sc.after(ctx, e)
+		res.Notes = strings.TrimPrefix(res.Notes+"; "+more, "; ")
+		if err != nil {
+			return fail(err)
+		}
+	}
 	n, err := e.goroutines(ctx)
 	if err != nil {
 		return fail(err)

@@ -34,6 +34,7 @@ func TestFaults(t *testing.T) {
 			"redis-restart:legacy", "redis-outage:location", "nats-restart:legacy", "scanner-failover:location",
 			"concurrent-writer:location", "concurrent-writer:legacy", "clock-skew:location", "clock-skew:legacy",
 			"cluster-leaders:location", "stuck-deleting:location", "stuck-deleting:legacy", "sweep-kills:location",
+			"beside-upstream:location", "beside-upstream:legacy",
 		}}
 	if testing.Short() {
 		cfg.Scenarios = []string{"kill-deleter:location", "concurrent-writer:location", "stuck-deleting:legacy"}
