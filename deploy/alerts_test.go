@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/markdown"
 )
 
 // The alerting rules, shipped in the chart, and their promtool unit tests (generated from
@@ -65,28 +67,7 @@ func anchors(t *testing.T, path string) map[string]bool {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
-	out := map[string]bool{}
-	inCode := false
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if strings.HasPrefix(line, "```") {
-			inCode = !inCode
-		}
-		if inCode || !strings.HasPrefix(line, "#") {
-			continue
-		}
-		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
-		var b strings.Builder
-		for _, r := range strings.ToLower(title) {
-			switch {
-			case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
-				b.WriteRune(r)
-			case r == ' ':
-				b.WriteByte('-')
-			}
-		}
-		out[b.String()] = true
-	}
-	return out
+	return markdown.Anchors(string(data))
 }
 
 // TestAlertRules checks every alerting rule: its expression uses exported metrics and labels

@@ -17,10 +17,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/markdown"
 )
 
 // designFile is the design of record, relative to the repository root.
@@ -46,74 +47,30 @@ type design struct {
 
 var headingNumber = regexp.MustCompile(`^(\d+(?:\.\d+)*)\.?(?:\s|$)`)
 
-// parseDesign reads the headings of a Markdown document, outside fenced code blocks. A
-// heading whose text starts with a section number ("8.", "8.8", "7.5.1") defines it.
+// parseDesign reads the headings of a Markdown document. A heading whose text starts with a
+// section number ("8.", "8.8", "7.5.1") defines it; two headings may share neither a number
+// nor an anchor.
 func parseDesign(text string) (design, error) {
 	d := design{sections: map[string]section{}, anchors: map[string]bool{}}
 	var errs []error
-	fence := ""
-	for i, line := range strings.Split(text, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if f := fenceOf(trimmed); f != "" {
-			switch {
-			case fence == "":
-				fence = f
-			case strings.HasPrefix(trimmed, fence):
-				fence = ""
-			}
-			continue
+	for _, h := range markdown.Headings(text) {
+		if d.anchors[h.Anchor] {
+			errs = append(errs, fmt.Errorf("line %d: heading %q repeats anchor #%s", h.Line, h.Title, h.Anchor))
 		}
-		if fence != "" || !strings.HasPrefix(line, "#") {
-			continue
-		}
-		level := len(line) - len(strings.TrimLeft(line, "#"))
-		title := strings.TrimSpace(line[level:])
-		if level > 6 || title == "" || line[level] != ' ' {
-			continue
-		}
-		anchor := slug(title)
-		if d.anchors[anchor] {
-			errs = append(errs, fmt.Errorf("line %d: heading %q repeats anchor #%s", i+1, title, anchor))
-		}
-		d.anchors[anchor] = true
-		m := headingNumber.FindStringSubmatch(title)
+		d.anchors[h.Anchor] = true
+		m := headingNumber.FindStringSubmatch(h.Title)
 		if m == nil {
 			continue
 		}
 		n := m[1]
 		if prev, dup := d.sections[n]; dup {
-			errs = append(errs, fmt.Errorf("line %d: section %s defined again (first at line %d)", i+1, n, prev.line))
+			errs = append(errs, fmt.Errorf("line %d: section %s defined again (first at line %d)", h.Line, n, prev.line))
 			continue
 		}
-		d.sections[n] = section{number: n, title: title, anchor: anchor, line: i + 1}
+		d.sections[n] = section{number: n, title: h.Title, anchor: h.Anchor, line: h.Line}
 		d.order = append(d.order, n)
 	}
 	return d, errors.Join(errs...)
-}
-
-// fenceOf returns the fence a line opens or closes ("```" or "~~~"), "" for any other line.
-func fenceOf(trimmed string) string {
-	for _, f := range []string{"```", "~~~"} {
-		if strings.HasPrefix(trimmed, f) {
-			return f
-		}
-	}
-	return ""
-}
-
-// slug is the anchor GitHub's renderer gives a heading: lower case, every character but
-// letters, digits, '-', '_' and spaces dropped, spaces turned into '-'.
-func slug(title string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(title) {
-		switch {
-		case r == ' ':
-			b.WriteByte('-')
-		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }
 
 // ref is one reference to a section of the design found in a file.
@@ -410,7 +367,8 @@ func TestParseDesign(t *testing.T) {
 	require.True(t, d.anchors["title"])
 	_, err = parseDesign("## 8. A\n## 8. B\n")
 	require.ErrorContains(t, err, "section 8 defined again")
-	require.Equal(t, "42-the-scanner-walk-scan_interval", slug("4.2 The scanner: walk, `scan_interval`"))
+	_, err = parseDesign("## 8.1 A\n## 8.1: A\n")
+	require.ErrorContains(t, err, "repeats anchor #81-a")
 }
 
 // TestDesignNamesExist: what the design names in code spans exists in the tree — every test
