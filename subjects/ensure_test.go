@@ -31,7 +31,7 @@ func TestDefaultSettings(t *testing.T) {
 		Replicas:             1,
 		MaxAge:               72 * time.Hour,
 		EventsMaxAge:         7 * 24 * time.Hour,
-		MaxBytes:             -1,
+		MaxBytes:             subjects.DefaultMaxBytes,
 		Duplicates:           2 * time.Minute,
 		Storage:              jetstream.FileStorage,
 		ProberAckWait:        60 * time.Second,
@@ -618,7 +618,7 @@ func TestEnsureReport(t *testing.T) {
 	require.NoError(t, js.DeleteStream(ctx, n.DeletesStream()))
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: n.DeletesStream(), Subjects: []string{n.DeleteFilter()},
 		Storage: jetstream.MemoryStorage, Retention: jetstream.LimitsPolicy, MaxAge: s.MaxAge, Duplicates: s.Duplicates,
-		MaxBytes: -1, MaxMsgs: -1, AllowDirect: true, Description: top.Streams[1].Description})
+		MaxBytes: s.MaxBytes, MaxMsgs: -1, AllowDirect: true, Description: top.Streams[1].Description})
 	require.NoError(t, err)
 	objs, err = subjects.EnsureReport(ctx, js, n, s)
 	require.NoError(t, err)

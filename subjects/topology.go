@@ -17,8 +17,10 @@ type Settings struct {
 	MaxAge time.Duration
 	// EventsMaxAge is MaxAge for the EVENTS audit trail, usually longer.
 	EventsMaxAge time.Duration
-	// MaxBytes caps each stream's size; the oldest messages are discarded first. -1: unlimited.
-	// It caps what is retained, not the backlog: backpressure comes from consumer info.
+	// MaxBytes caps each stream's size (DefaultMaxBytes); the oldest messages are discarded
+	// first. -1: unlimited. It caps what is retained, not the backlog: backpressure comes from
+	// consumer info. A stream at its cap discards (StreamFillOf): batches or requests nobody
+	// consumed yet are then lost work (never a deletion), the audit trail shorter.
 	MaxBytes int64
 	// Duplicates is the Nats-Msg-Id window within which a re-published message is dropped by
 	// the server (a re-publish after a crash or failover). At most MaxAge and EventsMaxAge.
@@ -49,13 +51,19 @@ type Settings struct {
 	SweeperMaxAckPending int
 }
 
+// DefaultMaxBytes is the default cap of each stream: a round of a store of a million blocks
+// keeps about 0.2 GB in its streams (batch schema 2, sealed delete requests, 2 locations per
+// block, 10% garbage), so three rounds within max_age fit with room. A larger store needs
+// more: README's sizing formula gives it. The server reserves it on its disk for every stream.
+const DefaultMaxBytes = 1 << 30
+
 // DefaultSettings returns the settings kvcm-gc runs with unless configured otherwise.
 func DefaultSettings() Settings {
 	return Settings{
 		Replicas:             1,
 		MaxAge:               72 * time.Hour,
 		EventsMaxAge:         7 * 24 * time.Hour,
-		MaxBytes:             -1,
+		MaxBytes:             DefaultMaxBytes,
 		Duplicates:           2 * time.Minute,
 		Storage:              jetstream.FileStorage,
 		ProberAckWait:        60 * time.Second,
@@ -206,4 +214,32 @@ func (n Names) Topology(s Settings) Topology {
 			},
 		},
 	}
+}
+
+// Fill is how full a stream is against its max_bytes.
+type Fill struct {
+	Bytes, MaxBytes int64 // MaxBytes <= 0: unlimited
+	// Discarding: the stream is within one large message of its cap, so every message
+	// stored now discards the oldest ones (discard old).
+	Discarding bool
+	// Lost is how many messages the stream discarded before its consumer acknowledged them
+	// (0 without a consumer): work that will not be done this round.
+	Lost uint64
+}
+
+// discardMargin is how close to max_bytes a stream discarding its oldest messages stays: it
+// removes them until a new message fits, so it sits within about one message (at most the
+// max payload, 1 MiB by default) of the cap.
+func discardMargin(maxBytes int64) int64 { return min(maxBytes/20, 2<<20) }
+
+// StreamFillOf reads a stream's fill from its config and state, and, when cons is not nil,
+// what its consumer lost: messages below the stream's first sequence that the consumer's ack
+// floor never reached.
+func StreamFillOf(cfg jetstream.StreamConfig, st jetstream.StreamState, cons *jetstream.ConsumerInfo) Fill {
+	f := Fill{Bytes: int64(st.Bytes), MaxBytes: cfg.MaxBytes}
+	f.Discarding = f.MaxBytes > 0 && f.Bytes >= f.MaxBytes-discardMargin(f.MaxBytes)
+	if cons != nil && st.FirstSeq > 1 && cons.AckFloor.Stream+1 < st.FirstSeq {
+		f.Lost = st.FirstSeq - 1 - cons.AckFloor.Stream
+	}
+	return f
 }
