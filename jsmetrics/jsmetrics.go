@@ -39,6 +39,12 @@ const (
 	MetricPauseEnd      = "kvcm_gc_stage_pause_end_timestamp_seconds"
 	MetricUp            = "kvcm_gc_jetstream_stats_up"
 	MetricInfoAge       = "kvcm_gc_consumer_info_age_seconds"
+	// A stream's fill against its max_bytes (subjects.StreamFillOf): read by the prober's
+	// process for BATCHES, by the deleter's for DELETES and EVENTS.
+	MetricStreamBytes      = "kvcm_gc_stream_bytes"
+	MetricStreamMaxBytes   = "kvcm_gc_stream_max_bytes"
+	MetricStreamDiscarding = "kvcm_gc_stream_discarding"
+	MetricStreamLost       = "kvcm_gc_stream_lost_messages"
 )
 
 // DefaultTimeout bounds the server requests of one scrape.
@@ -54,6 +60,7 @@ type Collector struct {
 
 	pending, ackPending, maxAckPending, redelivered, waiting, infoAge *prometheus.Desc
 	paused, pauseEnd, up                                              *prometheus.Desc
+	streamBytes, streamMaxBytes, streamDiscarding, streamLost         *prometheus.Desc
 
 	mu   sync.Mutex
 	last map[string]reading // the last successful reading of each stage
@@ -66,6 +73,8 @@ type reading struct {
 	stream string
 	cons   string
 	pause  pipeline.PauseState
+	// fills are the streams read with the stage (by stream name), Lost of the stage's input.
+	fills map[string]subjects.Fill
 }
 
 // Option configures a Collector.
@@ -108,6 +117,14 @@ func New(js jetstream.JetStream, names subjects.Names, stages []string, opts ...
 			"1 when the stage's JetStream statistics were read at this scrape, 0 when the read failed (the other series then hold the last values read).", []string{"stage"}, nil),
 		infoAge: prometheus.NewDesc(MetricInfoAge,
 			"Seconds since the consumer numbers were read from the server: about 0 when this scrape read them, growing while reads fail.", consumerLabels, nil),
+		streamBytes: prometheus.NewDesc(MetricStreamBytes,
+			"Bytes the stream holds (what its max_bytes counts), from stream info.", []string{"stream"}, nil),
+		streamMaxBytes: prometheus.NewDesc(MetricStreamMaxBytes,
+			"The stream's max_bytes (-1: unlimited).", []string{"stream"}, nil),
+		streamDiscarding: prometheus.NewDesc(MetricStreamDiscarding,
+			"1 while the stream is within one message of its max_bytes: every message stored discards the oldest.", []string{"stream"}, nil),
+		streamLost: prometheus.NewDesc(MetricStreamLost,
+			"Messages the stream discarded before the stage's consumer acknowledged them (work not done this round).", []string{"stream"}, nil),
 		last: map[string]reading{},
 	}
 	for _, s := range stages {
@@ -136,7 +153,7 @@ func Register(reg prometheus.Registerer, js jetstream.JetStream, names subjects.
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pending, c.ackPending, c.maxAckPending, c.redelivered, c.waiting, c.infoAge,
-		c.paused, c.pauseEnd, c.up} {
+		c.paused, c.pauseEnd, c.up, c.streamBytes, c.streamMaxBytes, c.streamDiscarding, c.streamLost} {
 		ch <- d
 	}
 }
@@ -189,6 +206,16 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, stage string, r reading, n
 		gauge(c.waiting, float64(info.NumWaiting))
 		gauge(c.infoAge, max(now.Sub(r.at).Seconds(), 0))
 	}
+	for stream, f := range r.fills {
+		ch <- prometheus.MustNewConstMetric(c.streamBytes, prometheus.GaugeValue, float64(f.Bytes), stream)
+		ch <- prometheus.MustNewConstMetric(c.streamMaxBytes, prometheus.GaugeValue, float64(f.MaxBytes), stream)
+		discarding := 0.0
+		if f.Discarding {
+			discarding = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.streamDiscarding, prometheus.GaugeValue, discarding, stream)
+		ch <- prometheus.MustNewConstMetric(c.streamLost, prometheus.GaugeValue, float64(f.Lost), stream)
+	}
 	paused, end := 0.0, 0.0
 	if r.pause.Paused {
 		paused = 1
@@ -215,5 +242,24 @@ func (c *Collector) read(ctx context.Context, stage string, now time.Time) (read
 		return reading{}, false
 	}
 	info := cons.CachedInfo()
-	return reading{at: now, info: info, stream: stream, cons: consumer, pause: pipeline.ConsumerPause(stage, info)}, true
+	r := reading{at: now, info: info, stream: stream, cons: consumer, pause: pipeline.ConsumerPause(stage, info),
+		fills: map[string]subjects.Fill{}}
+	streams := []string{stream}
+	if stage == pipeline.StageDeleter {
+		streams = append(streams, c.names.EventsStream())
+	}
+	for _, name := range streams {
+		st, err := c.js.Stream(ctx, name)
+		if err != nil {
+			c.log.Warn("read stream info for metrics", "stage", stage, "stream", name, "err", err)
+			continue // the consumer numbers still count
+		}
+		si := st.CachedInfo()
+		var ci *jetstream.ConsumerInfo
+		if name == stream {
+			ci = info
+		}
+		r.fills[name] = subjects.StreamFillOf(si.Config, si.State, ci)
+	}
+	return r, true
 }

@@ -202,3 +202,34 @@ func TestCollectorKeepsLastReading(t *testing.T) {
 	require.Greater(t, got["kvcm_gc_consumer_info_age_seconds{"+del+"}"], 0.0, "and says how old it is")
 	require.Contains(t, got, "kvcm_gc_stage_paused{stage=deleter}")
 }
+
+// TestCollectorReportsDiscards: a stream at its max_bytes reports discarding, and the messages
+// it discarded before its consumer acknowledged them as lost.
+func TestCollectorReportsDiscards(t *testing.T) {
+	ctx := context.Background()
+	js := testenv.StartNATS(t).JetStream(t)
+	names, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	s := subjects.DefaultSettings()
+	s.Storage = jetstream.MemoryStorage
+	s.MaxBytes = 64 << 10
+	require.NoError(t, subjects.Ensure(ctx, js, names, s))
+	reg := prometheus.NewRegistry()
+	require.NoError(t, jsmetrics.Register(reg, js, names, []string{pipeline.StageDeleter}))
+
+	m := gather(t, reg)
+	deletes := "{stream=" + names.DeletesStream() + "}"
+	require.Equal(t, 0.0, m[jsmetrics.MetricStreamDiscarding+deletes])
+	require.Equal(t, float64(64<<10), m[jsmetrics.MetricStreamMaxBytes+deletes])
+
+	payload := make([]byte, 4<<10)
+	for i := range 40 { // 160 kB into a 64 kB stream: the oldest are discarded, none was consumed
+		_, err := js.Publish(ctx, names.DeleteSubject("inst1"), payload, jetstream.WithMsgID("m"+string(rune('A'+i))))
+		require.NoError(t, err)
+	}
+	m = gather(t, reg)
+	require.Equal(t, 1.0, m[jsmetrics.MetricStreamDiscarding+deletes])
+	require.Positive(t, m[jsmetrics.MetricStreamLost+deletes])
+	require.LessOrEqual(t, m[jsmetrics.MetricStreamBytes+deletes], float64(64<<10))
+	require.Contains(t, m, jsmetrics.MetricStreamDiscarding+"{stream="+names.EventsStream()+"}")
+}
