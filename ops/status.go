@@ -41,16 +41,20 @@ type StatusReport struct {
 // StreamStatus is one stream's state (`nats stream info`). A stream whose info could not be
 // read keeps its row, with Error set and the numbers zero.
 type StreamStatus struct {
-	Name      string    `json:"name"`
-	Error     string    `json:"error,omitempty"`
-	Subjects  []string  `json:"subjects"`
-	Messages  uint64    `json:"messages"`
-	Bytes     uint64    `json:"bytes"`
-	FirstSeq  uint64    `json:"first_seq"`
-	FirstTime time.Time `json:"first_time,omitzero"`
-	LastSeq   uint64    `json:"last_seq"`
-	LastTime  time.Time `json:"last_time,omitzero"`
-	Consumers int       `json:"consumers"`
+	Name     string   `json:"name"`
+	Error    string   `json:"error,omitempty"`
+	Subjects []string `json:"subjects"`
+	Messages uint64   `json:"messages"`
+	Bytes    uint64   `json:"bytes"`
+	// MaxBytes is the stream's cap (-1: none); Discarding says it is within one message of
+	// it, so every message stored discards the oldest (subjects.StreamFillOf).
+	MaxBytes   int64     `json:"max_bytes"`
+	Discarding bool      `json:"discarding,omitempty"`
+	FirstSeq   uint64    `json:"first_seq"`
+	FirstTime  time.Time `json:"first_time,omitzero"`
+	LastSeq    uint64    `json:"last_seq"`
+	LastTime   time.Time `json:"last_time,omitzero"`
+	Consumers  int       `json:"consumers"`
 }
 
 // ConsumerStatus is one stage's consumer (`nats consumer report`). A consumer whose info could
@@ -289,8 +293,9 @@ func (s statusRows) stream(ctx context.Context, name string) StreamStatus {
 		return StreamStatus{Name: name, Error: err.Error()}
 	}
 	info := st.CachedInfo()
+	fill := subjects.StreamFillOf(info.Config, info.State, nil)
 	return StreamStatus{Name: name, Subjects: info.Config.Subjects,
-		Messages: info.State.Msgs, Bytes: info.State.Bytes,
+		Messages: info.State.Msgs, Bytes: info.State.Bytes, MaxBytes: fill.MaxBytes, Discarding: fill.Discarding,
 		FirstSeq: info.State.FirstSeq, FirstTime: nonZeroUTC(info.State.FirstTime),
 		LastSeq: info.State.LastSeq, LastTime: nonZeroUTC(info.State.LastTime), Consumers: info.State.Consumers}
 }

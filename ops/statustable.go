@@ -25,7 +25,14 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 			fmt.Fprintf(tw, "%s\tnot read: %s\n", s.Name, cell(s.Error, 80))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\t%d\n", s.Name, s.Messages, humanBytes(s.Bytes),
+		size := humanBytes(s.Bytes)
+		if s.MaxBytes > 0 {
+			size += " of " + humanBytes(uint64(s.MaxBytes))
+		}
+		if s.Discarding {
+			size += " DISCARDING oldest (at max_bytes)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\t%d\n", s.Name, s.Messages, size,
 			s.FirstSeq, timeOnly(s.FirstTime), s.LastSeq, timeOnly(s.LastTime), s.Consumers)
 	}
 	_ = tw.Flush()
