@@ -120,7 +120,7 @@ func TestUsageErrorsBeforeConnecting(t *testing.T) {
 		{[]string{"pause", "deleter", "--for", "2h", "--until", "2099-01-01T00:00:00Z"}, "give --for or --until, not both"},
 		{[]string{"pause", "deleter", "--until", "2001-01-01T00:00:00Z"}, "the time is not in the future"},
 		{[]string{"pause", "deleter", "--until", "tomorrow"}, `--until "tomorrow": not an RFC 3339 time`},
-		{[]string{"pause", "--for", "2h"}, "pause takes one stage (scanner, prober, deleter, all), got 0 arguments"},
+		{[]string{"pause", "--for", "2h"}, "pause takes one stage (scanner, prober, deleter, walker, sweeper, all), got 0 arguments"},
 		{[]string{"pause", "janitor", "--for", "2h"}, `pause: unknown stage "janitor"`},
 		{[]string{"resume"}, "resume takes one stage"},
 		{[]string{"resume", "janitor"}, `resume: unknown stage "janitor"`},
