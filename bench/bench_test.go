@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
@@ -147,7 +148,7 @@ func TestKeyspaceLayouts(t *testing.T) {
 
 			var raw RawResults
 			require.NoError(t, measureRedisWrites(ctx, k, 1000, &raw))
-			require.True(t, raw.ScriptsMatch, "the harness's script copies differ from kvcm-gc's")
+			require.True(t, raw.ScriptsMatch, "kvcm-gc's scripts are not cached once its store opened")
 			require.Equal(t, k.Counts.Garbage, raw.WriteLocs)
 			require.Positive(t, raw.CAS.Ops)
 			require.NoError(t, measureSequential(ctx, k, 2, 1000, &raw))
@@ -167,13 +168,13 @@ func TestKeyspaceLayouts(t *testing.T) {
 			}
 			cas, cad, err := deletionWrites(layout, blocks)
 			require.NoError(t, err)
-			casSrc, cadSrc := scripts(layout)
+			casScript, cadScript := redismeta.Scripts(layout)
 			for _, step := range []struct {
-				src string
-				ws  []condWrite
-			}{{casSrc, cas}, {cadSrc, cad}} {
+				sc *redis.Script
+				ws []condWrite
+			}{{casScript, cas}, {cadScript, cad}} {
 				for _, w := range step.ws {
-					require.NoError(t, scriptResult(k.rdb.Eval(ctx, step.src, []string{w.key}, w.args...)))
+					require.NoError(t, scriptResult(step.sc.Run(ctx, k.rdb, []string{w.key}, w.args...)))
 				}
 			}
 			for _, f := range k.GarbageFiles {
@@ -192,9 +193,9 @@ func TestKeyspaceLayouts(t *testing.T) {
 	}
 }
 
-// TestScriptCopies: the harness's copies of the scripts are cached once kvcm-gc's store
-// loaded its own.
-func TestScriptCopies(t *testing.T) {
+// TestScriptsLoaded: kvcm-gc's scripts, which the raw writes run by hash, are cached once its
+// store opened.
+func TestScriptsLoaded(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	ctx := context.Background()
 	conn, err := redismeta.ParseURI(srv.URI())
@@ -202,10 +203,11 @@ func TestScriptCopies(t *testing.T) {
 	st, err := redismeta.OpenStore(ctx, conn, redismeta.StoreOptions{})
 	require.NoError(t, err)
 	require.NoError(t, st.Close())
-	for _, src := range allScripts {
-		ok, err := srv.Client().ScriptExists(ctx, sha(src)).Result()
+	require.Len(t, redismeta.AllScripts(), 4)
+	for _, sc := range redismeta.AllScripts() {
+		ok, err := srv.Client().ScriptExists(ctx, sc.Hash()).Result()
 		require.NoError(t, err)
-		require.Equal(t, []bool{true}, ok, src)
+		require.Equal(t, []bool{true}, ok, sc.Hash())
 	}
 }
 

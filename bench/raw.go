@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -38,91 +36,6 @@ func (r Rate) PerSec() float64 {
 	return float64(r.Ops) / r.Dur.Seconds()
 }
 
-// The deleter's conditional-write scripts, byte-for-byte copies of package redismeta's
-// (which keeps them unexported): the legacy layout's CAS and CAD of a whole __uri__, the
-// location layout's CAS and CAD of one L#<id> field, each behind the same layout check. Raw
-// checks that the server's script cache holds them after redismeta loaded its own, so a
-// drift is reported.
-const layoutOKLua = `
-local function layout_ok(key, layout)
-  for _, f in ipairs(redis.call('HKEYS', key)) do
-    if string.sub(f, 1, 7) == '__loc__' then return false end
-    if layout == 'legacy' then
-      if string.sub(f, 1, 2) == 'L#' then return false end
-    elseif f == '__uri__' then
-      return false
-    end
-  end
-  return true
-end
-`
-
-const casLegacyLua = layoutOKLua + `
-local cur = redis.call('HGET', KEYS[1], '__uri__')
-if cur ~= ARGV[1] then return 0 end
-if not layout_ok(KEYS[1], 'legacy') then return -1 end
-if ARGV[2] == '' then return redis.error_reply('ERR kvcm-gc cas: empty new value') end
-redis.call('HSET', KEYS[1], '__uri__', ARGV[2])
-return 1
-`
-
-const cadLegacyLua = layoutOKLua + `
-local cur = redis.call('HGET', KEYS[1], '__uri__')
-if cur ~= ARGV[1] then return 0 end
-if not layout_ok(KEYS[1], 'legacy') then return -1 end
-if ARGV[2] ~= '' then
-  redis.call('HSET', KEYS[1], '__uri__', ARGV[2])
-  return 1
-end
-if ARGV[3] == 'delete' then
-  redis.call('DEL', KEYS[1])
-  return 2
-end
-redis.call('HSET', KEYS[1], '__uri__', '{}')
-return 1
-`
-
-const casLocationLua = layoutOKLua + `
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur ~= ARGV[2] then return 0 end
-if not layout_ok(KEYS[1], 'location') then return -1 end
-if ARGV[3] == '' then return redis.error_reply('ERR kvcm-gc cas: empty new value') end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-return 1
-`
-
-const cadLocationLua = layoutOKLua + `
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur ~= ARGV[2] then return 0 end
-if not layout_ok(KEYS[1], 'location') then return -1 end
-if ARGV[3] == 'delete' then
-  local all = redis.call('HGETALL', KEYS[1])
-  for i = 1, #all, 2 do
-    if all[i] ~= ARGV[1] and string.sub(all[i], 1, 2) == 'L#' and all[i + 1] ~= '' then
-      redis.call('HDEL', KEYS[1], ARGV[1])
-      return 1
-    end
-  end
-  redis.call('DEL', KEYS[1])
-  return 2
-end
-if redis.call('HLEN', KEYS[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'BP#prev_key', '')
-end
-redis.call('HDEL', KEYS[1], ARGV[1])
-return 1
-`
-
-var allScripts = []string{casLegacyLua, cadLegacyLua, casLocationLua, cadLocationLua}
-
-// scripts returns the CAS and CAD scripts of a layout.
-func scripts(l kvcm.Layout) (cas, cad string) {
-	if l == kvcm.LayoutLegacy {
-		return casLegacyLua, cadLegacyLua
-	}
-	return casLocationLua, cadLocationLua
-}
-
 // RawResults are the raw limits of the machine, measured on the same keyspace as kvcm-gc.
 type RawResults struct {
 	Layout kvcm.Layout
@@ -153,8 +66,8 @@ type RawResults struct {
 	// the garbage locations the writes covered.
 	CAS, CAD  Rate
 	WriteLocs int
-	// ScriptsMatch is false when the server does not hold the copies of the scripts after
-	// kvcm-gc loaded its own: the copies have drifted.
+	// ScriptsMatch is false when the server does not hold kvcm-gc's scripts once its store
+	// opened (it loads them then): the raw writes would have measured a store that sends EVAL.
 	ScriptsMatch bool
 	// Stat is lstat(2) of data files by absolute path; StatRoot the same through os.Root
 	// opened per 512 paths, as the stat probe does; StatDirRoot through an os.Root opened at
@@ -289,11 +202,6 @@ func pipelined(ctx context.Context, rdb *redis.Client, n int, cmd func(p redis.P
 		}
 	}
 	return Rate{Ops: n, Dur: time.Since(started)}, nil
-}
-
-func sha(s string) string {
-	h := sha1.Sum([]byte(s))
-	return hex.EncodeToString(h[:])
 }
 
 // garbageBlock is a garbage block of the keyspace as the raw write baselines use it: a
@@ -498,17 +406,18 @@ func measureRedisWrites(ctx context.Context, k *Keyspace, limit int, res *RawRes
 		return err
 	}
 	_ = st.Close()
-	shas := make([]string, len(allScripts))
-	for i, src := range allScripts {
-		shas[i] = sha(src)
+	scripts := redismeta.AllScripts()
+	shas := make([]string, len(scripts))
+	for i, sc := range scripts {
+		shas[i] = sc.Hash()
 	}
 	exists, err := k.rdb.ScriptExists(ctx, shas...).Result()
 	if err != nil {
 		return fmt.Errorf("script exists: %w", err)
 	}
 	res.ScriptsMatch = len(exists) == len(shas) && !slices.Contains(exists, false)
-	for _, src := range allScripts {
-		if err := k.rdb.ScriptLoad(ctx, src).Err(); err != nil {
+	for _, sc := range scripts {
+		if err := sc.Load(ctx, k.rdb).Err(); err != nil {
 			return fmt.Errorf("load script: %w", err)
 		}
 	}
@@ -516,10 +425,10 @@ func measureRedisWrites(ctx context.Context, k *Keyspace, limit int, res *RawRes
 	if err != nil {
 		return err
 	}
-	casSrc, cadSrc := scripts(k.Spec.Layout)
+	casScript, cadScript := redismeta.Scripts(k.Spec.Layout)
 	defer dropScratch(context.WithoutCancel(ctx), k.rdb, blocks)
-	run := func(src string, ws []condWrite) (Rate, error) {
-		h := sha(src)
+	run := func(sc *redis.Script, ws []condWrite) (Rate, error) {
+		h := sc.Hash()
 		return pipelined(ctx, k.rdb, len(ws), func(p redis.Pipeliner, i int) redis.Cmder {
 			return p.EvalSha(ctx, h, []string{ws[i].key}, ws[i].args...)
 		}, scriptResult)
@@ -528,11 +437,11 @@ func measureRedisWrites(ctx context.Context, k *Keyspace, limit int, res *RawRes
 		if err := copyScratch(ctx, k.rdb, blocks); err != nil {
 			return err
 		}
-		c, err := run(casSrc, cas)
+		c, err := run(casScript, cas)
 		if err != nil {
 			return fmt.Errorf("raw cas: %w", err)
 		}
-		d, err := run(cadSrc, cad)
+		d, err := run(cadScript, cad)
 		if err != nil {
 			return fmt.Errorf("raw cad: %w", err)
 		}
@@ -571,8 +480,8 @@ func measureSequential(ctx context.Context, k *Keyspace, workers, limit int, res
 		return err
 	}
 	defer dropScratch(context.WithoutCancel(ctx), k.rdb, blocks)
-	casSrc, cadSrc := scripts(k.Spec.Layout)
-	cas, cad := sha(casSrc), sha(cadSrc)
+	casScript, cadScript := redismeta.Scripts(k.Spec.Layout)
+	cas, cad := casScript.Hash(), cadScript.Hash()
 	legacy := k.Spec.Layout == kvcm.LayoutLegacy
 	// one location: read, CAS to DELETING, unlinks, read again, CAD.
 	one := func(g *garbageBlock, j int) error {

@@ -309,7 +309,7 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 			w("L# field (one location, as the deleter writes the location layout).\n")
 		}
 		if !raw.ScriptsMatch {
-			w("\n**The harness's copies of the CAS/CAD scripts differ from kvcm-gc's**: the script rates may not be representative.\n")
+			w("\n**kvcm-gc's CAS/CAD scripts were not cached once its store opened**: the script rates may not be representative.\n")
 		}
 		w("\n")
 	}

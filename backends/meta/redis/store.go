@@ -115,6 +115,20 @@ return 1
 
 var allScripts = []*redis.Script{casLegacyScript, cadLegacyScript, casLocationScript, cadLocationScript}
 
+// Scripts returns the conditional-write scripts of a layout: cas moves a location (legacy: the
+// whole __uri__) to the bytes given when it holds the bytes expected, cad removes it. Their
+// arguments are the ones Store sends (see script); a harness that measures the writes
+// without a Store (bench) runs these very scripts.
+func Scripts(l kvcm.Layout) (cas, cad *redis.Script) {
+	if l == kvcm.LayoutLegacy {
+		return casLegacyScript, cadLegacyScript
+	}
+	return casLocationScript, cadLocationScript
+}
+
+// AllScripts returns every conditional-write script a Store loads.
+func AllScripts() []*redis.Script { return slices.Clone(allScripts) }
+
 // StoreOptions configure a Store.
 type StoreOptions struct {
 	// DryRun makes CASMany and CADMany refuse every write with meta.ErrDryRun without
