@@ -33,20 +33,6 @@ func MaxDeliveriesSubject(stream, consumer string) string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + "." + consumer
 }
 
-// StageInput returns the stream and the durable consumer a consuming stage reads; ok is false
-// for a stage that consumes nothing (scanner, walker) or an unknown one.
-func StageInput(names subjects.Names, stage string) (stream, consumer string, ok bool) {
-	switch stage {
-	case StageProber:
-		return names.BatchesStream(), names.ProberConsumer(), true
-	case StageDeleter:
-		return names.DeletesStream(), names.DeleterConsumer(), true
-	case StageSweeper:
-		return names.SweepStream(), names.SweeperConsumer(), true
-	}
-	return "", "", false
-}
-
 // maxDeliveriesAdvisory is the part of the server's io.nats.jetstream.advisory.v1.max_deliver
 // advisory kvcm-gc reads.
 type maxDeliveriesAdvisory struct {
@@ -99,7 +85,7 @@ type DeadLettersDeps struct {
 // until the server has the subscription, so no advisory sent after it returns is missed:
 // call it before the stage's consumer starts, then Run.
 func WatchDeadLetters(stage string, deps DeadLettersDeps) (*DeadLetters, error) {
-	stream, consumer, ok := StageInput(deps.Names, stage)
+	stream, consumer, ok := StageConsumer(deps.Names, stage)
 	if !ok {
 		return nil, fmt.Errorf("watch dead letters: stage %q consumes nothing (want %s, %s or %s)",
 			stage, StageProber, StageDeleter, StageSweeper)

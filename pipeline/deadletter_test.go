@@ -54,7 +54,7 @@ func TestDeadLettersFromAdvisories(t *testing.T) {
 				require.NoError(t, err)
 				go func() { done <- d.Run(rctx) }()
 			}
-			stream, consumer, ok := pipeline.StageInput(names, c.stage)
+			stream, consumer, ok := pipeline.StageConsumer(names, c.stage)
 			require.True(t, ok)
 			id := "msg-" + c.stage
 			ack, err := js.Publish(ctx, c.subject, []byte(`{"v":1}`), jetstream.WithMsgID(id))
