@@ -277,7 +277,9 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			return err
 		}
 		a := checks.stage(o.Health, pipeline.StageProber, nil)
-		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
+		// Run ends the handlers' context once they have returned; the requests the prober
+		// still publishes in the background end with it, and Wait joins them.
+		g.Go(func() error { defer a.set(false); defer p.Wait(); return c.Run(gctx) })
 	}
 	if which.Deleter {
 		var counts jetstream.KeyValue

@@ -27,6 +27,11 @@ import (
 // A request is named by all its batches (subjects.DeleteMsgID), so a redelivery that gathers
 // them otherwise is a new request, never a dropped one; targets judged twice cost the
 // deleter a no-op.
+//
+// A request is published under the context of the batch that completes it (or, lingering,
+// of the batch that opened it): the handler's, which the consumer bounds by its drain. Every
+// publish and every linger runs in a goroutine of the gatherer's group, which wait joins: the
+// prober waits for it once its consumer has returned.
 
 // gatherKey is what the batches of one request share.
 type gatherKey struct {
@@ -60,21 +65,43 @@ type gatherer struct {
 	mu      sync.Mutex
 	open    map[gatherKey]*gathering
 	judging map[gatherKey]int // batches of the key being judged now
+
+	// running are the publishes started in the background and the lingers still waiting.
+	running sync.WaitGroup
 }
 
 func newGatherer(max int, linger time.Duration, publish func(context.Context, subjects.DeleteRequest) error) *gatherer {
 	return &gatherer{max: max, linger: linger, publish: publish, open: map[gatherKey]*gathering{}, judging: map[gatherKey]int{}}
 }
 
-// expire publishes r, linger after its first targets, unless it has been published already.
-func (g *gatherer) expire(k gatherKey, r *gathering) {
-	g.mu.Lock()
-	if g.open[k] == r {
-		delete(g.open, k)
-	}
-	g.mu.Unlock()
-	r.flush(g.publish)
+// flushLater publishes r in the background, under ctx.
+func (g *gatherer) flushLater(ctx context.Context, r *gathering) {
+	g.running.Go(func() { r.flush(ctx, g.publish) })
 }
+
+// lingerFor publishes r, linger after its first targets (or once ctx, the context of the
+// batch that opened it, ends), unless it has been published already.
+func (g *gatherer) lingerFor(ctx context.Context, k gatherKey, r *gathering) {
+	g.running.Go(func() {
+		t := time.NewTimer(g.linger)
+		defer t.Stop()
+		select {
+		case <-r.done:
+			return
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		g.mu.Lock()
+		if g.open[k] == r {
+			delete(g.open, k)
+		}
+		g.mu.Unlock()
+		r.flush(ctx, g.publish)
+	})
+}
+
+// wait joins every publish and linger the gatherer started.
+func (g *gatherer) wait() { g.running.Wait() }
 
 // ticket is one batch of a key being judged: it either adds its targets (add) or ends
 // without any (cancel); whichever comes first ends its judging.
@@ -109,13 +136,13 @@ func (t *ticket) end() (flush *gathering) {
 }
 
 // cancel ends a batch that adds no targets (none found, or it failed): a request that was
-// waiting for it is published now.
-func (t *ticket) cancel() {
+// waiting for it is published now, under ctx.
+func (t *ticket) cancel(ctx context.Context) {
 	t.g.mu.Lock()
 	r := t.end()
 	t.g.mu.Unlock()
 	if r != nil {
-		go r.flush(t.g.publish)
+		t.g.flushLater(ctx, r)
 	}
 }
 
@@ -129,7 +156,7 @@ func (t *ticket) add(ctx context.Context, base subjects.DeleteRequest, src subje
 	if r != nil && len(r.req.Targets)+len(targets) > g.max {
 		// Full: publish what it holds, and start another.
 		delete(g.open, k)
-		go r.flush(g.publish)
+		g.flushLater(ctx, r)
 		r = nil
 	}
 	if r == nil {
@@ -137,7 +164,7 @@ func (t *ticket) add(ctx context.Context, base subjects.DeleteRequest, src subje
 		r.req.Source, r.req.Sources, r.req.Targets, r.req.Storages = src, nil, nil, map[string]subjects.StorageInfo{}
 		g.open[k] = r
 		if g.linger > 0 {
-			time.AfterFunc(g.linger, func() { g.expire(k, r) })
+			g.lingerFor(ctx, k, r)
 		}
 	} else {
 		r.req.Sources = append(r.req.Sources, src)
@@ -158,7 +185,7 @@ func (t *ticket) add(ctx context.Context, base subjects.DeleteRequest, src subje
 	}
 	g.mu.Unlock()
 	if flush != nil {
-		flush.flush(g.publish)
+		flush.flush(ctx, g.publish)
 	}
 	select {
 	case <-r.done:
@@ -170,11 +197,9 @@ func (t *ticket) add(ctx context.Context, base subjects.DeleteRequest, src subje
 	}
 }
 
-// flush publishes r, once.
-func (r *gathering) flush(publish func(context.Context, subjects.DeleteRequest) error) {
+// flush publishes r under ctx, once.
+func (r *gathering) flush(ctx context.Context, publish func(context.Context, subjects.DeleteRequest) error) {
 	r.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
 		r.err = publish(ctx, r.req)
 		close(r.done)
 	})

@@ -91,6 +91,10 @@ func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
 	return p, nil
 }
 
+// Wait waits for the delete requests the prober still publishes in the background (gather.go):
+// call it once the consumer running Handle has returned, which ends their contexts.
+func (p *Prober) Wait() { p.gather.wait() }
+
 // publish stores one gathered delete request.
 func (p *Prober) publish(ctx context.Context, req subjects.DeleteRequest) error {
 	data, err := subjects.EncodeDeleteRequest(req)
@@ -202,7 +206,7 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	// Batches of the instance held at the same time, being judged or waiting to be, go into
 	// one delete request (gather.go); cfg.Workers of them are judged at once.
 	tk := p.gather.start(gatherKey{instance: b.Instance, group: b.Group, store: b.Store, round: b.Round})
-	defer tk.cancel()
+	defer tk.cancel(ctx)
 	v, err := p.judge(ctx, rules, b)
 	if err != nil {
 		return err
