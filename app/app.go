@@ -292,7 +292,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			return err
 		}
 		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageDeleter, Workers: o.DeleterWorkers,
-			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: deleterCons, Handle: d.Handle, Events: events, Metrics: m, Logger: log})
+			MaxDeliver: o.JetStream.MaxDeliver, AckWait: o.Deleter.AckWait}, pipeline.ConsumerDeps{Consumer: deleterCons, Handle: d.Handle, Events: events, Metrics: m, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -323,7 +323,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			return err
 		}
 		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageSweeper, Workers: o.SweeperWorkers,
-			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: sweeperCons, Handle: sw.Handle, Events: events, Metrics: m, Logger: log})
+			MaxDeliver: o.JetStream.MaxDeliver, AckWait: sweepCfg.AckWait}, pipeline.ConsumerDeps{Consumer: sweeperCons, Handle: sw.Handle, Events: events, Metrics: m, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -75,8 +75,8 @@ type DeleterConfig struct {
 	DeleteDelay time.Duration
 	// CASRetries is how many times a conflicting CAS/CAD re-reads and retries. Default 3.
 	CASRetries int
-	// AckWait must equal the consumer's AckWait: a delayed message is kept alive with
-	// InProgress at a third of it.
+	// AckWait must equal the consumer's AckWait, which app gives the deleter's consumer: it
+	// keeps a message whose handler still runs (delete_delay) in flight at a third of it.
 	AckWait time.Duration
 	// UnlinkWorkers is how many goroutines unlink the data files of one request at once
 	// (each with a chunk of at least 32 files). Default 16.

@@ -38,6 +38,7 @@ type Consumer struct {
 	maxDeliver int
 	drain      time.Duration
 	fetchWait  time.Duration
+	keepEvery  time.Duration
 	handle     Handler
 	events     *EventLog
 	metrics    *Metrics
@@ -55,6 +56,10 @@ type ConsumerConfig struct {
 	Drain time.Duration
 	// FetchWait bounds one pull request. Default 2s.
 	FetchWait time.Duration
+	// AckWait, when positive, is the consumer's AckWait: a message whose handler still runs
+	// is kept in flight with InProgress every third of it, so a slow handler (delete_delay, a
+	// slow file system) is not redelivered to another replica meanwhile. 0: never.
+	AckWait time.Duration
 }
 
 // ConsumerDeps are what a consumer is wired to. Consumer and Handle are required; nil Events
@@ -81,7 +86,7 @@ func NewConsumer(cfg ConsumerConfig, deps ConsumerDeps) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer of %s: %w", cfg.Stage, err)
 	}
 	c := &Consumer{stage: cfg.Stage, consumer: deps.Consumer, workers: max(cfg.Workers, 1), maxDeliver: cfg.MaxDeliver,
-		drain: cfg.Drain, fetchWait: cfg.FetchWait, handle: deps.Handle, events: deps.Events,
+		drain: cfg.Drain, fetchWait: cfg.FetchWait, keepEvery: cfg.AckWait / 3, handle: deps.Handle, events: deps.Events,
 		metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger)}
 	if c.drain <= 0 {
 		c.drain = 10 * time.Second
@@ -166,7 +171,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 // process runs the handler and disposes of the message: the one place that decides ack,
 // redelivery, termination and dead-lettering.
 func (c *Consumer) process(runCtx, ctx context.Context, msg jetstream.Msg) {
+	stopKeep := c.keepInFlight(msg)
 	err := c.run(ctx, msg)
+	stopKeep()
 	md, mdErr := msg.Metadata()
 	var delivered uint64 = 1
 	if mdErr == nil {
@@ -200,6 +207,29 @@ func (c *Consumer) process(runCtx, ctx context.Context, msg jetstream.Msg) {
 		c.metrics.Messages.WithLabelValues(c.stage, MsgNak).Inc()
 		c.log.Warn("message failed; redelivery later", "stage", c.stage, "deliveries", delivered, "err", err)
 	}
+}
+
+// keepInFlight sends InProgress for msg every keepEvery until stop is called; stop returns
+// once the keeper has ended. Without a keepEvery it does nothing.
+func (c *Consumer) keepInFlight(msg jetstream.Msg) (stop func()) {
+	if c.keepEvery <= 0 {
+		return func() {}
+	}
+	done, kept := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(kept)
+		t := time.NewTicker(c.keepEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); <-kept }
 }
 
 // run runs the handler and turns a panic into an error: one bad message must not take the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -122,4 +123,63 @@ func TestRedeliveryDelays(t *testing.T) {
 		}
 		require.Greater(t, len(seen), 25, "delivery %d: the delays are spread", delivered)
 	}
+}
+
+// keepMsg is a message that counts the InProgress sent for it.
+type keepMsg struct {
+	jetstream.Msg
+	mu         sync.Mutex
+	inProgress int
+	acked      bool
+}
+
+func (m *keepMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{NumDelivered: 1}, nil
+}
+func (m *keepMsg) Subject() string { return "kvcmgc.c1.delete.inst1" }
+func (m *keepMsg) InProgress() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inProgress++
+	return nil
+}
+func (m *keepMsg) Ack() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.acked = true
+	return nil
+}
+func (m *keepMsg) sent() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inProgress
+}
+
+// TestConsumerKeepsSlowHandlersInFlight: while a handler runs, its message is kept in flight
+// every third of the ack wait, and no more once it has returned; without an ack wait, never.
+func TestConsumerKeepsSlowHandlersInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var m *keepMsg
+		slow := func(context.Context, jetstream.Msg) error {
+			time.Sleep(3500 * time.Millisecond)
+			require.Equal(t, 3, m.sent(), "kept in flight at 1s, 2s and 3s")
+			return nil
+		}
+		c, err := NewConsumer(ConsumerConfig{Stage: StageDeleter, AckWait: 3 * time.Second},
+			ConsumerDeps{Consumer: noConsumer{}, Handle: slow})
+		require.NoError(t, err)
+		m = &keepMsg{}
+		c.process(ctx, ctx, m)
+		require.True(t, m.acked)
+		time.Sleep(time.Minute)
+		require.Equal(t, 3, m.sent(), "kept in flight after its handler returned")
+
+		c, err = NewConsumer(ConsumerConfig{Stage: StageDeleter}, ConsumerDeps{Consumer: noConsumer{},
+			Handle: func(context.Context, jetstream.Msg) error { time.Sleep(time.Hour); return nil }})
+		require.NoError(t, err)
+		m = &keepMsg{}
+		c.process(ctx, ctx, m)
+		require.Zero(t, m.sent())
+	})
 }

@@ -93,7 +93,7 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 	d.track(seq, true)
 	defer d.track(seq, false)
 
-	proto := NewProtocol(d.cfg, func() { _ = msg.InProgress() })
+	proto := NewProtocol(d.cfg)
 	d.metrics.DeleteTargets.Add(float64(len(req.Targets)))
 	// Each step runs for all blocks of the request in one round trip, and delete_delay is
 	// waited once per request (DeleteAll).

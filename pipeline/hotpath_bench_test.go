@@ -211,7 +211,7 @@ func BenchmarkDeleteProtocol(b *testing.B) {
 	for _, be := range batch.Blocks {
 		seeded[be.Key] = be.URI
 	}
-	proto := pipeline.NewProtocol(pipeline.DefaultDeleterConfig(), nil)
+	proto := pipeline.NewProtocol(pipeline.DefaultDeleterConfig())
 	store := &memStore{m: map[int64][]byte{}}
 	ctx := context.Background()
 	b.ReportAllocs()

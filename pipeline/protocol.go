@@ -46,41 +46,27 @@ type TargetResult struct {
 // one request.
 type Protocol struct {
 	config DeleterConfig
-	// keepAlive is called while the protocol waits delete_delay, at least every third of
-	// config.AckWait, so the message stays in flight without holding a worker's slot.
-	keepAlive func()
 }
 
 // NewProtocol returns the protocol with config c (validated by the caller, see
-// DeleterConfig.Validate); keepAlive, when not nil, keeps the message in flight during
-// delete_delay.
-func NewProtocol(c DeleterConfig, keepAlive func()) Protocol {
-	return Protocol{config: c, keepAlive: keepAlive}
+// DeleterConfig.Validate). The consumer keeps the message in flight meanwhile
+// (ConsumerConfig.AckWait), through delete_delay too.
+func NewProtocol(c DeleterConfig) Protocol {
+	return Protocol{config: c}
 }
 
+// wait waits delete_delay, or until ctx is done.
 func (p Protocol) wait(ctx context.Context) error {
 	if p.config.DeleteDelay <= 0 {
 		return nil
 	}
-	every := p.config.AckWait / 3
-	if every <= 0 {
-		every = time.Second
-	}
 	deadline := time.NewTimer(p.config.DeleteDelay)
 	defer deadline.Stop()
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait delete_delay: %w", ctx.Err())
-		case <-deadline.C:
-			return nil
-		case <-tick.C:
-			if p.keepAlive != nil {
-				p.keepAlive()
-			}
-		}
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("wait delete_delay: %w", ctx.Err())
+	case <-deadline.C:
+		return nil
 	}
 }
 

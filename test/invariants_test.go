@@ -212,7 +212,7 @@ func TestInvariant1RaceBetweenReadAndCAS(t *testing.T) {
 			finishWriteIn(t, rdb, l.Instance, l.Key, l.FieldName(), l.Location)
 			written = rdb.HGetAll(ctx, k).Val()
 		}}
-		p := pipeline.NewProtocol(pipeline.DefaultDeleterConfig(), nil)
+		p := pipeline.NewProtocol(pipeline.DefaultDeleterConfig())
 		res, err := p.DeleteAll(ctx, st, fakeNoStorage{}, l.Instance, []subjects.Target{{Key: l.Key, Location: l.Location,
 			Layout: layout.String(), Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(judged.Raw)}})
 		require.NoError(t, err)
@@ -862,7 +862,7 @@ func TestInvariant9AmbiguousNeverWritten(t *testing.T) {
 			}
 			ambiguous = rdb.HGetAll(ctx, k).Val()
 		}}
-		res, err := pipeline.NewProtocol(pipeline.DefaultDeleterConfig(), nil).DeleteAll(ctx, st, fakeNoStorage{}, "inst1",
+		res, err := pipeline.NewProtocol(pipeline.DefaultDeleterConfig()).DeleteAll(ctx, st, fakeNoStorage{}, "inst1",
 			[]subjects.Target{{Key: key, Location: "late0000", Layout: layout.String(), Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(orphan)}})
 		require.NoError(t, err)
 		require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome, res[0].Detail)

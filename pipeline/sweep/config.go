@@ -37,8 +37,8 @@ type Config struct {
 	HighWater uint64
 	// RegistryRefresh is how long a registry snapshot is reused. Default 30s.
 	RegistryRefresh time.Duration
-	// AckWait must equal the sweeper consumer's AckWait: a sweeper keeps a batch in flight
-	// with InProgress at a third of it.
+	// AckWait must equal the sweeper consumer's AckWait, which app gives that consumer: it
+	// keeps a batch whose sweep still runs in flight at a third of it.
 	AckWait time.Duration
 	// LeaseRenew is how often the walker renews its leases (default a third of the lease TTL).
 	LeaseRenew time.Duration

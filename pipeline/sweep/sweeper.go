@@ -118,29 +118,9 @@ func (s *Sweeper) Handle(ctx context.Context, msg jetstream.Msg) error {
 	s.track(len(b.Files))
 	defer s.track(-len(b.Files))
 
-	// A slow file system must not let the batch be redelivered to another sweeper meanwhile.
-	every := s.cfg.AckWait / 3
-	if every <= 0 {
-		every = 10 * time.Second
-	}
-	kctx, stopKeep := context.WithCancel(ctx)
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-kctx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
+	// A slow file system does not let the batch be redelivered to another sweeper meanwhile:
+	// the consumer keeps it in flight (ConsumerConfig.AckWait).
 	results, err := s.Sweep(ctx, b)
-	stopKeep()
-	<-kept
 
 	s.record(ctx, b, results, &src)
 	if err != nil {
