@@ -128,17 +128,35 @@ type reqTarget struct {
 	stuck bool
 }
 
+// cellState is what the last read or write of a cell found in it.
+type cellState uint8
+
+const (
+	cellUnread  cellState = iota // not read yet
+	cellGone                     // the key or its field is absent
+	cellChanged                  // the key is in another layout than the cell's (or one the store refuses)
+	cellCorrupt                  // the bytes do not decode: nothing in them is ours to change
+	cellWritten                  // the bytes our conditional write left, not decoded
+	cellDecoded                  // the bytes decode: val
+)
+
 // reqCell is one cell of a request with its targets in request order, and its bytes as last
-// read or written (cur), which the next conditional write expects. val, when not nil, is cur
-// decoded; entry is the whole block as last read.
+// read or written (cur: cellCorrupt, cellWritten, cellDecoded), which the next conditional write
+// expects. val is cur decoded (cellDecoded); entry is the whole block as last read.
 type reqCell struct {
 	key      int64
 	layout   kvcm.Layout
 	location string // location layout: the field's location id
 	targets  []*reqTarget
+	state    cellState
 	cur      []byte
 	val      cellValue
 	entry    *meta.Entry
+}
+
+// set records what the cell holds now.
+func (c *reqCell) set(s cellState, cur []byte, val cellValue) {
+	c.state, c.cur, c.val = s, cur, val
 }
 
 func (t *reqTarget) finish(outcome, detail string) {
@@ -268,8 +286,8 @@ func (r *request) any(s targetState) bool {
 
 // read reads the cells' blocks whole (one read per block) into cur, val and entry, and
 // returns the cells it could read. A cell that could not be read fails every target of it in
-// state s. A block no longer in the cell's layout reads as a cell that changed (cur set, val
-// nil): nothing in it is ours to change any more.
+// state s. A block no longer in the cell's layout reads as cellChanged: nothing in it is ours
+// to change any more.
 func (r *request) read(ctx context.Context, cells []*reqCell, s ...targetState) []*reqCell {
 	if len(cells) == 0 {
 		return nil
@@ -293,7 +311,8 @@ func (r *request) read(ctx context.Context, cells []*reqCell, s ...targetState) 
 		}
 		if errors.Is(rerr, meta.ErrLayout) {
 			// A layout this store refuses (a legacy key outside DB 0): as a changed cell.
-			c.cur, c.val, c.entry = []byte{}, nil, nil
+			c.set(cellChanged, nil, nil)
+			c.entry = nil
 			out = append(out, c)
 			continue
 		}
@@ -315,15 +334,17 @@ func (c *reqCell) load(e *meta.Entry) {
 	cur, present, sameLayout := c.field(e)
 	switch {
 	case !sameLayout:
-		c.cur, c.val = []byte{}, nil
+		c.set(cellChanged, nil, nil)
 	case !present:
-		c.cur, c.val = nil, nil
-	case c.val != nil && bytes.Equal(cur, c.cur):
+		c.set(cellGone, nil, nil)
+	case c.state == cellDecoded && bytes.Equal(cur, c.cur):
 		// Unchanged since the last read (a resumed mark): decoded already.
 	default:
-		// A corrupt value leaves val nil: nothing in it is ours to change.
-		c.cur = cur
-		c.val = decodeCell(c, cur)
+		if val := decodeCell(c, cur); val != nil {
+			c.set(cellDecoded, cur, val)
+		} else {
+			c.set(cellCorrupt, cur, nil)
+		}
 	}
 }
 
@@ -404,7 +425,7 @@ func (r *request) mark(ctx context.Context) {
 			case werr == nil:
 				// loc still describes the specs; only its status changed.
 				c.each(stateRiding, func(t *reqTarget) { t.state = stateMarked })
-				c.cur, c.val = writes[i].Next, nil
+				c.set(cellWritten, writes[i].Next, nil)
 			case errors.Is(werr, meta.ErrDryRun):
 				c.each(stateRiding, func(t *reqTarget) {
 					t.finish(subjects.OutcomeWouldDelete, "dry-run: CAS refused by the store")
@@ -439,16 +460,16 @@ func (c *reqCell) write(next []byte) meta.CondWrite {
 // marked at once (a redelivery after our own CAS); one still in its expected form rides on
 // the cell's CAS, whose new value judge returns (nil: nothing to write).
 func (c *reqCell) judge() []byte {
-	if c.cur == nil {
+	switch c.state {
+	case cellGone:
 		c.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopGone, "before CAS") })
 		return nil
-	}
-	if c.val == nil {
-		detail := "before CAS"
-		if len(c.cur) == 0 {
-			detail = "key layout changed since it was judged"
-		}
-		c.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopMismatch, detail) })
+	case cellChanged:
+		c.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopMismatch, "key layout changed since it was judged") })
+		return nil
+	case cellDecoded:
+	default: // unread, corrupt, or written and not read since: nothing in it is ours to change
+		c.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopMismatch, "before CAS") })
 		return nil
 	}
 	var next []byte
@@ -524,13 +545,16 @@ func (r *request) finish(ctx context.Context, storages storage.Set) {
 		const detail = "location changed after CAS; data left in place"
 		c.each(stateMarked, func(t *reqTarget) {
 			var l *kvcm.Location
-			ok := c.val != nil
-			if ok {
+			ok := false
+			switch c.state {
+			case cellGone:
+			case cellDecoded:
 				l, ok = c.val.find(t.res.Target.Location)
+			default: // changed, corrupt: nothing in it is ours
+				t.finish(subjects.OutcomeNoopMismatch, detail)
+				return
 			}
 			switch {
-			case c.cur != nil && c.val == nil:
-				t.finish(subjects.OutcomeNoopMismatch, detail)
 			case !ok || c.clears(t.res.Target.Location):
 				// Gone, or a repeated target whose first copy deletes it.
 				t.finish(subjects.OutcomeNoopGone, detail)
@@ -773,17 +797,17 @@ func (r *request) cad(ctx context.Context, cells []*reqCell) {
 		for _, c := range r.read(ctx, retry, stateCleared) {
 			c.each(stateCleared, func(t *reqTarget) {
 				var l *kvcm.Location
-				ok := c.val != nil
-				if ok {
+				ok := false
+				if c.state == cellDecoded {
 					l, ok = c.val.find(t.res.Target.Location)
 				}
 				switch {
-				case c.cur == nil || (c.val != nil && !ok):
+				case c.state == cellGone || (c.state == cellDecoded && !ok):
 					// Someone else's CAD won the race (KVCM's own GC finishing our DELETING, or
 					// another delivery of this request): the removal is theirs, a no-op here,
 					// though the data may have gone through us too.
 					t.finish(subjects.OutcomeNoopGone, "gone before our CAD: another delete removed it")
-				case c.val == nil || !bytes.Equal(l.Raw, t.deleting):
+				case c.state != cellDecoded || !bytes.Equal(l.Raw, t.deleting):
 					// Rewritten after the unlink (e.g. KVCM's unconditional FinishWrite): left as it is.
 					t.finish(subjects.OutcomeNoopMismatch, "location changed after CAS")
 				}

@@ -415,3 +415,26 @@ func TestDeleteAllCombinedCASBytes(t *testing.T) {
 		"cad " + dblock(c),
 	}, written)
 }
+
+// TestCellStates: a read cell says what it found, and only a decoded one lets its targets be
+// judged any further.
+func TestCellStates(t *testing.T) {
+	a := dloc("a", kvcm.StatusWriting, "")
+	legacy := func() *reqCell { return &reqCell{key: 1, layout: kvcm.LayoutLegacy} }
+	for _, tc := range []struct {
+		name  string
+		entry meta.Entry
+		want  cellState
+	}{
+		{"key gone", meta.Entry{Layout: kvcm.LayoutNone}, cellGone},
+		{"other layout", meta.Entry{Layout: kvcm.LayoutLocation, Locations: []meta.Field{{ID: "a", Value: []byte(a)}}}, cellChanged},
+		{"corrupt", meta.Entry{Layout: kvcm.LayoutLegacy, URI: []byte(`{"a":`)}, cellCorrupt},
+		{"decoded", meta.Entry{Layout: kvcm.LayoutLegacy, URI: []byte(dblock(a))}, cellDecoded},
+	} {
+		c := legacy()
+		require.Equal(t, cellUnread, c.state, tc.name)
+		c.load(&tc.entry)
+		require.Equal(t, tc.want, c.state, tc.name)
+		require.Equal(t, tc.want == cellDecoded, c.val != nil, tc.name)
+	}
+}
