@@ -49,12 +49,13 @@ func TestDefaultsAreDesignDefaults(t *testing.T) {
 	require.Equal(t, 512, c.ProbeChunkSize)
 
 	c.Cluster = "c1"
-	o, err := c.AppOptions()
+	_, _, err := c.Conns()
 	require.NoError(t, err)
-	require.Equal(t, 2, o.JetStream.DeleterMaxAckPending, "max_inflight_delete_requests is the deleter consumer's MaxAckPending")
-	require.Equal(t, 2, o.DeleterWorkers, "workers.deleter 0 follows max_inflight_delete_requests")
-	require.Equal(t, o.JetStream.DeleterAckWait, o.Deleter.AckWait)
-	require.Equal(t, 256, o.Prober.MaxTargets)
+	_, pc, dc := c.StageConfigs()
+	require.Equal(t, 2, c.Settings().DeleterMaxAckPending, "max_inflight_delete_requests is the deleter consumer's MaxAckPending")
+	require.Equal(t, 2, c.DeleterWorkers(), "workers.deleter 0 follows max_inflight_delete_requests")
+	require.Equal(t, c.Settings().DeleterAckWait, dc.AckWait)
+	require.Equal(t, 256, pc.MaxTargets)
 }
 
 // TestExampleConfig loads the documented example and checks that it documents every key.
@@ -65,7 +66,7 @@ func TestExampleConfig(t *testing.T) {
 	require.Equal(t, "kvcm-prod", c.Cluster)
 	require.Equal(t, storage.ProbeStat, c.Storage.Overrides["nfs_01"].Probe)
 	require.Equal(t, []PathMap{{From: "/mnt/kvcm/nfs_01/", To: "/data/nfs_01/"}}, c.Storage.Overrides["nfs_01"].PathMap)
-	_, err = c.AppOptions()
+	_, _, err = c.Conns()
 	require.NoError(t, err)
 
 	data, err := os.ReadFile(path)
@@ -271,9 +272,9 @@ nats: {url: "nats://a:natsuripw@n:4222", user: a, password: natspw}
 	var out bytes.Buffer
 	require.NoError(t, c.Print(&out))
 	WriteHelp(&out)
-	o, err := c.AppOptions()
+	reg, guardConn, err := c.Conns()
 	require.NoError(t, err)
-	out.WriteString(o.Registry.String() + o.GuardConn.String())
+	out.WriteString(reg.String() + guardConn.String())
 	for _, k := range Keys() {
 		out.WriteString(k.Format(&c))
 	}
@@ -350,11 +351,11 @@ func TestSecretFiles(t *testing.T) {
 	require.Equal(t, "meta-s3cret", c.Meta.Password, "a CRLF goes too")
 	require.Equal(t, "guard-s3cret", c.Guard.Password, "no newline: nothing dropped")
 	require.Equal(t, "nats-s3cret\n", c.NATS.Password, "one newline only")
-	o, err := c.AppOptions()
+	regConn, guardConn, err := c.Conns()
 	require.NoError(t, err)
-	require.Equal(t, "reg-s3cret", o.Registry.Password)
-	require.Equal(t, "guard", o.GuardConn.Username)
-	require.Equal(t, "guard-s3cret", o.GuardConn.Password)
+	require.Equal(t, "reg-s3cret", regConn.Password)
+	require.Equal(t, "guard", guardConn.Username)
+	require.Equal(t, "guard-s3cret", guardConn.Password)
 
 	ct, err := load(t, []string{"--cluster", "c1", "--nats.token_file", token}, nil)
 	require.NoError(t, err)

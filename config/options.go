@@ -2,12 +2,11 @@ package config
 
 import (
 	"fmt"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"log/slog"
 	"maps"
 	"slices"
 
-	"github.com/kvcm-gc/kvcm-gc/app"
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -47,8 +46,8 @@ func (t RedisTLS) options() redismeta.TLSOptions {
 	return redismeta.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
 }
 
-// metaDefaults are the connection defaults of every metadata store.
-func (c Config) metaDefaults() redismeta.ConnOptions {
+// MetaConn is the connection defaults of every metadata store.
+func (c Config) MetaConn() redismeta.ConnOptions {
 	return redismeta.ConnOptions{Username: c.Meta.Username, Password: c.Meta.Password, TLS: c.Meta.TLS.options()}
 }
 
@@ -96,63 +95,42 @@ func (c Config) Names() (subjects.Names, error) {
 	return n, nil
 }
 
-// AppOptions translates the configuration into what app.Run takes. Logger, Metrics, Reg and
-// Health are the caller's to fill.
-func (c Config) AppOptions() (app.Options, error) {
-	var reg redismeta.ConnOptions
+// Conns returns the connections to the registry Redis and to the guard's, which is the
+// registry's when guard.uri is empty.
+func (c Config) Conns() (registry, guard redismeta.ConnOptions, err error) {
 	if c.Registry.URI != "" {
-		var err error
-		if reg, err = c.RegistryConn(); err != nil {
-			return app.Options{}, err
+		if registry, err = c.RegistryConn(); err != nil {
+			return registry, guard, err
 		}
 	}
-	guardConn := reg
+	guard = registry
 	if c.Guard.URI != "" {
-		var err error
-		if guardConn, err = c.GuardConn(); err != nil {
-			return app.Options{}, err
+		if guard, err = c.GuardConn(); err != nil {
+			return registry, guard, err
 		}
 	}
-	sc, pc, dc := c.stageConfigs()
-	deleters := c.Workers.Deleter
-	if deleters == 0 {
-		deleters = c.MaxInflightDeletes
-	}
-	sw := c.SweepConfig()
-	sweepers := c.Workers.Sweeper
-	if sweepers == 0 {
-		sweepers = c.MaxInflightSweep
-	}
-	o := app.Options{
-		Cluster:        c.Cluster,
-		Prefix:         c.Prefix,
-		Registry:       reg,
-		Meta:           c.metaDefaults(),
-		MetaURIs:       maps.Clone(c.Meta.StoreURIs),
-		GroupStoreURIs: maps.Clone(c.Meta.GroupStoreURIs),
-		Storage:        c.StorageOptions(),
-		DryRun:         c.DryRun,
-		EmptyBlock:     c.emptyBlock(),
-		Guard:          c.Guard.Kind,
-		GuardConn:      guardConn,
-		GuardKeyPrefix: c.Guard.Prefix,
-		Scanner:        sc,
-		Prober:         pc,
-		Deleter:        dc,
-		JetStream:      c.Settings(),
-		ProberWorkers:  c.Workers.Prober,
-		DeleterWorkers: deleters,
-		Sweep:          sw,
-		SweeperWorkers: sweepers,
-		SkipEnsure:     c.JS.SkipEnsure,
-		APITimeout:     c.JS.APITimeout,
-	}
-	return o, nil
+	return registry, guard, nil
 }
 
-// stageConfigs are the stages' settings the keys make. Their rules (a grace under an hour, a
+// DeleterWorkers is workers.deleter, or max_inflight_delete_requests when it is 0.
+func (c Config) DeleterWorkers() int {
+	if c.Workers.Deleter == 0 {
+		return c.MaxInflightDeletes
+	}
+	return c.Workers.Deleter
+}
+
+// SweeperWorkers is workers.sweeper, or max_inflight_sweep_batches when it is 0.
+func (c Config) SweeperWorkers() int {
+	if c.Workers.Sweeper == 0 {
+		return c.MaxInflightSweep
+	}
+	return c.Workers.Sweeper
+}
+
+// StageConfigs are the stages' settings the keys make. Their rules (a grace under an hour, a
 // zero batch size, …) live with them: Validate applies them, naming the keys.
-func (c Config) stageConfigs() (pipeline.ScannerConfig, pipeline.ProberConfig, pipeline.DeleterConfig) {
+func (c Config) StageConfigs() (pipeline.ScannerConfig, pipeline.ProberConfig, pipeline.DeleterConfig) {
 	sc := pipeline.DefaultScannerConfig()
 	sc.ScanInterval = c.ScanInterval
 	sc.RoundPause = c.RoundPause
@@ -217,8 +195,8 @@ func (c Config) SweepConfig() sweep.Config {
 	return sw
 }
 
-// emptyBlock is empty_block as the metadata stores take it.
-func (c Config) emptyBlock() meta.EmptyBlock {
+// EmptyBlockPolicy is empty_block as the metadata stores take it.
+func (c Config) EmptyBlockPolicy() meta.EmptyBlock {
 	if c.EmptyBlock == "delete" {
 		return meta.EmptyBlockDelete
 	}

@@ -28,10 +28,7 @@ func TestSweepKeys(t *testing.T) {
 	require.Equal(t, []string{"nfs_01", "nfs_03"}, sw.Storages)
 	require.Equal(t, 2*time.Hour, sw.Quarantine)
 	require.Equal(t, 5, c.Settings().SweeperMaxAckPending)
-	o, err := c.AppOptions()
-	require.NoError(t, err)
-	require.Equal(t, sw, o.Sweep)
-	require.Equal(t, 5, o.SweeperWorkers)
+	require.Equal(t, 5, c.SweeperWorkers(), "workers.sweeper 0 follows max_inflight_sweep_batches")
 
 	k, ok := Lookup("storage.overrides")
 	require.True(t, ok)

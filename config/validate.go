@@ -44,7 +44,7 @@ func (c Config) Validate() error {
 
 	// The stages' own rules (pipeline's Validate), naming the same keys; a key two stages
 	// read (backpressure_high_water, registry_refresh) is reported once.
-	sc, pc, dc := c.stageConfigs()
+	sc, pc, dc := c.StageConfigs()
 	seen := map[string]bool{}
 	for _, err := range []error{sc.Validate(), pc.Validate(), dc.Validate(), c.SweepConfig().Validate()} {
 		for _, e := range unjoin(err) {
@@ -95,7 +95,7 @@ func (c Config) Validate() error {
 		m    map[string]string
 	}{{"meta.store_uris", c.Meta.StoreURIs}, {"meta.group_store_uris", c.Meta.GroupStoreURIs}} {
 		for _, name := range slices.Sorted(maps.Keys(key.m)) {
-			if _, err := c.metaDefaults().ApplyURI(key.m[name]); err != nil {
+			if _, err := c.MetaConn().ApplyURI(key.m[name]); err != nil {
 				bad(key.name, "%s: %v", name, err)
 			}
 		}

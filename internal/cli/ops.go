@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -327,7 +328,7 @@ func ReplayCommand() *Command {
 			return nil
 		},
 		Run: func(ctx context.Context, e *Env) error {
-			o, err := e.Config.AppOptions()
+			o, err := app.OptionsOf(e.Config)
 			if err != nil {
 				return UsageError(fmt.Errorf("configuration: %w", err))
 			}

@@ -151,7 +151,7 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 		nc.Close()
 	}()
 
-	opts, err := cfg.AppOptions()
+	opts, err := app.OptionsOf(cfg)
 	if err != nil {
 		return UsageError(fmt.Errorf("configuration: %w", err))
 	}

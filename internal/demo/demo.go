@@ -333,7 +333,7 @@ func backdateStuck(ctx context.Context, js jetstream.JetStream, cfg config.Confi
 	if err != nil {
 		return err
 	}
-	opts, err := cfg.AppOptions()
+	opts, err := app.OptionsOf(cfg)
 	if err != nil {
 		return err
 	}
