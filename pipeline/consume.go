@@ -253,7 +253,8 @@ func (c *Consumer) record(ctx context.Context, msg jetstream.Msg, md *jetstream.
 		e.Instance = inst
 	}
 	if md != nil {
-		e.Source = &subjects.Source{Stream: md.Stream, Seq: md.Sequence.Stream, MsgID: msg.Headers().Get(jetstream.MsgIDHeader)}
+		src := SourceOf(msg)
+		e.Source = &src
 	}
 	f := c.events.Emit(ctx, e)
 	_ = c.events.Wait(ctx, []jetstream.PubAckFuture{f})

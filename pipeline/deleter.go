@@ -62,16 +62,10 @@ func NewDeleter(cfg DeleterConfig, deps DeleterDeps) (*Deleter, error) {
 
 // Handle processes one delete request message (a Handler).
 func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
-	req, err := subjects.DecodeDeleteRequest(msg.Data())
+	req, src, err := Receive(d.names, msg, "request", subjects.DecodeDeleteRequest,
+		func(r subjects.DeleteRequest) (string, string) { return r.Instance, r.Cluster })
 	if err != nil {
 		return err
-	}
-	inst, err := d.names.InstanceOf(msg.Subject())
-	if err != nil {
-		return fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
-	}
-	if inst != req.Instance || req.Cluster != d.names.Cluster {
-		return fmt.Errorf("%w: request for instance %q of cluster %q on subject %q", subjects.ErrPoison, req.Instance, req.Cluster, msg.Subject())
 	}
 	set, err := d.storageSet(req.Storages)
 	if err != nil {
@@ -83,13 +77,7 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 		return fmt.Errorf("open metadata store %q: %w", req.Store, err)
 	}
 
-	var seq uint64
-	var src subjects.Source
-	if md, err := msg.Metadata(); err == nil {
-		seq = md.Sequence.Stream
-		src = subjects.Source{Stream: md.Stream, Seq: seq}
-	}
-	src.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
+	seq := src.Seq
 	d.track(seq, true)
 	defer d.track(seq, false)
 

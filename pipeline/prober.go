@@ -182,17 +182,10 @@ func (p *Prober) judge(ctx context.Context, rules Rules, b subjects.Batch) (Verd
 
 // Handle judges one batch message (a Handler).
 func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
-	b, err := subjects.DecodeBatch(msg.Data())
+	b, src, err := Receive(p.names, msg, "batch", subjects.DecodeBatch,
+		func(b subjects.Batch) (string, string) { return b.Instance, b.Cluster })
 	if err != nil {
 		return err
-	}
-	// Invariant 4: the subject and the body must name the same instance and cluster.
-	inst, err := p.names.InstanceOf(msg.Subject())
-	if err != nil {
-		return fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
-	}
-	if inst != b.Instance || b.Cluster != p.names.Cluster {
-		return fmt.Errorf("%w: batch for instance %q of cluster %q on subject %q", subjects.ErrPoison, b.Instance, b.Cluster, msg.Subject())
 	}
 	snap, err := p.storages(ctx)
 	if err != nil {
@@ -212,11 +205,6 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 
-	var src subjects.Source
-	if md, err := msg.Metadata(); err == nil {
-		src = subjects.Source{Stream: md.Stream, Seq: md.Sequence.Stream}
-	}
-	src.MsgID = msg.Headers().Get(jetstream.MsgIDHeader)
 	if len(v.Targets) > 0 {
 		base := subjects.DeleteRequest{V: subjects.SchemaVersion, Cluster: b.Cluster, Instance: b.Instance, Group: b.Group,
 			Store: b.Store, Round: b.Round, JudgedAt: now().UnixMicro()}

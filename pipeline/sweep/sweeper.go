@@ -100,20 +100,10 @@ type Result struct {
 
 // Handle handles one sweep batch message (a pipeline.Handler).
 func (s *Sweeper) Handle(ctx context.Context, msg jetstream.Msg) error {
-	b, err := subjects.DecodeSweepBatch(msg.Data())
+	b, src, err := pipeline.Receive(s.names, msg, "sweep batch", subjects.DecodeSweepBatch,
+		func(b subjects.SweepBatch) (string, string) { return b.Instance, b.Cluster })
 	if err != nil {
 		return err
-	}
-	inst, err := s.names.InstanceOf(msg.Subject())
-	if err != nil {
-		return fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
-	}
-	if inst != b.Instance || b.Cluster != s.names.Cluster {
-		return fmt.Errorf("%w: sweep batch for instance %q of cluster %q on subject %q", subjects.ErrPoison, b.Instance, b.Cluster, msg.Subject())
-	}
-	src := subjects.Source{MsgID: msg.Headers().Get(jetstream.MsgIDHeader)}
-	if md, err := msg.Metadata(); err == nil {
-		src.Stream, src.Seq = md.Stream, md.Sequence.Stream
 	}
 	s.track(len(b.Files))
 	defer s.track(-len(b.Files))
