@@ -75,4 +75,10 @@
 //
 // Every random choice comes from one seed, printed with the results: `go run ./faults/cmd/faults
 // -seed N` repeats the schedule (the timing of real processes varies, the choices do not).
+//
+// The soak (RunSoak, soak*.go, `make soak`) runs on the same deployment for many rounds
+// instead of one scenario: KVCM's workload all the time (soak_kvcm.go), upstream's GC beside
+// kvcm-gc (UpstreamGC), a fault every few rounds, every round checked against a model of what
+// KVCM wrote (soak_model.go), and each stage's memory, goroutines and open files required flat
+// over the last rounds (soak_steady.go).
 package faults

@@ -1,0 +1,396 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// roundWatch follows the scanner's checkpoint: when each round was first seen under way and
+// over, and what it scanned. Every garbage location made before a read of the checkpoint gets
+// the round that read shows (if it has none yet): it existed before the next round started, so
+// by that round's end it must be gone.
+type roundWatch struct {
+	e  *env
+	sm *soakModel
+
+	mu     sync.Mutex
+	starts map[uint64]time.Time
+	ends   map[uint64]time.Time
+	nkeys  map[uint64]uint64
+	durs   map[uint64]time.Duration
+}
+
+func newRoundWatch(e *env, sm *soakModel) *roundWatch {
+	return &roundWatch{e: e, sm: sm, starts: map[uint64]time.Time{}, ends: map[uint64]time.Time{},
+		nkeys: map[uint64]uint64{}, durs: map[uint64]time.Duration{}}
+}
+
+// roundPoll is how often the checkpoint is read.
+const roundPoll = 50 * time.Millisecond
+
+func (w *roundWatch) run(ctx context.Context) {
+	t := time.NewTicker(roundPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// The garbage made so far existed before this read: whatever round the read shows, the
+		// next had not started yet.
+		undue := w.sm.takeUndue()
+		ck, err := w.e.checkpoint(ctx)
+		if err != nil || ck.Round == 0 {
+			w.sm.giveBack(undue)
+			continue
+		}
+		w.sm.assignDue(undue, ck.Round)
+		now := time.Now()
+		w.mu.Lock()
+		if _, ok := w.starts[ck.Round]; !ok && (ck.InRound || ck.LastRoundKeys > 0) {
+			w.starts[ck.Round] = now
+		}
+		// A checkpoint in round n tells the last round's figures: n-1's (in round), n's (after).
+		last := ck.Round
+		if ck.InRound {
+			last--
+		}
+		if _, ok := w.nkeys[last]; !ok && last > 0 && ck.LastRoundKeys > 0 {
+			w.nkeys[last] = ck.LastRoundKeys
+			w.durs[last] = time.Duration(ck.LastRoundDuration) * time.Millisecond
+		}
+		for r := uint64(1); r <= last; r++ {
+			if _, ok := w.ends[r]; !ok {
+				w.ends[r] = now // over, whether or not this watch saw it
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// seen reports whether round r (or a later one) has started.
+func (w *roundWatch) seen(r uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for s := range w.starts {
+		if s >= r {
+			return true
+		}
+	}
+	return false
+}
+
+// lastEnded is the last round seen over.
+func (w *roundWatch) lastEnded() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last uint64
+	for r := range w.ends {
+		last = max(last, r)
+	}
+	return last
+}
+
+// ended reports whether round r is over.
+func (w *roundWatch) ended(r uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.ends[r]
+	return ok
+}
+
+func (w *roundWatch) started(r uint64) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.starts[r]
+}
+
+// duration is round r's duration as the scanner measured it (else as seen).
+func (w *roundWatch) duration(r uint64) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d := w.durs[r]; d > 0 {
+		return d
+	}
+	start, ok := w.starts[r]
+	if end, over := w.ends[r]; ok && over {
+		return end.Sub(start)
+	}
+	return 0
+}
+
+func (w *roundWatch) keys(r uint64) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.nkeys[r]
+}
+
+// consumerOf is a stage's durable consumer.
+type consumerOf struct{ stream, consumer string }
+
+func (e *env) inputs() []consumerOf {
+	return []consumerOf{{e.names.BatchesStream(), e.names.ProberConsumer()}, {e.names.DeletesStream(), e.names.DeleterConsumer()},
+		{e.names.SweepStream(), e.names.SweeperConsumer()}}
+}
+
+// drain waits until everything published before the round's end is handled: the prober has
+// acknowledged every batch up to the BATCHES stream's last sequence at the end, then the
+// deleter every request up to DELETES' last sequence once the prober was through, and the
+// sweeper likewise. The next round publishes meanwhile; what matters is that nothing of this
+// one is left behind (a backlog that grows from round to round would be).
+func (s *soak) drain(ctx context.Context) (time.Duration, error) {
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	defer cancel()
+	for _, c := range s.e.inputs() {
+		var last uint64
+		if err := s.e.waitFor(ctx, "the last sequence of "+c.stream, func() bool {
+			st, err := s.streamInfo(ctx, c.stream)
+			last = st.State.LastSeq
+			return err == nil
+		}); err != nil {
+			return 0, err
+		}
+		if err := s.e.waitFor(ctx, fmt.Sprintf("%s to handle %s up to #%d", c.consumer, c.stream, last), func() bool {
+			info, err := s.consumerInfo(ctx, c)
+			return err == nil && (info.AckFloor.Stream >= last || info.NumPending == 0 && info.NumAckPending == 0)
+		}); err != nil {
+			return 0, fmt.Errorf("backlog: %w", err)
+		}
+	}
+	return time.Since(started), nil
+}
+
+func (s *soak) streamInfo(ctx context.Context, name string) (*jetstream.StreamInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	st, err := s.e.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return st.Info(ctx)
+}
+
+func (s *soak) consumerInfo(ctx context.Context, c consumerOf) (*jetstream.ConsumerInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	cons, err := s.e.js.Consumer(ctx, c.stream, c.consumer)
+	if err != nil {
+		return nil, err
+	}
+	return cons.Info(ctx)
+}
+
+// StreamBytes is one stream's size after a round.
+type StreamBytes struct {
+	Name  string
+	Bytes uint64
+	Msgs  uint64
+	Limit int64 // max_bytes (-1: none)
+}
+
+// streams reads the size of every stream.
+func (s *soak) streams(ctx context.Context) ([]StreamBytes, error) {
+	var out []StreamBytes
+	for _, name := range []string{s.e.names.BatchesStream(), s.e.names.DeletesStream(), s.e.names.EventsStream(), s.e.names.SweepStream()} {
+		var info *jetstream.StreamInfo
+		if err := s.e.waitFor(ctx, "the size of "+name, func() bool {
+			var err error
+			info, err = s.streamInfo(ctx, name)
+			return err == nil
+		}); err != nil {
+			return nil, err
+		}
+		out = append(out, StreamBytes{Name: name, Bytes: info.State.Bytes, Msgs: info.State.Msgs, Limit: info.Config.MaxBytes})
+	}
+	return out, nil
+}
+
+// eventTally is where the reading of the EVENTS stream is.
+type eventTally struct {
+	next uint64 // the next sequence to read
+	lost uint64 // events the stream's limits discarded before they were read
+}
+
+// readEvents reads the events stored since the last call: kvcm-gc's delete outcomes (what it
+// collected, the races it lost) and its dead letters.
+func (s *soak) readEvents(ctx context.Context, row *SoakRow) error {
+	var info *jetstream.StreamInfo
+	if err := s.e.waitFor(ctx, "the events stream", func() bool {
+		var err error
+		info, err = s.streamInfo(ctx, s.e.names.EventsStream())
+		return err == nil
+	}); err != nil {
+		return err
+	}
+	if s.events.next == 0 {
+		s.events.next = 1
+	}
+	if info.State.FirstSeq > s.events.next {
+		s.events.lost += info.State.FirstSeq - s.events.next
+		s.events.next = info.State.FirstSeq
+	}
+	last := info.State.LastSeq
+	if last < s.events.next {
+		return nil
+	}
+	// Each attempt reads with an ordered consumer of its own from where the last one got to:
+	// one lost to a node's loss or a leader's election is replaced, for up to two minutes.
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var lastErr error
+	for s.events.next <= last {
+		if rctx.Err() != nil {
+			return fmt.Errorf("read events: stalled at #%d of #%d: %w", s.events.next, last, lastErr)
+		}
+		if lastErr = s.readEventsOnce(rctx, last, row); lastErr != nil {
+			_ = sleep(rctx, 200*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// readEventsOnce reads events from s.events.next up to last with one ordered consumer.
+func (s *soak) readEventsOnce(ctx context.Context, last uint64, row *SoakRow) error {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	st, err := s.e.js.Stream(ctx, s.e.names.EventsStream())
+	if err != nil {
+		return err
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq: s.events.next})
+	if err != nil {
+		return err
+	}
+	for s.events.next <= last {
+		b, err := c.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return err
+		}
+		got := 0
+		for m := range b.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			s.events.next = md.Sequence.Stream + 1
+			ev, err := subjects.DecodeEvent(m.Data())
+			if err != nil {
+				continue
+			}
+			s.tally(ev, row)
+		}
+		if got == 0 {
+			if err := b.Error(); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+func (s *soak) tally(ev subjects.Event, row *SoakRow) {
+	switch ev.Kind {
+	case subjects.EventPoison, subjects.EventDeadLetter:
+		row.DeadLetters++
+		s.note("dead letter (%s, %s): %s", ev.Kind, ev.Stage, ev.Reason)
+	case subjects.EventDelete:
+		for _, t := range ev.PerTarget() {
+			switch t.Outcome {
+			case subjects.OutcomeDeleted, subjects.OutcomePartial:
+				row.Collected++
+				if t.Key != nil {
+					s.sm.noteCollected(kvcm.BlockKey(t.Instance, *t.Key), t.Location)
+				}
+			case subjects.OutcomeNoopMismatch:
+				row.LostRaces++
+			case subjects.OutcomeNoopGone:
+				row.Beaten++
+			case subjects.OutcomeError:
+				row.DeleteErrors++
+			}
+		}
+	}
+}
+
+func (s *soak) note(format string, a ...any) { s.notesOut.add(format, a...) }
+
+func (s *soak) notes() []string {
+	out := s.notesOut.all()
+	if s.sm != nil {
+		s.sm.mu.Lock()
+		if s.sm.upstreamDropped > 0 {
+			out = append(out, fmt.Sprintf("upstream's GC deleted %d upgraded blocks whole (it took the last location of the layout it reads, then the key), with %d locations",
+				s.sm.upstreamDropped, s.sm.upstreamDroppedLocs))
+		}
+		var kinds []string
+		for _, k := range slices.Sorted(maps.Keys(s.sm.collectedKinds)) {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, s.sm.collectedKinds[k]))
+		}
+		out = append(out, fmt.Sprintf("kvcm-gc's delete events name %d distinct locations it removed; by what made them and their fate "+
+			"in the model (1 garbage, 2 either; forgotten: gone from the model before the event was read): %s",
+			len(s.sm.collected), strings.Join(kinds, ", ")))
+		s.sm.mu.Unlock()
+	}
+	if s.work != nil {
+		if n := s.work.errs.Load(); n > 0 {
+			out = append(out, fmt.Sprintf("%d of KVCM's writes failed (Redis errors outside a Redis fault)", n))
+		}
+		if n := s.work.lostRaces.Load(); n > 0 {
+			out = append(out, fmt.Sprintf("%d locations stay DELETING for good in upgraded blocks: a collector marked them just before KVCM upgraded the block", n))
+		}
+	}
+	if s.events.lost > 0 {
+		out = append(out, fmt.Sprintf("%d events discarded by the EVENTS stream's limits before they were read", s.events.lost))
+	}
+	return out
+}
+
+// boundedLog keeps the first lines added to it, safe for concurrent use.
+type boundedLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// boundedLines is how many lines a boundedLog keeps.
+const boundedLines = 20
+
+func (b *boundedLog) add(format string, a ...any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.lines) < boundedLines {
+		b.lines = append(b.lines, fmt.Sprintf(format, a...))
+	}
+}
+
+// take returns the lines and empties the log.
+func (b *boundedLog) take() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.lines
+	b.lines = nil
+	return out
+}
+
+// all returns the lines.
+func (b *boundedLog) all() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.lines)
+}

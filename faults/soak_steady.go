@@ -1,0 +1,373 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"maps"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Steadiness. All the time, every stage process's own /metrics is read every samplePoll,
+// and each round's row keeps, since the last row:
+//   - rss (process_resident_memory_bytes), goroutines (go_goroutines) and fds
+//     (process_open_fds): the smallest reading, the process at rest between bursts of work
+//     (goroutines come and go with the messages in flight, a fault's disturbance passes);
+//   - heap_live and heap_inuse (go_memstats_heap_alloc_bytes and _heap_inuse_bytes): the
+//     smallest of the readings taken right after a garbage collection ended
+//     (go_memstats_last_gc_time_seconds moved since the reading before): the heap the
+//     collector found live, plus what was allocated in the moment since. A heap read at a
+//     random point of its GC cycle is anywhere between that and the goal (five times as much at
+//     the stages' GOGC of 400), which would drown any trend. A round in which no collection
+//     ended (at GOGC 400 a quiet stage collects every few rounds) keeps the figures of the last
+//     one, marked.
+//
+// A leak raises these floors round after round. Each round's heap figures judged are the
+// lowest of its process's last floorRounds rounds (floors), and the slope over the last Window rounds is
+// a repeated median of the slopes between rounds (slopeOf), robust to rounds a fault
+// disturbed, taken only between samples of the same process, and only of processes that have
+// run WarmRounds rounds: a stage restarted by a fault starts small and fills its heap and its
+// pools for a while, which is neither a decline nor a leak. It must be under MaxSlope of the
+// mean per round.
+
+// stageMetrics are the figures sampled, by name, with the metric they come from.
+var stageMetrics = []struct{ name, metric string }{
+	{"rss", "process_resident_memory_bytes"},
+	{"heap_live", "go_memstats_heap_alloc_bytes"},
+	{"heap_inuse", "go_memstats_heap_inuse_bytes"},
+	{"goroutines", "go_goroutines"},
+	{"fds", "process_open_fds"},
+}
+
+// afterGC are the figures taken from readings right after a collection.
+var afterGC = map[string]bool{"heap_live": true, "heap_inuse": true}
+
+const (
+	samplePoll = 200 * time.Millisecond
+)
+
+// stageSample is one stage process's figures over one round.
+type stageSample struct {
+	Stage, Proc string
+	Round       uint64
+	// Age is how many rounds the process had been running at the sample (1: it started
+	// during this round).
+	Age    int
+	Values map[string]float64
+	// NoGC: no collection ended during the round; the heap figures are the last collection's.
+	NoGC bool
+}
+
+// procFloor is what the readings of one stage's process since the last row say.
+type procFloor struct {
+	proc   string
+	least  map[string]float64 // every figure, smallest reading
+	postGC map[string]float64 // the heap figures, smallest reading right after a collection
+	lastGC float64            // go_memstats_last_gc_time_seconds of the last reading (-1: none)
+	// latest are the heap figures right after the last collection seen, in any round: a
+	// round without a collection keeps them (the heap found live has not been measured again).
+	latest map[string]float64
+}
+
+func (f *procFloor) add(vals map[string]float64) {
+	for _, m := range stageMetrics {
+		v, ok := vals[m.metric]
+		if !ok {
+			continue
+		}
+		if cur, seen := f.least[m.name]; !seen || v < cur {
+			f.least[m.name] = v
+		}
+	}
+	gc, ok := vals["go_memstats_last_gc_time_seconds"]
+	if !ok {
+		return
+	}
+	if f.lastGC >= 0 && gc > f.lastGC {
+		for _, m := range stageMetrics {
+			if v, ok := vals[m.metric]; ok && afterGC[m.name] {
+				if cur, seen := f.postGC[m.name]; !seen || v < cur {
+					f.postGC[m.name] = v
+				}
+				f.latest[m.name] = v
+			}
+		}
+	}
+	f.lastGC = gc
+}
+
+// stageWatch reads every stage's current process all the time.
+type stageWatch struct {
+	e *env
+
+	mu     sync.Mutex
+	floors map[string]*procFloor // by stage
+}
+
+func newStageWatch(e *env) *stageWatch { return &stageWatch{e: e, floors: map[string]*procFloor{}} }
+
+// run reads each stage every samplePoll until ctx ends.
+func (w *stageWatch) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, st := range soakStages {
+		wg.Go(func() {
+			t := time.NewTicker(samplePoll)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				w.read(ctx, st)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (w *stageWatch) read(ctx context.Context, stage string) {
+	ps := w.e.running(stage)
+	if len(ps) == 0 {
+		return
+	}
+	p := ps[0]
+	addr := p.HTTPAddr()
+	if addr == "" {
+		return
+	}
+	vals, err := scrapeAll(ctx, "http://"+addr+"/metrics")
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f := w.floors[stage]
+	if f == nil || f.proc != p.Name {
+		// A new process (a fault restarted the stage): its readings start over.
+		f = &procFloor{proc: p.Name, least: map[string]float64{}, postGC: map[string]float64{}, latest: map[string]float64{}, lastGC: -1}
+		w.floors[stage] = f
+	}
+	f.add(vals)
+}
+
+// take returns each stage's figures since the last call, and starts over.
+func (w *stageWatch) take() []stageSample {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []stageSample
+	for _, st := range soakStages {
+		f := w.floors[st]
+		if f == nil || len(f.least) == 0 {
+			continue
+		}
+		smp := stageSample{Stage: st, Proc: f.proc, Values: map[string]float64{}}
+		for k, v := range f.least {
+			smp.Values[k] = v
+		}
+		post := f.postGC
+		if len(post) == 0 {
+			post, smp.NoGC = f.latest, true
+		}
+		for k, v := range post {
+			smp.Values[k] = v
+		}
+		if len(post) == 0 {
+			// No collection seen yet in this process's life: the heap figures are unknown.
+			for k := range afterGC {
+				delete(smp.Values, k)
+			}
+		}
+		out = append(out, smp)
+		f.least, f.postGC = map[string]float64{}, map[string]float64{}
+	}
+	return out
+}
+
+// sample takes every stage's figures over round r.
+func (s *soak) sample(r uint64) []stageSample {
+	got := s.stages.take()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range got {
+		smp := &got[i]
+		smp.Round, smp.Age = r, 1
+		for j := len(s.samples) - 1; j >= 0; j-- {
+			if s.samples[j].Proc == smp.Proc {
+				smp.Age = s.samples[j].Age + int(r-s.samples[j].Round)
+				break
+			}
+		}
+		s.samples = append(s.samples, *smp)
+	}
+	return got
+}
+
+// scrapeClient opens a connection per reading and closes it: a kept-alive connection would be
+// a goroutine of the stage's HTTP server, there in one reading and not in the next.
+var scrapeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// scrapeAll reads the unlabelled samples of a Prometheus text page.
+func scrapeAll(ctx context.Context, url string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' || strings.ContainsRune(line, '{') {
+			continue
+		}
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// Steadiness is one stage's figure over the last rounds.
+type Steadiness struct {
+	Stage, Metric string
+	// Mean of the samples used; Slope per round (slopeOf); Rel = Slope / Mean.
+	Mean, Slope, Rel float64
+	// Samples and Pairs used, Procs the processes they came from.
+	Samples, Pairs, Procs int
+	// Fail: Rel above the limit. Unknown: too few samples of one process (restarted).
+	Fail, Unknown bool
+}
+
+// minPairs is the fewest same-process pairs a slope is computed from.
+const minPairs = 6
+
+// steadiness evaluates every stage's figures over the last Window rounds.
+func (s *soak) steadiness() []Steadiness {
+	s.mu.Lock()
+	samples := slices.Clone(s.samples)
+	s.mu.Unlock()
+	var last uint64
+	for _, smp := range samples {
+		last = max(last, smp.Round)
+	}
+	var out []Steadiness
+	for _, st := range soakStages {
+		var settled []stageSample
+		for _, smp := range samples {
+			if smp.Stage == st && smp.Age > s.cfg.WarmRounds {
+				settled = append(settled, smp)
+			}
+		}
+		var use []stageSample
+		for _, smp := range floors(settled) {
+			if smp.Round+uint64(s.cfg.Window) > last {
+				use = append(use, smp)
+			}
+		}
+		for _, m := range stageMetrics {
+			out = append(out, slopeOf(st, m.name, use, s.cfg.MaxSlope))
+		}
+	}
+	return out
+}
+
+// floorRounds is how many rounds of one process the figure judged at a round is the floor of.
+const floorRounds = 3
+
+// floors replaces each sample's heap figures with the smallest of its process's samples over
+// the floorRounds rounds up to it: the lower envelope. A prober that held a batch through its
+// round's only collection reads high for that round; a leak lifts the envelope itself. The
+// other figures are the round's smallest reading already, and an envelope of them would rise
+// after every dip (a goroutine between two lives of it).
+func floors(samples []stageSample) []stageSample {
+	out := make([]stageSample, len(samples))
+	for i, smp := range samples {
+		f := smp
+		f.Values = maps.Clone(smp.Values)
+		for _, o := range samples {
+			if o.Proc != smp.Proc || o.Round > smp.Round || o.Round+floorRounds <= smp.Round {
+				continue
+			}
+			for k, v := range o.Values {
+				if cur, ok := f.Values[k]; afterGC[k] && ok && v < cur {
+					f.Values[k] = v
+				}
+			}
+		}
+		out[i] = f
+	}
+	return out
+}
+
+// slopeOf is the slope of metric over samples per round, as a share of the mean: Siegel's
+// repeated median (for each sample the median of its slopes to the others of its process, then
+// the median of those), which holds even when up to half the samples are disturbed, where the
+// plain Theil–Sen median of all pairs gives way to two high samples at the end of the window.
+func slopeOf(stage, metric string, samples []stageSample, limit float64) Steadiness {
+	res := Steadiness{Stage: stage, Metric: metric}
+	var per []float64
+	sum, n, pairs := 0.0, 0, 0
+	procs := map[string]bool{}
+	for i, a := range samples {
+		va, ok := a.Values[metric]
+		if !ok {
+			continue
+		}
+		sum += va
+		n++
+		procs[a.Proc] = true
+		var slopes []float64
+		for j, b := range samples {
+			vb, ok := b.Values[metric]
+			if !ok || i == j || b.Proc != a.Proc || b.Round == a.Round {
+				continue
+			}
+			slopes = append(slopes, (vb-va)/float64(int64(b.Round)-int64(a.Round)))
+		}
+		pairs += len(slopes)
+		if len(slopes) > 0 {
+			per = append(per, median(slopes))
+		}
+	}
+	res.Samples, res.Pairs, res.Procs = n, pairs/2, len(procs)
+	if n > 0 {
+		res.Mean = sum / float64(n)
+	}
+	if res.Pairs < minPairs || res.Mean <= 0 {
+		res.Unknown = true
+		return res
+	}
+	res.Slope = median(per)
+	res.Rel = res.Slope / res.Mean
+	res.Fail = res.Rel > limit
+	return res
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// mib is bytes in MiB.
+func mib(v float64) float64 { return math.Round(v/(1<<20)*10) / 10 }

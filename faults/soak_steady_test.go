@@ -1,0 +1,124 @@
+package faults
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// series makes samples of one metric: vals[i] is round i+1's value of the process procs[i].
+func series(procs []string, vals []float64) []stageSample {
+	var out []stageSample
+	for i, v := range vals {
+		out = append(out, stageSample{Stage: "prober", Proc: procs[i], Round: uint64(i + 1), Values: map[string]float64{"rss": v}})
+	}
+	return out
+}
+
+func same(n int, p string) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = p
+	}
+	return out
+}
+
+// TestSlopeOf: the repeated-median slope per round as a share of the mean, taken between samples of
+// one process only, robust to a disturbed round.
+func TestSlopeOf(t *testing.T) {
+	tests := []struct {
+		name    string
+		procs   []string
+		vals    []float64
+		rel     float64 // expected Rel, ±0.001
+		fail    bool
+		unknown bool
+	}{
+		{"flat", same(10, "a"), []float64{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}, 0, false, false},
+		{"noise around a level", same(10, "a"), []float64{100, 101, 99, 100, 102, 98, 100, 101, 99, 100}, 0, false, false},
+		{"a leak of 2% per round", same(10, "a"), []float64{100, 102, 104, 106, 108, 110, 112, 114, 116, 118}, 2.0 / 109, true, false},
+		{"one spike in a flat series", same(10, "a"), []float64{100, 100, 100, 100, 180, 100, 100, 100, 100, 100}, 0, false, false},
+		{"two disturbed rounds at the end", same(10, "a"), []float64{100, 100, 101, 100, 99, 100, 100, 101, 140, 145}, 0, false, false},
+		{"a decline is no leak", same(10, "a"), []float64{118, 116, 114, 112, 110, 108, 106, 104, 102, 100}, -2.0 / 109, false, false},
+		{"a restart is no decline and no growth", append(same(5, "a"), same(5, "b")...),
+			[]float64{200, 200, 200, 200, 200, 100, 100, 100, 100, 100}, 0, false, false},
+		{"a leak across a restart is still found", append(same(5, "a"), same(5, "b")...),
+			[]float64{100, 103, 106, 109, 112, 50, 53, 56, 59, 62}, 3.0 / 80.5, true, false},
+		{"too few samples of one process", []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"},
+			[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := slopeOf("prober", "rss", series(tt.procs, tt.vals), 0.01)
+			require.Equal(t, tt.unknown, st.Unknown, "%+v", st)
+			if tt.unknown {
+				return
+			}
+			require.InDelta(t, tt.rel, st.Rel, 0.001, "%+v", st)
+			require.Equal(t, tt.fail, st.Fail, "%+v", st)
+		})
+	}
+}
+
+// TestSteadinessWindow: only the last Window rounds count, and only samples of processes
+// past their warm-up.
+func TestSteadinessWindow(t *testing.T) {
+	const warmRounds = 3
+	s := &soak{cfg: SoakConfig{Window: 10, MaxSlope: 0.01, WarmRounds: warmRounds}}
+	// A process that grew while it warmed up (rounds 1–10), then held flat; restarted at
+	// round 19, growing again for its first warmRounds rounds, then flat at another level.
+	for r := 1; r <= 25; r++ {
+		proc, age, v := "prober-0", r, 100.0
+		switch {
+		case r <= 10:
+			v = float64(50 + 5*r)
+		case r >= 19:
+			proc, age = "prober-1", r-18
+			v = 100 + float64(min(age, warmRounds))*10
+		}
+		s.samples = append(s.samples, stageSample{Stage: stageProber, Proc: proc, Round: uint64(r), Age: age,
+			Values: map[string]float64{"rss": v, "goroutines": 20}})
+	}
+	got := map[string]Steadiness{}
+	for _, st := range s.steadiness() {
+		if st.Stage == stageProber {
+			got[st.Metric] = st
+		}
+	}
+	require.False(t, got["rss"].Fail, "%+v", got["rss"])
+	require.False(t, got["rss"].Unknown, "%+v", got["rss"])
+	require.Equal(t, 2, got["rss"].Procs, "both processes' settled samples")
+	// Rounds 16–25: prober-0's 16–18, prober-1's past its warm-up (ages 4–7: rounds 22–25).
+	require.Equal(t, 3+7-warmRounds, got["rss"].Samples, fmt.Sprintf("%+v", got["rss"]))
+	require.Zero(t, got["goroutines"].Rel)
+}
+
+// TestFloorsSpikes: a round that read high (a prober holding a batch through the round's only
+// collection) lifts no floor; a leak under such spikes lifts every floor.
+func TestFloorsSpikes(t *testing.T) {
+	judge := func(vals []float64) Steadiness {
+		s := &soak{cfg: SoakConfig{Window: 10, MaxSlope: 0.01, WarmRounds: 1}}
+		for i, v := range vals {
+			s.samples = append(s.samples, stageSample{Stage: stageProber, Proc: "prober-0", Round: uint64(i + 1), Age: i + 2,
+				Values: map[string]float64{"heap_live": v}})
+		}
+		for _, st := range s.steadiness() {
+			if st.Stage == stageProber && st.Metric == "heap_live" {
+				return st
+			}
+		}
+		t.Fatal("no prober heap_live")
+		return Steadiness{}
+	}
+	spiky := []float64{3, 3, 15, 3, 3, 8, 3, 15, 15, 3, 3, 3, 9, 3, 3}
+	st := judge(spiky)
+	require.False(t, st.Fail, "%+v", st)
+	require.InDelta(t, 0, st.Rel, 1e-9, "%+v", st)
+	var leak []float64
+	for i, v := range spiky {
+		leak = append(leak, v+0.1*float64(i)) // 3% of the floor per round
+	}
+	st = judge(leak)
+	require.True(t, st.Fail, "%+v", st)
+}
