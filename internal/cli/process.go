@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -100,7 +101,11 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	// Beside the default figures, go_gc_heap_live_bytes: the heap the last collection found
+	// live, the one figure of the heap that what was allocated since does not blur.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		version.NewCollector())
 	metrics := pipeline.NewMetrics(reg)
 	health := &app.Health{}
