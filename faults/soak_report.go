@@ -139,6 +139,8 @@ func WriteSoakTable(w io.Writer, res SoakResult, cfg SoakConfig) error {
 			result, slope = "n/a (too few samples of one process)", "-"
 		case st.Fail:
 			result = "GROWS"
+		case st.Slack:
+			result = fmt.Sprintf("flat (within %.0f KiB a round)", cfg.HeapSlack/1024)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%+.2f%%\t%d\t%d\t%s\n", st.Stage, st.Metric, mean, slope, 100*st.Rel, st.Samples, st.Procs, result)
 	}
@@ -196,14 +198,14 @@ func writeSoakFiles(res SoakResult, cfg SoakConfig) error {
 // writeSoakSamples writes every stage sample of the run, one line per round and stage.
 func writeSoakSamples(path string, res SoakResult) error {
 	var b strings.Builder
-	b.WriteString("round\tstage\tprocess\tage\tno_gc")
+	b.WriteString("round\tstage\tprocess\tage")
 	for _, m := range stageMetrics {
 		b.WriteString("\t" + m.name)
 	}
 	b.WriteString("\n")
 	for _, r := range res.Rows {
 		for _, smp := range r.Stages {
-			fmt.Fprintf(&b, "%d\t%s\t%s\t%d\t%v", smp.Round, smp.Stage, smp.Proc, smp.Age, smp.NoGC)
+			fmt.Fprintf(&b, "%d\t%s\t%s\t%d", smp.Round, smp.Stage, smp.Proc, smp.Age)
 			for _, m := range stageMetrics {
 				fmt.Fprintf(&b, "\t%.0f", smp.Values[m.name])
 			}

@@ -14,18 +14,19 @@ import (
 )
 
 // Steadiness. All the time, every stage process's own /metrics is read every samplePoll,
-// and each round's row keeps, since the last row:
+// and each round's row keeps, since the last row, the smallest reading of each figure: the
+// process at rest between bursts of work (goroutines come and go with the messages in flight,
+// a fault's disturbance passes):
 //   - rss (process_resident_memory_bytes), goroutines (go_goroutines) and fds
-//     (process_open_fds): the smallest reading, the process at rest between bursts of work
-//     (goroutines come and go with the messages in flight, a fault's disturbance passes);
-//   - heap_live and heap_inuse (go_memstats_heap_alloc_bytes and _heap_inuse_bytes): the
-//     smallest of the readings taken right after a garbage collection ended
-//     (go_memstats_last_gc_time_seconds moved since the reading before): the heap the
-//     collector found live, plus what was allocated in the moment since. A heap read at a
-//     random point of its GC cycle is anywhere between that and the goal (five times as much at
-//     the stages' GOGC of 400), which would drown any trend. A round in which no collection
-//     ended (at GOGC 400 a quiet stage collects every few rounds) keeps the figures of the last
-//     one, marked.
+//     (process_open_fds);
+//   - heap_live (go_gc_heap_live_bytes): the heap the last collection found live. A heap read
+//     at a random point of its GC cycle (go_memstats_heap_alloc_bytes) is anywhere between that
+//     and the goal, five times as much at the stages' GOGC of 400, which would drown any trend;
+//     read right after a collection it still holds what was allocated in the moment since,
+//     megabytes on a busy prober whose live heap is a few;
+//   - heap_inuse: the heap's spans in use (go_memstats_heap_inuse_bytes) less what was
+//     allocated since the last collection (heap_alloc - heap_live): the live heap with its
+//     fragmentation, which a leak of half-empty spans raises.
 //
 // A leak raises these floors round after round. Each round's heap figures judged are the
 // lowest of its process's last floorRounds rounds (floors), and the slope over the last Window rounds is
@@ -38,14 +39,27 @@ import (
 // stageMetrics are the figures sampled, by name, with the metric they come from.
 var stageMetrics = []struct{ name, metric string }{
 	{"rss", "process_resident_memory_bytes"},
-	{"heap_live", "go_memstats_heap_alloc_bytes"},
-	{"heap_inuse", "go_memstats_heap_inuse_bytes"},
+	{"heap_live", "go_gc_heap_live_bytes"},
+	{"heap_inuse", heapInuseAtGC},
 	{"goroutines", "go_goroutines"},
 	{"fds", "process_open_fds"},
 }
 
-// afterGC are the figures taken from readings right after a collection.
-var afterGC = map[string]bool{"heap_live": true, "heap_inuse": true}
+// heapInuseAtGC names the figure derived from three of the readings (see above).
+const heapInuseAtGC = "heap_inuse_at_gc"
+
+// heapFigures are the figures whose floors over floorRounds rounds are judged.
+var heapFigures = map[string]bool{"heap_live": true, "heap_inuse": true}
+
+// deriveHeapInuse adds heapInuseAtGC to a reading that has its three figures.
+func deriveHeapInuse(vals map[string]float64) {
+	inuse, ok1 := vals["go_memstats_heap_inuse_bytes"]
+	alloc, ok2 := vals["go_memstats_heap_alloc_bytes"]
+	live, ok3 := vals["go_gc_heap_live_bytes"]
+	if ok1 && ok2 && ok3 {
+		vals[heapInuseAtGC] = inuse - max(alloc-live, 0)
+	}
+}
 
 const (
 	samplePoll = 200 * time.Millisecond
@@ -59,22 +73,16 @@ type stageSample struct {
 	// during this round).
 	Age    int
 	Values map[string]float64
-	// NoGC: no collection ended during the round; the heap figures are the last collection's.
-	NoGC bool
 }
 
 // procFloor is what the readings of one stage's process since the last row say.
 type procFloor struct {
-	proc   string
-	least  map[string]float64 // every figure, smallest reading
-	postGC map[string]float64 // the heap figures, smallest reading right after a collection
-	lastGC float64            // go_memstats_last_gc_time_seconds of the last reading (-1: none)
-	// latest are the heap figures right after the last collection seen, in any round: a
-	// round without a collection keeps them (the heap found live has not been measured again).
-	latest map[string]float64
+	proc  string
+	least map[string]float64 // every figure, smallest reading
 }
 
 func (f *procFloor) add(vals map[string]float64) {
+	deriveHeapInuse(vals)
 	for _, m := range stageMetrics {
 		v, ok := vals[m.metric]
 		if !ok {
@@ -84,21 +92,6 @@ func (f *procFloor) add(vals map[string]float64) {
 			f.least[m.name] = v
 		}
 	}
-	gc, ok := vals["go_memstats_last_gc_time_seconds"]
-	if !ok {
-		return
-	}
-	if f.lastGC >= 0 && gc > f.lastGC {
-		for _, m := range stageMetrics {
-			if v, ok := vals[m.metric]; ok && afterGC[m.name] {
-				if cur, seen := f.postGC[m.name]; !seen || v < cur {
-					f.postGC[m.name] = v
-				}
-				f.latest[m.name] = v
-			}
-		}
-	}
-	f.lastGC = gc
 }
 
 // stageWatch reads every stage's current process all the time.
@@ -150,7 +143,7 @@ func (w *stageWatch) read(ctx context.Context, stage string) {
 	f := w.floors[stage]
 	if f == nil || f.proc != p.Name {
 		// A new process (a fault restarted the stage): its readings start over.
-		f = &procFloor{proc: p.Name, least: map[string]float64{}, postGC: map[string]float64{}, latest: map[string]float64{}, lastGC: -1}
+		f = &procFloor{proc: p.Name, least: map[string]float64{}}
 		w.floors[stage] = f
 	}
 	f.add(vals)
@@ -167,24 +160,9 @@ func (w *stageWatch) take() []stageSample {
 			continue
 		}
 		smp := stageSample{Stage: st, Proc: f.proc, Values: map[string]float64{}}
-		for k, v := range f.least {
-			smp.Values[k] = v
-		}
-		post := f.postGC
-		if len(post) == 0 {
-			post, smp.NoGC = f.latest, true
-		}
-		for k, v := range post {
-			smp.Values[k] = v
-		}
-		if len(post) == 0 {
-			// No collection seen yet in this process's life: the heap figures are unknown.
-			for k := range afterGC {
-				delete(smp.Values, k)
-			}
-		}
+		maps.Copy(smp.Values, f.least)
 		out = append(out, smp)
-		f.least, f.postGC = map[string]float64{}, map[string]float64{}
+		f.least = map[string]float64{}
 	}
 	return out
 }
@@ -251,8 +229,9 @@ type Steadiness struct {
 	Mean, Slope, Rel float64
 	// Samples and Pairs used, Procs the processes they came from.
 	Samples, Pairs, Procs int
-	// Fail: Rel above the limit. Unknown: too few samples of one process (restarted).
-	Fail, Unknown bool
+	// Fail: Rel above the limit. Unknown: too few samples of one process (restarted). Slack:
+	// Rel above the limit but the slope within HeapSlack.
+	Fail, Unknown, Slack bool
 }
 
 // minPairs is the fewest same-process pairs a slope is computed from.
@@ -282,7 +261,11 @@ func (s *soak) steadiness() []Steadiness {
 			}
 		}
 		for _, m := range stageMetrics {
-			out = append(out, slopeOf(st, m.name, use, s.cfg.MaxSlope))
+			res := slopeOf(st, m.name, use, s.cfg.MaxSlope)
+			if heapFigures[m.name] && res.Fail && res.Slope <= s.cfg.HeapSlack {
+				res.Fail, res.Slack = false, true
+			}
+			out = append(out, res)
 		}
 	}
 	return out
@@ -306,7 +289,7 @@ func floors(samples []stageSample) []stageSample {
 				continue
 			}
 			for k, v := range o.Values {
-				if cur, ok := f.Values[k]; afterGC[k] && ok && v < cur {
+				if cur, ok := f.Values[k]; heapFigures[k] && ok && v < cur {
 					f.Values[k] = v
 				}
 			}

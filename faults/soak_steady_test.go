@@ -122,3 +122,33 @@ func TestFloorsSpikes(t *testing.T) {
 	st = judge(leak)
 	require.True(t, st.Fail, "%+v", st)
 }
+
+// TestProcFloorHeapFigures: the heap figures of a round are what the last collection found
+// live, not what was allocated since: readings at different points of a GC cycle give the
+// same floor, which only a larger live heap raises.
+func TestProcFloorHeapFigures(t *testing.T) {
+	reading := func(live, alloc, inuse float64) map[string]float64 {
+		return map[string]float64{"go_gc_heap_live_bytes": live, "go_memstats_heap_alloc_bytes": alloc,
+			"go_memstats_heap_inuse_bytes": inuse, "go_goroutines": 20}
+	}
+	f := &procFloor{proc: "prober-0", least: map[string]float64{}}
+	// 4 MiB live with 1 MiB of fragmentation, read 0, 2 and 5 MiB into the cycle.
+	for _, since := range []float64{2 << 20, 0, 5 << 20} {
+		f.add(reading(4<<20, 4<<20+since, 5<<20+since))
+	}
+	if got := f.least["heap_live"]; got != 4<<20 {
+		t.Fatalf("heap_live %v, want 4 MiB", got)
+	}
+	if got := f.least["heap_inuse"]; got != 5<<20 {
+		t.Fatalf("heap_inuse %v, want 5 MiB", got)
+	}
+	// A reading without the live heap (an older runtime) gives no heap figures at all.
+	g := &procFloor{proc: "prober-1", least: map[string]float64{}}
+	g.add(map[string]float64{"go_memstats_heap_alloc_bytes": 9 << 20, "go_goroutines": 20})
+	if _, ok := g.least["heap_live"]; ok {
+		t.Fatal("heap_live from a reading without go_gc_heap_live_bytes")
+	}
+	if _, ok := g.least["heap_inuse"]; ok {
+		t.Fatal("heap_inuse from a reading without go_gc_heap_live_bytes")
+	}
+}
