@@ -43,6 +43,7 @@ func run() int {
 	maxBytes := flag.Int64("max-stream-bytes", def.MaxStreamBytes, "max_bytes of each stream")
 	window := flag.Int("window", def.Window, "last rounds whose samples must be flat")
 	maxSlope := flag.Float64("max-slope", def.MaxSlope, "largest slope per round allowed, as a share of the mean")
+	heapSlack := flag.Int64("heap-slack", int64(def.HeapSlack), "slope of the heap figures, bytes per round, that passes whatever its share of the mean")
 	warm := flag.Int("warm-rounds", def.WarmRounds, "rounds a process runs before its samples count")
 	work := flag.String("work", "", "directory for servers' files and logs (default a new temporary one, removed after a passing run)")
 	report := flag.String("report", ".", "directory receiving each run's table (soak-<run>.txt) and plot (soak-<run>.png)")
@@ -71,6 +72,7 @@ func run() int {
 	pick("window", func() { cfg.Window = *window })
 	pick("max-slope", func() { cfg.MaxSlope = *maxSlope })
 	pick("warm-rounds", func() { cfg.WarmRounds = *warm })
+	pick("heap-slack", func() { cfg.HeapSlack = float64(*heapSlack) })
 	cfg.Runs = nil
 	for _, spec := range strings.Split(*runs, ",") {
 		layout, topo, _ := strings.Cut(strings.TrimSpace(spec), "/")
@@ -94,6 +96,12 @@ func run() int {
 			fmt.Fprintln(os.Stderr, "soak:", err)
 			return 1
 		}
+	}
+	// Paths under it reach the stages through their config files: only absolute ones mean the same to all.
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		return 1
 	}
 	cfg.WorkDir, cfg.ReportDir, cfg.Out = dir, *report, os.Stderr
 	fmt.Printf("kvcm-gc soak: seed %d, work directory %s\n", cfg.Seed, dir)
