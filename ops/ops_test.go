@@ -163,11 +163,11 @@ func TestKeptReason(t *testing.T) {
 	cfg := pipeline.DefaultProberConfig()
 	lru := now.Add(-time.Hour).UnixMicro()
 	w := &kvcm.Location{Status: kvcm.StatusWriting}
-	require.True(t, strings.HasPrefix(keptReason(w, strconv.FormatInt(lru, 10), false, now, cfg), "writing_within_grace (age 1h0m0s < 24h0m0s)"))
-	require.Equal(t, "specs_present_or_unknown", keptReason(&kvcm.Location{Status: kvcm.StatusServing}, "", false, now, cfg))
+	require.True(t, strings.HasPrefix(keptReason(w, strconv.FormatInt(lru, 10), subjects.LayoutLegacy, now, cfg), "writing_within_grace (age 1h0m0s < 24h0m0s)"))
+	require.Equal(t, "specs_present_or_unknown", keptReason(&kvcm.Location{Status: kvcm.StatusServing}, "", subjects.LayoutLegacy, now, cfg))
 	ct := &kvcm.Location{Status: kvcm.StatusWriting, HasCreateTime: true, CreateTimeUs: now.Add(-2 * time.Hour).UnixMicro()}
-	require.True(t, strings.HasPrefix(keptReason(ct, "", true, now, cfg), "writing_within_grace (age 2h0m0s"))
-	require.Equal(t, "status_deleting", keptReason(&kvcm.Location{Status: kvcm.StatusDeleting}, "", false, now, cfg))
+	require.True(t, strings.HasPrefix(keptReason(ct, "", subjects.LayoutLocation, now, cfg), "writing_within_grace (age 2h0m0s"))
+	require.Equal(t, "status_deleting", keptReason(&kvcm.Location{Status: kvcm.StatusDeleting}, "", subjects.LayoutLegacy, now, cfg))
 }
 
 func TestHumanFormats(t *testing.T) {

@@ -630,7 +630,11 @@ func lastDelete(evs []indexedEvent, round uint64) *indexedEvent {
 func (r *replayer) judgeOne(ctx context.Context, b subjects.Batch, one subjects.BlockEntry, loc *kvcm.Location, at time.Time) Verdict {
 	v := r.judge(ctx, b, one, at)
 	if v.Decision == DecisionKept && v.Reason == "" {
-		v.Reason = keptReason(loc, one.LRUTime, one.Layout == subjects.LayoutLocation, at, r.deps.Rules.Config)
+		layout := subjects.LayoutLegacy
+		if one.Layout == subjects.LayoutLocation {
+			layout = subjects.LayoutLocation
+		}
+		v.Reason = keptReason(loc, one.LRUTime, layout, at, r.deps.Rules.Config)
 	}
 	return v
 }
@@ -685,23 +689,14 @@ func oneLocation(id string, raw []byte) []byte {
 	return append(out, '}')
 }
 
-// keptReason says why a location that no rule skipped was not a candidate.
-func keptReason(loc *kvcm.Location, lru string, locationLayout bool, at time.Time, cfg pipeline.ProberConfig) string {
-	switch loc.Status {
-	case kvcm.StatusWriting:
-		age, ok := kvcm.LegacyAge(loc, lru, at)
-		if locationLayout {
-			age, ok = kvcm.LocationAge(loc, at)
-		}
-		if ok {
-			return fmt.Sprintf("writing_within_grace (age %s < %s)", humanDuration(age), cfg.OrphanWritingGrace)
-		}
-		return "writing_within_grace"
-	case kvcm.StatusServing:
-		return "specs_present_or_unknown"
-	default:
-		return "status_" + strings.TrimPrefix(strings.ToLower(loc.Status.String()), "cls_")
+// keptReason says why a location of layout that no rule skipped was not a candidate: the
+// rules' own reason (pipeline.KeptReason), with a young WRITING's age against the grace.
+func keptReason(loc *kvcm.Location, lru, layout string, at time.Time, cfg pipeline.ProberConfig) string {
+	reason, age, aged := pipeline.KeptReason(loc, layout, lru, at)
+	if aged {
+		return fmt.Sprintf("%s (age %s < %s)", reason, humanDuration(age), cfg.OrphanWritingGrace)
 	}
+	return reason
 }
 
 // request explains every target of a delete request (the deleter's input): the recorded

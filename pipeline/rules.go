@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -112,10 +113,7 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 		}
 		switch loc.Status {
 		case kvcm.StatusWriting:
-			age, ok := kvcm.LocationAge(loc, now)
-			if layout == subjects.LayoutLegacy {
-				age, ok = kvcm.LegacyAge(loc, be.LRUTime, now)
-			}
+			age, ok := WritingAge(loc, layout, be.LRUTime, now)
 			if reason, ok := judgeWriting(ctx, cfg, b.Instance, be.Key, loc, age, ok, g, &v); ok {
 				cands = append(cands, cand{be.Key, loc, layout, reason})
 			}
@@ -220,6 +218,38 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 		}
 	}
 	return v
+}
+
+// WritingAge is the age at now by which rule 1 judges a WRITING location of layout
+// (subjects.LayoutLegacy or LayoutLocation): its create time in the location layout, its
+// block's LRU time (lruTime) in the legacy one. ok is false when the age is unknown.
+func WritingAge(loc *kvcm.Location, layout, lruTime string, now time.Time) (age time.Duration, ok bool) {
+	if layout == subjects.LayoutLegacy {
+		return kvcm.LegacyAge(loc, lruTime, now)
+	}
+	return kvcm.LocationAge(loc, now)
+}
+
+// Reasons the rules keep a location that no skip names and that is no candidate.
+const (
+	KeptWritingWithinGrace = "writing_within_grace"
+	KeptSpecsPresent       = "specs_present_or_unknown"
+)
+
+// KeptReason says why the rules kept loc (of layout, in a block of LRU time lruTime) at now
+// when no skip names it and it is no candidate: a WRITING one is within the grace (its age
+// as rule 1 reads it, when known: aged), a SERVING one has its data, any other status is
+// not one a rule collects ("status_<name>").
+func KeptReason(loc *kvcm.Location, layout, lruTime string, now time.Time) (reason string, age time.Duration, aged bool) {
+	switch loc.Status {
+	case kvcm.StatusWriting:
+		age, aged = WritingAge(loc, layout, lruTime, now)
+		return KeptWritingWithinGrace, age, aged
+	case kvcm.StatusServing:
+		return KeptSpecsPresent, 0, false
+	default:
+		return "status_" + strings.TrimPrefix(strings.ToLower(loc.Status.String()), "cls_"), 0, false
+	}
 }
 
 // judgeWriting is rule 1 (orphan WRITING), given the location's age as its layout tells it.

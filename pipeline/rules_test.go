@@ -363,3 +363,26 @@ func TestProberConfigValidate(t *testing.T) {
 	s.ScanBatchSize = 0
 	require.ErrorContains(t, s.Validate(), "scan_batch_size")
 }
+
+// TestKeptReasonReadsRuleOnesAge: a young WRITING is kept with the age rule 1 judged it by, the
+// LRU time in the legacy layout and the create time in the location layout.
+func TestKeptReasonReadsRuleOnesAge(t *testing.T) {
+	now := time.Now()
+	loc := &kvcm.Location{Status: kvcm.StatusWriting, HasCreateTime: true, CreateTimeUs: now.Add(-2 * time.Hour).UnixMicro()}
+	lru := strconv.FormatInt(now.Add(-time.Hour).UnixMicro(), 10)
+	for layout, want := range map[string]time.Duration{subjects.LayoutLegacy: time.Hour, subjects.LayoutLocation: 2 * time.Hour} {
+		reason, age, aged := KeptReason(loc, layout, lru, now)
+		require.Equal(t, KeptWritingWithinGrace, reason, layout)
+		require.True(t, aged, layout)
+		require.Equal(t, want, age.Truncate(time.Second), layout)
+		wa, ok := WritingAge(loc, layout, lru, now)
+		require.Equal(t, age, wa, layout)
+		require.Equal(t, aged, ok, layout)
+	}
+	_, _, aged := KeptReason(&kvcm.Location{Status: kvcm.StatusWriting}, subjects.LayoutLocation, lru, now)
+	require.False(t, aged, "no create time: no age in the location layout")
+	reason, _, _ := KeptReason(&kvcm.Location{Status: kvcm.StatusServing}, subjects.LayoutLegacy, "", now)
+	require.Equal(t, KeptSpecsPresent, reason)
+	reason, _, _ = KeptReason(&kvcm.Location{Status: kvcm.StatusDeleting}, subjects.LayoutLegacy, "", now)
+	require.Equal(t, "status_deleting", reason)
+}
