@@ -140,7 +140,11 @@ type StoreStatus struct {
 	NextRound  time.Time         `json:"next_round,omitzero"`
 	LastRound  *LastRound        `json:"last_round,omitempty"`
 	Layouts    map[string]uint64 `json:"layouts,omitempty"`
-	SavedAt    time.Time         `json:"checkpoint_saved,omitzero"`
+	// Unregistered are the store's keys of instances the registry does not list, as its last
+	// round counted them (the largest first; UnregisteredMore left out).
+	Unregistered     []pipeline.UnregisteredCount `json:"unregistered_instances,omitempty"`
+	UnregisteredMore int                          `json:"unregistered_instances_more,omitempty"`
+	SavedAt          time.Time                    `json:"checkpoint_saved,omitzero"`
 }
 
 // LeaderStatus is the holder of one lease: a store's (scanner) or a swept storage's (walker).
@@ -497,7 +501,8 @@ func storeStatuses(cks []pipeline.StoreCheckpoint, leases []pipeline.StoreLease,
 		ck := c.Checkpoint
 		ss := StoreStatus{Store: ck.Store, InRegistry: c.InRegistry, Round: ck.Round, InRound: ck.InRound,
 			Cursor: ck.Cursor, Instances: ck.Instances, Keys: ck.KeysScanned, Visited: ck.KeysVisited,
-			DBSize: ck.DBSize, Started: usTime(ck.RoundStartedUs), Layouts: ck.Layouts, SavedAt: usTime(ck.SavedUs)}
+			DBSize: ck.DBSize, Started: usTime(ck.RoundStartedUs), Layouts: ck.Layouts, SavedAt: usTime(ck.SavedUs),
+			Unregistered: ck.Unregistered, UnregisteredMore: ck.UnregisteredTruncated}
 		if l, ok := byStore[ck.Store]; ok {
 			ss.Holder, ss.Revision = l.Record.Holder, l.Revision
 			ss.RenewedAgoSecs = now.Sub(time.UnixMicro(l.Record.RenewedUs)).Seconds()

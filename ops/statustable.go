@@ -121,6 +121,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 		}
 		_ = tw.Flush()
 	}
+	writeUnregistered(ew, sc.Stores, now)
 	r.Sweep.writeSweep(ew, now)
 	r.StuckDeleting.writeStuck(ew)
 
@@ -273,4 +274,29 @@ func leaseHolders(stores []StoreStatus) (held, holders int) {
 		}
 	}
 	return held, len(seen)
+}
+
+// writeUnregistered lists, per store, the keys of instances the registry does not list (a
+// failed instance removal leaves them; nothing collects them), when there are any.
+func writeUnregistered(w io.Writer, stores []StoreStatus, now time.Time) {
+	n := 0
+	for _, st := range stores {
+		n += len(st.Unregistered)
+	}
+	if n == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nUNREGISTERED INSTANCES (keys of instances the registry does not list; counted, not collected)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STORE\tINSTANCE\tKEYS\tLOCATIONS\tBYTES\tFIRST SEEN")
+	for _, st := range stores {
+		for _, u := range st.Unregistered {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", cell(st.Store, 40), idCell(u.Instance), u.Keys, u.Locations,
+				humanBytes(u.Bytes), stamp(usTime(u.FirstSeenUs), now))
+		}
+		if st.UnregisteredMore > 0 {
+			fmt.Fprintf(tw, "%s\t(%d more)\t\t\t\t\n", cell(st.Store, 40), st.UnregisteredMore)
+		}
+	}
+	_ = tw.Flush()
 }

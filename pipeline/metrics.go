@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	dto "github.com/prometheus/client_model/go"
@@ -127,7 +129,14 @@ type Metrics struct {
 	StoreKeysPerSecond *prometheus.GaugeVec
 	StoreProgress      *prometheus.GaugeVec
 	StoreETA           *prometheus.GaugeVec
-	StoreState         *prometheus.GaugeVec
+
+	// Keys a store holds of instances the registry does not list (unregistered.go), by store
+	// and instance, as the store's last round counted them.
+	UnregisteredKeys      *prometheus.GaugeVec
+	UnregisteredLocations *prometheus.GaugeVec
+	UnregisteredBytes     *prometheus.GaugeVec
+	UnregisteredSince     *prometheus.GaugeVec
+	StoreState            *prometheus.GaugeVec
 
 	ProbedLocations prometheus.Counter
 	Candidates      *prometheus.CounterVec
@@ -178,7 +187,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StoreKeysPerSecond: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_keys_per_second", Help: "Recent rate of the store's walk, in keys SCAN returned per second."}, []string{"store"}),
 		StoreProgress:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_progress_ratio", Help: "Share of the store's keys (DBSIZE at the round's start, else the last round's) visited this round."}, []string{"store"}),
 		StoreETA:           f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_eta_timestamp_seconds", Help: "Estimated Unix time the store's round ends (0: unknown, or the walk is not moving)."}, []string{"store"}),
-		StoreState:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
+		UnregisteredKeys: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_keys",
+			Help: "Block keys the store held, at its last round, of an instance the registry does not list (a failed instance removal leaves them)."}, []string{"store", "kvcm_instance"}),
+		UnregisteredLocations: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_locations",
+			Help: "Locations in those keys."}, []string{"store", "kvcm_instance"}),
+		UnregisteredBytes: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_bytes",
+			Help: "Bytes those locations account (their spec URIs' size parameters)."}, []string{"store", "kvcm_instance"}),
+		UnregisteredSince: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_first_seen_timestamp_seconds",
+			Help: "Unix time kvcm-gc first counted the instance unregistered in the store."}, []string{"store", "kvcm_instance"}),
+		StoreState: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
 
 		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
 		Candidates:      f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_candidates_total", Help: "Locations judged garbage, by reason."}, []string{"reason"}),
@@ -260,6 +277,21 @@ func (m *Metrics) dropStore(store string) {
 	}
 	m.StoreScannedKeys.DeleteLabelValues(store)
 	m.StoreState.DeletePartialMatch(prometheus.Labels{"store": store})
+}
+
+// unregistered replaces a store's series of unregistered instances with its last count.
+func (m *Metrics) unregistered(store string, counts []UnregisteredCount) {
+	for _, g := range []*prometheus.GaugeVec{m.UnregisteredKeys, m.UnregisteredLocations, m.UnregisteredBytes, m.UnregisteredSince} {
+		g.DeletePartialMatch(prometheus.Labels{"store": store})
+	}
+	for _, c := range counts {
+		// An id read from a key is any bytes; a label value must be UTF-8.
+		id := strings.ToValidUTF8(c.Instance, "\uFFFD")
+		m.UnregisteredKeys.WithLabelValues(store, id).Set(float64(c.Keys))
+		m.UnregisteredLocations.WithLabelValues(store, id).Set(float64(c.Locations))
+		m.UnregisteredBytes.WithLabelValues(store, id).Set(float64(c.Bytes))
+		m.UnregisteredSince.WithLabelValues(store, id).Set(float64(c.FirstSeenUs) / 1e6)
+	}
 }
 
 // lastRoundEnd raises kvcm_gc_last_round_end_timestamp_seconds to a round's end (µs).

@@ -71,6 +71,11 @@ type Checkpoint struct {
 	LastRoundVisited  uint64            `json:"last_round_visited,omitempty"`
 	LastRoundDuration int64             `json:"last_round_duration_ms,omitempty"`
 	LastRoundLayouts  map[string]uint64 `json:"last_round_layouts,omitempty"`
+	// Keys of instances the registry does not list (unregistered.go): the current round's
+	// running count, and the last completed round's, with how many instances it left out.
+	UnregisteredRound     []UnregisteredCount `json:"unregistered_round,omitempty"`
+	Unregistered          []UnregisteredCount `json:"unregistered,omitempty"`
+	UnregisteredTruncated int                 `json:"unregistered_truncated,omitempty"`
 	// Waiting says why the walk is not moving (Wait*), since WaitingSinceUs.
 	Waiting        string `json:"waiting,omitempty"`
 	WaitingSinceUs int64  `json:"waiting_since_us,omitempty"`

@@ -53,6 +53,7 @@ type walkDriver struct {
 	rec   *recording
 	bctx  context.Context // for what must finish even when the scanner stops
 	sized bool            // a failed size read was logged
+	unreg unregTally      // keys of unregistered instances, pages not yet recorded
 }
 
 // recording is a page's batches being stored and its checkpoint written, in the background.
@@ -140,9 +141,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 			d.rec = nil
 		}
 	case actSave:
-		rev, err := d.write(ctx, a.ckpt, a.rev, a.now)
-		c := a.ckpt
-		c.Holder, c.SavedUs = s.Config.Holder, a.now.UnixMicro()
+		c, rev, err := d.write(ctx, a.ckpt, a.rev, a.now, a.why)
 		return evSaved{now: a.now, why: a.why, ckpt: c, rev: rev, instances: a.instances, err: err, conflict: IsConflict(err)}
 	case actEvent:
 		e := a.ev
@@ -229,6 +228,10 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 	if err != nil {
 		return evPage{now: now, err: err}
 	}
+	if s.reg != nil {
+		// Keys of instances no longer registered anywhere: read and counted, never judged.
+		d.unreg.add(a.cursor, page.Next, countUnregistered(ctx, store, page.UnownedKeys, s.reg.registered))
+	}
 	s.Metrics.ScanPages.Inc()
 	s.Metrics.ScannedKeys.Add(float64(len(page.Entries)))
 	s.Metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
@@ -304,7 +307,7 @@ func (d *walkDriver) record(ctx context.Context, rec *recording) {
 		rec.ev = evRecorded{err: ErrLeaseLost, failure: failLease}
 		return
 	}
-	rev, err := d.write(ctx, rec.next, rec.rev, rec.now)
+	c, rev, err := d.write(ctx, rec.next, rec.rev, rec.now, "")
 	if err != nil {
 		f := failCheckpoint
 		if IsConflict(err) {
@@ -313,18 +316,28 @@ func (d *walkDriver) record(ctx context.Context, rec *recording) {
 		rec.ev = evRecorded{err: err, failure: f}
 		return
 	}
-	c := rec.next
-	c.Holder, c.SavedUs = d.s.Config.Holder, rec.now.UnixMicro()
 	rec.ev = evRecorded{ckpt: c, rev: rev}
 }
 
 // write stores c, stamped with this holder and now, as the store's checkpoint with revision
-// rev (0: the first one) and returns its new revision.
-func (d *walkDriver) write(ctx context.Context, c Checkpoint, rev uint64, now time.Time) (uint64, error) {
+// rev (0: the first one), for why ("" for a page's record); it returns what it stored and the
+// new revision. The count of unregistered instances' keys joins it here, the one place every
+// checkpoint passes (unregistered.go).
+func (d *walkDriver) write(ctx context.Context, c Checkpoint, rev uint64, now time.Time, why string) (Checkpoint, uint64, error) {
 	c.Store = d.h.store
 	c.Holder = d.s.Config.Holder
 	c.SavedUs = now.UnixMicro()
-	return WriteCheckpoint(ctx, d.s.State, subjects.CheckpointKey(d.h.store), c, rev)
+	c, ended := d.unreg.apply(c, why, now)
+	rev, err := WriteCheckpoint(ctx, d.s.State, subjects.CheckpointKey(d.h.store), c, rev)
+	if err == nil && ended {
+		d.s.Metrics.unregistered(d.h.store, c.Unregistered)
+		if len(c.Unregistered) > 0 {
+			top := c.Unregistered[0]
+			d.log.Warn("keys of instances the registry does not list", "instances", len(c.Unregistered)+c.UnregisteredTruncated,
+				"first", top.Instance, "keys", top.Keys, "locations", top.Locations, "bytes", top.Bytes)
+		}
+	}
+	return c, rev, err
 }
 
 // observe updates the store's gauges from the walk's state.

@@ -44,6 +44,19 @@ type registryCache struct {
 	retryAt  time.Time
 	err      error
 	skipped  int
+	// known: every instance id the last snapshot lists, collected or skipped.
+	known map[string]bool
+}
+
+// registered reports whether the last snapshot lists instance id, collected or skipped; ok is
+// false before any snapshot was read.
+func (c *registryCache) registered(id string) (known, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.known == nil {
+		return false, false
+	}
+	return c.known[id], true
 }
 
 // errRegistryBackoff: a registry read failed a moment ago; the next is not due yet.
@@ -83,6 +96,15 @@ func (c *registryCache) get(ctx context.Context, now time.Time) ([]meta.Instance
 		c.log.Info("registry entries not collected", "count", len(reg.Skipped), "first", reg.Skipped[0].Instance, "reason", reg.Skipped[0].Reason)
 	}
 	c.skipped = len(reg.Skipped)
+	c.known = make(map[string]bool, len(reg.Instances)+len(reg.Skipped))
+	for _, in := range reg.Instances {
+		c.known[in.ID] = true
+	}
+	for _, sk := range reg.Skipped {
+		if sk.Instance != "" {
+			c.known[sk.Instance] = true
+		}
+	}
 	c.snap, c.at = snap, now
 	return snap, time.Time{}, nil
 }

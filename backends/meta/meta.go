@@ -72,6 +72,9 @@ type Page struct {
 	// Unowned counts the keys of the page that belong to no instance the caller accepted
 	// (other instances, or not block keys); they are not read.
 	Unowned int
+	// UnownedKeys are those of them that are block keys of some instance (kvcm.KeyInstance):
+	// other stores', skipped groups', or of instances no longer registered anywhere.
+	UnownedKeys []string
 	// WrongDB counts the keys in the legacy (or an ambiguous) layout read from a database
 	// other than 0: a KVCM of the legacy layout ignores db= and always uses DB 0, so these
 	// are nobody's live blocks (reading a copy would unlink files live in DB 0); left out.

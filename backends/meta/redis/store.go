@@ -227,6 +227,9 @@ func (s *Store) ScanStore(ctx context.Context, cursor uint64, count int, owns fu
 		inst, ok := kvcm.OwnerOf(k, owns)
 		if !ok {
 			page.Unowned++
+			if _, _, block := kvcm.KeyInstance(k); block {
+				page.UnownedKeys = append(page.UnownedKeys, k)
+			}
 			continue
 		}
 		block, err := kvcm.ParseBlockKey(inst, k)
