@@ -191,6 +191,19 @@ var alertCases = []alertCase{
 		{at: "2h", alert: "KvcmGcStoreWalkHeldBack"},
 		{at: "3h", alert: "KvcmGcStoreWalkHeldBack", want: []map[string]string{lbl("store", "meta-b", "state", "registry_backoff")}},
 	}},
+	{name: "keys of a removed instance left for more than a day, beside a removal in progress", interval: "1m", input: []series{
+		// meta-a: locations of "gone" counted from 1h on, first seen then (3600 s).
+		// meta-b: a removal's keys, first counted at 30h (108000 s), trimmed by 32h.
+		{`kvcm_gc_unregistered_instance_locations{` + ns + `, pod="scanner-0", store="meta-a", kvcm_instance="gone"}`, "_x60 25x2400"},
+		{`kvcm_gc_unregistered_instance_first_seen_timestamp_seconds{` + ns + `, pod="scanner-0", store="meta-a", kvcm_instance="gone"}`, "_x60 3600x2400"},
+		{`kvcm_gc_unregistered_instance_locations{` + ns + `, pod="scanner-1", store="meta-b", kvcm_instance="going"}`, "_x1800 9x120 stale"},
+		{`kvcm_gc_unregistered_instance_first_seen_timestamp_seconds{` + ns + `, pod="scanner-1", store="meta-b", kvcm_instance="going"}`, "_x1800 108000x120 stale"},
+	}, checks: []alertCheck{
+		{at: "20h", alert: "KvcmGcUnregisteredInstanceKeys"},
+		{at: "25h30m", alert: "KvcmGcUnregisteredInstanceKeys"}, // a day old at 25h, pending for an hour
+		{at: "27h", alert: "KvcmGcUnregisteredInstanceKeys", want: []map[string]string{lbl("store", "meta-a", "kvcm_instance", "gone")}},
+		{at: "31h", alert: "KvcmGcUnregisteredInstanceKeys", want: []map[string]string{lbl("store", "meta-a", "kvcm_instance", "gone")}},
+	}},
 	{name: "scanners that hold no lease", interval: "1m", input: []series{
 		{`kvcm_gc_scanner_lease_held{` + ns + `, pod="scanner-0"}`, "0x30"},
 		{`kvcm_gc_scanner_lease_held{` + ns + `, pod="scanner-1"}`, "0x30"},
