@@ -34,6 +34,10 @@ type Config struct {
 	MaxKeysPerSecond float64       `yaml:"max_keys_per_second" help:"cap on a store walk's keys per second, to protect a busy Redis (0: no cap beyond scan_interval)"`
 	HighWater        uint64        `yaml:"backpressure_high_water" help:"skip scanning while the prober's or the deleter's backlog (pending + unacknowledged messages) is above this"`
 	Scanner          Scanner       `yaml:"scanner"`
+	// Keys of instances KVCM's registry no longer lists (a removal whose trim failed).
+	CollectUnregistered bool          `yaml:"collect_unregistered_instances" help:"also delete the keys of instances the registry no longer lists, once absent for unregistered_grace since kvcm-gc saw them registered; their data files are left in place"`
+	UnregisteredGrace   time.Duration `yaml:"unregistered_grace" help:"least time an instance must have been absent from every registry snapshot, since one listed it, before collect_unregistered_instances deletes its keys; at least 24h"`
+	UnregisteredMaxKeys int           `yaml:"unregistered_max_keys_per_round" help:"most keys of unregistered instances one round of a store deletes"`
 
 	// Prober (DESIGN §5).
 	OrphanWritingGrace time.Duration `yaml:"orphan_writing_grace" help:"least age of a WRITING location before it is an orphan; at least 1h"`
@@ -211,30 +215,32 @@ func Default() Config {
 	sw := sweep.DefaultConfig()
 	js := subjects.DefaultSettings()
 	return Config{
-		Enabled:            true,
-		Prefix:             "kvcmgc",
-		ScanInterval:       sc.ScanInterval,
-		RoundPause:         sc.RoundPause,
-		ScanBatchSize:      sc.ScanBatchSize,
-		MaxKeysPerSecond:   sc.MaxKeysPerSecond,
-		HighWater:          sc.HighWater,
-		OrphanWritingGrace: pc.OrphanWritingGrace,
-		ProbeChunkSize:     pc.ProbeChunkSize,
-		RegistryRefresh:    pc.RegistryRefresh,
-		DeletingGrace:      pc.DeletingGrace,
-		MaxInflightDeletes: js.DeleterMaxAckPending,
-		DeleteDelay:        dc.DeleteDelay,
-		CASRetries:         dc.CASRetries,
-		EmptyBlock:         "keep",
-		SweepGrace:         sw.Grace,
-		SweepQuarantine:    sw.Quarantine,
-		SweepInterval:      sw.Interval,
-		SweepRoundPause:    sw.RoundPause,
-		SweepBatchSize:     sw.BatchSize,
-		MaxInflightSweep:   js.SweeperMaxAckPending,
-		Workers:            Workers{Prober: 4},
-		Storage:            StorageConfig{DefaultProbe: storage.ProbeNone},
-		Guard:              GuardConfig{Kind: "none", Prefix: "kvcm_gc:copy:"},
+		Enabled:             true,
+		Prefix:              "kvcmgc",
+		ScanInterval:        sc.ScanInterval,
+		RoundPause:          sc.RoundPause,
+		ScanBatchSize:       sc.ScanBatchSize,
+		MaxKeysPerSecond:    sc.MaxKeysPerSecond,
+		HighWater:           sc.HighWater,
+		UnregisteredGrace:   sc.UnregisteredGrace,
+		UnregisteredMaxKeys: sc.UnregisteredMaxKeys,
+		OrphanWritingGrace:  pc.OrphanWritingGrace,
+		ProbeChunkSize:      pc.ProbeChunkSize,
+		RegistryRefresh:     pc.RegistryRefresh,
+		DeletingGrace:       pc.DeletingGrace,
+		MaxInflightDeletes:  js.DeleterMaxAckPending,
+		DeleteDelay:         dc.DeleteDelay,
+		CASRetries:          dc.CASRetries,
+		EmptyBlock:          "keep",
+		SweepGrace:          sw.Grace,
+		SweepQuarantine:     sw.Quarantine,
+		SweepInterval:       sw.Interval,
+		SweepRoundPause:     sw.RoundPause,
+		SweepBatchSize:      sw.BatchSize,
+		MaxInflightSweep:    js.SweeperMaxAckPending,
+		Workers:             Workers{Prober: 4},
+		Storage:             StorageConfig{DefaultProbe: storage.ProbeNone},
+		Guard:               GuardConfig{Kind: "none", Prefix: "kvcm_gc:copy:"},
 		NATS: NATSConfig{
 			ConnectTimeout: 10 * time.Second,
 			Embedded:       EmbeddedJS{StoreDir: "kvcm-gc-jetstream", Listen: "127.0.0.1:4222"},

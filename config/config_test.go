@@ -201,6 +201,10 @@ func TestInvalid(t *testing.T) {
 	}{
 		{name: "grace under an hour", args: []string{"--orphan_writing_grace", "59m"}, want: "orphan_writing_grace: must be >= 1h0m0s"},
 		{name: "grace under an hour in the file", file: "orphan_writing_grace: 30m\n", want: "orphan_writing_grace"},
+		{name: "unregistered grace under a day", args: []string{"--collect_unregistered_instances", "--unregistered_grace", "23h"},
+			want: "unregistered_grace: must be >= 24h0m0s"},
+		{name: "no cap on unregistered keys", file: "collect_unregistered_instances: true\nunregistered_max_keys_per_round: 0\n",
+			want: "unregistered_max_keys_per_round: must be > 0"},
 		{name: "zero batch size", env: map[string]string{"KVCMGC_SCAN_BATCH_SIZE": "0"}, want: "scan_batch_size: must be > 0"},
 		{name: "chunk above 512", file: "probe_chunk_size: 513\n", want: "probe_chunk_size: must be in 1..512"},
 		{name: "zero in-flight deletes", args: []string{"--max_inflight_delete_requests=0"}, want: "max_inflight_delete_requests"},

@@ -138,6 +138,9 @@ func (c Config) StageConfigs() (pipeline.ScannerConfig, pipeline.ProberConfig, p
 	sc.MaxKeysPerSecond = c.MaxKeysPerSecond
 	sc.HighWater = c.HighWater
 	sc.MaxStores = c.Scanner.MaxStores
+	sc.CollectUnregistered = c.CollectUnregistered
+	sc.UnregisteredGrace = c.UnregisteredGrace
+	sc.UnregisteredMaxKeys = c.UnregisteredMaxKeys
 
 	pc := pipeline.DefaultProberConfig()
 	pc.OrphanWritingGrace = c.OrphanWritingGrace
@@ -176,6 +179,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("empty_block", c.EmptyBlock),
 		slog.Bool("collect_deleting", c.CollectDeleting),
 		slog.Duration("deleting_grace", c.DeletingGrace),
+		slog.Bool("collect_unregistered_instances", c.CollectUnregistered),
+		slog.Duration("unregistered_grace", c.UnregisteredGrace),
 		slog.Any("swept_storages", c.SweepConfig().Storages),
 	)
 }

@@ -38,7 +38,20 @@ type ScannerConfig struct {
 	// to the others) and hands one back at a round boundary while it holds more; a store left
 	// free for a whole lease TTL is taken by anyone with room.
 	MaxStores int
+	// CollectUnregistered deletes the keys of instances the registry no longer lists
+	// (collect_unregistered_instances, unregistered_collect.go). Default false.
+	CollectUnregistered bool
+	// UnregisteredGrace is the least time an instance must have been absent from every
+	// registry snapshot, since one listed it, before its keys go. Default 7d (the
+	// configuration refuses less than MinUnregisteredGrace).
+	UnregisteredGrace time.Duration
+	// UnregisteredMaxKeys caps the keys of unregistered instances a store's round sends to
+	// the deleter. Default 10000.
+	UnregisteredMaxKeys int
 }
+
+// MinUnregisteredGrace is the smallest unregistered_grace the configuration accepts.
+const MinUnregisteredGrace = 24 * time.Hour
 
 // ProberConfig steers the prober (DESIGN §5).
 type ProberConfig struct {
@@ -85,7 +98,8 @@ type DeleterConfig struct {
 
 // Defaults.
 func DefaultScannerConfig() ScannerConfig {
-	return ScannerConfig{ScanInterval: time.Second, RoundPause: 24 * time.Hour, ScanBatchSize: 256, HighWater: 100}
+	return ScannerConfig{ScanInterval: time.Second, RoundPause: 24 * time.Hour, ScanBatchSize: 256, HighWater: 100,
+		UnregisteredGrace: 7 * 24 * time.Hour, UnregisteredMaxKeys: 10000}
 }
 
 func DefaultProberConfig() ProberConfig {
@@ -117,6 +131,12 @@ func (c ScannerConfig) Validate() error {
 	}
 	if c.MaxStores < 0 {
 		errs = append(errs, fmt.Errorf("scanner.max_stores: must be >= 0, got %d", c.MaxStores))
+	}
+	if c.CollectUnregistered && c.UnregisteredGrace <= 0 {
+		errs = append(errs, fmt.Errorf("unregistered_grace: must be > 0, got %s", c.UnregisteredGrace))
+	}
+	if c.CollectUnregistered && c.UnregisteredMaxKeys <= 0 {
+		errs = append(errs, fmt.Errorf("unregistered_max_keys_per_round: must be > 0, got %d", c.UnregisteredMaxKeys))
 	}
 	return errors.Join(errs...)
 }

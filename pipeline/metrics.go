@@ -85,10 +85,13 @@ const (
 	// dummy, EventReport kinds, a type kvcm-gc does not know), or its spec URI names a storage
 	// registered with another type. Only the metadata goes.
 	PhysSkipType = "storage_type"
+	// PhysSkipSweep: a location of an unregistered instance (collect_unregistered_instances)
+	// loses its metadata only; its data is left in place.
+	PhysSkipSweep = "left_for_sweep"
 )
 
 var physSkipReasons = []string{PhysSkipShared, PhysSkipUnsupported, PhysSkipDisabled, PhysSkipUnknownStorage,
-	PhysSkipBadURI, PhysSkipFailed, PhysSkipReferenced, PhysSkipReusable, PhysSkipNotPerBlock, PhysSkipType}
+	PhysSkipBadURI, PhysSkipFailed, PhysSkipReferenced, PhysSkipReusable, PhysSkipNotPerBlock, PhysSkipType, PhysSkipSweep}
 
 // Message results of a consumer (kvcm_gc_messages_total).
 const (
@@ -136,6 +139,10 @@ type Metrics struct {
 	UnregisteredLocations *prometheus.GaugeVec
 	UnregisteredBytes     *prometheus.GaugeVec
 	UnregisteredSince     *prometheus.GaugeVec
+	// The collection of their keys (collect_unregistered_instances): keys sent to the
+	// deleter by store, and the instances of a page left alone, by reason.
+	UnregisteredCollected *prometheus.CounterVec
+	UnregisteredRefusals  *prometheus.CounterVec
 	StoreState            *prometheus.GaugeVec
 
 	ProbedLocations prometheus.Counter
@@ -195,6 +202,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Bytes those locations account (their spec URIs' size parameters)."}, []string{"store", "kvcm_instance"}),
 		UnregisteredSince: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_first_seen_timestamp_seconds",
 			Help: "Unix time kvcm-gc first counted the instance unregistered in the store."}, []string{"store", "kvcm_instance"}),
+		UnregisteredCollected: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_unregistered_collected_keys_total",
+			Help: "Keys of unregistered instances the scanner sent to the deleter (collect_unregistered_instances)."}, []string{"store"}),
+		UnregisteredRefusals: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_unregistered_refusals_total",
+			Help: "Unregistered instances of a scanned page whose keys were left alone, by reason (collect_unregistered_instances)."}, []string{"reason"}),
 		StoreState: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
 
 		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
@@ -224,6 +235,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range proberSkipReasons {
 		m.ProberSkips.WithLabelValues(r)
+	}
+	for _, r := range unregRefusals {
+		m.UnregisteredRefusals.WithLabelValues(r)
 	}
 	for _, o := range deleteOutcomes {
 		m.DeleteResults.WithLabelValues(o)
@@ -277,6 +291,7 @@ func (m *Metrics) dropStore(store string) {
 	}
 	m.StoreScannedKeys.DeleteLabelValues(store)
 	m.StoreState.DeletePartialMatch(prometheus.Labels{"store": store})
+	m.unregistered(store, nil)
 }
 
 // unregistered replaces a store's series of unregistered instances with its last count.

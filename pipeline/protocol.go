@@ -661,6 +661,11 @@ func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*r
 		blockRefs, known := refs[t.res.Target.Key]
 		for _, spec := range t.loc.Specs {
 			u, be, reason := physicalTarget(storages, spec.URI)
+			if t.res.Target.Reason == subjects.ReasonUnregisteredInstance {
+				// The request carries no storage table: only the metadata goes.
+				jobs = append(jobs, job{t: t, u: u, reason: PhysSkipSweep})
+				continue
+			}
 			if reason == "" && (!t.loc.Type.Rule().PhysicalDelete || be.Type() != t.loc.Type) {
 				// The type decides, never the URI: the location's type and its storage's
 				// registered type must agree, and that type must have data to delete.

@@ -76,6 +76,11 @@ type Checkpoint struct {
 	UnregisteredRound     []UnregisteredCount `json:"unregistered_round,omitempty"`
 	Unregistered          []UnregisteredCount `json:"unregistered,omitempty"`
 	UnregisteredTruncated int                 `json:"unregistered_truncated,omitempty"`
+	// Seen are the instances a registry snapshot listed in the store, with the last time one
+	// did (unregistered_collect.go); UnregisteredCollected the keys of unregistered instances
+	// sent to the deleter this round.
+	Seen                  map[string]SeenInstance `json:"seen_instances,omitempty"`
+	UnregisteredCollected int64                   `json:"unregistered_collected,omitempty"`
 	// Waiting says why the walk is not moving (Wait*), since WaitingSinceUs.
 	Waiting        string `json:"waiting,omitempty"`
 	WaitingSinceUs int64  `json:"waiting_since_us,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +55,23 @@ type walkDriver struct {
 	bctx  context.Context // for what must finish even when the scanner stops
 	sized bool            // a failed size read was logged
 	unreg unregTally      // keys of unregistered instances, pages not yet recorded
+
+	mu   sync.Mutex
+	last Checkpoint // the checkpoint last read or written
+}
+
+// lastCkpt returns the checkpoint last read or written (the collection of unregistered
+// instances decides by it).
+func (d *walkDriver) lastCkpt() Checkpoint {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last
+}
+
+func (d *walkDriver) setLast(c Checkpoint) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.last = c
 }
 
 // recording is a page's batches being stored and its checkpoint written, in the background.
@@ -116,6 +134,11 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		if err == nil && c.LastRoundEndUs > 0 {
 			// Alerts on "no round for too long" must survive a restart or a failover.
 			s.Metrics.lastRoundEnd(c.LastRoundEndUs)
+		}
+		if err == nil {
+			// The store's last count moves with its lease: alerts on it must not wait a round.
+			s.Metrics.unregistered(d.h.store, c.Unregistered)
+			d.setLast(c)
 		}
 		return evCheckpoint{ckpt: c, rev: rev, err: err}
 	case actSnapshot:
@@ -229,8 +252,11 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 		return evPage{now: now, err: err}
 	}
 	if s.reg != nil {
-		// Keys of instances no longer registered anywhere: read and counted, never judged.
-		d.unreg.add(a.cursor, page.Next, countUnregistered(ctx, store, page.UnownedKeys, s.reg.registered))
+		// Keys of instances no longer registered anywhere: read and counted, and (opt-in)
+		// sent to the deleter once they may go.
+		counts, reads := countUnregistered(ctx, store, page.UnownedKeys, s.reg.registered)
+		sent := d.collectUnregistered(ctx, store, a.cursor, reads)
+		d.unreg.add(a.cursor, page.Next, counts, sent, s.reg.listed(d.h.store))
 	}
 	s.Metrics.ScanPages.Inc()
 	s.Metrics.ScannedKeys.Add(float64(len(page.Entries)))
@@ -329,6 +355,9 @@ func (d *walkDriver) write(ctx context.Context, c Checkpoint, rev uint64, now ti
 	c.SavedUs = now.UnixMicro()
 	c, ended := d.unreg.apply(c, why, now)
 	rev, err := WriteCheckpoint(ctx, d.s.State, subjects.CheckpointKey(d.h.store), c, rev)
+	if err == nil {
+		d.setLast(c)
+	}
 	if err == nil && ended {
 		d.s.Metrics.unregistered(d.h.store, c.Unregistered)
 		if len(c.Unregistered) > 0 {

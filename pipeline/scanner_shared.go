@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
 // What every walk of a scanner shares besides its controls (controls.go): the registry
@@ -44,8 +45,44 @@ type registryCache struct {
 	retryAt  time.Time
 	err      error
 	skipped  int
-	// known: every instance id the last snapshot lists, collected or skipped.
-	known map[string]bool
+	// known: every instance id the last snapshot lists, collected or skipped; groups its
+	// collected groups; partial: it holds a record that could not be read.
+	known   map[string]bool
+	groups  map[string]bool
+	partial bool
+}
+
+// listed returns the collected instances of store the last snapshot lists, as the store's
+// checkpoint remembers them (nil before a snapshot, or while the last read failed).
+func (c *registryCache) listed(store string) map[string]SeenInstance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil || c.snap == nil {
+		return nil
+	}
+	out := map[string]SeenInstance{}
+	for _, in := range c.snap {
+		if in.Store == store {
+			out[in.ID] = SeenInstance{Group: in.Group, LastRegisteredUs: c.at.UnixMicro()}
+		}
+	}
+	return out
+}
+
+// view reads the registry again (unless a snapshot of the last registryReuse serves) and
+// returns what the collection of unregistered instances takes from it.
+func (c *registryCache) view(ctx context.Context, now time.Time) regView {
+	snap, _, err := c.get(ctx, now)
+	if err != nil {
+		return regView{err: err}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := regView{at: c.at, known: c.known, groups: c.groups, partial: c.partial, instance: map[string]meta.Instance{}}
+	for _, in := range snap {
+		v.instance[in.ID] = in
+	}
+	return v
 }
 
 // registered reports whether the last snapshot lists instance id, collected or skipped; ok is
@@ -100,9 +137,24 @@ func (c *registryCache) get(ctx context.Context, now time.Time) ([]meta.Instance
 	for _, in := range reg.Instances {
 		c.known[in.ID] = true
 	}
+	c.partial = false
 	for _, sk := range reg.Skipped {
 		if sk.Instance != "" {
 			c.known[sk.Instance] = true
+			if sk.Group == "" && !kvcm.IsKVMetaInstanceID(sk.Instance) {
+				c.partial = true // an instance record that names no group kvcm-gc could read
+			}
+		}
+	}
+	c.groups = map[string]bool{}
+	for g := range reg.Groups {
+		if _, skipped := reg.SkippedGroups[g]; !skipped {
+			c.groups[g] = true
+		}
+	}
+	for g := range reg.SkippedGroups {
+		if _, ok := reg.Groups[g]; !ok {
+			c.partial = true // a group record that does not decode
 		}
 	}
 	c.snap, c.at = snap, now

@@ -53,15 +53,23 @@ type unregTally struct {
 type unregPage struct {
 	from, next uint64
 	counts     map[string]*UnregisteredCount
+	sent       int64                   // keys sent to the deleter (unregistered_collect.go)
+	listed     map[string]SeenInstance // the store's instances the page's snapshot listed
 }
 
 // add remembers the tally of the page scanned from cursor from (next: the cursor after it);
 // a page scanned again from the same cursor replaces the earlier tally.
-func (u *unregTally) add(from, next uint64, counts map[string]*UnregisteredCount) {
+func (u *unregTally) add(from, next uint64, counts map[string]*UnregisteredCount, sent int64, listed map[string]SeenInstance) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.pending = slices.DeleteFunc(u.pending, func(p unregPage) bool { return p.from == from })
-	u.pending = append(u.pending, unregPage{from: from, next: next, counts: counts})
+	var earlier int64
+	u.pending = slices.DeleteFunc(u.pending, func(p unregPage) bool {
+		if p.from == from {
+			earlier += p.sent // keys already sent stay counted against the round's cap
+		}
+		return p.from == from
+	})
+	u.pending = append(u.pending, unregPage{from: from, next: next, counts: counts, sent: sent + earlier, listed: listed})
 }
 
 // apply brings checkpoint c, about to be written for why ("" for a page's record), up to
@@ -74,11 +82,12 @@ func (u *unregTally) apply(c Checkpoint, why string, now time.Time) (_ Checkpoin
 	switch why {
 	case saveRoundStart:
 		u.pending = nil
-		c.UnregisteredRound = nil
+		c.UnregisteredRound, c.UnregisteredCollected = nil, 0
 		return c, false
 	case saveRoundEnd:
 		c.Unregistered, c.UnregisteredTruncated = finishUnregistered(c.UnregisteredRound, c.Unregistered, now)
 		c.UnregisteredRound, u.pending = nil, nil
+		c.Seen = pruneSeen(c.Seen, c.Unregistered, c.RoundStartedUs)
 		return c, true
 	}
 	if !c.InRound {
@@ -87,11 +96,54 @@ func (u *unregTally) apply(c Checkpoint, why string, now time.Time) (_ Checkpoin
 	for i, p := range u.pending {
 		if p.next == c.Cursor && (p.next != 0 || c.Walked) {
 			c.UnregisteredRound = mergeUnregistered(c.UnregisteredRound, p.counts)
+			c.UnregisteredCollected += p.sent
+			c.Seen = mergeSeen(c.Seen, p.listed)
 			u.pending = slices.Delete(u.pending, i, i+1)
 			break
 		}
 	}
 	return c, false
+}
+
+// mergeSeen remembers the instances a snapshot listed (a fresh map), each with the latest
+// time one did.
+func mergeSeen(seen, listed map[string]SeenInstance) map[string]SeenInstance {
+	if len(listed) == 0 {
+		return seen
+	}
+	out := maps.Clone(seen)
+	if out == nil {
+		out = map[string]SeenInstance{}
+	}
+	for id, l := range listed {
+		if o, ok := out[id]; !ok || l.LastRegisteredUs >= o.LastRegisteredUs {
+			out[id] = l
+		}
+	}
+	return out
+}
+
+// seenSlack: an instance the round's snapshots listed was listed at most this long before
+// the round started (the round's first snapshot).
+const seenSlack = time.Hour
+
+// pruneSeen forgets, at a round's end, the instances no snapshot of the round listed and of
+// which the round counted no key: nothing is left of them to collect.
+func pruneSeen(seen map[string]SeenInstance, counted []UnregisteredCount, roundStartUs int64) map[string]SeenInstance {
+	left := map[string]bool{}
+	for _, u := range counted {
+		left[u.Instance] = true
+	}
+	out := map[string]SeenInstance{}
+	for id, s := range seen {
+		if left[id] || s.LastRegisteredUs >= roundStartUs-seenSlack.Microseconds() {
+			out[id] = s
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // mergeUnregistered adds a page's counts to a round's (a fresh slice).
@@ -161,7 +213,7 @@ func toMap(round []UnregisteredCount) map[string]*UnregisteredCount {
 // countUnregistered tallies the page's keys of instances the registry does not list: read
 // whole, their locations and bytes counted. registered says whether the registry lists an
 // instance id (ok false: no snapshot yet, nothing counted).
-func countUnregistered(ctx context.Context, store meta.Store, keys []string, registered func(id string) (known, ok bool)) map[string]*UnregisteredCount {
+func countUnregistered(ctx context.Context, store meta.Store, keys []string, registered func(id string) (known, ok bool)) (map[string]*UnregisteredCount, map[string][]meta.BlockRead) {
 	byInst := map[string][]int64{}
 	var order []string
 	for _, k := range keys {
@@ -179,9 +231,10 @@ func countUnregistered(ctx context.Context, store meta.Store, keys []string, reg
 		byInst[id] = append(byInst[id], block)
 	}
 	if len(order) == 0 {
-		return nil
+		return nil, nil
 	}
 	out := map[string]*UnregisteredCount{}
+	all := map[string][]meta.BlockRead{}
 	for _, id := range order {
 		c := &UnregisteredCount{Instance: id}
 		out[id] = c
@@ -191,6 +244,7 @@ func countUnregistered(ctx context.Context, store meta.Store, keys []string, reg
 			c.Keys, c.Unreadable = int64(len(blocks)), int64(len(blocks))
 			continue
 		}
+		all[id] = reads
 		for _, r := range reads {
 			if r.Err == nil && !r.Exists {
 				continue // gone since the SCAN
@@ -204,7 +258,7 @@ func countUnregistered(ctx context.Context, store meta.Store, keys []string, reg
 			c.Bytes = satAdd(c.Bytes, bytes)
 		}
 	}
-	return out
+	return out, all
 }
 
 // entryLocations counts a block's locations and their spec bytes, in either layout; ok is

@@ -6,6 +6,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // TestUnregisteredTally: a page's count joins the checkpoint that records it (a page scanned
@@ -22,9 +26,9 @@ func TestUnregisteredTally(t *testing.T) {
 	require.False(t, ended)
 	require.Empty(t, c.UnregisteredRound)
 
-	u.add(0, 40, page("gone", 3))
-	u.add(0, 40, page("gone", 4)) // the same page scanned again: replaces
-	u.add(40, 0, page("new", 2))
+	u.add(0, 40, page("gone", 3), 0, nil)
+	u.add(0, 40, page("gone", 4), 0, nil) // the same page scanned again: replaces
+	u.add(40, 0, page("new", 2), 0, nil)
 	c.Cursor = 40
 	c, _ = u.apply(c, "", now)
 	require.Equal(t, []UnregisteredCount{{Instance: "gone", Keys: 4, Locations: 8, Bytes: 400}}, c.UnregisteredRound)
@@ -33,8 +37,8 @@ func TestUnregisteredTally(t *testing.T) {
 
 	// A walk resumed elsewhere: a new tally, the checkpoint's running count goes on.
 	var v unregTally
-	v.add(40, 0, page("new", 2))
-	v.add(40, 0, page("new", 2))
+	v.add(40, 0, page("new", 2), 0, nil)
+	v.add(40, 0, page("new", 2), 0, nil)
 	c.Cursor, c.Walked = 0, true
 	c, _ = v.apply(c, "", now)
 	require.Len(t, c.UnregisteredRound, 2)
@@ -58,4 +62,86 @@ func TestUnregisteredTally(t *testing.T) {
 	require.Equal(t, 5, truncated)
 	require.Equal(t, int64(maxUnregistered+5), out[0].Keys)
 	require.Equal(t, ^uint64(0), satAdd(^uint64(0)-1, 5))
+}
+
+// TestUnregDecision: an unregistered instance's keys go only when kvcm-gc saw it registered,
+// it has been absent for the grace, the last round counted it, and the registry read for the
+// page is whole and still lists its group and another instance of the store, under the cap.
+// Each condition alone refuses.
+func TestUnregDecision(t *testing.T) {
+	now := time.UnixMicro(1_800_000_000_000_000)
+	cfg := ScannerConfig{CollectUnregistered: true, UnregisteredGrace: 7 * 24 * time.Hour, UnregisteredMaxKeys: 100}
+	const store = "10.0.0.1:6379"
+	ck := func() Checkpoint {
+		return Checkpoint{Round: 9,
+			Seen:         map[string]SeenInstance{"gone": {Group: "g1", LastRegisteredUs: now.Add(-8 * 24 * time.Hour).UnixMicro()}},
+			Unregistered: []UnregisteredCount{{Instance: "gone", Keys: 5, FirstSeenUs: now.Add(-7 * 24 * time.Hour).UnixMicro()}}}
+	}
+	view := func() regView {
+		return regView{at: now, known: map[string]bool{"live": true}, groups: map[string]bool{"g1": true},
+			instance: map[string]meta.Instance{"live": {ID: "live", Group: "g1", Store: store}}}
+	}
+	require.Empty(t, unregDecision("gone", store, ck(), view(), cfg, now), "every condition holds")
+
+	for _, tc := range []struct {
+		name  string
+		want  string
+		edit  func(c *Checkpoint, v *regView)
+		clock time.Duration
+	}{
+		{"first sight: never listed", UnregNeverRegistered, func(c *Checkpoint, _ *regView) { c.Seen = nil }, 0},
+		{"listed a moment ago", UnregWithinGrace, func(c *Checkpoint, _ *regView) {
+			c.Seen["gone"] = SeenInstance{Group: "g1", LastRegisteredUs: now.Add(-time.Hour).UnixMicro()}
+		}, 0},
+		{"just under the grace", UnregWithinGrace, nil, -24*time.Hour - time.Microsecond},
+		{"no completed round counted it", UnregNotCounted, func(c *Checkpoint, _ *regView) { c.Unregistered = nil }, 0},
+		{"registry read failed", UnregRegistryUnread, func(_ *Checkpoint, v *regView) { *v = regView{err: errRegistryBackoff} }, 0},
+		{"registry read partial", UnregRegistryPartial, func(_ *Checkpoint, v *regView) { v.partial = true }, 0},
+		{"registered again", UnregRegistered, func(_ *Checkpoint, v *regView) { v.known["gone"] = true }, 0},
+		{"its group is gone", UnregGroupAbsent, func(_ *Checkpoint, v *regView) { v.groups = map[string]bool{"g2": true} }, 0},
+		{"no instance of the store listed", UnregStoreEmpty, func(_ *Checkpoint, v *regView) {
+			v.instance = map[string]meta.Instance{"other": {ID: "other", Group: "g1", Store: "10.0.0.2:6379"}}
+		}, 0},
+		{"the round's cap reached", UnregCap, func(c *Checkpoint, _ *regView) { c.UnregisteredCollected = 100 }, 0},
+	} {
+		c, v := ck(), view()
+		if tc.edit != nil {
+			tc.edit(&c, &v)
+		}
+		require.Equal(t, tc.want, unregDecision("gone", store, c, v, cfg, now.Add(tc.clock)), tc.name)
+	}
+}
+
+// TestUnregTargets: every location of an unregistered instance's blocks becomes a target with
+// its exact bytes, in either layout; an ambiguous key, a tombstone, a block that does not
+// decode and an absent key give none; the cap keeps whole blocks.
+func TestUnregTargets(t *testing.T) {
+	loc := func(id string) []byte {
+		return []byte(`{"id":"` + id + `","status":3,"type":4,"spec_size":1,"create_time":1,"location_specs":[{"name":"tp0","uri":"file://nfs_01/r/` + id + `?size=10"}]}`)
+	}
+	reads := []meta.BlockRead{
+		{Exists: true, Entry: meta.Entry{BlockKey: 1, Layout: kvcm.LayoutLocation,
+			Locations: []meta.Field{{ID: "kvs#event_report_l1p5#hbm#10.0.0.8:9000", Value: loc("a")}, {ID: "t", Value: nil}}}},
+		{Exists: true, Entry: meta.Entry{BlockKey: 2, Layout: kvcm.LayoutLegacy,
+			URI: []byte(`{"x":` + string(loc("x")) + `,"y":` + string(loc("y")) + `}`)}},
+		{Exists: true, Entry: meta.Entry{BlockKey: 3, Layout: kvcm.LayoutAmbiguous, URI: []byte(`{}`),
+			Locations: []meta.Field{{ID: "b", Value: loc("b")}}}},
+		{Exists: true, Entry: meta.Entry{BlockKey: 4, Layout: kvcm.LayoutLegacy, URI: []byte(`{not json`)}},
+		{Exists: true, Entry: meta.Entry{BlockKey: 5, Layout: kvcm.LayoutLocation, Locations: []meta.Field{{ID: "c", Value: []byte("{bad")}}}},
+		{Exists: false, Entry: meta.Entry{BlockKey: 6}},
+	}
+	ts, keys := unregTargets(reads)
+	require.Equal(t, 2, keys)
+	require.Len(t, ts, 3)
+	require.Equal(t, subjects.Target{Key: 1, Location: "kvs#event_report_l1p5#hbm#10.0.0.8:9000", Layout: subjects.LayoutLocation,
+		Reason: subjects.ReasonUnregisteredInstance, Expected: subjects.RawText(loc("a"))}, ts[0])
+	require.Equal(t, int64(2), ts[1].Key)
+	require.Equal(t, subjects.LayoutLegacy, ts[1].Layout)
+	require.Equal(t, string(loc("x")), string(ts[1].Expected))
+	capped, n := capTargets(ts, 1)
+	require.Equal(t, 1, n)
+	require.Len(t, capped, 1)
+	capped, n = capTargets(ts, 2)
+	require.Equal(t, 2, n)
+	require.Len(t, capped, 3)
 }

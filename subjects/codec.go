@@ -223,7 +223,8 @@ func (r *DeleteRequest) Validate() error {
 		switch {
 		case t.Location == "":
 			return fmt.Errorf("delete request: target %d (key %d): location is empty", i, t.Key)
-		case t.Reason != ReasonOrphanWriting && t.Reason != ReasonStorageMissing && t.Reason != ReasonStuckDeleting:
+		case t.Reason != ReasonOrphanWriting && t.Reason != ReasonStorageMissing && t.Reason != ReasonStuckDeleting &&
+			t.Reason != ReasonUnregisteredInstance:
 			return fmt.Errorf("delete request: target %d (key %d, location %q): unknown reason %q", i, t.Key, t.Location, t.Reason)
 		case len(t.Expected) == 0:
 			return fmt.Errorf("delete request: target %d (key %d, location %q): expected bytes are empty", i, t.Key, t.Location)

@@ -23,6 +23,10 @@ const (
 	// demoted mid-delete, DELETING with the same bytes for at least deleting_grace (opt-in,
 	// collect_deleting).
 	ReasonStuckDeleting = "stuck_deleting"
+	// ReasonUnregisteredInstance: a location of an instance KVCM's registry no longer lists,
+	// absent from it for at least unregistered_grace after kvcm-gc saw it registered (opt-in,
+	// collect_unregistered_instances). Sent by the scanner; its data files are left in place.
+	ReasonUnregisteredInstance = "unregistered_instance"
 )
 
 // Batch is the blocks of one instance in one maintenance scan page of its metadata store (or
@@ -100,7 +104,7 @@ type Target struct {
 	// or "legacy" (one member of __uri__), also when absent. The deleter's writes refuse a
 	// key that is no longer in it (DESIGN §8.9).
 	Layout   string  `json:"layout,omitempty"`
-	Reason   string  `json:"reason"`   // ReasonOrphanWriting | ReasonStorageMissing | ReasonStuckDeleting
+	Reason   string  `json:"reason"`   // ReasonOrphanWriting | ReasonStorageMissing | ReasonStuckDeleting | ReasonUnregisteredInstance
 	Expected RawText `json:"expected"` // the location's exact JSON value bytes as scanned
 }
 
