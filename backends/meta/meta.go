@@ -90,6 +90,27 @@ type Scanner interface {
 	ScanStore(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool) (Page, error)
 }
 
+// Bursts is how a paced walk reads a page's blocks: in bursts of at most Size keys (0: the
+// whole page at once), Gate called before each with the burst's key count (it waits for the
+// walk's pace; its error fails the page, and the caller keeps its cursor).
+type Bursts struct {
+	Size int
+	Gate func(ctx context.Context, keys int) error
+}
+
+// BurstScanner is a Scanner that can read a page in bursts: a page's reads hold the server
+// for the whole burst, so shorter ones let other clients' requests in between.
+type BurstScanner interface {
+	// ScanStoreBursts is ScanStore with the page's blocks read as b says.
+	ScanStoreBursts(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool, b Bursts) (Page, error)
+}
+
+// Pinger is a store whose round-trip time can be probed with a command that does nothing
+// (Redis PING): it waits in the server behind whatever else is queued there.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // BlockRead is one block read by ReadBlocks.
 type BlockRead struct {
 	// Entry is the block as a scan would read it; Layout none and no field when the key is

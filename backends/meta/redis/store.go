@@ -211,6 +211,13 @@ func (s *Store) Close() error { return s.c.Close() }
 // its cursor. Read commands only: SCAN and HGETALL never write, and KVCM's Redis backends
 // never write read-time fields either.
 func (s *Store) ScanStore(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool) (meta.Page, error) {
+	return s.ScanStoreBursts(ctx, cursor, count, owns, meta.Bursts{})
+}
+
+// ScanStoreBursts implements meta.BurstScanner: ScanStore with the page's HGETALLs sent as one
+// pipeline per burst of b.Size keys, b.Gate waited for before each (the next page's SCAN goes
+// with the last burst).
+func (s *Store) ScanStoreBursts(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool, b meta.Bursts) (meta.Page, error) {
 	if count <= 0 {
 		return meta.Page{}, fmt.Errorf("scan store: count %d is not positive", count)
 	}
@@ -246,7 +253,7 @@ func (s *Store) ScanStore(ctx context.Context, cursor uint64, count int, owns fu
 	if next != 0 && !s.noScanAhead {
 		ahead = &scanAhead{cursor: next, count: count}
 	}
-	got, err := s.readPage(ctx, reads, ahead)
+	got, err := s.readBursts(ctx, reads, ahead, b)
 	if err != nil {
 		return meta.Page{}, fmt.Errorf("read blocks of store: %w", err)
 	}
@@ -279,6 +286,42 @@ func (s *Store) ScanStore(ctx context.Context, cursor uint64, count int, owns fu
 	}
 	return page, nil
 }
+
+// readBursts is readPage in bursts as b says.
+func (s *Store) readBursts(ctx context.Context, reads []pendingRead, ahead *scanAhead, b meta.Bursts) ([]blockRead, error) {
+	size := b.Size
+	if size <= 0 || size > len(reads) {
+		size = len(reads)
+	}
+	var out []blockRead
+	for at := 0; at < len(reads); at += size {
+		burst := reads[at:min(at+size, len(reads))]
+		if b.Gate != nil {
+			if err := b.Gate(ctx, len(burst)); err != nil {
+				return nil, err
+			}
+		}
+		var a *scanAhead
+		if at+size >= len(reads) {
+			a = ahead // with the last burst
+		}
+		got, err := s.readPage(ctx, burst, a)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			if len(burst) == len(reads) {
+				return got, nil
+			}
+			out = make([]blockRead, 0, len(reads))
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// Ping implements meta.Pinger.
+func (s *Store) Ping(ctx context.Context) error { return s.c.Ping(ctx).Err() }
 
 // takeAhead returns the keys and next cursor of the SCAN at cursor with count when the last
 // page's pipeline sent it (scanAhead), and forgets it either way.

@@ -3,6 +3,7 @@ package redismeta_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -279,4 +280,54 @@ func TestScanReadRefused(t *testing.T) {
 	_, err = metatest.ScanInstance(ctx, st, "i", 0, 10)
 	require.ErrorContains(t, err, `read blocks of store`)
 	require.ErrorContains(t, err, "NOPERM")
+}
+
+// TestScanBursts: a page read in bursts holds the same blocks as one read whole, each burst
+// at most the size asked and gated before it is sent; a gate's error fails the page.
+func TestScanBursts(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	for i := range 300 {
+		require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", int64(i)), "__uri__", fmt.Sprintf(`{"n":%d}`, i), "__lru_time__", "1").Err())
+	}
+	st := newStore(t, srv, redismeta.StoreOptions{})
+	owns := func(id string) bool { return id == "i" }
+	walk := func(b meta.Bursts) map[string]string {
+		got := map[string]string{}
+		for cursor := uint64(0); ; {
+			p, err := st.ScanStoreBursts(ctx, cursor, 128, owns, b)
+			require.NoError(t, err)
+			for _, e := range p.Entries {
+				got[e.Key] = string(e.URI)
+			}
+			if cursor = p.Next; cursor == 0 {
+				return got
+			}
+		}
+	}
+	whole := walk(meta.Bursts{})
+	require.Len(t, whole, 300)
+	var sizes []int
+	gated := walk(meta.Bursts{Size: 7, Gate: func(_ context.Context, n int) error {
+		sizes = append(sizes, n)
+		return nil
+	}})
+	require.Equal(t, whole, gated)
+	total := 0
+	for _, n := range sizes {
+		require.LessOrEqual(t, n, 7)
+		require.Positive(t, n)
+		total += n
+	}
+	require.Equal(t, 300, total, "every key read in exactly one burst")
+
+	stop := errors.New("stop")
+	calls := 0
+	_, err := st.ScanStoreBursts(ctx, 0, 128, owns, meta.Bursts{Size: 7, Gate: func(context.Context, int) error {
+		if calls++; calls == 3 {
+			return stop
+		}
+		return nil
+	}})
+	require.ErrorIs(t, err, stop)
 }
