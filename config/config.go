@@ -74,7 +74,8 @@ type Config struct {
 
 // Scanner are the settings of how scanner replicas share the metadata stores.
 type Scanner struct {
-	MaxStores int `yaml:"max_stores" help:"most metadata stores this replica walks at once (0: all); replicas divide the stores, each walking its share"`
+	MaxStores     int     `yaml:"max_stores" help:"most metadata stores this replica walks at once (0: all); replicas divide the stores, each walking its share"`
+	LatencyBudget float64 `yaml:"latency_budget" help:"with max_keys_per_second 0, pace each store's walk adaptively: the fastest pace at which the store's probe latency rises at most this much over its idle latency (0.1: +10%; 0: off, paced by scan_interval)"`
 }
 
 // Workers are the concurrent message handlers of a process.

@@ -141,6 +141,7 @@ func (c Config) StageConfigs() (pipeline.ScannerConfig, pipeline.ProberConfig, p
 	sc.CollectUnregistered = c.CollectUnregistered
 	sc.UnregisteredGrace = c.UnregisteredGrace
 	sc.UnregisteredMaxKeys = c.UnregisteredMaxKeys
+	sc.LatencyBudget = c.Scanner.LatencyBudget
 
 	pc := pipeline.DefaultProberConfig()
 	pc.OrphanWritingGrace = c.OrphanWritingGrace
@@ -173,6 +174,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("scan_interval", c.ScanInterval),
 		slog.Duration("round_pause", c.RoundPause),
 		slog.Int("scan_batch_size", c.ScanBatchSize),
+		slog.Float64("scanner.latency_budget", c.Scanner.LatencyBudget),
 		slog.Duration("orphan_writing_grace", c.OrphanWritingGrace),
 		slog.Int("max_inflight_delete_requests", c.MaxInflightDeletes),
 		slog.Duration("delete_delay", c.DeleteDelay),

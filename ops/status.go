@@ -145,6 +145,9 @@ type StoreStatus struct {
 	Unregistered     []pipeline.UnregisteredCount `json:"unregistered_instances,omitempty"`
 	UnregisteredMore int                          `json:"unregistered_instances_more,omitempty"`
 	SavedAt          time.Time                    `json:"checkpoint_saved,omitzero"`
+	// Pace is an adaptive walk's pace and why it is at it, as its last page was read (nil:
+	// paced by scan_interval and max_keys_per_second, or between rounds).
+	Pace *pipeline.PaceRecord `json:"pace,omitempty"`
 }
 
 // LeaderStatus is the holder of one lease: a store's (scanner) or a swept storage's (walker).
@@ -521,7 +524,7 @@ func storeStatuses(cks []pipeline.StoreCheckpoint, leases []pipeline.StoreLease,
 				}
 			}
 		} else {
-			ss.KeysPerSecond = ck.Rate
+			ss.KeysPerSecond, ss.Pace = ck.Rate, ck.Pace
 			if ss.KeysPerSecond == 0 && ck.SavedUs > ck.RoundStartedUs && ck.RoundStartedUs > 0 {
 				ss.KeysPerSecond = float64(ck.KeysVisited) / (float64(ck.SavedUs-ck.RoundStartedUs) / 1e6)
 			}

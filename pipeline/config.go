@@ -25,6 +25,11 @@ type ScannerConfig struct {
 	ScanBatchSize int
 	// MaxKeysPerSecond caps the scan rate (0: no cap beyond ScanInterval).
 	MaxKeysPerSecond float64
+	// LatencyBudget (scanner.latency_budget; 0: off) paces each store's walk adaptively when
+	// MaxKeysPerSecond is 0: the fastest pace, and the burst size, at which the store's probe
+	// latency stays within this rise over its idle latency (0.1: +10%). The walk then waits
+	// no ScanInterval between pages (scanner_adaptive.go).
+	LatencyBudget float64
 	// HighWater: a tick is skipped while the prober's or the deleter's consumer has more than
 	// this many messages pending + unacknowledged. Default 100.
 	HighWater uint64
@@ -126,6 +131,9 @@ func (c ScannerConfig) Validate() error {
 	if c.MaxKeysPerSecond < 0 {
 		errs = append(errs, fmt.Errorf("max_keys_per_second: must be >= 0, got %g", c.MaxKeysPerSecond))
 	}
+	if c.LatencyBudget < 0 || c.LatencyBudget > 10 {
+		errs = append(errs, fmt.Errorf("scanner.latency_budget: must be between 0 and 10, got %g", c.LatencyBudget))
+	}
 	if c.HighWater == 0 {
 		errs = append(errs, errors.New("backpressure_high_water: must be > 0"))
 	}
@@ -140,6 +148,9 @@ func (c ScannerConfig) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// adaptive reports whether store walks are paced by the latency budget.
+func (c ScannerConfig) adaptive() bool { return c.LatencyBudget > 0 && c.MaxKeysPerSecond == 0 }
 
 func (c ProberConfig) Validate() error {
 	var errs []error

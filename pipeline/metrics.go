@@ -144,6 +144,12 @@ type Metrics struct {
 	UnregisteredCollected *prometheus.CounterVec
 	UnregisteredRefusals  *prometheus.CounterVec
 	StoreState            *prometheus.GaugeVec
+	// The pace of an adaptive walk (scanner.latency_budget): rate, burst, reason, and the
+	// probe latencies its last decision compared.
+	StorePaceRate   *prometheus.GaugeVec
+	StorePaceBurst  *prometheus.GaugeVec
+	StorePaceReason *prometheus.GaugeVec
+	StorePaceProbe  *prometheus.GaugeVec
 
 	ProbedLocations prometheus.Counter
 	Candidates      *prometheus.CounterVec
@@ -206,7 +212,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Keys of unregistered instances the scanner sent to the deleter (collect_unregistered_instances)."}, []string{"store"}),
 		UnregisteredRefusals: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_unregistered_refusals_total",
 			Help: "Unregistered instances of a scanned page whose keys were left alone, by reason (collect_unregistered_instances)."}, []string{"reason"}),
-		StoreState: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
+		StoreState:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
+		StorePaceRate:   f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_keys_per_second", Help: "Keys per second an adaptive store walk reads at now (0: it holds, measuring the store's idle latency)."}, []string{"store"}),
+		StorePaceBurst:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_burst_keys", Help: "Keys an adaptive store walk reads in one pipelined burst now."}, []string{"store"}),
+		StorePaceReason: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_reason", Help: "1 for why an adaptive store walk is at its pace (baseline, few_samples, raise, hold, lower_depth, lower_rate, ceiling, floor)."}, []string{"store", "reason"}),
+		StorePaceProbe:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_probe_seconds", Help: "The probe latency quantile an adaptive store walk's last pace decision compared: of the last window (window) and of the idle store (idle)."}, []string{"store", "window"}),
 
 		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
 		Candidates:      f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_candidates_total", Help: "Locations judged garbage, by reason."}, []string{"reason"}),
@@ -292,6 +302,25 @@ func (m *Metrics) dropStore(store string) {
 	m.StoreScannedKeys.DeleteLabelValues(store)
 	m.StoreState.DeletePartialMatch(prometheus.Labels{"store": store})
 	m.unregistered(store, nil)
+	m.StorePaceRate.DeleteLabelValues(store)
+	m.StorePaceBurst.DeleteLabelValues(store)
+	m.StorePaceReason.DeletePartialMatch(prometheus.Labels{"store": store})
+	m.StorePaceProbe.DeletePartialMatch(prometheus.Labels{"store": store})
+}
+
+// storePace sets the pace gauges of an adaptive store walk.
+func (m *Metrics) storePace(store string, pc Pace) {
+	m.StorePaceRate.WithLabelValues(store).Set(pc.Rate)
+	m.StorePaceBurst.WithLabelValues(store).Set(float64(pc.Depth))
+	for _, r := range PaceReasons {
+		v := 0.0
+		if r == pc.Reason {
+			v = 1
+		}
+		m.StorePaceReason.WithLabelValues(store, r).Set(v)
+	}
+	m.StorePaceProbe.WithLabelValues(store, "window").Set(pc.Signal.Seconds())
+	m.StorePaceProbe.WithLabelValues(store, "idle").Set(pc.Baseline.Seconds())
 }
 
 // unregistered replaces a store's series of unregistered instances with its last count.

@@ -84,13 +84,27 @@ type Checkpoint struct {
 	// Waiting says why the walk is not moving (Wait*), since WaitingSinceUs.
 	Waiting        string `json:"waiting,omitempty"`
 	WaitingSinceUs int64  `json:"waiting_since_us,omitempty"`
-	Holder         string `json:"holder,omitempty"`
-	SavedUs        int64  `json:"saved_us"`
+	// Pace is an adaptive walk's pace when its last page was read (nil: paced by
+	// scan_interval and max_keys_per_second).
+	Pace    *PaceRecord `json:"pace,omitempty"`
+	Holder  string      `json:"holder,omitempty"`
+	SavedUs int64       `json:"saved_us"`
 
 	// Summary only (ReadCheckpoint): stores of the summary's round whose walk is done, and
 	// the number of stores.
 	Index  int `json:"index,omitempty"`
 	Stores int `json:"stores,omitempty"`
+}
+
+// PaceRecord is an adaptive walk's pace (Pace) as the checkpoint keeps it.
+type PaceRecord struct {
+	Rate   float64 `json:"keys_per_second"`
+	Burst  int     `json:"burst"`
+	Reason string  `json:"reason"` // Pace* (PaceReasons)
+	Budget float64 `json:"budget"`
+	// ProbeUs and IdleUs are the probe latencies the decision compared, in µs.
+	ProbeUs int64 `json:"probe_us,omitempty"`
+	IdleUs  int64 `json:"idle_us,omitempty"`
 }
 
 // StoreCheckpoint is one store's checkpoint with its revision (0: none written yet).

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -55,6 +56,7 @@ type walkDriver struct {
 	bctx  context.Context // for what must finish even when the scanner stops
 	sized bool            // a failed size read was logged
 	unreg unregTally      // keys of unregistered instances, pages not yet recorded
+	pace  *adaptive       // the walk's pacer (nil: paced by scan_interval)
 
 	mu   sync.Mutex
 	last Checkpoint // the checkpoint last read or written
@@ -98,6 +100,9 @@ func (d *walkDriver) run(ctx context.Context) {
 	d.bctx = context.WithoutCancel(ctx)
 	defer d.forget()
 	d.s.Metrics.initStore(d.h.store)
+	pctx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	d.startAdaptive(pctx)
 	d.loop.Run(ctx)
 }
 
@@ -247,7 +252,14 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 		return evPage{now: now, err: err, unavailable: true}
 	}
 	owns := func(id string) bool { _, ok := a.instances[id]; return ok }
-	page, err := store.ScanStore(ctx, a.cursor, a.count, owns)
+	var page meta.Page
+	var pace *PaceRecord
+	if bs, ok := store.(meta.BurstScanner); ok && d.pace != nil {
+		page, err = bs.ScanStoreBursts(ctx, a.cursor, a.count, owns, meta.Bursts{Size: d.pace.burst(), Gate: d.pace.gate})
+		now, pace = s.Now(), d.pace.record() // the page is read once its last burst is
+	} else {
+		page, err = store.ScanStore(ctx, a.cursor, a.count, owns)
+	}
 	if err != nil {
 		return evPage{now: now, err: err}
 	}
@@ -270,7 +282,7 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Store: d.h.store, Reason: "legacy_outside_db0",
 			Detail: fmt.Sprintf("store %s: %d legacy-layout keys in a database other than 0, where no KVCM of that layout keeps its blocks; not collected", d.h.store, page.WrongDB)})
 	}
-	return evPage{now: now, page: page}
+	return evPage{now: now, page: page, pace: pace}
 }
 
 func (d *walkDriver) publish(ctx context.Context, a actPublish) event {

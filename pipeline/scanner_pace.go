@@ -21,7 +21,9 @@ import (
 // pipeline depth) allow a higher rate at the same tail latency. Over budget, the pacer first
 // halves the depth (down to its minimum), then the rate; within budget for raiseAfter windows
 // in a row it raises the rate by a quarter and, at a depth below the page size, doubles the
-// depth back once the rate has grown past what the smaller bursts were chosen for.
+// depth back once the rate has grown past what the smaller bursts were chosen for. Until the
+// first window over budget (slow start) it doubles the rate after every window within budget:
+// an idle store is walked at its pace seconds after the walk starts, not minutes.
 //
 // The pacer is a pure state machine (no clock, no I/O): the driver feeds it probe samples
 // with their times and asks for the pace at each tick (scanner_pace_test.go is its table).
@@ -61,6 +63,8 @@ type paceConfig struct {
 	minDepth, maxDepth          int
 	// raiseAfter is how many windows within budget in a row raise the rate.
 	raiseAfter int
+	// slowStart doubles the rate after each window within budget until one is over it.
+	slowStart bool
 }
 
 // defaultPaceConfig is the pacer for a page size of batch keys.
@@ -71,7 +75,7 @@ func defaultPaceConfig(budget float64, batch int) paceConfig {
 		baseline: 2 * time.Second, rebaseline: 10 * time.Minute,
 		minRate: 64, maxRate: 0, startRate: 1024,
 		minDepth: min(8, batch), maxDepth: batch,
-		raiseAfter: 2,
+		raiseAfter: 2, slowStart: true,
 	}
 }
 
@@ -111,7 +115,9 @@ type pacer struct {
 	// loweredAt is the rate at which the depth was last lowered: once the rate has doubled
 	// past it, the depth is doubled back.
 	loweredAt float64
-	last      Pace
+	// overOnce: a window was over budget (slow start is over).
+	overOnce bool
+	last     Pace
 }
 
 func newPacer(cfg paceConfig) *pacer {
@@ -160,7 +166,7 @@ func (p *pacer) pace(now time.Time) Pace {
 	}
 	limit := time.Duration(float64(p.baselineQ)*(1+p.cfg.budget)) + p.cfg.slack
 	if q > limit {
-		p.within = 0
+		p.within, p.overOnce = 0, true
 		switch {
 		case p.depth > p.cfg.minDepth:
 			p.depth = max(p.depth/2, p.cfg.minDepth)
@@ -173,14 +179,19 @@ func (p *pacer) pace(now time.Time) Pace {
 		return p.set(PaceFloor, q)
 	}
 	p.within++
-	if p.within < p.cfg.raiseAfter {
+	slow := p.cfg.slowStart && !p.overOnce
+	if p.within < p.cfg.raiseAfter && !slow {
 		return p.set(PaceHold, q)
 	}
 	p.within = 0
 	if p.cfg.maxRate > 0 && p.rate >= p.cfg.maxRate {
 		return p.set(PaceCeiling, q)
 	}
-	p.rate = p.clampRate(p.rate * 1.25)
+	step := 1.25
+	if slow {
+		step = 2
+	}
+	p.rate = p.clampRate(p.rate * step)
 	if p.depth < p.cfg.maxDepth && p.rate >= 2*p.loweredAt {
 		p.depth = min(p.depth*2, p.cfg.maxDepth)
 		p.loweredAt = p.rate

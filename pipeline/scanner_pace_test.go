@@ -110,6 +110,14 @@ func TestPacer(t *testing.T) {
 			{n: 10, d: 320 * us, reason: PaceHold, rate: 1250, depth: 64},
 			{n: 10, d: 320 * us, reason: PaceRaise, rate: 1562.5, depth: 64},
 		}},
+		{"slow start: double after each window within budget until one is over", func(c *paceConfig) { c.slowStart = true }, []paceStep{
+			base,
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 2000, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 4000, depth: 128},
+			{n: 10, d: 200 * us, reason: PaceLowerDepth, rate: 4000, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 4000, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 5000, depth: 64},
+		}},
 		{"a window decides only when it is over", nil, []paceStep{
 			base,
 			{n: 10, d: 900 * us, after: time.Second / 2, reason: PaceHold, rate: 1000, depth: 32},

@@ -44,6 +44,9 @@ type walkConfig struct {
 	roundPause       time.Duration
 	batchSize        int
 	maxKeysPerSecond float64
+	// adaptive: the driver paces the page's reads (scanner_adaptive.go); the walk waits
+	// nothing between pages.
+	adaptive bool
 }
 
 // walk is one store's walk state.
@@ -87,6 +90,7 @@ type pendingPage struct {
 type heldPage struct {
 	page meta.Page
 	at   time.Time
+	pace *PaceRecord
 }
 
 func newWalk(cfg walkConfig, store string) *walk {
@@ -134,7 +138,8 @@ type (
 		now         time.Time
 		page        meta.Page
 		err         error
-		unavailable bool // the store cannot be opened at all: its round is skipped
+		unavailable bool        // the store cannot be opened at all: its round is skipped
+		pace        *PaceRecord // an adaptive walk's pace as the page was read
 	}
 	evRecorded struct {
 		ckpt    Checkpoint
@@ -525,14 +530,14 @@ func (w *walk) pageRead(e evPage) []action {
 	case w.pending != nil:
 		// Only once the previous page is recorded is this one published (batches stay in
 		// order, and the checkpoint never passes a page whose batches are not stored).
-		w.held = &heldPage{page: e.page, at: e.now}
+		w.held = &heldPage{page: e.page, at: e.now, pace: e.pace}
 		return []action{actAwait{}}
 	}
-	return w.publish(e.page, e.now)
+	return w.publish(e.page, e.now, e.pace)
 }
 
 // publish publishes a page read at now and moves the read position past it.
-func (w *walk) publish(page meta.Page, now time.Time) []action {
+func (w *walk) publish(page meta.Page, now time.Time, pace *PaceRecord) []action {
 	returned := len(page.Entries) + len(page.BadKeys) + page.Unowned
 	next := w.ckpt
 	next.Cursor, next.Walked = page.Next, page.Next == 0
@@ -551,9 +556,13 @@ func (w *walk) publish(page meta.Page, now time.Time) []action {
 		}
 	}
 	next.Waiting, next.WaitingSinceUs = WaitNone, 0
+	next.Pace = pace
 
 	wait := w.cfg.scanInterval
-	if w.cfg.maxKeysPerSecond > 0 && returned > 0 {
+	switch {
+	case w.cfg.adaptive:
+		wait = 0
+	case w.cfg.maxKeysPerSecond > 0 && returned > 0:
 		wait = max(wait, time.Duration(float64(returned)/w.cfg.maxKeysPerSecond*float64(time.Second)))
 	}
 	act := actPublish{now: now, page: page, cursor: w.cursor, round: w.ckpt.Round, leaseRev: w.leaseRev,
@@ -607,7 +616,7 @@ func (w *walk) recorded(e evRecorded) []action {
 	}
 	if h := w.held; h != nil {
 		w.held = nil
-		return w.publish(h.page, h.at)
+		return w.publish(h.page, h.at, h.pace)
 	}
 	return nil
 }

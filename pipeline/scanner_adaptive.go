@@ -1,0 +1,166 @@
+package pipeline
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+)
+
+// An adaptive walk (scanner.latency_budget set, max_keys_per_second 0) is paced by a pacer
+// (scanner_pace.go) the driver feeds: a probe goroutine PINGs the store every probeEvery
+// while the walk reads, and every burst of a page's reads waits at the gate until the pace
+// allows it (meta.BurstScanner). The walk itself then waits nothing between pages.
+
+// probeEvery is the time between two probes of a store being walked: 50 samples a second,
+// against the window's minimum of 20.
+const probeEvery = 20 * time.Millisecond
+
+// probeIdleAfter: the probe stops when no burst was gated for this long (between rounds, a
+// pause, a full backlog).
+const probeIdleAfter = 3 * time.Second
+
+// gatePoll bounds one sleep at the gate, so a pace decided meanwhile (a hold ending, a lower
+// rate) applies within it.
+const gatePoll = 50 * time.Millisecond
+
+// adaptive paces one walk's reads.
+type adaptive struct {
+	budget float64
+	now    func() time.Time
+	// onPace is called with each pace that differs from the last (metrics).
+	onPace func(Pace)
+
+	mu sync.Mutex
+	p  *pacer
+	// next is the earliest start of the next burst; active when the last burst was gated.
+	next, active time.Time
+	cur          Pace
+	probeErrs    int
+}
+
+func newAdaptive(budget float64, batch int, now func() time.Time, onPace func(Pace)) *adaptive {
+	return &adaptive{budget: budget, now: now, onPace: onPace, p: newPacer(defaultPaceConfig(budget, batch))}
+}
+
+// burst is the burst size of the current pace.
+func (a *adaptive) burst() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cur.Depth > 0 {
+		return a.cur.Depth
+	}
+	return a.p.depth
+}
+
+// decide asks the pacer for the pace at now; a.mu is held.
+func (a *adaptive) decide(now time.Time) Pace {
+	pc := a.p.pace(now)
+	if pc != a.cur {
+		a.cur = pc
+		if a.onPace != nil {
+			a.onPace(pc)
+		}
+	}
+	return pc
+}
+
+// gate waits until a burst of n keys may start at the current pace (no catch-up after a slow
+// one: a late burst starts the next interval from now).
+func (a *adaptive) gate(ctx context.Context, n int) error {
+	for {
+		a.mu.Lock()
+		now := a.now()
+		a.active = now
+		pc := a.decide(now)
+		wait := gatePoll
+		if pc.Rate > 0 {
+			if !now.Before(a.next) {
+				a.next = now.Add(time.Duration(float64(n) / pc.Rate * float64(time.Second)))
+				a.mu.Unlock()
+				return nil
+			}
+			wait = min(a.next.Sub(now), gatePoll)
+		}
+		a.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// record is the pace for the checkpoint.
+func (a *adaptive) record() *PaceRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pc := a.cur
+	return &PaceRecord{Rate: pc.Rate, Burst: pc.Depth, Reason: pc.Reason, Budget: a.budget,
+		ProbeUs: pc.Signal.Microseconds(), IdleUs: pc.Baseline.Microseconds()}
+}
+
+// probe PINGs the store while the walk reads, until ctx is done. A failed probe is no sample
+// (the walk's own reads report the store's failures); failed reports whether the last one
+// failed, for a log line on the first failure of a run.
+func (a *adaptive) probe(ctx context.Context, ping func(ctx context.Context) error, failed func(err error)) {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.mu.Lock()
+		idle := a.now().Sub(a.active) > probeIdleAfter
+		a.mu.Unlock()
+		if idle {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		start := a.now()
+		err := ping(pctx)
+		d := a.now().Sub(start)
+		cancel()
+		a.mu.Lock()
+		if err == nil {
+			a.p.sample(start, d)
+			a.probeErrs = 0
+		} else if a.probeErrs++; a.probeErrs == 1 && ctx.Err() == nil {
+			a.mu.Unlock()
+			failed(err)
+			continue
+		}
+		a.mu.Unlock()
+	}
+}
+
+// startAdaptive sets up the walk's pacer and probe when the configuration asks for one and
+// the store can be probed and read in bursts; otherwise the walk paces by scan_interval.
+func (d *walkDriver) startAdaptive(ctx context.Context) {
+	cfg := d.s.Config
+	if !cfg.adaptive() {
+		return
+	}
+	st, err := d.s.Stores.Store(d.h.store)
+	if err != nil {
+		return // the walk reports it at its first page
+	}
+	pinger, ok1 := st.(meta.Pinger)
+	_, ok2 := st.(meta.BurstScanner)
+	if !ok1 || !ok2 {
+		d.log.Info("store cannot be probed; its walk is paced by scan_interval")
+		return
+	}
+	store, m := d.h.store, d.s.Metrics
+	d.w.cfg.adaptive = true
+	d.pace = newAdaptive(cfg.LatencyBudget, cfg.ScanBatchSize, d.s.Now, func(pc Pace) { m.storePace(store, pc) })
+	m.storePace(store, d.pace.cur)
+	go d.pace.probe(ctx, pinger.Ping, func(err error) {
+		d.log.Info("probe of the store's latency failed; the pace holds until it answers", "err", err)
+	})
+}
