@@ -38,6 +38,8 @@ type adaptive struct {
 	next, active time.Time
 	cur          Pace
 	probeErrs    int
+	// inFlight is when the probe waiting for its answer was sent (zero: none).
+	inFlight time.Time
 }
 
 func newAdaptive(budget float64, batch int, now func() time.Time, onPace func(Pace)) *adaptive {
@@ -56,6 +58,11 @@ func (a *adaptive) burst() int {
 
 // decide asks the pacer for the pace at now; a.mu is held.
 func (a *adaptive) decide(now time.Time) Pace {
+	if !a.inFlight.IsZero() && a.p.due(now) {
+		// A probe still unanswered has taken at least this long: a store too slow to answer
+		// enough probes in a window is measured, not left at its pace.
+		a.p.sample(a.inFlight, now.Sub(a.inFlight))
+	}
 	pc := a.p.pace(now)
 	if pc != a.cur {
 		a.cur = pc
@@ -117,16 +124,20 @@ func (a *adaptive) probe(ctx context.Context, ping func(ctx context.Context) err
 		}
 		a.mu.Lock()
 		idle := a.now().Sub(a.active) > probeIdleAfter
+		start := a.now()
+		if !idle {
+			a.inFlight = start
+		}
 		a.mu.Unlock()
 		if idle {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		start := a.now()
 		err := ping(pctx)
-		d := a.now().Sub(start)
 		cancel()
 		a.mu.Lock()
+		d := a.now().Sub(start)
+		a.inFlight = time.Time{}
 		if err == nil {
 			a.p.sample(start, d)
 			a.probeErrs = 0

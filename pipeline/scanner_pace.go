@@ -31,7 +31,7 @@ import (
 // Reasons of a pace (the reason label of kvcm_gc_scan_pace and the status's "why").
 const (
 	PaceBaseline   = "baseline"    // holding the walk to measure the idle latency
-	PaceFewSamples = "few_samples" // too few probe samples in the window: the pace is kept
+	PaceFewSamples = "few_samples" // too few probe samples, within budget, in the window: the pace is kept
 	PaceRaise      = "raise"       // latency within budget: faster
 	PaceHold       = "hold"        // within budget, not yet for long enough to raise
 	PaceLowerDepth = "lower_depth" // over budget: shorter bursts at the same rate
@@ -161,10 +161,12 @@ func (p *pacer) pace(now time.Time) Pace {
 		p.startBaseline(now)
 		return p.last
 	}
-	if n < p.cfg.minSamples {
+	limit := time.Duration(float64(p.baselineQ)*(1+p.cfg.budget)) + p.cfg.slack
+	if n < p.cfg.minSamples && (n == 0 || q <= limit) {
+		// Too few to say it is within budget; a few that are over it say enough (a slow store
+		// answers few probes).
 		return p.set(PaceFewSamples, q)
 	}
-	limit := time.Duration(float64(p.baselineQ)*(1+p.cfg.budget)) + p.cfg.slack
 	if q > limit {
 		p.within, p.overOnce = 0, true
 		switch {
@@ -197,6 +199,11 @@ func (p *pacer) pace(now time.Time) Pace {
 		p.loweredAt = p.rate
 	}
 	return p.set(PaceRaise, q)
+}
+
+// due reports whether pace(now) decides (a window, or the baseline measurement, is over).
+func (p *pacer) due(now time.Time) bool {
+	return !p.windowStart.IsZero() && now.Sub(p.windowStart) >= p.window()
 }
 
 func (p *pacer) window() time.Duration {

@@ -87,7 +87,11 @@ func TestPacer(t *testing.T) {
 		}},
 		{"too few samples in a window: the pace is kept", nil, []paceStep{
 			base,
-			{n: 2, d: 900 * us, reason: PaceFewSamples, rate: 1000, depth: 32},
+			{n: 2, d: 105 * us, reason: PaceFewSamples, rate: 1000, depth: 32},
+		}},
+		{"too few samples, but over budget: a slow store answers few probes", nil, []paceStep{
+			base,
+			{n: 2, d: 900 * us, reason: PaceLowerDepth, rate: 1000, depth: 16},
 		}},
 		{"the ceiling", func(c *paceConfig) { c.maxRate = 1250 }, []paceStep{
 			base,
