@@ -239,10 +239,13 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		}
 		sizes := newStoreSizes(pool)
 		defer sizes.close()
-		sc := &pipeline.Scanner{Config: cfg, Names: names, Registry: registry, Stores: stores,
+		sc, err := pipeline.NewScanner(cfg, pipeline.ScannerDeps{Names: names, Registry: registry, Stores: stores,
 			JS: js, Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Sizes: sizes.size,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Backlog: Backlog(js, names),
-			MaxPayload: int(nc.MaxPayload()), Metrics: m, Logger: log.With("stage", pipeline.StageScanner)}
+			MaxPayload: int(nc.MaxPayload()), Metrics: m, Logger: log.With("stage", pipeline.StageScanner)})
+		if err != nil {
+			return err
+		}
 		a := checks.stage(o.Health, pipeline.StageScanner, sc.LeaseState)
 		g.Go(func() error { defer a.set(false); return sc.Run(gctx) })
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,6 +60,16 @@ func TestConstructorsRequire(t *testing.T) {
 		}, []string{"prober: no copy-target guard"}},
 		{"deleter", func() error { _, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{}); return err },
 			[]string{"deleter: no metadata store resolver"}},
+		{"scanner", func() error { _, err := NewScanner(DefaultScannerConfig(), ScannerDeps{}); return err },
+			[]string{"scanner: lease TTL must be > 0"}},
+		{"scanner without JetStream", func() error {
+			_, err := NewScanner(DefaultScannerConfig(), ScannerDeps{LeaseTTL: time.Second})
+			return err
+		}, []string{"scanner: no JetStream context"}},
+		{"scanner of a bad configuration", func() error {
+			_, err := NewScanner(ScannerConfig{}, ScannerDeps{LeaseTTL: time.Second})
+			return err
+		}, []string{"scan_batch_size"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.new()

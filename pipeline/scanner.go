@@ -63,31 +63,23 @@ type AsyncPublisher interface {
 // at once (it watches the lease bucket). Its leases are renewed in the background, a failed
 // renewal retried until the lease's TTL would pass.
 type Scanner struct {
-	Config   ScannerConfig
-	Names    subjects.Names
-	Registry meta.RegistryReader
-	Stores   meta.StoreResolver
-	// Leases is the LEASE bucket, whose bucket-wide TTL is LeaseTTL; State the STATE bucket.
-	// JS is their JetStream context: the scanner lists the lease bucket's keys with STREAM.INFO
-	// and watches it with a plain subscription, so it needs no consumer of its own (its NATS
-	// user may not create one).
-	JS        jetstream.JetStream
-	Leases    jetstream.KeyValue
-	LeaseTTL  time.Duration
-	State     jetstream.KeyValue
-	Publisher AsyncPublisher
-	Events    *EventLog
-	Backlog   Backlog
-	// Sizes reads a store's number of keys (DBSIZE) when its round starts, for the estimated
-	// end of the walk. Nil: a store that is a StoreSizer is asked; otherwise no estimate.
-	Sizes func(ctx context.Context, store string) (int64, error)
-	// Backoff is the delay before the attempt-th retry (1-based) of a failed registry read
-	// (nil: RegistryBackoff).
-	Backoff    func(attempt int) time.Duration
-	MaxPayload int // the server's max payload; batches are split below it
-	Metrics    *Metrics
-	Logger     *slog.Logger
-	Now        func() time.Time
+	cfg        ScannerConfig
+	names      subjects.Names
+	registry   meta.RegistryReader
+	stores     meta.StoreResolver
+	js         jetstream.JetStream
+	leases     jetstream.KeyValue
+	leaseTTL   time.Duration
+	state      jetstream.KeyValue
+	publisher  AsyncPublisher
+	events     *EventLog
+	backlog    Backlog
+	sizes      func(ctx context.Context, store string) (int64, error)
+	backoff    func(attempt int) time.Duration
+	maxPayload int
+	metrics    *Metrics
+	log        *slog.Logger
+	now        func() time.Time
 
 	ctl *Controls
 	reg *registryCache
@@ -106,42 +98,76 @@ type MemberRecord struct {
 	SinceUs   int64  `json:"since_us"`
 }
 
+// ScannerDeps are what a scanner is wired to.
+type ScannerDeps struct {
+	Names    subjects.Names
+	Registry meta.RegistryReader
+	Stores   meta.StoreResolver
+	// Leases is the LEASE bucket, whose bucket-wide TTL is LeaseTTL; State the STATE bucket.
+	// JS is their JetStream context: the scanner lists the lease bucket's keys with STREAM.INFO
+	// and watches it with a plain subscription, so it needs no consumer of its own (its NATS
+	// user may not create one). JS is required, LeaseTTL must be positive.
+	JS        jetstream.JetStream
+	Leases    jetstream.KeyValue
+	LeaseTTL  time.Duration
+	State     jetstream.KeyValue
+	Publisher AsyncPublisher
+	Events    *EventLog
+	Backlog   Backlog
+	// Sizes reads a store's number of keys (DBSIZE) when its round starts, for the estimated
+	// end of the walk. Nil: a store that is a StoreSizer is asked; otherwise no estimate.
+	Sizes func(ctx context.Context, store string) (int64, error)
+	// Backoff is the delay before the attempt-th retry (1-based) of a failed registry read
+	// (nil: RegistryBackoff).
+	Backoff    func(attempt int) time.Duration
+	MaxPayload int // the server's max payload; batches are split below it
+	Metrics    *Metrics
+	Logger     *slog.Logger     // nil discards
+	Now        func() time.Time // nil: time.Now
+}
+
+// NewScanner returns the scanner of cfg, wired to deps, with deps' defaults applied.
+func NewScanner(cfg ScannerConfig, deps ScannerDeps) (*Scanner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.LeaseTTL <= 0 {
+		return nil, errors.New("scanner: lease TTL must be > 0")
+	}
+	if deps.JS == nil {
+		return nil, errors.New("scanner: no JetStream context")
+	}
+	s := &Scanner{cfg: cfg, names: deps.Names, registry: deps.Registry, stores: deps.Stores, js: deps.JS,
+		leases: deps.Leases, leaseTTL: deps.LeaseTTL, state: deps.State, publisher: deps.Publisher, events: deps.Events,
+		backlog: deps.Backlog, sizes: deps.Sizes, backoff: deps.Backoff, maxPayload: deps.MaxPayload,
+		metrics: deps.Metrics, log: orDiscard(deps.Logger), now: deps.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.backoff == nil {
+		s.backoff = RegistryBackoff
+	}
+	return s, nil
+}
+
 func (s *Scanner) renewEvery() time.Duration {
-	return DefaultLeaseRenew(s.Config.LeaseRenew, s.LeaseTTL)
+	return DefaultLeaseRenew(s.cfg.LeaseRenew, s.leaseTTL)
 }
 
 // Run walks the stores it can hold until ctx is done; then every walk records its last page,
 // the renewals stop, and the leases are released so other replicas take over at once.
 func (s *Scanner) Run(ctx context.Context) error {
-	if err := s.Config.Validate(); err != nil {
-		return err
-	}
-	if s.LeaseTTL <= 0 {
-		return errors.New("scanner: lease TTL must be > 0")
-	}
-	if s.JS == nil {
-		return errors.New("scanner: no JetStream context")
-	}
-	if s.Now == nil {
-		s.Now = time.Now
-	}
-	if s.Logger == nil {
-		s.Logger = slog.New(slog.DiscardHandler)
-	}
-	if s.Backoff == nil {
-		s.Backoff = RegistryBackoff
-	}
 	s.ctl = NewControls(ControlsConfig{Stage: StageScanner, PauseKey: subjects.ScannerPauseKey, Refresh: ControlRefresh},
-		ControlsDeps{State: s.State, Backlog: s.Backlog.full(s.Config.HighWater),
-			OpError: func(op string) { s.Metrics.opError(StageScanner, op) },
-			Paused:  s.Metrics.ScannerPaused, Backpressure: s.Metrics.Backpressure, Logger: s.Logger})
+		ControlsDeps{State: s.state, Backlog: s.backlog.full(s.cfg.HighWater),
+			OpError: func(op string) { s.metrics.opError(StageScanner, op) },
+			Paused:  s.metrics.ScannerPaused, Backpressure: s.metrics.Backpressure, Logger: s.log})
 	s.mu.Lock() // LeaseState (readiness) may already be reading s.reg
-	s.reg = &registryCache{r: s.Registry, backoff: s.Backoff, m: s.Metrics, log: s.Logger}
+	s.reg = &registryCache{r: s.registry, backoff: s.backoff, m: s.metrics, log: s.log}
 	s.walks, s.rounds, s.freed = map[string]*walkHandle{}, map[string]Checkpoint{}, map[string]time.Time{}
 	s.ended = make(chan struct{}, 1)
 	s.mu.Unlock()
 	every := s.renewEvery()
-	since := s.Now()
+	since := s.now()
 
 	// The keeper renews the leases and the member key. It is stopped and joined before the
 	// leases are released, so a renewal never runs after (or instead of) a release.
@@ -176,7 +202,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 // cycle reaps ended walks, reads the registry and the replicas, hands back what is over the
 // share and takes what is under it.
 func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
-	now := s.Now()
+	now := s.now()
 	s.reap()
 	snap, _, err := s.reg.get(ctx, now)
 	if err != nil {
@@ -186,16 +212,16 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 	s.writeIndex(ctx, stores, now)
 	caps, err := s.members(ctx)
 	if err != nil {
-		warn(ctx, s.Logger, "count scanner replicas; no store taken this time", "err", err)
-		s.Metrics.opError(StageScanner, "lease")
+		warn(ctx, s.log, "count scanner replicas; no store taken this time", "err", err)
+		s.metrics.opError(StageScanner, "lease")
 		return
 	}
-	s.Metrics.ScannerMembers.Set(float64(len(caps)))
+	s.metrics.ScannerMembers.Set(float64(len(caps)))
 	limit := len(stores)
-	if s.Config.MaxStores > 0 {
-		limit = min(limit, s.Config.MaxStores)
+	if s.cfg.MaxStores > 0 {
+		limit = min(limit, s.cfg.MaxStores)
 	}
-	share := min(fairShare(len(stores), caps, s.Config.MaxStores), limit)
+	share := min(fairShare(len(stores), caps, s.cfg.MaxStores), limit)
 
 	inRegistry := map[string]bool{}
 	for _, st := range stores {
@@ -206,7 +232,7 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 	for st, h := range s.walks {
 		if !inRegistry[st] {
 			if !h.gone.Swap(true) {
-				s.Logger.Info("store left the registry; releasing it", "store", st)
+				s.log.Info("store left the registry; releasing it", "store", st)
 			}
 			h.poke()
 			continue
@@ -224,11 +250,11 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 		if s.holding(st) || (held >= share && !s.orphaned(st, now)) {
 			continue
 		}
-		lease := NewStoreLease(s.Leases, st, s.Config.Holder, s.LeaseTTL)
+		lease := NewStoreLease(s.leases, st, s.cfg.Holder, s.leaseTTL)
 		ok, err := lease.Acquire(ctx)
 		if err != nil {
-			s.Metrics.opError(StageScanner, "lease")
-			warn(ctx, s.Logger, "acquire store lease", "store", st, "err", err)
+			s.metrics.opError(StageScanner, "lease")
+			warn(ctx, s.log, "acquire store lease", "store", st, "err", err)
 			continue
 		}
 		if !ok {
@@ -238,7 +264,7 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 		held++
 	}
 	s.mu.Lock()
-	s.Metrics.LeaseHeld.Set(float64(len(s.walks)))
+	s.metrics.LeaseHeld.Set(float64(len(s.walks)))
 	s.mu.Unlock()
 }
 
@@ -271,7 +297,7 @@ func (s *Scanner) balance(active []*walkHandle, share int) {
 		h := active[0]
 		h.release.Store(true)
 		h.poke()
-		s.Logger.Info("over its share of the stores; handing one back at its round boundary", "store", h.store,
+		s.log.Info("over its share of the stores; handing one back at its round boundary", "store", h.store,
 			"held", len(active), "share", share)
 	}
 }
@@ -280,7 +306,7 @@ func (s *Scanner) balance(active []*walkHandle, share int) {
 // the same moment mostly try different ones first.
 func (s *Scanner) rank(store string) uint64 {
 	h := fnv.New64a()
-	h.Write([]byte(s.Config.Holder))
+	h.Write([]byte(s.cfg.Holder))
 	h.Write([]byte{0})
 	h.Write([]byte(store))
 	return h.Sum64()
@@ -305,7 +331,7 @@ func (s *Scanner) orphaned(store string, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at, ok := s.freed[store]
-	return ok && now.Sub(at) >= s.LeaseTTL
+	return ok && now.Sub(at) >= s.leaseTTL
 }
 
 // start runs a walk on a store whose lease was just acquired.
@@ -358,7 +384,7 @@ func (s *Scanner) releaseLease(h *walkHandle) {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
 	if err := h.lease.Release(ctx); err != nil {
-		s.Logger.Warn("release store lease", "store", h.store, "err", err)
+		s.log.Warn("release store lease", "store", h.store, "err", err)
 	}
 }
 
@@ -367,8 +393,8 @@ func (s *Scanner) releaseLease(h *walkHandle) {
 func (s *Scanner) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	if err := s.Leases.Delete(ctx, subjects.MemberKey(s.Config.Holder)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		s.Logger.Warn("remove scanner member key", "err", err)
+	if err := s.leases.Delete(ctx, subjects.MemberKey(s.cfg.Holder)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.log.Warn("remove scanner member key", "err", err)
 	}
 	s.mu.Lock()
 	hs := make([]*walkHandle, 0, len(s.walks))
@@ -383,39 +409,39 @@ func (s *Scanner) leave() {
 			s.releaseLease(h)
 		}
 	}
-	s.Metrics.LeaseHeld.Set(0)
+	s.metrics.LeaseHeld.Set(0)
 	s.updateRoundGauges()
 }
 
 // writeIndex records the registry's stores in the state bucket when they changed.
 func (s *Scanner) writeIndex(ctx context.Context, stores []string, now time.Time) {
-	idx, err := ReadStoreIndex(ctx, s.State)
+	idx, err := ReadStoreIndex(ctx, s.state)
 	if err == nil && idx != nil && slices.Equal(idx.Stores, stores) {
 		return
 	}
 	if err == nil {
-		err = writeStoreIndex(ctx, s.State, stores, s.Config.Holder, now)
+		err = writeStoreIndex(ctx, s.state, stores, s.cfg.Holder, now)
 	}
 	if err != nil {
-		s.Metrics.opError(StageScanner, "checkpoint")
-		warn(ctx, s.Logger, "write stores index", "err", err)
+		s.metrics.opError(StageScanner, "checkpoint")
+		warn(ctx, s.log, "write stores index", "err", err)
 	}
 }
 
 // members returns the max_stores of every live scanner replica (0: no cap), this one first.
 func (s *Scanner) members(ctx context.Context) ([]int, error) {
-	keys, err := bucketKeys(ctx, s.JS, s.Leases.Bucket(), subjects.MemberFilter())
+	keys, err := bucketKeys(ctx, s.js, s.leases.Bucket(), subjects.MemberFilter())
 	if err != nil {
 		return nil, fmt.Errorf("list scanner members: %w", err)
 	}
-	self := subjects.MemberKey(s.Config.Holder)
-	caps := []int{s.Config.MaxStores}
+	self := subjects.MemberKey(s.cfg.Holder)
+	caps := []int{s.cfg.MaxStores}
 	for _, k := range keys {
 		if k == self {
 			continue
 		}
 		// A replica that left keeps a delete marker until it ages out: read each key.
-		e, err := s.Leases.Get(ctx, k)
+		e, err := s.leases.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
@@ -478,11 +504,11 @@ func bucketKeys(ctx context.Context, js jetstream.JetStream, bucket, filter stri
 }
 
 func (s *Scanner) putMember(ctx context.Context, since time.Time) error {
-	val, err := json.Marshal(MemberRecord{Holder: s.Config.Holder, MaxStores: s.Config.MaxStores, SinceUs: since.UnixMicro()})
+	val, err := json.Marshal(MemberRecord{Holder: s.cfg.Holder, MaxStores: s.cfg.MaxStores, SinceUs: since.UnixMicro()})
 	if err != nil {
 		return fmt.Errorf("encode member record: %w", err)
 	}
-	if _, err := s.Leases.Put(ctx, subjects.MemberKey(s.Config.Holder), val); err != nil {
+	if _, err := s.leases.Put(ctx, subjects.MemberKey(s.cfg.Holder), val); err != nil {
 		return fmt.Errorf("write member key: %w", err)
 	}
 	return nil
@@ -503,11 +529,11 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 	t := time.NewTicker(retry)
 	defer t.Stop()
 	for {
-		now := s.Now()
+		now := s.now()
 		if !now.Before(memberNext) {
 			mctx, cancel := context.WithTimeout(ctx, every)
 			if err := s.putMember(mctx, since); err != nil {
-				warn(ctx, s.Logger, "renew scanner member key", "err", err)
+				warn(ctx, s.log, "renew scanner member key", "err", err)
 				memberNext = now.Add(retry)
 			} else {
 				memberNext = now.Add(every)
@@ -550,22 +576,22 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 				switch {
 				case err == nil:
 					if st.failing {
-						s.Logger.Info("store lease renewed again", "store", h.store)
+						s.log.Info("store lease renewed again", "store", h.store)
 					}
 					st.next, st.failing = now.Add(every), false
 				case errors.Is(err, errNotHeld):
 					// Released, or dropped by its walk: nothing to renew.
 				case errors.Is(err, ErrLeaseLost):
 					if ctx.Err() == nil {
-						s.Metrics.opError(StageScanner, "lease")
-						s.Logger.Warn("store lease lost", "store", h.store, "err", err)
+						s.metrics.opError(StageScanner, "lease")
+						s.log.Warn("store lease lost", "store", h.store, "err", err)
 					}
 					st.next = now.Add(every)
 					h.poke()
 				default:
 					if !st.failing && ctx.Err() == nil {
-						s.Metrics.opError(StageScanner, "lease")
-						s.Logger.Warn("renew store lease; retrying until it would expire", "store", h.store,
+						s.metrics.opError(StageScanner, "lease")
+						s.log.Warn("renew store lease; retrying until it would expire", "store", h.store,
 							"valid_until", h.lease.ValidUntil().UTC().Format(time.RFC3339Nano), "err", err)
 					}
 					st.next, st.failing = now.Add(retry), true
@@ -588,11 +614,11 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 // period. A subscription that cannot start leaves the periodic coordination alone.
 func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-chan struct{}) {
 	out, finished := make(chan struct{}, 1), make(chan struct{})
-	prefix := subjects.KVSubjectPrefix(s.Leases.Bucket())
+	prefix := subjects.KVSubjectPrefix(s.leases.Bucket())
 	msgs := make(chan *nats.Msg, 64)
-	sub, err := s.JS.Conn().ChanSubscribe(prefix+">", msgs)
+	sub, err := s.js.Conn().ChanSubscribe(prefix+">", msgs)
 	if err != nil {
-		warn(ctx, s.Logger, "watch the lease bucket; released stores are taken at the next period", "err", err)
+		warn(ctx, s.log, "watch the lease bucket; released stores are taken at the next period", "err", err)
 		close(finished)
 		return out, finished
 	}
@@ -612,7 +638,7 @@ func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-ch
 				s.mu.Lock()
 				if deleted {
 					if _, ok := s.freed[st]; !ok {
-						s.freed[st] = s.Now()
+						s.freed[st] = s.now()
 					}
 				} else {
 					delete(s.freed, st)
@@ -654,10 +680,10 @@ func (s *Scanner) updateRoundGauges() {
 		}
 		instances += c.Instances
 	}
-	s.Metrics.RoundID.Set(float64(round))
-	s.Metrics.RoundStores.Set(float64(len(s.rounds)))
-	s.Metrics.RoundStore.Set(float64(done))
-	s.Metrics.RoundInstances.Set(float64(instances))
+	s.metrics.RoundID.Set(float64(round))
+	s.metrics.RoundStores.Set(float64(len(s.rounds)))
+	s.metrics.RoundStore.Set(float64(done))
+	s.metrics.RoundInstances.Set(float64(instances))
 }
 
 // LeaseState is the scanner's readiness: the stores whose leases it holds, or, holding none,
@@ -683,7 +709,7 @@ func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
 	}
 	holders := map[string]bool{}
 	for _, st := range stores {
-		e, err := s.Leases.Get(ctx, subjects.StoreLeaseKey(st))
+		e, err := s.leases.Get(ctx, subjects.StoreLeaseKey(st))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
@@ -696,7 +722,7 @@ func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
 		}
 	}
 	if len(holders) == 0 {
-		if _, err := s.Leases.Status(ctx); err != nil {
+		if _, err := s.leases.Status(ctx); err != nil {
 			return "", fmt.Errorf("read lease bucket: %w", err)
 		}
 		return fmt.Sprintf("waiting for the lease (%d stores, none leased)", len(stores)), nil

@@ -153,11 +153,11 @@ func (a *adaptive) probe(ctx context.Context, ping func(ctx context.Context) err
 // startAdaptive sets up the walk's pacer and probe when the configuration asks for one and
 // the store can be probed and read in bursts; otherwise the walk paces by scan_interval.
 func (d *walkDriver) startAdaptive(ctx context.Context) {
-	cfg := d.s.Config
+	cfg := d.s.cfg
 	if !cfg.adaptive() {
 		return
 	}
-	st, err := d.s.Stores.Store(d.h.store)
+	st, err := d.s.stores.Store(d.h.store)
 	if err != nil {
 		return // the walk reports it at its first page
 	}
@@ -167,9 +167,9 @@ func (d *walkDriver) startAdaptive(ctx context.Context) {
 		d.log.Info("store cannot be probed; its walk is paced by scan_interval")
 		return
 	}
-	store, m := d.h.store, d.s.Metrics
+	store, m := d.h.store, d.s.metrics
 	d.w.cfg.adaptive = true
-	d.pace = newAdaptive(cfg.LatencyBudget, cfg.ScanBatchSize, d.s.Now, func(pc Pace) { m.storePace(store, pc) })
+	d.pace = newAdaptive(cfg.LatencyBudget, cfg.ScanBatchSize, d.s.now, func(pc Pace) { m.storePace(store, pc) })
 	m.storePace(store, d.pace.cur)
 	go d.pace.probe(ctx, pinger.Ping, func(err error) {
 		d.log.Info("probe of the store's latency failed; the pace holds until it answers", "err", err)

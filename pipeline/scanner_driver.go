@@ -87,9 +87,9 @@ type recording struct {
 }
 
 func (s *Scanner) newDriver(h *walkHandle) *walkDriver {
-	cfg := walkConfig{scanInterval: s.Config.ScanInterval, roundPause: s.Config.RoundPause,
-		batchSize: s.Config.ScanBatchSize, maxKeysPerSecond: s.Config.MaxKeysPerSecond}
-	d := &walkDriver{s: s, h: h, w: newWalk(cfg, h.store), log: s.Logger.With("store", h.store)}
+	cfg := walkConfig{scanInterval: s.cfg.ScanInterval, roundPause: s.cfg.RoundPause,
+		batchSize: s.cfg.ScanBatchSize, maxKeysPerSecond: s.cfg.MaxKeysPerSecond}
+	d := &walkDriver{s: s, h: h, w: newWalk(cfg, h.store), log: s.log.With("store", h.store)}
 	d.loop = Loop[event, action]{Walk: d.w, Tick: d.tick, Perform: d.perform, Observe: d.observe, Wake: h.wake}
 	return d
 }
@@ -99,7 +99,7 @@ func (s *Scanner) newDriver(h *walkHandle) *walkDriver {
 func (d *walkDriver) run(ctx context.Context) {
 	d.bctx = context.WithoutCancel(ctx)
 	defer d.forget()
-	d.s.Metrics.initStore(d.h.store)
+	d.s.metrics.initStore(d.h.store)
 	pctx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
 	d.startAdaptive(pctx)
@@ -113,12 +113,12 @@ func (d *walkDriver) forget() {
 		<-d.rec.done
 		d.rec = nil
 	}
-	d.s.Metrics.dropStore(d.h.store)
+	d.s.metrics.dropStore(d.h.store)
 }
 
 func (d *walkDriver) tick(ctx context.Context) event {
 	stop := ctx.Err() != nil
-	wt := d.s.ctl.Tick(ctx, d.s.Now(), d.h.lease, !stop && d.w.phase == PhaseReady)
+	wt := d.s.ctl.Tick(ctx, d.s.now(), d.h.lease, !stop && d.w.phase == PhaseReady)
 	return evTick{now: wt.Now, leaseRev: wt.LeaseRev, pausedUntil: wt.PausedUntil, backlogFull: wt.BacklogFull,
 		controlErr: wt.ControlErr, stop: stop, release: d.h.release.Load(), gone: d.h.gone.Load()}
 }
@@ -135,19 +135,19 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 	case actWait:
 		d.loop.Wait(a.d)
 	case actReadCheckpoint:
-		c, rev, err := ReadStoreCheckpoint(ctx, s.State, d.h.store)
+		c, rev, err := ReadStoreCheckpoint(ctx, s.state, d.h.store)
 		if err == nil && c.LastRoundEndUs > 0 {
 			// Alerts on "no round for too long" must survive a restart or a failover.
-			s.Metrics.lastRoundEnd(c.LastRoundEndUs)
+			s.metrics.lastRoundEnd(c.LastRoundEndUs)
 		}
 		if err == nil {
 			// The store's last count moves with its lease: alerts on it must not wait a round.
-			s.Metrics.unregistered(d.h.store, c.Unregistered)
+			s.metrics.unregistered(d.h.store, c.Unregistered)
 			d.setLast(c)
 		}
 		return evCheckpoint{ckpt: c, rev: rev, err: err}
 	case actSnapshot:
-		now := s.Now()
+		now := s.now()
 		snap, retryAt, err := s.reg.get(ctx, now)
 		ev := evSnapshot{now: now, start: a.start, retryAt: retryAt, err: err}
 		if err == nil {
@@ -175,7 +175,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		e := a.ev
 		e.Store = d.h.store
 		if a.ckptRev != 0 {
-			e.Source = &subjects.Source{Stream: subjects.KVStream(s.Names.StateBucket()), Seq: a.ckptRev, MsgID: subjects.CheckpointKey(d.h.store)}
+			e.Source = &subjects.Source{Stream: subjects.KVStream(s.names.StateBucket()), Seq: a.ckptRev, MsgID: subjects.CheckpointKey(d.h.store)}
 		}
 		s.event(ctx, e)
 	case actLog:
@@ -184,14 +184,14 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		}
 		d.log.Log(ctx, a.level, a.msg, a.args...)
 	case actOpError:
-		s.Metrics.opError(StageScanner, a.op)
+		s.metrics.opError(StageScanner, a.op)
 	case actSkipTick:
-		s.Metrics.BackpressureSkips.Inc()
+		s.metrics.BackpressureSkips.Inc()
 	case actRoundEnded:
 		c := a.ckpt
-		s.Metrics.ScanRounds.Inc()
-		s.Metrics.RoundDuration.Set(float64(c.LastRoundDuration) / 1e3)
-		s.Metrics.lastRoundEnd(c.LastRoundEndUs)
+		s.metrics.ScanRounds.Inc()
+		s.metrics.RoundDuration.Set(float64(c.LastRoundDuration) / 1e3)
+		s.metrics.lastRoundEnd(c.LastRoundEndUs)
 	case actStepDown:
 		d.h.lease.Drop()
 	case actRelease:
@@ -219,10 +219,10 @@ func (d *walkDriver) dbSize(ctx context.Context) int64 {
 	var n int64
 	var err error
 	switch {
-	case s.Sizes != nil:
-		n, err = s.Sizes(ctx, d.h.store)
+	case s.sizes != nil:
+		n, err = s.sizes(ctx, d.h.store)
 	default:
-		st, oerr := s.Stores.Store(d.h.store)
+		st, oerr := s.stores.Store(d.h.store)
 		sz, ok := st.(StoreSizer)
 		if oerr != nil || !ok {
 			return 0
@@ -246,8 +246,8 @@ type StoreSizer interface {
 
 func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 	s := d.s
-	now := s.Now()
-	store, err := s.Stores.Store(d.h.store)
+	now := s.now()
+	store, err := s.stores.Store(d.h.store)
 	if err != nil {
 		return evPage{now: now, err: err, unavailable: true}
 	}
@@ -256,7 +256,7 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 	var pace *PaceRecord
 	if bs, ok := store.(meta.BurstScanner); ok && d.pace != nil {
 		page, err = bs.ScanStoreBursts(ctx, a.cursor, a.count, owns, meta.Bursts{Size: d.pace.burst(), Gate: d.pace.gate})
-		now, pace = s.Now(), d.pace.record() // the page is read once its last burst is
+		now, pace = s.now(), d.pace.record() // the page is read once its last burst is
 	} else {
 		page, err = store.ScanStore(ctx, a.cursor, a.count, owns)
 	}
@@ -270,15 +270,15 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 		sent := d.collectUnregistered(ctx, store, a.cursor, reads)
 		d.unreg.add(a.cursor, page.Next, counts, sent, s.reg.listed(d.h.store))
 	}
-	s.Metrics.ScanPages.Inc()
-	s.Metrics.ScannedKeys.Add(float64(len(page.Entries)))
-	s.Metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
-	s.Metrics.ScanUnownedKeys.Add(float64(page.Unowned))
-	s.Metrics.StoreScannedKeys.WithLabelValues(d.h.store).Add(float64(len(page.Entries)))
+	s.metrics.ScanPages.Inc()
+	s.metrics.ScannedKeys.Add(float64(len(page.Entries)))
+	s.metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
+	s.metrics.ScanUnownedKeys.Add(float64(page.Unowned))
+	s.metrics.StoreScannedKeys.WithLabelValues(d.h.store).Add(float64(len(page.Entries)))
 	if page.WrongDB > 0 {
 		// Legacy keys outside DB 0 are nobody's live blocks (a KVCM of that layout ignores
 		// db=): never published, counted and recorded once per page.
-		s.Metrics.ScanWrongDBKeys.Add(float64(page.WrongDB))
+		s.metrics.ScanWrongDBKeys.Add(float64(page.WrongDB))
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Store: d.h.store, Reason: "legacy_outside_db0",
 			Detail: fmt.Sprintf("store %s: %d legacy-layout keys in a database other than 0, where no KVCM of that layout keeps its blocks; not collected", d.h.store, page.WrongDB)})
 	}
@@ -302,7 +302,7 @@ func (d *walkDriver) publish(ctx context.Context, a actPublish) event {
 	}
 	if !a.async {
 		d.record(ctx, rec)
-		s.Metrics.PublishedBatches.Add(float64(len(rec.acks)))
+		s.metrics.PublishedBatches.Add(float64(len(rec.acks)))
 		return rec.ev
 	}
 	// Not cancelled with the scanner: a page whose batches are stored is recorded on the way
@@ -324,7 +324,7 @@ func (d *walkDriver) await() event {
 	<-rec.done // record ends within AckTimeout plus one checkpoint write
 	d.rec = nil
 	if rec.ev.err == nil {
-		d.s.Metrics.PublishedBatches.Add(float64(len(rec.acks)))
+		d.s.metrics.PublishedBatches.Add(float64(len(rec.acks)))
 	}
 	return rec.ev
 }
@@ -363,15 +363,15 @@ func (d *walkDriver) record(ctx context.Context, rec *recording) {
 // checkpoint passes (unregistered.go).
 func (d *walkDriver) write(ctx context.Context, c Checkpoint, rev uint64, now time.Time, why string) (Checkpoint, uint64, error) {
 	c.Store = d.h.store
-	c.Holder = d.s.Config.Holder
+	c.Holder = d.s.cfg.Holder
 	c.SavedUs = now.UnixMicro()
 	c, ended := d.unreg.apply(c, why, now)
-	rev, err := WriteCheckpoint(ctx, d.s.State, subjects.CheckpointKey(d.h.store), c, rev)
+	rev, err := WriteCheckpoint(ctx, d.s.state, subjects.CheckpointKey(d.h.store), c, rev)
 	if err == nil {
 		d.setLast(c)
 	}
 	if err == nil && ended {
-		d.s.Metrics.unregistered(d.h.store, c.Unregistered)
+		d.s.metrics.unregistered(d.h.store, c.Unregistered)
 		if len(c.Unregistered) > 0 {
 			top := c.Unregistered[0]
 			d.log.Warn("keys of instances the registry does not list", "instances", len(c.Unregistered)+c.UnregisteredTruncated,
@@ -383,7 +383,7 @@ func (d *walkDriver) write(ctx context.Context, c Checkpoint, rev uint64, now ti
 
 // observe updates the store's gauges from the walk's state.
 func (d *walkDriver) observe() {
-	w, m, store := d.w, d.s.Metrics, d.h.store
+	w, m, store := d.w, d.s.metrics, d.h.store
 	d.h.between.Store(w.phase == PhaseReady && !w.ckpt.InRound && w.pending == nil)
 	if w.phase == PhaseDone {
 		return
@@ -391,7 +391,7 @@ func (d *walkDriver) observe() {
 	d.s.noteRound(store, w.ckpt)
 	m.StoreRound.WithLabelValues(store).Set(float64(w.ckpt.Round))
 	m.StoreKeysPerSecond.WithLabelValues(store).Set(w.ckpt.Rate)
-	eta, progress, _ := EstimateEnd(w.ckpt, d.s.Now())
+	eta, progress, _ := EstimateEnd(w.ckpt, d.s.now())
 	m.StoreProgress.WithLabelValues(store).Set(progress)
 	if eta.IsZero() {
 		m.StoreETA.WithLabelValues(store).Set(0)
@@ -424,7 +424,7 @@ func (s *Scanner) batches(ctx context.Context, store string, a actPublish) []sub
 		if b == nil {
 			in := a.instances[id]
 			b = &subjects.Batch{
-				V: subjects.BatchSchemaVersion, Cluster: s.Names.Cluster, Instance: id, Group: in.Group, Store: store,
+				V: subjects.BatchSchemaVersion, Cluster: s.names.Cluster, Instance: id, Group: in.Group, Store: store,
 				Round: a.round, LeaseRev: a.leaseRev, Cursor: a.cursor, Next: page.Next,
 				ScannedAt: a.now.UnixMicro(), BadKeys: len(bad[id]),
 			}
@@ -454,7 +454,7 @@ func (s *Scanner) batches(ctx context.Context, store string, a actPublish) []sub
 }
 
 func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, error) {
-	maxPayload := int64(s.MaxPayload)
+	maxPayload := int64(s.maxPayload)
 	if maxPayload <= 0 {
 		maxPayload = 1 << 20 // the server's default
 	}
@@ -464,7 +464,7 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, err
 		return nil, fmt.Errorf("encode batch: %w", err)
 	}
 	for _, o := range oversized {
-		s.Metrics.OversizedBlocks.Inc()
+		s.metrics.OversizedBlocks.Inc()
 		key := o.Key
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: b.Instance, Round: b.Round, Key: &key,
 			Reason: "oversized", Detail: fmt.Sprintf("__uri__ of %d bytes exceeds the max payload", len(o.URI))})
@@ -474,7 +474,7 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, err
 		if len(p.Batch.Blocks) == 0 {
 			continue
 		}
-		ack, err := s.Publisher.PublishAsync(s.Names.BatchSubject(b.Instance), p.Data, subjects.BatchMsgID(p.Batch))
+		ack, err := s.publisher.PublishAsync(s.names.BatchSubject(b.Instance), p.Data, subjects.BatchMsgID(p.Batch))
 		if err != nil {
 			return nil, fmt.Errorf("publish batch of %s: %w", b.Instance, err)
 		}
@@ -484,9 +484,9 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, err
 }
 
 func (s *Scanner) event(ctx context.Context, e subjects.Event) {
-	if s.Events == nil {
+	if s.events == nil {
 		return
 	}
 	e.Stage = StageScanner
-	s.Events.Emit(ctx, e)
+	s.events.Emit(ctx, e)
 }

@@ -157,11 +157,11 @@ func unregTargets(reads []meta.BlockRead) (targets []subjects.Target, keys int) 
 // refusal is counted by reason; a failure leaves the keys for a later round.
 func (d *walkDriver) collectUnregistered(ctx context.Context, store meta.Store, cursor uint64, reads map[string][]meta.BlockRead) int64 {
 	s := d.s
-	if !s.Config.CollectUnregistered || len(reads) == 0 {
+	if !s.cfg.CollectUnregistered || len(reads) == 0 {
 		return 0
 	}
 	ck := d.lastCkpt()
-	now := s.Now()
+	now := s.now()
 	v := s.reg.view(ctx, now)
 	var sent int64
 	ids := slices.Sorted(func(yield func(string) bool) {
@@ -172,13 +172,13 @@ func (d *walkDriver) collectUnregistered(ctx context.Context, store meta.Store, 
 		}
 	})
 	for _, id := range ids {
-		why := unregDecision(id, d.h.store, ck, v, s.Config, now)
+		why := unregDecision(id, d.h.store, ck, v, s.cfg, now)
 		if why != "" {
-			s.Metrics.UnregisteredRefusals.WithLabelValues(why).Inc()
+			s.metrics.UnregisteredRefusals.WithLabelValues(why).Inc()
 			continue
 		}
 		targets, keys := unregTargets(reads[id])
-		if room := int64(s.Config.UnregisteredMaxKeys) - ck.UnregisteredCollected; int64(keys) > room {
+		if room := int64(s.cfg.UnregisteredMaxKeys) - ck.UnregisteredCollected; int64(keys) > room {
 			targets, keys = capTargets(targets, int(room))
 		}
 		if len(targets) == 0 {
@@ -187,18 +187,18 @@ func (d *walkDriver) collectUnregistered(ctx context.Context, store meta.Store, 
 		if _, held := d.h.lease.Held(); !held {
 			return sent // fencing: nothing is sent once the lease is lost
 		}
-		req := subjects.DeleteRequest{V: subjects.SchemaVersion, Cluster: s.Names.Cluster, Instance: id,
+		req := subjects.DeleteRequest{V: subjects.SchemaVersion, Cluster: s.names.Cluster, Instance: id,
 			Group: ck.Seen[id].Group, Store: d.h.store, Round: ck.Round, JudgedAt: now.UnixMicro(), Targets: targets,
 			Source: subjects.Source{MsgID: "u:" + d.h.store + ":" + strconv.FormatUint(ck.Round, 10) + ":" +
 				strconv.FormatUint(cursor, 10) + ":" + id}}
 		if err := d.sendDelete(ctx, req); err != nil {
-			s.Metrics.opError(StageScanner, "publish")
+			s.metrics.opError(StageScanner, "publish")
 			warn(ctx, d.log, "send the keys of an unregistered instance to the deleter", "instance", id, "err", err)
 			continue
 		}
 		sent += int64(keys)
 		ck.UnregisteredCollected += int64(keys)
-		s.Metrics.UnregisteredCollected.WithLabelValues(d.h.store).Add(float64(keys))
+		s.metrics.UnregisteredCollected.WithLabelValues(d.h.store).Add(float64(keys))
 		d.log.Info("keys of an unregistered instance sent to the deleter", "instance", id, "keys", keys, "locations", len(targets),
 			"last_registered", time.UnixMicro(ck.Seen[id].LastRegisteredUs).UTC())
 	}
@@ -225,7 +225,7 @@ func (d *walkDriver) sendDelete(ctx context.Context, req subjects.DeleteRequest)
 	if err != nil {
 		return fmt.Errorf("encode delete request: %w", err)
 	}
-	ack, err := d.s.Publisher.PublishAsync(d.s.Names.DeleteSubject(req.Instance), data, subjects.DeleteMsgID(req))
+	ack, err := d.s.publisher.PublishAsync(d.s.names.DeleteSubject(req.Instance), data, subjects.DeleteMsgID(req))
 	if err != nil {
 		return err
 	}
