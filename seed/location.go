@@ -44,7 +44,14 @@ type blockForm struct {
 	// tier: a tier-migration Mark (#209) sits beside the locations.
 	tier    bool
 	special special
+	// eventID: its EventReport location has an id as KVCM names EventReport metadata,
+	// holding '#' and ':' (EventReportID).
+	eventID bool
 }
+
+// EventReportID is the id of the forced EventReport location: kvs#<type>#<medium>#<host:port>,
+// as KVCM names EventReport metadata. Its L# field is L#kvs#event_report_l1p5#hbm#….
+const EventReportID = "kvs#event_report_l1p5#hbm#10.0.0.8:9000"
 
 // forcedForms are the first blocks of every instance: each form the verification must see
 // at least once, whatever the size and the draws.
@@ -72,7 +79,7 @@ func (g *gen) forcedForms() []blockForm {
 			blockForm{kinds: []string{KindLiveServing}, special: corrupt},
 			blockForm{kinds: []string{KindLiveServing}, special: upgradedOrphan},
 			blockForm{kinds: []string{KindOrphanWriting}, special: upgradedEmptied},
-			blockForm{kinds: []string{KindDummy, KindVineyard, KindEventReport}},
+			blockForm{kinds: []string{KindDummy, KindVineyard, KindEventReport}, eventID: true},
 			blockForm{kinds: []string{KindYoungWriting, KindLiveServing}, tier: true},
 			blockForm{kinds: []string{KindFutureWriting, KindDeleting}},
 		)
@@ -192,6 +199,9 @@ func (g *gen) locationBlock(inst string, key int64, form blockForm, prev string,
 	locs := make([]Loc, 0, len(form.kinds)+1)
 	for _, kind := range form.kinds {
 		id := g.locID()
+		if form.eventID && kind == KindEventReport {
+			id = EventReportID // the draw above still made: the rest of the keyspace is as before
+		}
 		l, files := g.locationOf(inst, key, id, kind, g.rng)
 		loc := Loc{Instance: inst, Key: key, Location: id, Kind: kind, Garbage: isGarbage(kind), Layout: class,
 			Field: kvcm.LocationField(id), Files: files}
