@@ -132,6 +132,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	prog.Done(fmt.Sprintf("seeded   %d instances × %d blocks in the %s layout, %d locations (%d garbage) in %s",
 		o.Instances, o.Blocks, m.Layout, len(m.Locations), len(m.Garbage()), time.Since(seedStart).Round(time.Millisecond)))
+	if err := seedRemoved(ctx, rdb, o.Layout); err != nil {
+		return interrupted(ctx, err)
+	}
 	before, err := seed.Take(ctx, rdb, "*")
 	if err != nil {
 		return interrupted(ctx, err)
@@ -158,6 +161,24 @@ func Run(ctx context.Context, o Options) error {
 	collectTime := time.Since(collectStart)
 	if err != nil {
 		return interrupted(ctx, err)
+	}
+	intact, total, err := removedIntact(context.WithoutCancel(ctx), rdb, before)
+	if err != nil {
+		return err
+	}
+	if intact != total || total != removedBlocks {
+		return fmt.Errorf("%w: the removed instance's keys: %d of %d byte-identical (%d seeded)", ErrMismatch, intact, total, removedBlocks)
+	}
+	fmt.Fprintf(o.Err, "removed instance %s: %d/%d keys byte-identical\n", RemovedInstance, intact, total)
+	if o.Layout == kvcm.LayoutLocation {
+		intact, total, err := eventReportIntact(context.WithoutCancel(ctx), rdb, before)
+		if err != nil {
+			return err
+		}
+		if intact != total || total == 0 {
+			return fmt.Errorf("%w: EventReport location %s: %d of %d byte-identical", ErrMismatch, seed.EventReportID, intact, total)
+		}
+		fmt.Fprintf(o.Err, "EventReport location L#%s: %d/%d byte-identical\n", seed.EventReportID, intact, total)
 	}
 	if o.DryRun {
 		return dryRunReport(context.WithoutCancel(ctx), o.Out, rdb, m, before, *dry, collectTime)

@@ -36,6 +36,9 @@ type Report struct {
 	// left in place by "storage type/reason".
 	StuckNominated float64
 	StuckDataLeft  map[string]float64
+	// Unregistered are the keys of instances the registry does not list (the removed
+	// instance), as the round counted them.
+	Unregistered []unregisteredRow
 
 	SeedTime, CollectTime, Total time.Duration
 	MetricsURL                   string
@@ -54,6 +57,7 @@ func newReport(o Options, m *seed.Manifest, res result, vr seed.Report) Report {
 	return Report{
 		Instances: o.Instances, Blocks: o.Blocks, Layout: m.Layout, Locations: locations, Garbage: len(m.Garbage()),
 		BadKeys: len(m.BadKeys), Corrupt: len(m.Corrupt), ByLayout: m.LayoutLines(),
+		Unregistered:   unregisteredRows(g),
 		Round:          res.Round.Round,
 		KeysScanned:    g.sum("kvcm_gc_scanned_keys_total"),
 		BadScanned:     g.sum("kvcm_gc_scan_bad_keys_total"),
@@ -97,6 +101,7 @@ func (r Report) Write(w io.Writer) {
 	line("  files not unlinked  %.0f %s", sum(r.PhysSkips), breakdown(r.PhysSkips))
 	line("  stuck DELETING      %.0f nominated; data left in place for %.0f spec URIs %s", r.StuckNominated,
 		sum(r.StuckDataLeft), breakdown(r.StuckDataLeft))
+	line("  unregistered        %s", r.removedLine())
 	line("  elapsed             %s (seed %s, collection %s)",
 		r.Total.Round(time.Millisecond), r.SeedTime.Round(time.Millisecond), r.CollectTime.Round(time.Millisecond))
 	line("")
