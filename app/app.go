@@ -295,7 +295,8 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			return err
 		}
 		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageDeleter, Workers: o.DeleterWorkers,
-			MaxDeliver: o.JetStream.MaxDeliver, AckWait: o.Deleter.AckWait}, pipeline.ConsumerDeps{Consumer: deleterCons, Handle: d.Handle, Events: events, Metrics: m, Logger: log})
+			MaxDeliver: o.JetStream.MaxDeliver, AckWait: o.Deleter.AckWait, KeepFor: o.Deleter.KeepFor()},
+			pipeline.ConsumerDeps{Consumer: deleterCons, Handle: d.Handle, Events: events, Metrics: m, Logger: log})
 		if err != nil {
 			return err
 		}

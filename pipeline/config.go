@@ -112,6 +112,14 @@ func DefaultProberConfig() ProberConfig {
 		RegistryRefresh: 30 * time.Second, DeletingGrace: 24 * time.Hour, GatherLinger: 50 * time.Millisecond}
 }
 
+// KeepFor is how long the deleter's consumer keeps a request in flight while its handler
+// runs: delete_delay, which the protocol waits on purpose, plus one AckWait of work. A
+// handler that runs longer is taken for hung: the server redelivers the request one AckWait
+// later, and at the last delivery dead-letters it (DESIGN §3.5).
+func (c DeleterConfig) KeepFor() time.Duration {
+	return c.DeleteDelay + c.AckWait
+}
+
 func DefaultDeleterConfig() DeleterConfig {
 	return DeleterConfig{CASRetries: 3, AckWait: 60 * time.Second, UnlinkWorkers: 16}
 }

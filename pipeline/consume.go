@@ -39,6 +39,7 @@ type Consumer struct {
 	drain      time.Duration
 	fetchWait  time.Duration
 	keepEvery  time.Duration
+	keepFor    time.Duration
 	handle     Handler
 	events     *EventLog
 	metrics    *Metrics
@@ -60,6 +61,11 @@ type ConsumerConfig struct {
 	// is kept in flight with InProgress every third of it, so a slow handler (delete_delay, a
 	// slow file system) is not redelivered to another replica meanwhile. 0: never.
 	AckWait time.Duration
+	// KeepFor, when positive, bounds how long a handler's message is kept in flight: a
+	// handler still running after it is taken for hung, and the server redelivers the
+	// message one AckWait later (at the last delivery: the max-deliveries advisory, a dead
+	// letter). 0: for as long as the handler runs.
+	KeepFor time.Duration
 }
 
 // ConsumerDeps are what a consumer is wired to. Consumer and Handle are required; nil Events
@@ -86,7 +92,7 @@ func NewConsumer(cfg ConsumerConfig, deps ConsumerDeps) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer of %s: %w", cfg.Stage, err)
 	}
 	c := &Consumer{stage: cfg.Stage, consumer: deps.Consumer, workers: max(cfg.Workers, 1), maxDeliver: cfg.MaxDeliver,
-		drain: cfg.Drain, fetchWait: cfg.FetchWait, keepEvery: cfg.AckWait / 3, handle: deps.Handle, events: deps.Events,
+		drain: cfg.Drain, fetchWait: cfg.FetchWait, keepEvery: cfg.AckWait / 3, keepFor: cfg.KeepFor, handle: deps.Handle, events: deps.Events,
 		metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger)}
 	if c.drain <= 0 {
 		c.drain = 10 * time.Second
@@ -209,8 +215,9 @@ func (c *Consumer) process(runCtx, ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// keepInFlight sends InProgress for msg every keepEvery until stop is called; stop returns
-// once the keeper has ended. Without a keepEvery it does nothing.
+// keepInFlight sends InProgress for msg every keepEvery until stop is called or, with a
+// keepFor, until keepFor has passed; stop returns once the keeper has ended. Without a
+// keepEvery it does nothing.
 func (c *Consumer) keepInFlight(msg jetstream.Msg) (stop func()) {
 	if c.keepEvery <= 0 {
 		return func() {}
@@ -220,9 +227,18 @@ func (c *Consumer) keepInFlight(msg jetstream.Msg) (stop func()) {
 		defer close(kept)
 		t := time.NewTicker(c.keepEvery)
 		defer t.Stop()
+		var giveUp <-chan time.Time
+		if c.keepFor > 0 {
+			g := time.NewTimer(c.keepFor)
+			defer g.Stop()
+			giveUp = g.C
+		}
 		for {
 			select {
 			case <-done:
+				return
+			case <-giveUp:
+				c.log.Warn("handler still running; no longer kept in flight", "stage", c.stage, "after", c.keepFor)
 				return
 			case <-t.C:
 				_ = msg.InProgress()

@@ -183,3 +183,27 @@ func TestConsumerKeepsSlowHandlersInFlight(t *testing.T) {
 		require.Zero(t, m.sent())
 	})
 }
+
+// TestConsumerGivesUpOnHungHandlers: past KeepFor a handler is taken for hung and its message
+// is no longer kept in flight, so the server redelivers it and, at the last delivery,
+// dead-letters it.
+func TestConsumerGivesUpOnHungHandlers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var m *keepMsg
+		hung := func(context.Context, jetstream.Msg) error {
+			time.Sleep(time.Hour)
+			require.Equal(t, 2, m.sent(), "kept in flight at 1s and 2s only")
+			return nil
+		}
+		c, err := NewConsumer(ConsumerConfig{Stage: StageDeleter, AckWait: 3 * time.Second, KeepFor: 2500 * time.Millisecond},
+			ConsumerDeps{Consumer: noConsumer{}, Handle: hung})
+		require.NoError(t, err)
+		m = &keepMsg{}
+		c.process(ctx, ctx, m)
+		require.Equal(t, 2, m.sent())
+	})
+	cfg := DefaultDeleterConfig()
+	cfg.DeleteDelay = 5 * time.Minute
+	require.Equal(t, 6*time.Minute, cfg.KeepFor(), "delete_delay plus one AckWait of work")
+}
