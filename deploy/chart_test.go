@@ -91,7 +91,10 @@ func mergeValues(base, over map[string]any) map[string]any {
 	return out
 }
 
-func (r rendered) find(t *testing.T, kind, name string) object { t.Helper(); return find(t, r.objects, kind, name) }
+func (r rendered) find(t *testing.T, kind, name string) object {
+	t.Helper()
+	return find(t, r.objects, kind, name)
+}
 
 func (r rendered) all(kind string) []object {
 	var out []object

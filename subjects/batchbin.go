@@ -61,7 +61,7 @@ const maxBatchBody = 256 << 20
 
 // Layout codes of the binary encoding.
 const (
-	layoutNone  byte = iota // "" (legacy, as schema 1 leaves it out)
+	layoutNone byte = iota // "" (legacy, as schema 1 leaves it out)
 	layoutCodeLegacy
 	layoutCodeLocation
 	layoutCodeAmbiguous

@@ -118,7 +118,9 @@ func kvGet(bucket, key string) string {
 }
 
 // kvWrite lets a user create, update and delete the keys matching filter.
-func kvWrite(bucket, filter string) []string { return []string{subjects.KVSubjectPrefix(bucket) + filter} }
+func kvWrite(bucket, filter string) []string {
+	return []string{subjects.KVSubjectPrefix(bucket) + filter}
+}
 
 // pull lets a user read a durable consumer's info, pull its messages and acknowledge them,
 // and read a message of the stream by sequence: the one the server gave up on, which a
