@@ -139,6 +139,8 @@ func WriteSoakTable(w io.Writer, res SoakResult, cfg SoakConfig) error {
 			result, slope = "n/a (too few samples of one process)", "-"
 		case st.Fail:
 			result = "GROWS"
+		case st.Unjudged:
+			result = "reported, not judged"
 		case st.Slack:
 			result = fmt.Sprintf("flat (within %.0f KiB a round)", cfg.HeapSlack/1024)
 		}

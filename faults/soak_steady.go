@@ -230,8 +230,9 @@ type Steadiness struct {
 	// Samples and Pairs used, Procs the processes they came from.
 	Samples, Pairs, Procs int
 	// Fail: Rel above the limit. Unknown: too few samples of one process (restarted). Slack:
-	// Rel above the limit but the slope within HeapSlack.
-	Fail, Unknown, Slack bool
+	// Rel above the limit but the slope within HeapSlack. Unjudged: a figure of
+	// SoakConfig.Unjudged, never failed.
+	Fail, Unknown, Slack, Unjudged bool
 }
 
 // minPairs is the fewest same-process pairs a slope is computed from.
@@ -264,6 +265,9 @@ func (s *soak) steadiness() []Steadiness {
 			res := slopeOf(st, m.name, use, s.cfg.MaxSlope)
 			if heapFigures[m.name] && res.Fail && res.Slope <= s.cfg.HeapSlack {
 				res.Fail, res.Slack = false, true
+			}
+			if slices.Contains(s.cfg.Unjudged, m.name) {
+				res.Fail, res.Unjudged = false, true
 			}
 			out = append(out, res)
 		}
