@@ -662,7 +662,11 @@ func checkPrivileges(t *testing.T, r rendered) {
 		natsUsers[stage] = str(r.v, "stages", stage, "natsUser")
 	}
 	require.Equal(t, privileges.ACLFile(privileges.Redis(c.Guard.Prefix), redisUsers), str(cm.doc, "data", "users.acl"))
-	require.Equal(t, privileges.AccountConfig(privileges.NATS(names), natsUsers), str(cm.doc, "data", "nats-account.conf"))
+	// A user's opt-ins are granted as the stages' configuration turns them on.
+	granted := privileges.Granted(privileges.NATS(names), func(key string) bool {
+		return key == privileges.OptInCollectUnregistered && c.CollectUnregistered
+	})
+	require.Equal(t, privileges.AccountConfig(granted, natsUsers), str(cm.doc, "data", "nats-account.conf"))
 	var perms struct {
 		Users []struct {
 			Stage, User string
@@ -671,7 +675,7 @@ func checkPrivileges(t *testing.T, r rendered) {
 		}
 	}
 	require.NoError(t, yaml.Unmarshal([]byte(str(cm.doc, "data", "nats-permissions.yaml")), &perms))
-	nu := privileges.NATS(names)
+	nu := granted
 	require.Len(t, perms.Users, len(nu))
 	for i, u := range nu {
 		require.Equal(t, u.Stage, perms.Users[i].Stage)

@@ -361,6 +361,7 @@ func TestLeastPrivilege(t *testing.T) {
 			user    string
 			subject string
 		}{
+			{userScanner, l.names.DeleteSubject("inst1")},
 			{userScanner, l.names.EventSubject(subjects.EventDelete, "inst1")},
 			{userScanner, "$JS.API.STREAM.DELETE." + batches},
 			{userScanner, "$JS.API.CONSUMER.MSG.NEXT." + batches + ".prober"},

@@ -100,6 +100,34 @@ type NATSUser struct {
 	Stage              string
 	Role               string
 	Publish, Subscribe []string
+	// OptIns are rights the user holds only while a configuration key is on (Granted).
+	OptIns []OptIn
+}
+
+// OptIn is a right to publish that a user needs only while the configuration key Key is true.
+type OptIn struct {
+	Key     string
+	Publish []string
+}
+
+// OptInCollectUnregistered is the configuration key that lets the scanner publish delete
+// requests (of the keys of instances the registry no longer lists).
+const OptInCollectUnregistered = "collect_unregistered_instances"
+
+// Granted returns the users with the rights of every opt-in whose key on reports true added
+// to their publish rights, after them.
+func Granted(ns []NATSUser, on func(key string) bool) []NATSUser {
+	out := make([]NATSUser, len(ns))
+	for i, u := range ns {
+		u.Publish = slices.Clone(u.Publish)
+		for _, o := range u.OptIns {
+			if on(o.Key) {
+				u.Publish = append(u.Publish, o.Publish...)
+			}
+		}
+		out[i] = u
+	}
+	return out
 }
 
 // api subjects of the JetStream API and of KV buckets.
@@ -156,8 +184,9 @@ func NATS(n subjects.Names) []NATSUser {
 			Role:    "creates and checks the streams, consumers and buckets (kvcm-gc ensure), and runs the operator's commands (status, replay, report, dlq, pause, resume)",
 			Publish: []string{">"}, Subscribe: []string{">"}},
 		{Stage: pipeline.StageScanner,
-			Role: "publishes scan batches and its events, holds the store leases and its presence in the LEASE bucket (and watches it for released leases), keeps the checkpoints, the stores index and reads the pause in the STATE bucket, reads the prober's and the deleter's backlog, and (collect_unregistered_instances) publishes delete requests of the keys of instances the registry no longer lists",
-			Publish: cat([]string{n.BatchFilter(), n.DeleteFilter(), ev(subjects.EventRound), ev(subjects.EventSkip)},
+			Role:   "publishes scan batches and its events, holds the store leases and its presence in the LEASE bucket (and watches it for released leases), keeps the checkpoints, the stores index and reads the pause in the STATE bucket, reads the prober's and the deleter's backlog, and, only with collect_unregistered_instances, publishes delete requests of the keys of instances the registry no longer lists",
+			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: []string{n.DeleteFilter()}}},
+			Publish: cat([]string{n.BatchFilter(), ev(subjects.EventRound), ev(subjects.EventSkip)},
 				kvWrite(state, ">"), kvWrite(lease, ">"), kvRead(state, ">"), kvRead(lease, ">"),
 				[]string{consumerInfo(batches, n.ProberConsumer()), consumerInfo(deletes, n.DeleterConsumer())}),
 			Subscribe: []string{inbox, subjects.KVSubjectPrefix(lease) + ">"}},
@@ -264,12 +293,17 @@ func Template() ([]byte, error) {
 		Role  string `json:"role"`
 		Rules string `json:"rules"`
 	}
+	type optIn struct {
+		Key     string   `json:"key"`
+		Publish []string `json:"publish"`
+	}
 	type natsUser struct {
 		Stage     string   `json:"stage"`
 		User      string   `json:"user"`
 		Role      string   `json:"role"`
 		Publish   []string `json:"publish"`
 		Subscribe []string `json:"subscribe"`
+		OptIns    []optIn  `json:"opt_ins,omitempty"`
 	}
 	var out struct {
 		Comment      string            `json:"comment"`
@@ -295,8 +329,12 @@ func Template() ([]byte, error) {
 		return o
 	}
 	for _, u := range NATS(n) {
-		out.NATS = append(out.NATS, natsUser{Stage: u.Stage, User: DefaultUser(u.Stage), Role: u.Role,
-			Publish: fill(u.Publish), Subscribe: fill(u.Subscribe)})
+		nu := natsUser{Stage: u.Stage, User: DefaultUser(u.Stage), Role: u.Role,
+			Publish: fill(u.Publish), Subscribe: fill(u.Subscribe)}
+		for _, o := range u.OptIns {
+			nu.OptIns = append(nu.OptIns, optIn{Key: o.Key, Publish: fill(o.Publish)})
+		}
+		out.NATS = append(out.NATS, nu)
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

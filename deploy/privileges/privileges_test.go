@@ -2,6 +2,7 @@ package privileges_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/deploy/privileges"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -98,4 +100,37 @@ func TestEveryStageHasItsOwnUsers(t *testing.T) {
 		}
 	}
 	require.Equal(t, append([]string{privileges.StageAdmin}, privileges.Stages...), stages)
+}
+
+// TestGrantedOptIns: the scanner may publish delete requests only with
+// collect_unregistered_instances.
+func TestGrantedOptIns(t *testing.T) {
+	n, err := subjects.NewNames("kvcmgc", "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanner := func(us []privileges.NATSUser) privileges.NATSUser {
+		for _, u := range us {
+			if u.Stage == pipeline.StageScanner {
+				return u
+			}
+		}
+		t.Fatal("no scanner")
+		return privileges.NATSUser{}
+	}
+	base := privileges.NATS(n)
+	if slices.Contains(scanner(base).Publish, n.DeleteFilter()) {
+		t.Fatal("the scanner may publish delete requests without the opt-in")
+	}
+	off := privileges.Granted(base, func(string) bool { return false })
+	if !slices.Equal(scanner(off).Publish, scanner(base).Publish) {
+		t.Fatal("an opt-in off changed the scanner's rights")
+	}
+	on := privileges.Granted(base, func(k string) bool { return k == privileges.OptInCollectUnregistered })
+	if !slices.Contains(scanner(on).Publish, n.DeleteFilter()) {
+		t.Fatal("collect_unregistered_instances did not let the scanner publish delete requests")
+	}
+	if slices.Contains(scanner(base).Publish, n.DeleteFilter()) {
+		t.Fatal("Granted changed its input")
+	}
 }
