@@ -120,7 +120,7 @@ func TestGenerateLocationLayout(t *testing.T) {
 	}
 	for _, kind := range []string{KindOrphanWriting, KindMissingServing, KindSharedOrphan, KindLiveServing, KindYoungWriting,
 		KindFutureWriting, KindSharedServing, KindUnknownType, KindMooncake, KindDeleting, KindZeroCreateTime, KindDummy,
-		KindVineyard, KindEventReport, KindAmbiguous, KindCachedStore} {
+		KindVineyard, KindEventReport, KindCopyTarget, KindCopySource, KindAmbiguous, KindCachedStore} {
 		require.Positive(t, m.Counts[kind], kind)
 	}
 	for layout, c := range m.Layouts {
@@ -195,6 +195,17 @@ func checkLocation(t *testing.T, k string, l Loc, loc kvcm.Location, grace time.
 		if l.Kind == KindUnknownType {
 			require.Equal(t, "unknown", loc.Type.String(), what)
 		}
+	case KindCopyTarget:
+		// An orphan WRITING by the rules, but for its guard.
+		require.True(t, looksOrphan, what)
+		require.NotNil(t, loc.Guard, what)
+		require.True(t, loc.Guard.Valid, what)
+		require.NotEmpty(t, loc.Guard.SourceID, what)
+	case KindCopySource:
+		// Storage-missing by the rules, but for the guard that names it.
+		require.Equal(t, kvcm.StatusServing, loc.Status, what)
+		require.True(t, filesMissing, what)
+		require.Nil(t, loc.Guard, what)
 	case KindCachedStore:
 		// Garbage by the rules, if the group were collected.
 		require.True(t, looksOrphan || loc.Status == kvcm.StatusServing && filesMissing, what)

@@ -82,6 +82,9 @@ func (g *gen) forcedForms() []blockForm {
 			blockForm{kinds: []string{KindDummy, KindVineyard, KindEventReport}, eventID: true},
 			blockForm{kinds: []string{KindYoungWriting, KindLiveServing}, tier: true},
 			blockForm{kinds: []string{KindFutureWriting, KindDeleting}},
+			// A migration's copy target and the source its guard names, both looking like
+			// garbage: the guard keeps both.
+			blockForm{kinds: []string{KindCopySource, KindCopyTarget}},
 		)
 	}
 	return out
@@ -197,12 +200,19 @@ func (g *gen) locationBlock(inst string, key int64, form blockForm, prev string,
 		fields = append(fields, kvcm.FieldPrevKey, prev)
 	}
 	locs := make([]Loc, 0, len(form.kinds)+1)
+	var source locationJSON // the block's KindCopySource, which a KindCopyTarget's guard names
 	for _, kind := range form.kinds {
 		id := g.locID()
 		if form.eventID && kind == KindEventReport {
 			id = EventReportID // the draw above still made: the rest of the keyspace is as before
 		}
 		l, files := g.locationOf(inst, key, id, kind, g.rng)
+		switch kind {
+		case KindCopySource:
+			source = l
+		case KindCopyTarget:
+			l.Guard = copyGuard("copy-"+strconv.FormatUint(uint64(key), 16), source, now)
+		}
 		loc := Loc{Instance: inst, Key: key, Location: id, Kind: kind, Garbage: isGarbage(kind), Layout: class,
 			Field: kvcm.LocationField(id), Files: files}
 		if upgraded {
@@ -243,6 +253,20 @@ func (g *gen) locationBlock(inst string, key int64, form blockForm, prev string,
 		g.m.TierMarked = append(g.m.TierMarked, kvcm.BlockKey(inst, key))
 	}
 	return fields, locs, class
+}
+
+// copyGuard is the migration_copy_guard of a copy of source, operation op, ACTIVE, as CopyGA's
+// KVCM writes it (members beyond the ones kvcm-gc reads included).
+func copyGuard(op string, source locationJSON, now time.Time) string {
+	b := []byte(`{"schema_version":1,"state":2,"operation_id":`)
+	b = appendJSONString(b, op)
+	b = append(b, `,"source_location_id":`...)
+	b = appendJSONString(b, source.ID)
+	b = append(b, `,"source_location_create_time":`...)
+	b = strconv.AppendInt(b, source.CreateTime, 10)
+	b = append(b, `,"source_storage_name":"`+StorageNFS+`","target_storage_name":"`+StorageNFS+`","create_time_us":`...)
+	b = strconv.AppendInt(b, now.Add(-time.Hour).UnixMicro(), 10)
+	return string(append(b, '}'))
 }
 
 // cachedInstance writes the cached group's instance: blocks in the same Redis whose every
@@ -323,6 +347,13 @@ func (g *gen) locationOf(inst string, key int64, id, kind string, rng *rand.Rand
 	case KindEventReport:
 		l.Status, l.Type, l.CreateTime = 3, uint8(kvcm.TypeEventReportL1P5+kvcm.StorageType(rng.IntN(2))), past(time.Hour, 7*24*time.Hour)
 		nfs(0, 1)
+	case KindCopyTarget:
+		// Written by a copy still open: WRITING past the orphan grace, its data present.
+		l.Status, l.CreateTime = 2, past(g.sp.Grace+3*time.Hour, 48*time.Hour)
+		nfs()
+	case KindCopySource:
+		l.Status, l.CreateTime = 3, past(g.sp.Grace+6*time.Hour, 7*24*time.Hour)
+		nfs(1)
 	case KindSharedServing, KindSharedOrphan:
 		l.Status, l.CreateTime = 3, past(time.Minute, 7*24*time.Hour)
 		if kind == KindSharedOrphan {

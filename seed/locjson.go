@@ -19,10 +19,14 @@ type locationJSON struct {
 	CreateTime   int64
 	NoCreateTime bool
 	Specs        []kvcm.Spec
+	// Guard is the raw JSON of a migration_copy_guard member ("": none), written after
+	// location_specs as CopyGA's KVCM writes it.
+	Guard string
 }
 
 // appendTo appends the location's JSON, member for member as KVCM writes it:
-// {"id":…,"status":…,"type":…,"spec_size":…,"create_time":…,"location_specs":[{"name":…,"uri":…}]}.
+// {"id":…,"status":…,"type":…,"spec_size":…,"create_time":…,"location_specs":[{"name":…,"uri":…}]},
+// then migration_copy_guard when it has one.
 // Like KVCM's writer it checks nothing (spec_size is written as given).
 func (l *locationJSON) appendTo(b []byte) []byte {
 	b = append(b, `{"id":`...)
@@ -48,7 +52,12 @@ func (l *locationJSON) appendTo(b []byte) []byte {
 		b = appendJSONString(b, s.URI)
 		b = append(b, '}')
 	}
-	return append(b, "]}"...)
+	b = append(b, ']')
+	if l.Guard != "" {
+		b = append(b, `,"migration_copy_guard":`...)
+		b = append(b, l.Guard...)
+	}
+	return append(b, '}')
 }
 
 func (l *locationJSON) bytes() []byte { return l.appendTo(make([]byte, 0, 256)) }

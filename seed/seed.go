@@ -123,6 +123,11 @@ const (
 	KindDummy          = "dummy_serving"    // live: SERVING of type 6 (dummy), no data
 	KindVineyard       = "vineyard_serving" // live: SERVING of type 7 (vineyard), no data here
 	KindEventReport    = "event_report"     // live: SERVING of an EventReport type (7 or 8), file missing
+	// KindCopyTarget is a migration's copy target carrying migration_copy_guard (CopyGA): live,
+	// although it is a WRITING past the orphan grace. KindCopySource is the location of the
+	// same block its guard names: live, although a spec's file is missing (storage-missing).
+	KindCopyTarget = "copy_target"
+	KindCopySource = "copy_source"
 	// KindAmbiguous is any location of a key holding both layouts (an upgraded block), in
 	// __uri__ or in an L# field, whatever it looks like: live, as nothing in such a key may be
 	// judged.

@@ -97,6 +97,14 @@ type Report struct {
 	TombstoneKeys    int `json:"tombstone_keys"`
 	TombstonesIntact int `json:"tombstones_intact"`
 
+	// Migration copy guards: GuardedLocations copy targets and the sources their guards name
+	// (KindCopyTarget, KindCopySource), which look like garbage; GuardedIntact of them are
+	// byte-identical in their field, GuardedFilesPresent of their GuardedFiles present.
+	GuardedLocations    int `json:"guarded_locations"`
+	GuardedIntact       int `json:"guarded_intact"`
+	GuardedFiles        int `json:"guarded_files"`
+	GuardedFilesPresent int `json:"guarded_files_present"`
+
 	// Stuck DELETING (Spec.DeletingGrace): StuckGone of the StuckLocations are gone;
 	// StuckFilesGone of their files were unlinked (named per block), StuckFilesLeft stayed in
 	// place as their DataLeft reason asks; StuckByType counts the gone ones by storage type
@@ -169,6 +177,10 @@ func VerifyWith(ctx context.Context, rdb redis.UniversalClient, before Snapshot,
 		if l.Kind == KindStuckDeleting {
 			r.stuck(l, gone, before)
 		}
+		guarded := l.Kind == KindCopyTarget || l.Kind == KindCopySource
+		if guarded {
+			r.guarded(l, before, after)
+		}
 		if l.Garbage {
 			r.GarbageLocations++
 			if gone {
@@ -198,8 +210,14 @@ func VerifyWith(ctx context.Context, rdb redis.UniversalClient, before Snapshot,
 				}
 			default:
 				r.LiveFiles++
+				if guarded {
+					r.GuardedFiles++
+				}
 				if present {
 					r.LiveFilesPresent++
+					if guarded {
+						r.GuardedFilesPresent++
+					}
 					if l.Kind == KindStuckDeleting {
 						r.StuckFilesLeft++
 					}
@@ -238,6 +256,20 @@ func (r *Report) stuck(l Loc, gone bool, before Snapshot) {
 	if l.DataLeft != "" {
 		r.StuckLeftBy[l.DataLeft]++
 	}
+}
+
+// guarded counts a guarded location (a copy target or its source) and whether its field is
+// byte-identical in after.
+func (r *Report) guarded(l Loc, before, after Snapshot) {
+	r.GuardedLocations++
+	k := kvcm.BlockKey(l.Instance, l.Key)
+	want, ok := before[k][l.FieldName()]
+	got, found := after[k][l.FieldName()]
+	if ok && found && got == want {
+		r.GuardedIntact++
+		return
+	}
+	r.problem("%s/%d/%s: %s kept by a migration guard is not byte-identical", l.Instance, l.Key, l.Location, l.Kind)
 }
 
 // checkKey compares one key with what it must be now.

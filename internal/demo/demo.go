@@ -201,6 +201,9 @@ func Run(ctx context.Context, o Options) error {
 	if !vr.OK() {
 		return fmt.Errorf("%w: %d mismatches", ErrMismatch, vr.Mismatch)
 	}
+	if o.Layout == kvcm.LayoutLocation && o.Tricky > 0 && vr.GuardedLocations == 0 {
+		return fmt.Errorf("%w: no copy target or source under a migration guard was seeded", ErrMismatch)
+	}
 	if !rep.Sweep.Verify.OK() {
 		return fmt.Errorf("%w: sweep: %d mismatches", ErrMismatch, rep.Sweep.Verify.Mismatch)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -99,6 +100,10 @@ func (r Report) Write(w io.Writer) {
 	line("  no-op deletes       %.0f %s", sum(noop), breakdown(noop))
 	line("  kept by the prober  %.0f %s", sum(r.ProberSkips), breakdown(r.ProberSkips))
 	line("  files not unlinked  %.0f %s", sum(r.PhysSkips), breakdown(r.PhysSkips))
+	if v.GuardedLocations > 0 {
+		line("  kept by guard       %d copy targets and sources (prober: migration_guard %.0f, migration_source %.0f)",
+			v.GuardedLocations, r.ProberSkips[pipeline.SkipMigrationGuard], r.ProberSkips[pipeline.SkipMigrationSource])
+	}
 	line("  stuck DELETING      %.0f nominated; data left in place for %.0f spec URIs %s", r.StuckNominated,
 		sum(r.StuckDataLeft), breakdown(r.StuckDataLeft))
 	line("  unregistered        %s", r.removedLine())
@@ -122,6 +127,10 @@ func (r Report) Write(w io.Writer) {
 	line("  stuck DELETING      %d/%d gone %s, %d files unlinked, %d files left in place",
 		v.StuckGone, v.StuckLocations, breakdown(floats(v.StuckByType)), v.StuckFilesGone, v.StuckFilesLeft)
 	line("    data left         %d locations %s", total(v.StuckLeftBy), breakdown(floats(v.StuckLeftBy)))
+	if v.GuardedLocations > 0 {
+		line("  kept by guard       %d/%d copy targets and sources byte-identical, %d/%d files present",
+			v.GuardedIntact, v.GuardedLocations, v.GuardedFilesPresent, v.GuardedFiles)
+	}
 	line("  stranded DELETING   %d", v.StrandedDeleting)
 	if v.OK() {
 		line("  result              OK")
