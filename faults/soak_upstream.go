@@ -89,7 +89,8 @@ func (u *soakUpstream) collected() int {
 	return n
 }
 
-// rewroteLRU reports whether the emulator has rewritten key's __lru_time__ (legacy layout).
+// rewroteLRU reports whether the emulator has rewritten key's __lru_time__, or sent a rewrite
+// of it (legacy layout).
 func (u *soakUpstream) rewroteLRU(key string) bool {
 	if u == nil || u.cfg.Layout != kvcm.LayoutLegacy {
 		return false

@@ -243,9 +243,9 @@ func (u *UpstreamGC) Removed() map[UpstreamRef]int {
 	return maps.Clone(u.removed)
 }
 
-// Touched returns the legacy keys whose __lru_time__ the emulator rewrote: the age kvcm-gc
-// gives their WRITING and DELETING locations (the later of create_time and __lru_time__)
-// is young from then on.
+// Touched returns the legacy keys whose __lru_time__ the emulator rewrote, or sent a rewrite
+// of (touching): the age kvcm-gc gives their WRITING and DELETING locations (the later of
+// create_time and __lru_time__) may be young from then on.
 func (u *UpstreamGC) Touched() map[string]bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -613,6 +613,7 @@ func (u *UpstreamGC) cas(ctx context.Context, key string, ts []upstreamTarget) [
 		}
 		if u.cfg.Layout == kvcm.LayoutLegacy {
 			set = []any{kvcm.FieldURI, uri, kvcm.FieldLRUTime, strconv.FormatInt(u.cfg.Now().UnixMicro(), 10)}
+			u.touching(key)
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.HSet(ctx, key, set...)
@@ -633,9 +634,6 @@ func (u *UpstreamGC) cas(ctx context.Context, key string, ts []upstreamTarget) [
 	}
 	u.stats.CAS += len(marked)
 	u.stats.CASLost += lost
-	if len(marked) > 0 && u.cfg.Layout == kvcm.LayoutLegacy {
-		u.touched[key] = true
-	}
 	return marked
 }
 
@@ -765,6 +763,7 @@ func (u *UpstreamGC) cad(ctx context.Context, key string, ts []markedTarget) {
 			case u.cfg.Layout == kvcm.LayoutLocation:
 				p.HDel(ctx, key, hdel...)
 			default:
+				u.touching(key)
 				p.HSet(ctx, key, kvcm.FieldURI, uri, kvcm.FieldLRUTime, strconv.FormatInt(u.cfg.Now().UnixMicro(), 10))
 			}
 			return nil
@@ -790,9 +789,17 @@ func (u *UpstreamGC) cad(ctx context.Context, key string, ts []markedTarget) {
 	if recycled {
 		u.stats.KeysRecycled++
 	}
-	if !recycled && u.cfg.Layout == kvcm.LayoutLegacy && len(gone) > 0 {
-		u.touched[key] = true
-	}
+}
+
+// touching records that a write of key's __lru_time__ (legacy layout) is about to be sent.
+// It is recorded before the write, not after its answer: a check that reads the key between
+// the two, or a write whose answer is lost (a timeout, the stop of a run) though Redis made
+// it, must still find the rewrite the emulator's. Recording one that then fails allows no
+// more than the rewrite that did not come.
+func (u *UpstreamGC) touching(key string) {
+	u.mu.Lock()
+	u.touched[key] = true
+	u.mu.Unlock()
 }
 
 // isNetErr reports an error of the connection rather than of the emulator (an outage the
