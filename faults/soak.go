@@ -107,20 +107,24 @@ func DefaultSoakConfig() SoakConfig {
 //
 // Its rounds are a fraction of a second of work each: a process is judged over the last 6
 // rounds, after its first 4 (the stage a fault killed in round 2 is judged too), and its slope
-// may be up to 3% of the mean per round, or 256 KiB a round for the heap figures (HeapSlack).
-// Such a short window tells a leak of a goroutine or a
-// buffer per round, or a heap that grows by a few percent a round, from the scatter of a sound
-// run; `make soak`, whose rounds are 200,000 blocks, holds 1% over 10 rounds.
+// may be up to 3% of the mean per round. Such a short window tells a leak of a goroutine or
+// a file per round, or a resident set that grows by more than 3% of itself a round (1.2 to
+// 1.5 MiB of the stages' 40 to 50 MiB), from the scatter of a sound run; `make soak`, whose rounds are 200,000
+// blocks, holds 1% over 10 rounds and judges the heap as well.
+//
+// The heap figures are reported here, not judged. A stage's live heap is a few MiB, and at the
+// floor of a sub-second round it moves by more than its own slack with what the stage holds
+// at the collection: on a loaded machine a prober that was never restarted read +0.6 MiB a
+// round (+23% of 2.6 MiB) over rounds 25-30 of 30, with 4 samples in its window, while its
+// resident set stayed flat, and a deleter restarted in round 2 still grew +0.5 MiB a round
+// over rounds 7-12. A heap leak large enough to be told from that here is one the resident
+// set, judged, shows too (TestShortSoakJudges).
 func ShortSoakConfig() SoakConfig {
 	c := DefaultSoakConfig()
 	c.Instances, c.Blocks, c.Rounds, c.Duration = 2, 1500, 12, 0
 	c.RoundPause, c.WritePeriod, c.MaxStreamBytes = 2*time.Second, 10*time.Millisecond, 64<<20
 	c.FaultEvery, c.Window, c.WarmRounds, c.MaxSlope = 2, 6, 4, 0.03
-	c.HeapSlack = 256 << 10
-	// The spans in use of a stage restarted in round 2 still grow by a few hundred KiB a round
-	// at its tenth sub-second round (deleter +9% of 4.9 MiB, its heap_live within the slack):
-	// too short a run to tell that from a leak, which heap_live, judged, shows.
-	c.Unjudged = []string{"heap_inuse"}
+	c.Unjudged = []string{"heap_live", "heap_inuse"}
 	c.DrainTimeout = time.Minute
 	return c
 }

@@ -152,3 +152,74 @@ func TestProcFloorHeapFigures(t *testing.T) {
 		t.Fatal("heap_inuse from a reading without go_gc_heap_live_bytes")
 	}
 }
+
+// TestShortSoakJudges: the short soak's settings fail a leak of a goroutine, a file or
+// 2 MiB of resident set a round, in a stage that ran from the start and in one a fault
+// restarted in round 2, and pass a sound run whose heap floors scatter as they do on a loaded
+// machine (reported, not judged).
+func TestShortSoakJudges(t *testing.T) {
+	cfg := ShortSoakConfig()
+	const mib = 1 << 20
+	// run makes 12 rounds of the prober (one process) and the deleter (restarted in round 2);
+	// leak(stage, round) is what a leak adds to every figure's base at that round.
+	run := func(metric string, leak func(stage string, r int) float64) map[string]Steadiness {
+		s := &soak{cfg: cfg}
+		base := map[string]float64{"rss": 40 * mib, "heap_live": 3 * mib, "heap_inuse": 5 * mib, "goroutines": 20, "fds": 15}
+		for r := 1; r <= cfg.Rounds; r++ {
+			for _, st := range []string{stageProber, stageDeleter} {
+				proc, age := st+"-0", r
+				if st == stageDeleter && r >= 2 {
+					proc, age = st+"-1", r-1
+				}
+				vals := map[string]float64{}
+				for k, v := range base {
+					vals[k] = v
+				}
+				// The heap floors of a sound run on a loaded machine: up and down by a MiB.
+				vals["heap_live"] += float64(r%3) * 0.6 * mib
+				vals["heap_inuse"] += float64(r%3) * 0.9 * mib
+				vals[metric] += leak(st, r)
+				s.samples = append(s.samples, stageSample{Stage: st, Proc: proc, Round: uint64(r), Age: age, Values: vals})
+			}
+		}
+		got := map[string]Steadiness{}
+		for _, st := range s.steadiness() {
+			if st.Metric == metric && (st.Stage == stageProber || st.Stage == stageDeleter) {
+				got[st.Stage] = st
+			}
+		}
+		return got
+	}
+	none := func(string, int) float64 { return 0 }
+	for _, m := range stageMetrics {
+		for stage, st := range run(m.name, none) {
+			require.False(t, st.Fail, "sound run, %s %s: %+v", stage, m.name, st)
+			require.False(t, st.Unknown, "sound run, %s %s: %+v", stage, m.name, st)
+		}
+	}
+	leaks := []struct {
+		metric string
+		per    float64
+	}{{"rss", 2 * mib}, {"goroutines", 1}, {"fds", 1}}
+	for _, l := range leaks {
+		for _, stage := range []string{stageProber, stageDeleter} {
+			got := run(l.metric, func(st string, r int) float64 {
+				if st != stage {
+					return 0
+				}
+				return l.per * float64(r)
+			})
+			require.True(t, got[stage].Fail, "%s leaking %s: %+v", stage, l.metric, got[stage])
+			other := stageProber
+			if stage == stageProber {
+				other = stageDeleter
+			}
+			require.False(t, got[other].Fail, "%s not leaking %s: %+v", other, l.metric, got[other])
+		}
+	}
+	// The heap figures are reported: their slope is there, never a failure.
+	got := run("heap_live", func(_ string, r int) float64 { return 0.5 * mib * float64(r) })
+	require.True(t, got[stageProber].Unjudged)
+	require.InDelta(t, 0.5*mib, got[stageProber].Slope, 0.3*mib, "%+v", got[stageProber])
+	require.False(t, got[stageProber].Fail)
+}
