@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/internal/sealed"
+	"github.com/kvcm-gc/kvcm-gc/internal/steptest"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -58,34 +59,10 @@ func pendingWalk() *walk {
 	return w
 }
 
-func ofType[T any](acts []action) []T {
-	var out []T
-	for _, a := range acts {
-		if x, ok := a.(T); ok {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-func only[T any](t *testing.T, acts []action) T {
-	t.Helper()
-	xs := ofType[T](acts)
-	require.Len(t, xs, 1, "actions %#v", acts)
-	return xs[0]
-}
-
-func none[T any](t *testing.T, acts []action) {
-	t.Helper()
-	require.Empty(t, ofType[T](acts), "actions %#v", acts)
-}
-
 // lastWait is the wait a step asks for (the last one wins).
 func lastWait(t *testing.T, acts []action) time.Duration {
 	t.Helper()
-	ws := ofType[actWait](acts)
-	require.NotEmpty(t, ws, "no wait in %#v", acts)
-	return ws[len(ws)-1].d
+	return steptest.Last[actWait](t, acts).d
 }
 
 // noSpin: an error or a hold waits at least IdleWait (invariant 7; §6: every error path
@@ -114,7 +91,7 @@ func TestWalkStep(t *testing.T) {
 		}, evCheckpoint{err: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, PhaseLoad, w.phase)
-				require.Equal(t, "checkpoint", only[actOpError](t, acts).op)
+				require.Equal(t, "checkpoint", steptest.Only[actOpError](t, acts).op)
 				noSpin(t, acts)
 			}},
 		{"checkpoint read: the read position is the checkpoint's", func() *walk {
@@ -140,9 +117,9 @@ func TestWalkStep(t *testing.T) {
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, insts, w.instances)
 				require.Equal(t, uint64(40), w.cursor)
-				none[actSave](t, acts)
+				steptest.None[actSave](t, acts)
 				acts = w.step(evTick{now: t0, leaseRev: 7})
-				require.Equal(t, actScan{cursor: 40, count: 10, instances: insts}, only[actScan](t, acts))
+				require.Equal(t, actScan{cursor: 40, count: 10, instances: insts}, steptest.Only[actScan](t, acts))
 			}},
 		{"§6 registry snapshot fails at a round's start: no round, retried after the backoff", func() *walk {
 			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.Add(-time.Second).UnixMicro()})
@@ -152,7 +129,7 @@ func TestWalkStep(t *testing.T) {
 				require.False(t, w.ckpt.InRound)
 				require.Equal(t, 3*time.Second, lastWait(t, acts))
 				require.Equal(t, WaitRegistryBackoff, w.waiting)
-				require.Equal(t, WaitRegistryBackoff, only[actSave](t, acts).ckpt.Waiting, "status shows it")
+				require.Equal(t, WaitRegistryBackoff, steptest.Only[actSave](t, acts).ckpt.Waiting, "status shows it")
 			}},
 		{"§6 registry snapshot fails mid-round: cursor kept", func() *walk {
 			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
@@ -166,7 +143,7 @@ func TestWalkStep(t *testing.T) {
 			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
 		}, evSnapshot{now: t0, instances: map[string]meta.Instance{}},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actRelease](t, acts)
+				steptest.Only[actRelease](t, acts)
 				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"between rounds, pause not over: wait for it", func() *walk {
@@ -185,7 +162,7 @@ func TestWalkStep(t *testing.T) {
 			return loaded(Checkpoint{Round: 2, KeysScanned: 99, Layouts: map[string]uint64{LayoutLegacy: 99}})
 		}, evSnapshot{now: t0, start: true, instances: insts, size: 5000},
 			func(t *testing.T, w *walk, acts []action) {
-				s := only[actSave](t, acts)
+				s := steptest.Only[actSave](t, acts)
 				require.Equal(t, saveRoundStart, s.why)
 				require.Equal(t, uint64(3), s.ckpt.Round)
 				require.True(t, s.ckpt.InRound)
@@ -204,7 +181,7 @@ func TestWalkStep(t *testing.T) {
 				require.Equal(t, uint64(3), w.ckpt.Round)
 				require.Equal(t, uint64(11), w.rev)
 				require.Equal(t, insts, w.instances)
-				ev := only[actEvent](t, acts)
+				ev := steptest.Only[actEvent](t, acts)
 				require.Equal(t, "start", ev.ev.Outcome)
 				require.Equal(t, uint64(11), ev.ckptRev)
 			}},
@@ -215,7 +192,7 @@ func TestWalkStep(t *testing.T) {
 		{"page read: published with the lease revision, the checkpoint moved past it", walking,
 			evPage{now: t0, page: page(200, 1, 2, 3)},
 			func(t *testing.T, w *walk, acts []action) {
-				p := only[actPublish](t, acts)
+				p := steptest.Only[actPublish](t, acts)
 				require.Equal(t, uint64(100), p.cursor)
 				require.Equal(t, uint64(7), p.leaseRev)
 				require.Equal(t, uint64(4), p.round)
@@ -235,7 +212,7 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evPage{now: t0, page: page(200, 1)},
 			func(t *testing.T, w *walk, acts []action) {
-				require.False(t, only[actPublish](t, acts).async)
+				require.False(t, steptest.Only[actPublish](t, acts).async)
 			}},
 		{"max_keys_per_second paces the next page by the keys returned", func() *walk {
 			w := walking()
@@ -257,7 +234,7 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200, KeysScanned: 53}, rev: 12},
 			func(t *testing.T, w *walk, acts []action) {
-				p := only[actPublish](t, acts)
+				p := steptest.Only[actPublish](t, acts)
 				require.Equal(t, uint64(200), p.cursor)
 				require.Equal(t, uint64(300), p.next.Cursor)
 				require.Equal(t, uint64(54), p.next.KeysScanned)
@@ -267,34 +244,34 @@ func TestWalkStep(t *testing.T) {
 		{"§6 scan fails: no cursor advance, retried after a wait", walking, evPage{now: t0, err: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, uint64(100), w.cursor)
-				require.Equal(t, "scan", only[actOpError](t, acts).op)
-				none[actPublish](t, acts)
+				require.Equal(t, "scan", steptest.Only[actOpError](t, acts).op)
+				steptest.None[actPublish](t, acts)
 				noSpin(t, acts)
 				require.Equal(t, WaitError, w.waiting)
 			}},
 		{"§6 scan fails with a page pending: it is recorded, the cursor stays after it", pendingWalk, evPage{now: t0, err: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actAwait](t, acts)
+				steptest.Only[actAwait](t, acts)
 				noSpin(t, acts)
 				require.Equal(t, uint64(200), w.cursor)
 			}},
 		{"§6 store cannot be opened: its instances skipped this round", walking, evPage{now: t0, err: errBoom, unavailable: true},
 			func(t *testing.T, w *walk, acts []action) {
-				evs := ofType[actEvent](acts)
+				evs := steptest.OfType[actEvent](acts)
 				require.Len(t, evs, 2)
 				for _, e := range evs {
 					require.Equal(t, "store_unavailable", e.ev.Reason)
 				}
 				require.True(t, w.walked)
 				acts = w.step(evTick{now: t0, leaseRev: 7})
-				require.Equal(t, saveRoundEnd, only[actSave](t, acts).why, "the round ends")
+				require.Equal(t, saveRoundEnd, steptest.Only[actSave](t, acts).why, "the round ends")
 			}},
 		{"publish fails: back to the checkpoint, the page read again later", pendingWalk,
 			evRecorded{err: errBoom, failure: failPublish},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, uint64(100), w.cursor)
 				require.Nil(t, w.pending)
-				require.Equal(t, "publish", only[actOpError](t, acts).op)
+				require.Equal(t, "publish", steptest.Only[actOpError](t, acts).op)
 				noSpin(t, acts)
 			}},
 		{"publish fails with a page held: that page is dropped too", func() *walk {
@@ -303,7 +280,7 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evRecorded{err: errBoom, failure: failPublish},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actPublish](t, acts)
+				steptest.None[actPublish](t, acts)
 				require.Nil(t, w.held)
 				require.Equal(t, uint64(100), w.cursor)
 			}},
@@ -317,22 +294,22 @@ func TestWalkStep(t *testing.T) {
 		{"checkpoint written by someone else: step down at once", pendingWalk,
 			evRecorded{err: errBoom, failure: failConflict},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actStepDown](t, acts)
+				steptest.Only[actStepDown](t, acts)
 				require.Equal(t, PhaseDone, w.phase)
 				require.Nil(t, w.step(evTick{now: t0, leaseRev: 7}), "a walk that is over does nothing")
 			}},
 		{"fencing: lease lost before the record: nothing more", pendingWalk,
 			evRecorded{err: ErrLeaseLost, failure: failLease},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actSave](t, acts)
-				none[actPublish](t, acts)
+				steptest.None[actSave](t, acts)
+				steptest.None[actPublish](t, acts)
 				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"lease lost with a page pending: its recording is waited for and dropped", pendingWalk, evTick{now: t0},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actDrop](t, acts)
-				none[actAwait](t, acts)
-				none[actScan](t, acts)
+				steptest.Only[actDrop](t, acts)
+				steptest.None[actAwait](t, acts)
+				steptest.None[actScan](t, acts)
 				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"lease lost while loading", func() *walk {
@@ -346,13 +323,13 @@ func TestWalkStep(t *testing.T) {
 		{"the fencing token follows renewals", walking, evTick{now: t0, leaseRev: 9},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, uint64(9), w.leaseRev)
-				p := only[actPublish](t, w.step(evPage{now: t0, page: page(200, 1)}))
+				p := steptest.Only[actPublish](t, w.step(evPage{now: t0, page: page(200, 1)}))
 				require.Equal(t, uint64(9), p.leaseRev)
 			}},
 		{"paused: no page, status says so", walking, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actScan](t, acts)
-				require.Equal(t, WaitPaused, only[actSave](t, acts).ckpt.Waiting)
+				steptest.None[actScan](t, acts)
+				require.Equal(t, WaitPaused, steptest.Only[actSave](t, acts).ckpt.Waiting)
 				noSpin(t, acts)
 			}},
 		{"paused with a page pending: record it first", pendingWalk, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
@@ -366,29 +343,29 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evTick{now: t0.Add(time.Second), leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actSave](t, acts)
+				steptest.None[actSave](t, acts)
 				noSpin(t, acts)
 			}},
 		{"pause over: walk on", walking, evTick{now: t0.Add(time.Hour), leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actScan](t, acts)
+				steptest.Only[actScan](t, acts)
 			}},
 		{"a pause also holds the next round back", func() *walk {
 			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
 		}, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actSnapshot](t, acts)
+				steptest.None[actSnapshot](t, acts)
 			}},
 		{"backlog full: no page, the skip counted", walking, evTick{now: t0, leaseRev: 7, backlogFull: true},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actScan](t, acts)
-				only[actSkipTick](t, acts)
+				steptest.None[actScan](t, acts)
+				steptest.Only[actSkipTick](t, acts)
 				require.Equal(t, WaitBackpressure, w.waiting)
 				noSpin(t, acts)
 			}},
 		{"pause or backlog unreadable: fail closed", walking, evTick{now: t0, leaseRev: 7, controlErr: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actScan](t, acts)
+				steptest.None[actScan](t, acts)
 				require.Equal(t, WaitError, w.waiting)
 				noSpin(t, acts)
 			}},
@@ -396,7 +373,7 @@ func TestWalkStep(t *testing.T) {
 			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
 		}, evTick{now: t0, leaseRev: 7, controlErr: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actSnapshot](t, acts)
+				steptest.None[actSnapshot](t, acts)
 				noSpin(t, acts)
 			}},
 		{"last page read: the round ends once it is recorded", func() *walk {
@@ -415,7 +392,7 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evTick{now: t0, leaseRev: 7},
 			func(t *testing.T, w *walk, acts []action) {
-				s := only[actSave](t, acts)
+				s := steptest.Only[actSave](t, acts)
 				require.Equal(t, saveRoundEnd, s.why)
 				require.False(t, s.ckpt.InRound)
 				require.Equal(t, t0.Add(time.Hour).UnixMicro(), s.ckpt.NextRoundUs)
@@ -428,19 +405,19 @@ func TestWalkStep(t *testing.T) {
 		{"round end written: one event, metrics, no layout warning", func() *walk { return walking() },
 			evSaved{now: t0, why: saveRoundEnd, ckpt: Checkpoint{Round: 4, LastRoundKeys: 5, LastRoundLayouts: map[string]uint64{LayoutLegacy: 5}}, rev: 21},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, "end", only[actEvent](t, acts).ev.Outcome)
-				only[actRoundEnded](t, acts)
+				require.Equal(t, "end", steptest.Only[actEvent](t, acts).ev.Outcome)
+				steptest.Only[actRoundEnded](t, acts)
 				require.Nil(t, w.instances, "the next round reads the registry again")
 			}},
 		{"round end with both layouts: a warning and a mixed_layouts event", func() *walk { return walking() },
 			evSaved{now: t0, why: saveRoundEnd, ckpt: Checkpoint{Round: 4, LastRoundLayouts: map[string]uint64{LayoutLegacy: 5, LayoutLocation: 2}}, rev: 21},
 			func(t *testing.T, w *walk, acts []action) {
-				evs := ofType[actEvent](acts)
+				evs := steptest.OfType[actEvent](acts)
 				require.Len(t, evs, 2)
 				require.Equal(t, "mixed_layouts", evs[1].ev.Reason)
 				require.Equal(t, map[string]int64{LayoutLegacy: 5, LayoutLocation: 2}, evs[1].ev.Counts)
 				warns := 0
-				for _, l := range ofType[actLog](acts) {
+				for _, l := range steptest.OfType[actLog](acts) {
 					if l.msg == "store holds keys of more than one layout" {
 						warns++
 					}
@@ -450,30 +427,30 @@ func TestWalkStep(t *testing.T) {
 		{"round end with an ambiguous key: mixed_layouts too", func() *walk { return walking() },
 			evSaved{now: t0, why: saveRoundEnd, ckpt: Checkpoint{Round: 4, LastRoundLayouts: map[string]uint64{LayoutLocation: 5, LayoutAmbiguous: 1}}, rev: 21},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Len(t, ofType[actEvent](acts), 2)
+				require.Len(t, steptest.OfType[actEvent](acts), 2)
 			}},
 		{"over the share mid-round: kept until the round ends", walking, evTick{now: t0, leaseRev: 7, release: true},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actRelease](t, acts)
-				only[actScan](t, acts)
+				steptest.None[actRelease](t, acts)
+				steptest.Only[actScan](t, acts)
 			}},
 		{"over the share between rounds: handed back", func() *walk {
 			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Hour).UnixMicro()})
 		}, evTick{now: t0, leaseRev: 7, release: true},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actRelease](t, acts)
+				steptest.Only[actRelease](t, acts)
 				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"store left the registry: handed back at once", walking, evTick{now: t0, leaseRev: 7, gone: true},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actRelease](t, acts)
+				steptest.Only[actRelease](t, acts)
 			}},
 		{"store left the registry with a page pending: recorded, then handed back", pendingWalk, evTick{now: t0, leaseRev: 7, gone: true},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actAwait](t, acts)
-				none[actRelease](t, acts)
+				steptest.Only[actAwait](t, acts)
+				steptest.None[actRelease](t, acts)
 				acts = w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
-				only[actRelease](t, acts)
+				steptest.Only[actRelease](t, acts)
 				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"§6 stop with a page pending: recorded, nothing new read or published", func() *walk {
@@ -481,8 +458,8 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evTick{now: t0, leaseRev: 7, stop: true},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actAwait](t, acts)
-				none[actScan](t, acts)
+				steptest.Only[actAwait](t, acts)
+				steptest.None[actScan](t, acts)
 				acts = w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
 				require.Empty(t, acts)
 				require.Equal(t, PhaseDone, w.phase)
@@ -495,7 +472,7 @@ func TestWalkStep(t *testing.T) {
 			}},
 		{"a status write conflicting: step down", walking, evSaved{now: t0, why: saveWaiting, err: errBoom, conflict: true},
 			func(t *testing.T, w *walk, acts []action) {
-				only[actStepDown](t, acts)
+				steptest.Only[actStepDown](t, acts)
 				require.Equal(t, PhaseDone, w.phase)
 			}},
 		{"a round start not written: retried later, the round unchanged", func() *walk {
@@ -523,7 +500,7 @@ func TestWalkRound(t *testing.T) {
 	acts := w.step(evTick{now: now, leaseRev: 7})
 	require.Equal(t, []action{actSnapshot{start: true}}, acts)
 	acts = w.step(evSnapshot{now: now, start: true, instances: insts, size: 9})
-	s := only[actSave](t, acts)
+	s := steptest.Only[actSave](t, acts)
 	w.step(evSaved{now: now, why: saveRoundStart, ckpt: s.ckpt, rev: 4, instances: insts})
 	pages := []meta.Page{page(10, 1, 2), page(20, 3), page(0, 4, 5, 6)}
 	var published []uint64
@@ -574,7 +551,7 @@ func TestWalkRate(t *testing.T) {
 	var last actPublish
 	for i := range 20 {
 		acts := w.step(evPage{now: now, page: page(uint64(200+i), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)})
-		last = only[actPublish](t, acts)
+		last = steptest.Only[actPublish](t, acts)
 		w.step(evRecorded{ckpt: last.next, rev: uint64(10 + i)})
 		now = now.Add(100 * time.Millisecond) // 10 keys every 100ms: 100 keys/s
 	}
@@ -583,7 +560,7 @@ func TestWalkRate(t *testing.T) {
 	for i := range 60 {
 		now = now.Add(time.Second)
 		acts := w.step(evPage{now: now, page: page(uint64(300+i), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)})
-		last = only[actPublish](t, acts)
+		last = steptest.Only[actPublish](t, acts)
 		w.step(evRecorded{ckpt: last.next, rev: uint64(40 + i)})
 	}
 	require.InDelta(t, 10, last.next.Rate, 1)

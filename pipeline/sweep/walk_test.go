@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/sealed"
+	"github.com/kvcm-gc/kvcm-gc/internal/steptest"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -71,33 +72,9 @@ func publishing(done bool) *walk {
 	return w
 }
 
-func ofType[T any](acts []action) []T {
-	var out []T
-	for _, a := range acts {
-		if x, ok := a.(T); ok {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-func only[T any](t *testing.T, acts []action) T {
-	t.Helper()
-	xs := ofType[T](acts)
-	require.Len(t, xs, 1, "actions %#v", acts)
-	return xs[0]
-}
-
-func none[T any](t *testing.T, acts []action) {
-	t.Helper()
-	require.Empty(t, ofType[T](acts), "actions %#v", acts)
-}
-
 func waited(t *testing.T, acts []action) time.Duration {
 	t.Helper()
-	ws := ofType[actWait](acts)
-	require.NotEmpty(t, ws, "actions %#v", acts)
-	return ws[len(ws)-1].d
+	return steptest.Last[actWait](t, acts).d
 }
 
 func TestWalkLoad(t *testing.T) {
@@ -110,12 +87,12 @@ func TestWalkLoad(t *testing.T) {
 		{"no lease: nothing read, an idle wait", func() *walk { return newWalk(testWalkConfig(), "nfs") }, tickAt(w0, 0),
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, pipeline.PhaseLoad, w.phase)
-				none[actReadCheckpoint](t, acts)
+				steptest.None[actReadCheckpoint](t, acts)
 				require.Equal(t, pipeline.IdleWait, waited(t, acts))
 			}},
 		{"the lease held: the checkpoint is read", func() *walk { return newWalk(testWalkConfig(), "nfs") }, tickAt(w0, 7),
 			func(t *testing.T, w *walk, acts []action) {
-				only[actReadCheckpoint](t, acts)
+				steptest.Only[actReadCheckpoint](t, acts)
 				require.Equal(t, uint64(7), w.leaseRev)
 			}},
 		{"the checkpoint cannot be read: counted, said once, an idle wait", func() *walk {
@@ -124,8 +101,8 @@ func TestWalkLoad(t *testing.T) {
 			return w
 		}, evLoaded{err: errBoom}, func(t *testing.T, w *walk, acts []action) {
 			require.Equal(t, pipeline.PhaseLoad, w.phase)
-			require.Equal(t, "checkpoint", only[actOpError](t, acts).op)
-			require.Equal(t, "read sweep checkpoint", only[actWarn](t, acts).what)
+			require.Equal(t, "checkpoint", steptest.Only[actOpError](t, acts).op)
+			require.Equal(t, "read sweep checkpoint", steptest.Only[actWarn](t, acts).what)
 			require.Equal(t, pipeline.IdleWait, waited(t, acts))
 		}},
 		{"the checkpoint read: a new leader looks into the quarantine first", func() *walk {
@@ -137,7 +114,7 @@ func TestWalkLoad(t *testing.T) {
 			require.Equal(t, uint64(3), w.rev)
 			require.Zero(t, w.ck.QNextUs)
 			require.Equal(t, "nfs", w.ck.Storage)
-			require.Equal(t, actClose{}, only[actClose](t, acts), "no walk left from an earlier leadership")
+			require.Equal(t, actClose{}, steptest.Only[actClose](t, acts), "no walk left from an earlier leadership")
 			require.Zero(t, waited(t, acts))
 		}},
 		{"ready, the storage not open: opened", func() *walk {
@@ -146,7 +123,7 @@ func TestWalkLoad(t *testing.T) {
 			w.step(evLoaded{ck: inRound(), rev: 3})
 			return w
 		}, tickAt(w0, 7), func(t *testing.T, w *walk, acts []action) {
-			only[actOpen](t, acts)
+			steptest.Only[actOpen](t, acts)
 		}},
 		{"the storage cannot be opened: not walked, counted, an idle wait", func() *walk {
 			w := newWalk(testWalkConfig(), "nfs")
@@ -156,16 +133,16 @@ func TestWalkLoad(t *testing.T) {
 			return w
 		}, evOpened{err: errBoom}, func(t *testing.T, w *walk, acts []action) {
 			require.False(t, w.opened)
-			require.Equal(t, "open", only[actOpError](t, acts).op)
-			require.Equal(t, "open swept storage; not walked", only[actWarn](t, acts).what)
+			require.Equal(t, "open", steptest.Only[actOpError](t, acts).op)
+			require.Equal(t, "open swept storage; not walked", steptest.Only[actWarn](t, acts).what)
 			require.Equal(t, pipeline.IdleWait, waited(t, acts))
 		}},
 		{"the lease lost: the checkpoint forgotten, the storage closed", walking, tickAt(w0, 0),
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, pipeline.PhaseLoad, w.phase)
 				require.False(t, w.opened)
-				require.Equal(t, actClose{root: true}, only[actClose](t, acts))
-				none[actReadPage](t, acts)
+				require.Equal(t, actClose{root: true}, steptest.Only[actClose](t, acts))
+				steptest.None[actReadPage](t, acts)
 				require.Equal(t, pipeline.IdleWait, waited(t, acts))
 			}},
 		{"the lease lost while a page is published: the page is forgotten", func() *walk { return publishing(false) }, tickAt(w0, 0),
@@ -195,22 +172,24 @@ func TestWalkHolds(t *testing.T) {
 		want func(t *testing.T, acts []action)
 	}{
 		{"the registry cannot be read", evTick{WalkTick: pipeline.WalkTick{Now: w0, LeaseRev: 7}, viewErr: errBoom},
-			func(t *testing.T, acts []action) { require.Equal(t, "read registry", only[actWarn](t, acts).what) }},
+			func(t *testing.T, acts []action) {
+				require.Equal(t, "read registry", steptest.Only[actWarn](t, acts).what)
+			}},
 		{"the pause or the backlog cannot be read: fail closed", evTick{WalkTick: pipeline.WalkTick{Now: w0, LeaseRev: 7, ControlErr: errBoom}},
 			func(t *testing.T, acts []action) {}},
 		{"paused by an operator", evTick{WalkTick: pipeline.WalkTick{Now: w0, LeaseRev: 7, PausedUntil: w0.Add(time.Hour)}},
 			func(t *testing.T, acts []action) {}},
 		{"the sweeper backlog is above the high-water mark", evTick{WalkTick: pipeline.WalkTick{Now: w0, LeaseRev: 7, BacklogFull: true}},
-			func(t *testing.T, acts []action) { only[actSkip](t, acts) }},
+			func(t *testing.T, acts []action) { steptest.Only[actSkip](t, acts) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := walking()
 			before := w.ck
 			acts := w.step(tt.ev)
 			tt.want(t, acts)
-			none[actReadPage](t, acts)
-			none[actSave](t, acts)
-			none[actProgress](t, acts)
+			steptest.None[actReadPage](t, acts)
+			steptest.None[actSave](t, acts)
+			steptest.None[actProgress](t, acts)
 			require.Equal(t, pipeline.IdleWait, waited(t, acts))
 			require.Equal(t, before, w.ck)
 		})
@@ -218,7 +197,7 @@ func TestWalkHolds(t *testing.T) {
 	// A pause that is over holds nothing.
 	w := walking()
 	acts := w.step(evTick{WalkTick: pipeline.WalkTick{Now: w0, LeaseRev: 7, PausedUntil: w0}})
-	require.Equal(t, subjects.RawText("a/1"), only[actReadPage](t, acts).cursor)
+	require.Equal(t, subjects.RawText("a/1"), steptest.Only[actReadPage](t, acts).cursor)
 }
 
 // TestWalkDecides: what a tick that may move does, by where the checkpoint stands.
@@ -232,35 +211,35 @@ func TestWalkDecides(t *testing.T) {
 		check func(t *testing.T, acts []action)
 	}{
 		{"in a round: the next data page, from the cursor", inRound(), w0, func(t *testing.T, acts []action) {
-			require.Equal(t, actReadPage{kind: subjects.SweepWalk, cursor: subjects.RawText("a/1")}, only[actReadPage](t, acts))
+			require.Equal(t, actReadPage{kind: subjects.SweepWalk, cursor: subjects.RawText("a/1")}, steptest.Only[actReadPage](t, acts))
 		}},
 		{"a look under way: the next page of the quarantine", func() Checkpoint {
 			c := inRound()
 			c.QInPass, c.QCursor = true, subjects.RawText("q/7")
 			return c
 		}(), w0, func(t *testing.T, acts []action) {
-			require.Equal(t, actReadPage{kind: subjects.SweepQuarantine, cursor: subjects.RawText("q/7")}, only[actReadPage](t, acts))
+			require.Equal(t, actReadPage{kind: subjects.SweepQuarantine, cursor: subjects.RawText("q/7")}, steptest.Only[actReadPage](t, acts))
 		}},
 		{"a look due: it starts, recorded first", func() Checkpoint {
 			c := inRound()
 			c.QNextUs = w0.UnixMicro()
 			return c
 		}(), w0, func(t *testing.T, acts []action) {
-			s := only[actSave](t, acts)
+			s := steptest.Only[actSave](t, acts)
 			require.Equal(t, saveLookStart, s.why)
 			require.Equal(t, uint64(2), s.ck.QPass)
 			require.True(t, s.ck.QInPass)
 			require.Empty(t, s.ck.QCursor)
 			require.Equal(t, uint64(3), s.rev)
-			none[actReadPage](t, acts)
+			steptest.None[actReadPage](t, acts)
 		}},
 		{"between rounds, the pause not over: an idle wait", between, w0, func(t *testing.T, acts []action) {
-			none[actSave](t, acts)
-			none[actReadPage](t, acts)
+			steptest.None[actSave](t, acts)
+			steptest.None[actReadPage](t, acts)
 			require.Equal(t, pipeline.IdleWait, waited(t, acts))
 		}},
 		{"between rounds, the pause over: a round starts with a look", between, w0.Add(time.Minute), func(t *testing.T, acts []action) {
-			s := only[actSave](t, acts)
+			s := steptest.Only[actSave](t, acts)
 			require.Equal(t, saveRoundStart, s.why)
 			require.Equal(t, uint64(3), s.ck.Round)
 			require.True(t, s.ck.InRound)
@@ -287,24 +266,24 @@ func TestWalkPages(t *testing.T) {
 		r := dataPage(false)
 		r.unreadable = []walkFailure{{path: "c", err: errBoom}}
 		acts := w.step(evPage{now: w0, kind: subjects.SweepWalk, read: r})
-		p := only[actPublish](t, acts)
+		p := steptest.Only[actPublish](t, acts)
 		require.Equal(t, actPublish{now: w0, kind: subjects.SweepWalk, round: 2, page: 5, leaseRev: 7, files: r.files}, p)
-		require.Equal(t, "walk", only[actOpError](t, acts).op, "an unreadable directory is counted")
-		require.Equal(t, "walk a directory of the swept storage; skipped", only[actWarn](t, acts).what)
-		none[actSave](t, acts)
+		require.Equal(t, "walk", steptest.Only[actOpError](t, acts).op, "an unreadable directory is counted")
+		require.Equal(t, "walk a directory of the swept storage; skipped", steptest.Only[actWarn](t, acts).what)
+		steptest.None[actSave](t, acts)
 		require.Equal(t, inRound().Cursor, w.ck.Cursor, "not recorded before it is stored")
 	})
 	t.Run("the quarantine cannot be opened", func(t *testing.T) {
 		w := walking()
 		acts := w.step(evPage{now: w0, kind: subjects.SweepQuarantine, err: errBoom})
-		require.Equal(t, "walk", only[actOpError](t, acts).op)
-		require.Equal(t, "open the quarantine", only[actWarn](t, acts).what)
-		none[actPublish](t, acts)
+		require.Equal(t, "walk", steptest.Only[actOpError](t, acts).op)
+		require.Equal(t, "open the quarantine", steptest.Only[actWarn](t, acts).what)
+		steptest.None[actPublish](t, acts)
 		require.Equal(t, pipeline.IdleWait, waited(t, acts))
 	})
 	t.Run("published: recorded by revision", func(t *testing.T) {
 		w := publishing(false)
-		s := only[actSave](t, w.step(evPublished{now: w0}))
+		s := steptest.Only[actSave](t, w.step(evPublished{now: w0}))
 		require.Equal(t, savePage, s.why)
 		require.Equal(t, uint64(3), s.rev)
 		require.Equal(t, subjects.RawText("b/2"), s.ck.Cursor)
@@ -321,32 +300,32 @@ func TestWalkPages(t *testing.T) {
 	}{
 		{"the publish fails: counted, said once, the walks closed, an idle wait", evPublished{now: w0, err: errBoom, what: "store sweep batch"},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, "publish", only[actOpError](t, acts).op)
-				require.Equal(t, "store sweep batch", only[actWarn](t, acts).what)
+				require.Equal(t, "publish", steptest.Only[actOpError](t, acts).op)
+				require.Equal(t, "store sweep batch", steptest.Only[actWarn](t, acts).what)
 				require.Equal(t, pipeline.PhaseReady, w.phase)
 			}},
 		{"the lease went before the publish (fencing): nothing sent, nothing counted", evPublished{now: w0, fenced: true},
-			func(t *testing.T, w *walk, acts []action) { none[actOpError](t, acts) }},
+			func(t *testing.T, w *walk, acts []action) { steptest.None[actOpError](t, acts) }},
 		{"the checkpoint was written by another walker: the walk steps down", evSaved{now: w0, why: savePage, err: jetstream.ErrKeyExists},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, "checkpoint", only[actOpError](t, acts).op)
-				only[actStepDown](t, acts)
-				require.Equal(t, slog.LevelWarn, only[actLog](t, acts).level)
+				require.Equal(t, "checkpoint", steptest.Only[actOpError](t, acts).op)
+				steptest.Only[actStepDown](t, acts)
+				require.Equal(t, slog.LevelWarn, steptest.Only[actLog](t, acts).level)
 				require.Equal(t, pipeline.PhaseLoad, w.phase, "read again before anything else")
 			}},
 		{"a revision mismatch is a conflict too", evSaved{now: w0, why: savePage, err: fmt.Errorf("update: %w", jetstream.ErrKeyRevisionMismatch)},
-			func(t *testing.T, w *walk, acts []action) { only[actStepDown](t, acts) }},
+			func(t *testing.T, w *walk, acts []action) { steptest.Only[actStepDown](t, acts) }},
 		{"the checkpoint write fails: read again first, no step down", evSaved{now: w0, why: savePage, err: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, "checkpoint", only[actOpError](t, acts).op)
-				require.Equal(t, "save sweep checkpoint", only[actWarn](t, acts).what)
-				none[actStepDown](t, acts)
+				require.Equal(t, "checkpoint", steptest.Only[actOpError](t, acts).op)
+				require.Equal(t, "save sweep checkpoint", steptest.Only[actWarn](t, acts).what)
+				steptest.None[actStepDown](t, acts)
 				require.Equal(t, pipeline.PhaseLoad, w.phase)
 			}},
 		{"the lease went before the write (fencing): nothing recorded", evSaved{now: w0, why: savePage, fenced: true},
 			func(t *testing.T, w *walk, acts []action) {
-				none[actOpError](t, acts)
-				none[actStepDown](t, acts)
+				steptest.None[actOpError](t, acts)
+				steptest.None[actStepDown](t, acts)
 			}},
 	}
 	for _, tt := range failures {
@@ -357,9 +336,9 @@ func TestWalkPages(t *testing.T) {
 			}
 			acts := w.step(tt.ev)
 			tt.check(t, w, acts)
-			require.Equal(t, actClose{}, only[actClose](t, acts), "the page is read again from the checkpoint")
-			none[actProgress](t, acts)
-			none[actCount](t, acts)
+			require.Equal(t, actClose{}, steptest.Only[actClose](t, acts), "the page is read again from the checkpoint")
+			steptest.None[actProgress](t, acts)
+			steptest.None[actCount](t, acts)
 			require.Equal(t, pipeline.IdleWait, waited(t, acts))
 			require.Equal(t, inRound().Cursor, w.ck.Cursor, "the checkpoint stays before the page")
 			require.Equal(t, uint64(3), w.rev)
@@ -367,28 +346,28 @@ func TestWalkPages(t *testing.T) {
 			// The walk goes on from the checkpoint (or reads it again first).
 			next := w.step(tickAt(w0, 7))
 			if w.phase == pipeline.PhaseLoad {
-				only[actReadCheckpoint](t, next)
+				steptest.Only[actReadCheckpoint](t, next)
 				return
 			}
-			require.Equal(t, inRound().Cursor, only[actReadPage](t, next).cursor)
+			require.Equal(t, inRound().Cursor, steptest.Only[actReadPage](t, next).cursor)
 		})
 	}
 	t.Run("recorded: counted, the walk moves on at the interval", func(t *testing.T) {
 		w := publishing(false)
-		s := only[actSave](t, w.step(evPublished{now: w0}))
+		s := steptest.Only[actSave](t, w.step(evPublished{now: w0}))
 		acts := w.step(evSaved{now: w0, why: savePage, ck: s.ck, rev: 4})
-		only[actProgress](t, acts)
-		require.Equal(t, 3, only[actCount](t, acts).read.n)
-		none[actClose](t, acts)
-		none[actRoundEnded](t, acts)
+		steptest.Only[actProgress](t, acts)
+		require.Equal(t, 3, steptest.Only[actCount](t, acts).read.n)
+		steptest.None[actClose](t, acts)
+		steptest.None[actRoundEnded](t, acts)
 		require.Equal(t, time.Millisecond, waited(t, acts))
 		require.Equal(t, uint64(4), w.rev)
 		require.Equal(t, subjects.RawText("b/2"), w.ck.Cursor)
-		require.Equal(t, subjects.RawText("b/2"), only[actReadPage](t, w.step(tickAt(w0, 7))).cursor)
+		require.Equal(t, subjects.RawText("b/2"), steptest.Only[actReadPage](t, w.step(tickAt(w0, 7))).cursor)
 	})
 	t.Run("the last page ends the round", func(t *testing.T) {
 		w := publishing(true)
-		s := only[actSave](t, w.step(evPublished{now: w0}))
+		s := steptest.Only[actSave](t, w.step(evPublished{now: w0}))
 		require.False(t, s.ck.InRound)
 		require.Equal(t, w0.Add(time.Hour).UnixMicro(), s.ck.NextRoundUs)
 		require.Equal(t, w0.UnixMicro(), s.ck.LastRoundEndUs)
@@ -397,19 +376,19 @@ func TestWalkPages(t *testing.T) {
 		require.Equal(t, uint64(6), s.ck.LastCandidates)
 		require.Equal(t, map[string]uint64{KeptYoung: 4}, s.ck.LastKept)
 		acts := w.step(evSaved{now: w0, why: savePage, ck: s.ck, rev: 4})
-		require.Equal(t, actClose{}, only[actClose](t, acts))
-		require.Equal(t, s.ck, only[actRoundEnded](t, acts).ck)
-		none[actReadPage](t, w.step(tickAt(w0, 7)))
+		require.Equal(t, actClose{}, steptest.Only[actClose](t, acts))
+		require.Equal(t, s.ck, steptest.Only[actRoundEnded](t, acts).ck)
+		steptest.None[actReadPage](t, w.step(tickAt(w0, 7)))
 	})
 	t.Run("a round started: the storage opened anew", func(t *testing.T) {
 		w := ready(Checkpoint{Storage: "nfs", Round: 2, QNextUs: w0.Add(time.Hour).UnixMicro()})
 		w.ck.QNextUs = w0.Add(time.Hour).UnixMicro()
-		s := only[actSave](t, w.step(tickAt(w0, 7)))
+		s := steptest.Only[actSave](t, w.step(tickAt(w0, 7)))
 		acts := w.step(evSaved{now: w0, why: saveRoundStart, ck: s.ck, rev: 4})
-		require.Equal(t, actClose{root: true}, only[actClose](t, acts))
-		require.Equal(t, uint64(3), only[actRoundStarted](t, acts).round)
+		require.Equal(t, actClose{root: true}, steptest.Only[actClose](t, acts))
+		require.Equal(t, uint64(3), steptest.Only[actRoundStarted](t, acts).round)
 		require.False(t, w.opened)
-		only[actOpen](t, w.step(tickAt(w0, 7)))
+		steptest.Only[actOpen](t, w.step(tickAt(w0, 7)))
 	})
 }
 
@@ -421,21 +400,21 @@ func TestWalkLooks(t *testing.T) {
 	w := ready(c)
 	page := pageRead{n: 4, last: "q/9", done: true, seen: QuarantineCount{Files: 1, Bytes: 5, Conflicts: 1, Foreign: 2, OldestUs: 40},
 		files: []candidate{{instance: "i1"}}}
-	p := only[actPublish](t, w.step(evPage{now: w0, kind: subjects.SweepQuarantine, read: page}))
+	p := steptest.Only[actPublish](t, w.step(evPage{now: w0, kind: subjects.SweepQuarantine, read: page}))
 	require.Equal(t, uint64(1), p.round, "a look's batches carry its pass")
 	require.Equal(t, uint64(2), p.page)
-	s := only[actSave](t, w.step(evPublished{now: w0}))
+	s := steptest.Only[actSave](t, w.step(evPublished{now: w0}))
 	require.False(t, s.ck.QInPass)
 	require.Equal(t, subjects.RawText("q/9"), s.ck.QCursor)
 	require.Equal(t, QuarantineCount{}, s.ck.QSeen)
 	require.Equal(t, QuarantineCount{Files: 3, Bytes: 25, Conflicts: 1, Foreign: 2, OldestUs: 40, EndedUs: w0.UnixMicro()}, s.ck.QLast)
 	require.Equal(t, w0.Add(30*time.Minute).UnixMicro(), s.ck.QNextUs)
 	acts := w.step(evSaved{now: w0, why: savePage, ck: s.ck, rev: 4})
-	require.Equal(t, actClose{quarantineOnly: true}, only[actClose](t, acts))
-	require.Equal(t, s.ck.QLast, only[actLookEnded](t, acts).seen)
-	none[actCount](t, acts)
+	require.Equal(t, actClose{quarantineOnly: true}, steptest.Only[actClose](t, acts))
+	require.Equal(t, s.ck.QLast, steptest.Only[actLookEnded](t, acts).seen)
+	steptest.None[actCount](t, acts)
 	// Back to the data, where the round stood.
-	require.Equal(t, actReadPage{kind: subjects.SweepWalk, cursor: subjects.RawText("a/1")}, only[actReadPage](t, w.step(tickAt(w0, 7))))
+	require.Equal(t, actReadPage{kind: subjects.SweepWalk, cursor: subjects.RawText("a/1")}, steptest.Only[actReadPage](t, w.step(tickAt(w0, 7))))
 }
 
 // TestWalkSealed: every event has a case in step, every action one in the driver's do.
