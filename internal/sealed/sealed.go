@@ -25,47 +25,24 @@ func Types(t testing.TB, dir, marker string, handlers ...string) {
 	t.Helper()
 	files := parse(t, dir)
 	var sealed []string
-	for _, f := range files {
-		for _, d := range f.Decls {
-			fd, ok := d.(*ast.FuncDecl)
-			if ok && fd.Recv != nil && fd.Name.Name == marker && len(fd.Recv.List) == 1 {
-				sealed = append(sealed, typeName(fd.Recv.List[0].Type))
-			}
+	for _, fd := range decls[*ast.FuncDecl](files) {
+		if fd.Recv != nil && fd.Name.Name == marker && len(fd.Recv.List) == 1 {
+			sealed = append(sealed, typeName(fd.Recv.List[0].Type))
 		}
 	}
 	if len(sealed) == 0 {
 		t.Fatalf("no type has the marker method %s", marker)
 	}
-	for _, h := range handlers {
-		cases := map[string]bool{}
-		found := false
-		for _, fd := range funcs(files, h) {
-			found = true
-			ast.Inspect(fd.Body, func(n ast.Node) bool {
-				if ts, ok := n.(*ast.TypeSwitchStmt); ok {
-					for _, c := range ts.Body.List {
-						for _, e := range c.(*ast.CaseClause).List {
-							cases[typeName(e)] = true
-						}
-					}
+	slices.Sort(sealed)
+	check(t, files, sealed, "types with "+marker, handlers, func(n ast.Node, cases map[string]bool) {
+		if ts, ok := n.(*ast.TypeSwitchStmt); ok {
+			for _, c := range ts.Body.List {
+				for _, e := range c.(*ast.CaseClause).List {
+					cases[typeName(e)] = true
 				}
-				return true
-			})
-		}
-		if !found {
-			t.Fatalf("no function %s", h)
-		}
-		var missing []string
-		for _, s := range sealed {
-			if !cases[s] {
-				missing = append(missing, s)
 			}
 		}
-		slices.Sort(missing)
-		if len(missing) > 0 {
-			t.Errorf("%s has no case for %s (types with %s)", h, strings.Join(missing, ", "), marker)
-		}
-	}
+	})
 }
 
 // Enum fails t unless every constant of type typ declared in dir's package is a case of a
@@ -74,26 +51,23 @@ func Enum(t testing.TB, dir, typ string, handlers ...string) {
 	t.Helper()
 	files := parse(t, dir)
 	var consts []string
-	for _, f := range files {
-		for _, d := range f.Decls {
-			gd, ok := d.(*ast.GenDecl)
-			if !ok || gd.Tok != token.CONST {
-				continue
+	for _, gd := range decls[*ast.GenDecl](files) {
+		if gd.Tok != token.CONST {
+			continue
+		}
+		// An iota block: a spec without a type repeats the previous one's.
+		var last string
+		for _, sp := range gd.Specs {
+			vs := sp.(*ast.ValueSpec)
+			switch {
+			case vs.Type != nil:
+				last = typeName(vs.Type)
+			case len(vs.Values) > 0:
+				last = ""
 			}
-			// An iota block: a spec without a type repeats the previous one's.
-			var last string
-			for _, sp := range gd.Specs {
-				vs := sp.(*ast.ValueSpec)
-				switch {
-				case vs.Type != nil:
-					last = typeName(vs.Type)
-				case len(vs.Values) > 0:
-					last = ""
-				}
-				if last == typ {
-					for _, n := range vs.Names {
-						consts = append(consts, n.Name)
-					}
+			if last == typ {
+				for _, n := range vs.Names {
+					consts = append(consts, n.Name)
 				}
 			}
 		}
@@ -101,21 +75,31 @@ func Enum(t testing.TB, dir, typ string, handlers ...string) {
 	if len(consts) == 0 {
 		t.Fatalf("no constant of type %s", typ)
 	}
+	check(t, files, consts, "constants of "+typ, handlers, func(n ast.Node, cases map[string]bool) {
+		if sw, ok := n.(*ast.SwitchStmt); ok && sw.Tag != nil {
+			for _, c := range sw.Body.List {
+				for _, e := range c.(*ast.CaseClause).List {
+					if id, ok := e.(*ast.Ident); ok {
+						cases[id.Name] = true
+					}
+				}
+			}
+		}
+	})
+}
+
+// check fails t unless each function named in handlers has a case for every name of want
+// (but "_"), in the order of want; addCases adds to cases the cases of a node of a handler's
+// body. what says what want holds, for the message.
+func check(t testing.TB, files []*ast.File, want []string, what string, handlers []string, addCases func(n ast.Node, cases map[string]bool)) {
+	t.Helper()
 	for _, h := range handlers {
 		cases := map[string]bool{}
 		found := false
 		for _, fd := range funcs(files, h) {
 			found = true
 			ast.Inspect(fd.Body, func(n ast.Node) bool {
-				if sw, ok := n.(*ast.SwitchStmt); ok && sw.Tag != nil {
-					for _, c := range sw.Body.List {
-						for _, e := range c.(*ast.CaseClause).List {
-							if id, ok := e.(*ast.Ident); ok {
-								cases[id.Name] = true
-							}
-						}
-					}
-				}
+				addCases(n, cases)
 				return true
 			})
 		}
@@ -123,13 +107,13 @@ func Enum(t testing.TB, dir, typ string, handlers ...string) {
 			t.Fatalf("no function %s", h)
 		}
 		var missing []string
-		for _, c := range consts {
-			if !cases[c] && c != "_" {
-				missing = append(missing, c)
+		for _, w := range want {
+			if !cases[w] && w != "_" {
+				missing = append(missing, w)
 			}
 		}
 		if len(missing) > 0 {
-			t.Errorf("%s has no case for %s (constants of %s)", h, strings.Join(missing, ", "), typ)
+			t.Errorf("%s has no case for %s (%s)", h, strings.Join(missing, ", "), what)
 		}
 	}
 }
@@ -163,10 +147,21 @@ func parse(t testing.TB, dir string) []*ast.File {
 
 func funcs(files []*ast.File, name string) []*ast.FuncDecl {
 	var out []*ast.FuncDecl
+	for _, fd := range decls[*ast.FuncDecl](files) {
+		if fd.Name.Name == name && fd.Body != nil {
+			out = append(out, fd)
+		}
+	}
+	return out
+}
+
+// decls returns the declarations of type D in files, in order.
+func decls[D ast.Decl](files []*ast.File) []D {
+	var out []D
 	for _, f := range files {
 		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == name && fd.Body != nil {
-				out = append(out, fd)
+			if x, ok := d.(D); ok {
+				out = append(out, x)
 			}
 		}
 	}

@@ -18,21 +18,25 @@ func (r *recorder) Errorf(f string, args ...any) { r.errs = append(r.errs, fmt.S
 func (r *recorder) Fatalf(f string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(f, args...)) }
 func (r *recorder) Fatal(args ...any)            { r.errs = append(r.errs, fmt.Sprint(args...)) }
 
-func TestTypes(t *testing.T) {
-	r := &recorder{TB: t}
-	Types(r, "testdata/ex", "isAct", "all")
-	require.Empty(t, r.errs)
-	Types(r, "testdata/ex", "isAct", "some")
-	require.Equal(t, []string{"some has no case for actB, actC (types with isAct)"}, r.errs)
-	r.errs = nil
-	Types(r, "testdata/ex", "isNothing", "all")
-	require.Equal(t, []string{"no type has the marker method isNothing"}, r.errs)
-}
-
-func TestEnum(t *testing.T) {
-	r := &recorder{TB: t}
-	Enum(r, "testdata/ex", "state", "allStates")
-	require.Empty(t, r.errs)
-	Enum(r, "testdata/ex", "state", "someStates")
-	require.Equal(t, []string{"someStates has no case for stTwo, stThree (constants of state)"}, r.errs)
+func TestChecks(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		check func(t testing.TB)
+		want  []string
+	}{
+		{"every type handled", func(t testing.TB) { Types(t, "testdata/ex", "isAct", "all") }, nil},
+		{"types missing", func(t testing.TB) { Types(t, "testdata/ex", "isAct", "some") },
+			[]string{"some has no case for actB, actC (types with isAct)"}},
+		{"no type with the marker", func(t testing.TB) { Types(t, "testdata/ex", "isNothing", "all") },
+			[]string{"no type has the marker method isNothing"}},
+		{"every constant handled", func(t testing.TB) { Enum(t, "testdata/ex", "state", "allStates") }, nil},
+		{"constants missing, in declaration order", func(t testing.TB) { Enum(t, "testdata/ex", "state", "someStates") },
+			[]string{"someStates has no case for stTwo, stThree (constants of state)"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{TB: t}
+			tt.check(r)
+			require.Equal(t, tt.want, r.errs)
+		})
+	}
 }
