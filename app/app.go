@@ -187,7 +187,9 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 	so.DryRun = so.DryRun || o.DryRun
 
 	var state, leaseKV, observed jetstream.KeyValue
-	if which.Scanner || which.Walker || which.Deleter && o.EmptyBlock == meta.EmptyBlockDelete {
+	// The sweeper reads the scanners' checkpoints only to reclaim unregistered instances' files.
+	if which.Scanner || which.Walker || which.Deleter && o.EmptyBlock == meta.EmptyBlockDelete ||
+		which.Sweeper && o.sweepConfig().CollectUnregistered {
 		if state, err = op.bucket(ctx, names.StateBucket()); err != nil {
 			return err
 		}
@@ -322,7 +324,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 	}
 	if which.Sweeper {
 		sw, err := sweep.NewSweeper(sweepCfg, sweep.SweeperDeps{Names: names, Registry: registry, Stores: stores,
-			StorageOptions: so, Events: events, Metrics: sm, Logger: log.With("stage", pipeline.StageSweeper)})
+			State: state, StorageOptions: so, Events: events, Metrics: sm, Logger: log.With("stage", pipeline.StageSweeper)})
 		if err != nil {
 			return err
 		}

@@ -35,7 +35,7 @@ type Config struct {
 	HighWater        uint64        `yaml:"backpressure_high_water" help:"skip scanning while the prober's or the deleter's backlog (pending + unacknowledged messages) is above this"`
 	Scanner          Scanner       `yaml:"scanner"`
 	// Keys of instances KVCM's registry no longer lists (a removal whose trim failed).
-	CollectUnregistered bool          `yaml:"collect_unregistered_instances" help:"also delete the keys of instances the registry no longer lists, once absent for unregistered_grace since kvcm-gc saw them registered; their data files are left in place"`
+	CollectUnregistered bool          `yaml:"collect_unregistered_instances" help:"also delete the keys of instances the registry no longer lists, once absent for unregistered_grace since kvcm-gc saw them registered; the sweep, where it runs, then reclaims their per-block data files"`
 	UnregisteredGrace   time.Duration `yaml:"unregistered_grace" help:"least time an instance must have been absent from every registry snapshot, since one listed it, before collect_unregistered_instances deletes its keys; at least 24h"`
 	UnregisteredMaxKeys int           `yaml:"unregistered_max_keys_per_round" help:"most keys of unregistered instances one round of a store deletes"`
 

@@ -199,6 +199,7 @@ func (c Config) SweepConfig() sweep.Config {
 	sw.Grace, sw.Quarantine = c.SweepGrace, c.SweepQuarantine
 	sw.Interval, sw.RoundPause, sw.BatchSize = c.SweepInterval, c.SweepRoundPause, c.SweepBatchSize
 	sw.HighWater, sw.RegistryRefresh, sw.AckWait = c.HighWater, c.RegistryRefresh, c.JS.SweeperAckWait
+	sw.CollectUnregistered, sw.UnregisteredGrace = c.CollectUnregistered, c.UnregisteredGrace
 	return sw
 }
 

@@ -86,7 +86,8 @@ const (
 	// registered with another type. Only the metadata goes.
 	PhysSkipType = "storage_type"
 	// PhysSkipSweep: a location of an unregistered instance (collect_unregistered_instances)
-	// loses its metadata only; its data is left in place.
+	// loses its metadata only; its data is left for the sweep, which reclaims a per-block file
+	// once no key names it.
 	PhysSkipSweep = "left_for_sweep"
 )
 

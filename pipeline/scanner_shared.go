@@ -11,7 +11,6 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
-	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
 // What every walk of a scanner shares besides its controls (controls.go): the registry
@@ -133,30 +132,8 @@ func (c *registryCache) get(ctx context.Context, now time.Time) ([]meta.Instance
 		c.log.Info("registry entries not collected", "count", len(reg.Skipped), "first", reg.Skipped[0].Instance, "reason", reg.Skipped[0].Reason)
 	}
 	c.skipped = len(reg.Skipped)
-	c.known = make(map[string]bool, len(reg.Instances)+len(reg.Skipped))
-	for _, in := range reg.Instances {
-		c.known[in.ID] = true
-	}
-	c.partial = false
-	for _, sk := range reg.Skipped {
-		if sk.Instance != "" {
-			c.known[sk.Instance] = true
-			if sk.Group == "" && !kvcm.IsKVMetaInstanceID(sk.Instance) {
-				c.partial = true // an instance record that names no group kvcm-gc could read
-			}
-		}
-	}
-	c.groups = map[string]bool{}
-	for g := range reg.Groups {
-		if _, skipped := reg.SkippedGroups[g]; !skipped {
-			c.groups[g] = true
-		}
-	}
-	for g := range reg.SkippedGroups {
-		if _, ok := reg.Groups[g]; !ok {
-			c.partial = true // a group record that does not decode
-		}
-	}
+	rv := newRegView(reg, now)
+	c.known, c.groups, c.partial = rv.known, rv.groups, rv.partial
 	c.snap, c.at = snap, now
 	return snap, time.Time{}, nil
 }

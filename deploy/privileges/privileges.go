@@ -111,7 +111,8 @@ type OptIn struct {
 }
 
 // OptInCollectUnregistered is the configuration key that lets the scanner publish delete
-// requests (of the keys of instances the registry no longer lists).
+// requests (of the keys of instances the registry no longer lists), and the walker and the
+// sweeper read the scanners' checkpoints (to reclaim those instances' files).
 const OptInCollectUnregistered = "collect_unregistered_instances"
 
 // Granted returns the users with the rights of every opt-in whose key on reports true added
@@ -202,13 +203,15 @@ func NATS(n subjects.Names) []NATSUser {
 				[]string{ev(subjects.EventPoison), ev(subjects.EventDeadLetter)}, pull(deletes, n.DeleterConsumer())),
 			Subscribe: []string{inbox, deadLetters(deletes, n.DeleterConsumer())}},
 		{Stage: pipeline.StageWalker,
-			Role: "publishes sweep batches and its walk events, holds the swept storages' leases (LEASE bucket) and walk checkpoints (STATE bucket) under sweep.* keys, reads its pause (walker_pause in STATE) and the sweepers' backlog",
+			Role:   "publishes sweep batches and its walk events, holds the swept storages' leases (LEASE bucket) and walk checkpoints (STATE bucket) under sweep.* keys, reads its pause (walker_pause in STATE) and the sweepers' backlog, and, only with collect_unregistered_instances, reads the scanners' checkpoints",
+			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: kvRead(state, subjects.CheckpointFilter())}},
 			Publish: cat([]string{n.SweepFilter(), ev(subjects.EventSweep)},
 				kvWrite(lease, sweepKeys), kvWrite(state, sweepKeys), kvRead(lease, sweepKeys), kvRead(state, sweepKeys),
 				[]string{kvGet(state, subjects.WalkerPauseKey), consumerInfo(sweep, n.SweeperConsumer())}),
 			Subscribe: []string{inbox}},
 		{Stage: pipeline.StageSweeper,
-			Role: "pulls sweep batches from its durable consumer and acknowledges them, records the batches the server gave up on (its max-deliveries advisories, and the message read by sequence), and publishes its events",
+			Role:   "pulls sweep batches from its durable consumer and acknowledges them, records the batches the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes its events, and, only with collect_unregistered_instances, reads the scanners' checkpoints (STATE bucket)",
+			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: kvRead(state, subjects.CheckpointFilter())}},
 			Publish: cat([]string{ev(subjects.EventSweep), ev(subjects.EventPoison), ev(subjects.EventDeadLetter)},
 				pull(sweep, n.SweeperConsumer())),
 			Subscribe: []string{inbox, deadLetters(sweep, n.SweeperConsumer())}},

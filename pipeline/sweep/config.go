@@ -44,6 +44,12 @@ type Config struct {
 	LeaseRenew time.Duration
 	// Holder identifies this walker replica in the leases (default host name + pid).
 	Holder string
+	// CollectUnregistered (collect_unregistered_instances) lets the sweep reclaim the files of
+	// an instance the registry no longer lists once the scanner may collect its keys
+	// (pipeline.CollectableUnregistered, by the scanners' store checkpoints and
+	// UnregisteredGrace, unregistered_grace), and each file's block is gone like any orphan's.
+	CollectUnregistered bool
+	UnregisteredGrace   time.Duration
 }
 
 // DefaultConfig returns the defaults of DESIGN §9.
@@ -78,6 +84,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait <= 0 {
 		errs = append(errs, fmt.Errorf("jetstream.sweeper_ack_wait: must be > 0, got %s", c.AckWait))
+	}
+	if c.CollectUnregistered && c.UnregisteredGrace <= 0 {
+		errs = append(errs, fmt.Errorf("unregistered_grace: must be > 0, got %s", c.UnregisteredGrace))
 	}
 	for _, s := range c.Storages {
 		if s == "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 // View is what the sweep takes from one registry snapshot: the collected instances and
@@ -25,6 +26,11 @@ type View struct {
 	// skipped: instance ids nothing may be judged of, with the reason (a group not
 	// collected, an instance record that does not decode, an id in two groups).
 	skipped map[string]string
+	// unreg are the instances the registry no longer lists whose files the sweep judges
+	// (Config.CollectUnregistered), unregRefused why each other one the scanners counted is
+	// not (withUnregistered).
+	unreg        map[string]pipeline.UnregisteredInstance
+	unregRefused map[string]string
 }
 
 // NewView builds the view of a registry snapshot.
@@ -67,6 +73,26 @@ func (v *View) Instance(id string) (meta.Instance, bool) {
 	return in, ok
 }
 
+// withUnregistered returns a copy of v that also judges the files of the unregistered
+// instances ok, and tells why the refused ones are kept.
+func (v *View) withUnregistered(ok map[string]pipeline.UnregisteredInstance, refused map[string]string) *View {
+	c := *v
+	c.unreg, c.unregRefused = ok, refused
+	return &c
+}
+
+// judged returns the instance whose files the sweep judges: a collected instance, or an
+// unregistered one whose keys may be collected.
+func (v *View) judged(id string) (meta.Instance, bool) {
+	if in, ok := v.instances[id]; ok {
+		return in, true
+	}
+	if u, ok := v.unreg[id]; ok {
+		return meta.Instance{ID: u.ID, Group: u.Group, Store: u.Store}, true
+	}
+	return meta.Instance{}, false
+}
+
 // Name is a file name read back as the block whose data it is.
 type Name struct {
 	Instance meta.Instance
@@ -75,9 +101,11 @@ type Name struct {
 }
 
 // ResolveName reads an object name (the path below the storage's root) as the data of one
-// block of a collected instance: KVCM's per-block name, exactly one registered (instance,
-// spec) reading of it, and no reading that names an instance nothing may be judged of. Else
-// reason says why the file is kept (a SweepKept* reason) and detail more.
+// block of a collected instance, or of an unregistered instance whose keys may be collected
+// (withUnregistered; its specs are no longer known, any spec name reads): KVCM's per-block
+// name, exactly one such (instance, spec) reading of it, no other reading that names a
+// registered instance, and none that names an instance nothing may be judged of. Else reason
+// says why the file is kept (a SweepKept* reason) and detail more.
 func (v *View) ResolveName(object string) (n Name, reason, detail string) {
 	if strings.HasPrefix(object, kvcm.KVMetaDir+"/") {
 		// Even an instance named kvmeta: its files would share the tree with KVMeta's.
@@ -90,11 +118,18 @@ func (v *View) ResolveName(object string) (n Name, reason, detail string) {
 	if bf.Shared {
 		return Name{}, KeptShared, ""
 	}
-	var matches []Name
+	var matches, unreg []Name
 	known := false
 	for _, s := range bf.Splits() {
 		if why, ok := v.skipped[s.Instance]; ok {
 			return Name{}, KeptGroupSkipped, fmt.Sprintf("instance %q: %s", s.Instance, why)
+		}
+		if u, ok := v.unreg[s.Instance]; ok {
+			unreg = append(unreg, Name{Instance: meta.Instance{ID: u.ID, Group: u.Group, Store: u.Store}, Spec: s.Spec, Key: bf.Key})
+			continue
+		}
+		if why, ok := v.unregRefused[s.Instance]; ok && detail == "" {
+			detail = fmt.Sprintf("instance %q is not registered, its keys are not collected: %s", s.Instance, why)
 		}
 		in, ok := v.instances[s.Instance]
 		if !ok {
@@ -105,15 +140,18 @@ func (v *View) ResolveName(object string) (n Name, reason, detail string) {
 			matches = append(matches, Name{Instance: in, Spec: s.Spec, Key: bf.Key})
 		}
 	}
+	all := append(matches, unreg...)
 	switch {
-	case len(matches) == 1:
-		return matches[0], "", ""
-	case len(matches) > 1:
-		return Name{}, KeptAmbiguousName, fmt.Sprintf("blocks of instances %q and %q", matches[0].Instance.ID, matches[1].Instance.ID)
+	case len(all) > 1:
+		return Name{}, KeptAmbiguousName, fmt.Sprintf("blocks of instances %q and %q", all[0].Instance.ID, all[1].Instance.ID)
+	case known && len(unreg) > 0:
+		return Name{}, KeptAmbiguousName, fmt.Sprintf("a block of unregistered instance %q, or of a registered one", unreg[0].Instance.ID)
+	case len(all) == 1:
+		return all[0], "", ""
 	case known:
 		return Name{}, KeptUnknownSpec, ""
 	}
-	return Name{}, KeptUnknownInstance, ""
+	return Name{}, KeptUnknownInstance, detail
 }
 
 // sweepTarget is the file a decision is about.
@@ -245,8 +283,11 @@ func realDir(cache map[string]string, dir string) string {
 // viewCache keeps the last registry view for refresh; a failed read keeps the previous view
 // (stale) when there is one: the walker only publishes less or more for the sweepers to judge
 // with their own, and a sweeper's stale view can only keep files of instances or storages
-// registered since.
+// registered since. A stale view judges no unregistered instance: their files wait for a
+// registry read that answers. unreg, when set, adds those instances to a fresh view.
 type viewCache struct {
+	unreg *unregReader
+
 	mu   sync.Mutex
 	view *View
 	at   time.Time
@@ -268,12 +309,15 @@ func (c *viewCache) get(ctx context.Context, reg meta.RegistryReader, opts stora
 	if err == nil {
 		var v *View
 		if v, err = NewView(r, opts); err == nil {
+			if c.unreg != nil {
+				v = c.unreg.add(ctx, v, r, now)
+			}
 			c.view, c.at = v, now
 			return cachedView{view: v}, nil
 		}
 	}
 	if c.view != nil {
-		return cachedView{view: c.view, stale: true, err: err}, nil
+		return cachedView{view: c.view.withUnregistered(nil, nil), stale: true, err: err}, nil
 	}
 	return cachedView{}, fmt.Errorf("read registry: %w", err)
 }

@@ -77,9 +77,13 @@ func KeptReasons() []string { return append([]string(nil), keptReasons...) }
 
 // Operations of the sweep that fail (the "reason" label of kvcm_gc_sweep_errors_total).
 var errorOps = map[string][]string{
-	pipeline.StageWalker:  {"lease", "checkpoint", "registry", "pause", "backlog", "open", "walk", "publish", "event"},
-	pipeline.StageSweeper: {"registry", "open", "store", "read", "stat", "quarantine", "restore", "unlink", "event"},
+	pipeline.StageWalker:  {"lease", "checkpoint", "registry", opScannerCheckpoint, "pause", "backlog", "open", "walk", "publish", "event"},
+	pipeline.StageSweeper: {"registry", opScannerCheckpoint, "open", "store", "read", "stat", "quarantine", "restore", "unlink", "event"},
 }
+
+// opScannerCheckpoint: a scanner's store checkpoint could not be read (the files of
+// unregistered instances, collect_unregistered_instances).
+const opScannerCheckpoint = "scanner_checkpoint"
 
 // Metrics are the sweep's metrics, registered beside pipeline.Metrics (the sweeper
 // consumer's messages are counted there).

@@ -58,9 +58,12 @@ type Sweeper struct {
 // records no event, a nil Metrics counts on an unregistered set, a nil Logger discards, a nil
 // Now is time.Now.
 type SweeperDeps struct {
-	Names          subjects.Names
-	Registry       meta.RegistryReader
-	Stores         meta.StoreResolver
+	Names    subjects.Names
+	Registry meta.RegistryReader
+	Stores   meta.StoreResolver
+	// State is the STATE bucket, whose scanner checkpoints tell the unregistered instances
+	// whose files may go; required with Config.CollectUnregistered only.
+	State          jetstream.KeyValue
 	StorageOptions storage.Options // path maps; DryRun renames nothing (the storage refuses)
 	Events         *pipeline.EventLog
 	Metrics        *Metrics
@@ -80,8 +83,14 @@ func NewSweeper(cfg Config, deps SweeperDeps) (*Sweeper, error) {
 	if err := errors.Join(missing...); err != nil {
 		return nil, fmt.Errorf("sweeper: %w", err)
 	}
-	return &Sweeper{cfg: cfg, names: deps.Names, registry: deps.Registry, stores: deps.Stores, storageOp: deps.StorageOptions,
-		events: deps.Events, metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger), now: orNow(deps.Now)}, nil
+	s := &Sweeper{cfg: cfg, names: deps.Names, registry: deps.Registry, stores: deps.Stores, storageOp: deps.StorageOptions,
+		events: deps.Events, metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger), now: orNow(deps.Now)}
+	u, err := newUnregReader(cfg, pipeline.StageSweeper, deps.State, s.metrics, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("sweeper: %w", err)
+	}
+	s.views.unreg = u
+	return s, nil
 }
 
 // Result is what a sweeper did with one file.
@@ -222,7 +231,7 @@ func (s *Sweeper) Sweep(ctx context.Context, b subjects.SweepBatch) ([]Result, e
 	}
 	defer root.Close()
 	h := &batchSweep{s: s, b: b, view: view, fs: fs, root: root, now: now}
-	in, ok := view.Instance(b.Instance)
+	in, ok := view.judged(b.Instance)
 	if !ok {
 		_, reason, detail := view.ResolveName(kvcm.BlockObjectName(b.Instance, b.Files[0].Spec, b.Files[0].Key))
 		if reason == "" {

@@ -88,6 +88,11 @@ func NewWalker(cfg Config, deps WalkerDeps) (*Walker, error) {
 		leases: deps.Leases, leaseTTL: deps.LeaseTTL, state: deps.State, publisher: deps.Publisher, events: deps.Events,
 		backlog: deps.Backlog, maxPayload: deps.MaxPayload, metrics: orUnregistered(deps.Metrics),
 		log: orDiscard(deps.Logger), now: orNow(deps.Now)}
+	u, err := newUnregReader(cfg, pipeline.StageWalker, deps.State, w.metrics, w.log)
+	if err != nil {
+		return nil, fmt.Errorf("walker: %w", err)
+	}
+	w.views.unreg = u
 	if w.leaseTTL <= 0 {
 		w.leaseTTL = 15 * time.Second
 	}
