@@ -3,6 +3,7 @@ package redismeta_test
 import (
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -206,25 +207,10 @@ func TestClusterName(t *testing.T) {
 // FuzzParseURI: URIs come from KVCM's registry, outside bytes. Parsing never panics, an
 // error never holds the userinfo, and Redact never returns it.
 func FuzzParseURI(f *testing.F) {
-	for _, s := range []string{
+	fuzzPlanted(f, []string{
 		"redis://h:1", "redis://u:p@h:1/?timeout_ms=5", "rediss://h", "redis://@:?&=", "redis://h:1?db=-1",
 		"redis://a@b@c:1", "://", "redis://h:99999",
-	} {
-		f.Add(s, "Zq9secretZq9")
-	}
-	f.Fuzz(func(t *testing.T, uri, secret string) {
-		// Plant a secret as userinfo of an otherwise arbitrary URI.
-		// Alphanumeric, so that quoting in a message cannot disguise a leak.
-		if len(secret) < 6 || strings.IndexFunc(secret, func(r rune) bool {
-			return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
-		}) >= 0 {
-			return
-		}
-		scheme, rest, ok := strings.Cut(uri, "://")
-		if !ok || strings.Contains(uri, secret) {
-			return
-		}
-		withSecret := scheme + "://user:" + secret + "@" + rest
+	}, func(t *testing.T, withSecret, secret string) {
 		o, err := redismeta.ParseURI(withSecret)
 		if err != nil {
 			require.NotContains(t, err.Error(), secret)
@@ -234,4 +220,34 @@ func FuzzParseURI(f *testing.F) {
 		}
 		require.NotContains(t, redismeta.Redact(withSecret), secret)
 	})
+}
+
+// fuzzPlanted fuzzes check with URIs (from seeds) whose password is a secret: check must find
+// the secret in none of what the URI's parse says.
+func fuzzPlanted(f *testing.F, seeds []string, check func(t *testing.T, withSecret, secret string)) {
+	for _, s := range seeds {
+		f.Add(s, "Zq9secretZq9")
+	}
+	f.Fuzz(func(t *testing.T, uri, secret string) {
+		if withSecret, ok := plantSecret(uri, secret); ok {
+			check(t, withSecret, secret)
+		}
+	})
+}
+
+// plantSecret makes secret the password of uri, for a fuzz target to check that no message
+// holds it. It says false for a secret that could pass unseen: shorter than 6 bytes, not
+// alphanumeric (quoting in a message could disguise a leak), or already in uri, in its quoted
+// form too (%q turns a control byte into text such as "\x01"); and for a uri without "://".
+func plantSecret(uri, secret string) (string, bool) {
+	if len(secret) < 6 || strings.IndexFunc(secret, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	}) >= 0 {
+		return "", false
+	}
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok || strings.Contains(strconv.Quote(uri), secret) {
+		return "", false
+	}
+	return scheme + "://user:" + secret + "@" + rest, true
 }
