@@ -7,16 +7,10 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/faults"
 )
@@ -42,32 +36,19 @@ func run() int {
 	quiet := flag.Bool("q", false, "print the table only")
 	flag.Parse()
 
-	if *seed == 0 {
-		*seed = rand.Uint64() >> 1
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := faults.Interrupted()
 	defer stop()
-
-	dir := *work
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "kvcm-gc-faults-"); err != nil {
-			fmt.Fprintln(os.Stderr, "faults:", err)
-			return 1
-		}
+	ws, err := faults.Prepare(ctx, "kvcm-gc fault suite", "kvcm-gc-faults-", *seed, *work)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		return 1
 	}
 	out := os.Stderr
 	if *quiet {
 		out = nil
 	}
-	fmt.Printf("kvcm-gc fault suite: seed %d, work directory %s\n", *seed, dir)
-	bins, err := faults.Build(ctx, filepath.Join(dir, "bin"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "faults:", err)
-		return 1
-	}
-	cfg := faults.Config{Seed: *seed, Kills: *kills, Instances: *instances, Blocks: *blocks, RoundPause: *roundPause,
-		Outage: *outage, WriterFor: *writerFor, ScenarioTimeout: *timeout, Bins: bins, WorkDir: dir, Layout: *layout,
+	cfg := faults.Config{Seed: ws.Seed, Kills: *kills, Instances: *instances, Blocks: *blocks, RoundPause: *roundPause,
+		Outage: *outage, WriterFor: *writerFor, ScenarioTimeout: *timeout, Bins: ws.Bins, WorkDir: ws.Dir, Layout: *layout,
 		RSSLimit: def.RSSLimit, GoroutineLimit: def.GoroutineLimit}
 	if out != nil {
 		cfg.Out = out
@@ -75,26 +56,23 @@ func run() int {
 	if *only != "" {
 		cfg.Scenarios = strings.Split(*only, ",")
 	}
-	started := time.Now()
 	results, err := faults.Run(ctx, cfg)
 	fmt.Println()
-	if werr := faults.WriteTable(os.Stdout, *seed, results); werr != nil {
+	if werr := faults.WriteTable(os.Stdout, ws.Seed, results); werr != nil {
 		fmt.Fprintln(os.Stderr, "faults:", werr)
 		return 1
 	}
-	fmt.Printf("total %s\n", time.Since(started).Round(time.Second))
+	fmt.Printf("total %s\n", ws.Elapsed())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		return 1
 	}
 	for _, r := range results {
 		if !r.OK() {
-			fmt.Printf("FAILED; logs and server files kept in %s\n", dir)
+			fmt.Printf("FAILED; logs and server files kept in %s\n", ws.Dir)
 			return 1
 		}
 	}
-	if *work == "" {
-		_ = os.RemoveAll(dir)
-	}
+	ws.Passed()
 	return 0
 }

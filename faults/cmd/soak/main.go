@@ -8,16 +8,10 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/faults"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -83,35 +77,15 @@ func run() int {
 		}
 		cfg.Runs = append(cfg.Runs, faults.SoakRun{Layout: l, Cluster: topo == "cluster"})
 	}
-	if *seed == 0 {
-		*seed = rand.Uint64() >> 1
-	}
-	cfg.Seed = *seed
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := faults.Interrupted()
 	defer stop()
-	dir := *work
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "kvcm-gc-soak-"); err != nil {
-			fmt.Fprintln(os.Stderr, "soak:", err)
-			return 1
-		}
-	}
-	// Paths under it reach the stages through their config files: only absolute ones mean the same to all.
-	dir, err := filepath.Abs(dir)
+	ws, err := faults.Prepare(ctx, "kvcm-gc soak", "kvcm-gc-soak-", *seed, *work)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		return 1
 	}
-	cfg.WorkDir, cfg.ReportDir, cfg.Out = dir, *report, os.Stderr
-	fmt.Printf("kvcm-gc soak: seed %d, work directory %s\n", cfg.Seed, dir)
-	bins, err := faults.Build(ctx, filepath.Join(dir, "bin"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "soak:", err)
-		return 1
-	}
-	cfg.Bins = bins
-	started := time.Now()
+	cfg.Seed, cfg.WorkDir, cfg.Bins = ws.Seed, ws.Dir, ws.Bins
+	cfg.ReportDir, cfg.Out = *report, os.Stderr
 	results, err := faults.RunSoak(ctx, cfg)
 	failed := err != nil
 	for _, r := range results {
@@ -123,16 +97,14 @@ func run() int {
 		fmt.Printf("table: %s, plot: %s\n", r.TablePath, r.PlotPath)
 		failed = failed || !r.OK()
 	}
-	fmt.Printf("total %s\n", time.Since(started).Round(time.Second))
+	fmt.Printf("total %s\n", ws.Elapsed())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 	}
 	if failed {
-		fmt.Printf("FAILED (reproduce with -seed %d); logs and server files kept in %s\n", cfg.Seed, dir)
+		fmt.Printf("FAILED (reproduce with -seed %d); logs and server files kept in %s\n", cfg.Seed, ws.Dir)
 		return 1
 	}
-	if *work == "" {
-		_ = os.RemoveAll(dir)
-	}
+	ws.Passed()
 	return 0
 }
