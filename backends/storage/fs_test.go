@@ -177,36 +177,51 @@ func (f *fsFixture) ObjectExists(t *testing.T, uri kvcm.DataURI) bool {
 	return true
 }
 
-// The cases below depend on file-system details the generic suite does not know.
-
-func TestFSUnknownAnswers(t *testing.T) {
-	ctx := context.Background()
+// eachHarness runs check, in parallel, on a new fixture of every harness and its backend.
+func eachHarness(t *testing.T, check func(t *testing.T, f *fsFixture, b storage.Backend)) {
 	for _, h := range harnesses {
 		t.Run(h.name, func(t *testing.T) {
 			t.Parallel()
 			f := h.newFixture(t, storagetest.Options{})
-			b := f.Backend()
-			file := f.URIFor("inst_a/tp0/f")
-			f.CreateObject(t, file)
-
-			// ENOTDIR: a file where the layout has a directory. Not proof of absence.
-			under := f.URIFor("inst_a/tp0/f/g")
-			res, err := b.MightExist(ctx, []kvcm.DataURI{under})
-			require.NoError(t, err)
-			require.Equal(t, []storage.Result{storage.Unknown}, res)
-			require.Error(t, b.Delete(ctx, under), "ENOTDIR is not 'already absent'")
-			require.True(t, f.ObjectExists(t, file))
-
-			// A directory at a data path is present, and never removed.
-			dir := f.URIFor("inst_a/tp0/d")
-			require.NoError(t, os.MkdirAll(f.local(t, dir.Path), 0o755))
-			res, err = b.MightExist(ctx, []kvcm.DataURI{dir})
-			require.NoError(t, err)
-			require.Equal(t, []storage.Result{storage.Present}, res)
-			require.ErrorContains(t, b.Delete(ctx, dir), "is a directory")
-			require.DirExists(t, f.local(t, dir.Path))
+			check(t, f, f.Backend())
 		})
 	}
+}
+
+// statBackend is the backend of the one storage cfg, probing with stat.
+func statBackend(tb testing.TB, cfg kvcm.StorageConfig) storage.Backend {
+	tb.Helper()
+	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{DefaultProbe: storage.ProbeStat})
+	require.NoError(tb, err)
+	b, _ := set.Lookup(cfg.Name)
+	return b
+}
+
+// The cases below depend on file-system details the generic suite does not know.
+
+func TestFSUnknownAnswers(t *testing.T) {
+	ctx := context.Background()
+	eachHarness(t, func(t *testing.T, f *fsFixture, b storage.Backend) {
+		file := f.URIFor("inst_a/tp0/f")
+		f.CreateObject(t, file)
+
+		// ENOTDIR: a file where the layout has a directory. Not proof of absence.
+		under := f.URIFor("inst_a/tp0/f/g")
+		res, err := b.MightExist(ctx, []kvcm.DataURI{under})
+		require.NoError(t, err)
+		require.Equal(t, []storage.Result{storage.Unknown}, res)
+		require.Error(t, b.Delete(ctx, under), "ENOTDIR is not 'already absent'")
+		require.True(t, f.ObjectExists(t, file))
+
+		// A directory at a data path is present, and never removed.
+		dir := f.URIFor("inst_a/tp0/d")
+		require.NoError(t, os.MkdirAll(f.local(t, dir.Path), 0o755))
+		res, err = b.MightExist(ctx, []kvcm.DataURI{dir})
+		require.NoError(t, err)
+		require.Equal(t, []storage.Result{storage.Present}, res)
+		require.ErrorContains(t, b.Delete(ctx, dir), "is a directory")
+		require.DirExists(t, f.local(t, dir.Path))
+	})
 }
 
 // TestFSPermissionUnknown: a directory without search permission hides whether the object
@@ -348,9 +363,7 @@ func TestFSMissingRoot(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	cfg := kvcm.StorageConfig{Type: kvcm.TypeHF3FS, Name: "hf3fs_01", Mountpoint: base + "/absent", RootDir: "kvcm"}
-	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{DefaultProbe: storage.ProbeStat})
-	require.NoError(t, err)
-	b, _ := set.Lookup(cfg.Name)
+	b := statBackend(t, cfg)
 	u, err := kvcm.ParseDataURI("hf3fs://hf3fs_01" + base + "/absent/kvcm/inst/tp0/1?size=1")
 	require.NoError(t, err)
 	_, err = b.MightExist(ctx, []kvcm.DataURI{u})
@@ -364,9 +377,7 @@ func TestFSEmptyRoot(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	cfg := kvcm.StorageConfig{Type: kvcm.TypeFile, Name: "nfs_01", RootPath: base + "/", KeyCountPerFile: 1}
-	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{DefaultProbe: storage.ProbeStat})
-	require.NoError(t, err)
-	b, _ := set.Lookup(cfg.Name)
+	b := statBackend(t, cfg)
 	u, err := kvcm.ParseDataURI("file://nfs_01" + base + "/inst/tp0/1?size=1")
 	require.NoError(t, err)
 	_, err = b.MightExist(ctx, []kvcm.DataURI{u})
@@ -382,12 +393,11 @@ func TestFSEmptyRoot(t *testing.T) {
 func BenchmarkStatProbe(b *testing.B) {
 	base := b.TempDir()
 	cfg := kvcm.StorageConfig{Type: kvcm.TypeFile, Name: "nfs_01", RootPath: base + "/", KeyCountPerFile: 1}
-	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{DefaultProbe: storage.ProbeStat})
-	require.NoError(b, err)
-	backend, _ := set.Lookup(cfg.Name)
+	backend := statBackend(b, cfg)
 	uris := make([]kvcm.DataURI, storage.MaxProbeChunk)
 	for i := range uris {
 		p := fmt.Sprintf("%sinst_a/tp%d/%x", cfg.RootPath, i%4, uint64(i)*0x9e3779b97f4a7c15)
+		var err error
 		uris[i], err = kvcm.ParseDataURI("file://nfs_01" + p + "?size=4096")
 		require.NoError(b, err)
 		if i%2 == 0 {
@@ -409,94 +419,89 @@ func BenchmarkStatProbe(b *testing.B) {
 // lookup from the storage root would, whatever stands at its directory's place.
 func TestFSDirRoots(t *testing.T) {
 	ctx := context.Background()
-	for _, h := range harnesses {
-		t.Run(h.name, func(t *testing.T) {
-			t.Parallel()
-			f := h.newFixture(t, storagetest.Options{})
-			b := f.Backend()
-			mk := func(name string) kvcm.DataURI {
-				u := f.URIFor(name)
-				f.CreateObject(t, u)
-				return u
-			}
-			local := func(name string) string { return f.local(t, f.dataPath(name)) }
-			outside := f.OutsideURI("inst_x/tp0/1")
-			f.CreateObject(t, outside)
+	eachHarness(t, func(t *testing.T, f *fsFixture, b storage.Backend) {
+		mk := func(name string) kvcm.DataURI {
+			u := f.URIFor(name)
+			f.CreateObject(t, u)
+			return u
+		}
+		local := func(name string) string { return f.local(t, f.dataPath(name)) }
+		outside := f.OutsideURI("inst_x/tp0/1")
+		f.CreateObject(t, outside)
 
-			// inst_file/tp0 is a file, inst_fifo/tp0 a FIFO, inst_link a link to inst_a (inside
-			// the root), inst_out a link out of the root.
-			require.NoError(t, os.MkdirAll(local("inst_file"), 0o755))
-			require.NoError(t, os.WriteFile(local("inst_file/tp0"), nil, 0o644))
-			require.NoError(t, os.MkdirAll(local("inst_fifo"), 0o755))
-			require.NoError(t, syscall.Mkfifo(local("inst_fifo/tp0"), 0o644))
-			mk("inst_a/tp0/keep")
-			require.NoError(t, os.Symlink(filepath.Base(local("inst_a")), local("inst_link")))
-			require.NoError(t, os.Symlink(filepath.Dir(filepath.Dir(f.local(t, outside.Path))), local("inst_out")))
+		// inst_file/tp0 is a file, inst_fifo/tp0 a FIFO, inst_link a link to inst_a (inside
+		// the root), inst_out a link out of the root.
+		require.NoError(t, os.MkdirAll(local("inst_file"), 0o755))
+		require.NoError(t, os.WriteFile(local("inst_file/tp0"), nil, 0o644))
+		require.NoError(t, os.MkdirAll(local("inst_fifo"), 0o755))
+		require.NoError(t, syscall.Mkfifo(local("inst_fifo/tp0"), 0o644))
+		mk("inst_a/tp0/keep")
+		require.NoError(t, os.Symlink(filepath.Base(local("inst_a")), local("inst_link")))
+		require.NoError(t, os.Symlink(filepath.Dir(filepath.Dir(f.local(t, outside.Path))), local("inst_out")))
 
-			cases := []struct {
-				uri  kvcm.DataURI
-				want storage.Result
-			}{
-				{mk("inst_a/tp0/1"), storage.Present},
-				{f.URIFor("inst_a/tp0/2"), storage.Missing},
-				{mk("inst_a/tp1/1"), storage.Present},
-				{f.URIFor("inst_gone/tp0/1"), storage.Missing}, // no directory: missing
-				{f.URIFor("inst_gone/tp0/2"), storage.Missing},
-				{f.URIFor("inst_a/tp9/1"), storage.Missing},
-				{f.URIFor("inst_file/tp0/1"), storage.Unknown}, // ENOTDIR
-				{f.URIFor("inst_file/tp0/2"), storage.Unknown},
-				{f.URIFor("inst_fifo/tp0/1"), storage.Unknown}, // never opened, so never blocks
-				{f.URIFor("inst_link/tp0/keep"), storage.Present},
-				{f.URIFor("inst_link/tp0/absent"), storage.Missing},
-				{f.URIFor("inst_out/tp0/1"), storage.Unknown}, // escapes the root
-				{f.URIFor("inst_out/tp0/2"), storage.Unknown},
-				{mk("inst_a/tp0/3"), storage.Present}, // back to a directory opened before
-				{f.URIFor("inst_a/tp0/"), storage.Unknown},
-				{mk("top"), storage.Present}, // a file right under the root prefix
-				{f.URIFor("top2"), storage.Missing},
-			}
-			uris := make([]kvcm.DataURI, len(cases))
-			want := make([]storage.Result, len(cases))
-			for i, c := range cases {
-				uris[i], want[i] = c.uri, c.want
-			}
-			done := make(chan struct{})
-			var res []storage.Result
-			var err error
-			go func() {
-				defer close(done)
-				res, err = b.MightExist(ctx, uris)
-			}()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("probe blocked (a FIFO opened?)")
-			}
+		cases := []struct {
+			uri  kvcm.DataURI
+			want storage.Result
+		}{
+			{mk("inst_a/tp0/1"), storage.Present},
+			{f.URIFor("inst_a/tp0/2"), storage.Missing},
+			{mk("inst_a/tp1/1"), storage.Present},
+			{f.URIFor("inst_gone/tp0/1"), storage.Missing}, // no directory: missing
+			{f.URIFor("inst_gone/tp0/2"), storage.Missing},
+			{f.URIFor("inst_a/tp9/1"), storage.Missing},
+			{f.URIFor("inst_file/tp0/1"), storage.Unknown}, // ENOTDIR
+			{f.URIFor("inst_file/tp0/2"), storage.Unknown},
+			{f.URIFor("inst_fifo/tp0/1"), storage.Unknown}, // never opened, so never blocks
+			{f.URIFor("inst_link/tp0/keep"), storage.Present},
+			{f.URIFor("inst_link/tp0/absent"), storage.Missing},
+			{f.URIFor("inst_out/tp0/1"), storage.Unknown}, // escapes the root
+			{f.URIFor("inst_out/tp0/2"), storage.Unknown},
+			{mk("inst_a/tp0/3"), storage.Present}, // back to a directory opened before
+			{f.URIFor("inst_a/tp0/"), storage.Unknown},
+			{mk("top"), storage.Present}, // a file right under the root prefix
+			{f.URIFor("top2"), storage.Missing},
+		}
+		uris := make([]kvcm.DataURI, len(cases))
+		want := make([]storage.Result, len(cases))
+		for i, c := range cases {
+			uris[i], want[i] = c.uri, c.want
+		}
+		done := make(chan struct{})
+		var res []storage.Result
+		var err error
+		go func() {
+			defer close(done)
+			res, err = b.MightExist(ctx, uris)
+		}()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("probe blocked (a FIFO opened?)")
+		}
+		require.NoError(t, err)
+		for i, c := range cases {
+			require.Equal(t, c.want, res[i], "%s", c.uri.Path)
+			// The same answer alone in a chunk.
+			one, err := b.MightExist(ctx, []kvcm.DataURI{c.uri})
 			require.NoError(t, err)
-			for i, c := range cases {
-				require.Equal(t, c.want, res[i], "%s", c.uri.Path)
-				// The same answer alone in a chunk.
-				one, err := b.MightExist(ctx, []kvcm.DataURI{c.uri})
-				require.NoError(t, err)
-				require.Equal(t, []storage.Result{c.want}, one, "%s alone", c.uri.Path)
-			}
+			require.Equal(t, []storage.Result{c.want}, one, "%s alone", c.uri.Path)
+		}
 
-			// Deletes through a root at the file's directory.
-			require.NoError(t, b.Delete(ctx, f.URIFor("inst_gone/tp0/1")), "no directory, no file")
-			require.NoError(t, b.Delete(ctx, f.URIFor("inst_a/tp0/2")))
-			require.Error(t, b.Delete(ctx, f.URIFor("inst_file/tp0/1")))
-			require.Error(t, b.Delete(ctx, f.URIFor("inst_fifo/tp0/1")))
-			require.Error(t, b.Delete(ctx, f.URIFor("inst_out/tp0/1")))
-			require.True(t, f.ObjectExists(t, outside))
-			require.NoError(t, b.Delete(ctx, f.URIFor("inst_link/tp0/keep")))
-			require.False(t, f.ObjectExists(t, f.URIFor("inst_a/tp0/keep")))
-			require.NoError(t, b.Delete(ctx, f.URIFor("top")))
-			require.False(t, f.ObjectExists(t, f.URIFor("top")))
-			require.NoError(t, b.Delete(ctx, uris[0]))
-			require.False(t, f.ObjectExists(t, uris[0]))
-			require.True(t, f.ObjectExists(t, uris[2]))
-		})
-	}
+		// Deletes through a root at the file's directory.
+		require.NoError(t, b.Delete(ctx, f.URIFor("inst_gone/tp0/1")), "no directory, no file")
+		require.NoError(t, b.Delete(ctx, f.URIFor("inst_a/tp0/2")))
+		require.Error(t, b.Delete(ctx, f.URIFor("inst_file/tp0/1")))
+		require.Error(t, b.Delete(ctx, f.URIFor("inst_fifo/tp0/1")))
+		require.Error(t, b.Delete(ctx, f.URIFor("inst_out/tp0/1")))
+		require.True(t, f.ObjectExists(t, outside))
+		require.NoError(t, b.Delete(ctx, f.URIFor("inst_link/tp0/keep")))
+		require.False(t, f.ObjectExists(t, f.URIFor("inst_a/tp0/keep")))
+		require.NoError(t, b.Delete(ctx, f.URIFor("top")))
+		require.False(t, f.ObjectExists(t, f.URIFor("top")))
+		require.NoError(t, b.Delete(ctx, uris[0]))
+		require.False(t, f.ObjectExists(t, uris[0]))
+		require.True(t, f.ObjectExists(t, uris[2]))
+	})
 }
 
 // TestFSDirRootsPermission: directories that may not be searched or read answer for their
@@ -564,9 +569,7 @@ func TestFSDirRootsMany(t *testing.T) {
 func BenchmarkDelete(b *testing.B) {
 	base := b.TempDir()
 	cfg := kvcm.StorageConfig{Type: kvcm.TypeFile, Name: "nfs_01", RootPath: base + "/", KeyCountPerFile: 1}
-	set, err := storage.NewSet(map[string]kvcm.StorageConfig{cfg.Name: cfg}, storage.Options{DefaultProbe: storage.ProbeStat})
-	require.NoError(b, err)
-	backend, _ := set.Lookup(cfg.Name)
+	backend := statBackend(b, cfg)
 	p := cfg.RootPath + "inst_a/tp0/f"
 	require.NoError(b, os.MkdirAll(filepath.Dir(p), 0o755))
 	u, err := kvcm.ParseDataURI("file://nfs_01" + p + "?size=4096")
