@@ -73,6 +73,15 @@ func objName(i int) string {
 	return fmt.Sprintf("inst_a/tp0/%x", uint64(0x9e3779b97f4a7c15)*uint64(i+1))
 }
 
+// refusesDelete creates keep, then checks that a delete of del fails with want and leaves keep
+// in place.
+func refusesDelete(ctx context.Context, t *testing.T, f Fixture, b storage.Backend, keep, del kvcm.DataURI, want error) {
+	t.Helper()
+	f.CreateObject(t, keep)
+	require.ErrorIs(t, b.Delete(ctx, del), want)
+	require.True(t, f.ObjectExists(t, keep))
+}
+
 func withParam(u kvcm.DataURI, k, v string) kvcm.DataURI {
 	if u.Query != "" {
 		u.Query += "&"
@@ -223,32 +232,24 @@ func runCases(t *testing.T, h Harness, remap bool) {
 		{"delete disabled", func(t *testing.T) {
 			f, b := newFixture(t, Options{DeleteDisabled: true})
 			u := f.URIFor(objName(0))
-			f.CreateObject(t, u)
-			require.ErrorIs(t, b.Delete(ctx, u), storage.ErrDeleteDisabled)
-			require.True(t, f.ObjectExists(t, u))
+			refusesDelete(ctx, t, f, b, u, u, storage.ErrDeleteDisabled)
 		}},
 		{"shared by blkid is never unlinked", func(t *testing.T) {
 			f, b := newFixture(t, Options{})
 			u := withParam(f.URIFor(objName(0)), "blkid", "3")
-			f.CreateObject(t, u)
-			require.ErrorIs(t, b.Delete(ctx, u), storage.ErrShared)
-			require.True(t, f.ObjectExists(t, u))
+			refusesDelete(ctx, t, f, b, u, u, storage.ErrShared)
 			require.Equal(t, []storage.Result{storage.Present}, probe(t, b, u), "blkid does not change the probe")
 		}},
 		{"shared by key_count_per_file is never unlinked", func(t *testing.T) {
 			f, b := newFixture(t, Options{KeyCountPerFile: 8})
 			require.Equal(t, uint64(8), b.KeyCountPerFile())
 			u := f.URIFor(objName(0))
-			f.CreateObject(t, u)
-			require.ErrorIs(t, b.Delete(ctx, u), storage.ErrShared)
-			require.True(t, f.ObjectExists(t, u))
+			refusesDelete(ctx, t, f, b, u, u, storage.ErrShared)
 		}},
 		{"outside the root is refused and left", func(t *testing.T) {
 			f, b := newFixture(t, Options{})
 			out := f.OutsideURI(objName(0))
-			f.CreateObject(t, out)
-			require.ErrorIs(t, b.Delete(ctx, out), storage.ErrUnsafePath)
-			require.True(t, f.ObjectExists(t, out))
+			refusesDelete(ctx, t, f, b, out, out, storage.ErrUnsafePath)
 		}},
 		{"dot-dot escape is refused and left", func(t *testing.T) {
 			f, b := newFixture(t, Options{})
@@ -267,20 +268,16 @@ func runCases(t *testing.T, h Harness, remap bool) {
 		{"foreign host is refused and left", func(t *testing.T) {
 			f, b := newFixture(t, Options{})
 			u := f.URIFor(objName(0))
-			f.CreateObject(t, u)
 			foreign := u
 			foreign.Host += "_other"
-			require.ErrorIs(t, b.Delete(ctx, foreign), storage.ErrForeignURI)
-			require.True(t, f.ObjectExists(t, u))
+			refusesDelete(ctx, t, f, b, u, foreign, storage.ErrForeignURI)
 		}},
 		{"canceled delete", func(t *testing.T) {
 			f, b := newFixture(t, Options{})
-			u := f.URIFor(objName(0))
-			f.CreateObject(t, u)
 			cctx, cancel := context.WithCancel(ctx)
 			cancel()
-			require.ErrorIs(t, b.Delete(cctx, u), context.Canceled)
-			require.True(t, f.ObjectExists(t, u))
+			u := f.URIFor(objName(0))
+			refusesDelete(cctx, t, f, b, u, u, context.Canceled)
 		}},
 	}
 	for _, c := range cases {
