@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
@@ -228,4 +230,52 @@ func TestUpstreamConfig(t *testing.T) {
 	require.Equal(t, 64, u.cfg.MaxInflight)
 	require.Equal(t, 24*time.Hour, u.cfg.OrphanGrace)
 	require.Equal(t, 5*time.Minute, u.cfg.RoundPause)
+}
+
+// lostAnswers is a go-redis hook that lets a transaction run in Redis and then answers its
+// caller with an error, as a timeout after the EXEC went out does.
+type lostAnswers struct{ lost int }
+
+func (h *lostAnswers) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lostAnswers) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *lostAnswers) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Name() == "hset" && err == nil {
+				h.lost++
+				return errors.New("i/o timeout (the answer lost)")
+			}
+		}
+		return err
+	}
+}
+
+// TestUpstreamGCAnswerLost: a legacy block whose CAS was made though its answer was lost is
+// Touched all the same: the __lru_time__ Redis holds is the emulator's, which the soak's model
+// accepts only from a Touched key.
+func TestUpstreamGCAnswerLost(t *testing.T) {
+	ctx := context.Background()
+	e, dir := upstreamEnv(t, kvcm.LayoutLegacy)
+	upstreamFixture(t, ctx, e, dir)
+	key := kvcm.BlockKey("inst0", 2)
+	before, err := e.redis.Client().HGet(ctx, key, kvcm.FieldLRUTime).Result()
+	require.NoError(t, err)
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	hook := &lostAnswers{}
+	rdb.AddHook(hook)
+	u, err := NewUpstreamGC(UpstreamConfig{Store: rdb, Layout: kvcm.LayoutLegacy, Instances: []string{"inst0"},
+		Storages:     map[string]UpstreamStorage{"nfs_01": {Type: kvcm.TypeFile, Files: true}},
+		ScanInterval: time.Millisecond, ScanBatch: 2})
+	require.NoError(t, err)
+	require.NoError(t, u.RunRounds(ctx, 1))
+	require.Positive(t, hook.lost, "a write's answer was lost")
+	after, err := e.redis.Client().HGet(ctx, key, kvcm.FieldLRUTime).Result()
+	require.NoError(t, err)
+	require.NotEqual(t, before, after, "Redis made the write whose answer was lost")
+	require.True(t, u.Touched()[key], "the rewrite is the emulator's")
+	require.Zero(t, u.Stats().Removed, "no answer, no removal counted")
 }
