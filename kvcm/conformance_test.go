@@ -54,14 +54,20 @@ func fixtureBytes(t *testing.T, s *string, h string) []byte {
 
 func readFixtures(t *testing.T, layout string) []fixtureCase {
 	t.Helper()
+	return readCases[fixtureCase](t, layout)
+}
+
+// readCases reads testdata/kvcm/<layout>/cases.jsonl, one T a line; a file with no case fails.
+func readCases[T any](t *testing.T, layout string) []T {
+	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", "kvcm", layout, "cases.jsonl"))
 	require.NoError(t, err)
 	defer f.Close()
-	var out []fixtureCase
+	var out []T
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var c fixtureCase
+		var c T
 		d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		d.UseNumber()
 		require.NoError(t, d.Decode(&c), sc.Text())
@@ -412,16 +418,9 @@ type uriDecoded struct {
 // newer one) parse to the same storage, path and size/blkid; where they disagree, or where
 // either refuses it, kvcm-gc refuses it too.
 func TestDataURIFixtures(t *testing.T) {
-	f, err := os.Open(filepath.Join("testdata", "kvcm", "uris", "cases.jsonl"))
-	require.NoError(t, err)
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	n := 0
-	for sc.Scan() {
-		var c uriFixture
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &c))
-		n++
+	cases := readCases[uriFixture](t, "uris")
+	require.Len(t, cases, 50)
+	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			u, err := ParseDataURI(c.Input)
 			if err != nil {
@@ -455,6 +454,4 @@ func TestDataURIFixtures(t *testing.T) {
 			}
 		})
 	}
-	require.NoError(t, sc.Err())
-	require.Equal(t, 50, n)
 }

@@ -1,11 +1,7 @@
 package kvcm
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -333,16 +329,7 @@ func TestStoreURIParamInt64(t *testing.T) {
 // TestStandardURIFixtures: the two ports of StandardUri::Parse read every fixture URI as
 // KVCM's own compiled parsers did (f6aa2b2's and the newer one).
 func TestStandardURIFixtures(t *testing.T) {
-	f, err := os.Open(filepath.Join("testdata", "kvcm", "uris", "cases.jsonl"))
-	require.NoError(t, err)
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	n := 0
-	for sc.Scan() {
-		var c uriFixture
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &c))
-		n++
+	for _, c := range readCases[uriFixture](t, "uris") {
 		t.Run(c.Name, func(t *testing.T) {
 			check := func(t *testing.T, want uriDecoded, got standardURI, ok bool) {
 				t.Helper()
@@ -369,8 +356,6 @@ func TestStandardURIFixtures(t *testing.T) {
 			check(t, c.Decoded, nu, ok)
 		})
 	}
-	require.NoError(t, sc.Err())
-	require.Positive(t, n)
 }
 
 // FuzzParseStoreURI: store URIs are outside bytes. Parsing never panics and a refusal never
