@@ -22,13 +22,32 @@ const groupRedisJSON = `{"name":"group_a","storage_candidates":["nfs_01","hf3fs_
 	`"storage_uri":"redis://test_redis_user:test_redis_password@localhost:6379/"},` +
 	`"meta_cache_policy_config":{"capacity":1024}}},"user_data":"","version":3}`
 
+// decodeCase is one row of a decoder's table: in decodes to want, or fails when wantErr.
+type decodeCase[T any] struct {
+	name    string
+	in      string
+	want    T
+	wantErr bool
+}
+
+// testDecode runs each case through decode as a subtest.
+func testDecode[T any](t *testing.T, decode func([]byte) (T, error), tests []decodeCase[T]) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decode([]byte(tt.in))
+			if tt.wantErr {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
 func TestDecodeInstanceGroup(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      string
-		want    InstanceGroup
-		wantErr bool
-	}{
+	testDecode(t, DecodeInstanceGroup, []decodeCase[InstanceGroup]{
 		{
 			name: "redis group with quota quirks",
 			in:   groupRedisJSON,
@@ -90,27 +109,11 @@ func TestDecodeInstanceGroup(t *testing.T) {
 		{name: "not an object", in: `[]`, wantErr: true},
 		{name: "wrong type", in: `{"name":1}`, wantErr: true},
 		{name: "trailing garbage", in: `{"name":"g"} x`, wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := DecodeInstanceGroup([]byte(tt.in))
-			if tt.wantErr {
-				require.Error(t, err)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tt.want, got)
-		})
-	}
+	})
 }
 
 func TestDecodeStorageConfig(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      string
-		want    StorageConfig
-		wantErr bool
-	}{
+	testDecode(t, DecodeStorageConfig, []decodeCase[StorageConfig]{
 		{
 			name: "file",
 			in:   `{"type":"file","is_available":true,"global_unique_name":"nfs_01","storage_spec":{"root_path":"/tmp/nfs/","key_count_per_file":8}}`,
@@ -148,27 +151,11 @@ func TestDecodeStorageConfig(t *testing.T) {
 		{name: "not json", in: `{`, wantErr: true},
 		{name: "spec not an object", in: `{"type":"file","storage_spec":[1]}`, wantErr: true},
 		{name: "negative key count", in: `{"type":"file","storage_spec":{"key_count_per_file":-1}}`, wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := DecodeStorageConfig([]byte(tt.in))
-			if tt.wantErr {
-				require.Error(t, err)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tt.want, got)
-		})
-	}
+	})
 }
 
 func TestDecodeInstanceInfo(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      string
-		want    InstanceInfo
-		wantErr bool
-	}{
+	testDecode(t, DecodeInstanceInfo, []decodeCase[InstanceInfo]{
 		{
 			name: "full",
 			in: `{"quota_group_name":"q","instance_group_name":"group_a","instance_id":"inst0","block_size":64,` +
@@ -191,18 +178,7 @@ func TestDecodeInstanceInfo(t *testing.T) {
 		},
 		{name: "block size overflow", in: `{"block_size":4294967296}`, wantErr: true},
 		{name: "not json", in: `nope`, wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := DecodeInstanceInfo([]byte(tt.in))
-			if tt.wantErr {
-				require.Error(t, err)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tt.want, got)
-		})
-	}
+	})
 }
 
 func FuzzDecodeStorageConfig(f *testing.F) {
