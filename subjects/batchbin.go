@@ -226,20 +226,13 @@ func encodeBinaryParts(b Batch, maxBytes int) (parts []EncodedBatch, oversized [
 	body, scratch := bufs.body, bufs.scratch
 	defer func() { bufs.body, bufs.scratch = body[:0], scratch }()
 	parts = make([]EncodedBatch, len(starts))
-	for i, start := range starts {
-		end := len(kept)
-		if i+1 < len(starts) {
-			end = starts[i+1]
-		}
-		p := b
-		p.Blocks = kept[start:end:end]
+	for i := range starts {
+		start, end := partBounds(starts, i, len(kept))
+		blocks := kept[start:end:end]
 		if len(kept) == 0 {
-			p.Blocks = []BlockEntry{}
+			blocks = []BlockEntry{}
 		}
-		p.Part, p.Parts = i, len(starts)
-		if i > 0 {
-			p.BadKeys = 0
-		}
+		p := b.part(i, len(starts), blocks)
 		body = p.binBody(body[:0], p.Blocks)
 		if n := s2.MaxEncodedLen(len(body)); cap(scratch) < n {
 			scratch = make([]byte, n)

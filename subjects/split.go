@@ -201,27 +201,37 @@ func splitBatch(b Batch, maxBytes int, keep *encodedBlocks) (parts []Batch, size
 		if keep != nil {
 			keep.parts = make([][]int, len(starts))
 		}
-		for i, start := range starts {
-			end := len(kept)
-			if i+1 < len(starts) {
-				end = starts[i+1]
-			}
-			p := b
-			p.Blocks = kept[start:end:end]
+		for i := range starts {
+			start, end := partBounds(starts, i, len(kept))
+			parts[i] = b.part(i, len(starts), kept[start:end:end])
 			if keep != nil {
 				keep.parts[i] = keptIdx[start:end:end]
 			}
-			p.Part, p.Parts = i, len(starts)
-			if i > 0 {
-				p.BadKeys = 0
-			}
-			parts[i] = p
 		}
 		if len(oversized) == 0 {
 			oversized = nil
 		}
 		return parts, sizes, oversized, nil
 	}
+}
+
+// partBounds is the range of part i in the n kept blocks, given each part's first index.
+func partBounds(starts []int, i, n int) (start, end int) {
+	start, end = starts[i], n
+	if i+1 < len(starts) {
+		end = starts[i+1]
+	}
+	return start, end
+}
+
+// part is b as part i of n, holding blocks; only part 0 counts the page's bad keys.
+func (b Batch) part(i, n int, blocks []BlockEntry) Batch {
+	b.Blocks = blocks
+	b.Part, b.Parts = i, n
+	if i > 0 {
+		b.BadKeys = 0
+	}
+	return b
 }
 
 // digits is the decimal length of n >= 0.
