@@ -9,16 +9,35 @@ import (
 
 // A scan page of 256 blocks (scan_batch_size) with a two-location __uri__ each.
 
-func BenchmarkEncodeBatch(b *testing.B) {
-	batch := sampleBatch(256)
-	data, err := subjects.Encode(batch)
+func BenchmarkEncodeBatch(b *testing.B) { benchEncode(b, sampleBatch(256)) }
+
+// benchEncode measures Encode of msg, counting its encoded size as the bytes of one op.
+func benchEncode[T any](b *testing.B, msg T) {
+	benchEncoded(b, msg, func([]byte) error {
+		_, err := subjects.Encode(msg)
+		return err
+	})
+}
+
+// benchDecode measures decode of msg's encoding, counting its size as the bytes of one op.
+func benchDecode[T any](b *testing.B, msg T, decode func([]byte) (T, error)) {
+	benchEncoded(b, msg, func(data []byte) error {
+		_, err := decode(data)
+		return err
+	})
+}
+
+// benchEncoded measures op on msg's encoding, counting its size as the bytes of one op.
+func benchEncoded[T any](b *testing.B, msg T, op func(data []byte) error) {
+	b.Helper()
+	data, err := subjects.Encode(msg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := subjects.Encode(batch); err != nil {
+		if err := op(data); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -29,33 +29,10 @@ func benchDeleteRequest(targets int) subjects.DeleteRequest {
 	return r
 }
 
-func BenchmarkEncodeDeleteRequest(b *testing.B) {
-	req := benchDeleteRequest(256)
-	data, err := subjects.Encode(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := subjects.Encode(req); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkEncodeDeleteRequest(b *testing.B) { benchEncode(b, benchDeleteRequest(256)) }
 
 func BenchmarkDecodeDeleteRequest(b *testing.B) {
-	data, err := subjects.Encode(benchDeleteRequest(256))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := subjects.DecodeDeleteRequest(data); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDecode(b, benchDeleteRequest(256), subjects.DecodeDeleteRequest)
 }
 
 func benchEvent() subjects.Event {
