@@ -81,19 +81,15 @@ type ConsumerDeps struct {
 
 // NewConsumer returns the consume loop of cfg.Stage.
 func NewConsumer(cfg ConsumerConfig, deps ConsumerDeps) (*Consumer, error) {
-	var missing []error
-	if deps.Consumer == nil {
-		missing = append(missing, errors.New("no JetStream consumer"))
-	}
-	if deps.Handle == nil {
-		missing = append(missing, errors.New("no handler"))
-	}
-	if err := errors.Join(missing...); err != nil {
-		return nil, fmt.Errorf("consumer of %s: %w", cfg.Stage, err)
+	var refused Refusals
+	refused.Need(deps.Consumer != nil, "no JetStream consumer")
+	refused.Need(deps.Handle != nil, "no handler")
+	if err := refused.Err("consumer of " + cfg.Stage); err != nil {
+		return nil, err
 	}
 	c := &Consumer{stage: cfg.Stage, consumer: deps.Consumer, workers: max(cfg.Workers, 1), maxDeliver: cfg.MaxDeliver,
 		drain: cfg.Drain, fetchWait: cfg.FetchWait, keepEvery: cfg.AckWait / 3, keepFor: cfg.KeepFor, handle: deps.Handle, events: deps.Events,
-		metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger)}
+		metrics: orUnregistered(deps.Metrics), log: OrDiscard(deps.Logger)}
 	if c.drain <= 0 {
 		c.drain = 10 * time.Second
 	}

@@ -69,7 +69,7 @@ func NewControls(cfg ControlsConfig, deps ControlsDeps) *Controls {
 	if deps.OpError == nil {
 		deps.OpError = func(string) {}
 	}
-	deps.Logger = orDiscard(deps.Logger)
+	deps.Logger = OrDiscard(deps.Logger)
 	return &Controls{cfg: cfg, deps: deps}
 }
 

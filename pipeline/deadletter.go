@@ -101,7 +101,7 @@ func WatchDeadLetters(stage string, deps DeadLettersDeps) (*DeadLetters, error) 
 		return nil, fmt.Errorf("watch dead letters of %s: %w", stage, err)
 	}
 	d := &DeadLetters{stage: stage, names: deps.Names, js: js, events: deps.Events,
-		metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger)}
+		metrics: orUnregistered(deps.Metrics), log: OrDiscard(deps.Logger)}
 	d.metrics.Messages.WithLabelValues(stage, MsgMaxDeliveries)
 	if d.sub, err = deps.Conn.Subscribe(MaxDeliveriesSubject(stream, consumer), d.receive); err != nil {
 		return nil, fmt.Errorf("subscribe to max deliveries advisories of %s/%s: %w", stream, consumer, err)

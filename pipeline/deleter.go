@@ -56,7 +56,7 @@ func NewDeleter(cfg DeleterConfig, deps DeleterDeps) (*Deleter, error) {
 		return nil, errors.New("deleter: no metadata store resolver")
 	}
 	return &Deleter{cfg: cfg, names: deps.Names, stores: deps.Stores, storageOp: deps.StorageOptions, events: deps.Events,
-		state: deps.State, metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger),
+		state: deps.State, metrics: orUnregistered(deps.Metrics), log: OrDiscard(deps.Logger),
 		sets: map[string]*storage.StaticSet{}, inflight: map[uint64]time.Time{}}, nil
 }
 

@@ -44,8 +44,8 @@ func NewEventLog(cfg EventLogConfig, deps EventLogDeps) (*EventLog, error) {
 	if deps.JS == nil {
 		return nil, errors.New("event log: no JetStream context")
 	}
-	return &EventLog{js: deps.JS, names: cfg.Names, dryRun: cfg.DryRun, log: orDiscard(deps.Logger),
-		metrics: orUnregistered(deps.Metrics), now: orNow(deps.Now)}, nil
+	return &EventLog{js: deps.JS, names: cfg.Names, dryRun: cfg.DryRun, log: OrDiscard(deps.Logger),
+		metrics: orUnregistered(deps.Metrics), now: OrNow(deps.Now)}, nil
 }
 
 // Emit fills the envelope (version, cluster, time, dry-run) and publishes e with a

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -69,22 +68,16 @@ type ProberDeps struct {
 
 // NewProber returns the prober stage of cfg.
 func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
-	var missing []error
-	if deps.Registry == nil {
-		missing = append(missing, errors.New("no registry reader"))
-	}
-	if deps.Guard == nil {
-		missing = append(missing, errors.New("no copy-target guard"))
-	}
-	if deps.Publisher == nil {
-		missing = append(missing, errors.New("no publisher"))
-	}
-	if err := errors.Join(missing...); err != nil {
-		return nil, fmt.Errorf("prober: %w", err)
+	var refused Refusals
+	refused.Need(deps.Registry != nil, "no registry reader")
+	refused.Need(deps.Guard != nil, "no copy-target guard")
+	refused.Need(deps.Publisher != nil, "no publisher")
+	if err := refused.Err("prober"); err != nil {
+		return nil, err
 	}
 	p := &Prober{cfg: cfg, names: deps.Names, registry: deps.Registry, storageOp: deps.StorageOptions,
 		guard: deps.Guard, observer: deps.Observer, publisher: deps.Publisher, events: deps.Events,
-		metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger), now: orNow(deps.Now),
+		metrics: orUnregistered(deps.Metrics), log: OrDiscard(deps.Logger), now: OrNow(deps.Now),
 		retry: backoff.New(RegistryRetryInitial, RegistryRetryMax).Start()}
 	p.gather = newGatherer(max(cfg.MaxTargets, 1), cfg.GatherLinger, p.publish)
 	p.judging = make(chan struct{}, max(cfg.Workers, 1))

@@ -140,7 +140,7 @@ func NewScanner(cfg ScannerConfig, deps ScannerDeps) (*Scanner, error) {
 	s := &Scanner{cfg: cfg, names: deps.Names, registry: deps.Registry, stores: deps.Stores, js: deps.JS,
 		leases: deps.Leases, leaseTTL: deps.LeaseTTL, state: deps.State, publisher: deps.Publisher, events: deps.Events,
 		backlog: deps.Backlog, sizes: deps.Sizes, backoff: deps.Backoff, maxPayload: deps.MaxPayload,
-		metrics: deps.Metrics, log: orDiscard(deps.Logger), now: deps.Now}
+		metrics: deps.Metrics, log: OrDiscard(deps.Logger), now: deps.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}

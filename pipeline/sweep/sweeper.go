@@ -73,18 +73,14 @@ type SweeperDeps struct {
 
 // NewSweeper returns the sweeper stage of cfg.
 func NewSweeper(cfg Config, deps SweeperDeps) (*Sweeper, error) {
-	var missing []error
-	if deps.Registry == nil {
-		missing = append(missing, errors.New("no registry reader"))
-	}
-	if deps.Stores == nil {
-		missing = append(missing, errors.New("no metadata store resolver"))
-	}
-	if err := errors.Join(missing...); err != nil {
-		return nil, fmt.Errorf("sweeper: %w", err)
+	var refused pipeline.Refusals
+	refused.Need(deps.Registry != nil, "no registry reader")
+	refused.Need(deps.Stores != nil, "no metadata store resolver")
+	if err := refused.Err("sweeper"); err != nil {
+		return nil, err
 	}
 	s := &Sweeper{cfg: cfg, names: deps.Names, registry: deps.Registry, stores: deps.Stores, storageOp: deps.StorageOptions,
-		events: deps.Events, metrics: orUnregistered(deps.Metrics), log: orDiscard(deps.Logger), now: orNow(deps.Now)}
+		events: deps.Events, metrics: orUnregistered(deps.Metrics), log: pipeline.OrDiscard(deps.Logger), now: pipeline.OrNow(deps.Now)}
 	u, err := newUnregReader(cfg, pipeline.StageSweeper, deps.State, s.metrics, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("sweeper: %w", err)

@@ -95,7 +95,7 @@ func TestSweepUnregisteredInstances(t *testing.T) {
 		u, err := newUnregReader(cfg, pipeline.StageSweeper, state, NewMetrics(prometheus.NewRegistry()), nil)
 		require.NoError(t, err)
 		if u != nil {
-			u.log = orDiscard(nil)
+			u.log = pipeline.OrDiscard(nil)
 		}
 		c := viewCache{unreg: u}
 		r := &flakyRegistry{reg: s.reg}

@@ -2,7 +2,6 @@ package sweep
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -68,26 +67,18 @@ type WalkerDeps struct {
 
 // NewWalker returns the walker of cfg.
 func NewWalker(cfg Config, deps WalkerDeps) (*Walker, error) {
-	missing := []error{cfg.Validate()}
-	if deps.Registry == nil {
-		missing = append(missing, errors.New("no registry reader"))
-	}
-	if deps.Leases == nil {
-		missing = append(missing, errors.New("no lease bucket"))
-	}
-	if deps.State == nil {
-		missing = append(missing, errors.New("no state bucket"))
-	}
-	if deps.Publisher == nil {
-		missing = append(missing, errors.New("no publisher"))
-	}
-	if err := errors.Join(missing...); err != nil {
-		return nil, fmt.Errorf("walker: %w", err)
+	refused := pipeline.Refusals{cfg.Validate()}
+	refused.Need(deps.Registry != nil, "no registry reader")
+	refused.Need(deps.Leases != nil, "no lease bucket")
+	refused.Need(deps.State != nil, "no state bucket")
+	refused.Need(deps.Publisher != nil, "no publisher")
+	if err := refused.Err("walker"); err != nil {
+		return nil, err
 	}
 	w := &Walker{cfg: cfg, names: deps.Names, registry: deps.Registry, storageOp: deps.StorageOptions,
 		leases: deps.Leases, leaseTTL: deps.LeaseTTL, state: deps.State, publisher: deps.Publisher, events: deps.Events,
 		backlog: deps.Backlog, maxPayload: deps.MaxPayload, metrics: orUnregistered(deps.Metrics),
-		log: orDiscard(deps.Logger), now: orNow(deps.Now)}
+		log: pipeline.OrDiscard(deps.Logger), now: pipeline.OrNow(deps.Now)}
 	u, err := newUnregReader(cfg, pipeline.StageWalker, deps.State, w.metrics, w.log)
 	if err != nil {
 		return nil, fmt.Errorf("walker: %w", err)
