@@ -364,26 +364,18 @@ func (d *walkDriver) readData(cursor subjects.RawText) event {
 		d.data = d.root.Walk(string(cursor))
 	}
 	r := pageRead{kept: map[string]uint64{}}
-	for r.n < d.w.cfg.BatchSize {
-		e, ok := d.data.Next()
-		if !ok {
-			r.done = true
-			break
-		}
-		r.n++
-		r.last = e.Rel
+	d.readPage(d.data, &r, func(e storage.WalkEntry) {
 		if e.Err != nil {
-			r.unreadable = append(r.unreadable, walkFailure{path: e.Rel, err: e.Err})
 			r.kept[KeptUnreadable]++
-			continue
+			return
 		}
 		c, reason := classifyWalked(d.fs, d.view, e, d.now, d.w.cfg.Grace)
 		if reason != "" {
 			r.kept[reason]++
-			continue
+			return
 		}
 		r.files = append(r.files, c)
-	}
+	})
 	return evPage{now: d.now, kind: subjects.SweepWalk, read: r}
 }
 
@@ -399,32 +391,42 @@ func (d *walkDriver) readQuarantine(cursor subjects.RawText) event {
 		d.quarantine = qw
 	}
 	var r pageRead
+	d.readPage(d.quarantine, &r, func(e storage.WalkEntry) {
+		if e.Err != nil {
+			r.seen.Foreign++
+			return
+		}
+		if storage.IsConflict(e.Rel) {
+			r.seen.Conflicts++
+			return
+		}
+		c, ok := quarantined(d.fs, d.view, e)
+		if !ok {
+			r.seen.Foreign++
+			return
+		}
+		r.seen.add(c.file.Size, c.file.QuarantinedUs)
+		r.files = append(r.files, c)
+	})
+	return evPage{now: d.now, kind: subjects.SweepQuarantine, read: r}
+}
+
+// readPage reads at most BatchSize entries of tw into r, the position (n, last, done) and the
+// unreadable directories, and hands each entry to classify (an unreadable one too, to count).
+func (d *walkDriver) readPage(tw *storage.TreeWalk, r *pageRead, classify func(storage.WalkEntry)) {
 	for r.n < d.w.cfg.BatchSize {
-		e, ok := d.quarantine.Next()
+		e, ok := tw.Next()
 		if !ok {
 			r.done = true
-			break
+			return
 		}
 		r.n++
 		r.last = e.Rel
 		if e.Err != nil {
 			r.unreadable = append(r.unreadable, walkFailure{path: e.Rel, err: e.Err})
-			r.seen.Foreign++
-			continue
 		}
-		if storage.IsConflict(e.Rel) {
-			r.seen.Conflicts++
-			continue
-		}
-		c, ok := quarantined(d.fs, d.view, e)
-		if !ok {
-			r.seen.Foreign++
-			continue
-		}
-		r.seen.add(c.file.Size, c.file.QuarantinedUs)
-		r.files = append(r.files, c)
+		classify(e)
 	}
-	return evPage{now: d.now, kind: subjects.SweepQuarantine, read: r}
 }
 
 // candidate is one file to publish, with the batch it goes in.
