@@ -422,21 +422,15 @@ func (h *batchSweep) quarantined(ctx context.Context, results []Result) {
 	var judge []*sweepFile
 	for i := range results {
 		r := &results[i]
-		rel, at, err := storage.ParseQuarantined(string(r.File.Quarantine))
-		if err != nil {
-			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptBadEntry, err.Error()
+		sf, ok := h.quarantinedFile(r)
+		if !ok {
 			continue
 		}
-		if local, err := h.fs.Resolve(string(r.File.Path)); err != nil || local != rel {
-			r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptBadEntry, "quarantine name of another path"
-			continue
-		}
-		sf := &sweepFile{res: r, rel: rel, qrel: string(r.File.Quarantine), qAt: at}
 		if _, err := h.root.QuarantinedStat(sf.qrel); errors.Is(err, syscall.ENOENT) {
 			// Finished or undone already. Undone by a delivery that stopped before its event was
 			// stored, the file is back at its path (the same inode): this delivery tells the
 			// restore, judged again to say why.
-			st, err := h.root.Stat(rel)
+			st, err := h.root.Stat(sf.rel)
 			if err != nil || !st.Regular() || st.Ino != r.File.Ino || st.Size != r.File.Size {
 				r.Outcome = subjects.SweepOutcomeGone
 				continue
@@ -507,16 +501,24 @@ func (h *batchSweep) quarantined(ctx context.Context, results []Result) {
 
 // undo moves a quarantined file back without judging it.
 func (h *batchSweep) undo(r *Result, reason string) {
+	if sf, ok := h.quarantinedFile(r); ok {
+		h.restore(r, sf, reason)
+	}
+}
+
+// quarantinedFile is r's file in the quarantine, when its quarantine name parses and is the
+// name of r's path; otherwise r is kept as a bad entry (false).
+func (h *batchSweep) quarantinedFile(r *Result) (*sweepFile, bool) {
 	rel, at, err := storage.ParseQuarantined(string(r.File.Quarantine))
 	if err != nil {
 		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptBadEntry, err.Error()
-		return
+		return nil, false
 	}
 	if local, err := h.fs.Resolve(string(r.File.Path)); err != nil || local != rel {
 		r.Outcome, r.Reason, r.Detail = subjects.SweepOutcomeKept, KeptBadEntry, "quarantine name of another path"
-		return
+		return nil, false
 	}
-	h.restore(r, &sweepFile{res: r, rel: rel, qrel: string(r.File.Quarantine), qAt: at}, reason)
+	return &sweepFile{res: r, rel: rel, qrel: string(r.File.Quarantine), qAt: at}, true
 }
 
 // restore moves sf back to its path; reason says why. Dry-run only says so.
