@@ -123,13 +123,21 @@ func (c *Controls) stale(at, now time.Time) bool {
 }
 
 func (c *Controls) logPauseErr(ctx context.Context) {
-	if failed := c.pauseErr != nil; failed != c.loggedPauseErr {
-		c.loggedPauseErr = failed
-		if failed {
-			warn(ctx, c.deps.Logger, "read stage pause; walks held until it can be read", "stage", c.cfg.Stage, "err", c.pauseErr)
-		} else {
-			c.deps.Logger.Info("stage pause readable again", "stage", c.cfg.Stage)
-		}
+	c.logReadErr(ctx, c.pauseErr, &c.loggedPauseErr, "stage pause")
+}
+
+// logReadErr logs once that what (the pause, the backlog) could not be read (err) and holds
+// the walks, and once that it is readable again; logged is whether the failure was logged.
+func (c *Controls) logReadErr(ctx context.Context, err error, logged *bool, what string) {
+	failed := err != nil
+	if failed == *logged {
+		return
+	}
+	*logged = failed
+	if failed {
+		warn(ctx, c.deps.Logger, "read "+what+"; walks held until it can be read", "stage", c.cfg.Stage, "err", err)
+	} else {
+		c.deps.Logger.Info(what+" readable again", "stage", c.cfg.Stage)
 	}
 }
 
@@ -150,14 +158,7 @@ func (c *Controls) logPause(until time.Time) {
 }
 
 func (c *Controls) logBacklog(ctx context.Context) {
-	if failed := c.backlogErr != nil; failed != c.loggedBacklogErr {
-		c.loggedBacklogErr = failed
-		if failed {
-			warn(ctx, c.deps.Logger, "read consumer backlog; walks held until it can be read", "stage", c.cfg.Stage, "err", c.backlogErr)
-		} else {
-			c.deps.Logger.Info("consumer backlog readable again", "stage", c.cfg.Stage)
-		}
-	}
+	c.logReadErr(ctx, c.backlogErr, &c.loggedBacklogErr, "consumer backlog")
 	if c.backlogErr != nil || c.full == c.loggedFull {
 		return
 	}
