@@ -89,6 +89,13 @@ func (s tableSet) Lookup(name string) (storage.Backend, bool) { return s.b, name
 func BenchmarkJudge(b *testing.B) {
 	batch, missing := benchBatch("/data/nfs", 256)
 	rules := pipeline.Rules{Config: pipeline.DefaultProberConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
+	benchJudge(b, rules, batch)
+}
+
+// benchJudge checks that rules judge every location of batch and find targets, then times
+// the judging.
+func benchJudge(b *testing.B, rules pipeline.Rules, batch subjects.Batch) {
+	b.Helper()
 	v := rules.Judge(context.Background(), batch, benchNow)
 	if len(v.Targets) == 0 || v.Judged != 512 {
 		b.Fatalf("judged %d, %d targets", v.Judged, len(v.Targets))
@@ -134,15 +141,7 @@ func BenchmarkJudgeStatProbe(b *testing.B) {
 		b.Fatal(err)
 	}
 	rules := pipeline.Rules{Config: pipeline.DefaultProberConfig(), Storages: set, Guard: guard.None{}}
-	v := rules.Judge(context.Background(), batch, benchNow)
-	if len(v.Targets) == 0 || v.Judged != 512 {
-		b.Fatalf("judged %d, %d targets", v.Judged, len(v.Targets))
-	}
-	b.ReportMetric(float64(v.Judged), "locations/op")
-	b.ReportAllocs()
-	for b.Loop() {
-		rules.Judge(context.Background(), batch, benchNow)
-	}
+	benchJudge(b, rules, batch)
 }
 
 // memStore is a meta.Store in memory, legacy layout only: the deleter's protocol without
