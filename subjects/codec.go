@@ -50,7 +50,7 @@ func DecodeBatch(data []byte) (Batch, error) {
 		if err != nil {
 			return Batch{}, err
 		}
-		return validBatch(b)
+		return valid(b)
 	}
 	if b, ok := decodeBatchFast(data); ok {
 		return validJSONBatch(b)
@@ -63,7 +63,7 @@ func validJSONBatch(b Batch) (Batch, error) {
 	if err := checkVersion(b.V); err != nil {
 		return Batch{}, fmt.Errorf("%w: batch: %w", ErrPoison, err)
 	}
-	return validBatch(b)
+	return valid(b)
 }
 
 // decodeBatchJSON is DecodeBatch through encoding/json only.
@@ -75,11 +75,30 @@ func decodeBatchJSON(data []byte) (Batch, error) {
 	return validJSONBatch(b)
 }
 
-func validBatch(b Batch) (Batch, error) {
-	if err := b.Validate(); err != nil {
-		return Batch{}, fmt.Errorf("%w: %w", ErrPoison, err)
+// validator is a message type whose pointer has Validate.
+type validator[T any] interface {
+	*T
+	Validate() error
+}
+
+// valid returns m when it validates, else the zero message and the error wrapped in ErrPoison.
+func valid[T any, P validator[T]](m T) (T, error) {
+	if err := P(&m).Validate(); err != nil {
+		var zero T
+		return zero, fmt.Errorf("%w: %w", ErrPoison, err)
 	}
-	return b, nil
+	return m, nil
+}
+
+// decodeValid decodes one JSON message through encoding/json (see decode) and validates it;
+// every failure wraps ErrPoison.
+func decodeValid[T any, P validator[T]](data []byte, what string) (T, error) {
+	var m T
+	if err := decode(data, &m, what); err != nil {
+		var zero T
+		return zero, err
+	}
+	return valid[T, P](m)
 }
 
 // DecodeDeleteRequest decodes and validates a delete request, sealed (sealed.go) or not; every
@@ -92,37 +111,19 @@ func DecodeDeleteRequest(data []byte) (DeleteRequest, error) {
 		return DeleteRequest{}, err
 	}
 	if r, ok := decodeDeleteRequestFast(data); ok {
-		return validDeleteRequest(r)
+		return valid(r)
 	}
 	return decodeDeleteRequestJSON(data)
 }
 
 // decodeDeleteRequestJSON is DecodeDeleteRequest through encoding/json only.
 func decodeDeleteRequestJSON(data []byte) (DeleteRequest, error) {
-	var r DeleteRequest
-	if err := decode(data, &r, "delete request"); err != nil {
-		return DeleteRequest{}, err
-	}
-	return validDeleteRequest(r)
-}
-
-func validDeleteRequest(r DeleteRequest) (DeleteRequest, error) {
-	if err := r.Validate(); err != nil {
-		return DeleteRequest{}, fmt.Errorf("%w: %w", ErrPoison, err)
-	}
-	return r, nil
+	return decodeValid[DeleteRequest](data, "delete request")
 }
 
 // DecodeEvent decodes and validates an event; every failure wraps ErrPoison.
 func DecodeEvent(data []byte) (Event, error) {
-	var e Event
-	if err := decode(data, &e, "event"); err != nil {
-		return Event{}, err
-	}
-	if err := e.Validate(); err != nil {
-		return Event{}, fmt.Errorf("%w: %w", ErrPoison, err)
-	}
-	return e, nil
+	return decodeValid[Event](data, "event")
 }
 
 // decode unmarshals one JSON object. Unknown members are tolerated, so a producer of a newer

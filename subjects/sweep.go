@@ -129,14 +129,7 @@ const (
 
 // DecodeSweepBatch decodes and validates a sweep batch; every failure wraps ErrPoison.
 func DecodeSweepBatch(data []byte) (SweepBatch, error) {
-	var b SweepBatch
-	if err := decode(data, &b, "sweep batch"); err != nil {
-		return SweepBatch{}, err
-	}
-	if err := b.Validate(); err != nil {
-		return SweepBatch{}, fmt.Errorf("%w: %w", ErrPoison, err)
-	}
-	return b, nil
+	return decodeValid[SweepBatch](data, "sweep batch")
 }
 
 // Validate checks what a sweeper relies on: the storage and instance, a known kind, at least
