@@ -5,31 +5,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-)
 
-// locationIDForms are location ids of every form KVCM writes or may write: random ids,
-// EventReport ids ('#', ':'), KVMeta ids, and the bytes a medium or a host may hold (anything
-// but '#').
-var locationIDForms = []string{
-	"a1b2c3d4",
-	"kvs#event_report_l1p5#hbm#10.0.0.8:9000",
-	"kvs#event_report_l2#mem#[::1]:9000",
-	"kvs#v6d#hbm#10.0.0.8:9000",
-	"kvmeta:v1:6b6579",
-	"a|b|c",
-	"with space",
-	" lead and trail ",
-	"tab\there",
-	"é中文🙂",
-	"L#nested",
-	"#",
-	":",
-	"%2F.*>",
-}
+	"github.com/kvcm-gc/kvcm-gc/kvcm/kvcmtest"
+)
 
 // TestLocationIDForms: the id is everything after the first L#, whatever bytes it holds.
 func TestLocationIDForms(t *testing.T) {
-	for _, id := range locationIDForms {
+	for _, id := range kvcmtest.LocationIDForms {
 		f := LocationField(id)
 		require.Equal(t, "L#"+id, f)
 		got, ok := LocationID(f)

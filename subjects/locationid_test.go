@@ -7,25 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/kvcm/kvcmtest"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
-
-// locationIDForms are location ids of every form KVCM writes or may write: random ids,
-// EventReport ids ('#', ':'), KVMeta ids, and the bytes a medium or host may hold (anything
-// but '#': '|', spaces, tabs, non-ASCII).
-var locationIDForms = []string{
-	"a1b2c3d4",
-	"kvs#event_report_l1p5#hbm#10.0.0.8:9000",
-	"kvs#event_report_l2#mem#[::1]:9000",
-	"kvs#v6d#hbm#10.0.0.8:9000",
-	"kvmeta:v1:6b6579",
-	"a|b|c",
-	"with space",
-	"tab\there",
-	"é中文🙂",
-	"L#nested",
-	`quo"te\back`,
-}
 
 var msgIDChars = regexp.MustCompile(`^[A-Za-z0-9_%~:-]+$`)
 
@@ -33,7 +17,7 @@ var msgIDChars = regexp.MustCompile(`^[A-Za-z0-9_%~:-]+$`)
 // requests and events, and gives message ids of the id alphabet, one per location.
 func TestLocationIDForms(t *testing.T) {
 	eventIDs, deleteIDs := map[string]string{}, map[string]string{}
-	for _, id := range locationIDForms {
+	for _, id := range kvcmtest.LocationIDForms {
 		value := `{"id":` + mustJSON(t, id) + `,"status":3,"type":7,"location_specs":[]}`
 
 		for _, v := range []int{subjects.SchemaVersion, subjects.BatchSchemaVersion} {
@@ -77,8 +61,8 @@ func TestLocationIDForms(t *testing.T) {
 		eventIDs[subjects.EventMsgID(gotE)] = id
 		require.Regexp(t, msgIDChars, subjects.EventMsgID(gotE))
 	}
-	require.Len(t, eventIDs, len(locationIDForms), "one event id per location")
-	require.Len(t, deleteIDs, len(locationIDForms), "one request id per location")
+	require.Len(t, eventIDs, len(kvcmtest.LocationIDForms), "one event id per location")
+	require.Len(t, deleteIDs, len(kvcmtest.LocationIDForms), "one request id per location")
 }
 
 func mustJSON(t *testing.T, s string) string {
