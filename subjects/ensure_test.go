@@ -205,65 +205,46 @@ func TestEnsureConflicts(t *testing.T) {
 	n := mustNames(t, "kvcmgc", "c1")
 	for _, tc := range []struct {
 		name    string
-		prepare func(ctx context.Context, t *testing.T, js jetstream.JetStream)
+		prepare conflictSetup
 		object  string
 		fields  []string
 	}{
 		{
 			name: "work-queue stream",
-			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
-				_, err := js.CreateStream(ctx, jetstream.StreamConfig{
-					Name: n.BatchesStream(), Subjects: []string{n.BatchFilter()}, Retention: jetstream.WorkQueuePolicy,
-				})
-				require.NoError(t, err)
-			},
+			prepare: createStream(jetstream.StreamConfig{
+				Name: n.BatchesStream(), Subjects: []string{n.BatchFilter()}, Retention: jetstream.WorkQueuePolicy,
+			}),
 			object: `stream "` + n.BatchesStream() + `"`,
 			fields: []string{"retention: have WorkQueue, want Limits"},
 		},
 		{
 			name: "memory stream",
-			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
-				_, err := js.CreateStream(ctx, jetstream.StreamConfig{
-					Name: n.DeletesStream(), Subjects: []string{n.DeleteFilter()}, Storage: jetstream.MemoryStorage,
-				})
-				require.NoError(t, err)
-			},
+			prepare: createStream(jetstream.StreamConfig{
+				Name: n.DeletesStream(), Subjects: []string{n.DeleteFilter()}, Storage: jetstream.MemoryStorage,
+			}),
 			object: `stream "` + n.DeletesStream() + `"`,
 			fields: []string{"storage: have Memory, want File"},
 		},
 		{
-			name: "subjects taken by another stream",
-			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
-				_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"kvcmgc.>"}})
-				require.NoError(t, err)
-			},
-			object: `stream "` + n.BatchesStream() + `"`,
-			fields: []string{`overlaps stream "OTHER"`},
+			name:    "subjects taken by another stream",
+			prepare: createStream(jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"kvcmgc.>"}}),
+			object:  `stream "` + n.BatchesStream() + `"`,
+			fields:  []string{`overlaps stream "OTHER"`},
 		},
 		{
 			name: "consumer with another deliver policy",
-			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
-				require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
-				require.NoError(t, js.DeleteConsumer(ctx, n.DeletesStream(), "deleter"))
-				_, err := js.CreateConsumer(ctx, n.DeletesStream(), jetstream.ConsumerConfig{
-					Durable: "deleter", DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
-					FilterSubject: n.DeleteFilter() + ".x",
-				})
-				require.NoError(t, err)
-			},
+			prepare: replaceConsumer(n, n.DeletesStream(), jetstream.ConsumerConfig{
+				Durable: "deleter", DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
+				FilterSubject: n.DeleteFilter() + ".x",
+			}),
 			object: `consumer "` + n.DeletesStream() + `/deleter"`,
 			fields: []string{"deliver_policy: have new, want all", "filter_subject: have"},
 		},
 		{
 			name: "consumer with ack none",
-			prepare: func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
-				require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
-				require.NoError(t, js.DeleteConsumer(ctx, n.BatchesStream(), "prober"))
-				_, err := js.CreateConsumer(ctx, n.BatchesStream(), jetstream.ConsumerConfig{
-					Durable: "prober", AckPolicy: jetstream.AckNonePolicy,
-				})
-				require.NoError(t, err)
-			},
+			prepare: replaceConsumer(n, n.BatchesStream(), jetstream.ConsumerConfig{
+				Durable: "prober", AckPolicy: jetstream.AckNonePolicy,
+			}),
 			object: `consumer "` + n.BatchesStream() + `/prober"`,
 			fields: []string{"ack_policy: have AckNone, want AckExplicit"},
 		},
@@ -293,6 +274,28 @@ func TestEnsureConflicts(t *testing.T) {
 			require.True(t, errors.As(err, &api), "the server's answer is kept: %v", err)
 			t.Log(err)
 		})
+	}
+}
+
+// A conflictSetup puts something in the way of Ensure.
+type conflictSetup func(ctx context.Context, t *testing.T, js jetstream.JetStream)
+
+// createStream creates the stream cfg.
+func createStream(cfg jetstream.StreamConfig) conflictSetup {
+	return func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+		_, err := js.CreateStream(ctx, cfg)
+		require.NoError(t, err)
+	}
+}
+
+// replaceConsumer ensures n's topology, then replaces stream's durable consumer
+// cfg.Durable with cfg.
+func replaceConsumer(n subjects.Names, stream string, cfg jetstream.ConsumerConfig) conflictSetup {
+	return func(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+		require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
+		require.NoError(t, js.DeleteConsumer(ctx, stream, cfg.Durable))
+		_, err := js.CreateConsumer(ctx, stream, cfg)
+		require.NoError(t, err)
 	}
 }
 
