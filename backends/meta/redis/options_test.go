@@ -38,12 +38,18 @@ func TestParseURI(t *testing.T) {
 		{"redis://[::1]:1", redismeta.ConnOptions{Addr: "[::1]:1"}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.uri, func(t *testing.T) {
-			got, err := redismeta.ParseURI(tc.uri)
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-		})
+		requireResolves(t, tc.uri, redismeta.ParseURI, tc.uri, tc.want)
 	}
+}
+
+// requireResolves checks in a subtest named name that resolve(in) gives want.
+func requireResolves(t *testing.T, name string, resolve func(string) (redismeta.ConnOptions, error), in string, want redismeta.ConnOptions) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		got, err := resolve(in)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	})
 }
 
 func TestParseURIErrors(t *testing.T) {
@@ -99,11 +105,7 @@ func TestApplyURI(t *testing.T) {
 				TLS: redismeta.TLSOptions{Enabled: true, CAFile: "ca.pem"}}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := base.ApplyURI(tc.uri)
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-		})
+		requireResolves(t, tc.name, base.ApplyURI, tc.uri, tc.want)
 	}
 }
 

@@ -53,11 +53,7 @@ func TestPoolResolution(t *testing.T) {
 			TLS: redismeta.TLSOptions{Enabled: true, CAFile: "ca.pem"}}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := p.ConnOptions(tc.name)
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-		})
+		requireResolves(t, tc.name, p.ConnOptions, tc.name, tc.want)
 	}
 	for _, bad := range []string{"", "m4:6379", "h:port", "m8:6379", "m9:6379"} {
 		_, err := p.ConnOptions(bad)
