@@ -377,6 +377,20 @@ func (e *env) waitFor(ctx context.Context, what string, cond func() bool) error 
 	return nil
 }
 
+// tick calls f every period until ctx ends, the first time one period after the start.
+func tick(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
+	}
+}
+
 // roundStarted waits until the scanner is inside round n.
 func (e *env) roundStarted(ctx context.Context, n uint64) error {
 	return e.waitFor(ctx, fmt.Sprintf("round %d", n), func() bool {

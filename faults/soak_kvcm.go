@@ -148,29 +148,25 @@ func (w *kvcmWorkload) run(ctx context.Context) {
 	for _, o := range workloadOps {
 		total += o.weight
 	}
-	t := time.NewTicker(w.period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		w.gate.Lock()
-		w.due(ctx)
-		x := w.intn(total)
-		for _, o := range workloadOps {
-			if x < o.weight {
-				name := o.name
-				if (name == "start" || name == "legacy") && w.live() > w.target {
-					name = "delete"
-				}
-				w.operate(ctx, name)
-				break
+	tick(ctx, w.period, func() { w.step(ctx, total) })
+}
+
+// step runs the operations due, then one picked by weight (total: the sum of the weights).
+func (w *kvcmWorkload) step(ctx context.Context, total int) {
+	w.gate.Lock()
+	defer w.gate.Unlock()
+	w.due(ctx)
+	x := w.intn(total)
+	for _, o := range workloadOps {
+		if x < o.weight {
+			name := o.name
+			if (name == "start" || name == "legacy") && w.live() > w.target {
+				name = "delete"
 			}
-			x -= o.weight
+			w.operate(ctx, name)
+			return
 		}
-		w.gate.Unlock()
+		x -= o.weight
 	}
 }
 

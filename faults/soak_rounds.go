@@ -38,45 +38,40 @@ func newRoundWatch(e *env, sm *soakModel) *roundWatch {
 // roundPoll is how often the checkpoint is read.
 const roundPoll = 50 * time.Millisecond
 
-func (w *roundWatch) run(ctx context.Context) {
-	t := time.NewTicker(roundPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		// The garbage made so far existed before this read: whatever round the read shows, the
-		// next had not started yet.
-		undue := w.sm.takeUndue()
-		ck, err := w.e.checkpoint(ctx)
-		if err != nil || ck.Round == 0 {
-			w.sm.giveBack(undue)
-			continue
-		}
-		w.sm.assignDue(undue, ck.Round)
-		now := time.Now()
-		w.mu.Lock()
-		if _, ok := w.starts[ck.Round]; !ok && (ck.InRound || ck.LastRoundKeys > 0) {
-			w.starts[ck.Round] = now
-		}
-		// A checkpoint in round n tells the last round's figures: n-1's (in round), n's (after).
-		last := ck.Round
-		if ck.InRound {
-			last--
-		}
-		if _, ok := w.nkeys[last]; !ok && last > 0 && ck.LastRoundKeys > 0 {
-			w.nkeys[last] = ck.LastRoundKeys
-			w.durs[last] = time.Duration(ck.LastRoundDuration) * time.Millisecond
-		}
-		for r := uint64(1); r <= last; r++ {
-			if _, ok := w.ends[r]; !ok {
-				w.ends[r] = now // over, whether or not this watch saw it
-			}
-		}
-		w.mu.Unlock()
+// run polls the checkpoint every roundPoll until ctx ends.
+func (w *roundWatch) run(ctx context.Context) { tick(ctx, roundPoll, func() { w.poll(ctx) }) }
+
+// poll reads the checkpoint once and records what it tells.
+func (w *roundWatch) poll(ctx context.Context) {
+	// The garbage made so far existed before this read: whatever round the read shows, the
+	// next had not started yet.
+	undue := w.sm.takeUndue()
+	ck, err := w.e.checkpoint(ctx)
+	if err != nil || ck.Round == 0 {
+		w.sm.giveBack(undue)
+		return
 	}
+	w.sm.assignDue(undue, ck.Round)
+	now := time.Now()
+	w.mu.Lock()
+	if _, ok := w.starts[ck.Round]; !ok && (ck.InRound || ck.LastRoundKeys > 0) {
+		w.starts[ck.Round] = now
+	}
+	// A checkpoint in round n tells the last round's figures: n-1's (in round), n's (after).
+	last := ck.Round
+	if ck.InRound {
+		last--
+	}
+	if _, ok := w.nkeys[last]; !ok && last > 0 && ck.LastRoundKeys > 0 {
+		w.nkeys[last] = ck.LastRoundKeys
+		w.durs[last] = time.Duration(ck.LastRoundDuration) * time.Millisecond
+	}
+	for r := uint64(1); r <= last; r++ {
+		if _, ok := w.ends[r]; !ok {
+			w.ends[r] = now // over, whether or not this watch saw it
+		}
+	}
+	w.mu.Unlock()
 }
 
 // seen reports whether round r (or a later one) has started.

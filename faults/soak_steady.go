@@ -108,18 +108,7 @@ func newStageWatch(e *env) *stageWatch { return &stageWatch{e: e, floors: map[st
 func (w *stageWatch) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, st := range soakStages {
-		wg.Go(func() {
-			t := time.NewTicker(samplePoll)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				w.read(ctx, st)
-			}
-		})
+		wg.Go(func() { tick(ctx, samplePoll, func() { w.read(ctx, st) }) })
 	}
 	wg.Wait()
 }

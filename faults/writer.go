@@ -159,23 +159,20 @@ func (w *writer) runReady(ctx context.Context, ready chan<- struct{}) error {
 		return nil
 	}
 
-	t := time.NewTicker(writerPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		w.mu.Lock()
-		k := w.keys[w.rng.IntN(len(w.keys))]
-		finish := w.rng.IntN(2) == 0
-		w.mu.Unlock()
-		if finish {
-			w.finish(ctx, k, "")
-		} else {
-			w.add(ctx, k)
-		}
+	tick(ctx, writerPeriod, func() { w.step(ctx) })
+	return nil
+}
+
+// step finishes or adds a write session on a random key.
+func (w *writer) step(ctx context.Context) {
+	w.mu.Lock()
+	k := w.keys[w.rng.IntN(len(w.keys))]
+	finish := w.rng.IntN(2) == 0
+	w.mu.Unlock()
+	if finish {
+		w.finish(ctx, k, "")
+	} else {
+		w.add(ctx, k)
 	}
 }
 
