@@ -320,3 +320,25 @@ func TestSweeperDryRunQuarantine(t *testing.T) {
 	require.Equal(t, []string{"would_unlink block_absent", "would_restore referenced"}, sweepOutcomes(res))
 	require.Len(t, f.quarantine(), 2, "nothing moved")
 }
+
+// TestSweeperBadQuarantineEntry: a look into the quarantine whose entry names a quarantined
+// file that is not its path's, or a quarantine name that does not parse, unlinks nothing and
+// moves nothing back, however long the file has waited.
+func TestSweeperBadQuarantineEntry(t *testing.T) {
+	f := newSweepFixture(t, false)
+	e1 := f.file("inst0", "tp0", 30, 48*time.Hour)
+	e2 := f.file("inst0", "tp0", 31, 48*time.Hour)
+	require.Equal(t, []string{"quarantined block_absent"}, sweepOutcomes(f.sweep(f.batch(subjects.SweepWalk, e2))))
+	q := f.quarantine()
+	require.Len(t, q, 1)
+	f.now = f.now.Add(2 * f.sw.cfg.Quarantine)
+
+	unparsable := e2
+	unparsable.Quarantine = subjects.RawText("not a quarantine name")
+	res := f.sweep(f.batch(subjects.SweepQuarantine, f.qentry(e1, q[0]), unparsable))
+	require.Equal(t, []string{"kept " + KeptBadEntry, "kept " + KeptBadEntry}, sweepOutcomes(res))
+	require.Equal(t, "quarantine name of another path", res[0].Detail)
+	require.FileExists(t, string(e1.Path), "the file at the entry's path stays")
+	require.NoFileExists(t, string(e2.Path), "nothing moved back")
+	require.Equal(t, q, f.quarantine(), "the quarantined file stays")
+}
