@@ -451,12 +451,14 @@ func (s *soak) round(ctx context.Context, r uint64) error {
 	if err := s.readEvents(ctx, &row); err != nil {
 		return fmt.Errorf("after round %d: %w", r, err)
 	}
-	rep, err := s.sm.check(ctx, e.clients(), over, func(due uint64) uint64 {
-		if s.faultRounds[due] || s.faultRounds[due+1] {
-			return 1
-		}
-		return 0
-	})
+	rep, sw, err := checkAfterRound(e.manifest, func() (checkReport, error) {
+		return s.sm.check(ctx, e.clients(), over, func(due uint64) uint64 {
+			if s.faultRounds[due] || s.faultRounds[due+1] {
+				return 1
+			}
+			return 0
+		})
+	}, s.sm.changedByUpstream)
 	if err != nil {
 		return fmt.Errorf("after round %d: %w", r, err)
 	}
@@ -464,7 +466,6 @@ func (s *soak) round(ctx context.Context, r uint64) error {
 	for _, p := range rep.Problems {
 		s.problem("after round %d: %s", r, p)
 	}
-	sw := checkSweep(e.manifest, s.sm.changedByUpstream)
 	row.Swept, row.SweepOrphans = sw.OrphansGone, sw.Orphans
 	for _, p := range sw.Problems {
 		s.problem("after round %d: %s", r, p)

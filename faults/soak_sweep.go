@@ -39,13 +39,27 @@ func blockChanged(m *seed.Manifest, f seed.SweepFile, changed func(key string) b
 	return false
 }
 
-// A kept file of a block upstream's GC changed (changed) may go: what kept it (a location
-// naming it, the block being upgraded) may be gone.
-func checkSweep(m *seed.Manifest, changed func(key string) bool) sweepCheck {
+// sweepSeen is what a stat of the seeded sweep files found, by path: the size of each file there.
+type sweepSeen map[string]int64
+
+// statSweep stats every seeded sweep file.
+func statSweep(m *seed.Manifest) sweepSeen {
+	seen := sweepSeen{}
+	for _, f := range m.SweepFiles {
+		if fi, err := os.Stat(f.Path); err == nil {
+			seen[f.Path] = fi.Size()
+		}
+	}
+	return seen
+}
+
+// judgeSweep judges what seen found. A kept file of a block upstream's GC changed (changed)
+// may go: what kept it (a location naming it, the block being upgraded) may be gone. changed
+// must come from a read of the blocks after the stat (see checkAfterRound).
+func judgeSweep(m *seed.Manifest, seen sweepSeen, changed func(key string) bool) sweepCheck {
 	var c sweepCheck
 	for _, f := range m.SweepFiles {
-		fi, err := os.Stat(f.Path)
-		present := err == nil
+		size, present := seen[f.Path]
 		if f.Fate == seed.SweepOrphan {
 			c.Orphans++
 			if !present {
@@ -61,13 +75,29 @@ func checkSweep(m *seed.Manifest, changed func(key string) bool) sweepCheck {
 		switch {
 		case !present:
 			c.Problems = append(c.Problems, fmt.Sprintf("sweep: kept file %s (%s) is gone", f.Path, f.Reason))
-		case fi.Size() != int64(f.Size):
-			c.Problems = append(c.Problems, fmt.Sprintf("sweep: kept file %s (%s) changed size: %d, was %d", f.Path, f.Reason, fi.Size(), f.Size))
+		case size != int64(f.Size):
+			c.Problems = append(c.Problems, fmt.Sprintf("sweep: kept file %s (%s) changed size: %d, was %d", f.Path, f.Reason, size, f.Size))
 		default:
 			c.KeptIntact++
 		}
 	}
 	return c
+}
+
+// checkAfterRound runs the checks after a round in the one order that is sound: stat the
+// sweep's files, then check the keys (checkKeys, which learns what upstream's GC changed),
+// then judge the files by what the check learnt. The sweep and upstream's GC run on while the
+// checks do: a file unlinked after upstream's GC changed its block is then seen gone only by a
+// stat after that change, and so before a key check that sees the change too. Checking the
+// keys first would let a change made behind the key check, and the unlink it allowed, reach
+// the stat: a released file would read as a kept file lost.
+func checkAfterRound(m *seed.Manifest, checkKeys func() (checkReport, error), changed func(key string) bool) (checkReport, sweepCheck, error) {
+	seen := statSweep(m)
+	rep, err := checkKeys()
+	if err != nil {
+		return rep, sweepCheck{}, err
+	}
+	return rep, judgeSweep(m, seen, changed), nil
 }
 
 // sweepDone waits, at the end of a run, until every seeded orphan file is gone and the
@@ -78,7 +108,7 @@ func (s *soak) sweepDone(ctx context.Context) error {
 	var c sweepCheck
 	var q int
 	err := s.e.waitFor(ctx, "the sweep's orphans gone and its quarantine empty", func() bool {
-		c = checkSweep(s.e.manifest, s.sm.changedByUpstream)
+		c = judgeSweep(s.e.manifest, statSweep(s.e.manifest), s.sm.changedByUpstream)
 		var err error
 		q, err = quarantinedFiles(s.e.manifest.SweepRoot)
 		return err == nil && c.OrphansGone == c.Orphans && q == 0
