@@ -430,7 +430,7 @@ func (s *soak) round(ctx context.Context, r uint64) error {
 			return fmt.Errorf("round %d: fault %s: %w", r, what, err)
 		}
 		row.Fault = what
-		s.faultRounds[r] = true
+		s.markFault(r)
 	}
 	if err := e.waitFor(ctx, fmt.Sprintf("the end of round %d", r), func() bool { return s.rounds.ended(r) }); err != nil {
 		return err
@@ -452,12 +452,7 @@ func (s *soak) round(ctx context.Context, r uint64) error {
 		return fmt.Errorf("after round %d: %w", r, err)
 	}
 	rep, sw, err := checkAfterRound(e.manifest, func() (checkReport, error) {
-		return s.sm.check(ctx, e.clients(), over, func(due uint64) uint64 {
-			if s.faultRounds[due] || s.faultRounds[due+1] {
-				return 1
-			}
-			return 0
-		})
+		return s.sm.check(ctx, e.clients(), over, s.slack)
 	}, s.sm.changedByUpstream)
 	if err != nil {
 		return fmt.Errorf("after round %d: %w", r, err)
@@ -504,6 +499,25 @@ func (s *soak) round(ctx context.Context, r uint64) error {
 	s.addRow(row)
 	fmt.Fprintln(s.cfg.Out, "    "+row.line())
 	return nil
+}
+
+// markFault records a fault struck during the checks after round r. It hits the rounds
+// under way when it strikes, which are later than r when the checks lag: the round last seen
+// over (its requests may still be in flight) and the next.
+func (s *soak) markFault(r uint64) {
+	over := s.rounds.lastEnded()
+	for _, hit := range []uint64{r, over, over + 1} {
+		s.faultRounds[hit] = true
+	}
+}
+
+// slack is the extra rounds garbage due in round due may take: one when a fault hit the
+// round that must collect it or the one before.
+func (s *soak) slack(due uint64) uint64 {
+	if s.faultRounds[due] || s.faultRounds[due+1] {
+		return 1
+	}
+	return 0
 }
 
 func (s *soak) problem(format string, a ...any) {
