@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
@@ -245,4 +250,296 @@ func TestCollectUnregisteredInstances(t *testing.T) {
 			require.Equal(t, v, now[k], k)
 		}
 	}
+}
+
+// unregFixture is a keyspace of the seed's inst0 beside instances registered in a group of
+// their own (g-extra, on the same store), each of whose blocks has a location naming one
+// per-block data file on nfs_01, written two days ago (older than any sweep grace).
+type unregFixture struct {
+	e    *env
+	rdb  *redis.Client
+	reg  string // the registry's key prefix
+	root string // nfs_01's root_path
+	// info and group are inst0's registry records, the models of the others'.
+	info, group, groupName string
+}
+
+func newUnregFixture(t *testing.T, e *env) *unregFixture {
+	t.Helper()
+	e.seed(seed.Spec{Blocks: 40, Seed: 34, NoFiles: true, Instances: []string{"inst0"}})
+	ctx := context.Background()
+	f := &unregFixture{e: e, rdb: e.redis.Client(), reg: "kvcache_registry:" + cluster + ":", root: filepath.Join(e.root, "nfs") + "/"}
+	var err error
+	f.info, err = f.rdb.HGet(ctx, f.reg+"inst0", "inst0").Result()
+	require.NoError(t, err)
+	var rec struct {
+		Group string `json:"instance_group_name"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(f.info), &rec))
+	f.groupName = rec.Group
+	f.group, err = f.rdb.HGet(ctx, f.reg+"instance_group", rec.Group).Result()
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.HSet(ctx, f.reg+"instance_group", "g-extra",
+		strings.ReplaceAll(f.group, fmt.Sprintf("%q", rec.Group), `"g-extra"`)).Err())
+	return f
+}
+
+// register lists instance id in group g-extra.
+func (f *unregFixture) register(t *testing.T, id string) {
+	t.Helper()
+	ctx := context.Background()
+	info := strings.ReplaceAll(strings.ReplaceAll(f.info, `"inst0"`, fmt.Sprintf("%q", id)), fmt.Sprintf("%q", f.groupName), `"g-extra"`)
+	require.NoError(t, f.rdb.HSet(ctx, f.reg+id, id, info).Err())
+	require.NoError(t, f.rdb.HSet(ctx, f.reg+"instance", id, id).Err())
+}
+
+// unregister removes id's registry entry, as KVCM's RemoveInstance does first.
+func (f *unregFixture) unregister(t *testing.T, id string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, f.rdb.Del(ctx, f.reg+id).Err())
+	require.NoError(t, f.rdb.HDel(ctx, f.reg+"instance", id).Err())
+}
+
+// blocks writes n blocks of instance id, keys 1000.., each with one SERVING location naming
+// its per-block file id/tp0/<hex key>, and the files; it returns the files.
+func (f *unregFixture) blocks(t *testing.T, id string, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	old := time.Now().Add(-48 * time.Hour)
+	var files []string
+	for i := range n {
+		key := int64(1000 + i)
+		object := kvcm.BlockObjectName(id, "tp0", key)
+		path := f.root + object
+		loc := fmt.Sprintf(`{"id":"l%d","status":3,"type":4,"spec_size":1,"create_time":%d,"location_specs":[`+
+			`{"name":"tp0","uri":"file://%s%s?size=1024"}]}`, i, old.UnixMicro(), seed.StorageNFS, path)
+		require.NoError(t, f.rdb.HSet(ctx, kvcm.BlockKey(id, key), kvcm.FieldPrevKey, "", kvcm.LocationField("l"+strconv.Itoa(i)), loc).Err())
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, []byte("kv of "+object), 0o644))
+		require.NoError(t, os.Chtimes(path, old, old))
+		files = append(files, path)
+	}
+	return files
+}
+
+// present counts the files that exist and have the bytes blocks wrote.
+func present(t *testing.T, root string, files []string) int {
+	t.Helper()
+	n := 0
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, "kv of "+strings.TrimPrefix(p, root), string(b), p)
+		n++
+	}
+	return n
+}
+
+// storeCheckpoint reads the checkpoint of the env's one store (zero before the bucket exists).
+func (e *env) storeCheckpoint() pipeline.Checkpoint {
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
+	if err != nil {
+		return pipeline.Checkpoint{}
+	}
+	c, _, _ := pipeline.ReadStoreCheckpoint(ctx, kv, strings.TrimPrefix(e.redis.URI(), "redis://"))
+	return c
+}
+
+// unregOptions are sweepOptions with collect_unregistered_instances on, both in the scanner
+// and the sweep, with grace (the configuration refuses less than 24h), short round pauses and
+// a registry read for every sweep batch.
+func (e *env) unregOptions(reg prometheus.Registerer, grace time.Duration) app.Options {
+	o := e.sweepOptions(reg)
+	o.Scanner.RoundPause = 100 * time.Millisecond
+	o.Scanner.CollectUnregistered, o.Scanner.UnregisteredGrace, o.Scanner.UnregisteredMaxKeys = true, grace, 1000
+	o.Sweep.RoundPause, o.Sweep.RegistryRefresh = 100*time.Millisecond, 50*time.Millisecond
+	o.Sweep.CollectUnregistered, o.Sweep.UnregisteredGrace = true, grace
+	return o
+}
+
+// TestSweepUnregisteredFiles: with collect_unregistered_instances, once the keys of an
+// instance removed for the grace are gone, the sweep unlinks its per-block files; the files of
+// the live instance, and of an instance removed too recently (its keys deleted by hand, so
+// that only the grace protects its files), stay byte for byte.
+func TestSweepUnregisteredFiles(t *testing.T) {
+	e := newEnv(t)
+	f := newUnregFixture(t, e)
+	ctx := context.Background()
+	const grace = 4 * time.Second
+	f.register(t, "gone")
+	f.register(t, "young")
+	goneFiles := f.blocks(t, "gone", 12)
+	youngFiles := f.blocks(t, "young", 12)
+	liveFiles := f.blocks(t, "inst0", 12)
+
+	pr := prometheus.NewRegistry()
+	e.run(e.unregOptions(pr, grace), app.All)
+	require.Eventually(t, func() bool {
+		c := e.storeCheckpoint()
+		return c.Round >= 1 && !c.InRound && c.Seen["gone"].LastRegisteredUs > 0 && c.Seen["young"].LastRegisteredUs > 0
+	}, time.Minute, 20*time.Millisecond)
+
+	require.Equal(t, len(goneFiles), present(t, f.root, goneFiles), "registered: kept")
+	f.unregister(t, "gone")
+	goneEmptied := func() bool {
+		for i := range 12 {
+			if n, err := f.rdb.HLen(ctx, kvcm.BlockKey("gone", int64(1000+i))).Result(); err != nil || n != 1 {
+				return false // empty_block keep leaves BP#prev_key alone
+			}
+		}
+		return true
+	}
+	require.Eventually(t, goneEmptied, time.Minute, 20*time.Millisecond)
+	require.Equal(t, len(goneFiles), present(t, f.root, goneFiles), "keys just gone")
+	// young goes now, its keys with it, as a trim that left only the files: nothing names
+	// them, and only the grace keeps them.
+	f.unregister(t, "young")
+	youngGone := time.Now()
+	for i := range 12 {
+		require.NoError(t, f.rdb.Del(ctx, kvcm.BlockKey("young", int64(1000+i))).Err())
+	}
+	start := time.Now()
+	// Quarantined first (moved from their paths), unlinked after sweep_quarantine.
+	require.Eventually(t, func() bool {
+		return present(t, f.root, goneFiles) == 0 && len(quarantined(t, f.root)) == 0 &&
+			metricValue(t, pr, "kvcm_gc_sweep_unlinked_files_total") >= float64(len(goneFiles))
+	}, time.Minute, 20*time.Millisecond)
+	t.Logf("gone's %d files unlinked %s after its keys went", len(goneFiles), time.Since(start).Round(time.Millisecond))
+	// A walk since young went has judged its files too.
+	kept := func(reason string) float64 {
+		return metricByLabel(t, pr, "kvcm_gc_sweep_kept_files_total", "reason")[reason]
+	}
+	require.Eventually(t, func() bool { return kept("unknown_instance") >= float64(len(youngFiles)) }, time.Minute, 20*time.Millisecond)
+	require.Less(t, time.Since(youngGone), grace, "the checks below need young within its grace")
+	require.Equal(t, len(youngFiles), present(t, f.root, youngFiles), "removed too recently: kept")
+	require.Equal(t, len(liveFiles), present(t, f.root, liveFiles), "registered: kept")
+	require.Positive(t, kept("referenced"), "inst0's files")
+	require.Empty(t, quarantined(t, f.root))
+	require.True(t, goneEmptied(), "gone's keys as KVCM reads \"exists, no location\"")
+}
+
+// refusalGrace is the unregistered_grace of the refusal tests: short, so that a refusal is
+// shown past it.
+const refusalGrace = time.Second
+
+// refusalRun is a keyspace of inst0 and of instance gone (g-extra), 10 blocks each with a
+// per-block file, under every stage with collect_unregistered_instances and the sweep on.
+type refusalRun struct {
+	f      *unregFixture
+	pr     *prometheus.Registry
+	files  []string
+	before seed.Snapshot
+}
+
+// startRefusal writes the keyspace, registers gone when registered, and runs the stages until
+// a round has ended (having seen gone registered, when it was).
+func startRefusal(t *testing.T, registered bool) *refusalRun {
+	t.Helper()
+	e := newEnv(t)
+	r := &refusalRun{f: newUnregFixture(t, e), pr: prometheus.NewRegistry()}
+	if registered {
+		r.f.register(t, "gone")
+	}
+	r.files = append(r.f.blocks(t, "gone", 10), r.f.blocks(t, "inst0", 10)...)
+	r.before = r.snapshot(t)
+	e.run(e.unregOptions(r.pr, refusalGrace), app.All)
+	require.Eventually(t, func() bool {
+		c := e.storeCheckpoint()
+		return c.Round >= 1 && !c.InRound && (!registered || c.Seen["gone"].LastRegisteredUs > 0)
+	}, time.Minute, 20*time.Millisecond)
+	return r
+}
+
+// refusedPast waits until the grace since from has passed and, after that, two more walks of
+// the sweep have ended and done holds; then nothing of any instance is gone: every key as it
+// was, every file in place with its bytes.
+func (r *refusalRun) refusedPast(t *testing.T, from time.Time, done func() bool) {
+	t.Helper()
+	e := r.f.e
+	time.Sleep(time.Until(from.Add(refusalGrace + 200*time.Millisecond)))
+	w0 := e.sweepCheckpoint().Round
+	require.Eventually(t, func() bool { return e.sweepCheckpoint().Round >= w0+2 && done() }, time.Minute, 20*time.Millisecond)
+	require.Equal(t, r.before, r.snapshot(t), "no key written")
+	require.Equal(t, len(r.files), present(t, r.f.root, r.files), "no file unlinked")
+	require.Empty(t, quarantined(t, r.f.root))
+	require.Zero(t, metricValue(t, r.pr, "kvcm_gc_unregistered_collected_keys_total"))
+	require.Zero(t, metricValue(t, r.pr, "kvcm_gc_sweep_unlinked_files_total"))
+}
+
+// snapshot reads the keys of the blocks startRefusal wrote (the seed's own keys of inst0 hold
+// garbage, which goes).
+func (r *refusalRun) snapshot(t *testing.T) seed.Snapshot {
+	t.Helper()
+	all, err := seed.Take(context.Background(), r.f.rdb, "kvcache:instance_*")
+	require.NoError(t, err)
+	out := seed.Snapshot{}
+	for _, id := range []string{"gone", "inst0"} {
+		for i := range 10 {
+			k := kvcm.BlockKey(id, int64(1000+i))
+			out[k] = all[k]
+		}
+	}
+	return out
+}
+
+func (r *refusalRun) counter(t *testing.T, name, label, value string) float64 {
+	return metricByLabel(t, r.pr, name, label)[value]
+}
+
+// TestUnregisteredRefusedRegistryUnread: with collect_unregistered_instances, nothing of a
+// removed instance goes, keys nor files, past its grace, while the registry holds a record
+// that does not decode (a partial read) and then while the registry cannot be read at all
+// (its instance index of the wrong type: every read fails).
+func TestUnregisteredRefusedRegistryUnread(t *testing.T) {
+	r := startRefusal(t, true)
+	ctx := context.Background()
+	f := r.f
+	f.unregister(t, "gone")
+	require.NoError(t, f.rdb.HSet(ctx, f.reg+"instance", "bad", "bad").Err())
+	require.NoError(t, f.rdb.HSet(ctx, f.reg+"bad", "bad", "{not json").Err())
+	removed := time.Now()
+	partial := func() float64 {
+		return r.counter(t, "kvcm_gc_unregistered_refusals_total", "reason", pipeline.UnregRegistryPartial)
+	}
+	p0 := partial()
+	r.refusedPast(t, removed, func() bool { return partial() > p0 })
+
+	// The index replaced by a string: every registry read fails from now on.
+	require.NoError(t, f.rdb.Del(ctx, f.reg+"instance").Err())
+	require.NoError(t, f.rdb.Set(ctx, f.reg+"instance", "not a hash", 0).Err())
+	failed := func() float64 {
+		return r.counter(t, "kvcm_gc_sweep_errors_total", "reason", "registry") +
+			metricByLabels(t, r.pr, "kvcm_gc_operation_errors_total", "stage", "op")[[2]string{pipeline.StageScanner, "registry"}]
+	}
+	f0 := failed()
+	r.refusedPast(t, time.Now(), func() bool { return failed() > f0+2 })
+}
+
+// TestUnregisteredRefusedStoreEmpty: nothing of a removed instance goes past its grace while
+// the registry lists no instance of its store (every instance removed, the groups left).
+func TestUnregisteredRefusedStoreEmpty(t *testing.T) {
+	r := startRefusal(t, true)
+	r.f.unregister(t, "gone")
+	r.f.unregister(t, "inst0")
+	removed := time.Now()
+	unknown := func() float64 { return r.counter(t, "kvcm_gc_sweep_kept_files_total", "reason", "unknown_instance") }
+	k0 := unknown()
+	r.refusedPast(t, removed, func() bool { return unknown() >= k0+float64(len(r.files)) })
+}
+
+// TestUnregisteredRefusedFirstSight: nothing goes of an instance kvcm-gc first saw already
+// unregistered, however long it stays so.
+func TestUnregisteredRefusedFirstSight(t *testing.T) {
+	r := startRefusal(t, false)
+	never := func() float64 {
+		return r.counter(t, "kvcm_gc_unregistered_refusals_total", "reason", pipeline.UnregNeverRegistered)
+	}
+	n0 := never()
+	r.refusedPast(t, time.Now(), func() bool { return never() > n0 })
+	require.NotContains(t, r.f.e.storeCheckpoint().Seen, "gone")
 }
