@@ -838,7 +838,7 @@ func TestOpsPauseAll(t *testing.T) {
 	}
 	metrics := prometheus.NewRegistry()
 	require.NoError(t, jsmetrics.Register(metrics, e.js, e.names, pipeline.Stages()))
-	paused := opsGauges(t, metrics, jsmetrics.MetricPaused, "stage")
+	paused := metricByLabel(t, metrics, jsmetrics.MetricPaused, "stage")
 	for _, st := range pipeline.Stages() {
 		require.Equal(t, 1.0, paused[st], st)
 	}
@@ -909,7 +909,7 @@ func TestOpsPauseAll(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, sr.OK(), sr.Problems)
 	require.Positive(t, sr.Orphans)
-	paused = opsGauges(t, metrics, jsmetrics.MetricPaused, "stage")
+	paused = metricByLabel(t, metrics, jsmetrics.MetricPaused, "stage")
 	for _, st := range pipeline.Stages() {
 		require.Zero(t, paused[st], st)
 	}
@@ -930,26 +930,5 @@ func opsTree(t *testing.T, root string) map[string]string {
 		out[p] = fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
 		return nil
 	}))
-	return out
-}
-
-// opsGauges returns a gauge's values by one label.
-func opsGauges(t *testing.T, reg *prometheus.Registry, name, label string) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label {
-					out[lp.GetValue()] = m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
 	return out
 }

@@ -834,33 +834,6 @@ round_pause: 1h
 	}
 }
 
-// metricLabeled sums the counters and gauges of name whose labels include want.
-func metricLabeled(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue metrics
-				}
-			}
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return sum
-}
-
 // TestNATSServerConfig loads the nats-server account the least-privilege definitions render
 // (what the chart's privileges ConfigMap holds) as nats-server would, checks it grants exactly
 // the permissions of every user, and serves a stage with it.

@@ -78,32 +78,6 @@ func expectedReclaim(t *testing.T, m *seed.Manifest, before seed.Snapshot) map[r
 	return out
 }
 
-// metricByLabels sums a counter's series by the values of two labels.
-func metricByLabels(t *testing.T, reg *prometheus.Registry, name, a, b string) map[[2]string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	out := map[[2]string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var k [2]string
-			for _, lp := range m.GetLabel() {
-				switch lp.GetName() {
-				case a:
-					k[0] = lp.GetValue()
-				case b:
-					k[1] = lp.GetValue()
-				}
-			}
-			out[k] += m.GetCounter().GetValue()
-		}
-	}
-	return out
-}
-
 // TestReclaimedMetrics: a real round counts, by storage and reason, the bytes and the data
 // objects of every garbage location it removes, as the seeded spec URIs' sizes give them —
 // shared files and data already gone included, since the bytes are the locations' own.

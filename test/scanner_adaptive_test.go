@@ -89,26 +89,3 @@ func TestScannerAdaptivePace(t *testing.T) {
 		return r > low
 	}, time.Minute, 20*time.Millisecond, "without the load the walk speeds up again")
 }
-
-// gaugeLabelOne returns the value of label of the gauge's series at 1 ("" when none).
-func gaugeLabelOne(t *testing.T, reg *prometheus.Registry, name, label string) string {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetGauge().GetValue() != 1 {
-				continue
-			}
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label {
-					return lp.GetValue()
-				}
-			}
-		}
-	}
-	return ""
-}
