@@ -362,9 +362,7 @@ func TestInvariant4WrongInstanceIsPoison(t *testing.T) {
 		require.NotEqual(t, subjects.EventDelete, ev.Kind)
 	}
 	require.Equal(t, 2, poison)
-	after, err := seed.Take(ctx, e.redis.Client(), "*")
-	require.NoError(t, err)
-	require.Equal(t, before, after)
+	e.requireUnchanged(t, before)
 }
 
 // Invariant 5: the scanner (and the prober) run as a Redis user that may not write, and the
@@ -395,9 +393,7 @@ func TestInvariant5ScannerReadOnly(t *testing.T) {
 		e.waitConsumer(e.names.BatchesStream(), e.names.ProberConsumer(), time.Minute)
 		require.Equal(t, uint64(500), ck.LastRoundKeys)
 		require.Equal(t, w0, writes(), "no write command during a scan and probe round")
-		after, err := seed.Take(ctx, e.redis.Client(), "*")
-		require.NoError(t, err)
-		require.Equal(t, before, after)
+		e.requireUnchanged(t, before)
 		// The delete requests exist: the round found garbage without writing anything.
 		s, err := e.js.Stream(ctx, e.names.DeletesStream())
 		require.NoError(t, err)
@@ -759,15 +755,8 @@ func TestInvariant7ErrorsDoNotSpin(t *testing.T) {
 func TestInvariant8DryRun(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
 		e := newEnv(t)
-		ctx := context.Background()
 		m, before := e.seed(seed.Spec{Layout: layout, Blocks: 500, GarbageFraction: 0.2, TrickyFraction: 0.1, Seed: 11})
-		o := e.options(prometheus.NewRegistry())
-		o.DryRun = true
-		e.run(o, app.All)
-		e.waitRoundDone(1, time.Minute)
-		after, err := seed.Take(ctx, e.redis.Client(), "*")
-		require.NoError(t, err)
-		require.Equal(t, before, after)
+		e.dryRound(t, e.options(prometheus.NewRegistry()), before)
 		for _, l := range m.Locations {
 			for _, f := range l.Files {
 				require.FileExists(t, f)
@@ -783,6 +772,24 @@ func TestInvariant8DryRun(t *testing.T) {
 		}
 		require.Equal(t, len(m.Garbage()), would)
 	})
+}
+
+// dryRound runs every stage with o as a dry run until round 1 is done and requires every byte
+// of Redis to be as before.
+func (e *env) dryRound(t *testing.T, o app.Options, before seed.Snapshot) {
+	t.Helper()
+	o.DryRun = true
+	e.run(o, app.All)
+	e.waitRoundDone(1, time.Minute)
+	e.requireUnchanged(t, before)
+}
+
+// requireUnchanged requires every byte of Redis to be as before.
+func (e *env) requireUnchanged(t *testing.T, before seed.Snapshot) {
+	t.Helper()
+	after, err := seed.Take(context.Background(), e.redis.Client(), "*")
+	require.NoError(t, err)
+	require.Equal(t, before, after)
 }
 
 // Invariant 9: a key is judged and written only in the layout it was read in; a key holding

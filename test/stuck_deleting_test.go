@@ -172,12 +172,7 @@ func TestStuckDeletingDryRun(t *testing.T) {
 		}
 		before, err := seed.Take(ctx, e.redis.Client(), "*")
 		require.NoError(t, err)
-		o.DryRun = true
-		e.run(o, app.All)
-		e.waitRoundDone(1, time.Minute)
-		after, err := seed.Take(ctx, e.redis.Client(), "*")
-		require.NoError(t, err)
-		require.Equal(t, before, after)
+		e.dryRound(t, o, before)
 		would := map[string]string{}
 		for _, ev := range e.events() {
 			if ev.Kind == subjects.EventDelete {
