@@ -718,15 +718,7 @@ func TestSweepKilled(t *testing.T) {
 
 	// What a sweeper killed between its rename and its second read leaves: an orphan in
 	// quarantine for an hour, and a file a SERVING location names.
-	var orphan, named seed.SweepFile
-	for _, f := range m.SweepFiles {
-		switch {
-		case orphan.Path == "" && f.Fate == seed.SweepOrphan:
-			orphan = f
-		case named.Path == "" && f.Reason == seed.SweepReasonReferenced:
-			named = f
-		}
-	}
+	orphan, named := orphanAndNamed(m)
 	set, err := storage.NewSet(map[string]kvcm.StorageConfig{seed.StorageNFS: {Type: kvcm.TypeFile, TypeName: "file",
 		Name: seed.StorageNFS, RootPath: m.SweepRoot, KeyCountPerFile: 1}}, storage.Options{})
 	require.NoError(t, err)

@@ -119,6 +119,15 @@ func (e *env) run(o app.Options, which app.Stages) (stop func()) {
 	return stop
 }
 
+// stateKV returns the stages' state bucket (nil before the stages created it).
+func (e *env) stateKV() jetstream.KeyValue {
+	kv, err := e.js.KeyValue(context.Background(), e.names.StateBucket())
+	if err != nil {
+		return nil
+	}
+	return kv
+}
+
 // waitRoundDone waits until round n has ended and both consumers are drained.
 func (e *env) waitRoundDone(n uint64, timeout time.Duration) pipeline.Checkpoint {
 	e.t.Helper()

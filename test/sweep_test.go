@@ -37,12 +37,11 @@ func (e *env) sweepOptions(reg prometheus.Registerer) app.Options {
 
 // sweepCheckpoint reads nfs_01's walk checkpoint (zero before the stages created the bucket).
 func (e *env) sweepCheckpoint() sweep.Checkpoint {
-	ctx := context.Background()
-	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
-	if err != nil {
+	kv := e.stateKV()
+	if kv == nil {
 		return sweep.Checkpoint{}
 	}
-	ck, _, _ := sweep.ReadCheckpoint(ctx, kv, seed.StorageNFS)
+	ck, _, _ := sweep.ReadCheckpoint(context.Background(), kv, seed.StorageNFS)
 	return ck
 }
 
@@ -157,15 +156,8 @@ func TestSweepFullPipeline(t *testing.T) {
 	}
 }
 
-// TestSweepReplay: `replay --stage sweeper` explains a file's fate: what the sweeper did
-// with it in each batch, the last step recorded, and what a sweeper would do now (dry-run).
-func TestSweepReplay(t *testing.T) {
-	e := newEnv(t)
-	m, _ := e.seed(seed.Spec{Instances: []string{"inst0"}, Blocks: 100, Seed: 14, SweepFiles: true})
-	o := e.sweepOptions(nil)
-	e.run(o, app.Stages{Walker: true, Sweeper: true})
-	e.waitSwept(1, m.SweepRoot, time.Minute)
-	var orphan, named seed.SweepFile
+// orphanAndNamed returns the first orphan file of m and the first file a location names.
+func orphanAndNamed(m *seed.Manifest) (orphan, named seed.SweepFile) {
 	for _, f := range m.SweepFiles {
 		switch {
 		case orphan.Path == "" && f.Fate == seed.SweepOrphan:
@@ -174,6 +166,18 @@ func TestSweepReplay(t *testing.T) {
 			named = f
 		}
 	}
+	return orphan, named
+}
+
+// TestSweepReplay: `replay --stage sweeper` explains a file's fate: what the sweeper did
+// with it in each batch, the last step recorded, and what a sweeper would do now (dry-run).
+func TestSweepReplay(t *testing.T) {
+	e := newEnv(t)
+	m, _ := e.seed(seed.Spec{Instances: []string{"inst0"}, Blocks: 100, Seed: 14, SweepFiles: true})
+	o := e.sweepOptions(nil)
+	e.run(o, app.Stages{Walker: true, Sweeper: true})
+	e.waitSwept(1, m.SweepRoot, time.Minute)
+	orphan, named := orphanAndNamed(m)
 	setup := opsReplaySetup(t, e, o)
 	setup.Sweep = o.Sweep
 	deps, err := ops.OpenReplayDeps(context.Background(), setup)

@@ -341,12 +341,11 @@ func present(t *testing.T, root string, files []string) int {
 
 // storeCheckpoint reads the checkpoint of the env's one store (zero before the bucket exists).
 func (e *env) storeCheckpoint() pipeline.Checkpoint {
-	ctx := context.Background()
-	kv, err := e.js.KeyValue(ctx, e.names.StateBucket())
-	if err != nil {
+	kv := e.stateKV()
+	if kv == nil {
 		return pipeline.Checkpoint{}
 	}
-	c, _, _ := pipeline.ReadStoreCheckpoint(ctx, kv, strings.TrimPrefix(e.redis.URI(), "redis://"))
+	c, _, _ := pipeline.ReadStoreCheckpoint(context.Background(), kv, strings.TrimPrefix(e.redis.URI(), "redis://"))
 	return c
 }
 
