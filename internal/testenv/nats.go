@@ -1,17 +1,9 @@
 package testenv
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -197,11 +189,7 @@ func (n *NATS) Restart(t testing.TB) {
 }
 
 // Shutdown stops the server and waits for it; calling it again is a no-op.
-func (n *NATS) Shutdown() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.shutdownLocked()
-}
+func (n *NATS) Shutdown() { withLock(&n.mu, n.shutdownLocked) }
 
 func (n *NATS) shutdownLocked() {
 	if n.srv == nil {
@@ -215,53 +203,19 @@ func (n *NATS) shutdownLocked() {
 // natsTLS writes a fresh CA to dir/ca.pem and returns a server config with a certificate it
 // signed for 127.0.0.1 and localhost, and a pool trusting the CA.
 func natsTLS(dir string) (*tls.Config, *x509.CertPool, error) {
-	newKey := func() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }
-	caKey, err := newKey()
+	ca, err := newTestCA("testenv nats ca")
 	if err != nil {
-		return nil, nil, fmt.Errorf("generate ca key: %w", err)
+		return nil, nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "testenv nats ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	der, key, err := ca.sign(2, "127.0.0.1", x509.ExtKeyUsageServerAuth)
 	if err != nil {
-		return nil, nil, fmt.Errorf("create ca certificate: %w", err)
+		return nil, nil, err
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, nil, fmt.Errorf("parse ca certificate: %w", err)
-	}
-	key, err := newKey()
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate server key: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:     []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("create server certificate: %w", err)
-	}
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), caPEM, 0o600); err != nil {
-		return nil, nil, fmt.Errorf("write ca: %w", err)
+	if err := writePEM(filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.der); err != nil {
+		return nil, nil, err
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca)
+	pool.AddCert(ca.cert)
 	cfg := &tls.Config{
 		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
 		MinVersion:   tls.VersionTLS12,

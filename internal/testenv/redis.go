@@ -346,10 +346,13 @@ func (r *Redis) Client() *redis.Client {
 
 // Stop shuts the server down gracefully (SIGTERM; the AOF is flushed when persistence is on)
 // and waits for it to exit. Stopping a stopped server does nothing.
-func (r *Redis) Stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stopLocked()
+func (r *Redis) Stop() { withLock(&r.mu, r.stopLocked) }
+
+// withLock runs f holding mu.
+func withLock(mu *sync.Mutex, f func()) {
+	mu.Lock()
+	defer mu.Unlock()
+	f()
 }
 
 func (r *Redis) stopLocked() {
@@ -367,11 +370,7 @@ func (r *Redis) stopLocked() {
 
 // Kill ends the server with SIGKILL (a crash: nothing is flushed beyond what fsync already
 // wrote) and waits for it to exit.
-func (r *Redis) Kill() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.killLocked()
-}
+func (r *Redis) Kill() { withLock(&r.mu, r.killLocked) }
 
 func (r *Redis) killLocked() {
 	if r.cmd == nil {
@@ -561,58 +560,26 @@ func GenerateRedisTLSFiles(dir string) (RedisTLSFiles, error) {
 		ClientCertFile: filepath.Join(dir, "client.pem"),
 		ClientKeyFile:  filepath.Join(dir, "client-key.pem"),
 	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newTestCA("test redis CA")
 	if err != nil {
-		return f, fmt.Errorf("generate CA key: %w", err)
+		return f, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test redis CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return f, fmt.Errorf("create CA certificate: %w", err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return f, fmt.Errorf("parse CA certificate: %w", err)
-	}
-	if err := redisWritePEM(f.CAFile, "CERTIFICATE", caDER); err != nil {
+	if err := writePEM(f.CAFile, "CERTIFICATE", ca.der); err != nil {
 		return f, err
 	}
 	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, certFile, keyFile string) error {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		der, key, err := ca.sign(serial, cn, usage)
 		if err != nil {
-			return fmt.Errorf("generate %s key: %w", cn, err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-			DNSNames:     []string{"localhost"},
-			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			return fmt.Errorf("create %s certificate: %w", cn, err)
+			return err
 		}
 		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 		if err != nil {
 			return fmt.Errorf("marshal %s key: %w", cn, err)
 		}
-		if err := redisWritePEM(certFile, "CERTIFICATE", der); err != nil {
+		if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
 			return err
 		}
-		return redisWritePEM(keyFile, "PRIVATE KEY", keyDER)
+		return writePEM(keyFile, "PRIVATE KEY", keyDER)
 	}
 	if err := leaf(2, "localhost", x509.ExtKeyUsageServerAuth, f.CertFile, f.KeyFile); err != nil {
 		return f, err
@@ -623,7 +590,66 @@ func GenerateRedisTLSFiles(dir string) (RedisTLSFiles, error) {
 	return f, nil
 }
 
-func redisWritePEM(path, typ string, der []byte) error {
+// testCA is a throw-away certificate authority of the redis and NATS servers' TLS, valid
+// from an hour ago for one day.
+type testCA struct {
+	cert *x509.Certificate
+	der  []byte
+	key  *ecdsa.PrivateKey
+}
+
+// newTestCA generates a CA named cn.
+func newTestCA(cn string) (*testCA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate CA key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("create CA certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("parse CA certificate: %w", err)
+	}
+	return &testCA{cert: cert, der: der, key: key}, nil
+}
+
+// sign issues a certificate named cn for localhost, 127.0.0.1 and ::1 with usage, valid as
+// long as the CA, and returns it (DER) with its key.
+func (ca *testCA) sign(serial int64, cn string, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate %s key: %w", cn, err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    ca.cert.NotBefore,
+		NotAfter:     ca.cert.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create %s certificate: %w", cn, err)
+	}
+	return der, key, nil
+}
+
+func writePEM(path, typ string, der []byte) error {
 	data := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
