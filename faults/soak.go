@@ -252,7 +252,11 @@ type soak struct {
 func runSoak(parent context.Context, cfg SoakConfig, run SoakRun, seedValue uint64) (res SoakResult) {
 	started := time.Now()
 	res = SoakResult{Run: run, Seed: seedValue}
-	defer func() { res.Duration = time.Since(started) }()
+	defer func() {
+		if res.Duration == 0 { // a run that stopped before its table
+			res.Duration = time.Since(started)
+		}
+	}()
 	timeout := cfg.RunTimeout
 	if timeout <= 0 {
 		timeout = cfg.Duration + time.Duration(cfg.Rounds)*5*time.Minute
@@ -301,6 +305,7 @@ func runSoak(parent context.Context, cfg SoakConfig, run SoakRun, seedValue uint
 		errs = append(errs, fmt.Errorf("only %d rounds of %d", len(res.Rows), cfg.Rounds))
 	}
 	res.Err = errors.Join(errs...)
+	res.Duration = time.Since(started) // before the table, whose result line gives it
 	name := "soak-" + strings.ReplaceAll(run.String(), "/", "-")
 	res.TablePath = filepath.Join(cfg.ReportDir, name+".txt")
 	res.PlotPath = filepath.Join(cfg.ReportDir, name+".png")

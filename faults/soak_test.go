@@ -2,8 +2,11 @@ package faults_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -64,6 +67,11 @@ func TestSoakShort(t *testing.T) {
 			}
 			// Only the stage killed may lack the samples to be judged.
 			require.GreaterOrEqual(t, judged, len(r.Steady)-5)
+			// The table file written at the run's end gives its duration.
+			file, err := os.ReadFile(r.TablePath)
+			require.NoError(t, err)
+			require.Contains(t, string(file), fmt.Sprintf("\nresult: ok (%s)\n", r.Duration.Round(time.Second)))
+			require.NotContains(t, string(file), "result: ok (0s)")
 		})
 	}
 }
