@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -126,35 +125,23 @@ type StoreIndex struct {
 
 // ReadStoreIndex returns the stores index (nil when none was written).
 func ReadStoreIndex(ctx context.Context, kv jetstream.KeyValue) (*StoreIndex, error) {
-	e, err := kv.Get(ctx, subjects.StoresKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read stores index: %w", err)
-	}
 	var x StoreIndex
-	if err := json.Unmarshal(e.Value(), &x); err != nil {
-		return nil, fmt.Errorf("decode stores index: %w", err)
+	rev, err := ReadJSON(ctx, kv, subjects.StoresKey, "stores index", &x)
+	if err != nil || rev == 0 {
+		return nil, err
 	}
 	return &x, nil
 }
 
 // ReadStoreCheckpoint returns a store's checkpoint (zero value and revision 0 when none).
 func ReadStoreCheckpoint(ctx context.Context, kv jetstream.KeyValue, store string) (Checkpoint, uint64, error) {
-	e, err := kv.Get(ctx, subjects.CheckpointKey(store))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Checkpoint{Store: store}, 0, nil
-	}
-	if err != nil {
-		return Checkpoint{}, 0, fmt.Errorf("read checkpoint of %s: %w", store, err)
-	}
 	var c Checkpoint
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return Checkpoint{}, 0, fmt.Errorf("decode checkpoint of %s: %w", store, err)
+	rev, err := ReadJSON(ctx, kv, subjects.CheckpointKey(store), "checkpoint of "+store, &c)
+	if err != nil {
+		return Checkpoint{}, 0, err
 	}
 	c.Store = store
-	return c, e.Revision(), nil
+	return c, rev, nil
 }
 
 // ReadCheckpoints returns the checkpoint of every store of the stores index, and of every other

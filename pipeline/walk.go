@@ -133,6 +133,23 @@ func WriteCheckpoint(ctx context.Context, kv jetstream.KeyValue, key string, v a
 	return kv.Update(ctx, key, val, rev)
 }
 
+// ReadJSON reads key of kv, JSON-encoded, into v and returns its revision: 0, with v as it
+// was, when the key does not exist (nothing written yet). what names the value in errors. It
+// reads what WriteCheckpoint writes.
+func ReadJSON(ctx context.Context, kv jetstream.KeyValue, key, what string, v any) (uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", what, err)
+	}
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return 0, fmt.Errorf("decode %s: %w", what, err)
+	}
+	return e.Revision(), nil
+}
+
 // IsConflict reports whether a write by revision found another revision.
 func IsConflict(err error) bool {
 	return err != nil && (errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch))

@@ -2,9 +2,6 @@ package sweep
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"maps"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -93,18 +90,15 @@ func (c Checkpoint) clone() Checkpoint {
 
 // ReadCheckpoint returns a storage's checkpoint (zero value and revision 0 when none).
 func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue, storage string) (Checkpoint, uint64, error) {
-	e, err := kv.Get(ctx, subjects.SweepKey(storage))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	var c Checkpoint
+	rev, err := pipeline.ReadJSON(ctx, kv, subjects.SweepKey(storage), "sweep checkpoint of "+storage, &c)
+	switch {
+	case err != nil:
+		return Checkpoint{}, 0, err
+	case rev == 0:
 		return Checkpoint{Storage: storage}, 0, nil
 	}
-	if err != nil {
-		return Checkpoint{}, 0, fmt.Errorf("read sweep checkpoint of %s: %w", storage, err)
-	}
-	var c Checkpoint
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return Checkpoint{}, 0, fmt.Errorf("decode sweep checkpoint of %s: %w", storage, err)
-	}
-	return c, e.Revision(), nil
+	return c, rev, nil
 }
 
 // writeCheckpoint stores c by revision rev (0: the first) and returns the new revision.
