@@ -12,10 +12,10 @@ var ErrBadToken = errors.New("bad subject token")
 
 const upperHex = "0123456789ABCDEF"
 
-// tokenSafe reports whether c is kept as is in a subject token. NATS tokens may not contain
+// TokenSafe reports whether c is kept as is in a subject token. NATS tokens may not contain
 // '.', '*', '>' or whitespace; the safe set is kept small so the encoding stays obviously
 // bijective and ids like "inst-01_a" stay readable.
-func tokenSafe(c byte) bool {
+func TokenSafe(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
@@ -28,22 +28,28 @@ func EncodeToken(s string) string {
 	}
 	n := 0
 	for i := 0; i < len(s); i++ {
-		if !tokenSafe(s[i]) {
+		if !TokenSafe(s[i]) {
 			n++
 		}
 	}
 	if n == 0 {
 		return s
 	}
+	return Escape(s, '%', 2*n, func(i int) bool { return TokenSafe(s[i]) })
+}
+
+// Escape returns s with every byte s[i] for which keep(i) is false written as mark and two
+// upper-case hex digits; grow is the room made for the escapes up front.
+func Escape(s string, mark byte, grow int, keep func(i int) bool) string {
 	var b strings.Builder
-	b.Grow(len(s) + 2*n)
+	b.Grow(len(s) + grow)
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if tokenSafe(c) {
+		if keep(i) {
 			b.WriteByte(c)
 			continue
 		}
-		b.WriteByte('%')
+		b.WriteByte(mark)
 		b.WriteByte(upperHex[c>>4])
 		b.WriteByte(upperHex[c&0xF])
 	}
@@ -61,7 +67,7 @@ func DecodeToken(tok string) (string, error) {
 	}
 	if !strings.Contains(tok, "%") {
 		for i := 0; i < len(tok); i++ {
-			if !tokenSafe(tok[i]) {
+			if !TokenSafe(tok[i]) {
 				return "", fmt.Errorf("decode token %q: byte %#x at %d: %w", tok, tok[i], i, ErrBadToken)
 			}
 		}
@@ -70,7 +76,7 @@ func DecodeToken(tok string) (string, error) {
 	out := make([]byte, 0, len(tok))
 	for i := 0; i < len(tok); i++ {
 		c := tok[i]
-		if tokenSafe(c) {
+		if TokenSafe(c) {
 			out = append(out, c)
 			continue
 		}
@@ -82,7 +88,7 @@ func DecodeToken(tok string) (string, error) {
 			return "", fmt.Errorf("decode token %q: escape at %d is not upper-case hex: %w", tok, i, ErrBadToken)
 		}
 		v := byte(hi<<4 | lo)
-		if tokenSafe(v) {
+		if TokenSafe(v) {
 			return "", fmt.Errorf("decode token %q: escaped safe byte at %d: %w", tok, i, ErrBadToken)
 		}
 		out = append(out, v)

@@ -56,7 +56,7 @@ func FuzzToken(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, s, dec)
 		for i := 0; i < len(enc); i++ {
-			require.True(t, tokenSafe(enc[i]) || enc[i] == '%', "unsafe byte in %q", enc)
+			require.True(t, TokenSafe(enc[i]) || enc[i] == '%', "unsafe byte in %q", enc)
 		}
 		// The other direction: every token that decodes is the encoding of what it decodes to.
 		if d, err := DecodeToken(s); err == nil {

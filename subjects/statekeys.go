@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
 // Keys of the scanner's buckets. A scanner walks each metadata store of the cluster on its
@@ -76,31 +78,18 @@ func partOf(key, prefix string) (string, error) {
 
 const keyHex = "0123456789ABCDEF"
 
-func keyPlain(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-}
-
 // EncodeKeyPart encodes any string into the tail of a bucket key (see the package's key
-// list). The empty string is "=". DecodeKeyPart inverts it.
+// list): the bytes of a subject token (kvcm.TokenSafe) are kept, and a '.' between two other
+// bytes that are not dots (so no token is empty); every other byte becomes =XX (upper-case
+// hex). The empty string is "=". DecodeKeyPart inverts it.
 func EncodeKeyPart(s string) string {
 	if s == "" {
 		return "="
 	}
-	var b strings.Builder
-	b.Grow(len(s) + 8)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		// A '.' is kept only between two other bytes that are not dots, so no token is empty.
-		keepDot := c == '.' && i > 0 && i+1 < len(s) && s[i-1] != '.' && s[i+1] != '.'
-		if keyPlain(c) || keepDot {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('=')
-		b.WriteByte(keyHex[c>>4])
-		b.WriteByte(keyHex[c&0xF])
-	}
-	return b.String()
+	return kvcm.Escape(s, '=', 8, func(i int) bool {
+		keepDot := s[i] == '.' && i > 0 && i+1 < len(s) && s[i-1] != '.' && s[i+1] != '.'
+		return kvcm.TokenSafe(s[i]) || keepDot
+	})
 }
 
 // DecodeKeyPart inverts EncodeKeyPart.
@@ -126,7 +115,7 @@ func DecodeKeyPart(p string) (string, error) {
 			}
 			b.WriteByte(byte(hi<<4 | lo))
 			i += 2
-		case keyPlain(c) || c == '.':
+		case kvcm.TokenSafe(c) || c == '.':
 			b.WriteByte(c)
 		default:
 			return "", fmt.Errorf("%w: %q: byte %q", ErrBadKey, p, c)
