@@ -344,13 +344,9 @@ func (d *locationDecoder) location(loc *Location) (r locResult, err error) {
 			}
 		case "status":
 			start := s.pos
-			var tok string
-			if tok, err = d.numberToken(); err != nil {
-				return r, err
-			}
-			v, ok := intToken(tok)
-			if !ok {
-				r.setBad("member status is not an int64")
+			var v int64
+			var ok bool
+			if v, ok, err = d.intValue(&r, name); err != nil || !ok {
 				break
 			}
 			if v < math.MinInt32 || v > math.MaxInt32 {
@@ -370,15 +366,9 @@ func (d *locationDecoder) location(loc *Location) (r locResult, err error) {
 		case "spec_size":
 			loc.SpecSize, err = d.uintValue(&r, name)
 		case "create_time":
-			var tok string
-			if tok, err = d.numberToken(); err != nil {
-				return r, err
+			if loc.CreateTimeUs, _, err = d.intValue(&r, name); err == nil {
+				loc.HasCreateTime = true
 			}
-			v, ok := intToken(tok)
-			if !ok {
-				r.setBad("member create_time is not an int64")
-			}
-			loc.CreateTimeUs, loc.HasCreateTime = v, true
 		case "location_specs":
 			err = d.locationSpecs(&r)
 		case FieldCopyGuard:
@@ -457,6 +447,19 @@ func (d *locationDecoder) uintValue(r *locResult, name string) (uint64, error) {
 	return v, nil
 }
 
+// intValue reads the number of member name as an int64; ok false (the location bad) when it
+// is not one.
+func (d *locationDecoder) intValue(r *locResult, name string) (v int64, ok bool, err error) {
+	tok, err := d.numberToken()
+	if err != nil {
+		return 0, false, err
+	}
+	if v, ok = intToken(tok); !ok {
+		r.setBad("member %s is not an int64", name)
+	}
+	return v, ok, nil
+}
+
 // locationSpecs scans the location_specs array, appending to d.specs.
 func (d *locationDecoder) locationSpecs(r *locResult) error {
 	s := &d.s
@@ -493,24 +496,11 @@ func (d *locationDecoder) spec(r *locResult) error {
 		if k, esc, err = s.key(); err != nil {
 			return err
 		}
-		var isStr bool
 		switch name := unquote(s.doc, k, esc); name {
 		case "name":
-			if hasName {
-				r.setBad("spec member name appears twice")
-			}
-			hasName = true
-			if sp.Name, isStr, err = d.stringValue(); err == nil && !isStr {
-				r.setBad("spec member name is not a string")
-			}
+			err = d.specString(r, name, &sp.Name, &hasName)
 		case "uri":
-			if hasURI {
-				r.setBad("spec member uri appears twice")
-			}
-			hasURI = true
-			if sp.URI, isStr, err = d.stringValue(); err == nil && !isStr {
-				r.setBad("spec member uri is not a string")
-			}
+			err = d.specString(r, name, &sp.URI, &hasURI)
 		default:
 			err = s.skipValue()
 		}
@@ -524,6 +514,21 @@ func (d *locationDecoder) spec(r *locResult) error {
 			d.specs = make([]Spec, 0, 4)
 		}
 		d.specs = append(d.specs, sp)
+	}
+	return err
+}
+
+// specString reads the string of spec member name into v; had says whether the spec had the
+// member already (a repeated one makes the location bad) and is set.
+func (d *locationDecoder) specString(r *locResult, name string, v *string, had *bool) error {
+	if *had {
+		r.setBad("spec member %s appears twice", name)
+	}
+	*had = true
+	var isStr bool
+	var err error
+	if *v, isStr, err = d.stringValue(); err == nil && !isStr {
+		r.setBad("spec member %s is not a string", name)
 	}
 	return err
 }
