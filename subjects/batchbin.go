@@ -354,20 +354,15 @@ func (r *binReader) fail(err error) {
 
 func (r *binReader) left() int { return len(r.data) - r.i }
 
-func (r *binReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.data[r.i:])
-	if n <= 0 {
-		r.fail(fmt.Errorf("%w uvarint at %d", errBinary, r.i))
-		return 0
-	}
-	r.i += n
-	return v
-}
+func (r *binReader) uvarint() uint64 { return readVarint(r, "uvarint", binary.Uvarint) }
+func (r *binReader) varint() int64   { return readVarint(r, "varint", binary.Varint) }
 
-func (r *binReader) varint() int64 {
-	v, n := binary.Varint(r.data[r.i:])
+// readVarint reads one number with decode (binary.Uvarint or binary.Varint), what naming its
+// encoding in the error.
+func readVarint[T uint64 | int64](r *binReader, what string, decode func([]byte) (T, int)) T {
+	v, n := decode(r.data[r.i:])
 	if n <= 0 {
-		r.fail(fmt.Errorf("%w varint at %d", errBinary, r.i))
+		r.fail(fmt.Errorf("%w %s at %d", errBinary, what, r.i))
 		return 0
 	}
 	r.i += n
