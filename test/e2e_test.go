@@ -414,10 +414,7 @@ func e2eDeleterKilled(t *testing.T, bins string) {
 func e2eEvents(t *testing.T, e *e2eEnv) []subjects.Event {
 	t.Helper()
 	ctx := context.Background()
-	s, err := e.js.Stream(ctx, e.names.EventsStream())
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
+	s, info := streamNow(t, e.js, e.names.EventsStream())
 	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
 	// A delete event of a whole request comes back as one event per target.
@@ -662,10 +659,7 @@ type pageMsg struct {
 func readPages(t *testing.T, js jetstream.JetStream, names subjects.Names) map[string][]pageMsg {
 	t.Helper()
 	ctx := context.Background()
-	s, err := js.Stream(ctx, names.BatchesStream())
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
+	s, info := streamNow(t, js, names.BatchesStream())
 	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
 	out := map[string][]pageMsg{}

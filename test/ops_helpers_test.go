@@ -75,15 +75,23 @@ func opsReplaySetup(t *testing.T, e *env, o app.Options) ops.ReplaySetup {
 	return ops.ReplaySetup{Cluster: cluster, Registry: conn, Meta: conn, Storage: o.Storage, Prober: o.Prober}
 }
 
+// streamNow returns stream name and its info, read now.
+func streamNow(t *testing.T, js jetstream.JetStream, name string) (jetstream.Stream, *jetstream.StreamInfo) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, name)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	return s, info
+}
+
 // opsEvents returns the events of one kind, read one by one by sequence: fast on the small
 // streams of these tests, where a batch fetch would wait out its timeout.
 func opsEvents(t *testing.T, e *env, kind string) []subjects.Event {
 	t.Helper()
 	ctx := context.Background()
-	s, err := e.js.Stream(ctx, e.names.EventsStream())
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
+	s, info := streamNow(t, e.js, e.names.EventsStream())
 	var out []subjects.Event
 	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(e.names.EventKindFilter(kind)))

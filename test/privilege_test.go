@@ -444,10 +444,7 @@ func readEventsTolerant(t *testing.T, js jetstream.JetStream, names subjects.Nam
 func readEventsCounting(t *testing.T, js jetstream.JetStream, names subjects.Names) ([]subjects.Event, int) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := js.Stream(ctx, names.EventsStream())
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
+	s, info := streamNow(t, js, names.EventsStream())
 	if info.State.Msgs == 0 {
 		return nil, 0
 	}
