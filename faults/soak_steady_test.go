@@ -223,3 +223,36 @@ func TestShortSoakJudges(t *testing.T) {
 	require.InDelta(t, 0.5*mib, got[stageProber].Slope, 0.3*mib, "%+v", got[stageProber])
 	require.False(t, got[stageProber].Fail)
 }
+
+// TestSoakHeapSlack: `make soak`'s settings pass a prober's heap_inuse that scatters between
+// 4.4 and 5.6 MiB round by round on a slight slope (what a 30-minute soak read, +1.11% of the
+// mean a round while its live heap was flat), and fail a heap that grows by 256 KiB a round.
+func TestSoakHeapSlack(t *testing.T) {
+	cfg := DefaultSoakConfig()
+	const kib = 1 << 10
+	judge := func(vals []float64) Steadiness {
+		s := &soak{cfg: cfg}
+		for i, v := range vals {
+			s.samples = append(s.samples, stageSample{Stage: stageProber, Proc: "prober-0", Round: uint64(i + 1), Age: i + 1,
+				Values: map[string]float64{"heap_inuse": v}})
+		}
+		for _, st := range s.steadiness() {
+			if st.Stage == stageProber && st.Metric == "heap_inuse" {
+				return st
+			}
+		}
+		t.Fatal("no prober heap_inuse")
+		return Steadiness{}
+	}
+	scatter := []float64{4.4, 5.6, 4.6, 5.2, 4.5, 5.6, 4.8, 5.3, 4.6, 5.5, 4.9, 5.6, 4.7, 5.4, 5.0, 5.6, 4.9, 5.5, 5.1, 5.6}
+	var sound, leak []float64
+	for i, v := range scatter {
+		sound = append(sound, v*1024*kib+float64(i)*57*kib)
+		leak = append(leak, v*1024*kib+float64(i)*256*kib)
+	}
+	st := judge(sound)
+	require.False(t, st.Fail, "%+v", st)
+	require.True(t, st.Slack, "over 1%% of the mean, within the slack: %+v", st)
+	st = judge(leak)
+	require.True(t, st.Fail, "%+v", st)
+}
