@@ -117,7 +117,10 @@ func SeedKeyspace(ctx context.Context, r *redis.Client, baseURI string, sp Keysp
 	for i := range sp.Instances {
 		k.Instances = append(k.Instances, "inst"+strconv.Itoa(i))
 	}
-	if err := k.rdb.FlushDB(ctx).Err(); err != nil {
+	// ASYNC: the database is empty at once and Redis frees the former keyspace in a thread of
+	// its own. A synchronous FLUSHDB of a million-block keyspace can outlast the client's read
+	// timeout (3 s) while the machine also removes the last layout's data files.
+	if err := k.rdb.FlushDBAsync(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("flush db %d: %w", sp.DB, err)
 	}
 	if err := os.RemoveAll(sp.Root); err != nil {
