@@ -14,13 +14,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -31,64 +29,6 @@ const (
 	suiteCluster = "faults"
 	suitePrefix  = "kvcmgc"
 )
-
-// natsServer is the JetStream server of a scenario, embedded in the driver and restartable
-// on the same port and file store.
-type natsServer struct {
-	mu   sync.Mutex
-	cfg  natsembed.Config
-	srv  *server.Server
-	port int
-}
-
-func startNATS(dir string) (*natsServer, error) {
-	n := &natsServer{cfg: natsembed.Config{StoreDir: dir, Host: "127.0.0.1", ServerName: "faults"}}
-	if err := n.start(); err != nil {
-		return nil, err
-	}
-	return n, nil
-}
-
-func (n *natsServer) start() error {
-	cfg := n.cfg
-	cfg.Port = n.port
-	s, err := natsembed.Start(cfg)
-	if err != nil {
-		return err
-	}
-	addr, err := natsembed.Addr(s)
-	if err != nil {
-		s.Shutdown()
-		s.WaitForShutdown()
-		return err
-	}
-	n.srv, n.port = s, addr.Port
-	return nil
-}
-
-// URL is the client URL; it stays the same across restarts.
-func (n *natsServer) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(n.port) }
-
-// Stop shuts the server down (the stages see it gone).
-func (n *natsServer) Stop() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
-
-// Start starts a stopped server again, on the same port and store.
-func (n *natsServer) Start() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.srv != nil {
-		return nil
-	}
-	return n.start()
-}
 
 // env is one scenario's deployment: a redis-server with persistence, a JetStream server, a
 // seeded keyspace, and the stage processes.
@@ -101,8 +41,8 @@ type env struct {
 	// stores are the metadata stores besides redis (which holds the registry), when a
 	// scenario spreads its instances over several (spreadStores).
 	stores []*testenv.Redis
-	nats   *natsServer // the JetStream server, in every scenario but the cluster one
-	js3    *natsNodes  // the cluster scenario's three nodes
+	nats   *testenv.NATS // the JetStream server, in every scenario but the cluster one
+	js3    *natsNodes    // the cluster scenario's three nodes
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	names  subjects.Names
@@ -151,7 +91,7 @@ func newEnv(ctx context.Context, cfg Config, sc scenario, layout kvcm.Layout, se
 	if cluster {
 		e.js3, err = startNATSNodes(cfg.Bins[natsServerBin], filepath.Join(dir, "jetstream"), clusterNodes)
 	} else {
-		e.nats, err = startNATS(filepath.Join(dir, "jetstream"))
+		e.nats, err = testenv.StartNATSDir(filepath.Join(dir, "jetstream"))
 	}
 	if err != nil {
 		e.close()
@@ -491,7 +431,7 @@ func (e *env) close() {
 		e.nc.Close()
 	}
 	if e.nats != nil {
-		e.nats.Stop()
+		e.nats.Shutdown()
 	}
 	if e.js3 != nil {
 		e.js3.Shutdown()

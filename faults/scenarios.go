@@ -196,7 +196,7 @@ func natsRestart(ctx context.Context, e *env) (string, *Expect, error) {
 	for range 2 {
 		down := e.between(100*time.Millisecond, e.cfg.Outage/2)
 		ck, _ := e.checkpoint(ctx)
-		e.nats.Stop()
+		e.nats.Shutdown()
 		if err := sleep(ctx, down); err != nil { // the downtime itself
 			return "", nil, err
 		}

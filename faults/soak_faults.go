@@ -67,7 +67,7 @@ func (s *soak) fault(ctx context.Context, r uint64) (string, error) {
 		return "redis restart", nil
 	default:
 		if e.js3 == nil {
-			e.nats.Stop()
+			e.nats.Shutdown()
 			if err := sleep(ctx, down); err != nil {
 				return kind, err
 			}

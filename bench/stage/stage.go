@@ -49,6 +49,9 @@ type Profile struct {
 	RoundPause time.Duration `json:"round_pause"`
 	// MaxKeysPerSecond is max_keys_per_second, the cap on each store walk (0: none).
 	MaxKeysPerSecond float64 `json:"max_keys_per_second,omitempty"`
+	// LatencyBudget is scanner.latency_budget: with MaxKeysPerSecond 0, each store walk is
+	// paced by the store's probe latency (0: off).
+	LatencyBudget float64 `json:"latency_budget,omitempty"`
 	// HighWater is the scanner's backpressure mark; a huge value turns backpressure off.
 	HighWater uint64 `json:"high_water"`
 	// ProberWorkers and DeleterWorkers are each process's concurrent handlers.
@@ -136,6 +139,7 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 		sc.RoundPause = p.RoundPause
 	}
 	sc.MaxKeysPerSecond = p.MaxKeysPerSecond
+	sc.LatencyBudget = p.LatencyBudget
 	pc := pipeline.DefaultProberConfig()
 	pc.MaxTargets = sc.ScanBatchSize
 	dc := pipeline.DefaultDeleterConfig()

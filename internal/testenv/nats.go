@@ -84,6 +84,16 @@ func StartNATS(t testing.TB, opts ...NATSOption) *NATS {
 	return n
 }
 
+// StartNATSDir is StartNATS for programs that are not tests (the fault suite): the store is
+// kept in dir, and the caller shuts the server down.
+func StartNATSDir(dir string) (*NATS, error) {
+	n := &NATS{cfg: natsembed.Config{StoreDir: dir}}
+	if err := n.start(); err != nil {
+		return nil, fmt.Errorf("start nats: %w", err)
+	}
+	return n, nil
+}
+
 func (n *NATS) start() error {
 	s, err := natsembed.Start(n.cfg)
 	if err != nil {
@@ -186,6 +196,17 @@ func (n *NATS) Restart(t testing.TB) {
 	if err := n.start(); err != nil {
 		t.Fatalf("restart nats: %v", err)
 	}
+}
+
+// Start starts a server that was shut down again, on the same port and store, keeping every
+// stream, consumer and bucket; a running server is left as it is.
+func (n *NATS) Start() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv != nil {
+		return nil
+	}
+	return n.start()
 }
 
 // Shutdown stops the server and waits for it; calling it again is a no-op.
