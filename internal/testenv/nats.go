@@ -115,6 +115,17 @@ func (n *NATS) start() error {
 	return nil
 }
 
+// Start starts a server that was shut down again, on the same port and store, keeping every
+// stream, consumer and bucket; a running server is left as it is.
+func (n *NATS) Start() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv != nil {
+		return nil
+	}
+	return n.start()
+}
+
 // URL is the client URL, e.g. nats://127.0.0.1:41234 (tls:// with WithNATSTLS).
 func (n *NATS) URL() string {
 	n.mu.Lock()
@@ -190,23 +201,10 @@ func jetStreamOn(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 // every stream, consumer and bucket.
 func (n *NATS) Restart(t testing.TB) {
 	t.Helper()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.shutdownLocked()
-	if err := n.start(); err != nil {
+	n.Shutdown()
+	if err := n.Start(); err != nil {
 		t.Fatalf("restart nats: %v", err)
 	}
-}
-
-// Start starts a server that was shut down again, on the same port and store, keeping every
-// stream, consumer and bucket; a running server is left as it is.
-func (n *NATS) Start() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.srv != nil {
-		return nil
-	}
-	return n.start()
 }
 
 // Shutdown stops the server and waits for it; calling it again is a no-op.
