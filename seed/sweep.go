@@ -237,20 +237,13 @@ type SweepReport struct {
 	OtherFiles  int `json:"other_files"`
 	OtherIntact int `json:"other_intact"`
 	// Quarantined counts the files left in the quarantine (none may be).
-	Quarantined int      `json:"quarantined"`
-	Problems    []string `json:"problems,omitempty"`
-	Mismatch    int      `json:"mismatch"`
+	Quarantined int `json:"quarantined"`
+
+	problems
 }
 
 // OK reports whether exactly the orphans are gone and every other file is byte-identical.
 func (r SweepReport) OK() bool { return r.Mismatch == 0 }
-
-func (r *SweepReport) problem(format string, a ...any) {
-	r.Mismatch++
-	if len(r.Problems) < 20 {
-		r.Problems = append(r.Problems, fmt.Sprintf(format, a...))
-	}
-}
 
 // QuarantineDir is where a sweep of the root keeps quarantined files (the sweep's own name,
 // repeated so the seed needs nothing of it).

@@ -116,18 +116,24 @@ type Report struct {
 	StuckByType    map[string]int `json:"stuck_gone_by_storage_type,omitempty"`
 	StuckLeftBy    map[string]int `json:"stuck_data_left_by_reason,omitempty"`
 
-	// Problems lists every mismatch (capped).
-	Problems []string `json:"problems,omitempty"`
-	Mismatch int      `json:"mismatch"`
+	problems
 }
 
 // OK reports whether every garbage location is gone and everything else is byte-identical.
 func (r Report) OK() bool { return r.Mismatch == 0 }
 
-func (r *Report) problem(format string, a ...any) {
-	r.Mismatch++
-	if len(r.Problems) < 20 {
-		r.Problems = append(r.Problems, fmt.Sprintf(format, a...))
+// problems are the mismatches a verification found, as its report gives them.
+type problems struct {
+	// Problems lists every mismatch (capped).
+	Problems []string `json:"problems,omitempty"`
+	Mismatch int      `json:"mismatch"`
+}
+
+// problem counts a mismatch, and describes it while fewer than 20 are.
+func (p *problems) problem(format string, a ...any) {
+	p.Mismatch++
+	if len(p.Problems) < 20 {
+		p.Problems = append(p.Problems, fmt.Sprintf(format, a...))
 	}
 }
 
