@@ -271,17 +271,7 @@ func (e *env) checkpoint(ctx context.Context) (pipeline.Checkpoint, error) {
 func (e *env) drained(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	for _, sc := range [][2]string{{e.names.BatchesStream(), e.names.ProberConsumer()}, {e.names.DeletesStream(), e.names.DeleterConsumer()}} {
-		c, err := e.js.Consumer(ctx, sc[0], sc[1])
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(ctx)
-		if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
-			return false
-		}
-	}
-	return true
+	return testenv.StagesDrained(ctx, e.js, e.names)
 }
 
 // ackPending is a consumer's number of messages in flight.

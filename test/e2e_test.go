@@ -254,13 +254,7 @@ func (e *e2eEnv) waitRound(timeout time.Duration) {
 		if err != nil || ck.Round < 1 || ck.InRound {
 			return false
 		}
-		for _, sc := range [][2]string{{e.names.BatchesStream(), e.names.ProberConsumer()}, {e.names.DeletesStream(), e.names.DeleterConsumer()}} {
-			info := e.consumer(sc[0], sc[1])
-			if info == nil || info.NumPending != 0 || info.NumAckPending != 0 {
-				return false
-			}
-		}
-		return true
+		return testenv.StagesDrained(ctx, e.js, e.names)
 	}, timeout, 20*time.Millisecond, "round 1 not processed")
 }
 

@@ -142,24 +142,9 @@ func (e *env) waitRoundDone(n uint64, timeout time.Duration) pipeline.Checkpoint
 		if err != nil || ck.Round < n || (ck.Round == n && ck.InRound) {
 			return false
 		}
-		return e.drained()
+		return testenv.StagesDrained(ctx, e.js, e.names)
 	}, timeout, 20*time.Millisecond)
 	return ck
-}
-
-func (e *env) drained() bool {
-	ctx := context.Background()
-	for _, sc := range [][2]string{{e.names.BatchesStream(), e.names.ProberConsumer()}, {e.names.DeletesStream(), e.names.DeleterConsumer()}} {
-		c, err := e.js.Consumer(ctx, sc[0], sc[1])
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(ctx)
-		if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // events reads every event of the EVENTS stream.
