@@ -395,38 +395,13 @@ func e2eDeleterKilled(t *testing.T, bins string) {
 
 	// The restarted deleter got the dead one's requests again and resumed them from DELETING.
 	resumed := 0
-	for _, ev := range e2eEvents(t, e) {
+	for _, ev := range readEvents(t, e.js, e.names) {
 		if ev.Kind == subjects.EventDelete && strings.Contains(ev.Detail, "resumed from DELETING") {
 			resumed++
 		}
 	}
 	require.Positive(t, resumed, "no redelivered request resumed from DELETING")
 	restarted.stop(t)
-}
-
-// e2eEvents reads the EVENTS stream.
-func e2eEvents(t *testing.T, e *e2eEnv) []subjects.Event {
-	t.Helper()
-	ctx := context.Background()
-	s, info := streamNow(t, e.js, e.names.EventsStream())
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	require.NoError(t, err)
-	// A delete event of a whole request comes back as one event per target.
-	var out []subjects.Event
-	for read := uint64(0); read < info.State.Msgs; {
-		b, err := c.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-		require.NoError(t, err)
-		n := 0
-		for m := range b.Messages() {
-			ev, err := subjects.DecodeEvent(m.Data())
-			require.NoError(t, err)
-			out = append(out, ev.PerTarget()...)
-			n++
-		}
-		require.NotZero(t, n, "events stream stalled at %d of %d", read, info.State.Msgs)
-		read += uint64(n)
-	}
-	return out
 }
 
 // TestE2EScannersShareStores: three metadata stores (a redis-server each), two scanner
@@ -790,7 +765,7 @@ jetstream:
 	walker.stop(t)
 	sweeper.stop(t)
 	restored := false
-	for _, ev := range e2eEvents(t, e) {
+	for _, ev := range readEvents(t, e.js, e.names) {
 		if ev.Kind == subjects.EventSweep && string(ev.File) == named.Path && ev.Outcome == subjects.SweepOutcomeRestored {
 			require.Equal(t, sweep.KeptReferenced, ev.Reason)
 			restored = true

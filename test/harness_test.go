@@ -147,34 +147,18 @@ func (e *env) waitRoundDone(n uint64, timeout time.Duration) pipeline.Checkpoint
 	return ck
 }
 
-// events reads every event of the EVENTS stream.
+// events reads every event of the EVENTS stream (readEvents).
 func (e *env) events() []subjects.Event {
 	e.t.Helper()
-	ctx := context.Background()
-	s, err := e.js.Stream(ctx, e.names.EventsStream())
-	require.NoError(e.t, err)
-	info, err := s.Info(ctx)
-	require.NoError(e.t, err)
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	require.NoError(e.t, err)
-	// A delete event of a whole request comes back as one event per target.
-	var out []subjects.Event
-	for read := uint64(0); read < info.State.Msgs; {
-		b, err := c.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-		require.NoError(e.t, err)
-		n := 0
-		for m := range b.Messages() {
-			ev, err := subjects.DecodeEvent(m.Data())
-			require.NoError(e.t, err)
-			out = append(out, ev.PerTarget()...)
-			n++
-		}
-		require.NotZero(e.t, n, "events stream stalled at %d of %d", read, info.State.Msgs)
-		read += uint64(n)
-	}
+	return readEvents(e.t, e.js, e.names)
+}
+
+// readEvents reads every event of the EVENTS stream, each of which must decode; a delete
+// event of a whole request comes back as one event per target.
+func readEvents(t *testing.T, js jetstream.JetStream, names subjects.Names) []subjects.Event {
+	t.Helper()
+	out, bad := readEventsCounting(t, js, names)
+	require.Zero(t, bad, "events that do not decode")
 	return out
 }
 
