@@ -449,37 +449,13 @@ func (e *env) readEvents(ctx context.Context, visit func(subjects.Event)) error 
 
 // readWholeEvents visits every event stored so far as it was stored.
 func (e *env) readWholeEvents(ctx context.Context, visit func(subjects.Event)) error {
-	s, err := e.js.Stream(ctx, e.names.EventsStream())
+	err := testenv.EachMessage(ctx, e.js, e.names.EventsStream(), nil, func(m jetstream.Msg) {
+		if ev, err := subjects.DecodeEvent(m.Data()); err == nil {
+			visit(ev)
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("read events: %w", err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("read events: %w", err)
-	}
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return fmt.Errorf("read events: %w", err)
-	}
-	for n := uint64(0); n < info.State.Msgs; {
-		b, err := c.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return fmt.Errorf("read events: %w", err)
-		}
-		got := 0
-		for m := range b.Messages() {
-			got++
-			if ev, err := subjects.DecodeEvent(m.Data()); err == nil {
-				visit(ev)
-			}
-		}
-		if got == 0 {
-			return fmt.Errorf("read events: stalled at %d of %d", n, info.State.Msgs)
-		}
-		n += uint64(got)
 	}
 	return nil
 }

@@ -110,27 +110,13 @@ func stageEvents(t *testing.T, js jetstream.JetStream, names subjects.Names, kin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, names.EventsStream())
-	require.NoError(t, err)
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.EventKindFilter(kind)}})
-	require.NoError(t, err)
-	info, err := c.Info(ctx)
-	require.NoError(t, err)
 	var out []subjects.Event
-	for n := uint64(0); n < info.NumPending; {
-		b, err := c.Fetch(int(info.NumPending-n), jetstream.FetchMaxWait(2*time.Second))
+	require.NoError(t, testenv.EachMessage(ctx, js, names.EventsStream(), []string{names.EventKindFilter(kind)}, func(m jetstream.Msg) {
+		ev, err := subjects.DecodeEvent(m.Data())
 		require.NoError(t, err)
-		got := 0
-		for m := range b.Messages() {
-			got++
-			ev, err := subjects.DecodeEvent(m.Data())
-			require.NoError(t, err)
-			if ev.Stage == stage {
-				out = append(out, ev)
-			}
+		if ev.Stage == stage {
+			out = append(out, ev)
 		}
-		require.NotZero(t, got, "events stalled at %d of %d", n, info.NumPending)
-		n += uint64(got)
-	}
+	}))
 	return out
 }

@@ -627,29 +627,17 @@ type pageMsg struct {
 // readPages reads every batch of the BATCHES stream, by store, in stream order.
 func readPages(t *testing.T, js jetstream.JetStream, names subjects.Names) map[string][]pageMsg {
 	t.Helper()
-	ctx := context.Background()
-	s, info := streamNow(t, js, names.BatchesStream())
-	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	require.NoError(t, err)
 	out := map[string][]pageMsg{}
-	for n := uint64(0); n < info.State.Msgs; {
-		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+	require.NoError(t, testenv.EachMessage(context.Background(), js, names.BatchesStream(), nil, func(msg jetstream.Msg) {
+		b, err := subjects.DecodeBatch(msg.Data())
 		require.NoError(t, err)
-		got := 0
-		for msg := range batch.Messages() {
-			got++
-			b, err := subjects.DecodeBatch(msg.Data())
-			require.NoError(t, err)
-			p := pageMsg{Batch: b}
-			for _, blk := range b.Blocks {
-				p.keys = append(p.keys, b.Instance+"/"+strconv.FormatInt(blk.Key, 10))
-			}
-			p.Blocks = nil
-			out[b.Store] = append(out[b.Store], p)
+		p := pageMsg{Batch: b}
+		for _, blk := range b.Blocks {
+			p.keys = append(p.keys, b.Instance+"/"+strconv.FormatInt(blk.Key, 10))
 		}
-		require.NotZero(t, got, "the stream stalled at %d of %d", n, info.State.Msgs)
-		n += uint64(got)
-	}
+		p.Blocks = nil
+		out[b.Store] = append(out[b.Store], p)
+	}))
 	return out
 }
 

@@ -443,31 +443,16 @@ func readEventsTolerant(t *testing.T, js jetstream.JetStream, names subjects.Nam
 // readEventsCounting is readEventsTolerant that also counts the undecodable messages.
 func readEventsCounting(t *testing.T, js jetstream.JetStream, names subjects.Names) ([]subjects.Event, int) {
 	t.Helper()
-	ctx := context.Background()
-	s, info := streamNow(t, js, names.EventsStream())
-	if info.State.Msgs == 0 {
-		return nil, 0
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	require.NoError(t, err)
 	var out []subjects.Event
-	bad, n := 0, uint64(0)
-	for n < info.State.Msgs {
-		b, err := c.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-		require.NoError(t, err)
-		got := 0
-		for m := range b.Messages() {
-			got++
-			ev, err := subjects.DecodeEvent(m.Data())
-			if err != nil {
-				bad++
-				continue
-			}
-			out = append(out, ev.PerTarget()...) // a request's delete event: one per target
+	bad := 0
+	require.NoError(t, testenv.EachMessage(context.Background(), js, names.EventsStream(), nil, func(m jetstream.Msg) {
+		ev, err := subjects.DecodeEvent(m.Data())
+		if err != nil {
+			bad++
+			return
 		}
-		require.NotZero(t, got, "events stream stalled at %d of %d", n, info.State.Msgs)
-		n += uint64(got)
-	}
+		out = append(out, ev.PerTarget()...) // a request's delete event: one per target
+	}))
 	return out, bad
 }
 

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,4 +25,39 @@ func StagesDrained(ctx context.Context, js jetstream.JetStream, names subjects.N
 		}
 	}
 	return true
+}
+
+// EachMessage calls visit with every message stream holds now, in stream order, read through
+// an ordered consumer on filters (every subject when there are none). It fails when the stream
+// stops delivering before the last of them.
+func EachMessage(ctx context.Context, js jetstream.JetStream, stream string, filters []string, visit func(jetstream.Msg)) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	// A fetch of exactly what is left returns as soon as it is there, not at its timeout.
+	for n := uint64(0); n < info.NumPending; {
+		b, err := c.Fetch(int(min(info.NumPending-n, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", stream, err)
+		}
+		got := 0
+		for m := range b.Messages() {
+			got++
+			visit(m)
+		}
+		if got == 0 {
+			return fmt.Errorf("stream %s stalled at message %d of %d", stream, n, info.NumPending)
+		}
+		n += uint64(got)
+	}
+	return nil
 }

@@ -110,29 +110,15 @@ func (e *walkerEnv) waitRound(n uint64) Checkpoint {
 // published reads every sweep batch stored so far.
 func (e *walkerEnv) published() []subjects.SweepBatch {
 	e.t.Helper()
-	ctx := context.Background()
-	s, err := e.js.Stream(ctx, e.names.SweepStream())
-	require.NoError(e.t, err)
-	info, err := s.Info(ctx)
-	require.NoError(e.t, err)
 	var out []subjects.SweepBatch
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	require.NoError(e.t, err)
-	for uint64(len(out)) < info.State.Msgs {
-		b, err := c.Fetch(int(info.State.Msgs)-len(out), jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(e.t, testenv.EachMessage(context.Background(), e.js, e.names.SweepStream(), nil, func(m jetstream.Msg) {
+		sb, err := subjects.DecodeSweepBatch(m.Data())
 		require.NoError(e.t, err)
-		for m := range b.Messages() {
-			sb, err := subjects.DecodeSweepBatch(m.Data())
-			require.NoError(e.t, err)
-			inst, err := e.names.InstanceOf(m.Subject())
-			require.NoError(e.t, err)
-			require.Equal(e.t, sb.Instance, inst)
-			out = append(out, sb)
-		}
-	}
+		inst, err := e.names.InstanceOf(m.Subject())
+		require.NoError(e.t, err)
+		require.Equal(e.t, sb.Instance, inst)
+		out = append(out, sb)
+	}))
 	return out
 }
 
