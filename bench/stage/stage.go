@@ -23,6 +23,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/internal/httpserver"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -90,6 +91,10 @@ type Spec struct {
 	CPUProfile string `json:"cpu_profile,omitempty"`
 	// MetricsOut, when set, receives the process's metrics as JSON when it stops.
 	MetricsOut string `json:"metrics_out,omitempty"`
+	// ServeAddrOut, when set, makes the process serve /metrics on a free loopback port while
+	// it runs, and receives that port's address ("127.0.0.1:port") once it listens: the
+	// harness reads an adaptive walk's pace from it as it changes.
+	ServeAddrOut string `json:"serve_addr_out,omitempty"`
 }
 
 // Settings are the JetStream settings of a profile.
@@ -176,6 +181,21 @@ func Run(ctx context.Context, s Spec, log *slog.Logger) (err error) {
 			pprof.StopCPUProfile()
 			err = errors.Join(err, f.Close())
 		}()
+	}
+	if s.ServeAddrOut != "" {
+		srv, serr := httpserver.Start("127.0.0.1:0", reg, func(context.Context) (string, error) { return "", nil }, log)
+		if serr != nil {
+			return serr
+		}
+		defer func() { err = errors.Join(err, srv.Shutdown(context.WithoutCancel(ctx))) }()
+		// Written whole under another name, then renamed: the harness never reads half of it.
+		tmp := s.ServeAddrOut + ".tmp"
+		if err := os.WriteFile(tmp, []byte(srv.Addr().String()), 0o644); err != nil {
+			return fmt.Errorf("write serve address: %w", err)
+		}
+		if err := os.Rename(tmp, s.ServeAddrOut); err != nil {
+			return fmt.Errorf("write serve address: %w", err)
+		}
 	}
 	nc, err := nats.Connect(s.NATSURL, nats.Name("kvcm-gc-bench-"+s.Stage), nats.MaxReconnects(-1))
 	if err != nil {
