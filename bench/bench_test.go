@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -251,4 +252,50 @@ func TestReportBothLayouts(t *testing.T) {
 	require.Contains(t, rep, "SCAN COUNT 256 + pipelined HGETALL) | 0.01")
 	require.Contains(t, rep, "SCAN COUNT 256 + pipelined HMGET) | 0.01")
 	require.Equal(t, 1, strings.Count(rep, "vs the same loop reading whole blocks"), "legacy only")
+}
+
+// TestMeanRSS: each reading holds until the next, the last until the end of the interval;
+// the time before the first reading and outside the interval does not count.
+func TestMeanRSS(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	s := []RSSSample{{at(0), 10 << 20}, {at(100), 30 << 20}, {at(400), 20 << 20}}
+	// 0–100 ms at 10 MiB, 100–400 at 30, 400–500 at 20: (1 + 9 + 2) / 5 = 24 MiB.
+	require.Equal(t, int64(24<<20), meanRSS(s, at(0), at(500)))
+	// 50–200 ms: 50 at 10, 100 at 30: 70/3 MiB.
+	require.InDelta(t, float64(70<<20)/3, float64(meanRSS(s, at(50), at(200))), 1)
+	// Before the first reading nothing is known: -100–100 ms is 10 MiB, not a mean with zeros.
+	require.Equal(t, int64(10<<20), meanRSS(s, at(-100), at(100)))
+	// A short peak weighs little: a run that is mostly at 20 MiB.
+	s = []RSSSample{{at(0), 20 << 20}, {at(1000), 100 << 20}, {at(1050), 20 << 20}}
+	require.InDelta(t, float64(20<<20)+float64(80<<20)*0.05/2, float64(meanRSS(s, at(0), at(2000))), 1)
+	require.Zero(t, meanRSS(s, at(3000), at(2000)))
+	require.Zero(t, meanRSS(nil, at(0), at(1)))
+
+	v, ok := parseRSS("Name:\tx\nVmHWM:\t  900 kB\nVmRSS:\t   1234 kB\n")
+	require.True(t, ok)
+	require.Equal(t, int64(1234<<10), v)
+	_, ok = parseRSS("VmHWM: 5 kB\n")
+	require.False(t, ok)
+}
+
+// TestDeleterMemoryRows: the deleter's 10% band is judged on the time-weighted mean of its
+// resident set, its peak only against 150 MB; the other stages' peaks keep the band.
+func TestDeleterMemoryRows(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	run := func(st string, peak, mean int64, dur time.Duration) StageRun {
+		return StageRun{Stage: st, Items: 1, From: t0, Dur: dur,
+			Usage: Usage{PeakRSS: peak, RSS: []RSSSample{{At: t0, RSS: mean}}}}
+	}
+	small := &AloneResults{Blocks: 100_000, Scanner: run("scanner", 30<<20, 28<<20, time.Second),
+		Prober: run("prober", 50<<20, 45<<20, time.Second), Deleter: run("deleter", 37<<20, 30<<20, time.Second)}
+	big := &AloneResults{Blocks: 1_000_000, Scanner: run("scanner", 36<<20, 29<<20, 10*time.Second),
+		Prober: run("prober", 51<<20, 46<<20, 10*time.Second), Deleter: run("deleter", 44<<20, 31<<20, 10*time.Second)}
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	summaryRows(w, Config{}, &LayoutResults{Layout: kvcm.LayoutLocation, Alone: big, AloneSmall: small})
+	rows := b.String()
+	require.Contains(t, rows, "| location | scanner peak RSS, 100,000 → 1,000,000 blocks | 30 MB → 36 MB |  | +20% | ≤ 150 MB, within 10% | **no** |")
+	require.Contains(t, rows, "| location | deleter peak RSS, 100,000 → 1,000,000 blocks | 37 MB → 44 MB |  | +19% | ≤ 150 MB (the 10% band: the time-weighted mean, next row) | yes |")
+	require.Contains(t, rows, "| location | deleter RSS, time-weighted mean over its run (VmRSS every 50ms), 100,000 → 1,000,000 blocks | 30 MB → 31 MB | peak 37 MB → 44 MB | +3% | within 10% | yes |")
 }

@@ -21,6 +21,9 @@ type proc struct {
 	waitErr error
 	stopped bool
 	peak    procstat.Peak
+	// rss are the process's VmRSS readings, every rssEvery; written by sample only, read once
+	// sampled is closed.
+	rss     []RSSSample
 	sampled chan struct{}
 }
 
@@ -32,6 +35,9 @@ type Usage struct {
 	CPU time.Duration
 	// Wall is the time from start to exit.
 	Wall time.Duration
+	// RSS are its resident set readings, every rssEvery from start to exit (for time-weighted
+	// means over part of its run: StageRun.MeanRSS).
+	RSS []RSSSample
 }
 
 // startProc starts bin with args, its stdout and stderr appended to logPath.
@@ -66,9 +72,26 @@ func startProcOut(name, logPath string, out *os.File, bin string, args ...string
 	return p, nil
 }
 
+// sample reads the process's peak and current resident set every rssEvery until it exits.
+// The kernel keeps the high-water mark itself, so the period only bounds how much of the
+// process's last moments the peak can miss; the readings of the resident set are what a
+// time-weighted mean is made of.
 func (p *proc) sample() {
 	defer close(p.sampled)
-	p.peak.Watch(p.cmd.Process.Pid, 50*time.Millisecond, p.exited)
+	pid := p.cmd.Process.Pid
+	t := time.NewTicker(rssEvery)
+	defer t.Stop()
+	for {
+		p.peak.Sample(pid)
+		if v, ok := readRSS(pid); ok {
+			p.rss = append(p.rss, RSSSample{At: time.Now(), RSS: v})
+		}
+		select {
+		case <-p.exited:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Exited reports whether the process has ended by itself.
@@ -108,7 +131,7 @@ func (p *proc) Stop(grace time.Duration) (Usage, error) {
 	}
 	<-p.sampled
 	_ = p.log.Close()
-	u := Usage{Wall: time.Since(p.started), PeakRSS: p.peak.Load()}
+	u := Usage{Wall: time.Since(p.started), PeakRSS: p.peak.Load(), RSS: p.rss}
 	if st := p.cmd.ProcessState; st != nil {
 		u.CPU = st.UserTime() + st.SystemTime()
 	}

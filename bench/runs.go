@@ -20,8 +20,9 @@ import (
 type StageRun struct {
 	Stage string
 	// Items are keys scanned (scanner), locations judged (prober) or locations deleted
-	// (deleter), over Dur.
+	// (deleter), over Dur from From.
 	Items int
+	From  time.Time
 	Dur   time.Duration
 	Usage Usage
 	// CPU is where the machine's CPU went while the stage worked.
@@ -32,6 +33,15 @@ type StageRun struct {
 
 // Rate is items per second.
 func (r StageRun) Rate() float64 { return Rate{Ops: r.Items, Dur: r.Dur}.PerSec() }
+
+// MeanRSS is the time-weighted mean of the process's resident set while it worked (over Dur
+// from From), in bytes; 0 when unknown.
+func (r StageRun) MeanRSS() int64 {
+	if r.From.IsZero() || r.Dur <= 0 {
+		return 0
+	}
+	return meanRSS(r.Usage.RSS, r.From, r.From.Add(r.Dur))
+}
 
 // AloneResults are the stages run one after the other on one keyspace, each over the full
 // output of the previous one.
@@ -282,10 +292,11 @@ func (r *run) pids() []int {
 }
 
 // drain starts one consumer stage over a stream that already holds all its input and
-// returns the time from its first delivery until the consumer is drained.
-func (r *run) drain(ctx context.Context, st, stream, consumer string, timeout time.Duration) (time.Duration, CPUShare, error) {
+// returns the time of its first delivery and the time from then until the consumer is
+// drained.
+func (r *run) drain(ctx context.Context, st, stream, consumer string, timeout time.Duration) (time.Time, time.Duration, CPUShare, error) {
 	if err := r.start(st); err != nil {
-		return 0, CPUShare{}, err
+		return time.Time{}, 0, CPUShare{}, err
 	}
 	var first time.Time
 	var cpu cpuSample
@@ -299,7 +310,7 @@ func (r *run) drain(ctx context.Context, st, stream, consumer string, timeout ti
 		}
 		return !first.IsZero() && cs.drained, nil
 	})
-	return time.Since(first), r.h.cpuSince(ctx, cpu, r.pids()...), err
+	return first, time.Since(first), r.h.cpuSince(ctx, cpu, r.pids()...), err
 }
 
 // runAlone measures each stage alone on k: the scanner's round publishes every batch, then
@@ -343,6 +354,7 @@ func (h *Harness) runAloneWith(ctx context.Context, phase string, k *Keyspace, p
 	if res.Scanner.Items == 0 {
 		res.Scanner.Items = res.ScanRead
 	}
+	res.Scanner.From = time.UnixMicro(ck.RoundStartedUs)
 	res.Scanner.Dur = time.Duration(ck.LastRoundEndUs-ck.RoundStartedUs) * time.Microsecond
 	res.ScanPages = int(res.Scanner.Metrics.Sum("kvcm_gc_scan_pages_total"))
 	if st, err := h.js.Stream(ctx, r.names.BatchesStream()); err == nil {
@@ -350,14 +362,15 @@ func (h *Harness) runAloneWith(ctx context.Context, phase string, k *Keyspace, p
 	}
 
 	h.log.Info("prober alone", "phase", phase)
-	d, c, err := r.drain(ctx, stage.Prober, r.names.BatchesStream(), r.names.ProberConsumer(), timeout)
+	from, d, c, err := r.drain(ctx, stage.Prober, r.names.BatchesStream(), r.names.ProberConsumer(), timeout)
 	if err != nil {
 		return res, err
 	}
 	if res.Prober, err = r.stop(stage.Prober); err != nil {
 		return res, err
 	}
-	res.Prober.Dur, res.Prober.CPU, res.Prober.Items = d, c, int(res.Prober.Metrics.Sum("kvcm_gc_judged_locations_total"))
+	res.Prober.From, res.Prober.Dur, res.Prober.CPU = from, d, c
+	res.Prober.Items = int(res.Prober.Metrics.Sum("kvcm_gc_judged_locations_total"))
 	if st, err := h.js.Stream(ctx, r.names.DeletesStream()); err == nil {
 		res.DeleteRequests = int(st.CachedInfo().State.Msgs)
 		h.log.Info("delete requests", "phase", phase, "requests", res.DeleteRequests,
@@ -365,14 +378,14 @@ func (h *Harness) runAloneWith(ctx context.Context, phase string, k *Keyspace, p
 	}
 
 	h.log.Info("deleter alone", "phase", phase)
-	d, c, err = r.drain(ctx, stage.Deleter, r.names.DeletesStream(), r.names.DeleterConsumer(), timeout)
+	from, d, c, err = r.drain(ctx, stage.Deleter, r.names.DeletesStream(), r.names.DeleterConsumer(), timeout)
 	if err != nil {
 		return res, err
 	}
 	if res.Deleter, err = r.stop(stage.Deleter); err != nil {
 		return res, err
 	}
-	res.Deleter.Dur, res.Deleter.CPU, res.Deleter.Items = d, c, deleted(res.Deleter.Metrics)
+	res.Deleter.From, res.Deleter.Dur, res.Deleter.CPU, res.Deleter.Items = from, d, c, deleted(res.Deleter.Metrics)
 	r.streamSizes(ctx, &res)
 
 	if res.Verification, err = k.Verify(ctx); err != nil {
