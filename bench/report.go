@@ -328,34 +328,11 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 	}
 
 	for _, a := range []*AloneResults{lr.Alone, lr.AloneSmall} {
-		if a == nil {
-			continue
+		if a != nil {
+			w("### Each stage alone, %s layout, %s keyspace (%s blocks)\n\n", lay, a.Keyspace, num(float64(a.Blocks)))
+			aloneTable(w, a)
+			w("\n%s\n\n", verification(a.Verification, a.Deleter.Metrics))
 		}
-		w("### Each stage alone, %s layout, %s keyspace (%s blocks)\n\n", lay, a.Keyspace, num(float64(a.Blocks)))
-		w("| stage | work | time | rate | stage CPU | per 1k items | Redis CPU | NATS CPU | stage waited for a core | Redis waited | peak RSS | mean RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-		for _, s := range []StageRun{a.Scanner, a.Prober, a.Deleter} {
-			if s.Stage == "" {
-				continue
-			}
-			per := "–"
-			if s.Items > 0 {
-				per = (s.CPU.Stages * 1000 / time.Duration(s.Items)).Round(time.Microsecond).String()
-			}
-			w("| %s | %s %s | %s | %s/s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Stage, num(float64(s.Items)), unit(s.Stage),
-				s.Dur.Round(time.Millisecond), num(s.Rate()), s.CPU.Stages.Round(10*time.Millisecond), per,
-				s.CPU.Redis.Round(10*time.Millisecond), s.CPU.NATS.Round(10*time.Millisecond),
-				s.CPU.StagesWait.Round(10*time.Millisecond), s.CPU.RedisWait.Round(10*time.Millisecond), mb(s.Usage.PeakRSS), mbOrDash(s.MeanRSS()))
-		}
-		w("\nMean RSS is the time-weighted mean of the stage's resident set (VmRSS, read every %s) over the time in the table; peak RSS is its high-water mark (VmHWM) over the whole process.\n", rssEvery)
-		if a.ScanPages > 0 {
-			w("\nThe scanner walked %s keys and read %s of them (the collected instances'), in %s pages (%.0f keys per page), and stored %s of batches in JetStream.\n",
-				num(float64(a.Scanner.Items)), num(float64(a.ScanRead)), num(float64(a.ScanPages)), float64(a.Scanner.Items)/float64(a.ScanPages), mb(int64(a.PublishedBytes)))
-		}
-		if per, total, disk, ok := streamPerBlock(a); ok {
-			w("\nStored in JetStream per scanned block once the three stages were done: %s bytes, %.0f in all (%.0f on disk).\n",
-				streamBytesText(per), total, disk)
-		}
-		w("\n%s\n\n", verification(a.Verification, a.Deleter.Metrics))
 	}
 
 	if e := lr.E2E; e != nil && len(e.Runs) > 0 {
@@ -415,6 +392,33 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 			w("| %s (%s/s) | %s | %s | %.2f |\n", st, unit(st), strings.Join(as, ", "), strings.Join(bs, ", "), ratio)
 		}
 		w("\n")
+	}
+}
+
+// aloneTable is the table of each stage alone on one keyspace, with what the scanner stored.
+func aloneTable(w func(string, ...any), a *AloneResults) {
+	w("| stage | work | time | rate | stage CPU | per 1k items | Redis CPU | NATS CPU | stage waited for a core | Redis waited | peak RSS | mean RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range []StageRun{a.Scanner, a.Prober, a.Deleter} {
+		if s.Stage == "" {
+			continue
+		}
+		per := "–"
+		if s.Items > 0 {
+			per = (s.CPU.Stages * 1000 / time.Duration(s.Items)).Round(time.Microsecond).String()
+		}
+		w("| %s | %s %s | %s | %s/s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Stage, num(float64(s.Items)), unit(s.Stage),
+			s.Dur.Round(time.Millisecond), num(s.Rate()), s.CPU.Stages.Round(10*time.Millisecond), per,
+			s.CPU.Redis.Round(10*time.Millisecond), s.CPU.NATS.Round(10*time.Millisecond),
+			s.CPU.StagesWait.Round(10*time.Millisecond), s.CPU.RedisWait.Round(10*time.Millisecond), mb(s.Usage.PeakRSS), mbOrDash(s.MeanRSS()))
+	}
+	w("\nMean RSS is the time-weighted mean of the stage's resident set (VmRSS, read every %s) over the time in the table; peak RSS is its high-water mark (VmHWM) over the whole process.\n", rssEvery)
+	if a.ScanPages > 0 {
+		w("\nThe scanner walked %s keys and read %s of them (the collected instances'), in %s pages (%.0f keys per page), and stored %s of batches in JetStream.\n",
+			num(float64(a.Scanner.Items)), num(float64(a.ScanRead)), num(float64(a.ScanPages)), float64(a.Scanner.Items)/float64(a.ScanPages), mb(int64(a.PublishedBytes)))
+	}
+	if per, total, disk, ok := streamPerBlock(a); ok {
+		w("\nStored in JetStream per scanned block once the three stages were done: %s bytes, %.0f in all (%.0f on disk).\n",
+			streamBytesText(per), total, disk)
 	}
 }
 
