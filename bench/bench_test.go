@@ -299,3 +299,18 @@ func TestDeleterMemoryRows(t *testing.T) {
 	require.Contains(t, rows, "| location | deleter peak RSS, 100,000 → 1,000,000 blocks | 37 MB → 44 MB |  | +19% | ≤ 150 MB (the 10% band: the time-weighted mean, next row) | yes |")
 	require.Contains(t, rows, "| location | deleter RSS, time-weighted mean over its run (VmRSS every 50ms), 100,000 → 1,000,000 blocks | 30 MB → 31 MB | peak 37 MB → 44 MB | +3% | within 10% | yes |")
 }
+
+// TestLoadLatencyInWindow: a window of a read load is the requests sent in it, whenever
+// their replies came.
+func TestLoadLatencyInWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := time.Millisecond
+	l := &loadResult{start: t0, sent: []time.Duration{0, 100 * ms, 200 * ms, 300 * ms}, lat: []time.Duration{ms, 5 * ms, 2 * ms, 9 * ms},
+		late: []time.Duration{150 * ms, 350 * ms}, errs: []time.Duration{250 * ms}}
+	w := l.latency(t0.Add(100*ms), t0.Add(300*ms))
+	require.Equal(t, 2, w.N)
+	require.Equal(t, []time.Duration{2 * ms, 5 * ms}, w.Samples)
+	require.Equal(t, 5*ms, w.P99)
+	require.Equal(t, 1, w.Late)
+	require.Equal(t, 1, w.Errors)
+}

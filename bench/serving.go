@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -71,55 +72,42 @@ type Latency struct {
 // its reply. KVCM's read is HGETALL in the location layout (GetAllFields), HMGET __uri__
 // __lru_time__ in the legacy one.
 func readLoad(ctx context.Context, rdb *redis.Client, layout kvcm.Layout, keys []string, rate int, window time.Duration) Latency {
-	const workers = 16
-	work := make(chan string, workers)
-	lats := make([][]time.Duration, workers)
-	errs := make([]int, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		lats[w] = make([]time.Duration, 0, int(window.Seconds()*float64(rate))/workers+64)
-		wg.Go(func() {
-			for key := range work {
-				t0 := time.Now()
-				var err error
-				if layout == kvcm.LayoutLegacy {
-					err = rdb.HMGet(ctx, key, kvcm.FieldURI, kvcm.FieldLRUTime).Err()
-				} else {
-					err = rdb.Do(ctx, "hgetall", key).Err()
-				}
-				d := time.Since(t0)
-				if err != nil {
-					errs[w]++
-					continue
-				}
-				lats[w] = append(lats[w], d)
-			}
-		})
-	}
+	var r atomic.Int64
+	r.Store(int64(rate))
+	l := sendLoad(ctx, rdb, layout, keys, &r, window, nil)
+	return l.latency(l.start, l.start.Add(window))
+}
+
+// loadResult is every request of a read load: when it was sent and how long it took.
+type loadResult struct {
+	start time.Time
+	// sent[i] is when request i was sent, as an offset from start; lat[i] its latency.
+	sent, lat []time.Duration
+	// late are the offsets of requests that could not be sent on schedule (every client was
+	// busy); errs of requests that failed.
+	late, errs []time.Duration
+}
+
+// latency is what the requests sent in [from, to) saw.
+func (l *loadResult) latency(from, to time.Time) Latency {
+	a, b := from.Sub(l.start), to.Sub(l.start)
+	in := func(d time.Duration) bool { return d >= a && d < b }
 	var res Latency
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 7))
-	for i := 0; ; i++ {
-		at := start.Add(time.Duration(i) * interval)
-		if at.Sub(start) >= window || ctx.Err() != nil {
-			break
+	var all []time.Duration
+	for i, d := range l.sent {
+		if in(d) {
+			all = append(all, l.lat[i])
 		}
-		if d := time.Until(at); d > 0 {
-			time.Sleep(d)
-		}
-		select {
-		case work <- keys[rng.IntN(len(keys))]:
-		default:
+	}
+	for _, d := range l.late {
+		if in(d) {
 			res.Late++
 		}
 	}
-	close(work)
-	wg.Wait()
-	var all []time.Duration
-	for w := range workers {
-		all = append(all, lats[w]...)
-		res.Errors += errs[w]
+	for _, d := range l.errs {
+		if in(d) {
+			res.Errors++
+		}
 	}
 	slices.Sort(all)
 	res.N, res.Samples = len(all), all
@@ -128,6 +116,76 @@ func readLoad(ctx context.Context, rdb *redis.Client, layout kvcm.Layout, keys [
 		res.P50, res.P99, res.P999, res.Max = q(0.50), q(0.99), q(0.999), all[len(all)-1]
 	}
 	return res
+}
+
+// sendLoad is readLoad's schedule: *rate requests per second (read before every request, so
+// it may change while the load runs), open-loop (a slow server does not slow the schedule),
+// until window has passed, stop is closed or ctx is done.
+func sendLoad(ctx context.Context, rdb *redis.Client, layout kvcm.Layout, keys []string, rate *atomic.Int64, window time.Duration, stop <-chan struct{}) *loadResult {
+	const workers = 16
+	type job struct {
+		key  string
+		sent time.Duration
+	}
+	work := make(chan job, workers)
+	res := &loadResult{start: time.Now()}
+	type done struct{ sent, lat, errs []time.Duration }
+	dones := make([]done, workers)
+	// Room for a window of a minute at the rate, at most: a longer load grows as it goes.
+	capacity := int(min(window, time.Minute).Seconds()*float64(rate.Load()))/workers + 64
+	var wg sync.WaitGroup
+	for w := range workers {
+		dones[w] = done{sent: make([]time.Duration, 0, capacity), lat: make([]time.Duration, 0, capacity)}
+		wg.Go(func() {
+			d := &dones[w]
+			for j := range work {
+				t0 := time.Now()
+				var err error
+				if layout == kvcm.LayoutLegacy {
+					err = rdb.HMGet(ctx, j.key, kvcm.FieldURI, kvcm.FieldLRUTime).Err()
+				} else {
+					err = rdb.Do(ctx, "hgetall", j.key).Err()
+				}
+				lat := time.Since(t0)
+				if err != nil {
+					d.errs = append(d.errs, j.sent)
+					continue
+				}
+				d.sent, d.lat = append(d.sent, j.sent), append(d.lat, lat)
+			}
+		})
+	}
+	rng := rand.New(rand.NewPCG(uint64(res.start.UnixNano()), 7))
+	for at := res.start; ; {
+		if at.Sub(res.start) >= window || ctx.Err() != nil || closed(stop) {
+			break
+		}
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		select {
+		case work <- job{key: keys[rng.IntN(len(keys))], sent: at.Sub(res.start)}:
+		default:
+			res.late = append(res.late, at.Sub(res.start))
+		}
+		at = at.Add(time.Second / time.Duration(max(rate.Load(), 1)))
+	}
+	close(work)
+	wg.Wait()
+	for _, d := range dones {
+		res.sent, res.lat, res.errs = append(res.sent, d.sent...), append(res.lat, d.lat...), append(res.errs, d.errs...)
+	}
+	return res
+}
+
+// closed reports whether c is closed (never, for nil).
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // serving alternates windows with kvcm-gc off, at default pacing and unpaced, in each of the
