@@ -66,9 +66,10 @@ fuzz:
 # The benchmark harness (bench/): its own redis-server and NATS, seeded keyspaces in both
 # block layouts (today's location layout, then the legacy one), and for each layout the raw
 # Redis and file-system limits, each stage alone, end to end and serving latency (pinned:
-# Redis and the load on one core, kvcm-gc and NATS on the other; and on shared cores), all
-# against that layout's own baselines in one run; peak memory at two keyspace sizes for the
-# location layout. The report goes into BENCHMARKS.md. Not part of `make test`. The Go
+# Redis and the load on one core, kvcm-gc and NATS on the other; and on shared cores), the
+# scan rate against serving latency with the scanner's adaptive pacer on that curve (pinned),
+# all against that layout's own baselines in one run; peak memory at two keyspace sizes for
+# the location layout. The report goes into BENCHMARKS.md. Not part of `make test`. The Go
 # micro-benchmarks of the hot paths run with
 # go test -run '^$$' -bench . -benchmem ./kvcm/ ./subjects/ ./pipeline/
 BLOCKS       ?= 1000000
@@ -79,13 +80,14 @@ bench:
 	bin/bench/kvcmbench -blocks $(BLOCKS) -small-blocks $(SMALL_BLOCKS) -out BENCHMARKS.md -section full \
 	  -command "make bench BLOCKS=$(BLOCKS) SMALL_BLOCKS=$(SMALL_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
 
-# A smaller run for development (a few minutes): same figures, 100k and 20k blocks, the
-# memory comparison for both layouts, shorter serving windows.
+# A smaller run for development (about 9 minutes): same figures, 100k and 20k blocks, the
+# memory comparison for both layouts, shorter serving windows, fewer points of the pace curve.
 QUICK_BLOCKS       ?= 100000
 QUICK_SMALL_BLOCKS ?= 20000
 bench-quick:
 	$(GO) build -o bin/bench/ ./bench/cmd/kvcmbench ./bench/cmd/kvcmstage
 	bin/bench/kvcmbench -blocks $(QUICK_BLOCKS) -small-blocks $(QUICK_SMALL_BLOCKS) -small-layout both -serving-window 2s -serving-reps 3 \
+	  -pace-rates 4000,32000,0 -pace-small-batch-rates 32000 -pace-reps 1 \
 	  -out BENCHMARKS.md -section quick \
 	  -command "make bench-quick QUICK_BLOCKS=$(QUICK_BLOCKS) QUICK_SMALL_BLOCKS=$(QUICK_SMALL_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
 

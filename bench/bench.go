@@ -43,6 +43,9 @@ const (
 	PhaseSmall   = "small"   // each stage alone on the small keyspace (peak memory at two sizes)
 	PhaseServing = "serving" // read latency with kvcm-gc off, default and unpaced
 	PhaseE2E     = "e2e"     // the whole pipeline on the main keyspace
+	// PhasePace is the scan rate against the serving p99 (fixed rates and the adaptive
+	// pacer), a round of the adaptive walk, and its answer to a step of the load (pace.go).
+	PhasePace = "pace"
 	// PhaseAB runs each stage alone with the stage binary and with Config.ABStageBin in
 	// alternation, to measure a change (not part of the default phases).
 	PhaseAB = "ab"
@@ -54,7 +57,7 @@ const (
 
 // AllPhases in the order they run (for each layout; PhaseSmall first, on a keyspace of its
 // own).
-var AllPhases = []string{PhaseRaw, PhaseAlone, PhaseSmall, PhaseServing, PhaseE2E}
+var AllPhases = []string{PhaseRaw, PhaseAlone, PhaseSmall, PhaseServing, PhasePace, PhaseE2E}
 
 // keyspaceDB holds the keyspace under measurement, one at a time. The legacy layout allows
 // no other database than 0: a KVCM of that layout ignores db= and keeps its blocks in DB 0, so
@@ -119,6 +122,17 @@ type Config struct {
 	ABReps     int
 	// StoresReps is how many times PhaseStores alternates one replica and two.
 	StoresReps int
+	// PaceRates are the max_keys_per_second of PhasePace's curve (0: unpaced), at the
+	// unpaced scan_batch_size; PaceSmallBatchRates are also run at scan_batch_size
+	// PaceSmallBatch (shorter bursts). PaceReps repeats the curve's windows.
+	PaceRates           []float64
+	PaceSmallBatchRates []float64
+	PaceSmallBatch      int
+	PaceReps            int
+	// PaceBudget is the adaptive walk's scanner.latency_budget.
+	PaceBudget float64
+	// PaceStepRate is the read load after the load step (ServingRate before and after it).
+	PaceStepRate int
 	// Keep leaves the working directory (logs, data) in place.
 	Keep   bool
 	Logger *slog.Logger
@@ -203,6 +217,7 @@ type LayoutResults struct {
 	Alone       *AloneResults
 	AloneSmall  *AloneResults
 	Serving     []Latency
+	Pace        *PaceResults
 	E2E         *E2EResult
 	// AB holds the alternated runs of PhaseAB: AB[i][0] with StageBin, AB[i][1] with ABStageBin.
 	AB [][2]AloneResults
@@ -216,7 +231,7 @@ func (c Config) wants(phase string) bool {
 
 // wantsMain reports whether a phase runs on the main keyspace.
 func (c Config) wantsMain() bool {
-	for _, p := range []string{PhaseRaw, PhaseAlone, PhaseAB, PhaseServing, PhaseE2E} {
+	for _, p := range []string{PhaseRaw, PhaseAlone, PhaseAB, PhaseServing, PhasePace, PhaseE2E} {
 		if c.wants(p) {
 			return true
 		}
@@ -443,7 +458,7 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 		lr.Alone, collected = &a, true
 		h.timed(layout, "each stage alone, main", started)
 	}
-	if collected && (cfg.wants(PhaseServing) || cfg.wants(PhaseE2E)) {
+	if collected && (cfg.wants(PhaseServing) || cfg.wants(PhasePace) || cfg.wants(PhaseE2E)) {
 		log.Info("restore main keyspace", "layout", layout)
 		started := time.Now()
 		if err := main.Restore(ctx); err != nil {
@@ -459,6 +474,15 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 		}
 		lr.Serving = l
 		h.timed(layout, "serving", started)
+	}
+	if cfg.wants(PhasePace) {
+		started := time.Now()
+		p, err := h.pace(ctx, phase("pace"), main)
+		if err != nil {
+			phaseErr(PhasePace, err)
+		}
+		lr.Pace = p
+		h.timed(layout, "pace", started)
 	}
 	if cfg.wants(PhaseE2E) {
 		started := time.Now()

@@ -16,6 +16,7 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 func TestParseCPUList(t *testing.T) {
@@ -313,4 +314,129 @@ func TestLoadLatencyInWindow(t *testing.T) {
 	require.Equal(t, 5*ms, w.P99)
 	require.Equal(t, 1, w.Late)
 	require.Equal(t, 1, w.Errors)
+}
+
+// TestPaceCurve: each point pools the requests of its own windows against every request of
+// every off window of the curve, and its keys/s is the keys of its windows over their length;
+// an adaptive point's pace is the mean of its samples that have one.
+func TestPaceCurve(t *testing.T) {
+	us := time.Microsecond
+	lat := func(slow time.Duration) Latency {
+		// 100 requests: 98 of 100 µs, 2 of slow; the p99 is slow.
+		s := make([]time.Duration, 100)
+		for i := range s {
+			s[i] = 100 * us
+		}
+		s[98], s[99] = slow, slow
+		return Latency{N: len(s), P99: slow, Samples: s}
+	}
+	t0 := time.Unix(1000, 0)
+	res := &PaceResults{
+		Points: []PacePoint{{Rate: 2000, Batch: 256}, {Batch: 256, Budget: 0.1}},
+		Windows: []PaceWindow{
+			{Point: -1, Rep: 1, Lat: lat(200 * us)},
+			{Point: 0, Rep: 1, Lat: lat(300 * us), Keys: 6000, Dur: 3 * time.Second},
+			{Point: -1, Rep: 1, Lat: lat(400 * us)},
+			{Point: 1, Rep: 1, Lat: lat(500 * us), Keys: 30_000, Dur: 3 * time.Second,
+				Pace: []PaceSample{{At: t0, Rate: 8000, Burst: 32, Reason: "raise"}, {At: t0, Reason: ""}}},
+			{Point: -1, Rep: 2, Lat: lat(100 * us)},
+			{Point: 0, Rep: 2, Lat: lat(600 * us), Keys: 4000, Dur: 2 * time.Second},
+			{Point: -1, Rep: 2, Lat: lat(100 * us)},
+			{Point: 1, Rep: 2, Lat: lat(100 * us), Keys: 0, Dur: time.Second,
+				Pace: []PaceSample{{At: t0, Rate: 4000, Burst: 16, Reason: "lower_rate"}}},
+		},
+	}
+	c := paceCurve(res)
+	require.Len(t, c, 2)
+	// The off windows pooled: 392 × 100 µs, 2 × 100, 2 × 200, 2 × 400: the p99 (the 396th of
+	// 400) is 200 µs.
+	require.Equal(t, 200*us, c[0].OffP99)
+	require.Equal(t, 200*us, c[1].OffP99)
+	// Point 0: 196 × 100 µs, 2 × 300, 2 × 600: the p99 (the 198th of 200) is 600 µs.
+	require.Equal(t, 600*us, c[0].P99)
+	require.Equal(t, 200, c[0].N)
+	require.Equal(t, 2, c[0].Windows)
+	require.InDelta(t, 3.0, c[0].Ratio(), 1e-9)
+	require.InDelta(t, 10_000.0/5, c[0].KeysPerSec, 1e-9)
+	require.Zero(t, c[0].Rate)
+	// Point 1: 2 × 500 among 200: 500 µs; 30,000 keys in 4 s; the pace of its two samples.
+	require.Equal(t, 500*us, c[1].P99)
+	require.InDelta(t, 7500, c[1].KeysPerSec, 1e-9)
+	require.InDelta(t, 6000, c[1].Rate, 1e-9)
+	require.InDelta(t, 24, c[1].Burst, 1e-9)
+	require.Empty(t, paceCurve(&PaceResults{Points: res.Points}))
+}
+
+// TestStepReaction: the time from a step until the pace first moves below (or above) the
+// pace at the step, sampled; a walk that never moves did not react.
+func TestStepReaction(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	s := []PaceSample{
+		{At: at(-200), Rate: 8000, Reason: "raise"},
+		{At: at(-100), Rate: 10_000, Reason: "raise"},
+		{At: at(0), Rate: 10_000, Reason: "hold"}, // the step: the pace at it is 10,000
+		{At: at(100), Reason: ""},                 // a failed scrape says nothing
+		{At: at(1300), Rate: 10_000, Reason: "lower_depth"},
+		{At: at(2400), Rate: 5000, Reason: "lower_rate"},
+		{At: at(3500), Rate: 2500, Reason: "lower_rate"},
+		{At: at(4600), Rate: 3125, Reason: "raise"},
+		{At: at(9000), Rate: 1, Reason: "floor"}, // after until
+	}
+	r := stepReaction(s, at(0), at(5000), true)
+	require.True(t, r.Reacted)
+	require.Equal(t, 2400*time.Millisecond, r.Took)
+	require.InDelta(t, 10_000, r.At, 0)
+	require.Equal(t, "hold", r.Reason)
+	require.InDelta(t, 5000, r.First, 0)
+	require.InDelta(t, 3125, r.Final, 0)
+	// Rising from the pace at 3.5 s: the first sample above 2,500.
+	r = stepReaction(s, at(3500), at(5000), false)
+	require.True(t, r.Reacted)
+	require.Equal(t, 1100*time.Millisecond, r.Took)
+	// It never rose above the pace at the step.
+	r = stepReaction(s, at(0), at(5000), false)
+	require.False(t, r.Reacted)
+	require.InDelta(t, 3125, r.Final, 0)
+	// Nothing before the step: no pace to compare with.
+	require.False(t, stepReaction(s, at(-1000), at(5000), true).Reacted)
+
+	// Falls: 10,000 → 5,000 → 2,500 in (0, 5 s]; the rise does not count.
+	require.Equal(t, 2, paceFalls(s, at(0), at(5000)))
+	require.Equal(t, 0, paceFalls(s, at(-300), at(0)))
+	require.InDelta(t, 10_000, paceAt(s, at(50)), 0)
+}
+
+// TestKeysVisited: progress over rounds back to back counts the rounds before the current
+// one at the last round's count (the estimate before the first round ends), and rates are
+// taken between the samples at the ends of an interval.
+func TestKeysVisited(t *testing.T) {
+	require.Zero(t, keysVisited(pipeline.Checkpoint{}, 100))
+	require.Equal(t, int64(40), keysVisited(pipeline.Checkpoint{Round: 1, KeysVisited: 40}, 100))
+	require.Equal(t, int64(100+40), keysVisited(pipeline.Checkpoint{Round: 2, KeysVisited: 40}, 100))
+	require.Equal(t, int64(2*105+40), keysVisited(pipeline.Checkpoint{Round: 3, KeysVisited: 40, LastRoundVisited: 105}, 100))
+	// A round that is over still holds its count until the next begins.
+	require.Equal(t, int64(105), keysVisited(pipeline.Checkpoint{Round: 1, KeysVisited: 105, LastRoundVisited: 105}, 100))
+
+	t0 := time.Unix(1000, 0)
+	s := []PaceSample{{At: t0, Visited: 0}, {At: t0.Add(time.Second), Visited: 1000}, {At: t0.Add(2 * time.Second), Visited: 3000},
+		{At: t0.Add(3 * time.Second), Visited: 6000}}
+	require.InDelta(t, 2500, visitedRate(s, t0.Add(time.Second), t0.Add(3*time.Second)), 1e-9)
+	require.Zero(t, visitedRate(s, t0.Add(3*time.Second), t0.Add(3*time.Second)))
+}
+
+func TestParsePace(t *testing.T) {
+	text := `# HELP kvcm_gc_store_pace_keys_per_second Keys per second
+# TYPE kvcm_gc_store_pace_keys_per_second gauge
+kvcm_gc_store_pace_keys_per_second{store="redis://127.0.0.1:1/0"} 4096
+kvcm_gc_store_pace_burst_keys{store="redis://127.0.0.1:1/0"} 64
+kvcm_gc_store_pace_reason{reason="baseline",store="redis://127.0.0.1:1/0"} 0
+kvcm_gc_store_pace_reason{reason="raise",store="redis://127.0.0.1:1/0"} 1
+kvcm_gc_scanned_keys_total 12
+`
+	p, ok := parsePace(strings.NewReader(text))
+	require.True(t, ok)
+	require.Equal(t, scrapedPace{Rate: 4096, Burst: 64, Reason: "raise"}, p)
+	_, ok = parsePace(strings.NewReader("kvcm_gc_scanned_keys_total 12\n"))
+	require.False(t, ok, "a walk paced by scan_interval exports no pace")
 }

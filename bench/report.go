@@ -28,6 +28,13 @@ const (
 	TargetStreamBytes = 250
 )
 
+// Targets of issue 24 (the adaptive pacer), pinned placement, each layout.
+const (
+	TargetPaceServing   = 0.10            // added to the serving p99 by the settled adaptive walk and its round
+	TargetPaceRoundRate = 0.25            // × an unpaced round's keys/s under the same load
+	TargetPaceReaction  = 5 * time.Second // from a doubling of the load until the walk's rate falls
+)
+
 // streamKinds are the streams of AloneResults.StreamBytes, in report order.
 var streamKinds = []string{StreamBatches, StreamDeletes, StreamEvents}
 
@@ -251,6 +258,9 @@ func summaryRows(w func(string, ...any), c Config, lr *LayoutResults) {
 				fmt.Sprintf("%+.0f%%", 100*growth), "within 10%", yes(within(growth, TargetRSSGrowth)))
 		}
 	}
+	if p := lr.Pace; p != nil {
+		paceSummaryRows(row, lr, p)
+	}
 	for _, pin := range []string{PinPinned, PinShared} {
 		offs := servingP99s(lr.Serving, pin, ModeOff)
 		if offs == "" {
@@ -372,6 +382,10 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 				l.CPU.HarnessWait.Round(time.Millisecond), l.CPU.Stages.Round(10*time.Millisecond))
 		}
 		w("\n")
+	}
+
+	if lr.Pace != nil {
+		paceReport(w, c, lr)
 	}
 
 	if len(lr.AB) > 0 {

@@ -121,7 +121,9 @@ type run struct {
 	profile stage.Profile
 	bin     string // the stage binary
 	// cpus, when set, are the only cores the run's stage processes may use (taskset -c).
-	cpus  string
+	cpus string
+	// serve makes the scanner serve its metrics while it runs (serveAddr finds them).
+	serve bool
 	procs map[string]*proc
 	// Handles kept across polls, so polling costs one request per check.
 	kv   jetstream.KeyValue
@@ -149,6 +151,9 @@ func (r *run) start(st string) error { return r.startAs(st, st) }
 func (r *run) startAs(name, st string) error {
 	spec := stage.Spec{Stage: st, NATSURL: r.h.natsURL, RedisURI: r.k.URI, Cluster: r.k.Spec.Cluster,
 		Prefix: r.names.Prefix, Profile: r.profile, MetricsOut: r.file(name, "metrics.json")}
+	if r.serve && st == stage.Scanner {
+		spec.ServeAddrOut = r.file(name, "addr")
+	}
 	if r.h.cfg.CPUProfile != "" {
 		spec.CPUProfile = filepath.Join(r.h.cfg.CPUProfile, fmt.Sprintf("%s-%s.pprof", r.phase, name))
 	}

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -73,6 +74,12 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.StringVar(&cfg.ABStageBin, "ab-stage-bin", "", "a second kvcmstage binary for the ab phase (a build with a change to measure)")
 	fs.IntVar(&cfg.ABReps, "ab-reps", 2, "alternations of the ab phase")
 	fs.IntVar(&cfg.StoresReps, "stores-reps", 3, "alternations of one replica and two in the stores phase")
+	paceRates := fs.String("pace-rates", "2000,8000,16000,32000,64000,0", "max_keys_per_second of the pace phase's curve, 0 for unpaced")
+	paceSmall := fs.String("pace-small-batch-rates", "8000,32000", "rates of the pace phase's curve also run with -pace-small-batch keys per page")
+	fs.IntVar(&cfg.PaceSmallBatch, "pace-small-batch", 32, "scan_batch_size of -pace-small-batch-rates (shorter bursts)")
+	fs.IntVar(&cfg.PaceReps, "pace-reps", 2, "repetitions of the pace phase's curve (each point after a kvcm-gc-off window)")
+	fs.Float64Var(&cfg.PaceBudget, "pace-budget", 0.1, "scanner.latency_budget of the pace phase's adaptive walk")
+	fs.IntVar(&cfg.PaceStepRate, "pace-step-rate", 0, "read load after the pace phase's load step, requests per second (default: twice -serving-rate)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (data, logs)")
 	_ = fs.Parse(args)
 
@@ -80,6 +87,15 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		cfg.Phases = strings.Split(*phases, ",")
 	}
 	var err error
+	if cfg.PaceRates, err = parseRates(*paceRates); err != nil {
+		return fmt.Errorf("-pace-rates: %w", err)
+	}
+	if cfg.PaceSmallBatchRates, err = parseRates(*paceSmall); err != nil {
+		return fmt.Errorf("-pace-small-batch-rates: %w", err)
+	}
+	if cfg.PaceStepRate <= 0 {
+		cfg.PaceStepRate = 2 * cfg.ServingRate
+	}
 	if cfg.Layouts, err = bench.ParseLayouts(*layout); err != nil || len(cfg.Layouts) == 0 {
 		return fmt.Errorf("-layout: %v", orNone(err))
 	}
@@ -127,6 +143,22 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		err = bench.ErrFailed
 	}
 	return err
+}
+
+// parseRates reads a comma-separated list of keys per second.
+func parseRates(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("rate %q: not a number of keys per second", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // orNone names an empty selection.
