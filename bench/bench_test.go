@@ -440,3 +440,46 @@ kvcm_gc_scanned_keys_total 12
 	_, ok = parsePace(strings.NewReader("kvcm_gc_scanned_keys_total 12\n"))
 	require.False(t, ok, "a walk paced by scan_interval exports no pace")
 }
+
+// TestGrowKeyspace: a metadata-only keyspace has no data files and empty storage roots, and
+// grows by copies of every block under new keys of the same instance, field for field.
+func TestGrowKeyspace(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "data")
+	k, err := SeedKeyspace(ctx, srv.Client(), srv.URI(), KeyspaceSpec{Cluster: "t", Layout: kvcm.LayoutLocation, DB: keyspaceDB,
+		Instances: 2, Blocks: 300, Locations: 2, Garbage: 0.2, Seed: 5, Root: root, NoFiles: true}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer k.Close()
+	require.Zero(t, k.Counts.Files)
+	for _, d := range []string{"nfs", "shared"} {
+		entries, err := os.ReadDir(filepath.Join(root, d))
+		require.NoError(t, err, "the storage roots exist")
+		require.Empty(t, entries)
+	}
+	_, err = k.Verify(ctx)
+	require.ErrorIs(t, err, errNotVerifiable)
+
+	before := k.Counts
+	keys, err := k.rdb.DBSize(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, k.Grow(ctx, 3))
+	after, err := k.rdb.DBSize(ctx).Result()
+	require.NoError(t, err)
+	blocks := int64(before.Blocks + before.SkippedBlocks)
+	require.Equal(t, keys+2*blocks, after, "two copies of every block, nothing else")
+	require.Equal(t, 3*before.Blocks, k.Counts.Blocks)
+	require.Equal(t, 3*before.Garbage, k.Counts.Garbage)
+	require.Equal(t, 3*before.SkippedBlocks, k.Counts.SkippedBlocks)
+	for _, i := range []int{0, len(k.blocks) / 2, len(k.blocks) - 1} {
+		b := k.blocks[i]
+		src, err := k.rdb.HGetAll(ctx, k.BlockKey(i)).Result()
+		require.NoError(t, err)
+		for c := int64(1); c < 3; c++ {
+			dst, err := k.rdb.HGetAll(ctx, kvcm.BlockKey(k.names[b.inst], b.key^c<<59)).Result()
+			require.NoError(t, err)
+			require.Equal(t, src, dst)
+		}
+	}
+	require.Error(t, k.Grow(ctx, 2), "a second growth would copy onto the first copies")
+}

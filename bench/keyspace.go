@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/seed"
@@ -35,6 +36,11 @@ type KeyspaceSpec struct {
 	Tricky    float64
 	Seed      uint64
 	Root      string // data files of the deployment's storages
+	// NoFiles seeds the metadata only: no data file is linked and no block is read back, so
+	// the keyspace cannot be verified (Verify), and its storage roots are empty directories.
+	// With the stat probe off, nothing of kvcm-gc looks for a file but the deleter, whose
+	// unlinks of files that do not exist succeed.
+	NoFiles bool
 }
 
 // Keyspace is a seeded deployment: the metadata in Redis, and the data files the stat probe
@@ -145,6 +151,17 @@ func SeedKeyspace(ctx context.Context, r *redis.Client, baseURI string, sp Keysp
 	k.Manifest = m
 	k.Counts.SeedTime = time.Since(started)
 	k.index()
+	if sp.NoFiles {
+		// seed's storage roots (root_path of its registry): the deleter opens them.
+		for _, d := range []string{"nfs", "shared"} {
+			if err := os.MkdirAll(filepath.Join(sp.Root, d), 0o755); err != nil {
+				return nil, fmt.Errorf("create storage root: %w", err)
+			}
+		}
+		log.Info("keyspace ready, metadata only", "cluster", sp.Cluster, "layout", sp.Layout, "blocks", k.Counts.Blocks,
+			"locations", k.Counts.Locations, "garbage", k.Counts.Garbage, "seed", k.Counts.SeedTime.Round(time.Millisecond))
+		return k, nil
+	}
 	started = time.Now()
 	if err := k.linkFiles(ctx); err != nil {
 		return nil, err
@@ -499,6 +516,58 @@ func linkAll(root string, paths []string) error {
 	return errors.Join(errs...)
 }
 
+// Grow makes a metadata-only keyspace factor times as large: factor-1 copies of every seeded
+// block, the skipped groups' included, each under a key of the same instance (the block key
+// with bits 59–62 set to the copy's number), made by Redis itself (COPY). The copies have the
+// seeded blocks' shape exactly: their fields, encodings, garbage and sizes. Snapshot, Restore
+// and Verify know the seeded blocks only: grow after the last Restore.
+func (k *Keyspace) Grow(ctx context.Context, factor int) error {
+	if !k.Spec.NoFiles {
+		return errors.New("grow: only a metadata-only keyspace can grow (its copies have no data files)")
+	}
+	if factor <= 1 {
+		return nil
+	}
+	if factor > 16 {
+		return fmt.Errorf("grow: factor %d: at most 16 (four bits of the block key)", factor)
+	}
+	const chunk = 1000
+	// Two pipelines at a time keep Redis busy while the client writes the next one.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(2)
+	for from := 0; from < len(k.blocks); from += chunk {
+		to := min(from+chunk, len(k.blocks))
+		g.Go(func() error {
+			pipe := k.rdb.Pipeline()
+			cmds := make([]*redis.IntCmd, 0, (to-from)*(factor-1))
+			for i := from; i < to; i++ {
+				b := &k.blocks[i]
+				src := k.BlockKey(i)
+				for c := 1; c < factor; c++ {
+					dst := kvcm.BlockKey(k.names[b.inst], b.key^int64(c)<<59)
+					cmds = append(cmds, pipe.Copy(gctx, src, dst, k.Spec.DB, false))
+				}
+			}
+			if _, err := pipe.Exec(gctx); err != nil {
+				return fmt.Errorf("copy blocks: %w", err)
+			}
+			for _, c := range cmds {
+				if c.Val() != 1 {
+					return fmt.Errorf("copy blocks: %v exists already", c.Args()[2])
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	c := &k.Counts
+	c.Blocks, c.SkippedBlocks, c.Locations, c.Garbage, c.GarbageBlocks = factor*c.Blocks, factor*c.SkippedBlocks,
+		factor*c.Locations, factor*c.Garbage, factor*c.GarbageBlocks
+	return nil
+}
+
 // Snapshot records the fields of every block holding garbage, the only blocks a collection
 // may change (Verify checks that no other one did), to restore them after a destructive run.
 func (k *Keyspace) Snapshot(ctx context.Context) error {
@@ -564,9 +633,15 @@ func (v *Verification) problem(format string, a ...any) {
 	}
 }
 
+// errNotVerifiable: a metadata-only keyspace was not read back after seeding (NoFiles).
+var errNotVerifiable = errors.New("verify: a metadata-only keyspace has no seeded hashes to compare with")
+
 // Verify checks that every garbage location and its unshared files are gone and every live
 // location is byte-for-byte as seeded.
 func (k *Keyspace) Verify(ctx context.Context) (Verification, error) {
+	if k.Spec.NoFiles {
+		return Verification{}, errNotVerifiable
+	}
 	var v Verification
 	locs := k.Manifest.Locations
 	err := k.readBlocks(ctx, func(i int, bv *blockView) error {
