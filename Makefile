@@ -69,27 +69,32 @@ fuzz:
 # Redis and the load on one core, kvcm-gc and NATS on the other; and on shared cores), the
 # scan rate against serving latency with the scanner's adaptive pacer on that curve (pinned),
 # all against that layout's own baselines in one run; peak memory at two keyspace sizes for
-# the location layout. The report goes into BENCHMARKS.md. Not part of `make test`. The Go
+# the location layout, and each stage's rate and memory on a metadata-only keyspace of
+# SCALE_BLOCKS against a tenth of it. The report goes into BENCHMARKS.md. Not part of
+# `make test`. The Go
 # micro-benchmarks of the hot paths run with
 # go test -run '^$$' -bench . -benchmem ./kvcm/ ./subjects/ ./pipeline/
 BLOCKS       ?= 1000000
 SMALL_BLOCKS ?= 100000
+SCALE_BLOCKS ?= 10000000
 BENCH_FLAGS  ?=
 bench:
 	$(GO) build -o bin/bench/ ./bench/cmd/kvcmbench ./bench/cmd/kvcmstage
-	bin/bench/kvcmbench -blocks $(BLOCKS) -small-blocks $(SMALL_BLOCKS) -out BENCHMARKS.md -section full \
-	  -command "make bench BLOCKS=$(BLOCKS) SMALL_BLOCKS=$(SMALL_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
+	bin/bench/kvcmbench -blocks $(BLOCKS) -small-blocks $(SMALL_BLOCKS) -scale-blocks $(SCALE_BLOCKS) -out BENCHMARKS.md -section full \
+	  -command "make bench BLOCKS=$(BLOCKS) SMALL_BLOCKS=$(SMALL_BLOCKS) SCALE_BLOCKS=$(SCALE_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
 
-# A smaller run for development (about 9 minutes): same figures, 100k and 20k blocks, the
-# memory comparison for both layouts, shorter serving windows, fewer points of the pace curve.
+# A smaller run for development (about 10 minutes): same figures, 100k and 20k blocks, the
+# memory comparison for both layouts, shorter serving windows, fewer points of the pace curve,
+# 500k metadata-only blocks for the scale phase.
 QUICK_BLOCKS       ?= 100000
 QUICK_SMALL_BLOCKS ?= 20000
+QUICK_SCALE_BLOCKS ?= 500000
 bench-quick:
 	$(GO) build -o bin/bench/ ./bench/cmd/kvcmbench ./bench/cmd/kvcmstage
 	bin/bench/kvcmbench -blocks $(QUICK_BLOCKS) -small-blocks $(QUICK_SMALL_BLOCKS) -small-layout both -serving-window 2s -serving-reps 3 \
-	  -pace-rates 4000,32000,0 -pace-small-batch-rates 32000 -pace-reps 1 \
+	  -pace-rates 4000,32000,0 -pace-small-batch-rates 32000 -pace-reps 1 -scale-blocks $(QUICK_SCALE_BLOCKS) \
 	  -out BENCHMARKS.md -section quick \
-	  -command "make bench-quick QUICK_BLOCKS=$(QUICK_BLOCKS) QUICK_SMALL_BLOCKS=$(QUICK_SMALL_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
+	  -command "make bench-quick QUICK_BLOCKS=$(QUICK_BLOCKS) QUICK_SMALL_BLOCKS=$(QUICK_SMALL_BLOCKS) QUICK_SCALE_BLOCKS=$(QUICK_SCALE_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
 
 # The README's first command: installs redis-server if missing (apt-get, as root), then seeds
 # a keyspace, collects one round with the all-in-one process and prints the verified report.

@@ -46,6 +46,9 @@ const (
 	// PhasePace is the scan rate against the serving p99 (fixed rates and the adaptive
 	// pacer), a round of the adaptive walk, and its answer to a step of the load (pace.go).
 	PhasePace = "pace"
+	// PhaseScale runs each stage alone on a metadata-only keyspace at a tenth of
+	// Config.ScaleBlocks and at ScaleBlocks, location layout only (scale.go).
+	PhaseScale = "scale"
 	// PhaseAB runs each stage alone with the stage binary and with Config.ABStageBin in
 	// alternation, to measure a change (not part of the default phases).
 	PhaseAB = "ab"
@@ -57,7 +60,7 @@ const (
 
 // AllPhases in the order they run (for each layout; PhaseSmall first, on a keyspace of its
 // own).
-var AllPhases = []string{PhaseRaw, PhaseAlone, PhaseSmall, PhaseServing, PhasePace, PhaseE2E}
+var AllPhases = []string{PhaseRaw, PhaseAlone, PhaseSmall, PhaseServing, PhasePace, PhaseE2E, PhaseScale}
 
 // keyspaceDB holds the keyspace under measurement, one at a time. The legacy layout allows
 // no other database than 0: a KVCM of that layout ignores db= and keeps its blocks in DB 0, so
@@ -133,6 +136,8 @@ type Config struct {
 	PaceBudget float64
 	// PaceStepRate is the read load after the load step (ServingRate before and after it).
 	PaceStepRate int
+	// ScaleBlocks is the larger keyspace of PhaseScale (the smaller is a tenth of it).
+	ScaleBlocks int
 	// Keep leaves the working directory (logs, data) in place.
 	Keep   bool
 	Logger *slog.Logger
@@ -223,6 +228,8 @@ type LayoutResults struct {
 	AB [][2]AloneResults
 	// Stores is PhaseStores.
 	Stores *StoresResult
+	// Scale is PhaseScale.
+	Scale *ScaleResults
 }
 
 func (c Config) wants(phase string) bool {
@@ -501,6 +508,16 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 		}
 		lr.Stores = st
 		h.timed(layout, "stores", started)
+	}
+	// Last: its keyspace replaces the main one in keyspaceDB.
+	if cfg.wants(PhaseScale) && layout == kvcm.LayoutLocation {
+		started := time.Now()
+		sc, err := h.scale(ctx, layout)
+		if err != nil {
+			phaseErr(PhaseScale, err)
+		}
+		lr.Scale = sc
+		h.timed(layout, "scale", started)
 	}
 	return nil
 }

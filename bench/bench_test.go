@@ -483,3 +483,31 @@ func TestGrowKeyspace(t *testing.T) {
 	}
 	require.Error(t, k.Grow(ctx, 2), "a second growth would copy onto the first copies")
 }
+
+// TestScaleRows: the scale phase judges the scanner's and the prober's rates and peaks on a
+// band of 10% between its two sizes, the deleter's memory on its time-weighted mean.
+func TestScaleRows(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	run := func(st string, items int, dur time.Duration, peak, mean int64) StageRun {
+		return StageRun{Stage: st, Items: items, From: t0, Dur: dur, Usage: Usage{PeakRSS: peak, RSS: []RSSSample{{At: t0, RSS: mean}}}}
+	}
+	small := &AloneResults{Scanner: run("scanner", 1_000_000, 10*time.Second, 33<<20, 32<<20),
+		Prober: run("prober", 2_000_000, 10*time.Second, 60<<20, 55<<20), Deleter: run("deleter", 100_000, 5*time.Second, 40<<20, 33<<20)}
+	large := &AloneResults{Scanner: run("scanner", 10_000_000, 105*time.Second, 34<<20, 32<<20),
+		Prober: run("prober", 20_000_000, 130*time.Second, 61<<20, 56<<20), Deleter: run("deleter", 1_000_000, 50*time.Second, 48<<20, 35<<20)}
+	r := &ScaleResults{Small: ScaleSize{Counts: KeyspaceCounts{Blocks: 1_000_000}, Alone: small},
+		Large: ScaleSize{Counts: KeyspaceCounts{Blocks: 10_000_000}, Alone: large}}
+	var rows []string
+	scaleSummaryRows(func(m, gc, base, ratio, target, met string) {
+		rows = append(rows, strings.Join([]string{m, gc, base, ratio, target, met}, " | "))
+	}, r)
+	require.Equal(t, []string{
+		"scanner alone, metadata only (stat probe off), 1,000,000 → 10,000,000 blocks | 100,000 → 95,238 keys/s |  | -5% | within 10% | yes",
+		"prober alone, metadata only (stat probe off), 1,000,000 → 10,000,000 blocks | 200,000 → 153,846 locations/s |  | -23% | within 10% | **no**",
+		"deleter alone, metadata only (stat probe off), 1,000,000 → 10,000,000 blocks | 20,000 → 20,000 locations/s |  | +0% |  | ",
+		"scanner peak RSS, metadata only, 1,000,000 → 10,000,000 blocks | 33 MB → 34 MB | time-weighted mean 32 MB → 32 MB | +3% | ≤ 150 MB, within 10% | yes",
+		"prober peak RSS, metadata only, 1,000,000 → 10,000,000 blocks | 60 MB → 61 MB | time-weighted mean 55 MB → 56 MB | +2% | ≤ 150 MB, within 10% | yes",
+		"deleter peak RSS, metadata only, 1,000,000 → 10,000,000 blocks | 40 MB → 48 MB | time-weighted mean 33 MB → 35 MB | +20% | ≤ 150 MB (the 10% band: the time-weighted mean, next row) | yes",
+		"deleter RSS, time-weighted mean over its run, metadata only, 1,000,000 → 10,000,000 blocks | 33 MB → 35 MB | peak 40 MB → 48 MB | +6% | within 10% | yes",
+	}, rows)
+}

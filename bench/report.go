@@ -261,6 +261,9 @@ func summaryRows(w func(string, ...any), c Config, lr *LayoutResults) {
 	if p := lr.Pace; p != nil {
 		paceSummaryRows(row, lr, p)
 	}
+	if sc := lr.Scale; sc != nil {
+		scaleSummaryRows(row, sc)
+	}
 	for _, pin := range []string{PinPinned, PinShared} {
 		offs := servingP99s(lr.Serving, pin, ModeOff)
 		if offs == "" {
@@ -386,6 +389,10 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 
 	if lr.Pace != nil {
 		paceReport(w, c, lr)
+	}
+
+	if lr.Scale != nil {
+		scaleReport(w, lay, lr.Scale)
 	}
 
 	if len(lr.AB) > 0 {
@@ -643,18 +650,25 @@ func verification(v Verification, deleter stage.Metrics) string {
 		s = fmt.Sprintf("**Verification failed**: %d garbage locations left, %d live locations changed, %d blocks changed, %d garbage files left, %d sampled live files gone. %s",
 			v.GarbageLeft, v.LiveChanged, v.BlocksChanged, v.FilesLeft, v.LiveFilesGone, strings.Join(v.Problems, "; "))
 	}
-	if deleter != nil {
-		var outs []string
-		for _, o := range []string{"deleted", "partial", "noop_mismatch", "noop_gone", "error"} {
-			if n := deleter.Get("kvcm_gc_delete_results_total", "outcome", o); n > 0 {
-				outs = append(outs, fmt.Sprintf("%s %s", o, num(n)))
-			}
-		}
-		if len(outs) > 0 {
-			s += " Deleter outcomes: " + strings.Join(outs, ", ") + "."
-		}
+	if o := deleterOutcomes(deleter); o != "" {
+		s += " " + o
 	}
 	return s
+}
+
+// deleterOutcomes is "Deleter outcomes: deleted 200,118." of a deleter's metrics ("" for
+// none).
+func deleterOutcomes(deleter stage.Metrics) string {
+	var outs []string
+	for _, o := range []string{"deleted", "partial", "noop_mismatch", "noop_gone", "error"} {
+		if n := deleter.Get("kvcm_gc_delete_results_total", "outcome", o); n > 0 {
+			outs = append(outs, fmt.Sprintf("%s %s", o, num(n)))
+		}
+	}
+	if len(outs) == 0 {
+		return ""
+	}
+	return "Deleter outcomes: " + strings.Join(outs, ", ") + "."
 }
 
 func unit(st string) string {

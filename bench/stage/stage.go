@@ -62,6 +62,8 @@ type Profile struct {
 	// (DeleterMaxAckPending is max_inflight_delete_requests).
 	ProberMaxAckPending  int `json:"prober_max_ack_pending"`
 	DeleterMaxAckPending int `json:"deleter_max_ack_pending"`
+	// MaxBytes is each stream's max_bytes (0: the default; -1: no cap).
+	MaxBytes int64 `json:"max_bytes,omitempty"`
 	// ProbeStat turns on the stat probe of file storages (KVCM's own behaviour, probe none,
 	// never finds a storage-missing location).
 	ProbeStat bool `json:"probe_stat"`
@@ -105,6 +107,9 @@ func (p Profile) Settings() subjects.Settings {
 	}
 	if p.DeleterMaxAckPending > 0 {
 		js.DeleterMaxAckPending = p.DeleterMaxAckPending
+	}
+	if p.MaxBytes != 0 {
+		js.MaxBytes = p.MaxBytes
 	}
 	return js
 }

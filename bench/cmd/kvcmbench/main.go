@@ -79,6 +79,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.IntVar(&cfg.PaceSmallBatch, "pace-small-batch", 32, "scan_batch_size of -pace-small-batch-rates (shorter bursts)")
 	fs.IntVar(&cfg.PaceReps, "pace-reps", 2, "repetitions of the pace phase's curve (each point after a kvcm-gc-off window)")
 	fs.Float64Var(&cfg.PaceBudget, "pace-budget", 0.1, "scanner.latency_budget of the pace phase's adaptive walk")
+	fs.IntVar(&cfg.ScaleBlocks, "scale-blocks", 10_000_000, "blocks of the scale phase's larger metadata-only keyspace (the smaller: a tenth)")
 	fs.IntVar(&cfg.PaceStepRate, "pace-step-rate", 0, "read load after the pace phase's load step, requests per second (default: twice -serving-rate)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (data, logs)")
 	_ = fs.Parse(args)
