@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 )
@@ -95,8 +96,7 @@ func sweepKills(ctx context.Context, e *env) (string, *Expect, error) {
 		}
 		ck = c
 		n, err := quarantinedFiles(e.manifest.SweepRoot)
-		return err == nil && n == 0 && e.ackPending(ctx, e.names.SweepStream(), e.names.SweeperConsumer()) == 0 &&
-			e.pending(ctx, e.names.SweepStream(), e.names.SweeperConsumer()) == 0
+		return err == nil && n == 0 && testenv.ConsumerIdle(ctx, e.js, e.names.SweepStream(), e.names.SweeperConsumer())
 	}); err != nil {
 		return "", nil, err
 	}
@@ -119,19 +119,6 @@ func (e *env) sweepCheckpoint(ctx context.Context) (sweep.Checkpoint, error) {
 	}
 	ck, _, err := sweep.ReadCheckpoint(ctx, kv, seed.StorageNFS)
 	return ck, err
-}
-
-// pending is a consumer's number of messages not yet delivered.
-func (e *env) pending(ctx context.Context, stream, consumer string) uint64 {
-	c, err := e.js.Consumer(ctx, stream, consumer)
-	if err != nil {
-		return 1
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return 1
-	}
-	return info.NumPending
 }
 
 // quarantinedFiles counts the files in the quarantine of a root.

@@ -733,9 +733,9 @@ jetstream:
 	var last sweep.Checkpoint
 	require.Eventually(t, func() bool {
 		last = ckpt()
-		info := e.consumer(e.names.SweepStream(), e.names.SweeperConsumer())
-		return last.Round == 1 && !last.InRound && last.QLast.EndedUs > last.LastRoundEndUs && info != nil &&
-			info.NumPending == 0 && info.NumAckPending == 0 && len(quarantined(t, m.SweepRoot)) == 0
+		return last.Round == 1 && !last.InRound && last.QLast.EndedUs > last.LastRoundEndUs &&
+			testenv.ConsumerIdle(context.Background(), e.js, e.names.SweepStream(), e.names.SweeperConsumer()) &&
+			len(quarantined(t, m.SweepRoot)) == 0
 	}, 2*time.Minute, 20*time.Millisecond, "the sweep did not finish after the kills")
 	require.Greater(t, last.Page, page, "the new walker resumed the round")
 	require.Equal(t, 1, int(last.Round), "resumed, not restarted")

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
@@ -599,8 +600,7 @@ func TestOpsDLQ(t *testing.T) {
 func opsWaitDeleterDrained(t *testing.T, e *env) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		ci := opsConsumerInfo(t, e, e.names.DeletesStream(), e.names.DeleterConsumer())
-		return ci.NumPending == 0 && ci.NumAckPending == 0
+		return testenv.ConsumerIdle(context.Background(), e.js, e.names.DeletesStream(), e.names.DeleterConsumer())
 	}, 30*time.Second, 20*time.Millisecond)
 }
 

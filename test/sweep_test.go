@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
+	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
@@ -73,12 +74,8 @@ func (e *env) waitSwept(n uint64, root string, timeout time.Duration) sweep.Chec
 		if ck.Round < n || ck.InRound || ck.QLast.EndedUs <= ck.LastRoundEndUs {
 			return false
 		}
-		c, err := e.js.Consumer(context.Background(), e.names.SweepStream(), e.names.SweeperConsumer())
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && len(quarantined(e.t, root)) == 0
+		return testenv.ConsumerIdle(context.Background(), e.js, e.names.SweepStream(), e.names.SweeperConsumer()) &&
+			len(quarantined(e.t, root)) == 0
 	}, timeout, 20*time.Millisecond, "the sweep did not finish: %+v", ck)
 	return ck
 }
@@ -270,12 +267,7 @@ func TestSweepDryRun(t *testing.T) {
 		if ck.Round < 1 || ck.InRound {
 			return false
 		}
-		c, err := e.js.Consumer(context.Background(), e.names.SweepStream(), e.names.SweeperConsumer())
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(context.Background())
-		return err == nil && info.NumPending+uint64(info.NumAckPending) == 0
+		return testenv.ConsumerIdle(context.Background(), e.js, e.names.SweepStream(), e.names.SweeperConsumer())
 	}, time.Minute, 10*time.Millisecond)
 	for _, f := range m.SweepFiles {
 		require.FileExists(t, f.Path)

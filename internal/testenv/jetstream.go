@@ -10,21 +10,22 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// StagesDrained reports whether the prober's and the deleter's consumers have nothing pending
-// or unacknowledged: every batch and delete request stored so far is handled. An unreadable
-// consumer is not drained.
-func StagesDrained(ctx context.Context, js jetstream.JetStream, names subjects.Names) bool {
-	for _, sc := range [][2]string{{names.BatchesStream(), names.ProberConsumer()}, {names.DeletesStream(), names.DeleterConsumer()}} {
-		c, err := js.Consumer(ctx, sc[0], sc[1])
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(ctx)
-		if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
-			return false
-		}
+// ConsumerIdle reports whether consumer of stream has nothing pending or unacknowledged:
+// every message stored so far is handled. An unreadable consumer is not idle.
+func ConsumerIdle(ctx context.Context, js jetstream.JetStream, stream, consumer string) bool {
+	c, err := js.Consumer(ctx, stream, consumer)
+	if err != nil {
+		return false
 	}
-	return true
+	info, err := c.Info(ctx)
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+// StagesDrained reports whether the prober's and the deleter's consumers are idle: every
+// batch and delete request stored so far is handled.
+func StagesDrained(ctx context.Context, js jetstream.JetStream, names subjects.Names) bool {
+	return ConsumerIdle(ctx, js, names.BatchesStream(), names.ProberConsumer()) &&
+		ConsumerIdle(ctx, js, names.DeletesStream(), names.DeleterConsumer())
 }
 
 // EachMessage calls visit with every message stream holds now, in stream order, read through
