@@ -98,18 +98,7 @@ func TestSteadinessWindow(t *testing.T) {
 // collection) lifts no floor; a leak under such spikes lifts every floor.
 func TestFloorsSpikes(t *testing.T) {
 	judge := func(vals []float64) Steadiness {
-		s := &soak{cfg: SoakConfig{Window: 10, MaxSlope: 0.01, WarmRounds: 1}}
-		for i, v := range vals {
-			s.samples = append(s.samples, stageSample{Stage: stageProber, Proc: "prober-0", Round: uint64(i + 1), Age: i + 2,
-				Values: map[string]float64{"heap_live": v}})
-		}
-		for _, st := range s.steadiness() {
-			if st.Stage == stageProber && st.Metric == "heap_live" {
-				return st
-			}
-		}
-		t.Fatal("no prober heap_live")
-		return Steadiness{}
+		return judgeProber(t, SoakConfig{Window: 10, MaxSlope: 0.01, WarmRounds: 1}, "heap_live", 2, vals)
 	}
 	spiky := []float64{3, 3, 15, 3, 3, 8, 3, 15, 15, 3, 3, 3, 9, 3, 3}
 	st := judge(spiky)
@@ -230,20 +219,7 @@ func TestShortSoakJudges(t *testing.T) {
 func TestSoakHeapSlack(t *testing.T) {
 	cfg := DefaultSoakConfig()
 	const kib = 1 << 10
-	judge := func(vals []float64) Steadiness {
-		s := &soak{cfg: cfg}
-		for i, v := range vals {
-			s.samples = append(s.samples, stageSample{Stage: stageProber, Proc: "prober-0", Round: uint64(i + 1), Age: i + 1,
-				Values: map[string]float64{"heap_inuse": v}})
-		}
-		for _, st := range s.steadiness() {
-			if st.Stage == stageProber && st.Metric == "heap_inuse" {
-				return st
-			}
-		}
-		t.Fatal("no prober heap_inuse")
-		return Steadiness{}
-	}
+	judge := func(vals []float64) Steadiness { return judgeProber(t, cfg, "heap_inuse", 1, vals) }
 	scatter := []float64{4.4, 5.6, 4.6, 5.2, 4.5, 5.6, 4.8, 5.3, 4.6, 5.5, 4.9, 5.6, 4.7, 5.4, 5.0, 5.6, 4.9, 5.5, 5.1, 5.6}
 	var sound, leak []float64
 	for i, v := range scatter {
@@ -255,4 +231,22 @@ func TestSoakHeapSlack(t *testing.T) {
 	require.True(t, st.Slack, "over 1%% of the mean, within the slack: %+v", st)
 	st = judge(leak)
 	require.True(t, st.Fail, "%+v", st)
+}
+
+// judgeProber judges metric of one prober process that read vals in rounds 1, 2, … at ages
+// firstAge, firstAge+1, …, under cfg.
+func judgeProber(t *testing.T, cfg SoakConfig, metric string, firstAge int, vals []float64) Steadiness {
+	t.Helper()
+	s := &soak{cfg: cfg}
+	for i, v := range vals {
+		s.samples = append(s.samples, stageSample{Stage: stageProber, Proc: "prober-0", Round: uint64(i + 1), Age: i + firstAge,
+			Values: map[string]float64{metric: v}})
+	}
+	for _, st := range s.steadiness() {
+		if st.Stage == stageProber && st.Metric == metric {
+			return st
+		}
+	}
+	t.Fatalf("no prober %s", metric)
+	return Steadiness{}
 }
