@@ -22,21 +22,24 @@ func leaseBucket(t *testing.T, ttl time.Duration) jetstream.KeyValue {
 	return kv
 }
 
+// holds runs one Acquire or Refresh of a lease, which must not fail, and reports whether the
+// lease is held after it.
+func holds(t *testing.T, try func(context.Context) (bool, error)) bool {
+	t.Helper()
+	held, err := try(context.Background())
+	require.NoError(t, err)
+	return held
+}
+
 func TestLeaseOneHolderAtATime(t *testing.T) {
 	ctx := context.Background()
 	kv := leaseBucket(t, time.Minute)
 	a, b := NewStoreLease(kv, "s1:6379", "a", time.Minute), NewStoreLease(kv, "s1:6379", "b", time.Minute)
 	other := NewStoreLease(kv, "s2:6379", "b", time.Minute)
 
-	held, err := a.Acquire(ctx)
-	require.NoError(t, err)
-	require.True(t, held)
-	held, err = b.Acquire(ctx)
-	require.NoError(t, err)
-	require.False(t, held, "b cannot take a held lease")
-	held, err = other.Acquire(ctx)
-	require.NoError(t, err)
-	require.True(t, held, "each store has its own lease")
+	require.True(t, holds(t, a.Acquire))
+	require.False(t, holds(t, b.Acquire), "b cannot take a held lease")
+	require.True(t, holds(t, other.Acquire), "each store has its own lease")
 	rev1, ok := a.Held()
 	require.True(t, ok)
 
@@ -57,9 +60,7 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 	require.NoError(t, a.Release(ctx))
 	_, ok = a.Held()
 	require.False(t, ok)
-	held, err = b.Acquire(ctx)
-	require.NoError(t, err)
-	require.True(t, held, "a released lease is taken at once")
+	require.True(t, holds(t, b.Acquire), "a released lease is taken at once")
 	rev3, _ := b.Held()
 	require.Greater(t, rev3, rev2, "the next holder's token is higher")
 }
@@ -216,19 +217,11 @@ func TestLeaseOfAStorage(t *testing.T) {
 		return NewLease(kv, subjects.SweepKey(storage), LeaseRecord{Holder: holder, Storage: storage}, time.Minute)
 	}
 	a, b, other := lease("nfs", "a"), lease("nfs", "b"), lease("nfs2", "b")
-	held, err := a.Refresh(ctx)
-	require.NoError(t, err)
-	require.True(t, held)
-	held, err = b.Refresh(ctx)
-	require.NoError(t, err)
-	require.False(t, held, "one walker per storage")
-	held, err = other.Refresh(ctx)
-	require.NoError(t, err)
-	require.True(t, held, "a lease per storage")
+	require.True(t, holds(t, a.Refresh))
+	require.False(t, holds(t, b.Refresh), "one walker per storage")
+	require.True(t, holds(t, other.Refresh), "a lease per storage")
 	r1, _ := a.Held()
-	held, err = a.Refresh(ctx)
-	require.NoError(t, err)
-	require.True(t, held)
+	require.True(t, holds(t, a.Refresh))
 	r2, _ := a.Held()
 	require.Greater(t, r2, r1)
 	rec, _, err := ReadLeaseKey(ctx, kv, subjects.SweepKey("nfs"))
@@ -239,14 +232,12 @@ func TestLeaseOfAStorage(t *testing.T) {
 	// Someone else wrote the key: the renewal loses the lease at once.
 	_, err = kv.Put(ctx, subjects.SweepKey("nfs"), []byte(`{"holder":"x"}`))
 	require.NoError(t, err)
-	held, err = a.Refresh(ctx)
+	held, err := a.Refresh(ctx)
 	require.Error(t, err)
 	require.False(t, held)
 	_, ok := a.Held()
 	require.False(t, ok)
 	require.NoError(t, a.Release(ctx), "nothing to release")
 	require.NoError(t, other.Release(ctx))
-	held, err = b.Refresh(ctx)
-	require.NoError(t, err)
-	require.False(t, held, "x holds it")
+	require.False(t, holds(t, b.Refresh), "x holds it")
 }
