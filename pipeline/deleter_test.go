@@ -8,17 +8,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // TestAddDeletedKeys: concurrent deleters' counts of deleted keys add up, per instance.
 func TestAddDeletedKeys(t *testing.T) {
 	ctx := context.Background()
-	js := testenv.StartNATS(t).JetStream(t)
-	n, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
-	require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
+	js, n := topology(t, subjects.DefaultSettings())
 	kv, err := js.KeyValue(ctx, n.StateBucket())
 	require.NoError(t, err)
 	var wg sync.WaitGroup

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
-	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -117,10 +116,7 @@ func TestDeletingGraceValidated(t *testing.T) {
 // it back; other bytes are another key.
 func TestObserverOnJetStream(t *testing.T) {
 	ctx := context.Background()
-	js := testenv.StartNATS(t).JetStream(t)
-	n, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
-	require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings()))
+	js, n := topology(t, subjects.DefaultSettings())
 	kv, err := js.KeyValue(ctx, n.ObservedBucket())
 	require.NoError(t, err)
 	o := KVObserver{KV: kv, TTL: time.Hour}
