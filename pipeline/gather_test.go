@@ -79,6 +79,15 @@ func pending(t *testing.T, ch <-chan error) {
 	}
 }
 
+// idle asserts that g holds no request and judges no batch: nothing of a test is left in it.
+func idle(t *testing.T, g *gatherer) {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	assert.Empty(t, g.open)
+	assert.Empty(t, g.judging)
+}
+
 func TestGatherConcurrentBatchesMakeOneRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
@@ -133,10 +142,7 @@ func TestGatherCancelPublishesWhatWaits(t *testing.T) {
 		}())
 		t4.cancel(context.Background())
 		t3.cancel(context.Background())
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		assert.Empty(t, g.judging)
-		assert.Empty(t, g.open)
+		idle(t, g)
 	})
 }
 
@@ -265,10 +271,7 @@ func TestGatherLinger(t *testing.T) {
 		require.NoError(t, <-e3)
 		require.Len(t, rec2.requests(), 1)
 		g2.wait()
-		g2.mu.Lock()
-		defer g2.mu.Unlock()
-		assert.Empty(t, g2.open)
-		assert.Empty(t, g2.judging)
+		idle(t, g2)
 	})
 }
 
