@@ -632,28 +632,33 @@ func refreshed(mk *mkey) {
 }
 
 // withStatus is KVCM's write of location l of key cur with status st: its L# field, or the
-// whole __uri__ with __lru_time__ now. It returns the write and the location's new bytes; the
-// caller's after records them.
-func withStatus(cur Value, l *mloc, st kvcm.Status) (*change, []byte, error) {
+// whole __uri__ with __lru_time__ now. Its after records the location's new bytes and status
+// in the model, and a rewritten __lru_time__ (refreshed).
+func withStatus(cur Value, l *mloc, st kvcm.Status) (*change, error) {
 	next, err := kvcm.LocationWithStatus(l.raw, st)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	c := &change{set: map[string]string{}}
+	c := &change{set: map[string]string{}, after: func(mk *mkey) {
+		if l.field == kvcm.FieldURI {
+			refreshed(mk)
+		}
+		l.raw, l.status = next, st
+	}}
 	if l.field != kvcm.FieldURI {
 		c.set[l.field] = string(next)
-		return c, next, nil
+		return c, nil
 	}
 	blk, err := kvcm.DecodeBlock([]byte(cur.Fields[kvcm.FieldURI]))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	out, err := blk.WithStatus(l.id, st)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	c.set[kvcm.FieldURI], c.set[kvcm.FieldLRUTime] = string(out), nowUs()
-	return c, next, nil
+	return c, nil
 }
 
 // finish is FinishWrite: the session's location becomes SERVING, whatever else happened.
@@ -662,18 +667,7 @@ func (w *kvcmWorkload) finish(ctx context.Context, key, id string) {
 		if mk == nil || mk.locs[id] == nil || !exists {
 			return nil, nil // the live-location check has said what is wrong
 		}
-		l := mk.locs[id]
-		c, next, err := withStatus(cur, l, kvcm.StatusServing)
-		if err != nil {
-			return nil, err
-		}
-		c.after = func(mk *mkey) {
-			if l.field == kvcm.FieldURI {
-				refreshed(mk)
-			}
-			l.raw, l.status = next, kvcm.StatusServing
-		}
-		return c, nil
+		return withStatus(cur, mk.locs[id], kvcm.StatusServing)
 	})
 	w.count("finish")
 }
@@ -728,18 +722,14 @@ func (w *kvcmWorkload) markDeleting(ctx context.Context, execute bool) bool {
 		if now, ok := locationIn(cur.Fields, l.field, id); !ok || string(now.Raw) != string(l.raw) {
 			return nil, nil // KVCM's CAS expects the location as it wrote it
 		}
-		c, next, err := withStatus(cur, l, kvcm.StatusDeleting)
-		if err != nil {
-			return nil, err
+		c, err := withStatus(cur, l, kvcm.StatusDeleting)
+		if err != nil || execute {
+			return c, err
 		}
+		record := c.after
 		c.after = func(mk *mkey) {
-			if l.field == kvcm.FieldURI {
-				refreshed(mk)
-			}
-			l.raw, l.status = next, kvcm.StatusDeleting
-			if !execute {
-				l.kind = "stuck"
-			}
+			record(mk)
+			l.kind = "stuck"
 		}
 		return c, nil
 	})
