@@ -2,6 +2,7 @@ package seed
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
@@ -68,25 +69,14 @@ func (l *locationJSON) bytes() []byte { return l.appendTo(make([]byte, 0, 256)) 
 // invalid UTF-8. encoding/json differs (\u0026 for '&', U+FFFD for bad UTF-8, lower-case
 // hex), and KVCM's exact-value compare would then see another value.
 func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789ABCDEF"
+	// short[k] is written as '\' and letter[k].
+	const short, letter, hex = "\"\\\b\t\n\f\r", `"\btnfr`, "0123456789ABCDEF"
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case c == '"':
-			b = append(b, '\\', '"')
-		case c == '\\':
-			b = append(b, '\\', '\\')
-		case c == '\b':
-			b = append(b, '\\', 'b')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\f':
-			b = append(b, '\\', 'f')
-		case c == '\r':
-			b = append(b, '\\', 'r')
+		switch k := strings.IndexByte(short, c); {
+		case k >= 0:
+			b = append(b, '\\', letter[k])
 		case c < 0x20:
 			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 		default:
