@@ -299,6 +299,10 @@ func TestDeleterMemoryRows(t *testing.T) {
 	require.Contains(t, rows, "| location | scanner peak RSS, 100,000 → 1,000,000 blocks | 30 MB → 36 MB |  | +20% | ≤ 150 MB, within 10% | **no** |")
 	require.Contains(t, rows, "| location | deleter peak RSS, 100,000 → 1,000,000 blocks | 37 MB → 44 MB |  | +19% | ≤ 150 MB (the 10% band: the time-weighted mean, next row) | yes |")
 	require.Contains(t, rows, "| location | deleter RSS, time-weighted mean over its run (VmRSS every 50ms), 100,000 → 1,000,000 blocks | 30 MB → 31 MB | peak 37 MB → 44 MB | +3% | within 10% | yes |")
+	lr := &LayoutResults{Layout: kvcm.LayoutLocation, Alone: big, AloneSmall: small}
+	require.Contains(t, Report(&Results{Layouts: []*LayoutResults{lr}}), deleterMeanWhy, "the report says why")
+	lr.AloneSmall = nil
+	require.NotContains(t, Report(&Results{Layouts: []*LayoutResults{lr}}), deleterMeanWhy)
 }
 
 // TestLoadLatencyInWindow: a window of a read load is the requests sent in it, whenever

@@ -92,6 +92,9 @@ func Report(r *Results) string {
 		b.Truncate(summaryAt) // a run of phases without a summary figure (stores, ab)
 	} else {
 		w("\n")
+		if judgesDeleterMean(r.Layouts) {
+			w("%s\n\n", deleterMeanWhy)
+		}
 	}
 
 	for _, lr := range r.Layouts {
@@ -155,6 +158,26 @@ func Report(r *Results) string {
 	w("\nThroughput, memory and end-to-end runs use %s; the serving windows use both, in dry-run. Each stage is a separate process; memory is its peak resident set (VmHWM) and the time-weighted mean of its resident set while it works.\n",
 		c.Unpaced.Name)
 	return b.String()
+}
+
+// deleterMeanWhy says why the deleter's memory band is judged on its time-weighted mean.
+const deleterMeanWhy = "The deleter's 10% memory band is judged on the time-weighted mean of its resident set while it works, not on its peak: " +
+	"the peak (VmHWM) is the highest point of a run, and with the stages' GOGC=400 a run ten times longer gives the heap more chances to grow to five times what is live before a collection, " +
+	"so the same working set peaks higher; the mean weighs every moment alike, stays where it is when a run only lasts longer and grows when what the deleter holds grows, " +
+	"which is what \"does memory grow with the keyspace\" asks."
+
+// judgesDeleterMean reports whether a summary row judges the deleter's time-weighted mean.
+func judgesDeleterMean(ls []*LayoutResults) bool {
+	for _, lr := range ls {
+		if a, s := lr.Alone, lr.AloneSmall; a != nil && s != nil && a.Deleter.MeanRSS() > 0 && s.Deleter.MeanRSS() > 0 {
+			return true
+		}
+		if sc := lr.Scale; sc != nil && sc.Small.Alone != nil && sc.Large.Alone != nil &&
+			sc.Small.Alone.Deleter.MeanRSS() > 0 && sc.Large.Alone.Deleter.MeanRSS() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // summaryRows are the summary table's rows of one layout.
