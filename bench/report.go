@@ -281,12 +281,6 @@ func summaryRows(w func(string, ...any), c Config, lr *LayoutResults) {
 				fmt.Sprintf("%+.0f%%", 100*growth), "within 10%", yes(within(growth, TargetRSSGrowth)))
 		}
 	}
-	if p := lr.Pace; p != nil {
-		paceSummaryRows(row, lr, p)
-	}
-	if sc := lr.Scale; sc != nil {
-		scaleSummaryRows(row, sc)
-	}
 	for _, pin := range []string{PinPinned, PinShared} {
 		offs := servingP99s(lr.Serving, pin, ModeOff)
 		if offs == "" {
@@ -311,6 +305,12 @@ func summaryRows(w func(string, ...any), c Config, lr *LayoutResults) {
 			row(fmt.Sprintf("serving p99, kvcm-gc off against itself, %s", pinLabel(pin)), us(a), us(b),
 				fmt.Sprintf("%+.0f%% (pooled p99 of the odd repetitions' off windows against the even ones': what this machine resolves)", 100*(float64(a)/float64(b)-1)), "", "")
 		}
+	}
+	if p := lr.Pace; p != nil {
+		paceSummaryRows(row, lr, p)
+	}
+	if sc := lr.Scale; sc != nil {
+		scaleSummaryRows(row, sc)
 	}
 }
 
