@@ -436,11 +436,13 @@ kvcm_gc_store_pace_keys_per_second{store="redis://127.0.0.1:1/0"} 4096
 kvcm_gc_store_pace_burst_keys{store="redis://127.0.0.1:1/0"} 64
 kvcm_gc_store_pace_reason{reason="baseline",store="redis://127.0.0.1:1/0"} 0
 kvcm_gc_store_pace_reason{reason="raise",store="redis://127.0.0.1:1/0"} 1
+kvcm_gc_store_pace_probe_seconds{store="redis://127.0.0.1:1/0",window="idle"} 0.0012
+kvcm_gc_store_pace_probe_seconds{store="redis://127.0.0.1:1/0",window="window"} 0.0015
 kvcm_gc_scanned_keys_total 12
 `
 	p, ok := parsePace(strings.NewReader(text))
 	require.True(t, ok)
-	require.Equal(t, scrapedPace{Rate: 4096, Burst: 64, Reason: "raise"}, p)
+	require.Equal(t, scrapedPace{Rate: 4096, Burst: 64, Reason: "raise", Probe: 1500 * time.Microsecond, Idle: 1200 * time.Microsecond}, p)
 	_, ok = parsePace(strings.NewReader("kvcm_gc_scanned_keys_total 12\n"))
 	require.False(t, ok, "a walk paced by scan_interval exports no pace")
 }

@@ -67,6 +67,9 @@ type PaceSample struct {
 	Rate   float64
 	Burst  int
 	Reason string
+	// Probe and Idle are the probe latency quantiles the pace's decision compared: of its
+	// last window, and of the idle store (the baseline).
+	Probe, Idle time.Duration
 	// Visited are the keys SCAN returned since the walk started, every round.
 	Visited int64
 }
@@ -532,7 +535,7 @@ func (r *run) pollPace(ctx context.Context, perRound int64) (*pacePoller, error)
 		for {
 			s := PaceSample{At: time.Now()}
 			if pc, ok := scrapePace(pctx, client, "http://"+addr+"/metrics"); ok {
-				s.Rate, s.Burst, s.Reason = pc.Rate, pc.Burst, pc.Reason
+				s.Rate, s.Burst, s.Reason, s.Probe, s.Idle = pc.Rate, pc.Burst, pc.Reason, pc.Probe, pc.Idle
 			}
 			if ck, _, err := pipeline.ReadCheckpoint(pctx, kv); err == nil {
 				s.Visited = keysVisited(ck, perRound)
@@ -596,9 +599,10 @@ func samplesIn(s []PaceSample, from, to time.Time) []PaceSample {
 
 // scrapedPace is the pace gauges of a scanner's /metrics.
 type scrapedPace struct {
-	Rate   float64
-	Burst  int
-	Reason string
+	Rate        float64
+	Burst       int
+	Reason      string
+	Probe, Idle time.Duration
 }
 
 func scrapePace(ctx context.Context, client *http.Client, url string) (scrapedPace, bool) {
@@ -615,8 +619,9 @@ func scrapePace(ctx context.Context, client *http.Client, url string) (scrapedPa
 }
 
 // parsePace reads the pace gauges of one store's adaptive walk from the Prometheus text
-// format: kvcm_gc_store_pace_keys_per_second, kvcm_gc_store_pace_burst_keys and the reason
-// whose kvcm_gc_store_pace_reason is 1. ok is false when the walk exports no pace.
+// format: kvcm_gc_store_pace_keys_per_second, kvcm_gc_store_pace_burst_keys, the reason
+// whose kvcm_gc_store_pace_reason is 1, and kvcm_gc_store_pace_probe_seconds of the window
+// and of the idle store. ok is false when the walk exports no pace.
 func parsePace(r io.Reader) (scrapedPace, bool) {
 	var p scrapedPace
 	var seen bool
@@ -641,6 +646,14 @@ func parsePace(r io.Reader) (scrapedPace, bool) {
 			p.Rate, seen = v, true
 		case "kvcm_gc_store_pace_burst_keys":
 			p.Burst = int(v)
+		case "kvcm_gc_store_pace_probe_seconds":
+			d := time.Duration(v * float64(time.Second))
+			switch {
+			case strings.Contains(rest, `window="window"`):
+				p.Probe = d
+			case strings.Contains(rest, `window="idle"`):
+				p.Idle = d
+			}
 		case "kvcm_gc_store_pace_reason":
 			if v == 1 {
 				if _, after, ok := strings.Cut(rest, `reason="`); ok {

@@ -178,7 +178,7 @@ func paceReport(w func(string, ...any), c Config, lr *LayoutResults) {
 			w("| %s | %s/s | %s → %s keys/s | %d | %s | %s |\n", per.name, num(float64(per.load)), num(a), num(b),
 				paceFalls(st.Samples, per.from, per.to), num(visitedRate(st.Samples, per.from, per.to)), us(per.lat.P99))
 		}
-		w("\nThe walk's pace in order (keys/s, burst, reason), one entry per change:\n\n%s\n", paceChanges(st))
+		w("\nThe walk's pace in order, one entry per change, from the step up: keys/s/burst, why, and the probe latency quantile the decision compared against the idle store's:\n\n%s\n", paceChanges(st))
 	}
 	w("\n")
 }
@@ -206,7 +206,11 @@ func paceChanges(st *PaceStep) string {
 			continue
 		}
 		last = x
-		parts = append(parts, fmt.Sprintf("%+.1f s %s/%d %s", x.At.Sub(st.Up).Seconds(), num(x.Rate), x.Burst, x.Reason))
+		part := fmt.Sprintf("%+.1f s %s/%d %s", x.At.Sub(st.Up).Seconds(), num(x.Rate), x.Burst, x.Reason)
+		if x.Probe > 0 { // none for the decision that ends the baseline hold
+			part += fmt.Sprintf(" (%s against %s idle)", us(x.Probe), us(x.Idle))
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, "; ")
 }
