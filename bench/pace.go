@@ -705,13 +705,7 @@ func (c PaceCurvePoint) Ratio() float64 {
 // request of every off window of the curve, and the keys SCAN returned over the windows' total
 // length.
 func paceCurve(r *PaceResults) []PaceCurvePoint {
-	var offs []Latency
-	for _, w := range r.Windows {
-		if w.Point < 0 {
-			offs = append(offs, w.Lat)
-		}
-	}
-	off, _ := pooledP99(offs, func(Latency) bool { return true })
+	off, _ := pooledP99(paceOffs(r), func(Latency) bool { return true })
 	var out []PaceCurvePoint
 	for i, pt := range r.Points {
 		c := PaceCurvePoint{Point: pt, OffP99: off}

@@ -25,6 +25,10 @@ func paceSummaryRows(row func(measurement, gc, base, ratio, target, met string),
 		row("serving p99 against the scan rate, fixed rates, pinned (pooled: every request of a rate's windows against every request of the curve's off windows)",
 			strings.Join(fixed, "; "), fmt.Sprintf("%s (kvcm-gc off)", us(curve[0].OffP99)), "", "", "")
 	}
+	if a, b, ok := servingOffHalves(paceOffs(p), PinPinned); ok {
+		row("serving p99 of the pace curve's kvcm-gc-off windows against themselves, pinned", us(a), us(b),
+			fmt.Sprintf("%+.0f%% (pooled p99 of the odd repetitions' off windows against the even ones': what this run resolves)", 100*(float64(a)/float64(b)-1)), "", "")
+	}
 	if a := adaptive; a != nil && a.N > 0 {
 		row(fmt.Sprintf("serving p99, adaptive walk (latency_budget %g) once settled, pinned", a.Point.Budget),
 			fmt.Sprintf("%s at %s keys/s measured (pace %s keys/s in bursts of %.0f)", us(a.P99), num(a.KeysPerSec), num(a.Rate), a.Burst),
@@ -114,12 +118,7 @@ func paceReport(w func(string, ...any), c Config, lr *LayoutResults) {
 		}
 		w("| %s | %d | %s | %s | %s | %s | %+.0f%% |\n", cp.Point, cp.Windows, num(cp.KeysPerSec), pace, num(float64(cp.N)), us(cp.P99), 100*(cp.Ratio()-1))
 	}
-	var offs []Latency
-	for _, pw := range p.Windows {
-		if pw.Point < 0 {
-			offs = append(offs, pw.Lat)
-		}
-	}
+	offs := paceOffs(p)
 	off, n := pooledP99(offs, func(Latency) bool { return true })
 	w("| kvcm-gc off | %d | – | – | %s | %s | |\n", len(offs), num(float64(n)), us(off))
 	if a, b, ok := servingOffHalves(offs, PinPinned); ok {
@@ -181,6 +180,17 @@ func paceReport(w func(string, ...any), c Config, lr *LayoutResults) {
 		w("\nThe walk's pace in order, one entry per change, from the step up: keys/s/burst, why, and the probe latency quantile the decision compared against the idle store's:\n\n%s\n", paceChanges(st))
 	}
 	w("\n")
+}
+
+// paceOffs are the latencies of the curve's kvcm-gc-off windows.
+func paceOffs(p *PaceResults) []Latency {
+	var offs []Latency
+	for _, pw := range p.Windows {
+		if pw.Point < 0 {
+			offs = append(offs, pw.Lat)
+		}
+	}
+	return offs
 }
 
 // paceAt is the pace of the last sample at or before at (0 without one).
