@@ -16,14 +16,24 @@ import (
 // over a window is compared with an idle baseline, measured while the walk holds; the walk
 // speeds up while the rise stays within scanner.latency_budget and backs off when it does not.
 //
-// The control has two outputs. A page's pipeline of HGETALL holds Redis for the whole burst:
-// a request that arrives meanwhile waits for the rest of it, so shorter bursts (a smaller
-// pipeline depth) allow a higher rate at the same tail latency. Over budget, the pacer first
-// halves the depth (down to its minimum), then the rate; within budget for raiseAfter windows
-// in a row it raises the rate by a quarter and, at a depth below the page size, doubles the
-// depth back once the rate has grown past what the smaller bursts were chosen for. Until the
-// first window over budget (slow start) it doubles the rate after every window within budget:
-// an idle store is walked at its pace seconds after the walk starts, not minutes.
+// The idle baseline is kept fresh and paired with what it is compared with: the walk holds
+// briefly every rebaseline (a short hold of hold, after a first, longer one of baseline), and
+// the baseline is the quantile of the probes of the last keepHolds holds together. A baseline
+// measured once goes stale as the serving load changes through the day: measured at a quiet
+// moment, every busier one reads as the walk's doing and the walk crawls at its floor;
+// measured at a busy one, the walk takes what a quieter store could not spare.
+//
+// The signal is noisy (the probe's round trip also holds the scanner host's scheduling), so
+// one window over budget is not acted on: the walk holds its pace, and backs off only when the
+// next window is over budget too (or a slow store answers too few probes to say more). Over
+// budget, the pacer first halves the depth (down to its minimum), then lowers the rate by
+// lowerStep; within budget for raiseAfter windows in a row it raises the rate by a quarter
+// and, at a depth below the page size, doubles the depth back once the rate has grown past
+// what the smaller bursts were chosen for. A page's pipeline of HGETALL holds Redis for the
+// whole burst: a request that arrives meanwhile waits for the rest of it, so shorter bursts (a
+// smaller pipeline depth) allow a higher rate at the same tail latency. Until the first
+// confirmed window over budget (slow start) it doubles the rate after every window within
+// budget: an idle store is walked at its pace seconds after the walk starts, not minutes.
 //
 // The pacer is a pure state machine (no clock, no I/O): the driver feeds it probe samples
 // with their times and asks for the pace at each tick (scanner_pace_test.go is its table).
@@ -55,14 +65,19 @@ type paceConfig struct {
 	// window is the time between two decisions; minSamples the probes a window needs.
 	window     time.Duration
 	minSamples int
-	// baseline is how long the walk holds to measure the idle latency, at the start and
-	// again every rebaseline (0: never again).
-	baseline, rebaseline time.Duration
+	// baseline is how long the walk holds at its start to measure the idle latency; every
+	// rebaseline (0: never) it holds again for hold, and the baseline is the quantile of the
+	// probes of the last keepHolds holds. minHoldSamples is the fewest probes a later hold
+	// needs to count (a slow store keeps its last baseline).
+	baseline, rebaseline, hold time.Duration
+	keepHolds, minHoldSamples  int
 	// Rates in keys per second, depths in keys per burst (maxDepth: the page size).
 	minRate, maxRate, startRate float64
 	minDepth, maxDepth          int
-	// raiseAfter is how many windows within budget in a row raise the rate.
+	// raiseAfter is how many windows within budget in a row raise the rate; lowerStep is the
+	// factor a confirmed window over budget lowers it by (at the smallest burst).
 	raiseAfter int
+	lowerStep  float64
 	// slowStart doubles the rate after each window within budget until one is over it.
 	slowStart bool
 }
@@ -71,11 +86,12 @@ type paceConfig struct {
 func defaultPaceConfig(budget float64, batch int) paceConfig {
 	return paceConfig{
 		budget: budget, slack: 20 * time.Microsecond, quantile: 0.9,
-		window: time.Second, minSamples: 20,
-		baseline: 2 * time.Second, rebaseline: 10 * time.Minute,
+		window: time.Second, minSamples: 50,
+		baseline: time.Second, rebaseline: 5 * time.Second, hold: 250 * time.Millisecond,
+		keepHolds: 4, minHoldSamples: 10,
 		minRate: 64, maxRate: 0, startRate: 1024,
 		minDepth: min(8, batch), maxDepth: batch,
-		raiseAfter: 2, slowStart: true,
+		raiseAfter: 2, lowerStep: 0.7, slowStart: true,
 	}
 }
 
@@ -104,10 +120,14 @@ type pacer struct {
 	// first tick.
 	windowStart time.Time
 	// baselining: the walk holds while the idle latency is measured; nextBaseline is when to
-	// measure it again.
+	// measure it again. holds are the probes of the last keepHolds holds, baselineQ their
+	// quantile (0: none yet).
 	baselining   bool
 	nextBaseline time.Time
+	holds        [][]time.Duration
 	baselineQ    time.Duration
+	// overPending: the last window was over budget (one more in a row acts).
+	overPending bool
 	// The pace, and the windows within budget in a row.
 	rate   float64
 	depth  int
@@ -145,19 +165,11 @@ func (p *pacer) pace(now time.Time) Pace {
 		return p.last
 	}
 	q, n := quantile(p.samples, p.cfg.quantile), len(p.samples)
-	p.samples, p.windowStart = p.samples[:0], now
 	if p.baselining {
-		if n < p.cfg.minSamples {
-			p.last.Reason = PaceBaseline // measure for another window
-			return p.last
-		}
-		p.baselining, p.baselineQ = false, q
-		if p.cfg.rebaseline > 0 {
-			p.nextBaseline = now.Add(p.cfg.rebaseline)
-		}
-		return p.set(PaceHold, 0)
+		return p.endHold(now, n)
 	}
-	if !p.nextBaseline.IsZero() && !now.Before(p.nextBaseline) {
+	p.samples, p.windowStart = p.samples[:0], now
+	if p.cfg.rebaseline > 0 && !now.Before(p.nextBaseline) {
 		p.startBaseline(now)
 		return p.last
 	}
@@ -168,18 +180,26 @@ func (p *pacer) pace(now time.Time) Pace {
 		return p.set(PaceFewSamples, q)
 	}
 	if q > limit {
-		p.within, p.overOnce = 0, true
+		p.within = 0
+		if !p.overPending && n >= p.cfg.minSamples {
+			// Once may be the noise of the probe's own host: the next window says. A slow
+			// store that answers too few probes to fill a window has said enough.
+			p.overPending = true
+			return p.set(PaceHold, q)
+		}
+		p.overOnce = true // and overPending stays: the next window over acts at once too
 		switch {
 		case p.depth > p.cfg.minDepth:
 			p.depth = max(p.depth/2, p.cfg.minDepth)
 			p.loweredAt = p.rate
 			return p.set(PaceLowerDepth, q)
 		case p.rate > p.cfg.minRate:
-			p.rate = p.clampRate(p.rate / 2)
+			p.rate = p.clampRate(p.rate * p.cfg.lowerStep)
 			return p.set(PaceLowerRate, q)
 		}
 		return p.set(PaceFloor, q)
 	}
+	p.overPending = false
 	p.within++
 	slow := p.cfg.slowStart && !p.overOnce
 	if p.within < p.cfg.raiseAfter && !slow {
@@ -201,6 +221,30 @@ func (p *pacer) pace(now time.Time) Pace {
 	return p.set(PaceRaise, q)
 }
 
+// endHold ends a hold whose window is over, with n probes in it: they join the baseline when
+// there are enough of them, and the walk goes on at its pace. The first hold, and a later one
+// with no baseline yet, measures on until it has minSamples.
+func (p *pacer) endHold(now time.Time, n int) Pace {
+	if p.baselineQ == 0 && n < p.cfg.minSamples {
+		p.windowStart = now // keep the samples: measure for another window
+		p.last.Reason = PaceBaseline
+		return p.last
+	}
+	if n >= p.cfg.minHoldSamples || p.baselineQ == 0 {
+		p.holds = append(p.holds, slices.Clone(p.samples))
+		if len(p.holds) > max(p.cfg.keepHolds, 1) {
+			p.holds = p.holds[1:]
+		}
+		p.baselineQ = quantile(slices.Concat(p.holds...), p.cfg.quantile)
+	}
+	p.samples, p.windowStart = p.samples[:0], now
+	p.baselining, p.overPending, p.within = false, false, 0
+	if p.cfg.rebaseline > 0 {
+		p.nextBaseline = now.Add(p.cfg.rebaseline)
+	}
+	return p.set(PaceHold, p.last.Signal)
+}
+
 // due reports whether pace(now) decides (a window, or the baseline measurement, is over).
 func (p *pacer) due(now time.Time) bool {
 	return !p.windowStart.IsZero() && now.Sub(p.windowStart) >= p.window()
@@ -208,7 +252,10 @@ func (p *pacer) due(now time.Time) bool {
 
 func (p *pacer) window() time.Duration {
 	if p.baselining {
-		return p.cfg.baseline
+		if p.baselineQ == 0 || p.cfg.hold <= 0 {
+			return p.cfg.baseline
+		}
+		return p.cfg.hold
 	}
 	return p.cfg.window
 }
