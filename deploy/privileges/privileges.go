@@ -72,9 +72,10 @@ func (u RedisUser) Rules() string {
 func Redis(guardPrefix string) []RedisUser {
 	return []RedisUser{
 		{Stage: pipeline.StageScanner,
-			Role: "walks the block keys (SCAN, pipelined HGETALL), reads the registry snapshot (HGETALL, HGET) and a store's size when its round starts (DBSIZE)",
-			// No write command at all: the scanner is read-only.
-			Commands: []string{"ping", "scan", "hget", "hgetall", "dbsize"},
+			Role: "walks the block keys (SCAN, pipelined HGETALL), reads the registry snapshot (HGETALL, HGET), a store's size when its round starts (DBSIZE) and, pacing a walk by scanner.latency_budget, the server's clock (TIME: how long a probe waited in Redis)",
+			// No write command at all: the scanner is read-only. Without +time an adaptive
+			// walk is paced by PING's round trip.
+			Commands: []string{"ping", "scan", "hget", "hgetall", "dbsize", "time"},
 			ReadKeys: []string{blockKeys, registryKeys}},
 		{Stage: pipeline.StageProber,
 			Role:     "reads the registry's storage table, and the copy-target guard's hashes (HMGET) when guard.kind is redis; it never reads a block: the batch carries the bytes",
