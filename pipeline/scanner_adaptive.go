@@ -2,7 +2,10 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
@@ -63,7 +66,7 @@ func (a *adaptive) decide(now time.Time) Pace {
 	if !a.inFlight.IsZero() && a.p.due(now) {
 		// A probe still unanswered has taken at least this long: a store too slow to answer
 		// enough probes in a window is measured, not left at its pace.
-		a.p.sample(a.inFlight, now.Sub(a.inFlight))
+		a.p.sampleUnanswered(a.inFlight, now.Sub(a.inFlight))
 	}
 	pc := a.p.pace(now)
 	if pc != a.cur {
@@ -112,10 +115,13 @@ func (a *adaptive) record() *PaceRecord {
 		ProbeUs: pc.Signal.Microseconds(), IdleUs: pc.Baseline.Microseconds()}
 }
 
-// probe PINGs the store while the walk reads, until ctx is done. A failed probe is no sample
+// probeFunc sends one probe and returns its latency and round trip (storeProbe).
+type probeFunc func(ctx context.Context) (d, rtt time.Duration, err error)
+
+// probe probes the store while the walk reads, until ctx is done. A failed probe is no sample
 // (the walk's own reads report the store's failures); failed reports whether the last one
 // failed, for a log line on the first failure of a run.
-func (a *adaptive) probe(ctx context.Context, ping func(ctx context.Context) error, failed func(err error)) {
+func (a *adaptive) probe(ctx context.Context, send probeFunc, failed func(err error)) {
 	t := time.NewTicker(probeEvery)
 	defer t.Stop()
 	for {
@@ -135,13 +141,12 @@ func (a *adaptive) probe(ctx context.Context, ping func(ctx context.Context) err
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := ping(pctx)
+		d, rtt, err := send(pctx)
 		cancel()
 		a.mu.Lock()
-		d := a.now().Sub(start)
 		a.inFlight = time.Time{}
 		if err == nil {
-			a.p.sample(start, d)
+			a.p.sample(start, d, rtt)
 			a.probeErrs = 0
 		} else if a.probeErrs++; a.probeErrs == 1 && ctx.Err() == nil {
 			a.mu.Unlock()
@@ -173,7 +178,42 @@ func (d *walkDriver) startAdaptive(ctx context.Context) {
 	d.w.cfg.adaptive = true
 	d.pace = newAdaptive(cfg.LatencyBudget, cfg.ScanBatchSize, d.s.now, func(pc Pace) { m.storePace(store, pc) })
 	m.storePace(store, d.pace.cur)
-	go d.pace.probe(ctx, pinger.Ping, func(err error) {
+	go d.pace.probe(ctx, storeProbe(st, pinger, d.log), func(err error) {
 		d.log.Info("probe of the store's latency failed; the pace holds until it answers", "err", err)
 	})
+}
+
+// queueProber is a store that can tell how long a command waited in it (redismeta's
+// ProbeQueue: TIME, the server's clock less ours).
+type queueProber interface {
+	ProbeQueue(ctx context.Context) (rtt, oneWay time.Duration, err error)
+}
+
+// storeProbe probes with TIME where the store can and lets it (scanner_pace.go says why), and
+// with PING's round trip otherwise: from the first time the server refuses TIME (a user
+// without +time) on, for the rest of the walk.
+func storeProbe(st meta.Store, pinger meta.Pinger, log *slog.Logger) probeFunc {
+	ping := func(ctx context.Context) (time.Duration, time.Duration, error) {
+		start := time.Now()
+		err := pinger.Ping(ctx)
+		rtt := time.Since(start)
+		return rtt, rtt, err
+	}
+	qp, ok := st.(queueProber)
+	if !ok {
+		return ping
+	}
+	var refused atomic.Bool
+	return func(ctx context.Context) (time.Duration, time.Duration, error) {
+		if refused.Load() {
+			return ping(ctx)
+		}
+		rtt, oneWay, err := qp.ProbeQueue(ctx)
+		if errors.Is(err, meta.ErrProbeRefused) {
+			refused.Store(true)
+			log.Info("the store refuses TIME; its walk is paced by PING's round trip", "err", err)
+			return ping(ctx)
+		}
+		return oneWay, rtt, err
+	}
 }

@@ -10,11 +10,20 @@ import (
 // Adaptive pacing of a store's walk, for when the operator sets no rate (max_keys_per_second
 // 0). A fixed pace is either slow (a page a second: a 100M-key store in 4.5 days) or harmful
 // (unpaced, the serving p99 grows fivefold), and the right one changes with the serving load
-// through the day. The pacer finds it from what the walk measures: the round-trip time of a
-// probe command (PING) sent to the store between the walk's own bursts, which waits in Redis's
-// one event loop behind whatever else is queued there, as a serving request does. Its latency
-// over a window is compared with an idle baseline, measured while the walk holds; the walk
-// speeds up while the rise stays within scanner.latency_budget and backs off when it does not.
+// through the day. The pacer finds it from what the walk measures: a probe command sent to the
+// store between the walk's own bursts, which waits in Redis's one event loop behind whatever
+// else is queued there, as a serving request does. Its latency over a window is compared with
+// an idle baseline, measured while the walk holds; the walk speeds up while the rise stays
+// within scanner.latency_budget of the idle round trip and backs off when it does not.
+//
+// The probe is TIME where the store allows it: the latency is then the server's clock when it
+// ran the command less this host's when it sent it (the wait in Redis, without the time this
+// process took to read the reply, which on a busy scanner host is most of a round trip's noise
+// and grows with the walk's own work), and the idle round trip sets the scale of the budget.
+// That latency holds the clocks' offset too, so only its rise over its own idle value means
+// anything; a window that reads lower than the idle value by more than a round trip can only
+// be the clocks moving, and the baseline is measured anew. Where TIME is refused, PING's round
+// trip is both.
 //
 // The idle baseline is kept fresh and paired with what it is compared with: the walk holds
 // briefly every rebaseline (a short hold of hold, after a first, longer one of baseline), and
@@ -114,18 +123,19 @@ func (p Pace) String() string {
 // pacer is the state of one walk's pacing.
 type pacer struct {
 	cfg paceConfig
-	// samples are the probe latencies since the window began.
-	samples []time.Duration
+	// samples are the probe latencies since the window began, rtts their round trips.
+	samples, rtts []time.Duration
 	// windowStart is when the current window (or baseline measurement) began; zero before the
 	// first tick.
 	windowStart time.Time
 	// baselining: the walk holds while the idle latency is measured; nextBaseline is when to
-	// measure it again. holds are the probes of the last keepHolds holds, baselineQ their
-	// quantile (0: none yet).
-	baselining   bool
-	nextBaseline time.Time
-	holds        [][]time.Duration
-	baselineQ    time.Duration
+	// measure it again. holds (holdRTTs) are the probes (round trips) of the last keepHolds
+	// holds, baselineQ (baselineRTT) their quantile; haveBase: there is one.
+	baselining             bool
+	nextBaseline           time.Time
+	holds, holdRTTs        [][]time.Duration
+	baselineQ, baselineRTT time.Duration
+	haveBase               bool
 	// overPending: the last window was over budget (one more in a row acts).
 	overPending bool
 	// The pace, and the windows within budget in a row.
@@ -146,13 +156,20 @@ func newPacer(cfg paceConfig) *pacer {
 	return p
 }
 
-// sample records a probe's round-trip time, taken at at (samples of an earlier window are
-// dropped when it ends).
-func (p *pacer) sample(at time.Time, d time.Duration) {
+// sample records a probe sent at at: its latency d and its round trip rtt (the same for a
+// PING). Samples sent before the window began measured the previous pace and are dropped.
+func (p *pacer) sample(at time.Time, d, rtt time.Duration) {
 	if !p.windowStart.IsZero() && at.Before(p.windowStart) {
-		return // sent before the window began: it measured the previous pace
+		return
 	}
-	p.samples = append(p.samples, d)
+	p.samples, p.rtts = append(p.samples, d), append(p.rtts, rtt)
+}
+
+// sampleUnanswered records a probe sent at at and unanswered for wait: its round trip is at
+// least wait, and its latency at least wait past what the idle probe's latency holds beyond
+// its round trip (the clocks' offset, for TIME).
+func (p *pacer) sampleUnanswered(at time.Time, wait time.Duration) {
+	p.sample(at, wait+p.baselineQ-p.baselineRTT, wait)
 }
 
 // pace decides at now, when a window has ended, and returns the pace to walk at.
@@ -168,16 +185,26 @@ func (p *pacer) pace(now time.Time) Pace {
 	if p.baselining {
 		return p.endHold(now, n)
 	}
-	p.samples, p.windowStart = p.samples[:0], now
+	p.samples, p.rtts, p.windowStart = p.samples[:0], p.rtts[:0], now
 	if p.cfg.rebaseline > 0 && !now.Before(p.nextBaseline) {
 		p.startBaseline(now)
 		return p.last
 	}
-	limit := time.Duration(float64(p.baselineQ)*(1+p.cfg.budget)) + p.cfg.slack
+	if n >= p.cfg.minSamples && q < p.baselineQ-p.baselineRTT-p.cfg.slack {
+		// Lower than the idle latency by more than a round trip: the clocks moved.
+		p.holds, p.holdRTTs, p.haveBase = nil, nil, false
+		p.startBaseline(now)
+		return p.last
+	}
+	limit := p.baselineQ + time.Duration(float64(p.baselineRTT)*p.cfg.budget) + p.cfg.slack
 	if n < p.cfg.minSamples && (n == 0 || q <= limit) {
 		// Too few to say it is within budget; a few that are over it say enough (a slow store
 		// answers few probes).
-		return p.set(PaceFewSamples, q)
+		pc := p.set(PaceFewSamples, q)
+		if n == 0 {
+			pc.Signal, p.last.Signal = 0, 0
+		}
+		return pc
 	}
 	if q > limit {
 		p.within = 0
@@ -225,25 +252,30 @@ func (p *pacer) pace(now time.Time) Pace {
 // there are enough of them, and the walk goes on at its pace. The first hold, and a later one
 // with no baseline yet, measures on until it has minSamples.
 func (p *pacer) endHold(now time.Time, n int) Pace {
-	if p.baselineQ == 0 && n < p.cfg.minSamples {
+	if !p.haveBase && n < p.cfg.minSamples {
 		p.windowStart = now // keep the samples: measure for another window
 		p.last.Reason = PaceBaseline
 		return p.last
 	}
-	if n >= p.cfg.minHoldSamples || p.baselineQ == 0 {
-		p.holds = append(p.holds, slices.Clone(p.samples))
-		if len(p.holds) > max(p.cfg.keepHolds, 1) {
-			p.holds = p.holds[1:]
-		}
+	if n >= p.cfg.minHoldSamples || !p.haveBase {
+		keep := max(p.cfg.keepHolds, 1)
+		p.holds = lastN(append(p.holds, slices.Clone(p.samples)), keep)
+		p.holdRTTs = lastN(append(p.holdRTTs, slices.Clone(p.rtts)), keep)
 		p.baselineQ = quantile(slices.Concat(p.holds...), p.cfg.quantile)
+		p.baselineRTT = quantile(slices.Concat(p.holdRTTs...), p.cfg.quantile)
+		p.haveBase = true
 	}
-	p.samples, p.windowStart = p.samples[:0], now
+	p.samples, p.rtts, p.windowStart = p.samples[:0], p.rtts[:0], now
 	p.baselining, p.overPending, p.within = false, false, 0
 	if p.cfg.rebaseline > 0 {
 		p.nextBaseline = now.Add(p.cfg.rebaseline)
 	}
-	return p.set(PaceHold, p.last.Signal)
+	p.last.Reason, p.last.Rate, p.last.Baseline = PaceHold, p.rate, p.baselineRTT
+	return p.last
 }
+
+// lastN is the last n of s.
+func lastN[T any](s []T, n int) []T { return s[max(len(s)-n, 0):] }
 
 // due reports whether pace(now) decides (a window, or the baseline measurement, is over).
 func (p *pacer) due(now time.Time) bool {
@@ -252,7 +284,7 @@ func (p *pacer) due(now time.Time) bool {
 
 func (p *pacer) window() time.Duration {
 	if p.baselining {
-		if p.baselineQ == 0 || p.cfg.hold <= 0 {
+		if !p.haveBase || p.cfg.hold <= 0 {
 			return p.cfg.baseline
 		}
 		return p.cfg.hold
@@ -261,12 +293,15 @@ func (p *pacer) window() time.Duration {
 }
 
 func (p *pacer) startBaseline(now time.Time) {
-	p.baselining, p.windowStart, p.samples, p.within = true, now, p.samples[:0], 0
-	p.last = Pace{Rate: 0, Depth: p.depth, Reason: PaceBaseline, Baseline: p.baselineQ, Signal: p.last.Signal}
+	p.baselining, p.windowStart, p.samples, p.rtts, p.within = true, now, p.samples[:0], p.rtts[:0], 0
+	p.last = Pace{Rate: 0, Depth: p.depth, Reason: PaceBaseline, Baseline: p.baselineRTT, Signal: p.last.Signal}
 }
 
+// set makes the pace at reason, after a window whose latency quantile was q. The pace shows
+// the latency as a round trip (the idle round trip plus the rise over the idle latency), and
+// the idle round trip, so that TIME's clock offset never shows.
 func (p *pacer) set(reason string, q time.Duration) Pace {
-	p.last = Pace{Rate: p.rate, Depth: p.depth, Reason: reason, Signal: q, Baseline: p.baselineQ}
+	p.last = Pace{Rate: p.rate, Depth: p.depth, Reason: reason, Signal: q - p.baselineQ + p.baselineRTT, Baseline: p.baselineRTT}
 	return p.last
 }
 

@@ -39,7 +39,7 @@ func runPace(t *testing.T, cfg paceConfig, steps []paceStep) {
 			step = p.window()
 		}
 		for j := range s.n {
-			p.sample(now.Add(time.Duration(j+1)*step/time.Duration(s.n+1)), s.d)
+			p.sample(now.Add(time.Duration(j+1)*step/time.Duration(s.n+1)), s.d, s.d)
 		}
 		now = now.Add(step)
 		got := p.pace(now)
@@ -179,7 +179,7 @@ func TestPacerDropsStaleSamples(t *testing.T) {
 	p := newPacer(testPaceConfig())
 	now := time.Unix(1_760_000_000, 0)
 	p.pace(now)
-	p.sample(now.Add(-time.Millisecond), time.Second)
+	p.sample(now.Add(-time.Millisecond), time.Second, time.Second)
 	require.Empty(t, p.samples)
 }
 
@@ -188,10 +188,18 @@ func TestPacerDropsStaleSamples(t *testing.T) {
 // burst's length, and the idle latency stretched by that share). With noise, each probe is
 // also multiplied by a log-normal factor (σ 0.3) and one in fifty is five times as long: the
 // scheduling of the probe's own host, which neither the walk nor the load causes.
+//
+// With hostPerKey, the probe's host also delays reading each reply by an exponential time of
+// mean hostPerKey per key/s of the walk's rate: the scanner's own work (decoding, encoding,
+// publishing its pages) that a faster walk brings, which a round trip holds and TIME's
+// latency (the server's clock at the command less ours at the send, plus offset) does not.
 type paceModel struct {
-	load  float64
-	noise *rand.Rand
-	sigma float64 // of the log-normal factor (0: 0.3)
+	hostPerKey time.Duration
+	useTime    bool
+	offset     time.Duration
+	load       float64
+	noise      *rand.Rand
+	sigma      float64 // of the log-normal factor (0: 0.3)
 	// drift, when set, multiplies the serving load at the run's time t: a load that changes
 	// through the day.
 	drift func(t time.Duration) float64
@@ -207,11 +215,33 @@ func (m *paceModel) curLoad() float64 {
 
 const modelPerKey = 3 * time.Microsecond // Redis's time per key read
 
-func (m *paceModel) probe(pc Pace) time.Duration {
-	idle := float64(100*time.Microsecond) * (1 + 0.5*(m.curLoad()-1))
+func (m *paceModel) idle() float64 {
+	return float64(100*time.Microsecond) * (1 + 0.5*(m.curLoad()-1))
+}
+
+// added is what the walk at pc adds to a probe's wait in Redis.
+func (m *paceModel) added(pc Pace) time.Duration {
 	busy := pc.Rate * modelPerKey.Seconds()
 	burst := float64(time.Duration(pc.Depth) * modelPerKey)
-	d := idle + busy*burst/2 + busy*idle
+	return time.Duration(busy*burst/2 + busy*m.idle())
+}
+
+// probe is one probe's latency and round trip at pc.
+func (m *paceModel) probe(pc Pace) (d, rtt time.Duration) {
+	x := m.server(pc)
+	rtt = x
+	if m.hostPerKey > 0 && m.noise != nil {
+		rtt += time.Duration(m.noise.ExpFloat64() * pc.Rate * float64(m.hostPerKey))
+	}
+	if m.useTime {
+		return m.offset + x - time.Duration(m.idle()/2), rtt
+	}
+	return rtt, rtt
+}
+
+// server is a probe's round trip but for its host's delay in reading the reply.
+func (m *paceModel) server(pc Pace) time.Duration {
+	d := m.idle() + float64(m.added(pc))
 	if m.noise != nil {
 		sigma := m.sigma
 		if sigma == 0 {
@@ -248,11 +278,12 @@ func (r *paceRun) run(seconds int) (paces []Pace, meanProbe time.Duration) {
 	n := 0
 	for range seconds * 10 {
 		for j := range 20 {
-			r.p.sample(r.now.Add(time.Duration(j)*5*time.Millisecond), r.m.probe(r.pc))
+			d, rtt := r.m.probe(r.pc)
+			r.p.sample(r.now.Add(time.Duration(j)*5*time.Millisecond), d, rtt)
 		}
 		if r.pc.Rate > 0 {
 			clean.t = r.m.t
-			sum += clean.probe(r.pc) - clean.probe(Pace{}) // what the walk adds
+			sum += clean.added(r.pc)
 			n++
 		}
 		r.now = r.now.Add(100 * time.Millisecond)
@@ -334,4 +365,52 @@ func TestPacerFollowsTheLoad(t *testing.T) {
 			require.Greater(t, meanRate(back[len(back)-100:]), low, "it rises again once the load is gone")
 		})
 	}
+}
+
+// TestPacerTimeProbe: on a host whose own work delays reading each reply more the faster the
+// walk goes (20 µs per 1,000 keys/s on average), a pacer fed PING's round trips reads that as
+// the store's latency and holds the walk back; fed TIME's latency it sees only the wait in
+// Redis and settles near the store's limit. TIME's latency holds the clocks' offset: the paces
+// are the same whatever it is, and a step of the clocks (a window that reads lower than the
+// idle latency by more than a round trip) measures the baseline anew.
+func TestPacerTimeProbe(t *testing.T) {
+	cfg := defaultPaceConfig(0.1, 256)
+	settle := func(useTime bool, offset time.Duration, step func(r *paceRun)) (float64, []Pace) {
+		m := &paceModel{load: 1, sigma: 0.3, hostPerKey: 20 * time.Nanosecond, useTime: useTime, offset: offset,
+			noise: rand.New(rand.NewPCG(3, 4))}
+		r := &paceRun{p: newPacer(cfg), m: m, now: time.Unix(1_760_000_000, 0)}
+		r.pc = r.p.pace(r.now)
+		r.run(60)
+		if step != nil {
+			step(r)
+		}
+		r.run(60)
+		settled, added := r.run(120)
+		require.LessOrEqual(t, added, time.Duration(float64(100*time.Microsecond)*cfg.budget)+cfg.slack, "within budget on average")
+		return meanRate(settled), settled
+	}
+	limit := (&paceModel{load: 1}).limitRate(cfg, cfg.minDepth, 1)
+	ping, _ := settle(false, 0, nil)
+	timed, paces := settle(true, 0, nil)
+	t.Logf("limit %.0f keys/s; settled at %.0f by PING, %.0f by TIME", limit, ping, timed)
+	require.GreaterOrEqual(t, timed, 0.25*limit)
+	require.Greater(t, timed, 2*ping, "TIME's latency does not hold the host's own delay")
+
+	for _, off := range []time.Duration{3 * time.Millisecond, -5 * time.Millisecond} {
+		_, got := settle(true, off, nil)
+		require.Equal(t, paces, got, "offset %v", off)
+	}
+
+	stepped := false
+	timed, _ = settle(true, 0, func(r *paceRun) {
+		r.m.offset -= 10 * time.Millisecond // the clocks step back
+		before := len(r.p.holds)
+		ps, _ := r.run(3)
+		for _, pc := range ps {
+			stepped = stepped || pc.Reason == PaceBaseline
+		}
+		require.Positive(t, before)
+	})
+	require.True(t, stepped, "the step measured the baseline anew")
+	require.GreaterOrEqual(t, timed, 0.25*limit, "and the walk went on at its pace")
 }
