@@ -372,15 +372,17 @@ func TestPaceCurve(t *testing.T) {
 }
 
 // TestStepReaction: the time from a step until the pace first moves below (or above) the
-// pace at the step, sampled; a walk that never moves did not react.
+// pace at the step, sampled; a walk that never moves did not react, and a hold that measures
+// the idle latency is no move.
 func TestStepReaction(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	s := []PaceSample{
 		{At: at(-200), Rate: 8000, Reason: "raise"},
 		{At: at(-100), Rate: 10_000, Reason: "raise"},
-		{At: at(0), Rate: 10_000, Reason: "hold"}, // the step: the pace at it is 10,000
-		{At: at(100), Reason: ""},                 // a failed scrape says nothing
+		{At: at(0), Rate: 10_000, Reason: "hold"},  // the step: the pace at it is 10,000
+		{At: at(100), Reason: ""},                  // a failed scrape says nothing
+		{At: at(700), Rate: 0, Reason: "baseline"}, // nor does a hold measuring the idle latency
 		{At: at(1300), Rate: 10_000, Reason: "lower_depth"},
 		{At: at(2400), Rate: 5000, Reason: "lower_rate"},
 		{At: at(3500), Rate: 2500, Reason: "lower_rate"},
@@ -409,6 +411,7 @@ func TestStepReaction(t *testing.T) {
 	require.Equal(t, 2, paceFalls(s, at(0), at(5000)))
 	require.Equal(t, 0, paceFalls(s, at(-300), at(0)))
 	require.InDelta(t, 10_000, paceAt(s, at(50)), 0)
+	require.InDelta(t, 10_000, paceAt(s, at(800)), 0, "a hold is no pace")
 }
 
 // TestKeysVisited: progress over rounds back to back counts the rounds before the current

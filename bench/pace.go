@@ -752,6 +752,10 @@ type StepReaction struct {
 	Took             time.Duration
 }
 
+// paced reports whether x says a pace: a failed scrape says nothing, and a hold that measures
+// the idle latency (rate 0, every few seconds) is no change of pace.
+func paced(x PaceSample) bool { return x.Reason != "" && x.Reason != pipeline.PaceBaseline }
+
 // stepReaction is the time from at until the pace first falls below (fall) or rises above
 // (!fall) the pace at at, among the samples up to until. The pace at a moment is the last
 // sample taken at or before it that has one.
@@ -759,7 +763,7 @@ func stepReaction(s []PaceSample, at, until time.Time, fall bool) StepReaction {
 	var res StepReaction
 	have := false
 	for _, x := range s {
-		if x.Reason == "" || x.At.After(until) {
+		if !paced(x) || x.At.After(until) {
 			continue
 		}
 		if !x.At.After(at) {
@@ -786,7 +790,7 @@ func paceFalls(s []PaceSample, from, to time.Time) int {
 	n := 0
 	prev := -1.0
 	for _, x := range s {
-		if x.Reason == "" || x.At.After(to) {
+		if !paced(x) || x.At.After(to) {
 			continue
 		}
 		if x.At.After(from) && prev >= 0 && x.Rate < prev {

@@ -193,14 +193,14 @@ func paceOffs(p *PaceResults) []Latency {
 	return offs
 }
 
-// paceAt is the pace of the last sample at or before at (0 without one).
+// paceAt is the pace of the last sample at or before at that says one (0 without one).
 func paceAt(s []PaceSample, at time.Time) float64 {
 	var v float64
 	for _, x := range s {
 		if x.At.After(at) {
 			break
 		}
-		if x.Reason != "" {
+		if paced(x) {
 			v = x.Rate
 		}
 	}
