@@ -201,8 +201,9 @@ func (r *run) close(ctx context.Context) {
 	for st := range r.procs {
 		_, _ = r.stop(st)
 	}
-	for _, s := range []string{r.names.BatchesStream(), r.names.DeletesStream(), r.names.EventsStream(),
-		subjects.KVStream(r.names.StateBucket()), subjects.KVStream(r.names.LeaseBucket())} {
+	// Every stream: one left behind keeps its max_bytes reserved on the server, and the runs of
+	// a full bench then run out of JetStream storage.
+	for _, s := range r.names.Streams() {
 		if err := r.h.js.DeleteStream(ctx, s); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			r.h.log.Warn("delete stream", "stream", s, "err", err)
 		}

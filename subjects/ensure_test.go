@@ -351,10 +351,7 @@ func TestEnsureConcurrent(t *testing.T) {
 		got = append(got, name)
 	}
 	require.NoError(t, names.Err())
-	require.ElementsMatch(t, []string{
-		n.BatchesStream(), n.DeletesStream(), n.EventsStream(), n.SweepStream(),
-		subjects.KVStream(n.StateBucket()), subjects.KVStream(n.LeaseBucket()), subjects.KVStream(n.ObservedBucket()),
-	}, got)
+	require.ElementsMatch(t, n.Streams(), got)
 }
 
 // flakyJS answers the first fails requests of Ensure's kinds with the given error (or, for

@@ -36,6 +36,13 @@ func (n Names) SweepFilter() string { return n.base() + kindSweep + ".*" }
 // SweepStream is "KVCMGC_<prefix>_<cluster>_SWEEP".
 func (n Names) SweepStream() string { return n.objectName("SWEEP") }
 
+// Streams is every stream Ensure creates under these names, the key-value buckets' included:
+// what a harness deletes to free the storage they reserve.
+func (n Names) Streams() []string {
+	return []string{n.BatchesStream(), n.DeletesStream(), n.EventsStream(), n.SweepStream(),
+		KVStream(n.StateBucket()), KVStream(n.LeaseBucket()), KVStream(n.ObservedBucket())}
+}
+
 // SweeperConsumer is the durable pull consumer of SweepStream: "sweeper".
 func (n Names) SweeperConsumer() string { return sweeperConsumer }
 
