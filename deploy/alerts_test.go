@@ -258,6 +258,20 @@ var alertCases = []alertCase{
 	}, checks: []alertCheck{
 		{at: "20m", alert: "KvcmGcJetStreamStatsUnavailable", want: []map[string]string{lbl("stage", "deleter")}},
 	}},
+	{name: "a stream at its max_bytes, and one that lost messages", interval: "1m", input: []series{
+		// Both processes that export the stream figures report each stream.
+		{`kvcm_gc_stream_discarding{` + ns + `, pod="prober-0", stream="KVCMGC_kvcmgc_c1_BATCHES"}`, "0x5 1x30"},
+		{`kvcm_gc_stream_discarding{` + ns + `, pod="deleter-0", stream="KVCMGC_kvcmgc_c1_BATCHES"}`, "0x5 1x30"},
+		{`kvcm_gc_stream_lost_messages{` + ns + `, pod="prober-0", stream="KVCMGC_kvcmgc_c1_BATCHES"}`, "0x35"},
+		{`kvcm_gc_stream_discarding{` + ns + `, pod="prober-0", stream="KVCMGC_kvcmgc_c1_DELETES"}`, "0x35"},
+		{`kvcm_gc_stream_lost_messages{` + ns + `, pod="deleter-0", stream="KVCMGC_kvcmgc_c1_DELETES"}`, "0x10 3x25"},
+		{`kvcm_gc_stream_discarding{` + ns + `, pod="prober-0", stream="KVCMGC_kvcmgc_c1_EVENTS"}`, "0x35"},
+		{`kvcm_gc_stream_lost_messages{` + ns + `, pod="prober-0", stream="KVCMGC_kvcmgc_c1_EVENTS"}`, "0x35"},
+	}, checks: []alertCheck{
+		{at: "8m", alert: "KvcmGcStreamDiscarding"},
+		{at: "30m", alert: "KvcmGcStreamDiscarding", want: []map[string]string{
+			lbl("stream", "KVCMGC_kvcmgc_c1_BATCHES"), lbl("stream", "KVCMGC_kvcmgc_c1_DELETES")}},
+	}},
 	{name: "a forgotten pause", interval: "5m", input: []series{
 		{`kvcm_gc_stage_paused{` + ns + `, pod="deleter-0", stage="deleter"}`, "1x160"},
 		{`kvcm_gc_stage_paused{` + ns + `, pod="prober-0", stage="prober"}`, "1x12 0x148"},
