@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,17 +33,10 @@ type Prober struct {
 	gather    *gatherer
 	judging   chan struct{} // a slot per batch being judged (cfg.Workers)
 
-	mu      sync.Mutex
-	set     *storage.StaticSet
-	tables  map[string]kvcm.StorageConfig
-	delays  map[string]time.Duration // delay_before_delete_ms by instance group
-	fetched time.Time
-	// After a failed registry read the next one waits for retryAt (registry backoff):
-	// meanwhile batches are judged with the previous table or, without one, fail at once
-	// with lastErr.
-	retry   *backoff.Backoff
-	retryAt time.Time
-	lastErr error
+	// registry serves every batch the storage table of one snapshot for RegistryRefresh; after
+	// a failed read, batches are judged with the previous table or, without one, fail at once,
+	// and the next read waits for the registry backoff.
+	registryCache *RegistryCache[registrySnapshot]
 }
 
 // ProberDeps are what the prober is wired to. Registry (for the storage table), Guard and
@@ -77,8 +69,9 @@ func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
 	}
 	p := &Prober{cfg: cfg, names: deps.Names, registry: deps.Registry, storageOp: deps.StorageOptions,
 		guard: deps.Guard, observer: deps.Observer, publisher: deps.Publisher, events: deps.Events,
-		metrics: orUnregistered(deps.Metrics), log: OrDiscard(deps.Logger), now: OrNow(deps.Now),
-		retry: backoff.New(RegistryRetryInitial, RegistryRetryMax).Start()}
+		metrics: orUnregistered(deps.Metrics), log: OrDiscard(deps.Logger), now: OrNow(deps.Now)}
+	p.registryCache = NewRegistryCache(RegistryCacheConfig[registrySnapshot]{Reader: deps.Registry, Build: p.buildSnapshot,
+		Refresh: cfg.RegistryRefresh, Backoff: backoff.New(RegistryRetryInitial, RegistryRetryMax).Delay, ServeStale: true})
 	p.gather = newGatherer(max(cfg.MaxTargets, 1), cfg.GatherLinger, p.publish)
 	p.judging = make(chan struct{}, max(cfg.Workers, 1))
 	return p, nil
@@ -123,32 +116,21 @@ const (
 // storages returns the registry snapshot, re-reading the registry at most every
 // RegistryRefresh, and after a failed read not before the registry backoff allows: every
 // batch of a busy prober would otherwise send the failing registry a read of its own.
+// Meanwhile batches are judged with the last table: a stale table can only make storages
+// unknown.
 func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.now()
-	last := registrySnapshot{p.set, p.tables, p.delays}
-	if p.set != nil && now.Sub(p.fetched) < p.cfg.RegistryRefresh {
-		return last, nil
+	snap, info, err := p.registryCache.Get(ctx, p.now())
+	switch {
+	case info.Read && info.Stale:
+		p.log.Warn("refresh registry; using the previous storage table", "failures", info.Failures, "retry_in", info.RetryAt.Sub(p.now()), "err", info.Err)
+	case info.Read && err != nil:
+		p.log.Warn("read registry", "failures", info.Failures, "retry_in", info.RetryAt.Sub(p.now()), "err", info.Err)
 	}
-	if now.Before(p.retryAt) {
-		if p.set != nil {
-			return last, nil
-		}
-		return registrySnapshot{}, p.lastErr
-	}
-	reg, err := p.registry.ReadRegistry(ctx)
-	if err != nil {
-		wait := p.retry.Next()
-		p.retryAt, p.lastErr = now.Add(wait), fmt.Errorf("read registry: %w", err)
-		if p.set != nil {
-			// Keep judging with the last table; a stale table can only make storages unknown.
-			p.log.Warn("refresh registry; using the previous storage table", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
-			return last, nil
-		}
-		p.log.Warn("read registry", "failures", p.retry.Failures(), "retry_in", wait, "err", err)
-		return registrySnapshot{}, p.lastErr
-	}
+	return snap, err
+}
+
+// buildSnapshot is what the prober takes from a registry snapshot.
+func (p *Prober) buildSnapshot(_ context.Context, reg *meta.Registry, _ time.Time) (registrySnapshot, error) {
 	set, err := storage.NewSet(reg.Storages, p.storageOp)
 	if err != nil {
 		return registrySnapshot{}, fmt.Errorf("build storage set: %w", err)
@@ -157,8 +139,6 @@ func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
 	for name, g := range reg.Groups {
 		delays[name] = time.Duration(g.DelayBeforeDeleteMs) * time.Millisecond
 	}
-	p.retry.Reset()
-	p.set, p.tables, p.delays, p.fetched, p.retryAt, p.lastErr = set, reg.Storages, delays, now, time.Time{}, nil
 	return registrySnapshot{set, reg.Storages, delays}, nil
 }
 

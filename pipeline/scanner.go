@@ -162,7 +162,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 			OpError: func(op string) { s.metrics.opError(StageScanner, op) },
 			Paused:  s.metrics.ScannerPaused, Backpressure: s.metrics.Backpressure, Logger: s.log})
 	s.mu.Lock() // LeaseState (readiness) may already be reading s.reg
-	s.reg = &registryCache{r: s.registry, backoff: s.backoff, m: s.metrics, log: s.log}
+	s.reg = newRegistryCache(s.registry, s.backoff, s.metrics, s.log)
 	s.walks, s.rounds, s.freed = map[string]*walkHandle{}, map[string]Checkpoint{}, map[string]time.Time{}
 	s.ended = make(chan struct{}, 1)
 	s.mu.Unlock()

@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
@@ -27,42 +25,57 @@ func RegistryBackoff(attempt int) time.Duration {
 // coordination) before it is read again.
 const registryReuse = time.Second
 
-// registryCache reads the registry for every walk of a scanner: one read at most every
-// registryReuse, and after a failure none before the backoff delay has passed (DESIGN §4: no
-// cursor advance on a registry failure; finding: retrying at scan_interval floods the logs
-// and the registry). Failures are logged here, once per read.
+// registryCache reads the registry for every walk of a scanner: a RegistryCache that serves
+// one snapshot for registryReuse and, after a failure, reads none before the backoff delay has
+// passed and serves no stale one (DESIGN §4: no cursor advance on a registry failure; finding:
+// retrying at scan_interval floods the logs and the registry). Failures are logged here, once
+// per read.
 type registryCache struct {
-	r       meta.RegistryReader
-	backoff func(attempt int) time.Duration
-	m       *Metrics
-	log     *slog.Logger
+	rc  *RegistryCache[scanSnapshot]
+	m   *Metrics
+	log *slog.Logger
 
-	mu       sync.Mutex
-	snap     []meta.Instance
-	at       time.Time
-	failures int
-	retryAt  time.Time
-	err      error
-	skipped  int
-	// known: every instance id the last snapshot lists, collected or skipped; groups its
-	// collected groups; partial: it holds a record that could not be read.
-	known   map[string]bool
-	groups  map[string]bool
-	partial bool
+	mu      sync.Mutex
+	skipped int // entries of the last snapshot not collected, for the log
+	logged  bool
+}
+
+// scanSnapshot is what the scanner takes from one registry snapshot.
+type scanSnapshot struct {
+	instances []meta.Instance // sorted by (group, id)
+	view      regView         // every instance id listed, the collected groups, partial
+	skipped   []meta.Skip
+}
+
+// newRegistryCache returns the scanner's registry cache over r, retrying a failed read after
+// backoff(attempt).
+func newRegistryCache(r meta.RegistryReader, backoff func(attempt int) time.Duration, m *Metrics, log *slog.Logger) *registryCache {
+	return &registryCache{m: m, log: log, rc: NewRegistryCache(RegistryCacheConfig[scanSnapshot]{
+		Reader: r, Build: buildScanSnapshot, Refresh: registryReuse, Backoff: backoff})}
+}
+
+func buildScanSnapshot(_ context.Context, reg *meta.Registry, now time.Time) (scanSnapshot, error) {
+	snap := append([]meta.Instance(nil), reg.Instances...)
+	sort.SliceStable(snap, func(i, j int) bool {
+		if snap[i].Group != snap[j].Group {
+			return snap[i].Group < snap[j].Group
+		}
+		return snap[i].ID < snap[j].ID
+	})
+	return scanSnapshot{instances: snap, view: newRegView(reg, now), skipped: reg.Skipped}, nil
 }
 
 // listed returns the collected instances of store the last snapshot lists, as the store's
 // checkpoint remembers them (nil before a snapshot, or while the last read failed).
 func (c *registryCache) listed(store string) map[string]SeenInstance {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil || c.snap == nil {
+	v, at, ok, failing := c.rc.Last()
+	if !ok || failing {
 		return nil
 	}
 	out := map[string]SeenInstance{}
-	for _, in := range c.snap {
+	for _, in := range v.instances {
 		if in.Store == store {
-			out[in.ID] = SeenInstance{Group: in.Group, LastRegisteredUs: c.at.UnixMicro()}
+			out[in.ID] = SeenInstance{Group: in.Group, LastRegisteredUs: at.UnixMicro()}
 		}
 	}
 	return out
@@ -71,78 +84,65 @@ func (c *registryCache) listed(store string) map[string]SeenInstance {
 // view reads the registry again (unless a snapshot of the last registryReuse serves) and
 // returns what the collection of unregistered instances takes from it.
 func (c *registryCache) view(ctx context.Context, now time.Time) regView {
-	snap, _, err := c.get(ctx, now)
+	v, _, err := c.snapshot(ctx, now)
 	if err != nil {
 		return regView{err: err}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v := regView{at: c.at, known: c.known, groups: c.groups, partial: c.partial, instance: map[string]meta.Instance{}}
-	for _, in := range snap {
-		v.instance[in.ID] = in
+	rv := regView{at: v.view.at, known: v.view.known, groups: v.view.groups, partial: v.view.partial, instance: map[string]meta.Instance{}}
+	for _, in := range v.instances {
+		rv.instance[in.ID] = in
 	}
-	return v
+	return rv
 }
 
 // registered reports whether the last snapshot lists instance id, collected or skipped; ok is
 // false before any snapshot was read.
 func (c *registryCache) registered(id string) (known, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.known == nil {
+	v, _, have, _ := c.rc.Last()
+	if !have {
 		return false, false
 	}
-	return c.known[id], true
+	return v.view.known[id], true
 }
-
-// errRegistryBackoff: a registry read failed a moment ago; the next is not due yet.
-var errRegistryBackoff = errors.New("registry read backing off")
 
 // get returns the snapshot, sorted by (group, id), or the last error and when to try again.
 func (c *registryCache) get(ctx context.Context, now time.Time) ([]meta.Instance, time.Time, error) {
+	v, retryAt, err := c.snapshot(ctx, now)
+	return v.instances, retryAt, err
+}
+
+// snapshot is get with the whole snapshot. A read is logged once: its failure, or what it
+// changed.
+func (c *registryCache) snapshot(ctx context.Context, now time.Time) (scanSnapshot, time.Time, error) {
+	v, info, err := c.rc.Get(ctx, now)
+	switch {
+	case err != nil && info.Read:
+		c.m.opError(StageScanner, "registry")
+		warn(ctx, c.log, "read registry; backing off", "attempt", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
+	case err == nil && info.Read:
+		c.readLogs(info, v)
+	}
+	return v, info.RetryAt, err
+}
+
+// readLogs says, once per read, that the registry answers again, and which entries it lists
+// that are not collected when their number changed.
+func (c *registryCache) readLogs(info RegistryRead, v scanSnapshot) {
+	if info.Recovered > 0 {
+		c.log.Info("registry readable again", "after_attempts", info.Recovered)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil && now.Before(c.retryAt) {
-		return nil, c.retryAt, fmt.Errorf("%w until %s: %w", errRegistryBackoff, c.retryAt.UTC().Format(time.RFC3339Nano), c.err)
+	if len(v.skipped) > 0 && (!c.logged || len(v.skipped) != c.skipped) {
+		c.log.Info("registry entries not collected", "count", len(v.skipped), "first", v.skipped[0].Instance, "reason", v.skipped[0].Reason)
 	}
-	if c.err == nil && c.snap != nil && now.Sub(c.at) < registryReuse && !now.Before(c.at) {
-		return c.snap, time.Time{}, nil
-	}
-	reg, err := c.r.ReadRegistry(ctx)
-	if err != nil {
-		c.failures++
-		delay := c.backoff(c.failures)
-		c.err, c.retryAt = err, now.Add(delay)
-		c.m.opError(StageScanner, "registry")
-		warn(ctx, c.log, "read registry; backing off", "attempt", c.failures, "retry_in", delay, "err", err)
-		return nil, c.retryAt, fmt.Errorf("read registry: %w", err)
-	}
-	if c.failures > 0 {
-		c.log.Info("registry readable again", "after_attempts", c.failures)
-	}
-	c.failures, c.err = 0, nil
-	snap := append([]meta.Instance(nil), reg.Instances...)
-	sort.SliceStable(snap, func(i, j int) bool {
-		if snap[i].Group != snap[j].Group {
-			return snap[i].Group < snap[j].Group
-		}
-		return snap[i].ID < snap[j].ID
-	})
-	if len(reg.Skipped) > 0 && (c.snap == nil || len(reg.Skipped) != c.skipped) {
-		c.log.Info("registry entries not collected", "count", len(reg.Skipped), "first", reg.Skipped[0].Instance, "reason", reg.Skipped[0].Reason)
-	}
-	c.skipped = len(reg.Skipped)
-	rv := newRegView(reg, now)
-	c.known, c.groups, c.partial = rv.known, rv.groups, rv.partial
-	c.snap, c.at = snap, now
-	return snap, time.Time{}, nil
+	c.skipped, c.logged = len(v.skipped), true
 }
 
 // last returns the last snapshot read (nil: none yet), without reading.
 func (c *registryCache) last() []meta.Instance {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.snap
+	v, _, _, _ := c.rc.Last()
+	return v.instances
 }
 
 // instancesOf returns the instances of a snapshot whose metadata store is store, by id (the

@@ -34,15 +34,15 @@ func TestRegistryCacheBacksOff(t *testing.T) {
 	logs := &records{}
 	r := &failingRegistry{err: errors.New("connection refused")}
 	var attempts []int
-	c := &registryCache{r: r, m: NewMetrics(prometheus.NewRegistry()), log: slog.New(logs),
-		backoff: func(n int) time.Duration { attempts = append(attempts, n); return time.Duration(n) * time.Second }}
+	c := newRegistryCache(r, func(n int) time.Duration { attempts = append(attempts, n); return time.Duration(n) * time.Second },
+		NewMetrics(prometheus.NewRegistry()), slog.New(logs))
 	now := t0
 	_, retry, err := c.get(ctx, now)
 	require.Error(t, err)
 	require.Equal(t, now.Add(time.Second), retry)
 	for i := range 100 { // every walk's ticks within the delay: no read
 		_, retry2, err := c.get(ctx, now.Add(time.Duration(i)*time.Millisecond))
-		require.ErrorIs(t, err, errRegistryBackoff)
+		require.ErrorIs(t, err, ErrRegistryBackoff)
 		require.Equal(t, retry, retry2)
 	}
 	require.Equal(t, 1, r.calls)

@@ -95,7 +95,7 @@ func TestUnregDecision(t *testing.T) {
 		}, 0},
 		{"just under the grace", UnregWithinGrace, nil, -24*time.Hour - time.Microsecond},
 		{"no completed round counted it", UnregNotCounted, func(c *Checkpoint, _ *regView) { c.Unregistered = nil }, 0},
-		{"registry read failed", UnregRegistryUnread, func(_ *Checkpoint, v *regView) { *v = regView{err: errRegistryBackoff} }, 0},
+		{"registry read failed", UnregRegistryUnread, func(_ *Checkpoint, v *regView) { *v = regView{err: ErrRegistryBackoff} }, 0},
 		{"registry read partial", UnregRegistryPartial, func(_ *Checkpoint, v *regView) { v.partial = true }, 0},
 		{"registered again", UnregRegistered, func(_ *Checkpoint, v *regView) { v.known["gone"] = true }, 0},
 		{"its group is gone", UnregGroupAbsent, func(_ *Checkpoint, v *regView) { v.groups = map[string]bool{"g2": true} }, 0},

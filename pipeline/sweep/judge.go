@@ -280,17 +280,17 @@ func realDir(cache map[string]string, dir string) string {
 	return r
 }
 
-// viewCache keeps the last registry view for refresh; a failed read keeps the previous view
-// (stale) when there is one: the walker only publishes less or more for the sweepers to judge
-// with their own, and a sweeper's stale view can only keep files of instances or storages
-// registered since. A stale view judges no unregistered instance: their files wait for a
-// registry read that answers. unreg, when set, adds those instances to a fresh view.
+// viewCache keeps the last registry view for refresh (a pipeline.RegistryCache, built on its
+// first get); a failed read keeps the previous view (stale) when there is one: the walker
+// only publishes less or more for the sweepers to judge with their own, and a sweeper's stale
+// view can only keep files of instances or storages registered since. A stale view judges no
+// unregistered instance: their files wait for a registry read that answers. unreg, when set,
+// adds those instances to a fresh view.
 type viewCache struct {
 	unreg *unregReader
 
-	mu   sync.Mutex
-	view *View
-	at   time.Time
+	mu sync.Mutex
+	rc *pipeline.RegistryCache[*View]
 }
 
 type cachedView struct {
@@ -301,23 +301,27 @@ type cachedView struct {
 
 func (c *viewCache) get(ctx context.Context, reg meta.RegistryReader, opts storage.Options, refresh time.Duration, now time.Time) (cachedView, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.view != nil && now.Sub(c.at) < refresh && !now.Before(c.at) {
-		return cachedView{view: c.view}, nil
+	if c.rc == nil {
+		c.rc = pipeline.NewRegistryCache(pipeline.RegistryCacheConfig[*View]{Reader: reg, Refresh: refresh, ServeStale: true,
+			Build: func(ctx context.Context, r *meta.Registry, now time.Time) (*View, error) {
+				v, err := NewView(r, opts)
+				if err != nil {
+					return nil, err
+				}
+				if c.unreg != nil {
+					v = c.unreg.add(ctx, v, r, now)
+				}
+				return v, nil
+			}})
 	}
-	r, err := reg.ReadRegistry(ctx)
-	if err == nil {
-		var v *View
-		if v, err = NewView(r, opts); err == nil {
-			if c.unreg != nil {
-				v = c.unreg.add(ctx, v, r, now)
-			}
-			c.view, c.at = v, now
-			return cachedView{view: v}, nil
-		}
+	rc := c.rc
+	c.mu.Unlock()
+	v, info, err := rc.Get(ctx, now)
+	if err != nil {
+		return cachedView{}, err
 	}
-	if c.view != nil {
-		return cachedView{view: c.view.withUnregistered(nil, nil), stale: true, err: err}, nil
+	if info.Stale {
+		return cachedView{view: v.withUnregistered(nil, nil), stale: true, err: info.Err}, nil
 	}
-	return cachedView{}, fmt.Errorf("read registry: %w", err)
+	return cachedView{view: v}, nil
 }
