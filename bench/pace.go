@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvcm-gc/kvcm-gc/bench/stage"
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
@@ -318,7 +319,7 @@ func (pw *paceWork) window(ctx context.Context, point int, pt PacePoint, rep int
 	if point < 0 {
 		lead = time.Second / 2
 	}
-	if err := sleep(ctx, lead); err != nil {
+	if err := backoff.Sleep(ctx, lead); err != nil {
 		return res, err
 	}
 	var r *run
@@ -339,7 +340,7 @@ func (pw *paceWork) window(ctx context.Context, point int, pt PacePoint, rep int
 	}
 	from := time.Now()
 	before := poll.visited()
-	if err := sleep(ctx, pw.h.cfg.ServingWindow); err != nil {
+	if err := backoff.Sleep(ctx, pw.h.cfg.ServingWindow); err != nil {
 		return res, err
 	}
 	to := time.Now()
@@ -369,7 +370,7 @@ func (pw *paceWork) settle(ctx context.Context, r *run, poll *pacePoller, pt Pac
 		return err
 	}
 	if !pt.Adaptive() {
-		return sleep(ctx, time.Second)
+		return backoff.Sleep(ctx, time.Second)
 	}
 	if err := r.until(ctx, time.Minute, "the walk's pace to leave its baseline hold", func() (bool, error) {
 		s, ok := poll.last()
@@ -377,7 +378,7 @@ func (pw *paceWork) settle(ctx context.Context, r *run, poll *pacePoller, pt Pac
 	}); err != nil {
 		return err
 	}
-	return sleep(ctx, paceSettle)
+	return backoff.Sleep(ctx, paceSettle)
 }
 
 // round times one whole round of the keyspace at pt, the read load running all through it.
@@ -386,7 +387,7 @@ func (pw *paceWork) round(ctx context.Context, pt PacePoint, limit time.Duration
 	res := PaceRound{Point: pt}
 	l := pw.startLoad(ctx, pw.h.cfg.ServingRate)
 	defer l.finish()
-	if err := sleep(ctx, loadLead); err != nil {
+	if err := backoff.Sleep(ctx, loadLead); err != nil {
 		return res, err
 	}
 	r, err := pw.startStages(ctx, "round", pt, true)
@@ -433,7 +434,7 @@ func (pw *paceWork) step(ctx context.Context, pt PacePoint) (*PaceStep, error) {
 	res := &PaceStep{From: cfg.ServingRate, To: cfg.PaceStepRate, Budget: pt.Budget}
 	l := pw.startLoad(ctx, res.From)
 	defer l.finish()
-	if err := sleep(ctx, loadLead); err != nil {
+	if err := backoff.Sleep(ctx, loadLead); err != nil {
 		return res, err
 	}
 	r, err := pw.startStages(ctx, "step", pt, false)
@@ -452,17 +453,17 @@ func (pw *paceWork) step(ctx context.Context, pt PacePoint) (*PaceStep, error) {
 	res.SettledAt = time.Now()
 	// Watched as long before the step as after it, so the report can say how often the pace
 	// fell with nothing changed.
-	if err := sleep(ctx, stepObserve); err != nil {
+	if err := backoff.Sleep(ctx, stepObserve); err != nil {
 		return res, err
 	}
 	res.Up = time.Now()
 	l.rate.Store(int64(res.To))
-	if err := sleep(ctx, stepObserve); err != nil {
+	if err := backoff.Sleep(ctx, stepObserve); err != nil {
 		return res, err
 	}
 	res.Down = time.Now()
 	l.rate.Store(int64(res.From))
-	if err := sleep(ctx, stepObserve); err != nil {
+	if err := backoff.Sleep(ctx, stepObserve); err != nil {
 		return res, err
 	}
 	res.End = time.Now()
@@ -491,18 +492,6 @@ func keysVisited(ck pipeline.Checkpoint, perRound int64) int64 {
 		perRound = int64(ck.LastRoundVisited)
 	}
 	return int64(ck.Round-1)*perRound + int64(ck.KeysVisited)
-}
-
-// sleep waits d, or less when ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // pacePoller reads a run's scanner pace and progress every pacePoll.
