@@ -30,19 +30,32 @@ func TestProbeQueue(t *testing.T) {
 		require.LessOrEqual(t, oneWay, rtt+time.Microsecond)
 	}
 
-	busy := make(chan error, 1)
-	go func() {
-		busy <- srv.Client().Eval(ctx, `local s = redis.call('TIME')
+	// Probes go out back to back while a script holds Redis's event loop for 20 ms: one of
+	// them is queued behind it and waits. Should the scanner host not send one while the
+	// script runs (descheduled for all of it), the script runs again.
+	var most time.Duration
+	for attempt := 0; attempt < 10 && most <= 5*time.Millisecond; attempt++ {
+		busy := make(chan error, 1)
+		go func() {
+			busy <- srv.Client().Eval(ctx, `local s = redis.call('TIME')
 repeat
   local n = redis.call('TIME')
 until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 20000
 return 1`, nil).Err()
-	}()
-	time.Sleep(5 * time.Millisecond) // the script runs: Redis answers nothing else until it ends
-	_, oneWay, err := st.ProbeQueue(ctx)
-	require.NoError(t, err)
-	require.NoError(t, <-busy)
-	require.Greater(t, oneWay, 5*time.Millisecond, "the probe waited behind the script")
+		}()
+		for done := false; !done; {
+			_, oneWay, err := st.ProbeQueue(ctx)
+			require.NoError(t, err)
+			most = max(most, oneWay)
+			select {
+			case err := <-busy:
+				require.NoError(t, err)
+				done = true
+			default:
+			}
+		}
+	}
+	require.Greater(t, most, 5*time.Millisecond, "a probe waited behind the script")
 
 	srv.AddUser(t, "notime", "pw", "~*", "+scan", "+hgetall", "+ping")
 	ro, err := redismeta.OpenStore(ctx, redismeta.ConnOptions{Addr: srv.Addr(), Username: "notime", Password: "pw"}, redismeta.StoreOptions{DryRun: true})
