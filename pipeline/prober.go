@@ -119,12 +119,13 @@ const (
 // Meanwhile batches are judged with the last table: a stale table can only make storages
 // unknown.
 func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
-	snap, info, err := p.registryCache.Get(ctx, p.now())
+	now := p.now()
+	snap, info, err := p.registryCache.Get(ctx, now)
 	switch {
 	case info.Read && info.Stale:
-		p.log.Warn("refresh registry; using the previous storage table", "failures", info.Failures, "retry_in", info.RetryAt.Sub(p.now()), "err", info.Err)
+		p.log.Warn("refresh registry; using the previous storage table", "failures", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
 	case info.Read && err != nil:
-		p.log.Warn("read registry", "failures", info.Failures, "retry_in", info.RetryAt.Sub(p.now()), "err", info.Err)
+		p.log.Warn("read registry", "failures", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
 	}
 	return snap, err
 }
