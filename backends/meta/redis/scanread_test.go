@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 // SCAN per page (over RESP2, the protocol kvcm-gc's client speaks and the only one readEntry
 // reads), the raw reader over RESP2 and RESP3.
 func TestRawReadEqualsGeneral(t *testing.T) {
-	srv := testenv.StartRedis(t)
+	srv := testenv.StartRedis(t, testenv.WithRedisArgs("--enable-debug-command", "local"))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	admin := srv.Client()
@@ -40,6 +41,8 @@ func TestRawReadEqualsGeneral(t *testing.T) {
 	require.NoError(t, admin.HSet(ctx, odd, "L#a\r\nb", "$3\r\nxyz\r\n", "L#", "", "__loc__x", "\x00\xff", "L#z", "*2\r\n").Err())
 	require.NoError(t, admin.Set(ctx, kvcm.BlockKey("loc", 1<<41), "a string", 0).Err())
 	require.NoError(t, admin.HSet(ctx, kvcm.BlockKey("leg", 1<<42), "__uri__", "", "__lru_time__", "").Err())
+
+	waitRehashed(ctx, t, admin)
 
 	owns := func(id string) bool { return id == "loc" || id == "leg" }
 	client := func(proto int) *redis.Client {
@@ -71,6 +74,20 @@ func TestRawReadEqualsGeneral(t *testing.T) {
 			t.Logf("resp%d count %d: %d pages, %d entries, %d bad keys", proto, count, pages, entries, bad)
 		}
 	}
+}
+
+// waitRehashed waits until the keyspace's table has finished growing. While Redis rehashes
+// it, the same SCAN cursor answers differently from one call to the next (every key lookup
+// moves a bucket), so the raw reader's SCAN, sent a page early, and the general reader's SCAN,
+// sent later, would walk different tables. Redis finishes the rehash itself within a few
+// server ticks once writes stop.
+func waitRehashed(ctx context.Context, t *testing.T, c *redis.Client) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		stats, err := c.Do(ctx, "DEBUG", "HTSTATS", "0").Text()
+		require.NoError(t, err)
+		return !strings.Contains(strings.ToLower(stats), "rehashing")
+	}, 10*time.Second, 10*time.Millisecond, "the keyspace's table is still rehashing")
 }
 
 // TestRawReadValuesDoNotOverlap: an entry's values have their length as their capacity, so
