@@ -59,6 +59,17 @@ func (e *Entry) Location(id string) ([]byte, bool) {
 	return nil, false
 }
 
+// Parts reads the entry's locations in either layout (kvcm.ReadParts).
+func (e *Entry) Parts() kvcm.Parts { return kvcm.ReadParts(e.Layout, e.URI, e) }
+
+// LocationFieldCount is the number of the entry's L# fields (kvcm.LocationFields).
+func (e *Entry) LocationFieldCount() int { return len(e.Locations) }
+
+// LocationFieldAt is the entry's i-th L# field (kvcm.LocationFields).
+func (e *Entry) LocationFieldAt(i int) (string, []byte) {
+	return e.Locations[i].ID, e.Locations[i].Value
+}
+
 // Page is the result of one maintenance scan call.
 type Page struct {
 	// Next is the cursor to pass to the next call; 0 when the walk of the store is done.
