@@ -92,6 +92,25 @@ func BenchmarkJudge(b *testing.B) {
 	benchJudge(b, rules, batch)
 }
 
+// BenchmarkJudgeLocation is BenchmarkJudge over the same page in the location layout: each
+// location a field of its own.
+func BenchmarkJudgeLocation(b *testing.B) {
+	batch, missing := benchBatch("/data/nfs", 256)
+	for i := range batch.Blocks {
+		be := &batch.Blocks[i]
+		blk, err := kvcm.DecodeBlock(be.URI)
+		if err != nil {
+			b.Fatal(err)
+		}
+		be.Layout, be.URI, be.LRUTime = subjects.LayoutLocation, nil, ""
+		for _, l := range blk.Locations {
+			be.Locs = append(be.Locs, subjects.LocField{ID: subjects.RawText(l.ID), V: subjects.RawText(l.Raw)})
+		}
+	}
+	rules := pipeline.Rules{Config: pipeline.DefaultProberConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
+	benchJudge(b, rules, batch)
+}
+
 // benchJudge checks that rules judge every location of batch and find targets, then times
 // the judging.
 func benchJudge(b *testing.B, rules pipeline.Rules, batch subjects.Batch) {
