@@ -463,103 +463,109 @@ func (r *replayer) batch(ctx context.Context, rm *ReplayMessage, src subjects.So
 			continue
 		}
 		cur, exists, readErr := r.deps.Blocks.ReadBlock(ctx, b.Store, b.Instance, be.Key)
-		switch be.Layout {
-		case subjects.LayoutLocation:
-			for _, f := range be.Locs {
-				rm.Locations = append(rm.Locations, r.locationField(ctx, events, b, be, f, &cur, exists, readErr, at, now))
-			}
-			continue
-		case subjects.LayoutAmbiguous:
+		ps := be.Parts()
+		layout := ps.Layout()
+		switch layout {
+		case kvcm.LayoutAmbiguous:
 			lr := LocationReplay{Key: be.Key, Status: "-"}
 			lr.Then = r.thenProber(events, b, be.Key, "")
 			lr.Rerun = r.judgeBlock(ctx, b, *be, at)
 			lr.Now = r.nowLayout(&cur, exists, readErr, kvcm.LayoutAmbiguous)
 			rm.Locations = append(rm.Locations, lr)
 			continue
-		}
-		lru := cur.LRUTime
-		blk, err := kvcm.DecodeBlock([]byte(be.URI))
-		if err != nil {
+		case kvcm.LayoutNone:
 			lr := LocationReplay{Key: be.Key, Status: "-"}
 			lr.Then = r.thenProber(events, b, be.Key, "")
-			lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: err.Error()}
+			lr.Rerun = &Verdict{Decision: DecisionKept, Detail: "no location: an empty __uri__ is an absent block to KVCM"}
 			lr.Now = r.nowLayout(&cur, exists, readErr, kvcm.LayoutLegacy)
 			rm.Locations = append(rm.Locations, lr)
 			continue
 		}
-		var curBlk *kvcm.Block
-		if exists && readErr == nil && cur.Layout == kvcm.LayoutLegacy {
-			curBlk, _ = kvcm.DecodeBlock(cur.URI)
-		}
+		c := r.current(&cur, exists, readErr, layout)
 		pins := pipeline.MigrationPinsOf(be)
-		var curPins pipeline.MigrationPins
-		if curBlk != nil {
-			curPins = pipeline.MigrationPinsOfEntry(&cur)
-		}
-		for i := range blk.Locations {
-			loc := &blk.Locations[i]
-			lr := LocationReplay{Key: be.Key, Location: loc.ID, Status: loc.Status.String()}
-			lr.Then = r.thenProber(events, b, be.Key, loc.ID)
-			one := subjects.BlockEntry{Key: be.Key, URI: subjects.RawText(oneLocation(loc.ID, loc.Raw)), LRUTime: be.LRUTime}
-			rerun := r.judgeIn(ctx, b, one, loc, pins, at)
-			lr.Rerun = &rerun
-			switch {
-			case readErr != nil || !exists || cur.Layout != kvcm.LayoutLegacy:
-				lr.Now = r.nowLayout(&cur, exists, readErr, kvcm.LayoutLegacy)
-			case curBlk == nil:
-				lr.Now = Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: "current __uri__ does not decode"}
-			default:
-				cl, ok := curBlk.Find(loc.ID)
-				if !ok {
-					lr.Now = Verdict{Decision: DecisionGone, Detail: "location no longer in the block"}
-					break
-				}
-				lr.Changed = !bytes.Equal(cl.Raw, loc.Raw)
-				one := subjects.BlockEntry{Key: be.Key, URI: subjects.RawText(oneLocation(cl.ID, cl.Raw)), LRUTime: lru}
-				lr.Now = r.judgeIn(ctx, b, one, cl, curPins, now)
-				if lr.Changed {
-					lr.Now.Detail = subjects.JoinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
-				}
-			}
-			rm.Locations = append(rm.Locations, lr)
+		for p := range ps.All() {
+			rm.Locations = append(rm.Locations, r.part(ctx, events, b, be, p, pins, at, now, c))
 		}
 	}
 }
 
-// locationField explains one location field of a location-layout block.
-func (r *replayer) locationField(ctx context.Context, events map[eventKey][]indexedEvent, b subjects.Batch, be *subjects.BlockEntry,
-	f subjects.LocField, cur *meta.Entry, exists bool, readErr error, at, now time.Time) LocationReplay {
-	id := string(f.ID)
-	lr := LocationReplay{Key: be.Key, Location: id, Status: "-"}
-	lr.Then = r.thenProber(events, b, be.Key, id)
-	if len(f.V) == 0 {
-		lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: pipeline.SkipTombstone}
-	} else {
-		loc, err := kvcm.DecodeLocation(id, f.V)
-		if err == nil {
-			lr.Status = loc.Status.String()
+// current is a block as it is now, read again for a replay of the layout it was scanned in:
+// its parts by location id (tombstones left out), or why they cannot be compared.
+type current struct {
+	whole    Verdict // the decision now about the whole block (nowLayout)
+	then     Verdict // when not readable: the decision now about each of its locations
+	parts    map[string]kvcm.Part
+	pins     pipeline.MigrationPins
+	lru      string
+	readable bool
+}
+
+func (r *replayer) current(cur *meta.Entry, exists bool, readErr error, layout kvcm.Layout) current {
+	c := current{lru: cur.LRUTime, whole: r.nowLayout(cur, exists, readErr, layout)}
+	if readErr != nil || !exists || cur.Layout != layout {
+		c.then = c.whole
+		return c
+	}
+	ps := cur.Parts()
+	c.parts = map[string]kvcm.Part{}
+	for p := range ps.All() {
+		if p.Kind == kvcm.PartCorrupt && p.Layout == kvcm.LayoutLegacy {
+			c.then = Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: "current __uri__ does not decode"}
+			return c
 		}
-		one := subjects.BlockEntry{Key: be.Key, Layout: subjects.LayoutLocation, Locs: []subjects.LocField{f}}
-		rerun := r.judgeIn(ctx, b, one, &loc, pipeline.MigrationPinsOf(be), at)
+		if p.Kind != kvcm.PartTombstone {
+			c.parts[p.ID] = p
+		}
+	}
+	c.pins, c.readable = pipeline.MigrationPinsOfEntry(cur), true
+	return c
+}
+
+// part explains one part of a batch's block: what the prober decided then, what the rules
+// decide on it now from the batch, and what they decide on the block as it is now.
+func (r *replayer) part(ctx context.Context, events map[eventKey][]indexedEvent, b subjects.Batch, be *subjects.BlockEntry,
+	p kvcm.Part, pins pipeline.MigrationPins, at, now time.Time, cur current) LocationReplay {
+	lr := LocationReplay{Key: be.Key, Location: p.ID, Status: "-"}
+	if p.Kind == kvcm.PartLocation {
+		lr.Status = p.Loc.Status.String()
+	}
+	lr.Then = r.thenProber(events, b, be.Key, p.ID)
+	switch {
+	case p.Kind == kvcm.PartTombstone:
+		lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: pipeline.SkipTombstone}
+	case p.Kind == kvcm.PartCorrupt && p.Layout == kvcm.LayoutLegacy:
+		lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: p.Err.Error()}
+		lr.Now = cur.whole
+		return lr
+	default:
+		rerun := r.judgeIn(ctx, b, onePart(be.Key, p, be.LRUTime), &p.Loc, pins, at)
 		lr.Rerun = &rerun
 	}
-	if readErr != nil || !exists || cur.Layout != kvcm.LayoutLocation {
-		lr.Now = r.nowLayout(cur, exists, readErr, kvcm.LayoutLocation)
+	if !cur.readable {
+		lr.Now = cur.then
 		return lr
 	}
-	v, ok := cur.Location(id)
-	if !ok || len(v) == 0 {
-		lr.Now = Verdict{Decision: DecisionGone, Detail: "location field no longer in the block"}
+	cp, ok := cur.parts[p.ID]
+	if !ok {
+		lr.Now = Verdict{Decision: DecisionGone, Detail: "location no longer in the block"}
 		return lr
 	}
-	lr.Changed = !bytes.Equal(v, f.V)
-	cl, err := kvcm.DecodeLocation(id, v)
-	one := subjects.BlockEntry{Key: be.Key, Layout: subjects.LayoutLocation, Locs: []subjects.LocField{{ID: f.ID, V: subjects.RawText(v)}}}
-	lr.Now = r.judgeIn(ctx, b, one, &cl, pipeline.MigrationPinsOfEntry(cur), now)
-	if lr.Changed && err == nil {
-		lr.Now.Detail = subjects.JoinDetail("bytes changed since the scan (status now "+cl.Status.String()+")", lr.Now.Detail)
+	lr.Changed = !bytes.Equal(cp.Raw, p.Raw)
+	lr.Now = r.judgeIn(ctx, b, onePart(be.Key, cp, cur.lru), &cp.Loc, cur.pins, now)
+	if lr.Changed && cp.Kind == kvcm.PartLocation {
+		lr.Now.Detail = subjects.JoinDetail("bytes changed since the scan (status now "+cp.Loc.Status.String()+")", lr.Now.Detail)
 	}
 	return lr
+}
+
+// onePart is a block entry of block key holding only part p, in p's layout (lru: the
+// legacy block's __lru_time__).
+func onePart(key int64, p kvcm.Part, lru string) subjects.BlockEntry {
+	if p.Layout == kvcm.LayoutLocation {
+		return subjects.BlockEntry{Key: key, Layout: subjects.LayoutLocation,
+			Locs: []subjects.LocField{{ID: subjects.RawText(p.ID), V: subjects.RawText(p.Raw)}}}
+	}
+	return subjects.BlockEntry{Key: key, URI: subjects.RawText(oneLocation(p.ID, p.Raw)), LRUTime: lru}
 }
 
 // nowLayout is the decision now about a block that cannot be read, is gone, or is no longer

@@ -45,59 +45,29 @@ func pinsOf(locs []kvcm.Location, hidden bool) MigrationPins {
 func mentionsGuard(raw []byte) bool { return bytes.Contains(raw, []byte(kvcm.FieldCopyGuard)) }
 
 // MigrationPinsOf reads the guards of a block entry as a batch carries it (either layout).
-func MigrationPinsOf(be *subjects.BlockEntry) MigrationPins {
-	switch be.Layout {
-	case "", subjects.LayoutLegacy:
-		blk, err := kvcm.DecodeBlock(be.URI)
-		if err != nil {
-			return MigrationPins{unknown: mentionsGuard(be.URI)}
-		}
-		return pinsOf(blk.Locations, false)
-	case subjects.LayoutLocation:
-		locs := make([]kvcm.Location, 0, len(be.Locs))
-		hidden := false
-		for _, f := range be.Locs {
-			if len(f.V) == 0 {
-				continue
-			}
-			l, err := kvcm.DecodeLocation(string(f.ID), f.V)
-			if err != nil {
-				hidden = hidden || mentionsGuard(f.V)
-				continue
-			}
-			locs = append(locs, l)
-		}
-		return pinsOf(locs, hidden)
-	}
-	return MigrationPins{}
-}
+func MigrationPinsOf(be *subjects.BlockEntry) MigrationPins { return pinsOfParts(be.Parts()) }
 
 // MigrationPinsOfEntry reads the guards of a block as the store returns it.
-func MigrationPinsOfEntry(e *meta.Entry) MigrationPins {
-	switch e.Layout {
-	case kvcm.LayoutLegacy:
-		blk, err := kvcm.DecodeBlock(e.URI)
-		if err != nil {
-			return MigrationPins{unknown: mentionsGuard(e.URI)}
-		}
-		return pinsOf(blk.Locations, false)
-	case kvcm.LayoutLocation:
-		locs := make([]kvcm.Location, 0, len(e.Locations))
-		hidden := false
-		for _, f := range e.Locations {
-			if len(f.Value) == 0 {
-				continue
-			}
-			l, err := kvcm.DecodeLocation(f.ID, f.Value)
-			if err != nil {
-				hidden = hidden || mentionsGuard(f.Value)
-				continue
-			}
-			locs = append(locs, l)
-		}
-		return pinsOf(locs, hidden)
+func MigrationPinsOfEntry(e *meta.Entry) MigrationPins { return pinsOfParts(e.Parts()) }
+
+// pinsOfParts reads the guards of a block's parts: those of every location that decodes, and
+// an unknown one when bytes that do not decode mention a guard. An ambiguous block pins
+// nothing: nothing of it is judged.
+func pinsOfParts(ps kvcm.Parts) MigrationPins {
+	if l := ps.Layout(); l != kvcm.LayoutLegacy && l != kvcm.LayoutLocation {
+		return MigrationPins{}
 	}
-	return MigrationPins{}
+	var locs []kvcm.Location
+	hidden := false
+	for p := range ps.All() {
+		switch p.Kind {
+		case kvcm.PartLocation:
+			locs = append(locs, p.Loc)
+		case kvcm.PartCorrupt:
+			hidden = hidden || mentionsGuard(p.Raw)
+		}
+	}
+	return pinsOf(locs, hidden)
 }
 
 // Kept says why loc, a location of the block p was read from, is kept for a migration: a

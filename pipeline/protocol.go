@@ -608,38 +608,24 @@ func referencedElsewhere(cells []*reqCell) map[int64]map[dataRef]bool {
 // blockRefs lists the data objects named by the locations of e other than those in skip.
 // ok is false when a location cannot be decoded (what it names is unknown).
 func blockRefs(e *meta.Entry, skip map[string]bool) (map[dataRef]bool, bool) {
+	ps := e.Parts()
+	layout := ps.Layout()
+	if layout != kvcm.LayoutLegacy && layout != kvcm.LayoutLocation {
+		return nil, false
+	}
 	refs := map[dataRef]bool{}
-	add := func(l *kvcm.Location) {
-		for _, s := range l.Specs {
+	for p := range ps.All() {
+		switch {
+		case p.Kind == kvcm.PartCorrupt:
+			return nil, false
+		case p.Kind == kvcm.PartTombstone || skip[p.ID]:
+			continue // a tombstone names nothing; ours are being cleared
+		}
+		for _, s := range p.Loc.Specs {
 			if u, err := kvcm.ParseDataURI(s.URI); err == nil {
 				refs[dataRef{u.Host, u.Path}] = true
 			}
 		}
-	}
-	switch e.Layout {
-	case kvcm.LayoutLegacy:
-		blk, err := kvcm.DecodeBlock(e.URI)
-		if err != nil {
-			return nil, false
-		}
-		for i := range blk.Locations {
-			if l := &blk.Locations[i]; !skip[l.ID] {
-				add(l)
-			}
-		}
-	case kvcm.LayoutLocation:
-		for _, f := range e.Locations {
-			if skip[f.ID] || len(f.Value) == 0 {
-				continue // ours, or a tombstone (names nothing)
-			}
-			l, err := kvcm.DecodeLocation(f.ID, f.Value)
-			if err != nil {
-				return nil, false
-			}
-			add(&l)
-		}
-	default:
-		return nil, false
 	}
 	return refs, true
 }

@@ -135,52 +135,45 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 		}
 	}
 
+	slab := make([]kvcm.Location, 0, 2*len(b.Blocks))
 	for i := range b.Blocks {
 		be := &b.Blocks[i]
-		switch be.Layout {
-		case "", subjects.LayoutLegacy:
-			if len(be.URI) == 0 {
-				continue // absent, as in KVCM
-			}
-			blk, err := kvcm.DecodeBlock(be.URI)
-			if err != nil {
-				v.note(be.Key, "", SkipCorruptURI, err.Error())
-				continue
-			}
-			pins := pinsOf(blk.Locations, false)
-			for j := range blk.Locations {
-				judge(be, &blk.Locations[j], subjects.LayoutLegacy, pins)
-			}
-		case subjects.LayoutLocation:
-			// Every field is decoded first: a guard pins its source, another field. The
-			// candidates keep pointers into locs, so each block has its own.
-			locs := make([]kvcm.Location, 0, len(be.Locs))
-			hidden := false
-			for j := range be.Locs {
-				f := &be.Locs[j]
-				if len(f.V) == 0 {
-					// KVCM's tombstone: never judged, never touched.
-					v.skip(SkipTombstone, 1)
-					continue
-				}
-				loc, err := kvcm.DecodeLocation(string(f.ID), f.V)
-				if err != nil {
-					v.Judged++
-					v.note(be.Key, string(f.ID), SkipCorruptLocation, err.Error())
-					hidden = hidden || mentionsGuard(f.V)
-					continue
-				}
-				locs = append(locs, loc)
-			}
-			pins := pinsOf(locs, hidden)
-			for j := range locs {
-				judge(be, &locs[j], subjects.LayoutLocation, pins)
-			}
-		default:
+		ps := be.Parts()
+		layout := ps.Layout()
+		switch layout {
+		case kvcm.LayoutNone:
+			continue // an empty __uri__: absent, as in KVCM
+		case kvcm.LayoutAmbiguous:
 			// Both layouts in one key (a block touched before and after an upgrade): which
 			// locations KVCM reads depends on its version. Judged by nothing (invariant 9).
 			v.Ambiguous++
 			v.note(be.Key, "", SkipAmbiguousLayout, fmt.Sprintf("layout %q: both __uri__ and L# fields; nothing judged", be.Layout))
+			continue
+		}
+		// Every location is decoded first: a guard pins its source, another location. The
+		// candidates keep pointers into locs, a window of the batch's slab: an append that
+		// moves the slab leaves the old array, and the pointers into it, as they were.
+		start := len(slab)
+		hidden := false
+		for p := range ps.All() {
+			switch {
+			case p.Kind == kvcm.PartTombstone:
+				// KVCM's tombstone: never judged, never touched.
+				v.skip(SkipTombstone, 1)
+			case p.Kind == kvcm.PartCorrupt && p.Layout == kvcm.LayoutLegacy:
+				v.note(be.Key, "", SkipCorruptURI, p.Err.Error())
+			case p.Kind == kvcm.PartCorrupt:
+				v.Judged++
+				v.note(be.Key, p.ID, SkipCorruptLocation, p.Err.Error())
+				hidden = hidden || mentionsGuard(p.Raw)
+			default:
+				slab = append(slab, p.Loc)
+			}
+		}
+		locs := slab[start:len(slab):len(slab)]
+		pins := pinsOf(locs, hidden)
+		for j := range locs {
+			judge(be, &locs[j], layout.String(), pins)
 		}
 	}
 

@@ -246,6 +246,9 @@ func TestJudgeRules(t *testing.T) {
 		{name: "location: a field that does not decode but names a guard keeps the block", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutLocation,
 			Locs: []subjects.LocField{{ID: subjects.RawText("c"), V: subjects.RawText(`{"id":"c","migration_copy_guard":{`)}, lfField(lf("a", 2, 4, ct(-48*time.Hour)))}}},
 			skips: map[string]int{SkipCorruptLocation: 1, SkipMigrationSource: 1}},
+		{name: "location: field L# (empty id) that does not decode but names a guard keeps the block", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutLocation,
+			Locs: []subjects.LocField{{ID: subjects.RawText(""), V: subjects.RawText(`{"migration_copy_guard":{`)}, lfField(lf("a", 2, 4, ct(-48*time.Hour)))}}},
+			skips: map[string]int{SkipCorruptLocation: 1, SkipCorruptURI: 0, SkipMigrationSource: 1}},
 		{name: "legacy: guarded target and its source kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(
 			loc("dst", 2, 4, `,"migration_copy_guard":{"schema_version":1,"state":1,"operation_id":"op","source_location_id":"src"}`),
 			loc("src", 3, 4, "", nfsURI("gone")), loc("o", 2, 4, ""))}},

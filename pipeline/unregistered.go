@@ -265,35 +265,15 @@ func countUnregistered(ctx context.Context, store meta.Store, keys []string, reg
 // false when part of it does not decode (what did is counted).
 func entryLocations(e *meta.Entry) (n int64, bytes uint64, ok bool) {
 	ok = true
-	add := func(l *kvcm.Location) {
-		n++
-		b, _ := kvcm.SpecBytes(l.Specs)
-		bytes = satAdd(bytes, b)
-	}
-	switch e.Layout {
-	case kvcm.LayoutLegacy, kvcm.LayoutAmbiguous:
-		if len(e.URI) > 0 {
-			blk, err := kvcm.DecodeBlock(e.URI)
-			if err != nil {
-				ok = false
-			} else {
-				for i := range blk.Locations {
-					add(&blk.Locations[i])
-				}
-			}
-		}
-	}
-	if e.Layout == kvcm.LayoutLocation || e.Layout == kvcm.LayoutAmbiguous {
-		for _, f := range e.Locations {
-			if len(f.Value) == 0 {
-				continue
-			}
-			l, err := kvcm.DecodeLocation(f.ID, f.Value)
-			if err != nil {
-				ok = false
-				continue
-			}
-			add(&l)
+	ps := e.Parts()
+	for p := range ps.All() {
+		switch p.Kind {
+		case kvcm.PartCorrupt:
+			ok = false
+		case kvcm.PartLocation:
+			n++
+			b, _ := kvcm.SpecBytes(p.Loc.Specs)
+			bytes = satAdd(bytes, b)
 		}
 	}
 	return n, bytes, ok

@@ -211,36 +211,23 @@ func unregTargets(reads []meta.BlockRead) (targets []subjects.Target, keys int) 
 		if r.Err != nil || !r.Exists {
 			continue
 		}
-		e := &r.Entry
+		ps := r.Entry.Parts()
+		layout := ps.Layout()
+		if layout != kvcm.LayoutLegacy && layout != kvcm.LayoutLocation {
+			continue // absent, ambiguous or unknown: nothing in it is written (invariant 9)
+		}
 		var ts []subjects.Target
 		ok := true
-		switch e.Layout {
-		case kvcm.LayoutLegacy:
-			if len(e.URI) == 0 {
-				continue
+		for p := range ps.All() {
+			if p.Kind == kvcm.PartCorrupt {
+				ok = false
+				break
 			}
-			blk, err := kvcm.DecodeBlock(e.URI)
-			if err != nil {
-				continue
+			if p.Kind == kvcm.PartTombstone {
+				continue // nothing writes a tombstone
 			}
-			for _, l := range blk.Locations {
-				ts = append(ts, subjects.Target{Key: e.BlockKey, Location: l.ID, Layout: subjects.LayoutLegacy,
-					Reason: subjects.ReasonUnregisteredInstance, Expected: subjects.RawText(l.Raw)})
-			}
-		case kvcm.LayoutLocation:
-			for _, f := range e.Locations {
-				if len(f.Value) == 0 {
-					continue // a tombstone: nothing writes it
-				}
-				if _, err := kvcm.DecodeLocation(f.ID, f.Value); err != nil {
-					ok = false
-					break
-				}
-				ts = append(ts, subjects.Target{Key: e.BlockKey, Location: f.ID, Layout: subjects.LayoutLocation,
-					Reason: subjects.ReasonUnregisteredInstance, Expected: subjects.RawText(f.Value)})
-			}
-		default:
-			continue // ambiguous or unknown: nothing in it is written (invariant 9)
+			ts = append(ts, subjects.Target{Key: r.Entry.BlockKey, Location: p.ID, Layout: layout.String(),
+				Reason: subjects.ReasonUnregisteredInstance, Expected: subjects.RawText(p.Raw)})
 		}
 		if ok && len(ts) > 0 {
 			targets = append(targets, ts...)

@@ -183,35 +183,23 @@ func (v *View) judgeFile(r meta.BlockRead, t sweepTarget, otherDB bool) (orphan 
 	case !r.Exists:
 		return true, orphanAbsent, ""
 	}
-	e := &r.Entry
-	var locs []kvcm.Location
-	switch e.Layout {
+	ps := r.Entry.Parts()
+	layout := ps.Layout()
+	switch layout {
 	case kvcm.LayoutNone:
-		return true, orphanNoLocation, ""
+		return true, orphanNoLocation, "" // no location field, or an empty __uri__: absent to KVCM
 	case kvcm.LayoutAmbiguous:
 		return false, KeptAmbiguousLayout, ""
-	case kvcm.LayoutLegacy:
-		if len(e.URI) == 0 {
-			return true, orphanNoLocation, "" // an empty __uri__ is an absent block to KVCM
+	}
+	var locs []kvcm.Location
+	for p := range ps.All() {
+		switch p.Kind {
+		case kvcm.PartTombstone:
+			return false, KeptTombstone, kvcm.LocationField(p.ID)
+		case kvcm.PartCorrupt:
+			return false, KeptCorrupt, p.Err.Error()
 		}
-		blk, err := kvcm.DecodeBlock(e.URI)
-		if err != nil {
-			return false, KeptCorrupt, err.Error()
-		}
-		locs = blk.Locations
-	case kvcm.LayoutLocation:
-		for _, f := range e.Locations {
-			if len(f.Value) == 0 {
-				return false, KeptTombstone, "L#" + f.ID
-			}
-			l, err := kvcm.DecodeLocation(f.ID, f.Value)
-			if err != nil {
-				return false, KeptCorrupt, err.Error()
-			}
-			locs = append(locs, l)
-		}
-	default:
-		return false, KeptCorrupt, "unknown layout " + e.Layout.String()
+		locs = append(locs, p.Loc)
 	}
 	dirs := map[string]string{}
 	for i := range locs {
