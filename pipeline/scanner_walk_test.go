@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -56,6 +57,20 @@ func page(next uint64, keys ...int64) meta.Page {
 func pendingWalk() *walk {
 	w := walking()
 	w.step(evPage{now: t0, page: page(200, 1, 2, 3)})
+	return w
+}
+
+// cappedWalk walks at max_keys_per_second 100: it has published a page of 5 keys read at t0
+// (the round's first, so it waits its whole period, 50ms), and the page is recorded.
+func cappedWalk() *walk {
+	w := walking()
+	w.cfg.maxKeysPerSecond = 100
+	acts := w.step(evPage{now: t0, page: page(200, 1, 2, 3, 4, 5)})
+	for _, a := range acts {
+		if p, ok := a.(actPublish); ok {
+			w.step(evRecorded{ckpt: p.next, rev: 12})
+		}
+	}
 	return w
 }
 
@@ -220,7 +235,36 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evPage{now: t0, page: page(200, 1, 2, 3, 4, 5)},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, 50*time.Millisecond, lastWait(t, acts))
+				require.Equal(t, 50*time.Millisecond, lastWait(t, acts), "the first page: nothing to take out")
+			}},
+		{"max_keys_per_second: the first page of a round waits its whole period", func() *walk {
+			w := cappedWalk()
+			w.step(evSaved{now: t0.Add(time.Second), why: saveRoundStart, ckpt: Checkpoint{Round: 5, InRound: true}, rev: 12, instances: insts})
+			return w
+		}, evPage{now: t0.Add(2 * time.Second), page: page(300, 1, 2, 3, 4, 5)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, 50*time.Millisecond, lastWait(t, acts), "the last round's page is not this one's")
+			}},
+		{"max_keys_per_second: a read shorter than the period is taken out of the wait", cappedWalk,
+			evPage{now: t0.Add(50*time.Millisecond + 10*time.Millisecond), page: page(300, 1, 2, 3, 4, 5)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, 40*time.Millisecond, lastWait(t, acts), "pages 50ms apart: 5 keys at 100 keys/s")
+			}},
+		{"max_keys_per_second: a read longer than the period leaves scan_interval's wait", cappedWalk,
+			evPage{now: t0.Add(50*time.Millisecond + 80*time.Millisecond), page: page(300, 1, 2, 3, 4, 5)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, time.Millisecond, lastWait(t, acts), "no debt: 80ms late is not caught up")
+				w.step(evRecorded{ckpt: steptest.Only[actPublish](t, acts).next, rev: 13})
+				acts = w.step(evPage{now: t0.Add(131*time.Millisecond + 10*time.Millisecond), page: page(400, 1, 2, 3, 4, 5)})
+				require.Equal(t, 40*time.Millisecond, lastWait(t, acts), "the next page's period is whole again")
+			}},
+		{"max_keys_per_second: the wait is never below scan_interval", func() *walk {
+			w := cappedWalk()
+			w.cfg.scanInterval = 20 * time.Millisecond
+			return w
+		}, evPage{now: t0.Add(50*time.Millisecond + 40*time.Millisecond), page: page(300, 1, 2, 3, 4, 5)},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, 20*time.Millisecond, lastWait(t, acts), "50ms less 40ms read, raised to scan_interval")
 			}},
 		{"next page read while the last is recorded: held until it is", pendingWalk,
 			evPage{now: t0, page: page(300, 4)},
@@ -564,6 +608,70 @@ func TestWalkRate(t *testing.T) {
 		w.step(evRecorded{ckpt: last.next, rev: uint64(40 + i)})
 	}
 	require.InDelta(t, 10, last.next.Rate, 1)
+}
+
+// TestWalkCap runs a walk paced by max_keys_per_second through pages whose reads (and
+// publishes and ticks) take the time given, the next page read when the wait asked has passed
+// plus that time. Over the run the walk goes at the cap, within 1%, when the reads fit in the
+// period; over any run of pages it never goes faster than the cap but for one page's keys.
+func TestWalkCap(t *testing.T) {
+	const capRate = 32_000 // keys/s: a page of 256 keys every 8ms
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	rnd := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []struct {
+		name  string
+		keys  func(i int) int
+		spent func(i int) time.Duration // the time besides the wait before page i+1
+		atCap bool                      // the reads fit in the period: the walk goes at the cap
+	}{
+		{"reads of 3ms", func(int) int { return 256 }, func(int) time.Duration { return ms(3) }, true},
+		{"reads of 0 to 6ms, pages of 200 to 300 keys",
+			func(int) int { return 200 + rnd.IntN(101) }, func(int) time.Duration { return ms(6 * rnd.Float64()) }, true},
+		{"a read of 30ms every tenth page", func(int) int { return 256 }, func(i int) time.Duration {
+			if i%10 == 9 {
+				return ms(30)
+			}
+			return ms(3)
+		}, false},
+		{"reads of 12ms, longer than the period", func(int) int { return 256 }, func(int) time.Duration { return ms(12) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := walking()
+			w.cfg.scanInterval, w.cfg.maxKeysPerSecond = time.Nanosecond, capRate
+			const pages = 500
+			at := make([]time.Time, pages+1)
+			keys := make([]int, pages)
+			now := t0
+			for i := range pages {
+				at[i], keys[i] = now, tc.keys(i)
+				ks := make([]int64, keys[i])
+				for j := range ks {
+					ks[j] = int64(j)
+				}
+				acts := w.step(evPage{now: now, page: page(uint64(1000+i), ks...)})
+				w.step(evRecorded{ckpt: steptest.Only[actPublish](t, acts).next, rev: uint64(20 + i)})
+				now = now.Add(lastWait(t, acts) + tc.spent(i))
+			}
+			at[pages] = now
+			total := 0
+			for _, k := range keys {
+				total += k
+			}
+			rate := float64(total) / at[pages].Sub(at[0]).Seconds()
+			t.Logf("%.0f keys/s at a cap of %d", rate, capRate)
+			if tc.atCap {
+				require.InEpsilon(t, capRate, rate, 0.01)
+			}
+			for i := range pages {
+				sum := 0
+				for j := i + 1; j <= pages; j++ {
+					sum += keys[j-1]
+					allowed := capRate*at[j].Sub(at[i]).Seconds() + float64(keys[i])
+					require.LessOrEqual(t, float64(sum), allowed+1e-3, "pages %d to %d", i, j)
+				}
+			}
+		})
+	}
 }
 
 func TestNextCount(t *testing.T) {

@@ -62,7 +62,7 @@ func TestScannerKeysPerSecondCap(t *testing.T) {
 	e.run(o, app.All)
 	ck := e.waitRoundDone(1, time.Minute)
 	require.Equal(t, uint64(600), ck.LastRoundKeys)
-	// ~12 pages of ~50 keys; each asks for 50 ms before the next: the first page is free.
+	// ~12 pages of ~50 keys, each due 50 ms after the one before: the first page is free.
 	require.GreaterOrEqual(t, time.Duration(ck.LastRoundDuration)*time.Millisecond, 500*time.Millisecond)
 }
 
