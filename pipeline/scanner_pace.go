@@ -34,15 +34,18 @@ import (
 //
 // The signal is noisy (the probe's round trip also holds the scanner host's scheduling), so
 // one window over budget is not acted on: the walk holds its pace, and backs off only when the
-// next window is over budget too (or a slow store answers too few probes to say more). Over
-// budget, the pacer first halves the depth (down to its minimum), then lowers the rate by
-// lowerStep; within budget for raiseAfter windows in a row it raises the rate by a quarter
-// and, at a depth below the page size, doubles the depth back once the rate has grown past
-// what the smaller bursts were chosen for. A page's pipeline of HGETALL holds Redis for the
-// whole burst: a request that arrives meanwhile waits for the rest of it, so shorter bursts (a
-// smaller pipeline depth) allow a higher rate at the same tail latency. Until the first
-// confirmed window over budget (slow start) it doubles the rate after every window within
-// budget: an idle store is walked at its pace seconds after the walk starts, not minutes.
+// next window is over budget too (or a slow store answers too few probes to say more). Each
+// confirmed window over budget lowers the rate by lowerStep and halves the depth while it is
+// above its minimum (at the lowest rate, only the depth falls): a rise of the serving load
+// slows the walk at the second window over budget, not once the bursts are as short as they
+// go. Within budget for raiseAfter windows in a row it raises the rate by a quarter and, at a
+// depth below the page size, doubles the depth back once the rate has grown to twice the one
+// the depth last changed at (for a lowered depth: the rate its longer bursts were over budget
+// at). A page's pipeline of HGETALL holds Redis for the whole burst: a request that arrives
+// meanwhile waits for the rest of it, so shorter bursts (a smaller pipeline depth) allow a
+// higher rate at the same tail latency. Until the first confirmed window over budget (slow
+// start) it doubles the rate after every window within budget: an idle store is walked at its
+// pace seconds after the walk starts, not minutes.
 //
 // The pacer is a pure state machine (no clock, no I/O): the driver feeds it probe samples
 // with their times and asks for the pace at each tick (scanner_pace_test.go is its table).
@@ -53,8 +56,8 @@ const (
 	PaceFewSamples = "few_samples" // too few probe samples, within budget, in the window: the pace is kept
 	PaceRaise      = "raise"       // latency within budget: faster
 	PaceHold       = "hold"        // within budget, not yet for long enough to raise
-	PaceLowerDepth = "lower_depth" // over budget: shorter bursts at the same rate
-	PaceLowerRate  = "lower_rate"  // over budget at the smallest burst: slower
+	PaceLowerDepth = "lower_depth" // over budget at the lowest rate: shorter bursts only
+	PaceLowerRate  = "lower_rate"  // over budget: slower, and in shorter bursts above the smallest
 	PaceCeiling    = "ceiling"     // within budget at the highest rate allowed
 	PaceFloor      = "floor"       // over budget at the lowest rate and burst allowed
 )
@@ -84,7 +87,7 @@ type paceConfig struct {
 	minRate, maxRate, startRate float64
 	minDepth, maxDepth          int
 	// raiseAfter is how many windows within budget in a row raise the rate; lowerStep is the
-	// factor a confirmed window over budget lowers it by (at the smallest burst).
+	// factor a confirmed window over budget lowers it by (while it halves the depth).
 	raiseAfter int
 	lowerStep  float64
 	// slowStart doubles the rate after each window within budget until one is over it.
@@ -142,8 +145,9 @@ type pacer struct {
 	rate   float64
 	depth  int
 	within int
-	// loweredAt is the rate at which the depth was last lowered: once the rate has doubled
-	// past it, the depth is doubled back.
+	// loweredAt is the rate at which the depth was last lowered (the rate before that
+	// window's lowering) or last raised: once the rate has doubled past it, the depth is
+	// doubled back.
 	loweredAt float64
 	// overOnce: a window was over budget (slow start is over).
 	overOnce bool
@@ -215,14 +219,19 @@ func (p *pacer) pace(now time.Time) Pace {
 			return p.set(PaceHold, q)
 		}
 		p.overOnce = true // and overPending stays: the next window over acts at once too
+		// Slower and in shorter bursts at once: a load that rose is not left to wait for the
+		// depth to reach its minimum before the rate falls (256 to 8 keys takes five windows).
+		depth, rate := p.depth, p.rate
+		if depth > p.cfg.minDepth {
+			p.depth = max(depth/2, p.cfg.minDepth)
+			p.loweredAt = rate // the rate the longer bursts were over budget at
+		}
+		p.rate = p.clampRate(rate * p.cfg.lowerStep)
 		switch {
-		case p.depth > p.cfg.minDepth:
-			p.depth = max(p.depth/2, p.cfg.minDepth)
-			p.loweredAt = p.rate
-			return p.set(PaceLowerDepth, q)
-		case p.rate > p.cfg.minRate:
-			p.rate = p.clampRate(p.rate * p.cfg.lowerStep)
+		case p.rate < rate:
 			return p.set(PaceLowerRate, q)
+		case p.depth < depth:
+			return p.set(PaceLowerDepth, q)
 		}
 		return p.set(PaceFloor, q)
 	}

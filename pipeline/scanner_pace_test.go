@@ -3,6 +3,7 @@ package pipeline
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,6 +50,18 @@ func runPace(t *testing.T, cfg paceConfig, steps []paceStep) {
 	}
 }
 
+// raises are k pairs of windows within budget from rate, in bursts of depth: a hold, then a
+// raise by a quarter (slow start over).
+func raises(rate float64, depth, k int) []paceStep {
+	var steps []paceStep
+	for range k {
+		steps = append(steps, paceStep{n: 10, d: 100 * time.Microsecond, reason: PaceHold, rate: rate, depth: depth})
+		rate *= 1.25
+		steps = append(steps, paceStep{n: 10, d: 100 * time.Microsecond, reason: PaceRaise, rate: rate, depth: depth})
+	}
+	return steps
+}
+
 func TestPacer(t *testing.T) {
 	const us = time.Microsecond
 	base := paceStep{n: 10, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32}
@@ -68,25 +81,60 @@ func TestPacer(t *testing.T) {
 			{n: 3, d: 100 * us, reason: PaceBaseline, rate: 0, depth: 32},
 			base,
 		}},
-		{"over budget twice in a row: shorter bursts first, then slower, then the floor", func(c *paceConfig) { c.minDepth = 16 }, []paceStep{
+		{"over budget twice in a row: slower in shorter bursts, then slower, then the floor", func(c *paceConfig) { c.minDepth = 16 }, []paceStep{
 			base,
 			{n: 10, d: 111 * us, reason: PaceHold, rate: 1000, depth: 32},
-			{n: 10, d: 200 * us, reason: PaceLowerDepth, rate: 1000, depth: 16},
 			{n: 10, d: 200 * us, reason: PaceLowerRate, rate: 500, depth: 16},
 			{n: 10, d: 200 * us, reason: PaceLowerRate, rate: 250, depth: 16},
 			{n: 10, d: 200 * us, reason: PaceLowerRate, rate: 125, depth: 16},
 			{n: 10, d: 200 * us, reason: PaceLowerRate, rate: 100, depth: 16},
 			{n: 10, d: 200 * us, reason: PaceFloor, rate: 100, depth: 16},
 		}},
+		{"over budget at the lowest rate: only the bursts get shorter, then the floor", func(c *paceConfig) { c.minRate = 1000 }, []paceStep{
+			base,
+			{n: 10, d: 200 * us, reason: PaceHold, rate: 1000, depth: 32},
+			{n: 10, d: 200 * us, reason: PaceLowerDepth, rate: 1000, depth: 16},
+			{n: 10, d: 200 * us, reason: PaceLowerDepth, rate: 1000, depth: 8},
+			{n: 10, d: 200 * us, reason: PaceFloor, rate: 1000, depth: 8},
+		}},
+		{"the serving load doubles at rate R and depth 256: below R at the second window over", func(c *paceConfig) {
+			c.slowStart, c.maxRate = true, 8000
+		}, []paceStep{
+			base,
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 2000, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 4000, depth: 128},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 8000, depth: 256},
+			{n: 10, d: 100 * us, reason: PaceCeiling, rate: 8000, depth: 256},
+			{n: 10, d: 105 * us, reason: PaceCeiling, rate: 8000, depth: 256},
+			// The load doubles: the first window over is held, the second lowers the rate.
+			{n: 10, d: 200 * us, reason: PaceHold, rate: 8000, depth: 256},
+			{n: 10, d: 200 * us, reason: PaceLowerRate, rate: 4000, depth: 128},
+			{n: 10, d: 200 * us, reason: PaceLowerRate, rate: 2000, depth: 64},
+		}},
+		{"the depth comes back once the rate has doubled past the one it was lowered at", nil, slices.Concat(
+			[]paceStep{
+				base,
+				{n: 10, d: 200 * us, reason: PaceHold, rate: 1000, depth: 32},
+				{n: 10, d: 200 * us, reason: PaceLowerRate, rate: 500, depth: 16},
+			},
+			// Within budget: a quarter faster every two windows, in bursts of 16 until the
+			// rate reaches 2,000, twice the 1,000 the bursts of 32 were over budget at.
+			raises(500, 16, 6),
+			[]paceStep{
+				{n: 10, d: 100 * us, reason: PaceHold, rate: 1907.3486328125, depth: 16},
+				{n: 10, d: 100 * us, reason: PaceRaise, rate: 2384.185791015625, depth: 32},
+				{n: 10, d: 100 * us, reason: PaceHold, rate: 2384.185791015625, depth: 32},
+				{n: 10, d: 100 * us, reason: PaceRaise, rate: 2980.23223876953125, depth: 32},
+			})},
 		{"one window over budget is not acted on: the next within starts the count again", nil, []paceStep{
 			base,
 			{n: 10, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32},
 			{n: 10, d: 300 * us, reason: PaceHold, rate: 1000, depth: 32},
 			{n: 10, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32},
 			{n: 10, d: 300 * us, reason: PaceHold, rate: 1000, depth: 32},
-			{n: 10, d: 300 * us, reason: PaceLowerDepth, rate: 1000, depth: 16},
-			{n: 10, d: 100 * us, reason: PaceHold, rate: 1000, depth: 16},
-			{n: 10, d: 100 * us, reason: PaceRaise, rate: 1250, depth: 16},
+			{n: 10, d: 300 * us, reason: PaceLowerRate, rate: 500, depth: 16},
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 500, depth: 16},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 625, depth: 16},
 		}},
 		{"too few samples in a window: the pace is kept", nil, []paceStep{
 			base,
@@ -94,7 +142,7 @@ func TestPacer(t *testing.T) {
 		}},
 		{"too few samples, but over budget: a slow store answers few probes, acted on at once", nil, []paceStep{
 			base,
-			{n: 2, d: 900 * us, reason: PaceLowerDepth, rate: 1000, depth: 16},
+			{n: 2, d: 900 * us, reason: PaceLowerRate, rate: 500, depth: 16},
 		}},
 		{"the ceiling", func(c *paceConfig) { c.maxRate = 1250 }, []paceStep{
 			base,
@@ -107,7 +155,7 @@ func TestPacer(t *testing.T) {
 			base,
 			{n: 10, d: 150 * us, reason: PaceHold, rate: 1000, depth: 32},
 			{n: 10, d: 161 * us, reason: PaceHold, rate: 1000, depth: 32},
-			{n: 10, d: 161 * us, reason: PaceLowerDepth, rate: 1000, depth: 16},
+			{n: 10, d: 161 * us, reason: PaceLowerRate, rate: 500, depth: 16},
 		}},
 		{"the walk holds again to measure the idle latency, which joins the baseline", func(c *paceConfig) { c.rebaseline = 3 * time.Second }, []paceStep{
 			base,
@@ -127,7 +175,7 @@ func TestPacer(t *testing.T) {
 			{n: 10, d: 100 * us, reason: PaceBaseline, rate: 0, depth: 64},
 			{n: 2, d: 900 * us, reason: PaceHold, rate: 1250, depth: 64},
 			{n: 10, d: 120 * us, reason: PaceHold, rate: 1250, depth: 64},
-			{n: 10, d: 120 * us, reason: PaceLowerDepth, rate: 1250, depth: 32},
+			{n: 10, d: 120 * us, reason: PaceLowerRate, rate: 625, depth: 32},
 		}},
 		{"the baseline is the last keepHolds holds: 4, a quiet first hold's probes still count", func(c *paceConfig) { c.rebaseline = 2500 * time.Millisecond }, []paceStep{
 			{n: 30, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32},
@@ -136,7 +184,7 @@ func TestPacer(t *testing.T) {
 			{n: 10, d: 100 * us, reason: PaceBaseline, rate: 0, depth: 64},
 			{n: 3, d: 300 * us, reason: PaceHold, rate: 1250, depth: 64},
 			{n: 10, d: 320 * us, reason: PaceHold, rate: 1250, depth: 64},
-			{n: 10, d: 320 * us, reason: PaceLowerDepth, rate: 1250, depth: 32},
+			{n: 10, d: 320 * us, reason: PaceLowerRate, rate: 625, depth: 32},
 		}},
 		{"the baseline is the last keepHolds holds: 1, the quiet first hold is gone", func(c *paceConfig) { c.rebaseline, c.keepHolds = 2500*time.Millisecond, 1 }, []paceStep{
 			{n: 30, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32},
@@ -152,15 +200,15 @@ func TestPacer(t *testing.T) {
 			{n: 10, d: 100 * us, reason: PaceRaise, rate: 2000, depth: 64},
 			{n: 10, d: 100 * us, reason: PaceRaise, rate: 4000, depth: 128},
 			{n: 10, d: 200 * us, reason: PaceHold, rate: 4000, depth: 128},
-			{n: 10, d: 200 * us, reason: PaceLowerDepth, rate: 4000, depth: 64},
-			{n: 10, d: 100 * us, reason: PaceHold, rate: 4000, depth: 64},
-			{n: 10, d: 100 * us, reason: PaceRaise, rate: 5000, depth: 64},
+			{n: 10, d: 200 * us, reason: PaceLowerRate, rate: 2000, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 2000, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 2500, depth: 64},
 		}},
 		{"a window decides only when it is over", nil, []paceStep{
 			base,
 			{n: 10, d: 900 * us, after: time.Second / 2, reason: PaceHold, rate: 1000, depth: 32},
 			{n: 0, after: time.Second / 2, reason: PaceHold, rate: 1000, depth: 32},
-			{n: 10, d: 900 * us, reason: PaceLowerDepth, rate: 1000, depth: 16},
+			{n: 10, d: 900 * us, reason: PaceLowerRate, rate: 500, depth: 16},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
