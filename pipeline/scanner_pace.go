@@ -30,7 +30,10 @@ import (
 // the baseline is the quantile of the probes of the last keepHolds holds together. A baseline
 // measured once goes stale as the serving load changes through the day: measured at a quiet
 // moment, every busier one reads as the walk's doing and the walk crawls at its floor;
-// measured at a busy one, the walk takes what a quieter store could not spare.
+// measured at a busy one, the walk takes what a quieter store could not spare. A hold starts
+// as a window ends, once that window is judged against the baseline it was measured against,
+// and the next window starts as the hold ends: the hold's probes are the baseline's only, and
+// no window spans a hold.
 //
 // The signal is noisy (the probe's round trip also holds the scanner host's scheduling), so
 // one window over budget is not acted on: the walk holds its pace, and backs off only when the
@@ -190,10 +193,18 @@ func (p *pacer) pace(now time.Time) Pace {
 		return p.endHold(now, n)
 	}
 	p.samples, p.rtts, p.windowStart = p.samples[:0], p.rtts[:0], now
-	if p.cfg.rebaseline > 0 && !now.Before(p.nextBaseline) {
+	pc := p.judge(now, q, n)
+	if p.cfg.rebaseline > 0 && !p.baselining && !now.Before(p.nextBaseline) {
+		// The window is judged first, against the baseline it was measured against: a hold
+		// comes between two windows and throws neither away.
 		p.startBaseline(now)
 		return p.last
 	}
+	return pc
+}
+
+// judge decides on a window that ended at now, with n probes of latency quantile q.
+func (p *pacer) judge(now time.Time, q time.Duration, n int) Pace {
 	if n >= p.cfg.minSamples && q < p.baselineQ-p.baselineRTT-p.cfg.slack {
 		// Lower than the idle latency by more than a round trip: the clocks moved.
 		p.holds, p.holdRTTs, p.haveBase = nil, nil, false

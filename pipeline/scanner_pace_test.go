@@ -168,6 +168,16 @@ func TestPacer(t *testing.T) {
 			{n: 10, d: 320 * us, reason: PaceHold, rate: 1250, depth: 64},
 			{n: 10, d: 320 * us, reason: PaceRaise, rate: 1562.5, depth: 64},
 		}},
+		{"a window that ends as a hold is due is judged before it: over budget a second time, slower after the hold", func(c *paceConfig) { c.rebaseline = 3 * time.Second }, []paceStep{
+			base,
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32},
+			{n: 10, d: 200 * us, reason: PaceHold, rate: 1000, depth: 32},
+			// The hold is due as this window ends: it lowers the pace, then the walk holds.
+			{n: 10, d: 200 * us, reason: PaceBaseline, rate: 0, depth: 16},
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 500, depth: 16},
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 500, depth: 16},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 625, depth: 16},
+		}},
 		{"a hold with too few probes keeps the baseline", func(c *paceConfig) { c.rebaseline = 2500 * time.Millisecond }, []paceStep{
 			base,
 			{n: 10, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32},
