@@ -33,7 +33,9 @@ import (
 // measured at a busy one, the walk takes what a quieter store could not spare. A hold starts
 // as a window ends, once that window is judged against the baseline it was measured against,
 // and the next window starts as the hold ends: the hold's probes are the baseline's only, and
-// no window spans a hold.
+// no window spans a hold. A hold is no window either: the windows on both sides of it are in a
+// row, so one over budget before it and one after it lower the pace, and within budget they
+// count together towards a raise.
 //
 // The signal is noisy (the probe's round trip also holds the scanner host's scheduling), so
 // one window over budget is not acted on: the walk holds its pace, and backs off only when the
@@ -142,7 +144,8 @@ type pacer struct {
 	holds, holdRTTs        [][]time.Duration
 	baselineQ, baselineRTT time.Duration
 	haveBase               bool
-	// overPending: the last window was over budget (one more in a row acts).
+	// overPending: the last window was over budget (one more in a row acts). Neither this
+	// nor within is reset by a hold: a hold is not a window.
 	overPending bool
 	// The pace, and the windows within budget in a row.
 	rate   float64
@@ -286,7 +289,7 @@ func (p *pacer) endHold(now time.Time, n int) Pace {
 		p.haveBase = true
 	}
 	p.samples, p.rtts, p.windowStart = p.samples[:0], p.rtts[:0], now
-	p.baselining, p.overPending, p.within = false, false, 0
+	p.baselining = false
 	if p.cfg.rebaseline > 0 {
 		p.nextBaseline = now.Add(p.cfg.rebaseline)
 	}
@@ -313,7 +316,7 @@ func (p *pacer) window() time.Duration {
 }
 
 func (p *pacer) startBaseline(now time.Time) {
-	p.baselining, p.windowStart, p.samples, p.rtts, p.within = true, now, p.samples[:0], p.rtts[:0], 0
+	p.baselining, p.windowStart, p.samples, p.rtts = true, now, p.samples[:0], p.rtts[:0]
 	p.last = Pace{Rate: 0, Depth: p.depth, Reason: PaceBaseline, Baseline: p.baselineRTT, Signal: p.last.Signal}
 }
 

@@ -163,10 +163,11 @@ func TestPacer(t *testing.T) {
 			{n: 10, d: 100 * us, reason: PaceRaise, rate: 1250, depth: 64},
 			{n: 10, d: 100 * us, reason: PaceBaseline, rate: 0, depth: 64},
 			// A short hold (500 ms) finds a higher idle latency: the baseline is the quantile of
-			// both holds' probes, 300 µs.
+			// both holds' probes, 300 µs. The window before the hold was within budget: with the
+			// first after it, two in a row.
 			{n: 10, d: 300 * us, reason: PaceHold, rate: 1250, depth: 64},
-			{n: 10, d: 320 * us, reason: PaceHold, rate: 1250, depth: 64},
 			{n: 10, d: 320 * us, reason: PaceRaise, rate: 1562.5, depth: 64},
+			{n: 10, d: 320 * us, reason: PaceHold, rate: 1562.5, depth: 64},
 		}},
 		{"a window that ends as a hold is due is judged before it: over budget a second time, slower after the hold", func(c *paceConfig) { c.rebaseline = 3 * time.Second }, []paceStep{
 			base,
@@ -177,6 +178,32 @@ func TestPacer(t *testing.T) {
 			{n: 10, d: 100 * us, reason: PaceHold, rate: 500, depth: 16},
 			{n: 10, d: 100 * us, reason: PaceHold, rate: 500, depth: 16},
 			{n: 10, d: 100 * us, reason: PaceRaise, rate: 625, depth: 16},
+		}},
+		{"over budget, a hold, over budget: the first window after the hold lowers the pace", func(c *paceConfig) { c.rebaseline = 3 * time.Second }, []paceStep{
+			base,
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 1250, depth: 64},
+			{n: 10, d: 200 * us, reason: PaceBaseline, rate: 0, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 1250, depth: 64},
+			{n: 10, d: 200 * us, reason: PaceLowerRate, rate: 625, depth: 32},
+		}},
+		{"over budget, a hold, within budget: the hold's probes are the baseline's, not the next window's", func(c *paceConfig) { c.rebaseline = 3 * time.Second }, []paceStep{
+			base,
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 1250, depth: 64},
+			{n: 10, d: 200 * us, reason: PaceBaseline, rate: 0, depth: 64},
+			// Too few to join the baseline; in the next window they would make it over budget.
+			{n: 2, d: 900 * us, reason: PaceHold, rate: 1250, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 1250, depth: 64},
+			{n: 10, d: 200 * us, reason: PaceHold, rate: 1250, depth: 64},
+		}},
+		{"within budget, a hold, within budget: two windows in a row raise the pace", func(c *paceConfig) { c.rebaseline = 3 * time.Second }, []paceStep{
+			base,
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 1000, depth: 32},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 1250, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceBaseline, rate: 0, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceHold, rate: 1250, depth: 64},
+			{n: 10, d: 100 * us, reason: PaceRaise, rate: 1562.5, depth: 64},
 		}},
 		{"a hold with too few probes keeps the baseline", func(c *paceConfig) { c.rebaseline = 2500 * time.Millisecond }, []paceStep{
 			base,
@@ -202,8 +229,8 @@ func TestPacer(t *testing.T) {
 			{n: 10, d: 100 * us, reason: PaceRaise, rate: 1250, depth: 64},
 			{n: 10, d: 100 * us, reason: PaceBaseline, rate: 0, depth: 64},
 			{n: 3, d: 300 * us, reason: PaceHold, rate: 1250, depth: 64},
-			{n: 10, d: 320 * us, reason: PaceHold, rate: 1250, depth: 64},
 			{n: 10, d: 320 * us, reason: PaceRaise, rate: 1562.5, depth: 64},
+			{n: 10, d: 320 * us, reason: PaceHold, rate: 1562.5, depth: 64},
 		}},
 		{"slow start: double after each window within budget until a confirmed one over", func(c *paceConfig) { c.slowStart = true }, []paceStep{
 			base,
