@@ -72,6 +72,8 @@ type Parts struct {
 	legacy      *Block
 	legacyParts int
 	next        int
+	// except are location ids Next passes over (Except).
+	except map[string]bool
 }
 
 // ReadParts reads what a block holds from its layout (LayoutOf), its raw __uri__ and its L#
@@ -109,6 +111,14 @@ func ReadParts(layout Layout, uri []byte, fields LocationFields) Parts {
 	return Parts{layout: layout, uri: uri, fields: fields, legacyParts: -1}
 }
 
+// Except makes Next pass over the locations whose id is in ids, without decoding those of
+// the location layout: a caller that knows them already (the deleter, the locations it
+// clears) reads only the others. A corrupt __uri__ is never passed over.
+func (ps *Parts) Except(ids map[string]bool) *Parts {
+	ps.except = ids
+	return ps
+}
+
 // Layout is the block's effective layout (see ReadParts).
 func (ps *Parts) Layout() Layout { return ps.layout }
 
@@ -126,17 +136,25 @@ func (ps *Parts) Next() (Part, bool) {
 			ps.legacy, ps.legacyParts = blk, len(blk.Locations)
 		}
 	}
-	if ps.next < ps.legacyParts {
+	for ps.next < ps.legacyParts {
 		l := &ps.legacy.Locations[ps.next]
 		ps.next++
-		return Part{Kind: PartLocation, Layout: LayoutLegacy, ID: l.ID, Raw: l.Raw, Loc: *l}, true
+		if !ps.except[l.ID] {
+			return Part{Kind: PartLocation, Layout: LayoutLegacy, ID: l.ID, Raw: l.Raw, Loc: *l}, true
+		}
 	}
-	i := ps.next - ps.legacyParts
-	if ps.fields == nil || i >= ps.fields.LocationFieldCount() {
-		return Part{}, false
+	var id string
+	var v []byte
+	for {
+		i := ps.next - ps.legacyParts
+		if ps.fields == nil || i >= ps.fields.LocationFieldCount() {
+			return Part{}, false
+		}
+		ps.next++
+		if id, v = ps.fields.LocationFieldAt(i); !ps.except[id] {
+			break
+		}
 	}
-	ps.next++
-	id, v := ps.fields.LocationFieldAt(i)
 	p := Part{Kind: PartTombstone, Layout: LayoutLocation, ID: id, Raw: v}
 	if len(v) > 0 {
 		if loc, err := DecodeLocation(id, v); err != nil {

@@ -94,6 +94,16 @@ func TestParts(t *testing.T) {
 		require.Equal(t, "b", got[2].Loc.ID)
 	})
 
+	t.Run("except passes over the ids given, never a corrupt __uri__", func(t *testing.T) {
+		skip := map[string]bool{"a": true, "c": true, "": true}
+		ps := ReadParts(LayoutAmbiguous, []byte(legacy), fieldSeq("c", "{", "b", b))
+		_, got := summarize(*ps.Except(skip))
+		require.Equal(t, []partSummary{{PartLocation, LayoutLegacy, "b", b}, {PartLocation, LayoutLocation, "b", b}}, got)
+		ps = ReadParts(LayoutLegacy, []byte(`{"a":`), nil)
+		_, got = summarize(*ps.Except(skip))
+		require.Equal(t, []partSummary{{PartCorrupt, LayoutLegacy, "", `{"a":`}}, got)
+	})
+
 	t.Run("a loop that breaks reads nothing further", func(t *testing.T) {
 		fields := fieldSeq("a", `{"id":"a"}`, "b", `{"id":"b"}`, "c", `{"id":"c"}`)
 		ps := ReadParts(LayoutAmbiguous, []byte(legacy), fields)

@@ -614,12 +614,12 @@ func blockRefs(e *meta.Entry, skip map[string]bool) (map[dataRef]bool, bool) {
 		return nil, false
 	}
 	refs := map[dataRef]bool{}
-	for p := range ps.All() {
-		switch {
-		case p.Kind == kvcm.PartCorrupt:
+	for p := range ps.Except(skip).All() { // ours are being cleared: not even decoded
+		switch p.Kind {
+		case kvcm.PartCorrupt:
 			return nil, false
-		case p.Kind == kvcm.PartTombstone || skip[p.ID]:
-			continue // a tombstone names nothing; ours are being cleared
+		case kvcm.PartTombstone:
+			continue // names nothing
 		}
 		for _, s := range p.Loc.Specs {
 			if u, err := kvcm.ParseDataURI(s.URI); err == nil {
