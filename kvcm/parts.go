@@ -94,19 +94,14 @@ type Parts struct {
 // further. Reading parts allocates nothing beyond what the decoders do.
 func ReadParts(layout Layout, uri []byte, fields LocationFields) Parts {
 	switch {
-	case layout == LayoutLegacy && len(uri) == 0:
-		layout = LayoutNone
-	case layout > LayoutAmbiguous:
-		layout = LayoutAmbiguous
-	}
-	if layout == LayoutLocation {
-		uri = nil
-	}
-	if layout == LayoutLegacy || layout == LayoutNone {
+	case layout == LayoutNone, layout == LayoutLegacy && len(uri) == 0:
+		return Parts{layout: LayoutNone, legacyParts: -1}
+	case layout == LayoutLegacy:
 		fields = nil
-	}
-	if layout == LayoutNone {
+	case layout == LayoutLocation:
 		uri = nil
+	default:
+		layout = LayoutAmbiguous
 	}
 	return Parts{layout: layout, uri: uri, fields: fields, legacyParts: -1}
 }
