@@ -286,34 +286,49 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 }
 
 func (d *walkDriver) publish(ctx context.Context, a actPublish) event {
-	s := d.s
 	// Fencing: never publish after losing the lease.
 	if _, held := d.h.lease.Held(); !held {
 		return evRecorded{err: ErrLeaseLost, failure: failLease}
 	}
 	rec := &recording{next: a.next, rev: a.rev, now: a.now, done: make(chan struct{})}
+	if !a.async {
+		if d.send(ctx, a, rec) {
+			d.record(ctx, rec)
+		}
+		if rec.ev.err == nil {
+			d.s.metrics.PublishedBatches.Add(float64(len(rec.acks)))
+		}
+		return rec.ev
+	}
+	// The page's batches are encoded and published in the background as well, while the
+	// walk reads the next page (one page's encoding overlaps the next one's read). A page
+	// whose batches are stored is recorded on the way out too: the recording is not
+	// cancelled with the scanner (bounded by AckTimeout and the server's answer). Only the
+	// goroutine touches rec until await has waited for it.
+	d.rec = rec
+	go func() {
+		defer close(rec.done)
+		if d.send(ctx, a, rec) {
+			d.record(d.bctx, rec)
+		}
+	}()
+	return nil
+}
+
+// send encodes and publishes the page's batches, their acks into rec; false (rec.ev set)
+// when a publish failed.
+func (d *walkDriver) send(ctx context.Context, a actPublish, rec *recording) bool {
+	s := d.s
 	for _, b := range s.batches(ctx, d.h.store, a) {
 		acks, err := s.publish(ctx, b)
 		if err != nil {
 			// Batches already sent are stored again under the same ids: the server drops them.
-			return evRecorded{err: err, failure: failPublish}
+			rec.ev = evRecorded{err: err, failure: failPublish}
+			return false
 		}
 		rec.acks = append(rec.acks, acks...)
 	}
-	if !a.async {
-		d.record(ctx, rec)
-		s.metrics.PublishedBatches.Add(float64(len(rec.acks)))
-		return rec.ev
-	}
-	// Not cancelled with the scanner: a page whose batches are stored is recorded on the way
-	// out as well (bounded by AckTimeout and the server's answer). Only the goroutine touches
-	// rec until await has waited for it.
-	d.rec = rec
-	go func() {
-		defer close(rec.done)
-		d.record(d.bctx, rec)
-	}()
-	return nil
+	return true
 }
 
 func (d *walkDriver) await() event {
