@@ -286,10 +286,6 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 }
 
 func (d *walkDriver) publish(ctx context.Context, a actPublish) event {
-	// Fencing: never publish after losing the lease.
-	if _, held := d.h.lease.Held(); !held {
-		return evRecorded{err: ErrLeaseLost, failure: failLease}
-	}
 	rec := &recording{next: a.next, rev: a.rev, now: a.now, done: make(chan struct{})}
 	if !a.async {
 		if d.send(ctx, a, rec) {
@@ -316,9 +312,14 @@ func (d *walkDriver) publish(ctx context.Context, a actPublish) event {
 }
 
 // send encodes and publishes the page's batches, their acks into rec; false (rec.ev set)
-// when a publish failed.
+// when the lease is no longer held (fencing: never publish after losing it) or a publish
+// failed.
 func (d *walkDriver) send(ctx context.Context, a actPublish, rec *recording) bool {
 	s := d.s
+	if _, held := d.h.lease.Held(); !held {
+		rec.ev = evRecorded{err: ErrLeaseLost, failure: failLease} // fencing, in the background too
+		return false
+	}
 	for _, b := range s.batches(ctx, d.h.store, a) {
 		acks, err := s.publish(ctx, b)
 		if err != nil {
