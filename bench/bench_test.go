@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/testenv"
 )
 
 func TestParseCPUList(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/testenv"
 )
 
 // Stage binaries of the sweep of orphan data files, run by the sweep scenario only.

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
+	"github.com/kvcm-gc/kvcm-gc/testenv"
 )
 
 func testCtx(t *testing.T) context.Context {

@@ -16,5 +16,5 @@
 //     from its limits-retention stream after a fix.
 //
 // Every function takes clients the caller has connected and writes nothing but what it is
-// for; the kvcm-gc command line (internal/cli) declares the commands on top of them.
+// for; the kvcm-gc command line (cli) declares the commands on top of them.
 package ops

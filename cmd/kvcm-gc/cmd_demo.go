@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvcm-gc/kvcm-gc/internal/cli"
-	"github.com/kvcm-gc/kvcm-gc/internal/demo"
+	"github.com/kvcm-gc/kvcm-gc/cli"
+	"github.com/kvcm-gc/kvcm-gc/demo"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/seed"
 )

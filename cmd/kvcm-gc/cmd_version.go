@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	"github.com/kvcm-gc/kvcm-gc/internal/cli"
+	"github.com/kvcm-gc/kvcm-gc/cli"
 	"github.com/kvcm-gc/kvcm-gc/internal/version"
 )
 

@@ -12,7 +12,7 @@ import (
 	"os"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
-	"github.com/kvcm-gc/kvcm-gc/internal/cli"
+	"github.com/kvcm-gc/kvcm-gc/cli"
 )
 
 // commands is the command table, in the order the command list shows it.

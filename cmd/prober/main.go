@@ -9,7 +9,7 @@ package main
 
 import (
 	"github.com/kvcm-gc/kvcm-gc/app"
-	"github.com/kvcm-gc/kvcm-gc/internal/cli"
+	"github.com/kvcm-gc/kvcm-gc/cli"
 )
 
 func main() {

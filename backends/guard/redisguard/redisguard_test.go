@@ -14,7 +14,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/guard/guardtest"
 	"github.com/kvcm-gc/kvcm-gc/backends/guard/redisguard"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/testenv"
 )
 
 const prefix = "kvcm_gc:copy:"

@@ -7,8 +7,8 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/testenv"
 )
 
 // BenchmarkScanPage measures one page of the maintenance scan (SCAN + pipelined HMGET) over

@@ -7,7 +7,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/internal/testenv"
+	"github.com/kvcm-gc/kvcm-gc/testenv"
 )
 
 // TestConformanceTLS runs the suite over TLS, with a CA generated for the test and the
