@@ -291,10 +291,7 @@ func (d *walkDriver) publish(ctx context.Context, a actPublish) event {
 		if d.send(ctx, a, rec) {
 			d.record(ctx, rec)
 		}
-		if rec.ev.err == nil {
-			d.s.metrics.PublishedBatches.Add(float64(len(rec.acks)))
-		}
-		return rec.ev
+		return d.outcome(rec)
 	}
 	// The page's batches are encoded and published in the background as well, while the
 	// walk reads the next page (one page's encoding overlaps the next one's read). A page
@@ -339,6 +336,11 @@ func (d *walkDriver) await() event {
 	}
 	<-rec.done // record ends within AckTimeout plus one checkpoint write
 	d.rec = nil
+	return d.outcome(rec)
+}
+
+// outcome is a finished recording's event; its batches count as published once recorded.
+func (d *walkDriver) outcome(rec *recording) event {
 	if rec.ev.err == nil {
 		d.s.metrics.PublishedBatches.Add(float64(len(rec.acks)))
 	}
