@@ -186,9 +186,41 @@ func TestChart(t *testing.T) {
 			checkStages(t, r)
 			checkPods(t, r)
 			checkObjects(t, r)
+			checkHooks(t, r)
 			checkPrivileges(t, r)
 		})
 	}
+}
+
+// checkHooks checks that a hook's pod is admitted: Helm creates the release's objects only
+// after the pre-install hooks, so the ServiceAccount a hook's pod names must be a hook
+// itself, created before the pod (a lower weight) at every event the pod's hook runs at.
+// TestClusterInstall shows the same on a real API server.
+func checkHooks(t *testing.T, r rendered) {
+	for _, job := range r.all("Job") {
+		events := strings.Split(annotation(job, "helm.sh/hook"), ",")
+		if !slices.Contains(events, "pre-install") {
+			continue
+		}
+		name := str(job.doc, "spec", "template", "spec", "serviceAccountName")
+		require.NotEmpty(t, name, "Job %s names no ServiceAccount", job.name())
+		sa := r.find(t, "ServiceAccount", name)
+		saEvents := strings.Split(annotation(sa, "helm.sh/hook"), ",")
+		for _, e := range events {
+			require.Contains(t, saEvents, e, "Job %s runs at %s, before its ServiceAccount %s exists", job.name(), e, name)
+		}
+		weight := func(o object) int {
+			w, err := strconv.Atoi(annotation(o, "helm.sh/hook-weight"))
+			require.NoError(t, err, "%s %s hook-weight", o.kind(), o.name())
+			return w
+		}
+		require.Less(t, weight(sa), weight(job), "ServiceAccount %s must be created before Job %s", name, job.name())
+		require.Equal(t, false, get(sa.doc, "automountServiceAccountToken"), "the hook's ServiceAccount mounts no token")
+	}
+}
+
+func annotation(o object, key string) string {
+	return str(o.doc, "metadata", "annotations", key)
 }
 
 func checkStages(t *testing.T, r rendered) {

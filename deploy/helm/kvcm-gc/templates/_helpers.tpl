@@ -40,6 +40,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* The ServiceAccount of the ensure hook's pod. The release's own is created only after the
+     pre-install hooks, so the ServiceAccount admission would refuse a hook pod naming it:
+     with serviceAccount.create the hook brings its own, created as a hook before the Job. */}}
+{{- define "kvcm-gc.ensureServiceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- printf "%s-ensure" (include "kvcm-gc.fullname" .) -}}
+{{- else -}}
+{{- include "kvcm-gc.serviceAccountName" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The events the ensure hook runs at, the same for each of its objects. */}}
+{{- define "kvcm-gc.ensureHook" -}}pre-install,pre-upgrade{{- end -}}
+
 {{/* The image: the digest when set, else the tag, else the chart's appVersion. */}}
 {{- define "kvcm-gc.image" -}}
 {{- if .Values.image.digest -}}
