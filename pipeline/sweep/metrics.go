@@ -88,24 +88,27 @@ const opScannerCheckpoint = "scanner_checkpoint"
 // Metrics are the sweep's metrics, registered beside pipeline.Metrics (the sweeper
 // consumer's messages are counted there).
 type Metrics struct {
-	Walked        prometheus.Counter
-	Candidates    prometheus.Counter
-	Kept          *prometheus.CounterVec
-	Quarantined   prometheus.Counter
-	Restored      prometheus.Counter
-	Conflicts     prometheus.Counter
-	Unlinked      prometheus.Counter
-	FreedBytes    prometheus.Counter
-	Gone          prometheus.Counter
-	Errors        *prometheus.CounterVec
-	Backpressure  prometheus.Counter
-	LeasesHeld    prometheus.Gauge
-	WalkerPaused  prometheus.Gauge
-	LastRoundEnd  prometheus.Gauge
-	QFiles        prometheus.Gauge
-	QBytes        prometheus.Gauge
-	QConflicts    prometheus.Gauge
-	QOldest       prometheus.Gauge
+	Walked       prometheus.Counter
+	Candidates   prometheus.Counter
+	Kept         *prometheus.CounterVec
+	Quarantined  prometheus.Counter
+	Restored     prometheus.Counter
+	Conflicts    prometheus.Counter
+	Unlinked     prometheus.Counter
+	FreedBytes   prometheus.Counter
+	Gone         prometheus.Counter
+	Errors       *prometheus.CounterVec
+	Backpressure prometheus.Counter
+	LeasesHeld   prometheus.Gauge
+	WalkerPaused prometheus.Gauge
+	// Per swept storage (label storage), exported by the walker leading its walk only: the
+	// series move with the lease, as a metadata store's do with the scanner's, so one
+	// stuck storage is seen apart from the others.
+	LastRoundEnd  *prometheus.GaugeVec
+	QFiles        *prometheus.GaugeVec
+	QBytes        *prometheus.GaugeVec
+	QConflicts    *prometheus.GaugeVec
+	QOldest       *prometheus.GaugeVec
 	InflightFiles prometheus.Gauge
 	Backlog       prometheus.Gauge
 }
@@ -129,12 +132,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Backpressure: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_sweep_backpressure_skips_total", Help: "Walker pages skipped because the sweeper backlog was above the high-water mark."}),
 		LeasesHeld:   f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_leases_held", Help: "Swept storages whose walk this walker leads."}),
 		WalkerPaused: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_walker_paused", Help: "1 while an operator pause stops this walker's walks."}),
-		LastRoundEnd: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_last_round_end_timestamp_seconds", Help: "Unix time a walk of a storage this walker leads last completed (0: none yet in this process)."}),
-		QFiles:       f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_files", Help: "Files in the quarantines of the storages this walker leads, at its last look."}),
-		QBytes:       f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_bytes", Help: "Bytes of those files."}),
-		QConflicts:   f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_conflicts", Help: "Conflict copies among them, kept for an operator."}),
-		QOldest: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_oldest_timestamp_seconds",
-			Help: "Unix time the oldest of them went into quarantine (0: none)."}),
+		LastRoundEnd: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_last_round_end_timestamp_seconds",
+			Help: "Unix time the last walk of a swept storage this walker leads completed (0: none yet)."}, []string{"storage"}),
+		QFiles: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_files",
+			Help: "Files in the quarantine of a swept storage this walker leads, at its last look."}, []string{"storage"}),
+		QBytes: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_bytes", Help: "Bytes of those files."}, []string{"storage"}),
+		QConflicts: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_conflicts",
+			Help: "Conflict copies among them, kept for an operator."}, []string{"storage"}),
+		QOldest: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_quarantine_oldest_timestamp_seconds",
+			Help: "Unix time the oldest of them went into quarantine (0: none)."}, []string{"storage"}),
 		InflightFiles: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_inflight_files", Help: "Files of the sweep batches this sweeper is handling."}),
 		Backlog: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_sweep_backlog_batches",
 			Help: "Sweep batches pending or unacknowledged at the sweeper consumer, as this walker last read them."}),
@@ -148,6 +154,33 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	return s
+}
+
+// storageGauges are the gauges labelled by swept storage.
+func (m *Metrics) storageGauges() []*prometheus.GaugeVec {
+	return []*prometheus.GaugeVec{m.LastRoundEnd, m.QFiles, m.QBytes, m.QConflicts, m.QOldest}
+}
+
+// leadStorage starts the series of a storage whose walk this walker now leads, from its
+// checkpoint: the last walk's end and the last look into its quarantine.
+func (m *Metrics) leadStorage(storage string, c Checkpoint) {
+	m.LastRoundEnd.WithLabelValues(storage).Set(float64(max(c.LastRoundEndUs, 0)) / 1e6)
+	m.quarantineSeen(storage, c.QLast)
+}
+
+// quarantineSeen sets the quarantine gauges of a storage to a look's counts.
+func (m *Metrics) quarantineSeen(storage string, seen QuarantineCount) {
+	m.QFiles.WithLabelValues(storage).Set(float64(seen.Files))
+	m.QBytes.WithLabelValues(storage).Set(float64(seen.Bytes))
+	m.QConflicts.WithLabelValues(storage).Set(float64(seen.Conflicts))
+	m.QOldest.WithLabelValues(storage).Set(float64(max(seen.OldestUs, 0)) / 1e6)
+}
+
+// dropStorage removes the series of a storage this walker no longer leads.
+func (m *Metrics) dropStorage(storage string) {
+	for _, v := range m.storageGauges() {
+		v.DeleteLabelValues(storage)
+	}
 }
 
 // opError counts a failed operation of the sweep.

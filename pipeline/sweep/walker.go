@@ -157,6 +157,10 @@ type walkDriver struct {
 	data       *storage.TreeWalk // the data walk, positioned at the checkpoint's cursor
 	quarantine *storage.TreeWalk // the quarantine walk, positioned at its cursor
 	warned     map[string]bool   // failures logged once until the walk moves on
+	// led: the storage's series are exported (from the checkpoint read as the lease holder
+	// until a tick finds the lease gone). Only the walk's loop touches them, so a walker
+	// that lost the lease leaves no series of the storage behind.
+	led bool
 }
 
 func (w *Walker) newDriver(name string) *walkDriver {
@@ -177,6 +181,7 @@ func (d *walkDriver) run(ctx context.Context) {
 		stopLease()
 		<-leaseDone
 		d.close(actClose{root: true})
+		d.unlead()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := d.lease.Release(rctx); err != nil {
@@ -226,6 +231,9 @@ func (d *walkDriver) tick(ctx context.Context) event {
 	stop := ctx.Err() != nil
 	d.now = d.w.now()
 	t := evTick{WalkTick: d.w.ctl.Tick(ctx, d.now, d.lease, false), stop: stop}
+	if t.LeaseRev == 0 {
+		d.unlead()
+	}
 	if t.LeaseRev != 0 && !stop && d.walk.phase == pipeline.PhaseReady {
 		d.view, t.viewErr = d.w.snapshot(ctx)
 		if t.viewErr == nil {
@@ -248,6 +256,10 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		d.loop.Wait(a.d)
 	case actReadCheckpoint:
 		c, rev, err := ReadCheckpoint(ctx, d.w.state, d.storage)
+		if err == nil {
+			m.leadStorage(d.storage, c)
+			d.led = true
+		}
 		return evLoaded{ck: c, rev: rev, err: err}
 	case actOpen:
 		fs, err := d.view.Storages().SweepFS(d.storage)
@@ -308,7 +320,9 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 			Detail: "storage " + d.storage})
 	case actRoundEnded:
 		c := a.ck
-		m.LastRoundEnd.Set(float64(a.now.Unix()))
+		if d.led {
+			m.LastRoundEnd.WithLabelValues(d.storage).Set(float64(a.now.Unix()))
+		}
 		d.log.Info("sweep round finished", "round", c.Round, "walked", c.Walked, "candidates", c.Candidates,
 			"duration", time.Duration(c.LastRoundMs)*time.Millisecond)
 		counts := map[string]int64{"walked": int64(c.Walked), "candidates": int64(c.Candidates), "duration_ms": c.LastRoundMs}
@@ -319,13 +333,8 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 			Detail: "storage " + d.storage, Counts: counts})
 	case actLookEnded:
 		seen := a.seen
-		m.QFiles.Set(float64(seen.Files))
-		m.QBytes.Set(float64(seen.Bytes))
-		m.QConflicts.Set(float64(seen.Conflicts))
-		if seen.OldestUs > 0 {
-			m.QOldest.Set(float64(seen.OldestUs) / 1e6)
-		} else {
-			m.QOldest.Set(0)
+		if d.led {
+			m.quarantineSeen(d.storage, seen)
 		}
 		if seen.Files+seen.Conflicts+seen.Foreign > 0 {
 			d.log.Info("looked into the quarantine", "files", seen.Files, "bytes", seen.Bytes, "conflicts", seen.Conflicts, "foreign", seen.Foreign)
@@ -337,6 +346,14 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		d.walk.phase = pipeline.PhaseDone
 	}
 	return nil
+}
+
+// unlead removes the storage's series: this walker no longer leads its walk.
+func (d *walkDriver) unlead() {
+	if d.led {
+		d.w.metrics.dropStorage(d.storage)
+		d.led = false
+	}
 }
 
 // close closes the directory walks (a: the quarantine's alone, or the directory too).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sync"
 	"testing"
@@ -58,13 +59,19 @@ func (e *walkerEnv) file(object string, age time.Duration) string {
 
 func (e *walkerEnv) walker(holder string, batch int) *Walker {
 	e.t.Helper()
+	return e.walkerOf(holder, batch, "nfs")
+}
+
+// walkerOf is a walker of the given storages, with metrics on a registry of its own.
+func (e *walkerEnv) walkerOf(holder string, batch int, storages ...string) *Walker {
+	e.t.Helper()
 	ctx := context.Background()
 	leases, err := e.js.KeyValue(ctx, e.names.LeaseBucket())
 	require.NoError(e.t, err)
 	state, err := e.js.KeyValue(ctx, e.names.StateBucket())
 	require.NoError(e.t, err)
 	cfg := DefaultConfig()
-	cfg.Storages, cfg.Interval, cfg.BatchSize, cfg.Holder = []string{"nfs"}, time.Millisecond, batch, holder
+	cfg.Storages, cfg.Interval, cfg.BatchSize, cfg.Holder = storages, time.Millisecond, batch, holder
 	cfg.LeaseRenew = 100 * time.Millisecond
 	w, err := NewWalker(cfg, WalkerDeps{Names: e.names, Registry: e.reg, Leases: leases, LeaseTTL: 2 * time.Second, State: state,
 		Publisher: pipeline.JSPublisher{JS: e.js}, Metrics: NewMetrics(prometheus.NewRegistry()), Now: func() time.Time { return e.now }})
@@ -90,18 +97,28 @@ func (e *walkerEnv) run(w *Walker) (stop func()) {
 
 func (e *walkerEnv) checkpoint() Checkpoint {
 	e.t.Helper()
+	return e.checkpointOf("nfs")
+}
+
+func (e *walkerEnv) checkpointOf(storage string) Checkpoint {
+	e.t.Helper()
 	kv, err := e.js.KeyValue(context.Background(), e.names.StateBucket())
 	require.NoError(e.t, err)
-	c, _, err := ReadCheckpoint(context.Background(), kv, "nfs")
+	c, _, err := ReadCheckpoint(context.Background(), kv, storage)
 	require.NoError(e.t, err)
 	return c
 }
 
 func (e *walkerEnv) waitRound(n uint64) Checkpoint {
 	e.t.Helper()
+	return e.waitRoundOf("nfs", n)
+}
+
+func (e *walkerEnv) waitRoundOf(storage string, n uint64) Checkpoint {
+	e.t.Helper()
 	var c Checkpoint
 	require.Eventually(e.t, func() bool {
-		c = e.checkpoint()
+		c = e.checkpointOf(storage)
 		return c.Round > n || c.Round == n && !c.InRound
 	}, 20*time.Second, 5*time.Millisecond)
 	return c
@@ -253,6 +270,86 @@ func TestWalkerLooksIntoQuarantine(t *testing.T) {
 	require.Equal(t, at.UnixMicro(), q[0].QuarantinedUs)
 	require.Equal(t, "tp0", q[0].Spec)
 	require.Empty(t, filesOf(e.published(), subjects.SweepWalk), "the quarantined file is not walked as data")
+}
+
+// storageSeries gathers a walker's series labelled by swept storage: name{storage} -> value.
+func storageSeries(t *testing.T, w *Walker) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, v := range w.metrics.storageGauges() {
+		ch := make(chan prometheus.Metric, 16)
+		go func() { v.Collect(ch); close(ch) }()
+		for m := range ch {
+			var d dto.Metric
+			require.NoError(t, m.Write(&d))
+			require.Len(t, d.GetLabel(), 1)
+			require.Equal(t, "storage", d.GetLabel()[0].GetName())
+			name := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(m.Desc().String())[1]
+			out[name+"{"+d.GetLabel()[0].GetValue()+"}"] = d.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// TestWalkerMetricsPerStorage: a walker leading two swept storages exports each one's last
+// walk and quarantine under its storage label, one quarantine's files never hiding the
+// other's; a walker that leads nothing exports no storage series, and a walker that stops
+// leading removes them.
+func TestWalkerMetricsPerStorage(t *testing.T) {
+	e := newWalkerEnv(t)
+	e.reg.reg.Storages["nfs2"] = kvcm.StorageConfig{Type: kvcm.TypeFile, TypeName: "file", Name: "nfs2", RootPath: e.dir + "/nfs2/", KeyCountPerFile: 1}
+	require.NoError(t, os.MkdirAll(e.dir+"/nfs2", 0o755))
+	set, err := storage.NewSet(e.reg.reg.Storages, storage.Options{})
+	require.NoError(t, err)
+	// nfs: one file in quarantine since an hour ago; nfs2: two, since two minutes ago.
+	atA, atB := e.now.Add(-time.Hour).Truncate(time.Second), e.now.Add(-2*time.Minute).Truncate(time.Second)
+	quarantine := func(name string, at time.Time, objects ...string) {
+		fs, err := set.SweepFS(name)
+		require.NoError(t, err)
+		root, err := fs.Open()
+		require.NoError(t, err)
+		defer root.Close()
+		for _, o := range objects {
+			p := e.dir + "/" + name + "/" + o
+			require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+			require.NoError(t, os.WriteFile(p, []byte("kv"), 0o644))
+			_, err := root.Quarantine(o, at)
+			require.NoError(t, err)
+		}
+	}
+	quarantine("nfs", atA, "inst0/tp0/1")
+	quarantine("nfs2", atB, "inst0/tp0/1", "inst0/tp0/2")
+
+	a := e.walkerOf("a", 8, "nfs", "nfs2")
+	stopA := e.run(a)
+	ckA, ckB := e.waitRoundOf("nfs", 1), e.waitRoundOf("nfs2", 1)
+	b := e.walkerOf("b", 8, "nfs", "nfs2")
+	e.run(b)
+	want := map[string]float64{
+		"kvcm_gc_sweep_last_round_end_timestamp_seconds{nfs}":     float64(ckA.LastRoundEndUs / 1e6),
+		"kvcm_gc_sweep_last_round_end_timestamp_seconds{nfs2}":    float64(ckB.LastRoundEndUs / 1e6),
+		"kvcm_gc_sweep_quarantine_files{nfs}":                     1,
+		"kvcm_gc_sweep_quarantine_files{nfs2}":                    2,
+		"kvcm_gc_sweep_quarantine_bytes{nfs}":                     2,
+		"kvcm_gc_sweep_quarantine_bytes{nfs2}":                    4,
+		"kvcm_gc_sweep_quarantine_conflicts{nfs}":                 0,
+		"kvcm_gc_sweep_quarantine_conflicts{nfs2}":                0,
+		"kvcm_gc_sweep_quarantine_oldest_timestamp_seconds{nfs}":  float64(atA.Unix()),
+		"kvcm_gc_sweep_quarantine_oldest_timestamp_seconds{nfs2}": float64(atB.Unix()),
+	}
+	require.Equal(t, want, storageSeries(t, a))
+	require.Empty(t, storageSeries(t, b), "b leads no walk")
+
+	// a stops and releases its leases: b takes both walks over, from their checkpoints.
+	stopA()
+	require.Empty(t, storageSeries(t, a), "a leads no walk any more")
+	require.Eventually(t, func() bool { return len(storageSeries(t, b)) == len(want) }, 20*time.Second, 5*time.Millisecond)
+	got := storageSeries(t, b)
+	for _, k := range []string{"kvcm_gc_sweep_last_round_end_timestamp_seconds{nfs}", "kvcm_gc_sweep_last_round_end_timestamp_seconds{nfs2}"} {
+		require.GreaterOrEqual(t, got[k], want[k], k)
+	}
+	require.Equal(t, float64(atA.Unix()), got["kvcm_gc_sweep_quarantine_oldest_timestamp_seconds{nfs}"])
+	require.Equal(t, float64(atB.Unix()), got["kvcm_gc_sweep_quarantine_oldest_timestamp_seconds{nfs2}"])
 }
 
 func gaugeOf(t *testing.T, g prometheus.Gauge) float64 {
