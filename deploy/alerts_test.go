@@ -293,22 +293,29 @@ var alertCases = []alertCase{
 		{at: "5m", alert: "KvcmGcStuckDeletingDataLeft", want: []map[string]string{lbl("storage_type", "file", "reason", "shared")}},
 		{at: "70m", alert: "KvcmGcAmbiguousLayoutKeys", want: []map[string]string{lbl()}},
 	}},
-	{name: "no walk of a swept storage ended", interval: "1m", input: []series{
-		// The last walk ended 10 minutes into the test.
-		{`kvcm_gc_sweep_last_round_end_timestamp_seconds{` + ns + `, pod="walker-0"}`, "0x9 600x1700"},
+	{name: "one swept storage whose walks stopped among storages walked daily", interval: "1m", input: []series{
+		// nfs_a: walks end at 10m, then every 13h; its walk moved from walker-0 to walker-1 at
+		// 20h, the new leader exporting the last end from the checkpoint. nfs_b: its last
+		// walk ended at 10m.
+		{`kvcm_gc_sweep_last_round_end_timestamp_seconds{` + ns + `, pod="walker-0", storage="nfs_a"}`, "0x9 600x779 47400x410 stale"},
+		{`kvcm_gc_sweep_last_round_end_timestamp_seconds{` + ns + `, pod="walker-1", storage="nfs_a"}`, "_x1200 47400x370 94200x1000"},
+		{`kvcm_gc_sweep_last_round_end_timestamp_seconds{` + ns + `, pod="walker-0", storage="nfs_b"}`, "0x9 600x1700"},
 	}, checks: []alertCheck{
 		{at: "26h", alert: "KvcmGcSweepNoWalkCompleted"},
-		{at: "27h", alert: "KvcmGcSweepNoWalkCompleted", want: []map[string]string{lbl()}},
+		{at: "27h", alert: "KvcmGcSweepNoWalkCompleted", want: []map[string]string{lbl("storage", "nfs_b")}},
 	}},
-	{name: "a quarantine that does not empty", interval: "1m", input: []series{
-		// A file there since minute one; the conflict copies of another walker.
-		{`kvcm_gc_sweep_quarantine_oldest_timestamp_seconds{` + ns + `, pod="walker-0"}`, "60x330"},
-		{`kvcm_gc_sweep_quarantine_conflicts{` + ns + `, pod="walker-1"}`, "0x4 2x326"},
+	{name: "a quarantine that does not empty beside one that does", interval: "1m", input: []series{
+		// nfs_a: a file there since minute one. nfs_b: its quarantine empties every look.
+		// nfs_c: conflict copies from 4m on.
+		{`kvcm_gc_sweep_quarantine_oldest_timestamp_seconds{` + ns + `, pod="walker-0", storage="nfs_a"}`, "60x330"},
+		{`kvcm_gc_sweep_quarantine_oldest_timestamp_seconds{` + ns + `, pod="walker-0", storage="nfs_b"}`, "0 0+60x330"},
+		{`kvcm_gc_sweep_quarantine_conflicts{` + ns + `, pod="walker-0", storage="nfs_a"}`, "0x330"},
+		{`kvcm_gc_sweep_quarantine_conflicts{` + ns + `, pod="walker-1", storage="nfs_c"}`, "0x4 2x326"},
 	}, checks: []alertCheck{
 		{at: "4h", alert: "KvcmGcSweepQuarantineStranded"},
-		{at: "5h", alert: "KvcmGcSweepQuarantineStranded", want: []map[string]string{lbl()}},
+		{at: "5h", alert: "KvcmGcSweepQuarantineStranded", want: []map[string]string{lbl("storage", "nfs_a")}},
 		{at: "10m", alert: "KvcmGcSweepConflicts"},
-		{at: "20m", alert: "KvcmGcSweepConflicts", want: []map[string]string{lbl()}},
+		{at: "20m", alert: "KvcmGcSweepConflicts", want: []map[string]string{lbl("storage", "nfs_c")}},
 	}},
 	{name: "sweepers restoring and failing", interval: "1m", input: []series{
 		{`kvcm_gc_sweep_restored_files_total{` + ns + `, pod="sweeper-0"}`, "0+1x60"},

@@ -163,6 +163,7 @@ func checkExpr(t *testing.T, where, expr string, known map[string]metric) {
 func TestDashboard(t *testing.T) {
 	known := exported(t)
 	used := map[string]bool{}
+	groupedBy := map[string]map[string]bool{} // metric -> the labels a query of it groups by
 	var queries int
 	var namespaced bool
 	files, err := filepath.Glob(filepath.Join("grafana", "*.json"))
@@ -188,6 +189,14 @@ func TestDashboard(t *testing.T) {
 				checkExpr(t, str(p, "title"), expr, known)
 				for _, u := range metricRE.FindAllStringSubmatch(expr, -1) {
 					used[u[1]] = true
+					if groupedBy[u[1]] == nil {
+						groupedBy[u[1]] = map[string]bool{}
+					}
+					for _, g := range groupingRE.FindAllStringSubmatch(expr, -1) {
+						for _, l := range strings.Split(g[1], ",") {
+							groupedBy[u[1]][strings.TrimSpace(l)] = true
+						}
+					}
 				}
 				queries++
 			}
@@ -203,5 +212,12 @@ func TestDashboard(t *testing.T) {
 		// What the deletes freed.
 		"kvcm_gc_reclaimed_bytes_total", "kvcm_gc_deleted_keys_total"} {
 		require.True(t, used[want], "dashboard does not show %s", want)
+	}
+	// Each metadata store and each swept storage on its own: one stuck is never hidden by the
+	// others.
+	for metric, label := range map[string]string{"kvcm_gc_store_lease_held": "store", "kvcm_gc_store_walk_state": "store",
+		"kvcm_gc_sweep_last_round_end_timestamp_seconds": "storage", "kvcm_gc_sweep_quarantine_files": "storage",
+		"kvcm_gc_sweep_quarantine_conflicts": "storage", "kvcm_gc_sweep_quarantine_oldest_timestamp_seconds": "storage"} {
+		require.True(t, groupedBy[metric][label], "the dashboard shows %s by no %s", metric, label)
 	}
 }
