@@ -55,6 +55,7 @@ type ensureOptions struct {
 	log         *slog.Logger
 	callTimeout time.Duration
 	retry       backoff.Policy
+	update      bool
 }
 
 // WithEnsureLogger receives a line per failed attempt that Ensure retries; nil discards them.
@@ -68,6 +69,15 @@ func WithCallTimeout(d time.Duration) EnsureOption {
 		}
 	}
 }
+
+// WithUpdate makes EnsureReport update the existing objects that differ from the configuration
+// in fields the server updates in place (a stream's max_bytes, max_age, replicas; a consumer's
+// max_ack_pending, ack_wait, max_deliver; a bucket's ttl, history …), all or nothing: when an
+// object differs in a field the server cannot update (FieldDiff.Updatable false), nothing at
+// all is updated and that object is reported as differing. An update carries the existing
+// object's other fields over unchanged: fields EnsureReport does not manage keep their
+// values, and a consumer paused by an operator stays paused.
+func WithUpdate() EnsureOption { return func(o *ensureOptions) { o.update = true } }
 
 // WithEnsureRetry sets the waits between attempts (default EnsureRetryInitial doubling up to
 // EnsureRetryMax, with jitter).
@@ -111,6 +121,7 @@ const (
 	StateCreated   = "created"   // it did not exist; created as wanted
 	StateIdentical = "identical" // it exists with every managed field as wanted
 	StateDiffers   = "differs"   // it exists with fields that differ; left as it is
+	StateUpdated   = "updated"   // it existed with fields that differ; updated in place (WithUpdate)
 )
 
 // ObjectState is one stream, consumer or bucket as EnsureReport left it.
@@ -119,7 +130,8 @@ type ObjectState struct {
 	Name  string `json:"name"` // the stream or bucket name; "<stream>/<consumer>" for a consumer
 	State string `json:"state"`
 	// Fields are the managed fields whose existing value differs from the wanted one
-	// (StateDiffers only), those the server cannot update first.
+	// (StateDiffers), those the server cannot update first; for StateUpdated, the fields the
+	// update changed, Have being the value before it.
 	Fields []FieldDiff `json:"fields,omitempty"`
 }
 
@@ -163,11 +175,55 @@ func EnsureReport(ctx context.Context, js jetstream.JetStream, n Names, s Settin
 		o.log = slog.New(slog.DiscardHandler)
 	}
 	r := &report{created: map[string]bool{}}
-	err := ensurer{js: js, timeout: o.callTimeout, report: r}.run(ctx, n.Topology(s), o)
-	if err != nil {
+	top := n.Topology(s)
+	e := ensurer{js: js, timeout: o.callTimeout, report: r}
+	if err := e.run(ctx, top, o); err != nil {
 		return nil, err
 	}
+	if !o.update {
+		return r.objects, nil
+	}
+	for _, obj := range r.objects {
+		if obj.State == StateDiffers && !allUpdatable(obj.Fields) {
+			// All or nothing: the operator first settles what cannot be updated, then one
+			// run applies everything, rather than a deployment left half tuned.
+			return r.objects, nil
+		}
+	}
+	for i, obj := range r.objects {
+		if obj.State != StateDiffers {
+			continue
+		}
+		var changed []FieldDiff
+		err := o.retry.Retry(ctx, func(ctx context.Context) error {
+			var err error
+			changed, err = e.update(ctx, top, obj)
+			if err != nil && !Transient(err) {
+				return backoff.Permanent(err)
+			}
+			return err
+		}, func(err error, failures int, wait time.Duration) {
+			o.log.Warn("update jetstream object; retrying", "kind", obj.Kind, "name", obj.Name, "failures", failures, "retry_in", wait, "err", err)
+		})
+		if err != nil {
+			return r.objects, err
+		}
+		r.objects[i].State, r.objects[i].Fields = StateUpdated, changed
+		if len(changed) == 0 {
+			// Someone else made it as wanted meanwhile.
+			r.objects[i].State, r.objects[i].Fields = StateIdentical, nil
+		}
+	}
 	return r.objects, nil
+}
+
+func allUpdatable(diff []FieldDiff) bool {
+	for _, d := range diff {
+		if !d.Updatable {
+			return false
+		}
+	}
+	return true
 }
 
 // report is what EnsureReport found. created outlives a failed attempt: an object created by
@@ -566,4 +622,131 @@ func bucketDiff(have jetstream.StreamConfig, want jetstream.KeyValueConfig) []Fi
 		{"num_replicas", false, str(have.Replicas), str(want.Replicas)},
 		{"description", false, fmt.Sprintf("%q", have.Description), fmt.Sprintf("%q", want.Description)},
 	})
+}
+
+// update updates one existing object that differs from want (EnsureReport WithUpdate) and
+// returns the fields it changed. It reads the object again and sends the existing
+// configuration with the managed fields set as wanted, so what EnsureReport does not manage
+// stays as it is: above all a consumer's pause (pause_until), which an update without it
+// would lift, resuming a deleter an operator paused. A field the server cannot update, found
+// now, is a *ConflictError naming it, as is a field the server kept at another value.
+func (e ensurer) update(ctx context.Context, top Topology, obj ObjectState) ([]FieldDiff, error) {
+	switch obj.Kind {
+	case "stream":
+		for _, want := range top.Streams {
+			if want.Name == obj.Name {
+				return e.updateStream(ctx, want)
+			}
+		}
+	case "consumer":
+		stream, durable, _ := strings.Cut(obj.Name, "/")
+		if want, ok := top.Consumers[stream]; ok && want.Durable == durable {
+			return e.updateConsumer(ctx, stream, want)
+		}
+	case "bucket":
+		for _, want := range top.Buckets {
+			if want.Bucket == obj.Name {
+				return e.updateBucket(ctx, want)
+			}
+		}
+	}
+	return nil, fmt.Errorf("update %s %q: not in the topology", obj.Kind, obj.Name)
+}
+
+// checkUpdatable refuses an update of an object differing in a field the server cannot update.
+func checkUpdatable(kind, name string, diff []FieldDiff) error {
+	if allUpdatable(diff) {
+		return nil
+	}
+	return &ConflictError{Kind: kind, Name: name, Fields: texts(diff),
+		Err: errors.New("the server cannot update these fields in place: drain, delete and create the object again, or keep its value")}
+}
+
+// kept reports the fields an update left other than wanted.
+func kept(kind, name string, left []FieldDiff) error {
+	if len(left) == 0 {
+		return nil
+	}
+	return &ConflictError{Kind: kind, Name: name, Fields: texts(left), Err: errors.New("the server accepted the update but kept these values")}
+}
+
+func (e ensurer) updateStream(ctx context.Context, want jetstream.StreamConfig) ([]FieldDiff, error) {
+	st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.Stream(ctx, want.Name) })
+	if err != nil {
+		return nil, fmt.Errorf("update stream %q: read info: %w", want.Name, err)
+	}
+	have := st.CachedInfo().Config
+	diff := streamDiff(have, want)
+	if len(diff) == 0 {
+		return nil, nil
+	}
+	if err := checkUpdatable("stream", want.Name, diff); err != nil {
+		return nil, err
+	}
+	cfg := have
+	cfg.Subjects, cfg.Discard, cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = want.Subjects, want.Discard, want.MaxAge, want.MaxBytes, want.MaxMsgs
+	cfg.Duplicates, cfg.Replicas, cfg.AllowDirect, cfg.Description = want.Duplicates, want.Replicas, want.AllowDirect, want.Description
+	got, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.UpdateStream(ctx, cfg) })
+	if err != nil {
+		return nil, refused("stream", want.Name, "update", err, texts(diff))
+	}
+	return diff, kept("stream", want.Name, streamDiff(got.CachedInfo().Config, want))
+}
+
+func (e ensurer) updateConsumer(ctx context.Context, stream string, want jetstream.ConsumerConfig) ([]FieldDiff, error) {
+	name := stream + "/" + want.Durable
+	c, err := call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) { return e.js.Consumer(ctx, stream, want.Durable) })
+	if err != nil {
+		return nil, fmt.Errorf("update consumer %q: read info: %w", name, err)
+	}
+	have := c.CachedInfo().Config
+	diff := consumerDiff(have, want)
+	if len(diff) == 0 {
+		return nil, nil
+	}
+	if err := checkUpdatable("consumer", name, diff); err != nil {
+		return nil, err
+	}
+	// have carries pause_until. The server keeps a consumer's pause through an update anyway
+	// (it sets the request's back to its own), and the request then says what is meant: a
+	// paused deleter deletes nothing until the operator resumes it or the pause ends (§8.7).
+	cfg := have
+	cfg.FilterSubject, cfg.FilterSubjects = want.FilterSubject, want.FilterSubjects
+	cfg.AckWait, cfg.MaxDeliver, cfg.MaxAckPending, cfg.BackOff, cfg.Description = want.AckWait, want.MaxDeliver, want.MaxAckPending, want.BackOff, want.Description
+	got, err := call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) { return e.js.UpdateConsumer(ctx, stream, cfg) })
+	if err != nil {
+		return nil, refused("consumer", name, "update", err, texts(diff))
+	}
+	return diff, kept("consumer", name, consumerDiff(got.CachedInfo().Config, want))
+}
+
+func (e ensurer) updateBucket(ctx context.Context, want jetstream.KeyValueConfig) ([]FieldDiff, error) {
+	st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.Stream(ctx, KVStream(want.Bucket)) })
+	if err != nil {
+		return nil, fmt.Errorf("update bucket %q: read info: %w", want.Bucket, err)
+	}
+	have := st.CachedInfo().Config
+	diff := bucketDiff(have, want)
+	if len(diff) == 0 {
+		return nil, nil
+	}
+	if err := checkUpdatable("bucket", want.Bucket, diff); err != nil {
+		return nil, err
+	}
+	// The bucket's stream, as the client maps a bucket's config onto it (History to
+	// MaxMsgsPerSubject, TTL to MaxAge, a duplicate window of 2 minutes or the TTL if
+	// shorter: the server refuses a window longer than MaxAge).
+	cfg := have
+	cfg.Subjects = []string{KVSubjectPrefix(want.Bucket) + ">"}
+	cfg.MaxMsgsPerSubject = max(int64(want.History), 1)
+	cfg.MaxAge, cfg.Replicas, cfg.Description = want.TTL, want.Replicas, want.Description
+	cfg.Duplicates = 2 * time.Minute
+	if want.TTL > 0 && want.TTL < cfg.Duplicates {
+		cfg.Duplicates = want.TTL
+	}
+	got, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.UpdateStream(ctx, cfg) })
+	if err != nil {
+		return nil, refused("bucket", want.Bucket, "update", err, texts(diff))
+	}
+	return diff, kept("bucket", want.Bucket, bucketDiff(got.CachedInfo().Config, want))
 }

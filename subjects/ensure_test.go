@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -628,4 +629,197 @@ func TestEnsureReport(t *testing.T) {
 	require.Equal(t, "storage: have Memory, want File (not updatable)", by["stream "+n.DeletesStream()].Fields[0].String())
 	require.Equal(t, subjects.StateCreated, by["consumer "+n.DeletesStream()+"/"+n.DeleterConsumer()].State,
 		"the consumer went with its stream")
+}
+
+// TestEnsureReportUpdate: with WithUpdate, the objects whose differing fields the server
+// updates in place are updated (a raised max_bytes, max_inflight_delete_requests, ack waits,
+// max_deliver, the lease TTL), each field named with its old value; a paused consumer stays
+// paused and a stream's field Ensure does not manage keeps its value; a second run finds all
+// identical. When one object differs in a field the server cannot update, nothing is updated.
+func TestEnsureReportUpdate(t *testing.T) {
+	ctx := testCtx(t)
+	js := testenv.StartNATS(t).JetStream(t)
+	n := mustNames(t, "kvcmgc", "c1")
+	s := subjects.DefaultSettings()
+	_, err := subjects.EnsureReport(ctx, js, n, s)
+	require.NoError(t, err)
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	_, err = js.PauseConsumer(ctx, n.DeletesStream(), n.DeleterConsumer(), until)
+	require.NoError(t, err, "an operator paused the deleter")
+	// A field Ensure does not manage, set by hand.
+	bst, err := js.Stream(ctx, n.BatchesStream())
+	require.NoError(t, err)
+	hand := bst.CachedInfo().Config
+	hand.MaxMsgSize = 4 << 20
+	_, err = js.UpdateStream(ctx, hand)
+	require.NoError(t, err)
+
+	tuned := s
+	tuned.MaxBytes, tuned.DeleterMaxAckPending, tuned.DeleterAckWait, tuned.MaxDeliver = 2<<30, 8, 2*time.Minute, 12
+	tuned.LeaseTTL, tuned.EventsMaxAge = 30*time.Second, 14*24*time.Hour
+
+	// Without WithUpdate nothing changes (TestEnsureReport); a run with the option that finds a
+	// field it cannot update changes nothing either, not even the updatable fields.
+	before := configs(t, js, n)
+	require.NoError(t, js.DeleteStream(ctx, n.SweepStream()))
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: n.SweepStream(), Subjects: []string{n.SweepFilter()},
+		Storage: jetstream.MemoryStorage, Retention: jetstream.LimitsPolicy, MaxAge: s.MaxAge, Duplicates: s.Duplicates,
+		MaxBytes: s.MaxBytes, MaxMsgs: -1, AllowDirect: true, Description: n.Topology(s).Streams[3].Description})
+	require.NoError(t, err)
+	objs, err := subjects.EnsureReport(ctx, js, n, tuned, subjects.WithUpdate())
+	require.NoError(t, err)
+	by := byName(objs)
+	require.Equal(t, subjects.StateDiffers, by["stream "+n.SweepStream()].State)
+	require.Equal(t, "storage", by["stream "+n.SweepStream()].Fields[0].Field)
+	require.False(t, by["stream "+n.SweepStream()].Fields[0].Updatable)
+	require.Equal(t, subjects.StateDiffers, by["consumer "+n.DeletesStream()+"/"+n.DeleterConsumer()].State, "left as it is")
+	after := configs(t, js, n)
+	require.Equal(t, subjects.StateCreated, by["consumer "+n.SweepStream()+"/"+n.SweeperConsumer()].State, "what is missing is still created")
+	for name, cfg := range before {
+		if !strings.HasPrefix(name, n.SweepStream()) { // remade by hand above
+			require.Equal(t, cfg, after[name], "%s changed although another object cannot be updated", name)
+		}
+	}
+
+	// The sweep's stream as it should be: now every difference can be updated.
+	require.NoError(t, js.DeleteStream(ctx, n.SweepStream()))
+	objs, err = subjects.EnsureReport(ctx, js, n, tuned, subjects.WithUpdate())
+	require.NoError(t, err)
+	by = byName(objs)
+	require.Equal(t, subjects.StateCreated, by["stream "+n.SweepStream()].State)
+	for _, name := range []string{n.BatchesStream(), n.DeletesStream(), n.SweepStream()} {
+		o := by["stream "+name]
+		if name == n.SweepStream() {
+			continue
+		}
+		require.Equal(t, subjects.StateUpdated, o.State, name)
+		require.Equal(t, []subjects.FieldDiff{{Field: "max_bytes", Have: "1073741824", Want: "2147483648", Updatable: true}}, o.Fields, name)
+	}
+	require.Equal(t, []subjects.FieldDiff{
+		{Field: "max_age", Have: "168h0m0s", Want: "336h0m0s", Updatable: true},
+		{Field: "max_bytes", Have: "1073741824", Want: "2147483648", Updatable: true},
+	}, by["stream "+n.EventsStream()].Fields)
+	require.Equal(t, []subjects.FieldDiff{
+		{Field: "ack_wait", Have: "1m0s", Want: "2m0s", Updatable: true},
+		{Field: "max_deliver", Have: "10", Want: "12", Updatable: true},
+		{Field: "max_ack_pending", Have: "2", Want: "8", Updatable: true},
+	}, by["consumer "+n.DeletesStream()+"/"+n.DeleterConsumer()].Fields)
+	require.Equal(t, []subjects.FieldDiff{{Field: "max_deliver", Have: "10", Want: "12", Updatable: true}},
+		by["consumer "+n.BatchesStream()+"/"+n.ProberConsumer()].Fields)
+	require.Equal(t, subjects.StateUpdated, by["bucket "+n.LeaseBucket()].State)
+	require.Equal(t, []subjects.FieldDiff{{Field: "ttl", Have: "15s", Want: "30s", Updatable: true}}, by["bucket "+n.LeaseBucket()].Fields)
+	require.Equal(t, subjects.StateIdentical, by["bucket "+n.StateBucket()].State)
+
+	// On the server: the new values, the pause and the hand-set field kept.
+	dc, err := js.Consumer(ctx, n.DeletesStream(), n.DeleterConsumer())
+	require.NoError(t, err)
+	info, err := dc.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 8, info.Config.MaxAckPending)
+	require.Equal(t, 2*time.Minute, info.Config.AckWait)
+	require.True(t, info.Paused, "the update did not lift the operator's pause")
+	require.NotNil(t, info.Config.PauseUntil)
+	require.True(t, until.Equal(*info.Config.PauseUntil), "paused until %v, want %v", info.Config.PauseUntil, until)
+	bst, err = js.Stream(ctx, n.BatchesStream())
+	require.NoError(t, err)
+	require.Equal(t, int32(4<<20), bst.CachedInfo().Config.MaxMsgSize, "a field Ensure does not manage keeps its value")
+	require.Equal(t, int64(2<<30), bst.CachedInfo().Config.MaxBytes)
+	lease, err := js.KeyValue(ctx, n.LeaseBucket())
+	require.NoError(t, err)
+	st, err := lease.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, st.TTL())
+	_, err = lease.Create(ctx, "probe", []byte("x"))
+	require.NoError(t, err, "the bucket works after its update")
+
+	objs, err = subjects.EnsureReport(ctx, js, n, tuned, subjects.WithUpdate())
+	require.NoError(t, err)
+	for _, o := range objs {
+		require.Equal(t, subjects.StateIdentical, o.State, o.Name)
+	}
+}
+
+// TestEnsureReportUpdateRefused: an update the server refuses (three replicas on a single
+// server) is an error naming the object and the field, not a retry.
+func TestEnsureReportUpdateRefused(t *testing.T) {
+	ctx := testCtx(t)
+	js := testenv.StartNATS(t).JetStream(t)
+	n := mustNames(t, "kvcmgc", "c1")
+	s := subjects.DefaultSettings()
+	_, err := subjects.EnsureReport(ctx, js, n, s)
+	require.NoError(t, err)
+	s.Replicas = 3
+	start := time.Now()
+	_, err = subjects.EnsureReport(ctx, js, n, s, subjects.WithUpdate())
+	var ce *subjects.ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "stream", ce.Kind)
+	require.Equal(t, n.BatchesStream(), ce.Name)
+	require.ErrorContains(t, err, "num_replicas: have 1, want 3")
+	require.ErrorContains(t, err, "replicas > 1 not supported in non-clustered mode")
+	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+// TestEnsureReportUpdateReplicas: on a three-node cluster, streams and buckets made with one
+// replica are raised to three in place.
+func TestEnsureReportUpdateReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := testenv.StartNATSCluster(t, 3)
+	require.NoError(t, c.WaitJetStream(ctx))
+	js := c.JetStream(t)
+	n := mustNames(t, "kvcmgc", "c1")
+	s := subjects.DefaultSettings()
+	_, err := subjects.EnsureReport(ctx, js, n, s)
+	require.NoError(t, err)
+	s.Replicas = 3
+	objs, err := subjects.EnsureReport(ctx, js, n, s, subjects.WithUpdate())
+	require.NoError(t, err)
+	for _, o := range objs {
+		if o.Kind == "consumer" {
+			require.Equal(t, subjects.StateIdentical, o.State, o.Name)
+			continue
+		}
+		require.Equal(t, subjects.StateUpdated, o.State, o.Name)
+		require.Equal(t, []subjects.FieldDiff{{Field: "num_replicas", Have: "1", Want: "3", Updatable: true}}, o.Fields, o.Name)
+	}
+	for _, name := range []string{n.BatchesStream(), n.DeletesStream(), subjects.KVStream(n.LeaseBucket())} {
+		st, err := js.Stream(ctx, name)
+		require.NoError(t, err, name)
+		require.Equal(t, 3, st.CachedInfo().Config.Replicas, name)
+	}
+}
+
+func byName(objs []subjects.ObjectState) map[string]subjects.ObjectState {
+	by := map[string]subjects.ObjectState{}
+	for _, o := range objs {
+		by[o.Kind+" "+o.Name] = o
+	}
+	return by
+}
+
+// configs reads the config of every stream (buckets' included) and consumer of the topology.
+func configs(t *testing.T, js jetstream.JetStream, n subjects.Names) map[string]any {
+	t.Helper()
+	ctx := testCtx(t)
+	out := map[string]any{}
+	top := n.Topology(subjects.DefaultSettings())
+	var streams []string
+	for _, s := range top.Streams {
+		streams = append(streams, s.Name)
+	}
+	for _, b := range top.Buckets {
+		streams = append(streams, subjects.KVStream(b.Bucket))
+	}
+	for _, name := range streams {
+		st, err := js.Stream(ctx, name)
+		require.NoError(t, err, name)
+		out[name] = st.CachedInfo().Config
+		if cc, ok := top.Consumers[name]; ok {
+			c, err := js.Consumer(ctx, name, cc.Durable)
+			require.NoError(t, err)
+			out[name+"/"+cc.Durable] = c.CachedInfo().Config
+		}
+	}
+	return out
 }
