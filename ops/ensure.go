@@ -12,32 +12,47 @@ import (
 )
 
 // EnsureResult is what `ensure` did: every stream, consumer and bucket of the topology,
-// created, found identical, or found differing and left as it is.
+// created, found identical, updated in place (with --update), or found differing and left as
+// it is.
 type EnsureResult struct {
 	Objects []subjects.ObjectState `json:"objects"`
-	// Differs counts the objects that differ from the configuration; ensure then fails.
+	// Update: the run updated what the server can update in place (subjects.WithUpdate).
+	Update bool `json:"update"`
+	// Updated counts the objects updated in place.
+	Updated int `json:"updated"`
+	// Differs counts the objects that differ from the configuration and were left as they
+	// are; ensure then fails.
 	Differs int `json:"differs"`
 }
 
 // Ensure creates what is missing of the topology the names and settings make, with the
-// caller's (an administrator's) credentials, and compares what exists, changing none of it
-// (subjects.EnsureReport): an existing object is changed by an operator, never by surprise.
-func Ensure(ctx context.Context, js jetstream.JetStream, names subjects.Names, s subjects.Settings, opts ...subjects.EnsureOption) (EnsureResult, error) {
+// caller's (an administrator's) credentials, and compares what exists (subjects.EnsureReport).
+// It changes nothing that exists unless update is true: then the objects whose differing
+// fields the server updates in place are updated, all of them or, when one differs in a field
+// the server cannot update, none.
+func Ensure(ctx context.Context, js jetstream.JetStream, names subjects.Names, s subjects.Settings, update bool, opts ...subjects.EnsureOption) (EnsureResult, error) {
+	if update {
+		opts = append(opts, subjects.WithUpdate())
+	}
 	objs, err := subjects.EnsureReport(ctx, js, names, s, opts...)
 	if err != nil {
 		return EnsureResult{}, err
 	}
-	r := EnsureResult{Objects: objs}
+	r := EnsureResult{Objects: objs, Update: update}
 	for _, o := range objs {
-		if o.State == subjects.StateDiffers {
+		switch o.State {
+		case subjects.StateDiffers:
 			r.Differs++
+		case subjects.StateUpdated:
+			r.Updated++
 		}
 	}
 	return r, nil
 }
 
-// WriteTable prints one line per object, then every differing field: object, field, have,
-// want, and whether the server can update it.
+// WriteTable prints one line per object, then the fields updated (object, field, was, now),
+// then every differing field left as it is: object, field, have, want, and whether the server
+// can update it.
 func (r EnsureResult) WriteTable(w io.Writer) error {
 	ew := &errWriter{w: w}
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
@@ -50,27 +65,54 @@ func (r EnsureResult) WriteTable(w io.Writer) error {
 		}
 	}
 	_ = tw.Flush()
+	if r.Updated > 0 {
+		fmt.Fprintln(ew, "\nUPDATED FIELDS")
+		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "OBJECT\tFIELD\tWAS\tNOW")
+		for _, o := range r.Objects {
+			if o.State != subjects.StateUpdated {
+				continue
+			}
+			for _, f := range o.Fields {
+				fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\n", o.Kind, o.Name, f.Field, f.Have, f.Want)
+			}
+		}
+		_ = tw.Flush()
+	}
 	if r.Differs == 0 {
-		fmt.Fprintf(ew, "\n%d %s, %d identical: the topology is as configured\n", created,
-			plural(created, "object created", "objects created"), len(r.Objects)-created)
+		fmt.Fprintf(ew, "\n%d created, %d updated, %d identical: the topology is as configured\n", created, r.Updated,
+			len(r.Objects)-created-r.Updated)
 		return ew.err
 	}
 	fmt.Fprintln(ew, "\nDIFFERING FIELDS (left as they are)")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "OBJECT\tFIELD\tHAVE\tWANT\tUPDATABLE")
+	fixed := 0
 	for _, o := range r.Objects {
+		if o.State != subjects.StateDiffers {
+			continue
+		}
 		for _, f := range o.Fields {
 			up := "yes"
 			if !f.Updatable {
 				up = "no: delete and create it again"
+				fixed++
 			}
 			fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\t%s\n", o.Kind, o.Name, f.Field, f.Have, f.Want, up)
 		}
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(ew, "\n%d %s from the configuration; nothing of %s was changed. Change the configuration to\n"+
-		"match, or change the %s with the nats CLI (a field that is not updatable: drain, delete and\n"+
-		"run ensure again), then run ensure again.\n", r.Differs, plural(r.Differs, "object differs", "objects differ"),
-		plural(r.Differs, "it", "them"), plural(r.Differs, "object", "objects"))
+	n := r.Differs
+	switch {
+	case fixed > 0:
+		fmt.Fprintf(ew, "\n%d %s from the configuration, in %d %s the server cannot update in place; nothing\n"+
+			"that exists was changed. Set the configuration back to the existing value, or drain the object,\n"+
+			"delete it as the admin and run ensure again (docs/operating.md, Upgrading).\n",
+			n, plural(n, "object differs", "objects differ"), fixed, plural(fixed, "field", "fields"))
+	default:
+		fmt.Fprintf(ew, "\n%d %s from the configuration; nothing of %s was changed. Every field can be updated\n"+
+			"in place: run ensure --update (the chart's hook does, with admin.ensure.update), or change the\n"+
+			"configuration to match.\n", n, plural(n, "object differs", "objects differ"), plural(n, "it", "them"))
+	}
 	return ew.err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
@@ -235,7 +236,7 @@ func TestEnsureCommand(t *testing.T) {
 	code, out, stderr := kvcmgc(t, args...)
 	require.Equal(t, cli.ExitOK, code, stderr)
 	require.Regexp(t, `stream\s+`+names.EventsStream()+`\s+created`, out)
-	require.Contains(t, out, fmt.Sprintf("%d objects created, 0 identical: the topology is as configured", objects))
+	require.Contains(t, out, fmt.Sprintf("%d created, 0 updated, 0 identical: the topology is as configured", objects))
 
 	code, out, stderr = kvcmgc(t, append(args, "--json")...)
 	require.Equal(t, cli.ExitOK, code, stderr)
@@ -255,9 +256,43 @@ func TestEnsureCommand(t *testing.T) {
 	require.Regexp(t, `stream\s+`+names.EventsStream()+`\s+differs`, out)
 	require.Regexp(t, `stream `+names.EventsStream()+`\s+max_age\s+168h0m0s\s+1h0m0s\s+yes`, out)
 	require.Contains(t, out, "1 object differs from the configuration; nothing of it was changed")
+	require.Contains(t, out, "run ensure --update")
 	require.Empty(t, stderr, "the table says it all")
 	after, err := js.Stream(ctx, names.EventsStream())
 	require.NoError(t, err)
 	require.Equal(t, before.CachedInfo().Config, after.CachedInfo().Config, "left as it is")
+	t.Log("\n" + out)
+
+	// What an upgrade tuning the deployment runs (the chart's hook, admin.ensure.update): the
+	// streams' max_bytes and the deleter's in-flight cap are updated in place.
+	tuned := append(args, "--update", "--jetstream.max_bytes", "2147483648", "--max_inflight_delete_requests", "8")
+	code, out, stderr = kvcmgc(t, tuned...)
+	require.Equal(t, cli.ExitOK, code, "out:\n%s\nstderr:\n%s", out, stderr)
+	require.Regexp(t, `consumer\s+`+names.DeletesStream()+`/deleter\s+updated`, out)
+	require.Regexp(t, `consumer `+names.DeletesStream()+`/deleter\s+max_ack_pending\s+2\s+8`, out)
+	require.Regexp(t, `stream `+names.BatchesStream()+`\s+max_bytes\s+1073741824\s+2147483648`, out)
+	require.Contains(t, out, fmt.Sprintf("0 created, 5 updated, %d identical: the topology is as configured", objects-5))
+	t.Log("\n" + out)
+	c, err := js.Consumer(ctx, names.DeletesStream(), names.DeleterConsumer())
+	require.NoError(t, err)
+	require.Equal(t, 8, c.CachedInfo().Config.MaxAckPending)
+	code, out, stderr = kvcmgc(t, tuned...)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	require.Contains(t, out, fmt.Sprintf("0 created, 0 updated, %d identical", objects))
+
+	// A field the server cannot update: nothing is updated, the field is named, exit 1.
+	require.NoError(t, js.DeleteStream(ctx, names.SweepStream()))
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: names.SweepStream(), Subjects: []string{names.SweepFilter()},
+		Storage: jetstream.MemoryStorage, MaxBytes: 2147483648, MaxAge: 72 * time.Hour, MaxMsgs: -1, Duplicates: 2 * time.Minute,
+		AllowDirect: true, Description: top.Streams[3].Description})
+	require.NoError(t, err)
+	code, out, stderr = kvcmgc(t, append(args, "--update", "--jetstream.max_bytes", "2147483648", "--max_inflight_delete_requests", "4")...)
+	require.Equal(t, cli.ExitFailure, code, "out:\n%s\nstderr:\n%s", out, stderr)
+	require.Regexp(t, `stream `+names.SweepStream()+`\s+storage\s+Memory\s+File\s+no: delete and create it again`, out)
+	require.Regexp(t, `consumer `+names.DeletesStream()+`/deleter\s+max_ack_pending\s+8\s+4\s+yes`, out)
+	require.Contains(t, out, "2 objects differ from the configuration, in 1 field the server cannot update in place")
+	c, err = js.Consumer(ctx, names.DeletesStream(), names.DeleterConsumer())
+	require.NoError(t, err)
+	require.Equal(t, 8, c.CachedInfo().Config.MaxAckPending, "not updated: all or nothing")
 	t.Log("\n" + out)
 }
