@@ -642,6 +642,9 @@ func checkObjects(t *testing.T, r rendered) {
 	require.Equal(t, "pre-install,pre-upgrade", str(job.doc, "metadata", "annotations", "helm.sh/hook"))
 	ct := list(job.doc, "spec", "template", "spec", "containers")[0]
 	require.Equal(t, "ensure", list(ct, "args")[0])
+	// With admin.ensure.update an upgrade's changed jetstream values are updated in place.
+	update, _ := get(r.v, "admin", "ensure", "update").(bool)
+	require.Equal(t, update, slices.Contains(list(ct, "args"), any("--update")), "ensure --update as admin.ensure.update says")
 	hookCM := r.find(t, "ConfigMap", release+"-ensure")
 	require.Equal(t, "pre-install,pre-upgrade", str(hookCM.doc, "metadata", "annotations", "helm.sh/hook"))
 	w := func(o object) int {
