@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -125,6 +126,9 @@ type Metrics struct {
 	Backpressure      prometheus.Gauge
 	ScannerMembers    prometheus.Gauge
 
+	// StoreRegistered is 1 for every metadata store of the registry, as this scanner last read
+	// it, whoever holds the store's lease: the stores that must have a holder.
+	StoreRegistered *prometheus.GaugeVec
 	// Per metadata store this process walks (the store label: the registry's store name);
 	// a store's series go when its lease does.
 	StoreLeaseHeld     *prometheus.GaugeVec
@@ -195,6 +199,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Backpressure:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_backpressure", Help: "1 while the prober's or the deleter's backlog is above the high-water mark and walks wait."}),
 		ScannerMembers:    f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_replicas", Help: "Scanner replicas sharing the stores, as this one last counted them."}),
 
+		StoreRegistered: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_registered",
+			Help: "1 for each metadata store of KVCM's registry, as this scanner last read it, whether or not a scanner holds its lease."}, []string{"store"}),
 		StoreLeaseHeld:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_lease_held", Help: "1 while this scanner holds the store's lease."}, []string{"store"}),
 		StoreRound:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round", Help: "Id of the store's current (or last) round."}, []string{"store"}),
 		StoreScannedKeys:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_store_scanned_keys_total", Help: "Block keys of the store read by this scanner."}, []string{"store"}),
@@ -280,6 +286,20 @@ var operations = map[string][]string{
 	StageProber:  {"registry", "publish", "event", "fetch"},
 	StageDeleter: {"store", "delete", "event", "fetch"},
 	StageSweeper: {"event", "fetch"},
+}
+
+// registeredStores sets kvcm_gc_store_registered to the registry's stores now, removing the
+// series of those of was (the previous reading) that left it. No reset in between: a scrape
+// never sees the list empty.
+func (m *Metrics) registeredStores(was, now []string) {
+	for _, st := range now {
+		m.StoreRegistered.WithLabelValues(st).Set(1)
+	}
+	for _, st := range was {
+		if !slices.Contains(now, st) {
+			m.StoreRegistered.DeleteLabelValues(st)
+		}
+	}
 }
 
 // initStore starts the series of a store this process walks.

@@ -89,6 +89,8 @@ type Scanner struct {
 	rounds map[string]Checkpoint // the last state of each walk, for the process-wide gauges
 	freed  map[string]time.Time  // stores whose lease was released, since when
 	ended  chan struct{}
+
+	registered []string // the registry's stores at the last cycle (kvcm_gc_store_registered)
 }
 
 // MemberRecord is the value of a scanner replica's member key (subjects.MemberKey).
@@ -196,6 +198,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	<-keeperDone
 	<-watchDone
 	s.leave()
+	s.metrics.registeredStores(s.registered, nil)
 	return nil
 }
 
@@ -209,6 +212,8 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 		return // fail closed: keep what is held, take nothing new (the cache logged it)
 	}
 	stores := storesOf(snap)
+	s.metrics.registeredStores(s.registered, stores)
+	s.registered = stores
 	s.writeIndex(ctx, stores, now)
 	caps, err := s.members(ctx)
 	if err != nil {

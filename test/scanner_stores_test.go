@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
@@ -83,7 +84,8 @@ func TestScannersDivideStores(t *testing.T) {
 }
 
 // Stores appear in and vanish from the registry: a store that leaves is released (and shown
-// as not in the registry), one that joins is walked.
+// as not in the registry), one that joins is walked. kvcm_gc_store_registered follows the
+// registry, so an alert can tell a store nobody walks from one that left.
 func TestScannerStoresComeAndGo(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -91,10 +93,14 @@ func TestScannerStoresComeAndGo(t *testing.T) {
 	ms.register(t, 0, 1)
 	o := ms.options(t, e, "scanner-a")
 	o.Scanner.HighWater = 1_000_000
+	reg := prometheus.NewRegistry()
+	o.Reg = reg
 	lease, state := e.buckets(t, o)
-	e.run(o, app.Stages{Scanner: true})
+	stop := e.run(o, app.Stages{Scanner: true})
 	ck := e.waitRoundEnded(1, time.Minute)
 	require.Equal(t, 2, ck.Stores)
+	registered := func() map[string]float64 { return metricByLabel(t, reg, "kvcm_gc_store_registered", "store") }
+	require.Equal(t, map[string]float64{ms.storeName(0): 1, ms.storeName(1): 1}, registered())
 
 	ms.unregister(t, 1)
 	ms.register(t, 2)
@@ -127,4 +133,7 @@ func TestScannerStoresComeAndGo(t *testing.T) {
 	require.Equal(t, 2, ck.Stores, "the summary counts the registry's stores only")
 	require.Equal(t, uint64(1), ck.Round)
 	require.False(t, ck.InRound)
+	require.Equal(t, map[string]float64{ms.storeName(0): 1, joined: 1}, registered())
+	stop()
+	require.Empty(t, registered(), "a stopped scanner reads no registry")
 }
