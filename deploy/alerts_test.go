@@ -150,17 +150,32 @@ var alertCases = []alertCase{
 		{at: "40h", alert: "KvcmGcNoRoundCompleted", want: []map[string]string{lbl("store", "meta-b")}},
 	}},
 	{name: "one store without a lease among leased stores", interval: "1m", input: []series{
-		// meta-a: held throughout. meta-b: its scanner lost it at 10h and nobody took it.
-		// meta-c: moved from scanner-0 to scanner-1 with a two-minute gap at 5h.
-		{`kvcm_gc_store_lease_held{` + ns + `, pod="scanner-0", store="meta-a"}`, "1x900"},
+		// Both scanners read the registry's stores meta-a, meta-b, meta-c, and meta-d until 6h,
+		// when meta-d left it (and its holder released it). meta-a: held throughout. meta-b: its
+		// scanner lost it at 10h and nobody took it until scanner-0 did at 40h. meta-c: moved from scanner-0 to
+		// scanner-1 with a two-minute gap at 5h.
+		{`kvcm_gc_store_registered{` + ns + `, pod="scanner-0", store="meta-a"}`, "1x2500"},
+		{`kvcm_gc_store_registered{` + ns + `, pod="scanner-1", store="meta-a"}`, "1x2500"},
+		{`kvcm_gc_store_registered{` + ns + `, pod="scanner-0", store="meta-b"}`, "1x2500"},
+		{`kvcm_gc_store_registered{` + ns + `, pod="scanner-1", store="meta-b"}`, "1x2500"},
+		{`kvcm_gc_store_registered{` + ns + `, pod="scanner-0", store="meta-c"}`, "1x2500"},
+		{`kvcm_gc_store_registered{` + ns + `, pod="scanner-1", store="meta-c"}`, "1x2500"},
+		{`kvcm_gc_store_registered{` + ns + `, pod="scanner-0", store="meta-d"}`, "1x359 stale"},
+		{`kvcm_gc_store_registered{` + ns + `, pod="scanner-1", store="meta-d"}`, "1x359 stale"},
+		{`kvcm_gc_store_lease_held{` + ns + `, pod="scanner-0", store="meta-a"}`, "1x2500"},
 		{`kvcm_gc_store_lease_held{` + ns + `, pod="scanner-1", store="meta-b"}`, "1x599 stale"},
+		{`kvcm_gc_store_lease_held{` + ns + `, pod="scanner-0", store="meta-b"}`, "_x2400 1x100"},
 		{`kvcm_gc_store_lease_held{` + ns + `, pod="scanner-0", store="meta-c"}`, "1x299 stale"},
-		{`kvcm_gc_store_lease_held{` + ns + `, pod="scanner-1", store="meta-c"}`, "_x301 1x598"},
+		{`kvcm_gc_store_lease_held{` + ns + `, pod="scanner-1", store="meta-c"}`, "_x301 1x2198"},
+		{`kvcm_gc_store_lease_held{` + ns + `, pod="scanner-0", store="meta-d"}`, "1x359 stale"},
 	}, checks: []alertCheck{
 		{at: "5h20m", alert: "KvcmGcStoreNoLease"},
+		{at: "6h30m", alert: "KvcmGcStoreNoLease"}, // meta-d left the registry
 		{at: "10h10m", alert: "KvcmGcStoreNoLease"},
 		{at: "10h30m", alert: "KvcmGcStoreNoLease", want: []map[string]string{lbl("store", "meta-b")}},
-		{at: "14h", alert: "KvcmGcStoreNoLease"}, // not walked for 3h: aged out
+		{at: "14h", alert: "KvcmGcStoreNoLease", want: []map[string]string{lbl("store", "meta-b")}},
+		{at: "39h", alert: "KvcmGcStoreNoLease", want: []map[string]string{lbl("store", "meta-b")}},
+		{at: "40h30m", alert: "KvcmGcStoreNoLease"}, // taken again at 40h
 	}},
 	{name: "one store whose walk keeps failing among healthy and briefly failing ones", interval: "1m", input: []series{
 		{`kvcm_gc_store_walk_state{` + ns + `, pod="scanner-0", store="meta-a", state="error"}`, "0x60"},
@@ -212,10 +227,19 @@ var alertCases = []alertCase{
 		{at: "5m", alert: "KvcmGcScannersHoldNoLease"},
 		{at: "20m", alert: "KvcmGcScannersHoldNoLease", want: []map[string]string{lbl()}},
 	}},
-	{name: "no scanner scraped", interval: "1m", input: []series{
-		{`kvcm_gc_stage_paused{` + ns + `, pod="prober-0", stage="prober"}`, "0x30"},
+	{name: "one deployment whose scanners are not scraped beside one whose are", interval: "1m", input: []series{
+		// kvcm: its scanner scraped until 10m, its prober throughout. kvcm-b: both throughout.
+		{`kvcm_gc_build_info{` + ns + `, pod="scanner-0", version="v0.1.0"}`, "1x9 stale"},
+		{`kvcm_gc_jetstream_stats_up{` + ns + `, pod="scanner-0", stage="scanner"}`, "1x9 stale"},
+		{`kvcm_gc_build_info{` + ns + `, pod="prober-0", version="v0.1.0"}`, "1x60"},
+		{`kvcm_gc_jetstream_stats_up{` + ns + `, pod="prober-0", stage="prober"}`, "1x60"},
+		{`kvcm_gc_build_info{namespace="kvcm-b", pod="scanner-0", version="v0.1.0"}`, "1x60"},
+		{`kvcm_gc_jetstream_stats_up{namespace="kvcm-b", pod="scanner-0", stage="scanner"}`, "1x60"},
+		{`kvcm_gc_build_info{namespace="kvcm-b", pod="prober-0", version="v0.1.0"}`, "1x60"},
 	}, checks: []alertCheck{
-		{at: "20m", alert: "KvcmGcScannerMetricsAbsent", want: []map[string]string{{}}},
+		{at: "9m", alert: "KvcmGcScannerMetricsAbsent"},
+		{at: "20m", alert: "KvcmGcScannerMetricsAbsent"}, // pending for 15m
+		{at: "40m", alert: "KvcmGcScannerMetricsAbsent", want: []map[string]string{lbl()}},
 	}},
 	{name: "deleters at their cap finishing nothing", interval: "1m", input: []series{
 		// At the cap throughout; nothing acknowledged after 10m.

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
@@ -63,6 +64,7 @@ func exported(t *testing.T) map[string]metric {
 	})
 	pipeline.NewMetrics(collect)
 	sweep.NewMetrics(collect)
+	add(version.NewCollector(), false)
 	names, err := subjects.NewNames("kvcmgc", "c1")
 	require.NoError(t, err)
 	add(jsmetrics.New(nil, names, stages), false)
