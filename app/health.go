@@ -315,7 +315,7 @@ func (r *readiness) stage(h *Health, stage string, extra func(context.Context) (
 		case err != nil:
 			l.detail += " (pause unknown: " + err.Error() + ")"
 		case st.Paused:
-			l.detail = "ready, paused until " + st.Until.UTC().Format(time.RFC3339) + "; " + l.detail
+			l.detail = "ready, paused " + pipeline.PauseEnd(st.Until, time.Now()) + "; " + l.detail
 		}
 		return []checkLine{l}
 	})

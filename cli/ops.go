@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/ops"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -98,18 +99,20 @@ func stageArg(cmd string, args []string) error {
 	return nil
 }
 
-// PauseCommand: pause <scanner|prober|deleter|walker|sweeper|all> (--for 2h | --until T).
+// PauseCommand: pause <scanner|prober|deleter|walker|sweeper|all> [--for 2h | --until T].
 func PauseCommand() *Command {
 	var dur durationFlag
 	var untilText string
 	var until time.Time
 	return &Command{
 		Name:    "pause",
-		Summary: "pause a stage: pause <scanner|prober|deleter|walker|sweeper|all> --for 2h",
-		Usage:   "<scanner|prober|deleter|walker|sweeper|all> (--for 2h | --until 2025-01-02T15:04:05Z)",
+		Summary: "pause a stage until resumed (or --for 2h): pause <scanner|prober|deleter|walker|sweeper|all>",
+		Usage:   "<scanner|prober|deleter|walker|sweeper|all> [--for 2h | --until 2025-01-02T15:04:05Z]",
 		Help: "The prober, deleter and sweeper are paused with JetStream consumer pause (no replica\n" +
 			"receives anything until then; the stream keeps filling); the scanner and the walker skip\n" +
-			"their ticks. all pauses every stage. Resume earlier with resume.",
+			"their ticks. all pauses every stage. Without --for or --until the pause lasts until\n" +
+			"resume: a stage paused while something is investigated never starts again by itself\n" +
+			"(the alert KvcmGcStagePausedLong fires after 12 hours of a pause).",
 		Config: true, Tool: true, Args: true,
 		Flags: func(fs *flag.FlagSet) {
 			dur = durationFlag{}
@@ -137,14 +140,14 @@ func PauseCommand() *Command {
 				}
 				until = t
 			default:
-				return errors.New("pause: needs --for (e.g. 2h) or --until (an RFC 3339 time)")
+				until = pipeline.UntilResumed(time.Now())
 			}
 			return nil
 		},
 		Run: func(ctx context.Context, e *Env) error {
 			return e.onStage(ctx, func(js jetstream.JetStream, names subjects.Names, stage string) ([]ops.PauseState, error) {
 				return ops.Pause(ctx, js, names, stage, until)
-			}, func(st ops.PauseState) string { return "paused until " + st.Until.UTC().Format(time.RFC3339) })
+			}, func(st ops.PauseState) string { return "paused " + pipeline.PauseEnd(st.Until, time.Now()) })
 		},
 	}
 }

@@ -343,7 +343,7 @@ func heldBack(r StatusReport, highWater uint64, now time.Time) string {
 		return ""
 	}
 	if sc.Paused {
-		return "paused by an operator until " + stamp(sc.PausedUntil, now)
+		return "paused by an operator " + pauseEnd(sc.PausedUntil, now)
 	}
 	if highWater == 0 {
 		return ""

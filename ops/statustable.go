@@ -256,6 +256,14 @@ func pausedCell(paused bool, until, now time.Time) string {
 	if until.IsZero() {
 		return "yes"
 	}
+	return pauseEnd(until, now)
+}
+
+// pauseEnd says when a pause ends: "until resumed", or "until" and the time as stamp shows it.
+func pauseEnd(until, now time.Time) string {
+	if end := pipeline.PauseEnd(until, now); end == "until resumed" {
+		return end
+	}
 	return "until " + stamp(until, now)
 }
 

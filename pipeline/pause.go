@@ -25,6 +25,21 @@ func Stages() []string {
 	return []string{StageScanner, StageProber, StageDeleter, StageWalker, StageSweeper}
 }
 
+// UntilResumed is the end of a pause given none (kvcm-gc pause without --for or --until): a
+// hundred years on, so that the pause lasts until an operator resumes the stage. A pause of a
+// deleter under investigation must never end by itself; a forgotten one only delays
+// collection, and the alert KvcmGcStagePausedLong says so after 12 hours.
+func UntilResumed(now time.Time) time.Time { return now.AddDate(100, 0, 0) }
+
+// PauseEnd says when a pause ending at until ends, for people: "until resumed" for a pause
+// given no end (UntilResumed), else "until <RFC 3339 time>".
+func PauseEnd(until, now time.Time) string {
+	if until.After(now.AddDate(50, 0, 0)) {
+		return "until resumed"
+	}
+	return "until " + until.UTC().Format(time.RFC3339)
+}
+
 // PauseRecord is the value of a walk's pause key: no walk moves before UntilUs. An expired
 // value is harmless, so a resume may delete it or leave it to age out.
 type PauseRecord struct {

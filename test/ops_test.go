@@ -807,7 +807,7 @@ func TestOpsPauseScanner(t *testing.T) {
 
 	// Argument errors.
 	env := opsEnv(t, e, o)
-	for _, args := range [][]string{{"deleter"}, {"--for", "1h"}, {"sweep", "--for", "1h"}, {"deleter", "--for", "1h", "--until", until.Format(time.RFC3339)}} {
+	for _, args := range [][]string{{"--for", "1h"}, {"sweep", "--for", "1h"}, {"deleter", "--for", "1h", "--until", until.Format(time.RFC3339)}} {
 		err := opsCommand("pause")(ctx, env, args, &out, &errOut)
 		require.Error(t, err, "%q", args)
 	}

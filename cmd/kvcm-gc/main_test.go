@@ -117,7 +117,6 @@ func TestUsageErrorsBeforeConnecting(t *testing.T) {
 		{[]string{"status", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"pause", "deleter", "--for", "-5m"}, "pause: --for -5m0s: the pause must last a positive time"},
 		{[]string{"pause", "deleter", "--for", "0s"}, "pause: --for 0s: the pause must last a positive time"},
-		{[]string{"pause", "deleter"}, "pause: needs --for (e.g. 2h) or --until"},
 		{[]string{"pause", "deleter", "--for", "2h", "--until", "2099-01-01T00:00:00Z"}, "give --for or --until, not both"},
 		{[]string{"pause", "deleter", "--until", "2001-01-01T00:00:00Z"}, "the time is not in the future"},
 		{[]string{"pause", "deleter", "--until", "tomorrow"}, `--until "tomorrow": not an RFC 3339 time`},
@@ -178,6 +177,29 @@ func TestOperatorCommandsReachTheEmbeddedServer(t *testing.T) {
 	code, out, stderr = kvcmgc(t, "resume", "deleter", "--config", file)
 	require.Equal(t, cli.ExitOK, code, stderr)
 	require.Equal(t, "deleter resumed\n", out)
+
+	// As the runbook writes it, at night: no --for, and the pause lasts until resume.
+	code, out, stderr = kvcmgc(t, "pause", "deleter", "--config", file)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	require.Equal(t, "deleter paused until resumed\n", out)
+	code, out, stderr = kvcmgc(t, "pause", "scanner", "--config", file)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	require.Equal(t, "scanner paused until resumed\n", out)
+	js := srv.JetStream(t)
+	c, err := js.Consumer(ctx, names.DeletesStream(), names.DeleterConsumer())
+	require.NoError(t, err)
+	require.True(t, c.CachedInfo().Paused)
+	require.Greater(t, time.Until(*c.CachedInfo().Config.PauseUntil), 50*365*24*time.Hour, "no end in sight")
+	code, out, stderr = kvcmgc(t, "status", "--config", file)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	require.Regexp(t, `(?m)^deleter\s.*until resumed`, out)
+	require.Regexp(t, `(?m)^scanner\s.*until resumed`, out)
+	code, out, stderr = kvcmgc(t, "resume", "all", "--config", file)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	require.Contains(t, out, "deleter resumed\n")
+	c, err = js.Consumer(ctx, names.DeletesStream(), names.DeleterConsumer())
+	require.NoError(t, err)
+	require.False(t, c.CachedInfo().Paused)
 	code, out, stderr = kvcmgc(t, "dlq", "list", "--json", "--config", file)
 	require.Equal(t, cli.ExitOK, code, stderr)
 	require.Equal(t, "[]\n", out)
