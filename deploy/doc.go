@@ -6,18 +6,20 @@
 //     sweepers share their consumers; walkers divide the swept storages), the configuration
 //     of each stage, the ensure hook that creates the streams, consumers and buckets as the
 //     admin, disruption budgets, a network policy, and the ServiceMonitor and PrometheusRule
-//     when asked. files/alerts.yaml holds the alerting rules, files/privileges.json every
-//     identity's Redis ACL and NATS permissions (generated from deploy/privileges);
-//     ci/full-values.yaml turns every part on;
+//     when asked. templates/_alerts.tpl renders the alerting rules from the values (their
+//     windows follow round_pause and sweep_round_pause; each alert can be turned off or
+//     re-thresholded), and files/alerts.yaml is what the defaults render; files/privileges.json
+//     holds every identity's Redis ACL and NATS permissions (generated from
+//     deploy/privileges); ci/full-values.yaml turns every part on;
 //   - privileges: the least privilege of every stage on Redis and NATS, the one source of the
 //     ACL file and the NATS account the chart renders;
 //   - prometheus/alerts_test.yaml: promtool's unit tests of every alert, generated from the
 //     cases in alerts_test.go;
-//   - grafana/kvcm-gc.json: a dashboard, with a row per metadata store;
+//   - grafana/kvcm-gc.json: a dashboard, with a row per metadata store and per swept storage;
 //   - Dockerfile: the image the chart runs.
 //
 // Regenerate the generated files with `go generate ./deploy` (a test fails while they
 // differ). The example configuration kvcm-gc.example.yaml documents every key.
 package deploy
 
-//go:generate go test -run TestGenerated|TestAlertUnitTests -update .
+//go:generate go test -run TestGenerated|TestAlertsFile|TestAlertUnitTests -update .
