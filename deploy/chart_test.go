@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/deploy/privileges"
 	"github.com/kvcm-gc/kvcm-gc/internal/httpserver"
@@ -277,6 +278,7 @@ func checkStages(t *testing.T, r rendered) {
 			require.Empty(t, c.Guard.Username+c.Guard.PasswordFile, "%s: guard credentials it does not use", stage)
 		}
 		require.NotContains(t, c.Registry.URI, "@", "%s: credentials in the registry URI", stage)
+		checkSignIn(t, stage, c, user)
 		for other, ou := range redisUsers {
 			require.NotEqual(t, ou, user, "%s and %s share a Redis user", stage, other)
 		}
@@ -303,6 +305,41 @@ func checkStages(t *testing.T, r rendered) {
 			require.NotEqual(t, os, s, "%s and %s share a Secret", stage, other)
 		}
 		secrets[stage] = s
+	}
+}
+
+// checkSignIn: every Redis connection of a stage's configuration signs in as the stage's own
+// ACL user, as the binaries build them (config, redismeta): the registry, each metadata store
+// the values name (meta.store_uris, a group's meta.group_store_uris) and the guard; no URI
+// carries userinfo that would sign in instead.
+func checkSignIn(t *testing.T, stage string, c config.Config, user string) {
+	t.Helper()
+	if c.Registry.Username != "" {
+		conn, err := c.RegistryConn()
+		require.NoError(t, err, stage)
+		require.Equal(t, user, conn.Username, "%s: the registry", stage)
+		require.Empty(t, conn.UserInfo, "%s: the registry", stage)
+	}
+	if c.Meta.Username != "" {
+		pool := redismeta.NewPool(redismeta.PoolOptions{Defaults: c.MetaConn(), URIs: c.Meta.StoreURIs})
+		for name := range c.Meta.StoreURIs {
+			conn, err := pool.ConnOptions(name)
+			require.NoError(t, err, "%s: store %s", stage, name)
+			require.Equal(t, user, conn.Username, "%s: store %s", stage, name)
+			require.Empty(t, conn.UserInfo, "%s: store %s", stage, name)
+		}
+		for group, uri := range c.Meta.GroupStoreURIs {
+			conn, err := c.MetaConn().ApplyURI(uri)
+			require.NoError(t, err, "%s: group %s", stage, group)
+			require.Equal(t, user, conn.Username, "%s: group %s", stage, group)
+			require.Empty(t, conn.UserInfo, "%s: group %s", stage, group)
+		}
+	}
+	if c.Guard.URI != "" && c.Guard.Username != "" {
+		conn, err := c.GuardConn()
+		require.NoError(t, err, stage)
+		require.Equal(t, user, conn.Username, "%s: the guard", stage)
+		require.Empty(t, conn.UserInfo, "%s: the guard", stage)
 	}
 }
 
@@ -759,4 +796,44 @@ func TestChartLint(t *testing.T) {
 		require.Error(t, err, "--set %s renders", c.set)
 		require.Contains(t, string(out), c.want, c.set)
 	}
+}
+
+// TestChartRefusesCredentials: a URI with userinfo anywhere in the values, or a password or
+// token key of the configuration, fails the render (the schema first where it can say it,
+// the templates for the rest and for a render without the schema), naming the value and
+// never printing the credential. A password rendered into a ConfigMap would be readable by
+// anyone who may read ConfigMaps, and a store URI's userinfo would sign in instead of the
+// stage's own ACL user.
+func TestChartRefusesCredentials(t *testing.T) {
+	helm := tool(t, "helm")
+	const secret = "s3cr3t-pw"
+	for _, c := range []struct{ set, schema, path string }{
+		{"kvcm.registryURI=redis://gc:" + secret + "@r:6379?cluster_name=c", "/kvcm/registryURI", "kvcm.registryURI"},
+		{"kvcm.registryURI=redis://" + secret + "@r:6379?cluster_name=c", "/kvcm/registryURI", "kvcm.registryURI"},
+		{"kvcm.storeURIs.meta-0:6379=redis://:" + secret + "@meta-0:6379", "/kvcm/storeURIs/meta-0:6379", "kvcm.storeURIs.meta-0:6379"},
+		{"kvcm.groupStoreURIs.g=rediss://gc:" + secret + "@meta-b:6380", "/kvcm/groupStoreURIs/g", "kvcm.groupStoreURIs.g"},
+		{"guard.kind=redis,guard.uri=redis://gc:" + secret + "@g:6379", "/guard/uri", "guard.uri"},
+		{`nats.url=nats://n0:4222\,nats://gc:` + secret + "@n1:4222", "/nats/url", "nats.url"},
+		{"config.meta.store_uris.m:1=redis://gc:" + secret + "@m:1", "", "config.meta.store_uris.m:1"},
+		{"stages.scanner.config.guard.uri=redis://gc:" + secret + "@g:1", "", "stages.scanner.config.guard.uri"},
+		{"config.registry.password=" + secret, "", "config.registry.password"},
+		{"stages.prober.config.nats.token=" + secret, "", "stages.prober.config.nats.token"},
+	} {
+		for _, skip := range []bool{false, true} {
+			args := []string{"template", release, chartDir, "--set", c.set}
+			if skip {
+				args = append(args, "--skip-schema-validation")
+			}
+			out, err := exec.Command(helm, args...).CombinedOutput()
+			require.Error(t, err, "--set %s renders", c.set)
+			require.NotContains(t, string(out), secret, "the error prints the credential")
+			if c.schema != "" && !skip {
+				require.Contains(t, string(out), "at '"+c.schema+"': 'not' failed", c.set)
+			} else {
+				require.Contains(t, string(out), c.path+": ", c.set)
+			}
+		}
+	}
+	// A '@' after the authority (a parameter) is no userinfo.
+	run(t, helm, "template", release, chartDir, "--set", "kvcm.registryURI=redis://r:6379?cluster_name=c&note=a@b")
 }

@@ -379,3 +379,28 @@ readinessProbe:
 {{- end -}}
 {{- join ", " $out -}}
 {{- end -}}
+
+{{/* Refuses a credential in the values: a URI with userinfo (user:password@ or user@, in any
+     value, nats.url's comma-separated list included) and a password or token key (the
+     configuration's registry.password, nats.token, …). Every password comes from the
+     identity's Secret, as a file; a value here would be rendered into a ConfigMap, and a
+     store URI's userinfo would sign in instead of the stage's own ACL user. The error names
+     the value and never prints the credential. */}}
+{{- define "kvcm-gc.refuseCredentials" -}}
+{{- $path := .path -}}
+{{- if kindIs "map" .v -}}
+{{- range $k, $v := .v -}}
+{{- $p := ternary $k (printf "%s.%s" $path $k) (eq $path "") -}}
+{{- if and (has (lower $k) (list "password" "token")) $v -}}
+{{- fail (printf "%s: a credential in the values, which the chart would put in a ConfigMap: give it in the identity's Secret instead (docs/operating.md, The Secrets)" $p) -}}
+{{- end -}}
+{{- include "kvcm-gc.refuseCredentials" (dict "path" $p "v" $v) -}}
+{{- end -}}
+{{- else if kindIs "slice" .v -}}
+{{- range $i, $v := .v -}}
+{{- include "kvcm-gc.refuseCredentials" (dict "path" (printf "%s[%d]" $path $i) "v" $v) -}}
+{{- end -}}
+{{- else if and (kindIs "string" .v) (regexMatch "://[^/?#,]*@" .v) -}}
+{{- fail (printf "%s: %q has userinfo: leave user:password@ out of every URI; each stage signs in as its own ACL user (stages.<stage>.redisUser, natsUser) with the password from its Secret" $path (regexReplaceAll "://[^/?#,]*@" .v "://***@")) -}}
+{{- end -}}
+{{- end -}}
