@@ -79,7 +79,7 @@ SMALL_BLOCKS ?= 100000
 SCALE_BLOCKS ?= 10000000
 BENCH_FLAGS  ?=
 bench:
-	$(GO) build -o bin/bench/ ./bench/cmd/kvcmbench ./bench/cmd/kvcmstage
+	$(GO) build -o bin/bench/ ./tools/bench/cmd/kvcmbench ./tools/bench/cmd/kvcmstage
 	bin/bench/kvcmbench -blocks $(BLOCKS) -small-blocks $(SMALL_BLOCKS) -scale-blocks $(SCALE_BLOCKS) -out BENCHMARKS.md -section full \
 	  -command "make bench BLOCKS=$(BLOCKS) SMALL_BLOCKS=$(SMALL_BLOCKS) SCALE_BLOCKS=$(SCALE_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
 
@@ -90,7 +90,7 @@ QUICK_BLOCKS       ?= 100000
 QUICK_SMALL_BLOCKS ?= 20000
 QUICK_SCALE_BLOCKS ?= 500000
 bench-quick:
-	$(GO) build -o bin/bench/ ./bench/cmd/kvcmbench ./bench/cmd/kvcmstage
+	$(GO) build -o bin/bench/ ./tools/bench/cmd/kvcmbench ./tools/bench/cmd/kvcmstage
 	bin/bench/kvcmbench -blocks $(QUICK_BLOCKS) -small-blocks $(QUICK_SMALL_BLOCKS) -small-layout both -serving-window 2s -serving-reps 3 \
 	  -pace-rates 4000,32000,0 -pace-small-batch-rates 32000 -pace-reps 1 -scale-blocks $(QUICK_SCALE_BLOCKS) \
 	  -out BENCHMARKS.md -section quick \
@@ -140,7 +140,7 @@ $(TOOLS)/promtool-$(PROMTOOL_VERSION).stamp:
 # with its seed; FAULTS_FLAGS="-seed N" reproduces a run (-h lists the other flags).
 .PHONY: faults
 faults:
-	$(GO) run ./faults/cmd/faults $(FAULTS_FLAGS)
+	$(GO) run ./tools/faults/cmd/faults $(FAULTS_FLAGS)
 
 # The soak (faults/cmd/soak): every stage, the sweep's too, as its own process for many rounds
 # on a seeded keyspace of 200,000 blocks, while a KVCM-like workload writes, reads and deletes
@@ -155,4 +155,4 @@ SOAK_DURATION ?= 30m
 SOAK_FLAGS    ?=
 .PHONY: soak
 soak:
-	$(GO) run ./faults/cmd/soak -duration $(SOAK_DURATION) -report bin/soak $(SOAK_FLAGS)
+	$(GO) run ./tools/faults/cmd/soak -duration $(SOAK_DURATION) -report bin/soak $(SOAK_FLAGS)

@@ -24,8 +24,8 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
-	"github.com/kvcm-gc/kvcm-gc/seed"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // startProcess runs p in the background with cfg and returns its HTTP base URL and a stop

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm-gc/kvcm-gc/kvcm/kvcmtest"
+	"github.com/kvcm-gc/kvcm-gc/tools/kvcmtest"
 )
 
 // TestLocationIDForms: the id is everything after the first L#, whatever bytes it holds.

@@ -12,7 +12,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestDLQListOneEntryPerMessage stores the events of a message whose last delivery hung past

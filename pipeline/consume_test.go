@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // topology starts a JetStream server holding kvcm-gc's streams, consumers and buckets for

@@ -12,7 +12,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestDeadLettersFromAdvisories lets the only allowed delivery of a message of each consuming

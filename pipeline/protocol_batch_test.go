@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
 )
 
 // spyStore records the batch calls the deleter makes and lets a test act between them.

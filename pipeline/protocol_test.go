@@ -14,7 +14,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 type deleterFixture struct {

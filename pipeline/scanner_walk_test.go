@@ -11,9 +11,9 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/internal/sealed"
-	"github.com/kvcm-gc/kvcm-gc/internal/steptest"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/steptest"
 )
 
 // Table tests of a store walk's state machine: no server, no clock. Each case builds a walk

@@ -16,7 +16,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 func testCtx(t *testing.T) context.Context {

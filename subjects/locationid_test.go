@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/kvcm/kvcmtest"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/kvcmtest"
 )
 
 var msgIDChars = regexp.MustCompile(`^[A-Za-z0-9_%~:-]+$`)

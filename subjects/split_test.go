@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 func encodedLen(t *testing.T, v any) int {

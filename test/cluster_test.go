@@ -19,8 +19,8 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/cli"
 	"github.com/kvcm-gc/kvcm-gc/config"
-	"github.com/kvcm-gc/kvcm-gc/seed"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // clusterTrials is how many fresh clusters TestClusterStartTogether starts stages on; every

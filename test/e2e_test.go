@@ -26,9 +26,9 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestE2E runs the shipped binaries as separate processes — two scanners, a prober and a

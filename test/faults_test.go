@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm-gc/kvcm-gc/faults"
+	"github.com/kvcm-gc/kvcm-gc/tools/faults"
 )
 
 // TestFaults runs every scenario of the fault suite in a bounded form: fewer kills, a small

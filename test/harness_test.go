@@ -24,7 +24,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 const cluster = "c1"

@@ -29,13 +29,13 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 func (e *env) seed(sp seed.Spec) (*seed.Manifest, seed.Snapshot) {

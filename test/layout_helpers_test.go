@@ -17,8 +17,8 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 // Helpers for tests that run in both of KVCM's block layouts (DESIGN §2): the location layout

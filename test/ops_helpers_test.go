@@ -16,8 +16,8 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/cli"
 	"github.com/kvcm-gc/kvcm-gc/ops"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 // Helpers of the operations tests. Their names start with "ops" so they stay apart from the

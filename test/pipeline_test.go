@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 // TestFullRound seeds a KVCM keyspace with known garbage and tricky live entries, runs one

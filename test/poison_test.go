@@ -23,13 +23,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
-	"github.com/kvcm-gc/kvcm-gc/faults"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
+	"github.com/kvcm-gc/kvcm-gc/tools/faults"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 // poisonMsg is one message injected into a stream.

@@ -31,19 +31,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/cli"
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/deploy/privileges"
-	"github.com/kvcm-gc/kvcm-gc/faults"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
+	"github.com/kvcm-gc/kvcm-gc/tools/faults"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // Users of the least-privilege definitions (deploy/privileges, the chart's

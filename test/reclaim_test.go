@@ -12,8 +12,8 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 // reclaimKey and reclaimSum are what the seeded garbage frees, by KVCM instance, storage and

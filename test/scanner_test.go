@@ -16,8 +16,8 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 // The round pause is stored with the checkpoint: a restarted scanner does not start a new

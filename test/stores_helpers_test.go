@@ -13,8 +13,8 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/seed"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // multiStore is a KVCM cluster whose instance groups each have a metadata Redis of their own

@@ -22,8 +22,8 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 // stuckGrace is the tests' deleting_grace: above the seed group's delay_before_delete_ms

@@ -15,14 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/app"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
-	"github.com/kvcm-gc/kvcm-gc/seed"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // sweepOptions are e.options with the sweep of nfs_01 on: fast pages, a one-second quarantine.

@@ -22,7 +22,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
-	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 // TestUnregisteredInstances: keys of an instance the registry no longer lists (a failed

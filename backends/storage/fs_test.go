@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
-	"github.com/kvcm-gc/kvcm-gc/backends/storage/storagetest"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/storagetest"
 )
 
 // remapBase is the URI-side directory of remapped storages. It does not exist locally: only a

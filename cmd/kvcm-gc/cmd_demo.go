@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/cli"
-	"github.com/kvcm-gc/kvcm-gc/demo"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/demo"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 func demoCommand() *cli.Command {

@@ -14,7 +14,7 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/cli"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
 // seedOptions are the flags of the seed command.

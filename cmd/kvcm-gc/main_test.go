@@ -23,7 +23,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // kvcmgc runs the kvcm-gc command line with args in an environment free of KVCMGC_ variables.

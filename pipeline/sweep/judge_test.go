@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
 )
 
 // sweepRegistry is a registry of instances inst0 and inst1 (specs tp0, tp1) in a collected

@@ -13,12 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // staticRegistry serves one snapshot.

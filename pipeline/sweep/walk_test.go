@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/sealed"
-	"github.com/kvcm-gc/kvcm-gc/internal/steptest"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/steptest"
 )
 
 // Table tests of a storage walk's state machine: no server, no clock, no file. Each case

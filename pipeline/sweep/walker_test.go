@@ -20,7 +20,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // walkerEnv is an embedded JetStream server with kvcm-gc's topology, the storage nfs of a

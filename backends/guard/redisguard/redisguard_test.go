@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
-	"github.com/kvcm-gc/kvcm-gc/backends/guard/guardtest"
 	"github.com/kvcm-gc/kvcm-gc/backends/guard/redisguard"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/guardtest"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 const prefix = "kvcm_gc:copy:"

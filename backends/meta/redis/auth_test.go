@@ -8,10 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // useStore opens a store for uri (with base options) and runs one scan and one read.

@@ -9,7 +9,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestBatchWrongType: a key that is not a hash fails its own item, not a conflict, and the

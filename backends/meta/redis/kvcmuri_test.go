@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestParseKVCMURI: each form of a metadata store URI from KVCM's registry and what KVCM's

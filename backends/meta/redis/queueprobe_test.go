@@ -8,7 +8,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestProbeQueue: TIME on this host's own Redis gives a round trip and a latency within it

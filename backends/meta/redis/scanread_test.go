@@ -13,8 +13,8 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/seed"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/seed"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestRawReadEqualsGeneral: a whole walk of a keyspace with every form of block (both

@@ -5,9 +5,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm-gc/kvcm-gc/backends/meta/metatest"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
-	"github.com/kvcm-gc/kvcm-gc/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestConformanceTLS runs the suite over TLS, with a CA generated for the test and the
