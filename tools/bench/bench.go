@@ -33,7 +33,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/tools/bench/stage"
-	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // Phases of a run; Config.Phases selects some (the keyspaces are always seeded).
@@ -161,7 +161,7 @@ type Harness struct {
 	stageBin  string
 	workDir   string
 	logDir    string
-	redis     *testenv.Redis
+	redis     *servers.Redis
 	nats      *proc
 	natsURL   string
 	nc        *nats.Conn
@@ -585,7 +585,7 @@ const (
 // start starts Redis and NATS and connects to NATS.
 func (h *Harness) start(ctx context.Context) error {
 	var err error
-	if h.redis, err = testenv.StartRedisServer(); err != nil {
+	if h.redis, err = servers.StartRedis(""); err != nil {
 		return err
 	}
 	if info, err := h.redis.Client().Info(ctx, "server").Result(); err == nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/tools/bench/stage"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
-	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // storesCluster is the KVCM cluster of PhaseStores.
@@ -66,7 +66,7 @@ func (r StoresRun) Rate() float64 { return Rate{Ops: r.Keys, Dur: r.Dur}.PerSec(
 // runStores seeds the two stores (metadata only: no prober runs) and times one scanner round
 // with one replica, then with two.
 func (h *Harness) runStores(ctx context.Context, layout kvcm.Layout, p stage.Profile) (*StoresResult, error) {
-	second, err := testenv.StartRedisServer()
+	second, err := servers.StartRedis("")
 	if err != nil {
 		return nil, fmt.Errorf("start the second store: %w", err)
 	}
@@ -75,7 +75,7 @@ func (h *Harness) runStores(ctx context.Context, layout kvcm.Layout, p stage.Pro
 	// database included, from the registry's URI.
 	db := storesDBOf(layout)
 	clients := make([]*redis.Client, 2)
-	for i, srv := range []*testenv.Redis{h.redis, second} {
+	for i, srv := range []*servers.Redis{h.redis, second} {
 		o := srv.Client().Options()
 		o.DB = db
 		clients[i] = redis.NewClient(o)

@@ -28,7 +28,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
-	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // Cluster is the KVCM cluster name of the demo deployment.
@@ -87,7 +87,7 @@ func Run(ctx context.Context, o Options) error {
 		defer os.RemoveAll(dir)
 	}
 
-	rs, err := testenv.StartRedisServer()
+	rs, err := servers.StartRedis("")
 	if err != nil {
 		return fmt.Errorf("%w (scripts/ensure-redis.sh installs it; make demo runs it)", err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // natsServerBin is the name of the nats-server binary Build makes for the cluster scenario.
@@ -38,7 +38,7 @@ func startNATSNodes(bin, dir string, n int) (*natsNodes, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("nats-server binary: %w", err)
 	}
-	ports, err := testenv.FreePorts(2 * n)
+	ports, err := servers.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}

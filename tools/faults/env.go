@@ -21,7 +21,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
-	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // Names of the deployment the suite runs.
@@ -37,11 +37,11 @@ type env struct {
 	name  string
 	dir   string
 	rng   *rand.Rand
-	redis *testenv.Redis
+	redis *servers.Redis
 	// stores are the metadata stores besides redis (which holds the registry), when a
 	// scenario spreads its instances over several (spreadStores).
-	stores []*testenv.Redis
-	nats   *testenv.NATS // the JetStream server, in every scenario but the cluster one
+	stores []*servers.Redis
+	nats   *servers.NATS // the JetStream server, in every scenario but the cluster one
 	js3    *natsNodes    // the cluster scenario's three nodes
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -85,13 +85,13 @@ func newEnv(ctx context.Context, cfg Config, sc scenario, layout kvcm.Layout, se
 	e := &env{cfg: cfg, name: name, dir: dir, layout: layout, rng: rand.New(rand.NewPCG(seedValue, seedValue^0x5deece66d)),
 		procs: map[string][]*Proc{}, started: map[string]int{}, logf: logf}
 	var err error
-	if e.redis, err = testenv.StartRedisServer(testenv.WithRedisPersistence()); err != nil {
+	if e.redis, err = servers.StartRedis("", servers.WithRedisPersistence()); err != nil {
 		return nil, err
 	}
 	if cluster {
 		e.js3, err = startNATSNodes(cfg.Bins[natsServerBin], filepath.Join(dir, "jetstream"), clusterNodes)
 	} else {
-		e.nats, err = testenv.StartNATSDir(filepath.Join(dir, "jetstream"))
+		e.nats, err = servers.StartNATS(filepath.Join(dir, "jetstream"))
 	}
 	if err != nil {
 		e.close()
@@ -271,7 +271,7 @@ func (e *env) checkpoint(ctx context.Context) (pipeline.Checkpoint, error) {
 func (e *env) drained(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	return testenv.StagesDrained(ctx, e.js, e.names)
+	return servers.StagesDrained(ctx, e.js, e.names)
 }
 
 // ackPending is a consumer's number of messages in flight.
@@ -449,7 +449,7 @@ func (e *env) readEvents(ctx context.Context, visit func(subjects.Event)) error 
 
 // readWholeEvents visits every event stored so far as it was stored.
 func (e *env) readWholeEvents(ctx context.Context, visit func(subjects.Event)) error {
-	err := testenv.EachMessage(ctx, e.js, e.names.EventsStream(), nil, func(m jetstream.Msg) {
+	err := servers.EachMessage(ctx, e.js, e.names.EventsStream(), nil, func(m jetstream.Msg) {
 		if ev, err := subjects.DecodeEvent(m.Data()); err == nil {
 			visit(ev)
 		}

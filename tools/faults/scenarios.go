@@ -158,7 +158,7 @@ func redisRestart(ctx context.Context, e *env) (string, *Expect, error) {
 		return "", nil, err
 	}
 	ck1, _ := e.checkpoint(ctx)
-	if err := e.redis.RestartE(); err != nil {
+	if err := e.redis.Restart(); err != nil {
 		return "", nil, fmt.Errorf("restart redis: %w", err)
 	}
 	if err := sleep(ctx, e.between(100*time.Millisecond, 600*time.Millisecond)); err != nil {
@@ -166,7 +166,7 @@ func redisRestart(ctx context.Context, e *env) (string, *Expect, error) {
 	}
 	ck2, _ := e.checkpoint(ctx)
 	e.redis.Kill()
-	if err := e.redis.RestartE(); err != nil {
+	if err := e.redis.Restart(); err != nil {
 		return "", nil, fmt.Errorf("start redis after a kill: %w", err)
 	}
 	return fmt.Sprintf("restarted at round %d key %d, killed and started at round %d key %d",
@@ -182,7 +182,7 @@ func redisOutage(ctx context.Context, e *env) (string, *Expect, error) {
 	if err := sleep(ctx, e.cfg.Outage); err != nil { // the outage itself
 		return "", nil, err
 	}
-	if err := e.redis.RestartE(); err != nil {
+	if err := e.redis.Restart(); err != nil {
 		return "", nil, fmt.Errorf("bring redis back: %w", err)
 	}
 	return fmt.Sprintf("down %s from round %d key %d", e.cfg.Outage, ck.Round, ck.KeysScanned), nil, nil

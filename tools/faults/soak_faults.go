@@ -58,7 +58,7 @@ func (s *soak) fault(ctx context.Context, r uint64) (string, error) {
 		if hard {
 			e.redis.Kill()
 		}
-		if err := e.redis.RestartE(); err != nil {
+		if err := e.redis.Restart(); err != nil {
 			return kind, fmt.Errorf("restart redis: %w", err)
 		}
 		if hard {

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
-	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // maxStores is the most metadata stores a scenario spreads its instances over.
@@ -28,7 +28,7 @@ func spreadStores(ctx context.Context, e *env) error {
 		return fmt.Errorf("read the seed's group: %w", err)
 	}
 	for s := 1; s < n; s++ {
-		r, err := testenv.StartRedisServer(testenv.WithRedisPersistence())
+		r, err := servers.StartRedis("", servers.WithRedisPersistence())
 		if err != nil {
 			return err
 		}

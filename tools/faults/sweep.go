@@ -12,7 +12,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
-	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // Stage binaries of the sweep of orphan data files, run by the sweep scenario only.
@@ -96,7 +96,7 @@ func sweepKills(ctx context.Context, e *env) (string, *Expect, error) {
 		}
 		ck = c
 		n, err := quarantinedFiles(e.manifest.SweepRoot)
-		return err == nil && n == 0 && testenv.ConsumerIdle(ctx, e.js, e.names.SweepStream(), e.names.SweeperConsumer())
+		return err == nil && n == 0 && servers.ConsumerIdle(ctx, e.js, e.names.SweepStream(), e.names.SweeperConsumer())
 	}); err != nil {
 		return "", nil, err
 	}

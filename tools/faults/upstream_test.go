@@ -99,7 +99,7 @@ func upstreamFixture(t *testing.T, ctx context.Context, e *env, dir string) map[
 
 func upstreamEnv(t *testing.T, layout kvcm.Layout) (*env, string) {
 	r := testenv.StartRedis(t)
-	return &env{redis: r, layout: layout}, t.TempDir()
+	return &env{redis: r.Redis, layout: layout}, t.TempDir()
 }
 
 // TestUpstreamGC: the emulator takes what upstream's rules call garbage, in its order and

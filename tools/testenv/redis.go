@@ -1,109 +1,43 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"errors"
-	"fmt"
-	"io"
-	"math/big"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // Integration tests run against a real redis-server rather than a fake: what kvcm-gc must get
 // right (glob-escaped SCAN patterns, Lua byte comparisons, ACL read-only users, NOAUTH-driven
 // AUTH) is exactly what fakes get subtly wrong.
 
-const (
-	// redisBinary is looked up on PATH; Debian ships it in the redis-server package.
-	redisBinary = "redis-server"
-	// redisReadyTimeout bounds how long a starting server may take to answer PING.
-	redisReadyTimeout = 15 * time.Second
-	// redisStopTimeout bounds a graceful SIGTERM shutdown before it becomes a SIGKILL.
-	redisStopTimeout = 10 * time.Second
-	// redisStartAttempts: the free port is found by binding port 0 and releasing it, so another
-	// process may grab it before redis-server binds; a fresh port is tried a few times.
-	redisStartAttempts = 3
-)
-
 // RedisOption configures StartRedis.
-type RedisOption func(*redisConfig)
-
-type redisConfig struct {
-	persistent bool
-	tls        *RedisTLSFiles
-	args       []string
-}
+type RedisOption = servers.RedisOption
 
 // WithRedisPersistence turns on the append-only file with fsync on every write, so data
 // survives Restart and even Kill (SIGKILL). The default is no persistence at all.
-func WithRedisPersistence() RedisOption {
-	return func(c *redisConfig) { c.persistent = true }
-}
+func WithRedisPersistence() RedisOption { return servers.WithRedisPersistence() }
 
 // WithRedisTLS makes the server accept TLS connections only (the plain port is disabled).
 // Client certificates are optional; add WithRedisArgs("--tls-auth-clients", "yes") to require
 // them (a later argument overrides an earlier one).
-func WithRedisTLS(files RedisTLSFiles) RedisOption {
-	return func(c *redisConfig) { c.tls = &files }
-}
+func WithRedisTLS(files RedisTLSFiles) RedisOption { return servers.WithRedisTLS(files) }
 
 // WithRedisArgs appends raw redis-server command-line arguments ("--maxmemory", "10mb").
-func WithRedisArgs(args ...string) RedisOption {
-	return func(c *redisConfig) { c.args = append(c.args, args...) }
-}
+func WithRedisArgs(args ...string) RedisOption { return servers.WithRedisArgs(args...) }
 
-// Redis is a redis-server child process listening on a loopback port, with its own
-// directory. Its methods are safe for concurrent use.
+// Redis is a redis-server child process of one test (servers.Redis), with the methods that
+// can fail taking the test to fail. Its methods are safe for concurrent use.
 type Redis struct {
-	bin     string
-	dir     string
-	ownDir  bool // dir was created by StartRedisServer and is removed by Close
-	port    int
-	cfg     redisConfig
-	tlsConf *tls.Config
-
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when cmd has been waited for
-	password string        // the default user's password, "" when none
-	users    []redisACLUser
-	client   *redis.Client
-	closed   bool
+	*servers.Redis
 }
 
-type redisACLUser struct {
-	name, pass string
-	rules      []string
-}
-
-// StartRedis starts a redis-server for a test or benchmark and stops it at t.Cleanup. A
-// missing redis-server binary fails the test (it never skips): integration tests that
-// silently do not run are worse than a clear failure.
+// StartRedis starts a redis-server for a test or benchmark in a temporary directory of t and
+// stops it at t.Cleanup. A missing redis-server binary fails the test (it never skips):
+// integration tests that silently do not run are worse than a clear failure.
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
-	if _, err := exec.LookPath(redisBinary); err != nil {
-		t.Fatalf("redis-server not found on PATH (install the Debian package redis-server): %v", err)
-	}
-	r, err := startRedis(t.TempDir(), false, opts)
+	r, err := servers.StartRedis(t.TempDir(), opts...)
 	if err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
@@ -112,565 +46,57 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 			t.Errorf("stop redis-server: %v", err)
 		}
 	})
-	return r
+	return &Redis{Redis: r}
 }
 
-// StartRedisServer is StartRedis for programs that are not tests (demos, benchmarks run by
-// hand). The caller must Close the server, which also removes its directory.
-func StartRedisServer(opts ...RedisOption) (*Redis, error) {
-	if _, err := exec.LookPath(redisBinary); err != nil {
-		return nil, fmt.Errorf("redis-server not found on PATH (install the Debian package redis-server): %w", err)
-	}
-	dir, err := os.MkdirTemp("", "redis-")
-	if err != nil {
-		return nil, fmt.Errorf("create redis directory: %w", err)
-	}
-	r, err := startRedis(dir, true, opts)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	return r, nil
-}
-
-func startRedis(dir string, ownDir bool, opts []RedisOption) (*Redis, error) {
-	bin, err := exec.LookPath(redisBinary)
-	if err != nil {
-		return nil, fmt.Errorf("find %s: %w", redisBinary, err)
-	}
-	r := &Redis{bin: bin, dir: dir, ownDir: ownDir}
-	for _, o := range opts {
-		o(&r.cfg)
-	}
-	if r.cfg.tls != nil {
-		if r.tlsConf, err = r.cfg.tls.ClientConfig(); err != nil {
-			return nil, err
-		}
-	}
-	var lastErr error
-	for range redisStartAttempts {
-		if r.port, err = redisFreePort(); err != nil {
-			return nil, err
-		}
-		r.mu.Lock()
-		lastErr = r.startLocked()
-		r.mu.Unlock()
-		if lastErr == nil {
-			return r, nil
-		}
-	}
-	return nil, lastErr
-}
-
-// redisFreePort asks the kernel for a free loopback port.
-func redisFreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func (r *Redis) args() []string {
-	port := strconv.Itoa(r.port)
-	args := []string{
-		"--bind", "127.0.0.1",
-		"--dir", r.dir,
-		"--logfile", filepath.Join(r.dir, "redis.log"),
-		"--daemonize", "no",
-		"--save", "",
-	}
-	if r.cfg.persistent {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
-	} else {
-		args = append(args, "--appendonly", "no")
-	}
-	if t := r.cfg.tls; t != nil {
-		args = append(args, "--port", "0", "--tls-port", port,
-			"--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile,
-			"--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", "optional")
-	} else {
-		args = append(args, "--port", port)
-	}
-	return append(args, r.cfg.args...)
-}
-
-// startLocked starts the process and waits until it answers PING. r.mu is held.
-func (r *Redis) startLocked() error {
-	cmd := exec.Command(r.bin, r.args()...)
-	cmd.Dir = r.dir
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", r.bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	r.cmd, r.exited = cmd, exited
-
-	deadline := time.Now().Add(redisReadyTimeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := r.ping(cmd.Process.Pid)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			r.cmd = nil
-			return fmt.Errorf("redis-server on port %d exited during startup: %s", r.port, r.logTail())
-		case <-tick.C:
-		}
-		if time.Now().After(deadline) {
-			r.killLocked()
-			return fmt.Errorf("redis-server on port %d not ready after %s: %v; log: %s", r.port, redisReadyTimeout, err, r.logTail())
-		}
-	}
-}
-
-// ping asks the server on our port for INFO server and checks that it is our process: the
-// port was free when chosen, but another server may have taken it since, and our own process
-// then exits while the other one answers. An error reply (NOAUTH) proves only that a server
-// is serving. (A raw connection rather than a go-redis client: the client's own dial retries
-// would slow the wait down and log every refused attempt.)
-func (r *Redis) ping(pid int) error {
-	d := &net.Dialer{Timeout: time.Second}
-	var conn net.Conn
-	var err error
-	if r.tlsConf != nil {
-		conn, err = tls.DialWithDialer(d, "tcp", r.Addr(), r.tlsConf.Clone())
-	} else {
-		conn, err = d.Dial("tcp", r.Addr())
-	}
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
-		return err
-	}
-	if _, err := conn.Write([]byte("INFO server\r\n")); err != nil {
-		return err
-	}
-	br := bufio.NewReader(conn)
-	line, err := br.ReadString('\n')
-	if err != nil {
-		return err
-	}
-	switch {
-	case strings.HasPrefix(line, "-"):
-		return nil
-	case !strings.HasPrefix(line, "$"):
-		return fmt.Errorf("unexpected reply to INFO: %q", line)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
-	if err != nil || n < 0 {
-		return fmt.Errorf("unexpected reply to INFO: %q", line)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(br, body); err != nil {
-		return err
-	}
-	want := "process_id:" + strconv.Itoa(pid) + "\r\n"
-	if !strings.Contains(string(body), want) {
-		return errRedisForeignServer
-	}
-	return nil
-}
-
-// errRedisForeignServer: the port answers, but not with the process just started.
-var errRedisForeignServer = errors.New("another server answers on the port")
-
-// logTail returns the last lines of the server log, for startup errors.
-func (r *Redis) logTail() string {
-	b, err := os.ReadFile(filepath.Join(r.dir, "redis.log"))
-	if err != nil {
-		return "(no log)"
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 10 {
-		lines = lines[len(lines)-10:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Addr returns "127.0.0.1:<port>".
-func (r *Redis) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
-
-// Port returns the server's port, stable across Restart.
-func (r *Redis) Port() int { return r.port }
-
-// Dir returns the server's working directory (AOF files, log).
-func (r *Redis) Dir() string { return r.dir }
-
-// URI returns "redis://127.0.0.1:<port>" ("rediss://…" when serving TLS).
-func (r *Redis) URI() string {
-	if r.cfg.tls != nil {
-		return "rediss://" + r.Addr()
-	}
-	return "redis://" + r.Addr()
-}
-
-// TLSConfig returns a client TLS configuration trusting the server's CA, nil without TLS.
-func (r *Redis) TLSConfig() *tls.Config {
-	if r.tlsConf == nil {
-		return nil
-	}
-	return r.tlsConf.Clone()
-}
-
-// Client returns an administrative client (all permissions, the current default-user
-// password), created on first use and closed with the server. It reconnects by itself after
-// Restart.
-func (r *Redis) Client() *redis.Client {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.client == nil {
-		r.client = redis.NewClient(&redis.Options{
-			Addr:            r.Addr(),
-			TLSConfig:       r.TLSConfig(),
-			Protocol:        2,
-			DisableIdentity: true,
-			CredentialsProvider: func() (string, string) {
-				r.mu.Lock()
-				defer r.mu.Unlock()
-				return "", r.password
-			},
-		})
-	}
-	return r.client
-}
-
-// Stop shuts the server down gracefully (SIGTERM; the AOF is flushed when persistence is on)
-// and waits for it to exit. Stopping a stopped server does nothing.
-func (r *Redis) Stop() { withLock(&r.mu, r.stopLocked) }
-
-// withLock runs f holding mu.
-func withLock(mu *sync.Mutex, f func()) {
-	mu.Lock()
-	defer mu.Unlock()
-	f()
-}
-
-func (r *Redis) stopLocked() {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-		r.cmd = nil
-	case <-time.After(redisStopTimeout):
-		r.killLocked()
-	}
-}
-
-// Kill ends the server with SIGKILL (a crash: nothing is flushed beyond what fsync already
-// wrote) and waits for it to exit.
-func (r *Redis) Kill() { withLock(&r.mu, r.killLocked) }
-
-func (r *Redis) killLocked() {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	<-r.exited
-	r.cmd = nil
-}
-
-// Restart stops the server if it runs and starts it again on the same port and directory.
-// ACL users and the default-user password set through this type are set again, because
-// redis-server does not persist CONFIG SET or ACL SETUSER by itself.
+// Restart stops the server if it runs and starts it again on the same port and directory,
+// with the ACL users and the password set through AddUser and RequirePass.
 func (r *Redis) Restart(t testing.TB) {
 	t.Helper()
-	if err := r.RestartE(); err != nil {
+	if err := r.Redis.Restart(); err != nil {
 		t.Fatalf("restart redis-server: %v", err)
 	}
 }
 
-// RestartE is Restart returning an error instead of failing a test.
-func (r *Redis) RestartE() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return errors.New("redis-server already closed")
-	}
-	r.stopLocked()
-	if err := r.startLocked(); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), redisReadyTimeout)
-	defer cancel()
-	// A fresh, unauthenticated connection: the restarted server has no password yet.
-	c := redis.NewClient(&redis.Options{Addr: r.Addr(), TLSConfig: r.TLSConfig(), Protocol: 2, DisableIdentity: true})
-	defer c.Close()
-	for _, u := range r.users {
-		if err := c.Do(ctx, u.setUserArgs()...).Err(); err != nil {
-			return fmt.Errorf("restore ACL user %q: %w", u.name, err)
-		}
-	}
-	if r.password != "" {
-		if err := c.ConfigSet(ctx, "requirepass", r.password).Err(); err != nil {
-			return fmt.Errorf("restore requirepass: %w", err)
-		}
-	}
-	return nil
-}
-
-// Close stops the server, closes the administrative client and, for StartRedisServer,
-// removes the directory. It is idempotent.
-func (r *Redis) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil
-	}
-	r.closed = true
-	client := r.client
-	r.client = nil
-	r.stopLocked()
-	r.mu.Unlock()
-	var errs []error
-	if client != nil {
-		if err := client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
-			errs = append(errs, fmt.Errorf("close admin client: %w", err))
-		}
-	}
-	if r.ownDir {
-		if err := os.RemoveAll(r.dir); err != nil {
-			errs = append(errs, fmt.Errorf("remove redis directory: %w", err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (u redisACLUser) setUserArgs() []any {
-	args := []any{"ACL", "SETUSER", u.name, "reset", "on", ">" + u.pass}
-	for _, rule := range u.rules {
-		args = append(args, rule)
-	}
-	return args
-}
-
 // AddUser creates (or resets) the ACL user name with password pass and the given ACL rules,
-// for example AddUser(t, "scanner", "pw", "~*", "+scan", "+hmget"). Without rules the user
-// can authenticate but run nothing; "reset" comes first so the rules are exactly these.
+// for example AddUser(t, "scanner", "pw", "~*", "+scan", "+hmget"); see servers.Redis.AddUser.
 func (r *Redis) AddUser(t testing.TB, name, pass string, rules ...string) {
 	t.Helper()
-	u := redisACLUser{name: name, pass: pass, rules: append([]string(nil), rules...)}
-	if err := r.Client().Do(context.Background(), u.setUserArgs()...).Err(); err != nil {
-		t.Fatalf("ACL SETUSER %s: %v", name, err)
+	if err := r.Redis.AddUser(context.Background(), name, pass, rules...); err != nil {
+		t.Fatal(err)
 	}
-	r.mu.Lock()
-	r.users = append(r.users, u)
-	r.mu.Unlock()
 }
 
-// RequirePass sets the default user's password with CONFIG SET requirepass, as a KVCM
-// deployment with "redis://user:pw@host" URIs does: the whole "user:pw" is then the password.
-// The administrative client keeps working with the new password; an empty pass removes it.
+// RequirePass sets the default user's password; see servers.Redis.RequirePass.
 func (r *Redis) RequirePass(t testing.TB, pass string) {
 	t.Helper()
-	if err := r.Client().ConfigSet(context.Background(), "requirepass", pass).Err(); err != nil {
-		t.Fatalf("CONFIG SET requirepass: %v", err)
+	if err := r.Redis.RequirePass(context.Background(), pass); err != nil {
+		t.Fatal(err)
 	}
-	r.mu.Lock()
-	r.password = pass
-	r.mu.Unlock()
 }
 
-// CommandStats returns the number of calls per command since start (or the last CONFIG
-// RESETSTAT), from INFO commandstats: "hmget" → 12, "client|setinfo" → 2. Tests compare two
-// snapshots to prove which commands a piece of code sent.
+// CommandStats returns the number of calls per command since start, from INFO commandstats;
+// see servers.Redis.CommandStats.
 func (r *Redis) CommandStats(t testing.TB) map[string]int64 {
 	t.Helper()
-	stats, err := r.CommandStatsE(context.Background())
+	stats, err := r.Redis.CommandStats(context.Background())
 	if err != nil {
 		t.Fatalf("read command stats: %v", err)
 	}
 	return stats
 }
 
-// CommandStatsE is CommandStats returning an error instead of failing a test.
-func (r *Redis) CommandStatsE(ctx context.Context) (map[string]int64, error) {
-	info, err := r.Client().Info(ctx, "commandstats").Result()
-	if err != nil {
-		return nil, fmt.Errorf("INFO commandstats: %w", err)
-	}
-	return parseRedisCommandStats(info)
-}
-
-// parseRedisCommandStats reads lines like "cmdstat_hmget:calls=3,usec=10,…".
-func parseRedisCommandStats(info string) (map[string]int64, error) {
-	stats := make(map[string]int64)
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		name, ok = strings.CutPrefix(name, "cmdstat_")
-		if !ok {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("parse calls of %q: %w", name, err)
-				}
-				stats[name] = n
-			}
-		}
-	}
-	return stats, sc.Err()
-}
-
 // RedisTLSFiles are PEM files of a throw-away CA, a server certificate for 127.0.0.1 and
 // localhost, and a client certificate, all signed by that CA.
-type RedisTLSFiles struct {
-	CAFile         string
-	CertFile       string // server certificate
-	KeyFile        string // server key
-	ClientCertFile string
-	ClientKeyFile  string
-}
+type RedisTLSFiles = servers.RedisTLSFiles
 
 // NewRedisTLSFiles generates RedisTLSFiles in a new temporary directory of t. The
 // certificates are valid for one day.
 func NewRedisTLSFiles(t testing.TB) RedisTLSFiles {
 	t.Helper()
-	files, err := GenerateRedisTLSFiles(t.TempDir())
+	files, err := servers.GenerateRedisTLSFiles(t.TempDir())
 	if err != nil {
 		t.Fatalf("generate TLS files: %v", err)
 	}
 	return files
-}
-
-// GenerateRedisTLSFiles writes RedisTLSFiles into dir.
-func GenerateRedisTLSFiles(dir string) (RedisTLSFiles, error) {
-	f := RedisTLSFiles{
-		CAFile:         filepath.Join(dir, "ca.pem"),
-		CertFile:       filepath.Join(dir, "server.pem"),
-		KeyFile:        filepath.Join(dir, "server-key.pem"),
-		ClientCertFile: filepath.Join(dir, "client.pem"),
-		ClientKeyFile:  filepath.Join(dir, "client-key.pem"),
-	}
-	ca, err := newTestCA("test redis CA")
-	if err != nil {
-		return f, err
-	}
-	if err := writePEM(f.CAFile, "CERTIFICATE", ca.der); err != nil {
-		return f, err
-	}
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, certFile, keyFile string) error {
-		der, key, err := ca.sign(serial, cn, usage)
-		if err != nil {
-			return err
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return fmt.Errorf("marshal %s key: %w", cn, err)
-		}
-		if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
-			return err
-		}
-		return writePEM(keyFile, "PRIVATE KEY", keyDER)
-	}
-	if err := leaf(2, "localhost", x509.ExtKeyUsageServerAuth, f.CertFile, f.KeyFile); err != nil {
-		return f, err
-	}
-	if err := leaf(3, "test client", x509.ExtKeyUsageClientAuth, f.ClientCertFile, f.ClientKeyFile); err != nil {
-		return f, err
-	}
-	return f, nil
-}
-
-// testCA is a throw-away certificate authority of the redis and NATS servers' TLS, valid
-// from an hour ago for one day.
-type testCA struct {
-	cert *x509.Certificate
-	der  []byte
-	key  *ecdsa.PrivateKey
-}
-
-// newTestCA generates a CA named cn.
-func newTestCA(cn string) (*testCA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate CA key: %w", err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, fmt.Errorf("create CA certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("parse CA certificate: %w", err)
-	}
-	return &testCA{cert: cert, der: der, key: key}, nil
-}
-
-// sign issues a certificate named cn for localhost, 127.0.0.1 and ::1 with usage, valid as
-// long as the CA, and returns it (DER) with its key.
-func (ca *testCA) sign(serial int64, cn string, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate %s key: %w", cn, err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    ca.cert.NotBefore,
-		NotAfter:     ca.cert.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("create %s certificate: %w", cn, err)
-	}
-	return der, key, nil
-}
-
-func writePEM(path, typ string, der []byte) error {
-	data := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	return nil
-}
-
-// ClientConfig returns a TLS client configuration that trusts the CA and presents the client
-// certificate.
-func (f RedisTLSFiles) ClientConfig() (*tls.Config, error) {
-	ca, err := os.ReadFile(f.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("read CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, errors.New("CA file holds no PEM certificate")
-	}
-	cert, err := tls.LoadX509KeyPair(f.ClientCertFile, f.ClientKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load client certificate: %w", err)
-	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
