@@ -63,7 +63,7 @@ fuzz:
 	  done; \
 	done
 
-# The benchmark harness (bench/): its own redis-server and NATS, seeded keyspaces in both
+# The benchmark harness (tools/bench/): its own redis-server and NATS, seeded keyspaces in both
 # block layouts (today's location layout, then the legacy one), and for each layout the raw
 # Redis and file-system limits, each stage alone, end to end and serving latency (pinned:
 # Redis and the load on one core, kvcm-gc and NATS on the other; and on shared cores), the
@@ -142,7 +142,7 @@ $(TOOLS)/promtool-$(PROMTOOL_VERSION).stamp:
 faults:
 	$(GO) run ./tools/faults/cmd/faults $(FAULTS_FLAGS)
 
-# The soak (faults/cmd/soak): every stage, the sweep's too, as its own process for many rounds
+# The soak (tools/faults/cmd/soak): every stage, the sweep's too, as its own process for many rounds
 # on a seeded keyspace of 200,000 blocks, while a KVCM-like workload writes, reads and deletes
 # all the time, upstream's GC collects beside kvcm-gc and a fault hits every 3 rounds (kill -9
 # of any stage, Redis restart, NATS restart; on the JetStream cluster the loss of a node). Each

@@ -18,7 +18,8 @@ import (
 // those whose faults meet what differs between them — a KVCM-like writer, block ages, stuck
 // DELETING — in both; kill-deleter (CAS and CAD cut short) in the legacy layout, as TestE2E's
 // DeleterKilled kills a deleter holding location-layout DELETING marks. A failure prints the
-// table, with the seed that reproduces the schedule (`go run ./faults/cmd/faults -seed N`).
+// table, with the seed that reproduces the schedule
+// (`go run ./tools/faults/cmd/faults -seed N`).
 // Since empty_block: keep is the default, a block that loses its last location is expected to
 // stay in KVCM's "exists, no location" form, no longer to be deleted.
 func TestFaults(t *testing.T) {

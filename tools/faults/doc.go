@@ -73,8 +73,9 @@
 // peak resident set size (VmHWM) and goroutine count must stay under limits, all must stop
 // cleanly, and the driver's own goroutines must wind down.
 //
-// Every random choice comes from one seed, printed with the results: `go run ./faults/cmd/faults
-// -seed N` repeats the schedule (the timing of real processes varies, the choices do not).
+// Every random choice comes from one seed, printed with the results:
+// `go run ./tools/faults/cmd/faults -seed N` repeats the schedule (the timing of real
+// processes varies, the choices do not).
 //
 // The soak (RunSoak, soak*.go, `make soak`) runs on the same deployment for many rounds
 // instead of one scenario: KVCM's workload all the time (soak_kvcm.go), upstream's GC beside

@@ -18,8 +18,8 @@ import (
 // keyspace, 12 rounds each with a fault every 2 until the last 5 (kill -9 of a stage, a Redis
 // restart, the NATS fault of the run), under KVCM's workload and upstream's GC. Every round is
 // checked as in the long soak, and each stage's figures must be flat over the last 6 rounds.
-// A failure prints the table, with the seed (`go run ./faults/cmd/soak -short -seed N -runs
-// <run>` repeats it).
+// A failure prints the table, with the seed (`go run ./tools/faults/cmd/soak -short -seed N
+// -runs <run>` repeats it).
 func TestSoakShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the short soak takes a minute")

@@ -115,7 +115,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		cfg.StageBin = filepath.Join(filepath.Dir(self), "kvcmstage")
 	}
 	if _, err := os.Stat(cfg.StageBin); err != nil {
-		return fmt.Errorf("stage binary (build bench/cmd/kvcmstage, or pass -stage-bin): %w", err)
+		return fmt.Errorf("stage binary (build tools/bench/cmd/kvcmstage, or pass -stage-bin): %w", err)
 	}
 	if strings.Contains(*phases, bench.PhaseAB) {
 		if _, err := os.Stat(cfg.ABStageBin); err != nil {
