@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -306,6 +307,92 @@ func checkStages(t *testing.T, r rendered) {
 		}
 		secrets[stage] = s
 	}
+}
+
+// checkEgress: the NetworkPolicy's egress rules are NATS, Redis and DNS, in that order, each
+// to the peers of its values and on exactly its ports: NATS and Redis those of the values'
+// URIs (wantEgress) and DNS its own, over UDP and TCP.
+func checkEgress(t *testing.T, r rendered, np object) {
+	t.Helper()
+	rules := list(np.doc, "spec", "egress")
+	require.Len(t, rules, 3)
+	want := wantEgress(t, r.v)
+	for _, p := range list(r.v, "networkPolicy", "dns", "ports") {
+		want["dns"] = append(want["dns"], p.(int))
+	}
+	for i, kind := range []string{"nats", "redis", "dns"} {
+		var ports []int
+		protocols := map[int][]string{}
+		for _, p := range list(rules[i], "ports") {
+			if !slices.Contains(ports, num(p, "port")) {
+				ports = append(ports, num(p, "port"))
+			}
+			protocols[num(p, "port")] = append(protocols[num(p, "port")], str(p, "protocol"))
+		}
+		require.NotEmpty(t, ports, "%s: an egress rule without ports allows every port", kind)
+		require.ElementsMatch(t, want[kind], ports, "%s egress ports", kind)
+		for p, protos := range protocols {
+			if kind == "dns" {
+				require.ElementsMatch(t, []string{"UDP", "TCP"}, protos, "dns port %d", p)
+			} else {
+				require.Equal(t, []string{"TCP"}, protos, "%s port %d", kind, p)
+			}
+		}
+		require.Equal(t, get(r.v, "networkPolicy", kind, "to"), nilIfEmpty(get(rules[i], "to")), "%s peers", kind)
+	}
+}
+
+func nilIfEmpty(v any) any {
+	if v == nil {
+		return []any{}
+	}
+	return v
+}
+
+// wantEgress are the NATS and Redis ports the values' URIs name (4222 and 6379 where a URI
+// names none), with each one's extraPorts.
+func wantEgress(t *testing.T, v map[string]any) map[string][]int {
+	t.Helper()
+	out := map[string][]int{}
+	add := func(kind, uri string, def int) {
+		rest := uri
+		if _, after, ok := strings.Cut(rest, "://"); ok {
+			rest = after
+		}
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+			rest = rest[:i]
+		}
+		port := def
+		if _, p, err := net.SplitHostPort(rest); err == nil {
+			port, err = strconv.Atoi(p)
+			require.NoError(t, err, uri)
+		}
+		if !slices.Contains(out[kind], port) {
+			out[kind] = append(out[kind], port)
+		}
+	}
+	for _, u := range strings.Split(str(v, "nats", "url"), ",") {
+		add("nats", strings.TrimSpace(u), 4222)
+	}
+	add("redis", str(v, "kvcm", "registryURI"), 6379)
+	for _, m := range []any{get(v, "kvcm", "storeURIs"), get(v, "kvcm", "groupStoreURIs"),
+		get(v, "config", "meta", "store_uris"), get(v, "config", "meta", "group_store_uris")} {
+		mm, _ := m.(map[string]any)
+		for _, u := range mm {
+			add("redis", u.(string), 6379)
+		}
+	}
+	if u := str(v, "guard", "uri"); u != "" {
+		add("redis", u, 6379)
+	}
+	for _, kind := range []string{"nats", "redis"} {
+		for _, p := range list(v, "networkPolicy", kind, "extraPorts") {
+			if !slices.Contains(out[kind], p.(int)) {
+				out[kind] = append(out[kind], p.(int))
+			}
+		}
+	}
+	return out
 }
 
 // checkSignIn: every Redis connection of a stage's configuration signs in as the stage's own
@@ -651,23 +738,7 @@ func checkObjects(t *testing.T, r rendered) {
 		require.True(t, selects(get(np.doc, "spec", "podSelector", "matchLabels"), get(pod, "metadata", "labels")), where)
 	}
 	require.ElementsMatch(t, []any{"Ingress", "Egress"}, list(np.doc, "spec", "policyTypes"))
-	var egress []int
-	for _, rule := range list(np.doc, "spec", "egress") {
-		require.NotEmpty(t, list(rule, "ports"), "an egress rule without ports allows every port")
-		for _, p := range list(rule, "ports") {
-			egress = append(egress, num(p, "port"))
-		}
-	}
-	var allowed []int
-	for _, k := range []string{"nats", "redis", "dns"} {
-		for _, p := range list(r.v, "networkPolicy", k, "ports") {
-			allowed = append(allowed, p.(int))
-		}
-	}
-	for _, p := range egress {
-		require.Contains(t, allowed, p)
-	}
-	require.Contains(t, egress, 53)
+	checkEgress(t, r, np)
 	for _, rule := range list(np.doc, "spec", "ingress") {
 		for _, p := range list(rule, "ports") {
 			require.Equal(t, 9090, num(p, "port"))
@@ -836,4 +907,38 @@ func TestChartRefusesCredentials(t *testing.T) {
 	}
 	// A '@' after the authority (a parameter) is no userinfo.
 	run(t, helm, "template", release, chartDir, "--set", "kvcm.registryURI=redis://r:6379?cluster_name=c&note=a@b")
+}
+
+// TestChartNetworkPolicyPorts: the Redis and NATS egress follows the URIs of the values,
+// wherever they name their ports, and extraPorts adds the stores KVCM's registry names.
+func TestChartNetworkPolicyPorts(t *testing.T) {
+	dir := t.TempDir()
+	values := filepath.Join(dir, "values.yaml")
+	require.NoError(t, os.WriteFile(values, []byte(`kvcm:
+  registryURI: redis://kvcm-registry:7000?cluster_name=c
+  storeURIs: {"10.0.0.7:6379": "rediss://meta-0:7001", "10.0.0.8:6379": "redis://meta-1"}
+  groupStoreURIs: {g: "redis://[fd00::5]:7002/"}
+guard: {kind: redis, uri: "redis://guard:7003?timeout_ms=10"}
+nats: {url: "nats://n0:5222, tls://n1, nats://n2:5223"}
+networkPolicy:
+  redis: {extraPorts: [7100]}
+  nats: {extraPorts: [5224]}
+`), 0o644))
+	r := render(t, values)
+	np := r.find(t, "NetworkPolicy", release)
+	checkEgress(t, r, np)
+	require.Equal(t, map[string][]int{"nats": {4222, 5222, 5223, 5224}, "redis": {6379, 7000, 7001, 7002, 7003, 7100}},
+		sortedValues(wantEgress(t, r.v)), "the ports the test means")
+	var redis []int
+	for _, p := range list(list(np.doc, "spec", "egress")[1], "ports") {
+		redis = append(redis, num(p, "port"))
+	}
+	require.Equal(t, []int{6379, 7000, 7001, 7002, 7003, 7100}, redis, "sorted, each once")
+}
+
+func sortedValues(m map[string][]int) map[string][]int {
+	for k, v := range m {
+		m[k] = slices.Sorted(slices.Values(v))
+	}
+	return m
 }

@@ -404,3 +404,48 @@ readinessProbe:
 {{- fail (printf "%s: %q has userinfo: leave user:password@ out of every URI; each stage signs in as its own ACL user (stages.<stage>.redisUser, natsUser) with the password from its Secret" $path (regexReplaceAll "://[^/?#,]*@" .v "://***@")) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The TCP ports of a list of URIs (.uris; a comma-separated list counts as several), each
+     its authority's port or .default, as a JSON list. */}}
+{{- define "kvcm-gc.uriPorts" -}}
+{{- $out := list -}}
+{{- range $u := .uris -}}
+{{- range $one := splitList "," (toString $u) -}}
+{{- $one = trim $one -}}
+{{- if $one -}}
+{{- $authority := regexReplaceAll "^[A-Za-z][A-Za-z0-9+.-]*://" $one "" -}}
+{{- $authority = regexReplaceAll "[/?#].*$" $authority "" -}}
+{{- $authority = regexReplaceAll "^.*@" $authority "" -}}
+{{- $port := regexFind ":[0-9]+$" $authority | trimPrefix ":" -}}
+{{- $out = append $out (ternary (int $port) (int $.default) (ne $port "")) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* The egress ports of the NetworkPolicy, as a sorted JSON list: NATS (nats.url) and Redis
+     (every Redis URI of the values: the registry, the store and group URIs, the guard), and
+     each one's extraPorts (the metadata stores KVCM's registry names are learned at run time:
+     the values cannot say their ports). */}}
+{{- define "kvcm-gc.egressPorts" -}}
+{{- $v := .root.Values -}}
+{{- $ports := list -}}
+{{- if eq .kind "nats" -}}
+{{- $ports = include "kvcm-gc.uriPorts" (dict "uris" (list $v.nats.url) "default" 4222) | fromJsonArray -}}
+{{- else -}}
+{{- $uris := list $v.kvcm.registryURI -}}
+{{- $meta := (($v.config | default dict).meta | default dict) -}}
+{{- range $m := list $v.kvcm.storeURIs $v.kvcm.groupStoreURIs $meta.store_uris $meta.group_store_uris -}}
+{{- range $_, $u := ($m | default dict) -}}{{- $uris = append $uris $u -}}{{- end -}}
+{{- end -}}
+{{- if $v.guard.uri -}}{{- $uris = append $uris $v.guard.uri -}}{{- end -}}
+{{- $ports = include "kvcm-gc.uriPorts" (dict "uris" $uris "default" 6379) | fromJsonArray -}}
+{{- end -}}
+{{- range (index $v.networkPolicy .kind).extraPorts -}}{{- $ports = append $ports (int .) -}}{{- end -}}
+{{- $padded := list -}}
+{{- range $p := $ports -}}{{- $padded = append $padded (printf "%05d" (int $p)) -}}{{- end -}}
+{{- $out := list -}}
+{{- range $p := $padded | uniq | sortAlpha -}}{{- $out = append $out (trimPrefix "0" $p | trimPrefix "0" | trimPrefix "0" | trimPrefix "0" | int) -}}{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
