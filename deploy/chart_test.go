@@ -43,10 +43,10 @@ type rendered struct {
 
 // render runs helm template on the chart with a values file ("" for the defaults) and parses
 // every object, hooks included; it also parses the values as helm merges them.
-func render(t *testing.T, values string) rendered {
+func render(t *testing.T, values string, extra ...string) rendered {
 	t.Helper()
 	helm := tool(t, "helm")
-	args := []string{"template", release, chartDir, "--namespace", namespace}
+	args := append([]string{"template", release, chartDir, "--namespace", namespace}, extra...)
 	if values != "" {
 		args = append(args, "-f", values)
 	}
@@ -717,6 +717,8 @@ func checkObjects(t *testing.T, r rendered) {
 		if replicas > 1 {
 			pdb := r.find(t, "PodDisruptionBudget", release+"-"+stage)
 			require.True(t, selects(get(pdb.doc, "spec", "selector", "matchLabels"), labels), stage)
+			// helm template's server is recent: unready pods may be evicted.
+			require.Equal(t, "AlwaysAllow", str(pdb.doc, "spec", "unhealthyPodEvictionPolicy"), stage)
 		}
 	}
 	require.Len(t, r.all("Deployment"), len(r.stagesOf())+map[bool]int{true: 1}[get(r.v, "admin", "ops", "enabled") == true])
@@ -941,4 +943,28 @@ func sortedValues(m map[string][]int) map[string][]int {
 		m[k] = slices.Sorted(slices.Values(v))
 	}
 	return m
+}
+
+// TestChartDisruptionBudgets: a Redis or NATS outage makes every stage unready at once; the
+// budgets then let the unready pods be evicted (unhealthyPodEvictionPolicy: AlwaysAllow), so
+// node drains go on. A server older than 1.27, which has no such field (beta and on by default
+// from 1.27), gets none; a stage may keep IfHealthyBudget.
+func TestChartDisruptionBudgets(t *testing.T) {
+	for _, c := range []struct {
+		kube string
+		want string
+	}{{"1.25.0", ""}, {"1.26.9", ""}, {"1.27.0", "AlwaysAllow"}, {"1.31.2", "AlwaysAllow"}} {
+		r := render(t, "", "--kube-version", c.kube)
+		pdbs := r.all("PodDisruptionBudget")
+		require.Len(t, pdbs, 3, c.kube)
+		for _, pdb := range pdbs {
+			require.Equal(t, c.want, str(pdb.doc, "spec", "unhealthyPodEvictionPolicy"), "%s on %s", pdb.name(), c.kube)
+			if c.want == "" {
+				require.NotContains(t, get(pdb.doc, "spec"), "unhealthyPodEvictionPolicy", c.kube)
+			}
+		}
+	}
+	r := render(t, "", "--kube-version", "1.30.0", "--set", "stages.deleter.pdb.unhealthyPodEvictionPolicy=IfHealthyBudget")
+	require.Equal(t, "IfHealthyBudget", str(r.find(t, "PodDisruptionBudget", release+"-deleter").doc, "spec", "unhealthyPodEvictionPolicy"))
+	require.Equal(t, "AlwaysAllow", str(r.find(t, "PodDisruptionBudget", release+"-prober").doc, "spec", "unhealthyPodEvictionPolicy"))
 }
