@@ -9,8 +9,11 @@ STATICCHECK_VERSION ?= v0.8.2
 TOOLS            := $(CURDIR)/.tools
 HELM_VERSION     ?= v4.3.2
 PROMTOOL_VERSION ?= v0.316.0
+YQ_VERSION       ?= v4.54.3
 HELM             := $(TOOLS)/bin/helm
 PROMTOOL         := $(TOOLS)/bin/promtool
+# yq runs the guide's commands that take the ACL file and the NATS account out of the chart.
+YQ               := $(TOOLS)/bin/yq
 
 .PHONY: build test test-short race lint vet fuzz bench bench-quick demo clean tools
 
@@ -30,7 +33,7 @@ build:
 # the Helm chart and the alerting rules. The deploy tests render the chart and run promtool:
 # REQUIRE_DEPLOY_TOOLS makes them fail, not skip, without the tools.
 test: lint deploy-check
-	HELM=$(HELM) PROMTOOL=$(PROMTOOL) REQUIRE_DEPLOY_TOOLS=1 $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	HELM=$(HELM) PROMTOOL=$(PROMTOOL) YQ=$(YQ) REQUIRE_DEPLOY_TOOLS=1 $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 # helm lint and helm template of the chart on its default values and on a values file that
 # turns every part on, and promtool's check and unit tests of the alerting rules.
@@ -120,7 +123,7 @@ release:
 	cd dist && find . -type f ! -name SHA256SUMS | sort | sed 's|^\./||' | xargs sha256sum > SHA256SUMS
 	@cat dist/SHA256SUMS
 
-tools: $(TOOLS)/helm-$(HELM_VERSION).stamp $(TOOLS)/promtool-$(PROMTOOL_VERSION).stamp
+tools: $(TOOLS)/helm-$(HELM_VERSION).stamp $(TOOLS)/promtool-$(PROMTOOL_VERSION).stamp $(TOOLS)/yq-$(YQ_VERSION).stamp
 
 $(TOOLS)/helm-$(HELM_VERSION).stamp:
 	@mkdir -p $(TOOLS)/bin
@@ -132,6 +135,12 @@ $(TOOLS)/promtool-$(PROMTOOL_VERSION).stamp:
 	@mkdir -p $(TOOLS)/bin
 	rm -f $(TOOLS)/promtool-*.stamp
 	GOBIN=$(TOOLS)/bin $(GO) install -tags remove_all_sd -ldflags='-s -w' github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	touch $@
+
+$(TOOLS)/yq-$(YQ_VERSION).stamp:
+	@mkdir -p $(TOOLS)/bin
+	rm -f $(TOOLS)/yq-*.stamp
+	GOBIN=$(TOOLS)/bin $(GO) install -ldflags='-s -w' github.com/mikefarah/yq/v4@$(YQ_VERSION)
 	touch $@
 
 # The fault suite: the stage binaries as separate processes under kill -9, Redis and NATS

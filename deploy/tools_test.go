@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// tool returns the path of a tool the deploy tests run (helm, promtool): the one the HELM or
-// PROMTOOL environment variable names, else the one `make tools` installs into .tools/bin,
-// else one on PATH. Without it the test fails when REQUIRE_DEPLOY_TOOLS is set (make test
-// sets it, after installing the tools) and is skipped otherwise.
+// tool returns the path of a tool the deploy tests run (helm, promtool, yq): the one the
+// HELM, PROMTOOL or YQ environment variable names, else the one `make tools` installs into
+// .tools/bin, else one on PATH. Without it the test fails when REQUIRE_DEPLOY_TOOLS is set
+// (make test sets it, after installing the tools) and is skipped otherwise.
 func tool(t *testing.T, name string) string {
 	t.Helper()
 	if p := os.Getenv(strings.ToUpper(name)); p != "" {
