@@ -120,3 +120,34 @@ func commands(rules []string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestSecurityDocCommands: the table of Redis ACL users in docs/security.md lists each user's
+// commands exactly as deploy/privileges grants them.
+func TestSecurityDocCommands(t *testing.T) {
+	data, err := os.ReadFile("../docs/security.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(data), "\n## Redis ACL users")
+	require.True(t, ok, "docs/security.md has no Redis ACL users section")
+	section, _, _ = strings.Cut(section, "\n## ")
+	rows := map[string][]string{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, " | ")
+		if !strings.HasPrefix(line, "| `kvcm-gc-") || len(cells) < 3 {
+			continue
+		}
+		user := strings.Trim(strings.TrimPrefix(cells[0], "| "), "`")
+		var cmds []string
+		for _, c := range strings.Fields(strings.Trim(cells[1], "`")) {
+			cmds = append(cmds, strings.ToLower(strings.ReplaceAll(c, `\|`, "|")))
+		}
+		slices.Sort(cmds)
+		rows[user] = cmds
+	}
+	users := privileges.Redis(privileges.DefaultGuardPrefix)
+	require.Len(t, rows, len(users), "a row per Redis user")
+	for _, u := range users {
+		want := slices.Sorted(slices.Values(u.Commands))
+		user := "kvcm-gc-" + u.Stage
+		require.Equal(t, want, rows[user], "docs/security.md: the commands of %s", user)
+	}
+}
