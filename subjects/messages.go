@@ -40,7 +40,7 @@ type Batch struct {
 	Group     string       `json:"group"`              // the instance's group
 	Store     string       `json:"store"`              // name of the metadata store that was scanned (no credentials)
 	Round     uint64       `json:"round"`              // scan round id, increasing
-	LeaseRev  uint64       `json:"lease_rev"`          // revision of the scanner's lease when it scanned (fencing)
+	LeaseRev  uint64       `json:"lease_rev"`          // revision of the store's lease its scanner held (fencing)
 	Cursor    uint64       `json:"cursor"`             // SCAN cursor of the store this page started at
 	Next      uint64       `json:"next"`               // cursor SCAN returned (0: the store's walk is done)
 	Part      int          `json:"part"`               // 0-based part number of a split page
