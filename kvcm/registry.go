@@ -273,15 +273,15 @@ func ParseStoreURI(s string) (StoreURI, error) {
 	if why != "" {
 		return StoreURI{}, &StoreURIError{Reason: why}
 	}
-	if old.scheme == "" {
+	if old.Scheme == "" {
 		return StoreURI{}, &StoreURIError{Reason: "empty scheme (KVCM's URI is not valid)"}
 	}
-	if nu, ok := parseStandardURINewer(s); ok && nu.host != "" && nu.port != 0 &&
-		(nu.userInfo != old.userInfo || nu.host != old.host || nu.port != old.port || !maps.Equal(nu.params, old.params)) {
+	if nu, ok := parseStandardURINewer(s); ok && nu.Host != "" && nu.Port != 0 &&
+		(nu.UserInfo != old.UserInfo || nu.Host != old.Host || nu.Port != old.Port || !maps.Equal(nu.Params, old.Params)) {
 		return StoreURI{}, &StoreURIError{Reason: "KVCM versions read different servers, credentials or parameters from it " +
 			"(an '@' after the host, or a '/' in a query without a path before it)"}
 	}
-	return StoreURI{UserInfo: old.userInfo, Host: old.host, Port: old.port, Params: old.params}, nil
+	return StoreURI{UserInfo: old.UserInfo, Host: old.Host, Port: old.Port, Params: old.Params}, nil
 }
 
 // ParamInt64 reads a parameter as StandardUri::GetParamAs<int64_t> does (std::from_chars):
@@ -295,10 +295,10 @@ func (u StoreURI) ParamInt64(name string) (v int64, ok bool) {
 // reads them, nil when neither can. It serves reports only (the cached store's types).
 func storeURIParams(s string) map[string]string {
 	if u, why := parseStandardURIf6aa2b2(s); why == "" {
-		return u.params
+		return u.Params
 	}
 	if u, ok := parseStandardURINewer(s); ok {
-		return u.params
+		return u.Params
 	}
 	return nil
 }
