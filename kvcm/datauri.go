@@ -204,9 +204,11 @@ func (u DataURI) Shared() bool {
 	return ok
 }
 
-// SpecBytes is what KVCM accounts a location's data at (BatchAddLocation's usage): the sum of
-// its spec URIs' size parameters. unknown counts the specs whose URI or size does not parse;
-// their bytes are not in total.
+// SpecBytes is the sum of the size parameters of the spec URIs kvcm-gc can read: what a
+// report says a location's data holds. unknown counts the specs whose URI (by ParseDataURI,
+// stricter than KVCM) or size does not parse; their bytes are not in total, which saturates.
+// KVCM's own account of a location is UsageOf: looser URIs, a sum that wraps, and sizes it
+// cannot tell.
 func SpecBytes(specs []Spec) (total uint64, unknown int) {
 	for _, s := range specs {
 		u, err := ParseDataURI(s.URI)
