@@ -40,7 +40,7 @@ func StatusCommand() *Command {
 			"scanner replicas and, for every metadata store, the replica holding its lease (the replicas\n" +
 			"divide the stores), its round, progress, estimated end and why it is not moving; the next\n" +
 			"round, and the last event of each kind. Every part is read at once, each request bounded by\n" +
-			"jetstream.api_timeout; what cannot be read is shown as such.",
+			"jetstream.api_timeout; what cannot be read is shown as such, and the command then exits 1.",
 		Config: true, Tool: true,
 		Flags: func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print the report as JSON") },
 		Run: func(ctx context.Context, e *Env) error {
@@ -58,9 +58,15 @@ func StatusCommand() *Command {
 				return fmt.Errorf("status: %w", err)
 			}
 			if asJSON {
-				return writeJSON(e.Stdout, rep)
+				err = writeJSON(e.Stdout, rep)
+			} else {
+				err = rep.WriteTable(e.Stdout)
 			}
-			return rep.WriteTable(e.Stdout)
+			if err == nil && len(rep.Problems) > 0 {
+				// Printed with the rest; a script must still see that the report is partial.
+				err = ErrReported
+			}
+			return err
 		},
 	}
 }

@@ -212,7 +212,7 @@ func TestOperatorCommandsReachTheEmbeddedServer(t *testing.T) {
 
 // TestStatusAPITimeout: against a JetStream API that does not answer (as a stream does while
 // its leader is elected), status takes about one jetstream.api_timeout, not the client's 5 s
-// per request, and shows every row with what went wrong.
+// per request, shows every row with what went wrong, and exits 1: it could not read them.
 func TestStatusAPITimeout(t *testing.T) {
 	// A server without JetStream, where this subscriber takes the API requests and never
 	// answers them.
@@ -230,7 +230,7 @@ func TestStatusAPITimeout(t *testing.T) {
 
 	start := time.Now()
 	code, out, stderr := kvcmgc(t, "status", "--json", "--cluster", "c1", "--nats.url", srv.ClientURL(), "--jetstream.api_timeout", "300ms")
-	require.Equal(t, cli.ExitOK, code, stderr)
+	require.Equal(t, cli.ExitFailure, code, stderr)
 	require.Less(t, time.Since(start), 4*time.Second, "one call timeout, the reads in parallel")
 	var rep ops.StatusReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
