@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/config"
+	"github.com/kvcm-gc/kvcm-gc/internal/natsperm"
 	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -76,8 +77,12 @@ type Command struct {
 	// Tool marks an operator's command (status, pause, …): it needs the cluster (checked with
 	// the arguments), logs warnings and errors only (debug when log.level says so), and with
 	// nats.url empty it connects to the all-in-one process's embedded server at
-	// nats.embedded.listen.
+	// nats.embedded.listen. A refusal of the NATS server for lack of permission ends it at once,
+	// with an error naming the subject and the identity, unless PerPart.
 	Tool bool
+	// PerPart: the operator's command reads parts that fail apart (status): a refusal ends only
+	// the part that needed the subject, which the command guards itself (Env.Permissions).
+	PerPart bool
 	// Check validates the flags and arguments before anything connects; what it returns is
 	// a usage error (exit status 2).
 	Check func(e *Env) error
@@ -98,7 +103,12 @@ type Env struct {
 
 	tool bool
 	nc   *nats.Conn
+	perm *natsperm.Watcher
 }
+
+// Permissions watches the command's NATS connection for refusals (a Tool command's; nil
+// otherwise): Guard a context to end it with the refusal of a subject it needs.
+func (e *Env) Permissions() *natsperm.Watcher { return e.perm }
 
 // Names returns the stream, subject and bucket names of the configuration.
 func (e *Env) Names() (subjects.Names, error) {
@@ -246,7 +256,19 @@ func RunCommand(prog string, c *Command, args []string, stdout, stderr io.Writer
 		<-ctx.Done()
 		stop() // the next signal gets the default behaviour: the process dies
 	}()
-	err = c.Run(ctx, e)
+	runCtx := ctx
+	if c.Tool {
+		// A permission is not something waiting brings: the command ends at the server's
+		// first refusal, with an error naming the subject and the identity, instead of
+		// waiting out each request's timeout (and ensure retrying them for minutes).
+		e.perm = natsperm.New(Identity(e.Config.NATS))
+		if !c.PerPart {
+			var unguard context.CancelFunc
+			runCtx, unguard = e.perm.Guard(ctx, ">")
+			defer unguard()
+		}
+	}
+	err = natsperm.Cause(runCtx, c.Run(runCtx, e))
 	switch {
 	case err == nil:
 		return ExitOK

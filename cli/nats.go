@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/kvcm-gc/kvcm-gc/config"
 )
@@ -32,7 +35,47 @@ func (e *Env) ConnectNATS(ctx context.Context) (*nats.Conn, error) {
 			return nil, UsageError(err)
 		}
 	}
-	return ConnectNATS(ctx, e.Config.NATS, url, "kvcm-gc-"+e.Name, e.Logger)
+	nc, err := ConnectNATS(ctx, e.Config.NATS, url, "kvcm-gc-"+e.Name, e.Logger)
+	if err == nil && e.perm != nil {
+		e.perm.Attach(nc)
+	}
+	return nc, err
+}
+
+// Identity names who a connection with c signs in as, for errors: its user, the user of its
+// credentials file, its nkey seed file, or its token.
+func Identity(c config.NATSConfig) string {
+	switch {
+	case c.CredentialsFile != "":
+		if name := credsUser(c.CredentialsFile); name != "" {
+			return fmt.Sprintf("user %q (credentials file %s)", name, c.CredentialsFile)
+		}
+		return "the user of credentials file " + c.CredentialsFile
+	case c.NkeySeedFile != "":
+		return "the nkey user of seed file " + c.NkeySeedFile
+	case c.User != "":
+		return fmt.Sprintf("user %q", c.User)
+	case c.Token != "":
+		return "the token's user"
+	}
+	return "the connection's user (no credentials)"
+}
+
+// credsUser reads the name of a credentials file's user from its JWT ("" if it cannot).
+func credsUser(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	token, err := nkeys.ParseDecoratedJWT(data)
+	if err != nil {
+		return ""
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return ""
+	}
+	return uc.Name
 }
 
 // EmbeddedURL is the client URL of the embedded server the run command starts on c.Listen: a

@@ -40,15 +40,17 @@ func StatusCommand() *Command {
 			"scanner replicas and, for every metadata store, the replica holding its lease (the replicas\n" +
 			"divide the stores), its round, progress, estimated end and why it is not moving; the next\n" +
 			"round, and the last event of each kind. Every part is read at once, each request bounded by\n" +
-			"jetstream.api_timeout; what cannot be read is shown as such, and the command then exits 1.",
-		Config: true, Tool: true,
+			"jetstream.api_timeout; what cannot be read is shown as such (a part the identity's NATS\n" +
+			"permissions refuse, at once, naming the subject), and the command then exits 1.",
+		Config: true, Tool: true, PerPart: true,
 		Flags: func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print the report as JSON") },
 		Run: func(ctx context.Context, e *Env) error {
 			js, names, err := e.opsClients(ctx)
 			if err != nil {
 				return err
 			}
-			opts := []ops.StatusOption{ops.WithCallTimeout(e.Config.JS.APITimeout), ops.WithHighWater(e.Config.HighWater)}
+			opts := []ops.StatusOption{ops.WithCallTimeout(e.Config.JS.APITimeout), ops.WithHighWater(e.Config.HighWater),
+				ops.WithPermissions(e.Permissions())}
 			if e.Config.CollectDeleting {
 				// The stuck DELETING of the last day, from the delete events.
 				opts = append(opts, ops.WithStuckDeleting(24*time.Hour))

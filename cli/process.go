@@ -23,6 +23,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/internal/httpserver"
+	"github.com/kvcm-gc/kvcm-gc/internal/natsperm"
 	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
@@ -155,6 +156,12 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 		}
 		nc.Close()
 	}()
+	// A subject the stage's NATS user may not use is a fault of the deployment that waiting
+	// does not cure: the stages stop at the server's first refusal, draining what they hold,
+	// and the process exits naming the subject and the identity, rather than run on with a
+	// request that times out over and over (docs/security.md).
+	ctx, unguard := natsperm.Watch(nc, Identity(cfg.NATS)).Guard(ctx, ">")
+	defer unguard()
 
 	opts, err := app.OptionsOf(cfg)
 	if err != nil {
@@ -179,6 +186,9 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 	log.Info("starting", "stages", stageList(p.Stages), "config", cfg)
 	app.TuneGC()
 	err = app.Run(ctx, nc, opts, p.Stages)
+	if v := natsperm.Refused(ctx); v != nil {
+		return fmt.Errorf("stop the stages: %w", v)
+	}
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvcm-gc/kvcm-gc/internal/natsperm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -211,8 +212,14 @@ type StatusOption func(*statusOptions)
 type statusOptions struct {
 	callTimeout time.Duration
 	highWater   uint64
-	stuckWindow time.Duration // 0: stuck DELETING not read
+	stuckWindow time.Duration     // 0: stuck DELETING not read
+	perm        *natsperm.Watcher // nil: refusals show as timeouts
 }
+
+// WithPermissions watches the connection of js for the server's refusals: a part of the
+// report whose subject the identity may not use then says so at once, naming the subject
+// and the identity, instead of waiting out its timeout; the other parts are read as usual.
+func WithPermissions(w *natsperm.Watcher) StatusOption { return func(o *statusOptions) { o.perm = w } }
 
 // WithCallTimeout bounds each request of Status: a stream or consumer whose leader is being
 // elected does not answer, and its row then says so instead of the report waiting for it.
@@ -231,8 +238,9 @@ func WithHighWater(n uint64) StatusOption { return func(o *statusOptions) { o.hi
 // Status reads everything status shows. It only reads: stream and consumer info, the lease
 // and checkpoint keys, and the last message of each event kind, all at once, each request
 // bounded by its own timeout. Whatever cannot be read is listed in Problems (and a stream or
-// consumer keeps its row, saying what failed); the rest is still reported. An error is
-// returned only when ctx ends.
+// consumer keeps its row, saying what failed): a refusal of the server for lack of permission
+// (WithPermissions) as such, naming the subject and the identity. The rest is still reported.
+// An error is returned only when ctx ends.
 func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, opts ...StatusOption) (StatusReport, error) {
 	o := statusOptions{callTimeout: DefaultStatusCallTimeout}
 	for _, opt := range opts {
@@ -254,7 +262,9 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, o
 	consumerStages := []string{pipeline.StageProber, pipeline.StageDeleter}
 	r.Streams = make([]StreamStatus, len(streams))
 	r.Consumers = make([]ConsumerStatus, len(consumerStages))
-	rows := statusRows{js: js, now: now, call: call, problem: problem}
+	rows := statusRows{js: js, now: now, call: call, problem: problem, perm: o.perm}
+	// Each part is guarded for the JetStream API subjects of what it reads.
+	events := apiOn(names.EventsStream())
 	var wg sync.WaitGroup
 	for i, name := range streams {
 		wg.Go(func() { r.Streams[i] = rows.stream(ctx, name) })
@@ -265,11 +275,19 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, o
 			r.Consumers[i] = rows.consumer(ctx, stage, stream, name)
 		})
 	}
-	wg.Go(func() { r.Scanner = scannerStatus(ctx, js, names, now, o.callTimeout, problem) })
+	wg.Go(func() { r.Scanner = scannerStatus(ctx, rows, names, o.callTimeout) })
 	wg.Go(func() { r.Sweep = sweepStatus(ctx, rows, names) })
-	wg.Go(func() { r.LastEvents = lastEvents(ctx, js, names, o.callTimeout, problem) })
+	wg.Go(func() {
+		ctx, rows, done := rows.part(ctx, events...)
+		defer done()
+		r.LastEvents = lastEvents(ctx, js, names, o.callTimeout, rows.problem)
+	})
 	if o.stuckWindow > 0 {
-		wg.Go(func() { r.StuckDeleting = stuckDeletingStatus(ctx, js, names, now, o.stuckWindow, problem) })
+		wg.Go(func() {
+			ctx, rows, done := rows.part(ctx, events...)
+			defer done()
+			r.StuckDeleting = stuckDeletingStatus(ctx, js, names, now, o.stuckWindow, rows.problem)
+		})
 	}
 	wg.Wait()
 	slices.Sort(r.Problems)
@@ -289,13 +307,39 @@ type statusRows struct {
 	now     time.Time
 	call    func(context.Context) (context.Context, context.CancelFunc)
 	problem func(string, ...any)
+	perm    *natsperm.Watcher
+}
+
+// apiOn are the JetStream API subjects of requests about stream (or a bucket's stream): its
+// info, and direct gets, message gets and consumers of it.
+func apiOn(stream string) []string {
+	return []string{jetstream.DefaultAPIPrefix + "*.*." + stream, jetstream.DefaultAPIPrefix + "*.*." + stream + ".>"}
+}
+
+// part guards ctx for the subjects one part of the report reads: a refusal of one ends that
+// part alone, and its problems name what was refused rather than the timeout it caused.
+func (s statusRows) part(ctx context.Context, patterns ...string) (context.Context, statusRows, context.CancelFunc) {
+	ctx, done := s.perm.Guard(ctx, patterns...)
+	p := s
+	p.problem = func(format string, args ...any) {
+		for i, a := range args {
+			if err, ok := a.(error); ok {
+				args[i] = natsperm.Cause(ctx, err)
+			}
+		}
+		s.problem(format, args...)
+	}
+	return ctx, p, done
 }
 
 func (s statusRows) stream(ctx context.Context, name string) StreamStatus {
+	ctx, s, done := s.part(ctx, jetstream.DefaultAPIPrefix+"STREAM.INFO."+name)
+	defer done()
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	st, err := s.js.Stream(cctx, name)
 	if err != nil {
+		err = natsperm.Cause(ctx, err)
 		s.problem("stream %s: %v", name, err)
 		return StreamStatus{Name: name, Error: err.Error()}
 	}
@@ -308,10 +352,13 @@ func (s statusRows) stream(ctx context.Context, name string) StreamStatus {
 }
 
 func (s statusRows) consumer(ctx context.Context, stage, stream, name string) ConsumerStatus {
+	ctx, s, done := s.part(ctx, jetstream.DefaultAPIPrefix+"CONSUMER.INFO."+stream+"."+name)
+	defer done()
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	c, err := s.js.Consumer(cctx, stream, name)
 	if err != nil {
+		err = natsperm.Cause(ctx, err)
 		s.problem("consumer %s/%s: %v", stream, name, err)
 		return ConsumerStatus{Stage: stage, Stream: stream, Name: name, Error: err.Error()}
 	}
@@ -361,16 +408,20 @@ func heldBack(r StatusReport, highWater uint64, now time.Time) string {
 		strings.Join(full, ", "), highWater)
 }
 
-func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.Names, now time.Time, timeout time.Duration, problem func(string, ...any)) ScannerStatus {
+func scannerStatus(ctx context.Context, rows statusRows, names subjects.Names, timeout time.Duration) ScannerStatus {
+	js, now := rows.js, rows.now
 	// The scanner's few reads follow one another; together they get a few call timeouts.
 	ctx, cancel := context.WithTimeout(ctx, 4*timeout)
 	defer cancel()
 	var st ScannerStatus
 	var leases []pipeline.StoreLease
-	if lease, err := js.KeyValue(ctx, names.LeaseBucket()); err != nil {
-		problem("lease bucket %s: %v", names.LeaseBucket(), err)
-	} else if leases, err = pipeline.ReadLeases(ctx, lease); err != nil {
-		problem("leases: %v", err)
+	// Each bucket's reads are a part of their own: an identity refused one reads the other.
+	lctx, lrows, ldone := rows.part(ctx, apiOn(subjects.KVStream(names.LeaseBucket()))...)
+	defer ldone()
+	if lease, err := js.KeyValue(lctx, names.LeaseBucket()); err != nil {
+		lrows.problem("lease bucket %s: %v", names.LeaseBucket(), err)
+	} else if leases, err = pipeline.ReadLeases(lctx, lease); err != nil {
+		lrows.problem("leases: %v", err)
 	} else {
 		if len(leases) > 0 {
 			// The summary's leader: the first store's holder (the only one with one store).
@@ -379,10 +430,13 @@ func scannerStatus(ctx context.Context, js jetstream.JetStream, names subjects.N
 			st.Leader = &LeaderStatus{Holder: rec.Holder, Since: since.UTC(), Renewed: renewed.UTC(),
 				HeldSeconds: now.Sub(since).Seconds(), RenewedAgoSecs: now.Sub(renewed).Seconds(), Revision: rev}
 		}
-		if st.Replicas, err = pipeline.ReadMembers(ctx, lease); err != nil {
-			problem("scanner replicas: %v", err)
+		if st.Replicas, err = pipeline.ReadMembers(lctx, lease); err != nil {
+			lrows.problem("scanner replicas: %v", err)
 		}
 	}
+	ctx, rows, done := rows.part(ctx, apiOn(subjects.KVStream(names.StateBucket()))...)
+	defer done()
+	problem := rows.problem
 	state, err := js.KeyValue(ctx, names.StateBucket())
 	if err != nil {
 		problem("state bucket %s: %v", names.StateBucket(), err)

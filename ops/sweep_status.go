@@ -57,12 +57,17 @@ type QuarantineStatus struct {
 
 // sweepStatus reads the sweep's part of the status; what cannot be read goes to the problems.
 func sweepStatus(ctx context.Context, rows statusRows, names subjects.Names) *SweepStatus {
-	js, now, problem := rows.js, rows.now, rows.problem
+	js, now := rows.js, rows.now
 	stream, consumer := rows.stream(ctx, names.SweepStream()), rows.consumer(ctx, pipeline.StageSweeper, names.SweepStream(), names.SweeperConsumer())
 	st := &SweepStatus{Stream: &stream, Consumer: &consumer}
 	cctx, cancel := rows.call(ctx)
 	defer cancel()
-	ctx = cctx
+	// The state bucket's reads and the lease bucket's are parts of their own (statusRows.part).
+	lctx, lrows, ldone := rows.part(cctx, apiOn(subjects.KVStream(names.LeaseBucket()))...)
+	defer ldone()
+	ctx, rows, done := rows.part(cctx, apiOn(subjects.KVStream(names.StateBucket()))...)
+	defer done()
+	problem := rows.problem
 	state, err := js.KeyValue(ctx, names.StateBucket())
 	if err != nil {
 		return st // reported with the scanner
@@ -85,7 +90,10 @@ func sweepStatus(ctx context.Context, rows statusRows, names subjects.Names) *Sw
 	}
 	_ = lister.Stop() // the keys were read to the end, which stops the lister already
 	slices.Sort(storages)
-	leases, lerr := js.KeyValue(ctx, names.LeaseBucket())
+	leases, lerr := js.KeyValue(lctx, names.LeaseBucket())
+	if lerr != nil && len(storages) > 0 {
+		lrows.problem("lease bucket %s: %v", names.LeaseBucket(), lerr)
+	}
 	for _, name := range storages {
 		ck, _, err := sweep.ReadCheckpoint(ctx, state, name)
 		if err != nil {
@@ -103,8 +111,8 @@ func sweepStatus(ctx context.Context, rows statusRows, names subjects.Names) *Sw
 		}
 		ss.LastEnded, ss.LastSecs = usTime(ck.LastRoundEndUs), float64(ck.LastRoundMs)/1e3
 		if lerr == nil {
-			if rec, rev, err := sweep.ReadLease(ctx, leases, name); err != nil {
-				problem("%v", err)
+			if rec, rev, err := sweep.ReadLease(lctx, leases, name); err != nil {
+				lrows.problem("%v", err)
 			} else if rec != nil {
 				since, renewed := time.UnixMicro(rec.SinceUs), time.UnixMicro(rec.RenewedUs)
 				ss.Leader = &LeaderStatus{Holder: rec.Holder, Since: since.UTC(), Renewed: renewed.UTC(),

@@ -35,6 +35,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/cli"
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/deploy/privileges"
+	"github.com/kvcm-gc/kvcm-gc/internal/natsperm"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/ops"
@@ -117,13 +118,18 @@ func runStageProcess(t *testing.T, nc config.NATSConfig, url string, o app.Optio
 	}
 	conn, err := cli.ConnectNATS(ctx, nc, url, "kvcm-gc-test", log)
 	require.NoError(t, err)
+	// As the stage binaries: the server's first refusal of a subject stops the stages.
+	ctx, unguard := natsperm.Watch(conn, cli.Identity(nc)).Guard(ctx, ">")
 	o.Logger = log
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx, conn, o, which) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
+			refused := natsperm.Refused(ctx)
 			cancel()
+			unguard()
+			require.Nil(t, refused, "the stages were refused a subject")
 			select {
 			case err := <-done:
 				require.NoError(t, err)
@@ -851,4 +857,82 @@ func TestNATSServerConfig(t *testing.T) {
 	})
 	checkStageAuth(t, s.ClientURL(), config.NATSConfig{User: userAdmin, Password: passwords[userAdmin]},
 		config.NATSConfig{User: userScanner, Password: passwords[userScanner]}, names)
+}
+
+// runCLI runs one of kvcm-gc's commands as its command line would, in an environment free of
+// KVCMGC_ variables, and returns its exit status, output and log.
+func runCLI(t *testing.T, c *cli.Command, args ...string) (code int, stdout, stderr string, took time.Duration) {
+	t.Helper()
+	for _, k := range config.Keys() {
+		t.Setenv(k.Env, "")
+	}
+	t.Setenv(config.FileEnv, "")
+	var out, errOut syncBuffer
+	start := time.Now()
+	code = cli.RunCommand("kvcm-gc "+c.Name, c, args, &out, &errOut)
+	// The log quotes its values: unquote them for the reader of a failure and the assertions.
+	return code, out.String(), strings.ReplaceAll(errOut.String(), `\"`, `"`), time.Since(start)
+}
+
+// TestPermissionRefusalsAreFatal: a subject an identity may not use ends the work that needed
+// it at once, with an error naming the subject and the identity, instead of a timeout or
+// minutes of retries. ensure under an identity without $JS.API.STREAM.INFO exits 1; status
+// shows the refusal in each part that needed a refused subject, reads the others, and exits
+// 1; pause exits 1; a stage run under the wrong identity stops and its process exits 1.
+func TestPermissionRefusalsAreFatal(t *testing.T) {
+	l := newLeastPrivilegeEnv(t)
+	ctx := context.Background()
+	require.NoError(t, subjects.Ensure(ctx, l.js, l.names, l.options(nil).JetStream), "the admin creates the topology")
+	// Timeouts far above what the test allows: a refusal must not wait for them.
+	as := func(user string, more ...string) []string {
+		return append([]string{"--cluster", cluster, "--nats.url", l.nats.URL(), "--nats.user", user, "--nats.password", l.natsPW[user],
+			"--nats.tls.ca_file", l.nats.CAFile(), "--nats.connect_timeout", "5s", "--jetstream.api_timeout", "1m"}, more...)
+	}
+	const fast = 15 * time.Second
+	refused := func(user, subject string) string {
+		return fmt.Sprintf(`nats permissions violation: user %q may not publish to %q`, user, subject)
+	}
+
+	code, out, stderr, took := runCLI(t, cli.EnsureCommand(), as(userScanner)...)
+	require.Equal(t, cli.ExitFailure, code, "out:\n%s\nstderr:\n%s", out, stderr)
+	require.Less(t, took, fast, "refused at once, not retried")
+	require.Contains(t, stderr, refused(userScanner, "$JS.API.STREAM.INFO."+l.names.BatchesStream()))
+	t.Logf("ensure as the scanner: exit %d after %v\n%s", code, took.Round(time.Millisecond), stderr)
+
+	code, out, stderr, took = runCLI(t, cli.StatusCommand(), as(userScanner)...)
+	require.Equal(t, cli.ExitFailure, code, "out:\n%s\nstderr:\n%s", out, stderr)
+	require.Less(t, took, fast)
+	for _, s := range []string{l.names.BatchesStream(), l.names.DeletesStream(), l.names.EventsStream()} {
+		require.Contains(t, out, refused(userScanner, "$JS.API.STREAM.INFO."+s), "the stream's part")
+	}
+	require.Contains(t, out, refused(userScanner, "$JS.API.CONSUMER.INFO."+l.names.SweepStream()+"."+l.names.SweeperConsumer()))
+	// The scanner may read its backlog and its buckets: those parts are read.
+	require.Regexp(t, `(?m)^prober\s+\S+/prober\s+0\s`, out)
+	require.Regexp(t, `(?m)^deleter\s+\S+/deleter\s+0\s`, out)
+	require.NotContains(t, out, "deadline exceeded")
+	t.Logf("status as the scanner: exit %d after %v\n%s", code, took.Round(time.Millisecond), out)
+
+	code, out, stderr, took = runCLI(t, cli.PauseCommand(), as(userScanner, "deleter")...)
+	require.Equal(t, cli.ExitFailure, code, "out:\n%s\nstderr:\n%s", out, stderr)
+	require.Less(t, took, fast)
+	require.Contains(t, stderr, refused(userScanner, "$JS.API.CONSUMER.PAUSE."+l.names.DeletesStream()+"."+l.names.DeleterConsumer()))
+	c, err := l.js.Consumer(ctx, l.names.DeletesStream(), l.names.DeleterConsumer())
+	require.NoError(t, err)
+	require.False(t, c.CachedInfo().Paused)
+
+	// The admin may do all of it.
+	code, out, stderr, _ = runCLI(t, cli.StatusCommand(), as(userAdmin)...)
+	require.Equal(t, cli.ExitOK, code, "out:\n%s\nstderr:\n%s", out, stderr)
+
+	// A prober run as the deleter's user may not pull the prober's batches: it stops, and its
+	// process exits naming what it was refused.
+	code, out, stderr, took = runCLI(t, cli.StageCommand("prober", "the prober", app.Stages{Prober: true}),
+		as(userDeleter, "--jetstream.skip_ensure", "--http.listen", "127.0.0.1:0", "--registry.uri", l.redis.URI(),
+			"--registry.username", userProber, "--registry.password", l.redisPW[userProber])...)
+	require.Equal(t, cli.ExitFailure, code, "out:\n%s\nstderr:\n%s", out, stderr)
+	require.Less(t, took, 30*time.Second)
+	require.Contains(t, stderr, "exiting on error")
+	require.Regexp(t, `nats permissions violation: user "`+userDeleter+`" may not publish to "\$JS\.API\.CONSUMER\.[A-Z.]+`+
+		l.names.BatchesStream()+`\.prober`, stderr)
+	t.Logf("prober as the deleter: exit %d after %v", code, took.Round(time.Millisecond))
 }
