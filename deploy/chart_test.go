@@ -749,14 +749,14 @@ func checkObjects(t *testing.T, r rendered) {
 
 	// The ensure hook runs before the release's objects, its configuration before it.
 	job := r.find(t, "Job", release+"-ensure")
-	require.Equal(t, "pre-install,pre-upgrade", str(job.doc, "metadata", "annotations", "helm.sh/hook"))
+	require.Equal(t, "pre-install,pre-upgrade,pre-rollback", str(job.doc, "metadata", "annotations", "helm.sh/hook"))
 	ct := list(job.doc, "spec", "template", "spec", "containers")[0]
 	require.Equal(t, "ensure", list(ct, "args")[0])
 	// With admin.ensure.update an upgrade's changed jetstream values are updated in place.
 	update, _ := get(r.v, "admin", "ensure", "update").(bool)
 	require.Equal(t, update, slices.Contains(list(ct, "args"), any("--update")), "ensure --update as admin.ensure.update says")
 	hookCM := r.find(t, "ConfigMap", release+"-ensure")
-	require.Equal(t, "pre-install,pre-upgrade", str(hookCM.doc, "metadata", "annotations", "helm.sh/hook"))
+	require.Equal(t, "pre-install,pre-upgrade,pre-rollback", str(hookCM.doc, "metadata", "annotations", "helm.sh/hook"))
 	w := func(o object) int {
 		n, err := strconv.Atoi(str(o.doc, "metadata", "annotations", "helm.sh/hook-weight"))
 		require.NoError(t, err)

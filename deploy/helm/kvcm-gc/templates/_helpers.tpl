@@ -52,7 +52,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* The events the ensure hook runs at, the same for each of its objects. */}}
-{{- define "kvcm-gc.ensureHook" -}}pre-install,pre-upgrade{{- end -}}
+{{- define "kvcm-gc.ensureHook" -}}pre-install,pre-upgrade,pre-rollback{{- end -}}
 
 {{/* The image: the digest when set, else the tag, else the chart's appVersion. */}}
 {{- define "kvcm-gc.image" -}}
