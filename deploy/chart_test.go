@@ -465,6 +465,9 @@ func checkPods(t *testing.T, r rendered) {
 	for _, k := range config.Keys() {
 		envKeys[k.Env] = true
 	}
+	for _, e := range list(r.v, "extraEnv") { // the values' own, on every container
+		envKeys[str(e, "name")] = true
+	}
 	pct := num(r.v, "goRuntime", "memoryLimitPercent")
 	require.Positive(t, pct)
 	deployed := map[string]bool{}
@@ -967,4 +970,104 @@ func TestChartDisruptionBudgets(t *testing.T) {
 	r := render(t, "", "--kube-version", "1.30.0", "--set", "stages.deleter.pdb.unhealthyPodEvictionPolicy=IfHealthyBudget")
 	require.Equal(t, "IfHealthyBudget", str(r.find(t, "PodDisruptionBudget", release+"-deleter").doc, "spec", "unhealthyPodEvictionPolicy"))
 	require.Equal(t, "AlwaysAllow", str(r.find(t, "PodDisruptionBudget", release+"-prober").doc, "spec", "unhealthyPodEvictionPolicy"))
+}
+
+// TestChartKnobs: the full values turn on what the Thanos, Loki and Mimir charts offer, and
+// each lands where it must: a priority class, labels, annotations, environment, volumes and
+// mounts on every pod (the hook's and the ops pod's too), a stage's own on its pods only, on
+// top of the global ones; topology spread constraints that select the stage's pods; the
+// ServiceMonitor's relabelings; the dashboard in a ConfigMap for Grafana's sidecar. No
+// podLabels value can change the labels the selectors use.
+func TestChartKnobs(t *testing.T) {
+	r := render(t, valuesFiles[1])
+	stageOf := func(where string, pod any) string {
+		if stage := configOfPod(t, pod); stage != privileges.StageAdmin {
+			return stage
+		}
+		return ""
+	}
+	for where, pod := range r.pods() {
+		stage := stageOf(where, pod)
+		sv := get(r.v, "stages", stage)
+		spec := get(pod, "spec")
+		wantPC := str(r.v, "priorityClassName")
+		if pc := str(sv, "priorityClassName"); pc != "" {
+			wantPC = pc
+		}
+		require.NotEmpty(t, wantPC)
+		require.Equal(t, wantPC, str(spec, "priorityClassName"), where)
+
+		labels := get(pod, "metadata", "labels").(map[string]any)
+		annotations := get(pod, "metadata", "annotations").(map[string]any)
+		for k, v := range get(r.v, "podLabels").(map[string]any) {
+			require.Equal(t, v, labels[k], "%s: label %s", where, k)
+		}
+		wantAnn := maps.Clone(get(r.v, "podAnnotations").(map[string]any))
+		if m, ok := get(sv, "podLabels").(map[string]any); ok {
+			for k, v := range m {
+				require.Equal(t, v, labels[k], "%s: label %s", where, k)
+			}
+		}
+		if m, ok := get(sv, "podAnnotations").(map[string]any); ok {
+			maps.Copy(wantAnn, m) // the stage's win
+		}
+		for k, v := range wantAnn {
+			require.Equal(t, v, annotations[k], "%s: annotation %s", where, k)
+		}
+
+		ct := list(spec, "containers")[0]
+		require.Equal(t, "UTC", envValue(ct, "TZ"), where)
+		volumes := map[string]any{}
+		for _, v := range list(spec, "volumes") {
+			volumes[str(v, "name")] = v
+		}
+		mounts := map[string]string{}
+		for _, m := range list(ct, "volumeMounts") {
+			mounts[str(m, "name")] = str(m, "mountPath")
+		}
+		require.Equal(t, "kvcm-gc-ca-bundle", str(volumes["ca-bundle"], "configMap", "name"), where)
+		require.Equal(t, "/etc/ssl/kvcm-gc", mounts["ca-bundle"], where)
+		if stage == pipeline.StageSweeper {
+			require.Equal(t, "/scratch", mounts["scratch"], where)
+			require.NotNil(t, get(volumes["scratch"], "emptyDir"), where)
+		} else {
+			require.NotContains(t, volumes, "scratch", "%s: the sweeper's volume", where)
+		}
+
+		tsc := list(spec, "topologySpreadConstraints")
+		if stage == pipeline.StageScanner {
+			require.Len(t, tsc, 1)
+			require.Equal(t, "topology.kubernetes.io/zone", str(tsc[0], "topologyKey"))
+			require.True(t, selects(get(tsc[0], "labelSelector", "matchLabels"), labels), "the constraint selects the scanners")
+			other := get(r.find(t, "Deployment", release+"-prober").doc, "spec", "template", "metadata", "labels")
+			require.False(t, selects(get(tsc[0], "labelSelector", "matchLabels"), other), "and only them")
+		} else {
+			require.Empty(t, tsc, where)
+		}
+	}
+
+	sm := r.all("ServiceMonitor")[0]
+	ep := list(sm.doc, "spec", "endpoints")[0]
+	require.Equal(t, get(r.v, "monitoring", "serviceMonitor", "relabelings"), get(ep, "relabelings"))
+	require.Equal(t, get(r.v, "monitoring", "serviceMonitor", "metricRelabelings"), get(ep, "metricRelabelings"))
+	require.Equal(t, "10s", str(ep, "scrapeTimeout"))
+
+	cm := r.find(t, "ConfigMap", release+"-dashboard")
+	require.Equal(t, "1", str(cm.doc, "metadata", "labels", "grafana_dashboard"), "the sidecar's label")
+	require.Equal(t, "kvcm", str(cm.doc, "metadata", "annotations", "grafana_folder"))
+	dashboard, err := os.ReadFile(filepath.Join("grafana", "kvcm-gc.json"))
+	require.NoError(t, err)
+	require.JSONEq(t, string(dashboard), str(cm.doc, "data", "kvcm-gc.json"))
+
+	// The defaults add nothing of it; podLabels cannot move a pod out of its selector.
+	d := render(t, "", "--set", "podLabels.app\\.kubernetes\\.io/component=other,stages.scanner.podLabels.app\\.kubernetes\\.io/instance=other")
+	require.Empty(t, d.all("ServiceMonitor"))
+	for _, o := range d.objects {
+		require.NotEqual(t, release+"-dashboard", o.name(), "a dashboard ConfigMap by default")
+	}
+	for _, stage := range d.stagesOf() {
+		dep := d.find(t, "Deployment", release+"-"+stage)
+		require.True(t, selects(get(dep.doc, "spec", "selector", "matchLabels"), get(dep.doc, "spec", "template", "metadata", "labels")), stage)
+		require.Empty(t, str(dep.doc, "spec", "template", "spec", "priorityClassName"), stage)
+	}
 }

@@ -21,8 +21,13 @@ const chartDir = "helm/kvcm-gc"
 func TestGenerated(t *testing.T) {
 	tpl, err := privileges.Template()
 	require.NoError(t, err)
+	// The chart's copy of the dashboard, which its ConfigMap for Grafana's sidecar holds (a
+	// chart cannot read files outside its directory).
+	dashboard, err := os.ReadFile(filepath.Join("grafana", "kvcm-gc.json"))
+	require.NoError(t, err)
 	for path, want := range map[string][]byte{
-		filepath.Join(chartDir, "files", "privileges.json"): tpl,
+		filepath.Join(chartDir, "files", "privileges.json"):          tpl,
+		filepath.Join(chartDir, "files", "dashboards", "kvcm-gc.json"): dashboard,
 	} {
 		if *update {
 			require.NoError(t, os.WriteFile(path, want, 0o644))

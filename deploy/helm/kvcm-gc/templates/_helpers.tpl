@@ -277,7 +277,7 @@ admin: {registry: true, meta: true, mount: ""}
 - name: GOGC
   value: {{ . | quote }}
 {{- end }}
-{{- with .extraEnv }}
+{{- with concat (.root.Values.extraEnv | default list) (.extraEnv | default list) }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
@@ -338,6 +338,92 @@ admin: {registry: true, meta: true, mount: ""}
 - name: {{ .name }}
   {{- toYaml .volume | nindent 2 }}
 {{- end }}
+{{- with include "kvcm-gc.extras" (dict "root" $root "stage" .stage "key" "extraVolumes") | fromJsonArray }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A list value of every pod (.key: extraVolumes, extraVolumeMounts) followed by the stage's
+     own, as JSON; the admin's pods take the global one only. */}}
+{{- define "kvcm-gc.extras" -}}
+{{- $v := .root.Values -}}
+{{- $own := list -}}
+{{- if ne .stage "admin" -}}{{- $own = get (index $v.stages .stage | default dict) .key | default list -}}{{- end -}}
+{{- toJson (concat (get $v .key | default list) $own) -}}
+{{- end -}}
+
+{{/* The metadata of a pod: its labels (the chart's and the component's, which the selectors
+     use and no podLabels value can change, then the stage's podLabels, then the global
+     ones) and annotations (the checksum of its configuration, the prometheus.io ones, then
+     the global podAnnotations and the stage's). .stage is the stage, or "" for an admin pod
+     of .component. */}}
+{{- define "kvcm-gc.podMetadata" -}}
+{{- $v := .root.Values -}}
+{{- $sv := dict -}}
+{{- if .stage -}}{{- $sv = index $v.stages .stage | default dict -}}{{- end -}}
+{{- $labels := include "kvcm-gc.labels" .root | fromYaml -}}
+{{- $_ := set $labels "app.kubernetes.io/component" .component -}}
+{{- if .stage -}}{{- $_ := set $labels "kvcm-gc/stage" "true" -}}{{- end -}}
+{{- $labels = merge $labels ($sv.podLabels | default dict) ($v.podLabels | default dict) -}}
+{{- $ann := dict -}}
+{{- if and .stage $v.monitoring.podAnnotations -}}
+{{- $ann = dict "prometheus.io/scrape" "true" "prometheus.io/port" "9090" "prometheus.io/path" "/metrics" -}}
+{{- end -}}
+{{- $ann = mergeOverwrite $ann ($v.podAnnotations | default dict) ($sv.podAnnotations | default dict) -}}
+{{- with .checksum -}}{{- $_ := set $ann "checksum/config" . -}}{{- end -}}
+labels:
+  {{- toYaml $labels | nindent 2 }}
+{{- with $ann }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Where a pod runs: its priority class (the stage's, else the global one), and for a stage
+     its node selector, tolerations, affinity (by default, its replicas on different nodes)
+     and topology spread constraints (a constraint without a labelSelector selects the
+     stage's pods). */}}
+{{- define "kvcm-gc.podPlacement" -}}
+{{- $v := .root.Values -}}
+{{- $sv := dict -}}
+{{- if .stage -}}{{- $sv = index $v.stages .stage | default dict -}}{{- end -}}
+{{- with $sv.priorityClassName | default $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- if .stage }}
+{{- with $sv.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $sv.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+  {{- if $sv.affinity }}
+  {{- toYaml $sv.affinity | nindent 2 }}
+  {{- else }}
+  podAntiAffinity:
+    # Replicas on different nodes, so a node's loss leaves the others walking.
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "kvcm-gc.selectorLabels" (dict "root" .root "component" .stage) | nindent 14 }}
+  {{- end }}
+{{- with $sv.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- range . }}
+  {{- $c := deepCopy . }}
+  {{- if not $c.labelSelector }}
+  {{- $_ := set $c "labelSelector" (dict "matchLabels" (include "kvcm-gc.selectorLabels" (dict "root" $.root "component" $.stage) | fromYaml)) }}
+  {{- end }}
+  - {{ toYaml $c | indent 4 | trim }}
+  {{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "kvcm-gc.volumeMounts" -}}
@@ -356,6 +442,9 @@ admin: {registry: true, meta: true, mount: ""}
 {{- range include "kvcm-gc.mounts" (dict "root" $root "kind" $needs.mount) | fromJsonArray }}
 # storage {{ .storage }}
 - {name: {{ .name }}, mountPath: {{ .mountPath }}, readOnly: {{ .readOnly }}}
+{{- end }}
+{{- with include "kvcm-gc.extras" (dict "root" $root "stage" .stage "key" "extraVolumeMounts") | fromJsonArray }}
+{{ toYaml . }}
 {{- end }}
 {{- end -}}
 
