@@ -484,8 +484,9 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, err
 	for _, o := range oversized {
 		s.metrics.OversizedBlocks.Inc()
 		key := o.Key
+		field, size := o.LargestField()
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: b.Instance, Round: b.Round, Key: &key,
-			Reason: "oversized", Detail: fmt.Sprintf("__uri__ of %d bytes exceeds the max payload", len(o.URI))})
+			Reason: "oversized", Detail: fmt.Sprintf("block does not fit in a message of %d bytes: its field %s holds %d bytes", maxBytes, field, size)})
 	}
 	var acks []AckWait
 	for _, p := range parts {

@@ -1,6 +1,10 @@
 package subjects
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+)
 
 // HeaderReserve is the part of a server's max payload kept for message headers
 // (Nats-Msg-Id and a few more): the server counts headers and payload together.
@@ -241,4 +245,19 @@ func digits(n int) int {
 		d++
 	}
 	return d
+}
+
+// LargestField names the field of b that holds the most bytes, and their number: `__uri__`
+// (legacy, ambiguous) or `L#<id>` (location, ambiguous). It is what an oversized block's
+// skip event names: the block is left out whole, and the field says where its bytes are.
+func (b BlockEntry) LargestField() (name string, size int) {
+	if len(b.URI) > 0 {
+		name, size = kvcm.FieldURI, len(b.URI)
+	}
+	for _, l := range b.Locs {
+		if n := len(l.V); n > size || name == "" {
+			name, size = kvcm.LocationField(string(l.ID)), n
+		}
+	}
+	return name, size
 }

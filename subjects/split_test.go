@@ -220,3 +220,30 @@ func TestSplitBatchPublish(t *testing.T) {
 	require.NoError(t, msgs.Error())
 	require.Len(t, blocks, 255)
 }
+
+// LargestField names where an oversized block's bytes are: __uri__ in the legacy layout, the
+// L# field in the location layout, the larger of them in an ambiguous block.
+func TestBlockEntryLargestField(t *testing.T) {
+	big := subjects.RawText(strings.Repeat("x", 10<<20))
+	tests := []struct {
+		name  string
+		entry subjects.BlockEntry
+		field string
+		size  int
+	}{
+		{"legacy", subjects.BlockEntry{Layout: subjects.LayoutLegacy, URI: big}, "__uri__", 10 << 20},
+		{"location", subjects.BlockEntry{Layout: subjects.LayoutLocation, Locs: []subjects.LocField{
+			{ID: subjects.RawText("small"), V: subjects.RawText("{}")}, {ID: subjects.RawText("big"), V: big}}}, "L#big", 10 << 20},
+		{"ambiguous", subjects.BlockEntry{Layout: subjects.LayoutAmbiguous, URI: subjects.RawText("{}"),
+			Locs: []subjects.LocField{{ID: subjects.RawText("a"), V: big}}}, "L#a", 10 << 20},
+		{"a tombstone only", subjects.BlockEntry{Layout: subjects.LayoutLocation, Locs: []subjects.LocField{{ID: subjects.RawText("t")}}}, "L#t", 0},
+		{"nothing", subjects.BlockEntry{}, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name, size := tt.entry.LargestField()
+			require.Equal(t, tt.field, name)
+			require.Equal(t, tt.size, size)
+		})
+	}
+}

@@ -235,3 +235,42 @@ func TestScannerIdleDoesNotSpin(t *testing.T) {
 	t.Logf("CPU while idle between rounds: %s in 2s", used)
 	require.Less(t, used, 700*time.Millisecond, "the idle scanner spins")
 }
+
+// A block too large for a message is left out whole and reported by the field that holds its
+// bytes: __uri__ in the legacy layout, the L# field in the location layout.
+func TestScannerOversizedNamesTheField(t *testing.T) {
+	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
+		e := newEnv(t)
+		ctx := context.Background()
+		e.seed(seed.Spec{Layout: layout, Blocks: 20, Seed: 22, NoFiles: true})
+		// 10 MiB of location specs in one location of one block, the server's max payload
+		// being 1 MiB.
+		spec := fileSpec("tp0", "/nfs/"+strings.Repeat("p", 10<<20))
+		id := "bigloc01"
+		const key = int64(987654321)
+		require.NoError(t, e.redis.Client().HSet(ctx, kvcm.BlockKey("inst1", key),
+			blockFields(layout, time.Now(), id, locJSON(layout, id, kvcm.StatusServing, kvcm.TypeFile, time.Now().UnixMicro(), spec))...).Err())
+		o := e.options(prometheus.NewRegistry())
+		e.run(o, app.All)
+		e.waitRoundDone(1, time.Minute)
+		field := fieldOf(layout, id)
+		var skips []subjects.Event
+		for _, ev := range e.events() {
+			if ev.Kind == subjects.EventSkip && ev.Reason == "oversized" {
+				skips = append(skips, ev)
+			}
+		}
+		require.Len(t, skips, 1)
+		require.NotNil(t, skips[0].Key)
+		require.Equal(t, key, *skips[0].Key)
+		require.Contains(t, skips[0].Detail, fmt.Sprintf("its field %s holds %d bytes", field, len(fieldValue(t, e, key, field))))
+	})
+}
+
+// fieldValue reads one field of inst1's block key.
+func fieldValue(t *testing.T, e *env, key int64, field string) string {
+	t.Helper()
+	v, err := e.redis.Client().HGet(context.Background(), kvcm.BlockKey("inst1", key), field).Result()
+	require.NoError(t, err)
+	return v
+}
