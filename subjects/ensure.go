@@ -106,6 +106,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, n Names, s Settings, op
 	if err := s.Validate(); err != nil {
 		return fmt.Errorf("ensure topology: %w", err)
 	}
+	if err := replicasFit(js, s); err != nil {
+		return fmt.Errorf("ensure topology: %w", err)
+	}
 	o := ensureOptions{callTimeout: DefaultCallTimeout, retry: backoff.New(EnsureRetryInitial, EnsureRetryMax)}
 	for _, opt := range opts {
 		opt(&o)
@@ -165,6 +168,9 @@ func EnsureReport(ctx context.Context, js jetstream.JetStream, n Names, s Settin
 		return nil, fmt.Errorf("ensure topology: %w", err)
 	}
 	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("ensure topology: %w", err)
+	}
+	if err := replicasFit(js, s); err != nil {
 		return nil, fmt.Errorf("ensure topology: %w", err)
 	}
 	o := ensureOptions{callTimeout: DefaultCallTimeout, retry: backoff.New(EnsureRetryInitial, EnsureRetryMax)}
@@ -295,6 +301,21 @@ func Transient(err error) bool {
 		}
 	}
 	return false
+}
+
+// replicasFit refuses, before anything is created, replicas a server outside any cluster
+// cannot give: such a server refuses every replicated stream ("replicas > 1 not supported in
+// non-clustered mode"), and the operator should read which setting to change rather than
+// the first stream's refusal. The size of a cluster is not known to a client (a server may
+// not advertise its peers), so within one the server's answer decides.
+func replicasFit(js jetstream.JetStream, s Settings) error {
+	nc := js.Conn()
+	if s.Replicas <= 1 || nc == nil || !nc.IsConnected() || nc.ConnectedClusterName() != "" {
+		return nil
+	}
+	return fmt.Errorf("jetstream.replicas is %d, but the NATS server %s is not part of a cluster (a cluster of 1 server): "+
+		"a stream has at most one replica per server; set jetstream.replicas to 1, or run JetStream as a cluster of at least %d servers",
+		s.Replicas, nc.ConnectedServerName(), s.Replicas)
 }
 
 // errRaced: an object another process was creating or deleting at the same time was not

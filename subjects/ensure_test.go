@@ -739,8 +739,8 @@ func TestEnsureReportUpdate(t *testing.T) {
 	}
 }
 
-// TestEnsureReportUpdateRefused: an update the server refuses (three replicas on a single
-// server) is an error naming the object and the field, not a retry.
+// TestEnsureReportUpdateRefused: an update the server refuses (a max_bytes of an exbibyte, more
+// storage than the server has) is an error naming the object and the field, not a retry.
 func TestEnsureReportUpdateRefused(t *testing.T) {
 	ctx := testCtx(t)
 	js := testenv.StartNATS(t).JetStream(t)
@@ -748,15 +748,15 @@ func TestEnsureReportUpdateRefused(t *testing.T) {
 	s := subjects.DefaultSettings()
 	_, err := subjects.EnsureReport(ctx, js, n, s)
 	require.NoError(t, err)
-	s.Replicas = 3
+	s.MaxBytes = 1 << 60
 	start := time.Now()
 	_, err = subjects.EnsureReport(ctx, js, n, s, subjects.WithUpdate())
 	var ce *subjects.ConflictError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "stream", ce.Kind)
 	require.Equal(t, n.BatchesStream(), ce.Name)
-	require.ErrorContains(t, err, "num_replicas: have 1, want 3")
-	require.ErrorContains(t, err, "replicas > 1 not supported in non-clustered mode")
+	require.ErrorContains(t, err, "max_bytes: have 1073741824, want 1152921504606846976")
+	require.ErrorContains(t, err, "insufficient storage resources")
 	require.Less(t, time.Since(start), 5*time.Second)
 }
 
@@ -822,4 +822,32 @@ func configs(t *testing.T, js jetstream.JetStream, n subjects.Names) map[string]
 		}
 	}
 	return out
+}
+
+// TestEnsureReplicasAboveServers: replicas above 1 against a server outside any cluster are
+// refused before anything is created, naming the setting and the cluster's size, by Ensure and
+// by EnsureReport alike.
+func TestEnsureReplicasAboveServers(t *testing.T) {
+	n := mustNames(t, "kvcmgc", "c1")
+	s := subjects.DefaultSettings()
+	s.Replicas = 2
+	ctx := testCtx(t)
+	js := testenv.StartNATS(t).JetStream(t)
+	for name, ensure := range map[string]func() error{
+		"ensure": func() error { return subjects.Ensure(ctx, js, n, s) },
+		"report": func() error { _, err := subjects.EnsureReport(ctx, js, n, s); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := ensure()
+			require.ErrorContains(t, err, "jetstream.replicas is 2")
+			require.ErrorContains(t, err, "not part of a cluster (a cluster of 1 server)")
+			streams := 0
+			for range js.StreamNames(ctx).Name() {
+				streams++
+			}
+			require.Zero(t, streams, "nothing created")
+		})
+	}
+	s.Replicas = 1
+	require.NoError(t, subjects.Ensure(ctx, js, n, s))
 }
