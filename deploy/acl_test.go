@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -25,9 +24,23 @@ func documentedCommand(t *testing.T, want string) string {
 	t.Helper()
 	data, err := os.ReadFile(operatingFile)
 	require.NoError(t, err)
-	for _, block := range regexp.MustCompile("(?s)```\n(.*?)```").FindAllStringSubmatch(string(data), -1) {
-		if strings.Contains(block[1], want) {
-			return strings.TrimSpace(strings.ReplaceAll(block[1], "\\\n", ""))
+	var blocks []string
+	var block []string
+	in := false
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```") && !in:
+			in, block = true, nil
+		case strings.HasPrefix(line, "```"):
+			in = false
+			blocks = append(blocks, strings.Join(block, "\n"))
+		case in:
+			block = append(block, line)
+		}
+	}
+	for _, b := range blocks {
+		if strings.Contains(b, want) {
+			return strings.TrimSpace(strings.ReplaceAll(b, "\\\n", ""))
 		}
 	}
 	t.Fatalf("%s has no command with %q", operatingFile, want)

@@ -159,13 +159,17 @@ func (r rendered) stagesOf() []string {
 	return out
 }
 
-// pods are the pod templates of the release: every Deployment's and the hook Job's.
+// pods are the pod templates of the release: every Deployment's, the hook Job's and the
+// report CronJob's.
 func (r rendered) pods() map[string]any {
 	out := map[string]any{}
 	for _, kind := range []string{"Deployment", "Job"} {
 		for _, o := range r.all(kind) {
 			out[kind+" "+o.name()] = get(o.doc, "spec", "template")
 		}
+	}
+	for _, o := range r.all("CronJob") {
+		out["CronJob "+o.name()] = get(o.doc, "spec", "jobTemplate", "spec", "template")
 	}
 	return out
 }
@@ -796,7 +800,7 @@ func checkObjects(t *testing.T, r rendered) {
 		kinds[o.kind()] = true
 	}
 	require.Subset(t, []string{"ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "Service", "ServiceAccount",
-		"NetworkPolicy", "ServiceMonitor", "PrometheusRule"}, slices.Collect(maps.Keys(kinds)))
+		"NetworkPolicy", "ServiceMonitor", "PrometheusRule", "CronJob"}, slices.Collect(maps.Keys(kinds)))
 	require.NotContains(t, kinds, "Secret", "the chart never holds a credential")
 }
 
@@ -1070,4 +1074,60 @@ func TestChartKnobs(t *testing.T) {
 		require.True(t, selects(get(dep.doc, "spec", "selector", "matchLabels"), get(dep.doc, "spec", "template", "metadata", "labels")), stage)
 		require.Empty(t, str(dep.doc, "spec", "template", "spec", "priorityClassName"), stage)
 	}
+}
+
+// TestChartReportJob: the promotion gate runs without the ops pod. The suspended CronJob
+// <release>-report never runs on its own; `kubectl create job --from=cronjob/…` copies its
+// jobTemplate into a Job, which runs `kvcm-gc report` once as the admin (its configuration
+// and Secret, as the ops pod has them), is not retried, and goes a day after it ended, its log
+// readable until then with `kubectl logs job/…`. It is the only pod of the release beside the
+// hook that mounts the admin's Secret, and only while it runs.
+func TestChartReportJob(t *testing.T) {
+	for _, values := range valuesFiles {
+		r := render(t, values)
+		cj := r.find(t, "CronJob", release+"-report")
+		spec := get(cj.doc, "spec")
+		require.Equal(t, true, get(spec, "suspend"), "it runs only as the template of a Job")
+		require.Equal(t, "Forbid", str(spec, "concurrencyPolicy"))
+		require.Len(t, strings.Fields(str(spec, "schedule")), 5, "a cron schedule")
+		job := get(spec, "jobTemplate", "spec")
+		require.Equal(t, 0, num(job, "backoffLimit"), "a report that fails is not run again")
+		require.Positive(t, num(job, "activeDeadlineSeconds"))
+		require.Equal(t, 86400, num(job, "ttlSecondsAfterFinished"))
+		pod := get(job, "template")
+		require.Equal(t, "Never", str(pod, "spec", "restartPolicy"))
+		require.Equal(t, privileges.StageAdmin, configOfPod(t, pod), "the admin's configuration")
+		ct := list(pod, "spec", "containers")[0]
+		require.Equal(t, []any{"/usr/local/bin/kvcm-gc"}, list(ct, "command"))
+		require.Equal(t, []any{"report", "--config", "/etc/kvcm-gc/config.yaml"}, list(ct, "args"))
+		var secret string
+		for _, v := range list(pod, "spec", "volumes") {
+			if str(v, "name") == "secrets" {
+				secret = str(v, "secret", "secretName")
+			}
+		}
+		require.Equal(t, secretOf(t, r, privileges.StageAdmin), secret, "the admin's Secret")
+		for _, v := range list(pod, "spec", "volumes") {
+			if str(v, "name") == "config" {
+				require.Equal(t, release+"-config", str(v, "configMap", "name"), "the release's configuration, as the ops pod's")
+			}
+		}
+		require.True(t, selects(get(r.find(t, "NetworkPolicy", release).doc, "spec", "podSelector", "matchLabels"),
+			get(pod, "metadata", "labels")), "the network policy lets it reach NATS and Redis")
+		require.False(t, selects(get(r.find(t, "Service", release+"-metrics").doc, "spec", "selector"),
+			get(pod, "metadata", "labels")), "no stage: not scraped")
+	}
+	// The guide's promotion gate names the CronJob the chart makes.
+	cmd := documentedCommand(t, "--from=cronjob/")
+	require.Contains(t, cmd, "create job --from=cronjob/"+release+"-report report-1")
+	require.Contains(t, cmd, "logs job/report-1")
+
+	r := render(t, "", "--set", "admin.report.enabled=false")
+	require.Empty(t, r.all("CronJob"))
+	r = render(t, "", "--set", "admin.report.suspend=false,admin.report.schedule=30 7 * * 1", "--set-json", `admin.report.extraArgs=["--json"]`)
+	cj := r.find(t, "CronJob", release+"-report")
+	require.Equal(t, false, get(cj.doc, "spec", "suspend"))
+	require.Equal(t, "30 7 * * 1", str(cj.doc, "spec", "schedule"))
+	require.Equal(t, []any{"report", "--config", "/etc/kvcm-gc/config.yaml", "--json"},
+		list(list(cj.doc, "spec", "jobTemplate", "spec", "template", "spec", "containers")[0], "args"))
 }
