@@ -4,16 +4,36 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 STATICCHECK_VERSION ?= v0.8.2
 
-# Tools the tests run, built from the module proxy into .tools/ (gitignored). A stamp file per
-# pinned version reinstalls a tool only when its version changes.
-TOOLS            := $(CURDIR)/.tools
-HELM_VERSION     ?= v4.3.2
-PROMTOOL_VERSION ?= v0.316.0
-YQ_VERSION       ?= v4.54.3
-HELM             := $(TOOLS)/bin/helm
-PROMTOOL         := $(TOOLS)/bin/promtool
+# Tools the tests run, built from the module proxy into a cache on the machine, outside the
+# checkout, one directory per tool and version (<tool>-<version>/): a clean clone reuses
+# them, a warm `make tools` builds nothing, and a version bump rebuilds only that tool.
+# KVCM_GC_TOOLS_CACHE moves the cache.
+KVCM_GC_TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kvcm-gc/tools
+TC                  := $(KVCM_GC_TOOLS_CACHE)
+HELM_VERSION        ?= v4.3.2
+PROMTOOL_VERSION    ?= v0.316.0
+YQ_VERSION          ?= v4.54.3
+KWOK_VERSION        ?= v0.8.0
+PROM_OPERATOR_VERSION ?= v0.85.0
+# The control plane of the chart's cluster tests is built from tools/kube/binaries, a module
+# of its own whose go.mod pins Kubernetes and etcd: their versions are read from it.
+KUBE_MOD            := $(CURDIR)/tools/kube/binaries
+modversion           = $(shell awk '$$1 == "$(1)" && $$2 ~ /^v/ {print $$2; exit}' $(KUBE_MOD)/go.mod)
+KUBE_VERSION        := $(call modversion,k8s.io/kubernetes)
+ETCD_VERSION        := $(call modversion,go.etcd.io/etcd/server/v3)
+$(if $(and $(KUBE_VERSION),$(ETCD_VERSION)),,$(error $(KUBE_MOD)/go.mod names no k8s.io/kubernetes or etcd server version))
+STATICCHECK         := $(TC)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+HELM                := $(TC)/helm-$(HELM_VERSION)/helm
+PROMTOOL            := $(TC)/promtool-$(PROMTOOL_VERSION)/promtool
 # yq runs the guide's commands that take the ACL file and the NATS account out of the chart.
-YQ               := $(TOOLS)/bin/yq
+YQ                  := $(TC)/yq-$(YQ_VERSION)/yq
+KUBE_DIR            := $(TC)/kube-$(KUBE_VERSION)
+ETCD_DIR            := $(TC)/etcd-$(ETCD_VERSION)
+KWOK_DIR            := $(TC)/kwok-$(KWOK_VERSION)
+CRDS_DIR            := $(TC)/prometheus-operator-crds-$(PROM_OPERATOR_VERSION)
+# What the control plane's harness (tools/kube) looks for, as a PATH-like list.
+KUBE_TOOLS          := $(KUBE_DIR):$(ETCD_DIR):$(KWOK_DIR):$(CRDS_DIR)
+TOOLS_ENV           := HELM=$(HELM) PROMTOOL=$(PROMTOOL) YQ=$(YQ) KUBE_TOOLS=$(KUBE_TOOLS)
 
 .PHONY: build test test-short race lint vet fuzz bench bench-quick demo clean tools
 
@@ -33,7 +53,7 @@ build:
 # the Helm chart and the alerting rules. The deploy tests render the chart and run promtool:
 # REQUIRE_DEPLOY_TOOLS makes them fail, not skip, without the tools.
 test: lint deploy-check
-	HELM=$(HELM) PROMTOOL=$(PROMTOOL) YQ=$(YQ) REQUIRE_DEPLOY_TOOLS=1 $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(TOOLS_ENV) REQUIRE_DEPLOY_TOOLS=1 $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 # helm lint and helm template of the chart on its default values and on a values file that
 # turns every part on, and promtool's check and unit tests of the alerting rules.
@@ -54,8 +74,8 @@ test-short:
 vet:
 	$(GO) vet $(PKGS)
 
-lint: vet
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+lint: vet $(STATICCHECK)
+	$(STATICCHECK) $(PKGS)
 
 # Short, bounded fuzzing of every decoder of outside bytes.
 fuzz:
@@ -123,25 +143,68 @@ release:
 	cd dist && find . -type f ! -name SHA256SUMS | sort | sed 's|^\./||' | xargs sha256sum > SHA256SUMS
 	@cat dist/SHA256SUMS
 
-tools: $(TOOLS)/helm-$(HELM_VERSION).stamp $(TOOLS)/promtool-$(PROMTOOL_VERSION).stamp $(TOOLS)/yq-$(YQ_VERSION).stamp
+tools: $(STATICCHECK) $(HELM) $(PROMTOOL) $(YQ) $(KUBE_DIR)/kube-apiserver $(ETCD_DIR)/etcd $(KWOK_DIR)/kwok $(CRDS_DIR)/servicemonitors.monitoring.coreos.com.crd.yaml
 
-$(TOOLS)/helm-$(HELM_VERSION).stamp:
-	@mkdir -p $(TOOLS)/bin
-	rm -f $(TOOLS)/helm-*.stamp
-	GOBIN=$(TOOLS)/bin $(GO) install -ldflags='-s -w' helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
-	touch $@
+# The environment the tests find the tools by, for a shell: eval "$$(make -s tools-env)".
+.PHONY: tools-env
+tools-env:
+	@echo export $(TOOLS_ENV)
 
-$(TOOLS)/promtool-$(PROMTOOL_VERSION).stamp:
-	@mkdir -p $(TOOLS)/bin
-	rm -f $(TOOLS)/promtool-*.stamp
-	GOBIN=$(TOOLS)/bin $(GO) install -tags remove_all_sd -ldflags='-s -w' github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
-	touch $@
+# A tool's directory appears whole or not at all: each is built into a temporary directory
+# of the cache, then renamed. $(call publish,DIR) ends a recipe that built into $$tmp.
+define publish
+{ mv -T "$$tmp" $(1) 2>/dev/null || rm -rf "$$tmp"; }
+endef
+MKTMP = mkdir -p $(TC) && tmp=$$(mktemp -d $(TC)/.build-XXXXXX)
 
-$(TOOLS)/yq-$(YQ_VERSION).stamp:
-	@mkdir -p $(TOOLS)/bin
-	rm -f $(TOOLS)/yq-*.stamp
-	GOBIN=$(TOOLS)/bin $(GO) install -ldflags='-s -w' github.com/mikefarah/yq/v4@$(YQ_VERSION)
-	touch $@
+$(STATICCHECK):
+	$(MKTMP) && GOBIN=$$tmp $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && $(call publish,$(@D))
+
+$(HELM):
+	$(MKTMP) && GOBIN=$$tmp $(GO) install -ldflags='-s -w' helm.sh/helm/v4/cmd/helm@$(HELM_VERSION) && $(call publish,$(@D))
+
+$(PROMTOOL):
+	$(MKTMP) && GOBIN=$$tmp $(GO) install -tags remove_all_sd -ldflags='-s -w' github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION) && $(call publish,$(@D))
+
+$(YQ):
+	$(MKTMP) && GOBIN=$$tmp $(GO) install -ldflags='-s -w' github.com/mikefarah/yq/v4@$(YQ_VERSION) && $(call publish,$(@D))
+
+# The Kubernetes binaries report the version linked into component-base, v0.0.0 without it,
+# which a chart's kubeVersion refuses.
+KUBE_VERSION_PKG := k8s.io/component-base/version
+KUBE_MAJOR       := $(patsubst v%,%,$(word 1,$(subst ., ,$(KUBE_VERSION))))
+KUBE_MINOR       := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+KUBE_LDFLAGS     := -s -w -X $(KUBE_VERSION_PKG).gitVersion=$(KUBE_VERSION) -X $(KUBE_VERSION_PKG).gitMajor=$(KUBE_MAJOR) \
+                    -X $(KUBE_VERSION_PKG).gitMinor=$(KUBE_MINOR) -X $(KUBE_VERSION_PKG).gitTreeState=clean
+$(KUBE_DIR)/kube-apiserver:
+	$(MKTMP) && cd $(KUBE_MOD) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o "$$tmp/" \
+	  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+	  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl && $(call publish,$(@D))
+
+$(ETCD_DIR)/etcd:
+	$(MKTMP) && cd $(KUBE_MOD) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o "$$tmp/etcd" go.etcd.io/etcd/server/v3 \
+	  && $(call publish,$(@D))
+
+# kwok builds from its own module (its build list is not Kubernetes'); the stages it plays
+# come from the same module: nodes become Ready and keep a lease, pods Running and Ready, a
+# Job's pods complete, deleted pods go.
+KWOK_STAGES := kustomize/stage/node/fast/node-initialize.yaml \
+               kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+               kustomize/stage/pod/fast/pod-ready.yaml kustomize/stage/pod/fast/pod-complete.yaml \
+               kustomize/stage/pod/fast/pod-delete.yaml
+$(KWOK_DIR)/kwok:
+	$(MKTMP) && GOBIN=$$tmp CGO_ENABLED=0 $(GO) install -trimpath -ldflags '-s -w' sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION) \
+	  && dir=$$(cd $$tmp && $(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') \
+	  && for f in $(KWOK_STAGES); do cat "$$dir/$$f"; echo ---; done > "$$tmp/kwok-stages.yaml" \
+	  && $(call publish,$(@D))
+
+# The CRDs of the chart's ServiceMonitor and PrometheusRule, from prometheus-operator's module.
+$(CRDS_DIR)/servicemonitors.monitoring.coreos.com.crd.yaml:
+	$(MKTMP) && dir=$$(cd $$tmp && $(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROM_OPERATOR_VERSION) \
+	  | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') \
+	  && for r in servicemonitors prometheusrules; do \
+	    cp "$$dir/example/prometheus-operator-crd/monitoring.coreos.com_$$r.yaml" "$$tmp/$$r.monitoring.coreos.com.crd.yaml"; \
+	  done && chmod 644 "$$tmp"/* && $(call publish,$(@D))
 
 # The fault suite: the stage binaries as separate processes under kill -9, Redis and NATS
 # restarts and outages, a scanner failover, a concurrent KVCM-like writer and clock skew,

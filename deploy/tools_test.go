@@ -9,9 +9,9 @@ import (
 )
 
 // tool returns the path of a tool the deploy tests run (helm, promtool, yq): the one the
-// HELM, PROMTOOL or YQ environment variable names, else the one `make tools` installs into
-// .tools/bin, else one on PATH. Without it the test fails when REQUIRE_DEPLOY_TOOLS is set
-// (make test sets it, after installing the tools) and is skipped otherwise.
+// HELM, PROMTOOL or YQ environment variable names (make test sets them to the tools cache
+// `make tools` builds), else one on PATH. Without it the test fails when REQUIRE_DEPLOY_TOOLS
+// is set (make test sets it, after installing the tools) and is skipped otherwise.
 func tool(t *testing.T, name string) string {
 	t.Helper()
 	if p := os.Getenv(strings.ToUpper(name)); p != "" {
@@ -20,16 +20,11 @@ func tool(t *testing.T, name string) string {
 		}
 		return p
 	}
-	if p, err := filepath.Abs(filepath.Join("..", ".tools", "bin", name)); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
 	if os.Getenv("REQUIRE_DEPLOY_TOOLS") != "" {
-		t.Fatalf("%s is not installed: run `make tools` (it installs into .tools/bin), or set %s", name, strings.ToUpper(name))
+		t.Fatalf("%s is not installed: run `make tools`, then set %s (make -s tools-env prints it)", name, strings.ToUpper(name))
 	}
 	t.Skipf("%s is not installed (make tools installs it; make test requires it)", name)
 	return ""
