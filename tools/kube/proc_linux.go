@@ -1,0 +1,12 @@
+package kube
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setDeathSignal has the kernel kill the child when the process that started it exits,
+// timed-out and panicking tests included.
+func setDeathSignal(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
