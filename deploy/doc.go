@@ -18,6 +18,10 @@
 //   - grafana/kvcm-gc.json: a dashboard, with a row per metadata store and per swept storage;
 //   - Dockerfile: the image the chart runs.
 //
+// The tests render the chart and check what it makes, and install, upgrade, roll back, test
+// and uninstall it with both values files on a real Kubernetes control plane (tools/kube),
+// in namespaces of the restricted Pod Security Standard.
+//
 // Regenerate the generated files with `go generate ./deploy` (a test fails while they
 // differ). The example configuration kvcm-gc.example.yaml documents every key.
 package deploy
