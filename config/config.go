@@ -108,7 +108,7 @@ type RedisConn struct {
 
 // MetaConn are the metadata stores: the connection defaults and the URI overrides.
 type MetaConn struct {
-	Username     string   `yaml:"username" help:"ACL user for every metadata store (a store URI's userinfo wins)"`
+	Username     string   `yaml:"username" help:"ACL user for every metadata store, also those whose registry URI holds KVCM's credentials (exclusive with a userinfo in meta.store_uris)"`
 	Password     string   `yaml:"password" secret:"true" help:"password of username (or of the default user)"`
 	PasswordFile string   `yaml:"password_file" file:"password" help:"file holding the password (one trailing newline is dropped); exclusive with password"`
 	TLS          RedisTLS `yaml:"tls"`

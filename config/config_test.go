@@ -256,32 +256,42 @@ func TestInvalid(t *testing.T) {
 // password or a URI's credentials.
 func TestSecretsNeverPrinted(t *testing.T) {
 	secrets := []string{"regpw", "metapw", "natspw", "uripw", "storepw", "natsuripw", "guardpw"}
-	file := writeFile(t, `
+	// A store URI's userinfo and meta's ACL user exclude each other, so the two are shown by
+	// two configurations.
+	const common = `
 cluster: c1
 registry: {uri: "redis://u:uripw@r:6379"}
-meta:
-  username: gc
-  password: metapw
-  store_uris: {"s:1": "redis://x:storepw@s:1"}
 guard: {kind: redis, uri: "redis://:guardpw@g:1"}
 nats: {url: "nats://a:natsuripw@n:4222", user: a, password: natspw}
-`)
-	c, err := load(t, []string{"--config", file}, map[string]string{"KVCMGC_REGISTRY_PASSWORD": "regpw"})
-	require.ErrorContains(t, err, "exclusive with a userinfo", "registry password and URI userinfo together")
-	require.NotContains(t, err.Error(), "uripw")
+`
+	withUser := writeFile(t, common+`meta: {username: gc, password: metapw, store_uris: {"s:1": "redis://s:1"}}`+"\n")
+	withURI := writeFile(t, common+`meta: {store_uris: {"s:1": "redis://x:storepw@s:1"}}`+"\n")
+	both := writeFile(t, common+`meta: {username: gc, password: metapw, store_uris: {"s:1": "redis://x:storepw@s:1"}}`+"\n")
 
-	c, err = load(t, []string{"--config", file, "--registry.uri", "redis://r:6379"}, map[string]string{"KVCMGC_REGISTRY_PASSWORD": "regpw"})
-	require.NoError(t, err)
-	require.Equal(t, "regpw", c.Registry.Password)
-	var out bytes.Buffer
-	require.NoError(t, c.Print(&out))
-	WriteHelp(&out)
-	reg, guardConn, err := c.Conns()
-	require.NoError(t, err)
-	out.WriteString(reg.String() + guardConn.String())
-	for _, k := range Keys() {
-		out.WriteString(k.Format(&c))
+	env := map[string]string{"KVCMGC_REGISTRY_PASSWORD": "regpw"}
+	_, err := load(t, []string{"--config", both}, env)
+	require.ErrorContains(t, err, "exclusive with a userinfo", "registry password and URI userinfo together")
+	require.ErrorContains(t, err, "meta.store_uris: s:1: a userinfo in the uri is exclusive with meta.username",
+		"a store URI's userinfo would sign in instead of meta.username")
+	for _, s := range secrets {
+		require.NotContains(t, err.Error(), s)
 	}
+
+	var out bytes.Buffer
+	var c Config
+	for _, file := range []string{withUser, withURI} {
+		c, err = load(t, []string{"--config", file, "--registry.uri", "redis://r:6379"}, env)
+		require.NoError(t, err)
+		require.Equal(t, "regpw", c.Registry.Password)
+		require.NoError(t, c.Print(&out))
+		reg, guardConn, err := c.Conns()
+		require.NoError(t, err)
+		out.WriteString(reg.String() + guardConn.String())
+		for _, k := range Keys() {
+			out.WriteString(k.Format(&c))
+		}
+	}
+	WriteHelp(&out)
 	require.Contains(t, out.String(), "***")
 	require.Contains(t, out.String(), "gc")
 	for _, s := range secrets {

@@ -101,8 +101,14 @@ func (c Config) Validate() error {
 		m    map[string]string
 	}{{"meta.store_uris", c.Meta.StoreURIs}, {"meta.group_store_uris", c.Meta.GroupStoreURIs}} {
 		for _, name := range slices.Sorted(maps.Keys(key.m)) {
-			if _, err := c.MetaConn().ApplyURI(key.m[name]); err != nil {
+			conn, err := c.MetaConn().ApplyURI(key.m[name])
+			switch {
+			case err != nil:
 				bad(key.name, "%s: %v", name, err)
+			case conn.UserInfo != "" && (c.Meta.Username != "" || c.Meta.Password != ""):
+				// A userinfo would sign in instead of meta.username: the stage's least privilege,
+				// lost without a word.
+				bad(key.name, "%s: a userinfo in the uri is exclusive with meta.username and meta.password", name)
 			}
 		}
 	}

@@ -101,8 +101,9 @@ func TestParseKVCMURI(t *testing.T) {
 }
 
 // TestApplyKVCMURI: what kvcm-gc's own settings contribute to a registry URI. TLS stays as
-// configured (KVCM's scheme says nothing about it), ACL credentials stay unless the URI has
-// a userinfo, and the database is always the URI's.
+// configured (KVCM's scheme says nothing about it), ACL credentials stay whatever the URI's
+// userinfo (KVCM's credentials are used only by a process given none), and the database is
+// always the URI's.
 func TestApplyKVCMURI(t *testing.T) {
 	base := redismeta.ConnOptions{Username: "gc", Password: "gc-pw", Timeout: time.Second, MaxPoolSize: 4, DB: 7,
 		TLS: redismeta.TLSOptions{Enabled: true, CAFile: "ca.pem"}}
@@ -114,8 +115,8 @@ func TestApplyKVCMURI(t *testing.T) {
 	}{
 		{"redis:// keeps TLS and the ACL user", "redis://h:1",
 			redismeta.ConnOptions{Addr: "h:1", Username: "gc", Password: "gc-pw", Timeout: time.Second, MaxPoolSize: 4, TLS: tls}},
-		{"userinfo replaces the ACL user", "tcp://u:p/w@h:1",
-			redismeta.ConnOptions{Addr: "h:1", UserInfo: "u:p/w", Timeout: time.Second, MaxPoolSize: 4, TLS: tls}},
+		{"KVCM's userinfo never replaces the ACL user", "tcp://u:p/w@h:1",
+			redismeta.ConnOptions{Addr: "h:1", Username: "gc", Password: "gc-pw", Timeout: time.Second, MaxPoolSize: 4, TLS: tls}},
 		{"the URI's database", "rediss://h:1?db=2&timeout_ms=5",
 			redismeta.ConnOptions{Addr: "h:1", DB: 2, Username: "gc", Password: "gc-pw", Timeout: 5 * time.Millisecond, MaxPoolSize: 4, TLS: tls}},
 	}

@@ -231,10 +231,12 @@ func ParseKVCMURI(uri string) (ConnOptions, error) {
 //
 //   - the scheme is ignored: tcp://, redis://, rediss:// and any other connect alike, in
 //     plain TCP for KVCM; TLS is o's (kvcm-gc's own meta.tls settings) and nothing else;
-//   - the userinfo, up to the first '@' anywhere after "://", becomes UserInfo (the single
-//     AUTH argument, sent after NOAUTH) when not empty, and clears o's Username and Password;
-//     a password holding '/' works ("redis://user:pa/ss@h:6379" is h:6379 with AUTH
-//     "user:pa/ss"), but then nothing may follow the port, as in KVCM;
+//   - the userinfo, up to the first '@' anywhere after "://", is KVCM's own credentials. It
+//     becomes UserInfo (the single AUTH argument, sent after NOAUTH) only when o has no
+//     credentials of its own (HasCredentials): a configured ACL user, kvcm-gc's least
+//     privilege on that store, is never replaced by KVCM's user and its rights. A password
+//     holding '/' works ("redis://user:pa/ss@h:6379" is h:6379 with AUTH "user:pa/ss"), but
+//     then nothing may follow the port, as in KVCM;
 //   - a URI without a port (or with port 0) is refused: KVCM would dial port 0 and fail;
 //   - db: current KVCM selects database N for db=N with N > 0 (std::from_chars, digits only,
 //     the whole value; anything else leaves DB 0). DB is always KVCM's, whatever o's was;
@@ -266,8 +268,8 @@ func (o ConnOptions) ApplyKVCMURI(uri string) (ConnOptions, error) {
 		return o, fmt.Errorf("parse %q as KVCM does: the host is empty or not a name KVCM can dial: %w", red, ErrBadURI)
 	}
 	o.Addr = net.JoinHostPort(u.Host, strconv.FormatInt(u.Port, 10))
-	if u.UserInfo != "" {
-		o.UserInfo, o.Username, o.Password = u.UserInfo, "", ""
+	if u.UserInfo != "" && !o.HasCredentials() {
+		o.UserInfo = u.UserInfo
 	}
 	// RedisClient: db_ starts at 0 and takes a parsed value >= 0; SELECT only when > 0.
 	o.DB = 0
@@ -345,6 +347,12 @@ func (o ConnOptions) GoString() string { return "redismeta.ConnOptions(" + o.Str
 // LogValue keeps slog handlers (the JSON one marshals exported fields) from logging the
 // credentials.
 func (o ConnOptions) LogValue() slog.Value { return slog.StringValue(o.String()) }
+
+// HasCredentials reports whether o signs in with credentials of its own: an ACL user or
+// password, or a KVCM-style userinfo.
+func (o ConnOptions) HasCredentials() bool {
+	return o.UserInfo != "" || o.Username != "" || o.Password != ""
+}
 
 // Validate reports settings NewClient cannot use.
 func (o ConnOptions) Validate() error {

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
 
 // PoolOptions configure a Pool.
@@ -61,14 +62,40 @@ func NewPool(o PoolOptions) *Pool {
 // (RegistryOptions.Learn): KVCMURIPrefix and the registry's URI, or a configured override
 // URI. A store already open keeps its connection: a changed URI (a rotated password) takes
 // effect for a name only once the pool is rebuilt.
+//
+// A registry URI carries KVCM's own credentials, if any. The store is then signed in to with
+// the Defaults' credentials where there are some (ApplyKVCMURI), and the first time a name is
+// learned, or its URI changes, a line says which credentials are used: KVCM's, only where
+// kvcm-gc was given none of its own, is a warning, since they carry KVCM's rights.
 func (p *Pool) Learn(name, uri string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if old, ok := p.learned[name]; ok && old != uri {
+	old, ok := p.learned[name]
+	if ok && old != uri {
 		_, open := p.stores[name]
 		p.log.Warn("metadata store uri changed", "store", name, "uri", Redact(uri), "open", open)
 	}
+	if !ok || old != uri {
+		p.logCredentials(name, uri)
+	}
 	p.learned[name] = uri
+}
+
+func (p *Pool) logCredentials(name, uri string) {
+	kvcmURI, fromKVCM := strings.CutPrefix(uri, KVCMURIPrefix)
+	if _, configured := p.o.URIs[name]; !fromKVCM || configured {
+		return
+	}
+	u, err := kvcm.ParseStoreURI(kvcmURI)
+	if err != nil || u.UserInfo == "" {
+		return
+	}
+	if p.o.Defaults.HasCredentials() {
+		p.log.Info("metadata store uri holds kvcm's credentials; signing in as kvcm-gc's own user", "store", name)
+		return
+	}
+	p.log.Warn("signing in with kvcm's credentials from the registry, with kvcm's rights: "+
+		"set meta.username and meta.password to a least-privilege user", "store", name)
 }
 
 // ConnOptions returns the connection options the pool would use for a store name.

@@ -1,6 +1,9 @@
 package redismeta_test
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,7 +48,8 @@ func TestPoolResolution(t *testing.T) {
 			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
 		{"m3:6380?db=2", redismeta.ConnOptions{Addr: "m3:6380", DB: 2, Username: "gc", Password: "Gc-Pw", Timeout: time.Second,
 			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
-		{"m6:6379", redismeta.ConnOptions{Addr: "m6:6379", UserInfo: "kvcm:pa/ss", Timeout: time.Second,
+		// KVCM's credentials in a registry URI never replace kvcm-gc's own user.
+		{"m6:6379", redismeta.ConnOptions{Addr: "m6:6379", Username: "gc", Password: "Gc-Pw", Timeout: time.Second,
 			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
 		{"m7:6379?db=3", redismeta.ConnOptions{Addr: "m7:6379", DB: 3, Username: "gc", Password: "Gc-Pw", Timeout: 250 * time.Millisecond,
 			TLS: redismeta.TLSOptions{CAFile: "ca.pem"}}},
@@ -71,7 +75,50 @@ func TestPoolResolution(t *testing.T) {
 	got, err = tlsPool.ConnOptions("m6:6379")
 	require.NoError(t, err)
 	require.True(t, got.TLS.Enabled, "a TLS default reaches stores learned from the registry")
+	tlsPool.Learn("m11:6379", redismeta.KVCMURIPrefix+"redis://kvcm:Pw11@m11:6379")
+	got, err = tlsPool.ConnOptions("m11:6379")
+	require.NoError(t, err)
+	require.Equal(t, "kvcm:Pw11", got.UserInfo, "without credentials of its own, kvcm-gc signs in as KVCM does")
 	require.NoError(t, tlsPool.Close())
+}
+
+// TestPoolKeepsItsOwnUser: on a real redis-server protected as KVCM deployments protect it
+// (the default user's password is the registry URI's userinfo) and holding a read-only ACL
+// user for kvcm-gc, a store learned from the registry is signed in to as that user, never as
+// KVCM, and the log says which credentials were used; without a user of its own, the pool
+// signs in with KVCM's and warns.
+func TestPoolKeepsItsOwnUser(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	srv.AddUser(t, "gc-ro", "Ro-Pw", "~*", "+@read", "+ping", "+acl|whoami")
+	srv.RequirePass(t, "kvcm:Kvcm-Pw")
+	uri := redismeta.KVCMURIPrefix + "redis://kvcm:Kvcm-Pw@" + srv.Addr()
+
+	whoami := func(t *testing.T, defaults redismeta.ConnOptions) (string, string) {
+		t.Helper()
+		var logs bytes.Buffer
+		p := redismeta.NewPool(redismeta.PoolOptions{Defaults: defaults,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		t.Cleanup(func() { require.NoError(t, p.Close()) })
+		p.Learn(srv.Addr(), uri)
+		p.Learn(srv.Addr(), uri) // learned again each registry read: said once
+		conn, err := p.ConnOptions(srv.Addr())
+		require.NoError(t, err)
+		c, err := redismeta.NewClient(conn)
+		require.NoError(t, err)
+		defer c.Close()
+		who, err := c.Do(ctx, "ACL", "WHOAMI").Text()
+		require.NoError(t, err)
+		require.NotContains(t, logs.String(), "Kvcm-Pw")
+		return who, logs.String()
+	}
+	who, logs := whoami(t, redismeta.ConnOptions{Username: "gc-ro", Password: "Ro-Pw", RetryCount: 1})
+	require.Equal(t, "gc-ro", who)
+	require.Equal(t, 1, strings.Count(logs, "signing in as kvcm-gc's own user"), logs)
+
+	who, logs = whoami(t, redismeta.ConnOptions{RetryCount: 1})
+	require.Equal(t, "default", who)
+	require.Equal(t, 1, strings.Count(logs, "level=WARN msg=\"signing in with kvcm's credentials"), logs)
 }
 
 func TestPoolOpensOncePerName(t *testing.T) {
