@@ -197,6 +197,7 @@ func TestDecodeEvent(t *testing.T) {
 		{"version 2 delete of a request", []byte(`{"v":2,"kind":"delete","stage":"deleter","cluster":"c","outcome":"mixed","targets":[{"key":"5","location":"a","reason":"orphan_writing","outcome":"deleted"}],"at_us":1}`), ""},
 		{"version 2 candidate of one target", []byte(`{"v":2,"kind":"candidate","stage":"prober","cluster":"c","key":"5","location":"a","reason":"orphan_writing","at_us":1}`), ""},
 		{"version 3 candidates of a batch", []byte(`{"v":3,"kind":"candidate","stage":"prober","cluster":"c","reason":"mixed","counts":{"orphan_writing":1,"storage_missing":1},"targets":[{"key":"5","location":"a","reason":"orphan_writing"},{"key":"-6","location":"b","reason":"storage_missing"}],"at_us":1}`), ""},
+		{"version 3 counters repair", []byte(`{"v":3,"kind":"counters","stage":"admin","cluster":"c","instance":"i","outcome":"applied","metadata":[{"key":"kvcache:instance_i:metadata","field":"__storage_usage_data__","old":"{\"file\":9}","new":{"base64":"/w=="}}],"at_us":1}`), ""},
 		{"unknown kind tolerated", mutate(t, valid, func(m map[string]any) { m["kind"] = "future_kind" }), ""},
 		{"kind empty", mutate(t, valid, func(m map[string]any) { m["kind"] = "" }), "kind is empty"},
 		{"stage empty", mutate(t, valid, func(m map[string]any) { delete(m, "stage") }), "stage is empty"},

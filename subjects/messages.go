@@ -138,7 +138,20 @@ type Event struct {
 	// (version 3) they are the candidates of one batch, each with its reason; Reason is then
 	// theirs when they share one, else OutcomeMixed, and Counts counts them by reason.
 	Targets []EventTarget `json:"targets,omitempty"`
-	At      int64         `json:"at_us"` // µs since the epoch
+	// Metadata is what a counters event wrote, or was about to write, to an instance's KVCM
+	// metadata hash: each field's exact bytes before and after, so that the write can be
+	// told and undone.
+	Metadata []MetadataField `json:"metadata,omitempty"`
+	At       int64           `json:"at_us"` // µs since the epoch
+}
+
+// MetadataField is one field of a KVCM metadata hash (kvcache:instance_<id>:metadata) as a
+// counters repair changed it.
+type MetadataField struct {
+	Key   string  `json:"key"`
+	Field string  `json:"field"`
+	Old   RawText `json:"old"`
+	New   RawText `json:"new"`
 }
 
 // EventTarget is one delete target's outcome in a delete event.
@@ -204,6 +217,15 @@ const (
 	EventPoison     = "poison"     // any stage: a message terminated as undecodable or invalid
 	EventDeadLetter = "deadletter" // a message that reached MaxDeliver
 	EventSweep      = "sweep"      // walker/sweeper: a step of the sweep of one file (Outcome, File), or a walk round's start or end
+	EventCounters   = "counters"   // admin: a repair of an instance's KVCM counters (Outcome, Metadata)
+)
+
+// Outcomes of a counters event: the write was about to be made, was made, or was not (the
+// compare-and-set lost, KVCM's leader lock appeared, the write failed).
+const (
+	OutcomeCountersIntent  = "intent"
+	OutcomeCountersApplied = "applied"
+	OutcomeCountersAborted = "aborted"
 )
 
 // Delete outcomes (Event.Outcome for EventDelete).

@@ -124,6 +124,12 @@ func EventMsgID(e Event) string {
 	if len(e.File) > 0 {
 		h.field(string(e.File))
 	}
+	for _, f := range e.Metadata {
+		h.field(f.Key)
+		h.field(f.Field)
+		h.field(string(f.Old))
+		h.field(string(f.New))
+	}
 	return "e:" + idPart(e.Stage) + ":" + idPart(e.Kind) + ":" + h.hex()
 }
 

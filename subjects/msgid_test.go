@@ -99,6 +99,12 @@ func TestEventMsgID(t *testing.T) {
 		},
 		"no src":  func(e *subjects.Event) { e.Source = nil },
 		"shifted": func(e *subjects.Event) { e.Location, e.Reason = "", "k3j9x0cd"+subjects.ReasonOrphanWriting },
+		"metadata": func(e *subjects.Event) {
+			e.Metadata = []subjects.MetadataField{{Key: "kvcache:instance_i:metadata", Field: "__key_count__", Old: subjects.RawText("5"), New: subjects.RawText("4")}}
+		},
+		"metadata new": func(e *subjects.Event) {
+			e.Metadata = []subjects.MetadataField{{Key: "kvcache:instance_i:metadata", Field: "__key_count__", Old: subjects.RawText("5"), New: subjects.RawText("3")}}
+		},
 	} {
 		x := sampleEvent()
 		x.Key = &k1
