@@ -161,7 +161,10 @@ type Store struct {
 	ahead                    aheadPage
 }
 
-var _ meta.Store = (*Store)(nil)
+var (
+	_ meta.Store          = (*Store)(nil)
+	_ meta.MetadataWriter = (*Store)(nil)
+)
 
 // NewStore wraps c, which it owns from now on (Close closes it). Unless in dry-run it loads
 // the scripts with SCRIPT LOAD, best effort: a user without +script or a server that is down
