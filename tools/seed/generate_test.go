@@ -145,13 +145,21 @@ func TestGenerateLocationLayout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, GroupCached, info.InstanceGroupName)
 
-	// The metadata hash, as PersistMetaData writes it.
+	// The metadata hash, as PersistMetaData writes it: the counters of the blocks seeded.
 	meta := before["kvcache:instance_inst0:metadata"]
 	require.Equal(t, "400", meta["__key_count__"])
 	var usage map[string]uint64
 	require.NoError(t, json.Unmarshal([]byte(meta["__storage_usage_data__"]), &usage))
-	require.Len(t, usage, 8)
+	require.Len(t, usage, 9)
 	require.Positive(t, usage["file"])
+	u, err := kvcm.DecodeStorageUsage([]byte(meta["__storage_usage_data__"]))
+	require.NoError(t, err)
+	require.Equal(t, kvcm.UsageMembersCurrent, func() (names []string) {
+		for _, m := range u.Members {
+			names = append(names, m.Name)
+		}
+		return names
+	}())
 }
 
 // checkLocation checks that a location decodes to what its kind promises the collector.

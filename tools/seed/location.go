@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -118,20 +119,21 @@ func (g *gen) randomForm() blockForm {
 func (g *gen) locationInstance(ctx context.Context, inst string) error {
 	used := map[int64]bool{}
 	forced := g.forcedForms()
-	usage := map[kvcm.StorageType]uint64{}
+	rec := kvcm.NewRecount()
 	var chain requestChain
 	for i := 0; i < g.sp.Blocks; i++ {
 		key := g.blockKey(used)
 		form := g.randomFormOr(forced, i)
-		fields, locs, class := g.locationBlock(inst, key, form, chain.next(g.rng, key), usage)
+		fields, locs, class := g.locationBlock(inst, key, form, chain.next(g.rng, key))
 		if err := g.record(g.m.Layouts, class, locs); err != nil {
 			return err
 		}
 		if err := g.hset(ctx, kvcm.BlockKey(inst, key), fields); err != nil {
 			return err
 		}
+		recountFields(rec, fields)
 	}
-	g.metadata(ctx, inst, g.sp.Blocks, usage)
+	g.metadata(ctx, inst, rec)
 	// Keys that are not canonical block keys: never touched.
 	for _, bad := range []string{"abc", "05", "+7"} {
 		k := kvcm.KeyPrefix(inst) + bad
@@ -166,25 +168,53 @@ func (c *requestChain) next(rng *rand.Rand, key int64) string {
 	return prev
 }
 
-// metadata writes the instance's metadata hash as MetaIndexer::PersistMetaData does.
-func (g *gen) metadata(ctx context.Context, inst string, keys int, usage map[kvcm.StorageType]uint64) {
-	b := []byte{'{'}
-	for i, t := range []kvcm.StorageType{kvcm.TypeUnknown, kvcm.TypeHF3FS, kvcm.TypeMooncake, kvcm.TypePace, kvcm.TypeFile,
-		kvcm.TypeVCNSHF3FS, kvcm.TypeDummy, kvcm.TypeVineyard} {
-		if i > 0 {
-			b = append(b, ',')
+// metadata writes the instance's metadata hash as MetaIndexer::PersistMetaData does, with
+// the counters a KVCM that wrote the seeded blocks itself would hold: their recount by KVCM's
+// rules (kvcm.Recount; a spec without a readable size counted 0, where KVCM added whatever
+// its uninitialised variable held). Before kvcm-gc deletes anything, the persisted counters
+// and the keyspace agree, so every drift after a round is the round's.
+func (g *gen) metadata(ctx context.Context, inst string, rec *kvcm.Recount) {
+	usage := kvcm.FormatStorageUsage(kvcm.UsageMembersCurrent, rec.Usage)
+	g.pipe.HSet(ctx, kvcm.MetadataKey(inst), kvcm.FieldKeyCount, strconv.FormatInt(rec.Keys, 10), kvcm.FieldStorageUsage, string(usage))
+}
+
+// recountFields adds a block's fields (name, value pairs as HSET takes them) to rec, read as
+// a scan reads them.
+func recountFields(rec *kvcm.Recount, fields []any) {
+	var uri []byte
+	var locs recountLocs
+	var others []string
+	hasURI, interim := false, false
+	for i := 0; i+1 < len(fields); i += 2 {
+		name, value := fields[i].(string), fields[i+1].(string)
+		switch id, isLoc := kvcm.LocationID(name); {
+		case name == kvcm.FieldURI:
+			hasURI = true
+			if value != "" {
+				uri = []byte(value)
+			}
+		case name == kvcm.FieldLRUTime:
+		case isLoc:
+			locs = append(locs, [2]string{id, value})
+		default:
+			interim = interim || strings.HasPrefix(name, kvcm.InterimLocationPrefix)
+			others = append(others, name)
 		}
-		b = appendJSONString(b, t.String())
-		b = append(b, ':')
-		b = strconv.AppendUint(b, usage[t], 10)
 	}
-	b = append(b, '}')
-	g.pipe.HSet(ctx, "kvcache:instance_"+inst+":metadata", "__key_count__", strconv.Itoa(keys), "__storage_usage_data__", string(b))
+	rec.AddBlock(kvcm.LayoutOf(hasURI, len(locs), interim), uri, locs, others)
+}
+
+// recountLocs are a block's L# fields as (id, value).
+type recountLocs [][2]string
+
+func (l recountLocs) LocationFieldCount() int { return len(l) }
+func (l recountLocs) LocationFieldAt(i int) (string, []byte) {
+	return l[i][0], []byte(l[i][1])
 }
 
 // locationBlock returns the fields of one location-layout block, its locations and its
 // key's layout.
-func (g *gen) locationBlock(inst string, key int64, form blockForm, prev string, usage map[kvcm.StorageType]uint64) ([]any, []Loc, string) {
+func (g *gen) locationBlock(inst string, key int64, form blockForm, prev string) ([]any, []Loc, string) {
 	now := g.sp.Now
 	class := kvcm.LayoutLocation.String()
 	if g.sp.NoUpgraded && (form.special == upgradedOrphan || form.special == upgradedEmptied) {
@@ -217,9 +247,6 @@ func (g *gen) locationBlock(inst string, key int64, form blockForm, prev string,
 			Field: kvcm.LocationField(id), Files: files}
 		if upgraded {
 			loc.Kind, loc.Garbage = KindAmbiguous, false
-		}
-		for range l.Specs {
-			usage[kvcm.StorageType(l.Type)] += 1024
 		}
 		fields = append(fields, loc.Field, string(l.bytes()))
 		locs = append(locs, loc)
@@ -276,12 +303,12 @@ func (g *gen) cachedInstance(ctx context.Context) error {
 	blocks := (g.sp.Blocks + 49) / 50
 	g.total += blocks
 	used := map[int64]bool{}
-	usage := map[kvcm.StorageType]uint64{}
+	rec := kvcm.NewRecount()
 	g.m.Skipped = map[string]LayoutCount{}
 	for i := 0; i < blocks; i++ {
 		key := g.blockKey(used)
 		kinds := []string{KindOrphanWriting, KindMissingServing}[:min(g.sp.LocationsPerBlock, 2)]
-		fields, locs, _ := g.locationBlock(InstanceCached, key, blockForm{kinds: kinds}, "", usage)
+		fields, locs, _ := g.locationBlock(InstanceCached, key, blockForm{kinds: kinds}, "")
 		for j := range locs {
 			locs[j].Kind, locs[j].Garbage = KindCachedStore, false
 		}
@@ -291,8 +318,9 @@ func (g *gen) cachedInstance(ctx context.Context) error {
 		if err := g.hset(ctx, kvcm.BlockKey(InstanceCached, key), fields); err != nil {
 			return err
 		}
+		recountFields(rec, fields)
 	}
-	g.metadata(ctx, InstanceCached, blocks, usage)
+	g.metadata(ctx, InstanceCached, rec)
 	return nil
 }
 
