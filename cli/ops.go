@@ -25,9 +25,9 @@ import (
 // arguments before they connect, and reach the all-in-one process's embedded server when
 // nats.url is empty.
 
-// OperatorCommands lists status, replay, dlq, pause, resume, ensure and report.
+// OperatorCommands lists status, replay, dlq, pause, resume, ensure, report and counters.
 func OperatorCommands() []*Command {
-	return []*Command{StatusCommand(), ReplayCommand(), DLQCommand(), PauseCommand(), ResumeCommand(), EnsureCommand(), ReportCommand()}
+	return []*Command{StatusCommand(), ReplayCommand(), DLQCommand(), PauseCommand(), ResumeCommand(), EnsureCommand(), ReportCommand(), CountersCommand()}
 }
 
 // StatusCommand: status [--json].
