@@ -67,6 +67,9 @@ type Watcher struct {
 
 	mu     sync.Mutex
 	guards map[*guard]struct{}
+	// noInbox is the refusal of the reply inbox's subscription: no request of the connection
+	// gets an answer after it, so it ends every context guarded later too.
+	noInbox *Violation
 }
 
 type guard struct {
@@ -112,8 +115,8 @@ func (w *Watcher) Identity() string { return w.identity }
 // Guard returns a context that ends, with the *Violation as its cause (context.Cause), when
 // the server refuses a publish to, or a subscription on, a subject matching one of patterns
 // (NATS wildcards: "*" one token, ">" the rest; ">" alone guards everything). A refused
-// subscription on the connection's reply inbox ends every guarded context: no request gets
-// an answer without it. A nil Watcher guards nothing.
+// subscription on the connection's reply inbox ends every guarded context, those guarded
+// after it too: no request gets an answer without it. A nil Watcher guards nothing.
 func (w *Watcher) Guard(ctx context.Context, patterns ...string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	if w == nil {
@@ -121,6 +124,9 @@ func (w *Watcher) Guard(ctx context.Context, patterns ...string) (context.Contex
 	}
 	g := &guard{patterns: patterns, cancel: cancel}
 	w.mu.Lock()
+	if w.noInbox != nil {
+		cancel(w.noInbox)
+	}
 	w.guards[g] = struct{}{}
 	w.mu.Unlock()
 	return ctx, func() {
@@ -139,6 +145,9 @@ func (w *Watcher) see(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	everything := v.Op == OpSubscribe && strings.HasPrefix(v.Subject, w.inbox)
+	if everything && w.noInbox == nil {
+		w.noInbox = v
+	}
 	for g := range w.guards {
 		if everything || matchesAny(g.patterns, v.Subject) {
 			g.cancel(v)

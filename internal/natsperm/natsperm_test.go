@@ -142,6 +142,9 @@ func TestGuard(t *testing.T) {
 	require.Equal(t, natsperm.OpSubscribe, v.Op)
 	require.True(t, strings.HasPrefix(v.Subject, nats.InboxPrefix), v.Subject)
 	require.True(t, errors.Is(context.Cause(unrelated), nats.ErrPermissionViolation))
+	later, stopLater := wv.Guard(context.Background(), "unrelated")
+	defer stopLater()
+	require.Same(t, v, natsperm.Refused(later), "a context guarded after the inbox's refusal ends at once")
 }
 
 // TestCause: an error of work ended by a refusal becomes the refusal, keeping what the work
