@@ -316,6 +316,19 @@ func apiOn(stream string) []string {
 	return []string{jetstream.DefaultAPIPrefix + "*.*." + stream, jetstream.DefaultAPIPrefix + "*.*." + stream + ".>"}
 }
 
+// kvAPI are the JetStream API subjects of reading the keys of bucket that match the filters:
+// its stream's info, their direct gets, and a consumer listing them (the key, or the filter,
+// ends the API subject of each). Parts reading other keys of the same bucket stay apart.
+func kvAPI(bucket string, filters ...string) []string {
+	stream, keys := subjects.KVStream(bucket), subjects.KVSubjectPrefix(bucket)
+	out := []string{jetstream.DefaultAPIPrefix + "STREAM.INFO." + stream}
+	for _, f := range filters {
+		out = append(out, jetstream.DefaultAPIPrefix+"DIRECT.GET."+stream+"."+keys+f,
+			jetstream.DefaultAPIPrefix+"CONSUMER.CREATE."+stream+".*."+keys+f)
+	}
+	return out
+}
+
 // part guards ctx for the subjects one part of the report reads: a refusal of one ends that
 // part alone, and its problems name what was refused rather than the timeout it caused.
 func (s statusRows) part(ctx context.Context, patterns ...string) (context.Context, statusRows, context.CancelFunc) {
@@ -416,7 +429,7 @@ func scannerStatus(ctx context.Context, rows statusRows, names subjects.Names, t
 	var st ScannerStatus
 	var leases []pipeline.StoreLease
 	// Each bucket's reads are a part of their own: an identity refused one reads the other.
-	lctx, lrows, ldone := rows.part(ctx, apiOn(subjects.KVStream(names.LeaseBucket()))...)
+	lctx, lrows, ldone := rows.part(ctx, kvAPI(names.LeaseBucket(), subjects.StoreLeaseFilter(), subjects.MemberFilter())...)
 	defer ldone()
 	if lease, err := js.KeyValue(lctx, names.LeaseBucket()); err != nil {
 		lrows.problem("lease bucket %s: %v", names.LeaseBucket(), err)
@@ -434,7 +447,7 @@ func scannerStatus(ctx context.Context, rows statusRows, names subjects.Names, t
 			lrows.problem("scanner replicas: %v", err)
 		}
 	}
-	ctx, rows, done := rows.part(ctx, apiOn(subjects.KVStream(names.StateBucket()))...)
+	ctx, rows, done := rows.part(ctx, kvAPI(names.StateBucket(), subjects.ScannerPauseKey, subjects.StoresKey, subjects.CheckpointFilter())...)
 	defer done()
 	problem := rows.problem
 	state, err := js.KeyValue(ctx, names.StateBucket())

@@ -63,9 +63,9 @@ func sweepStatus(ctx context.Context, rows statusRows, names subjects.Names) *Sw
 	cctx, cancel := rows.call(ctx)
 	defer cancel()
 	// The state bucket's reads and the lease bucket's are parts of their own (statusRows.part).
-	lctx, lrows, ldone := rows.part(cctx, apiOn(subjects.KVStream(names.LeaseBucket()))...)
+	lctx, lrows, ldone := rows.part(cctx, kvAPI(names.LeaseBucket(), subjects.SweepKeyFilter())...)
 	defer ldone()
-	ctx, rows, done := rows.part(cctx, apiOn(subjects.KVStream(names.StateBucket()))...)
+	ctx, rows, done := rows.part(cctx, kvAPI(names.StateBucket(), subjects.WalkerPauseKey, subjects.SweepKeyFilter())...)
 	defer done()
 	problem := rows.problem
 	state, err := js.KeyValue(ctx, names.StateBucket())
