@@ -641,6 +641,9 @@ func bucketDiff(have jetstream.StreamConfig, want jetstream.KeyValueConfig) []Fi
 		{"history", false, str(have.MaxMsgsPerSubject), str(history)},
 		{"ttl", false, have.MaxAge.String(), want.TTL.String()},
 		{"num_replicas", false, str(have.Replicas), str(want.Replicas)},
+		// The stages read keys with direct gets only: their permissions name the keys in the
+		// direct get's subject (deploy/privileges), which STREAM.MSG.GET cannot.
+		{"allow_direct", false, str(have.AllowDirect), str(true)},
 		{"description", false, fmt.Sprintf("%q", have.Description), fmt.Sprintf("%q", want.Description)},
 	})
 }
@@ -760,7 +763,7 @@ func (e ensurer) updateBucket(ctx context.Context, want jetstream.KeyValueConfig
 	cfg := have
 	cfg.Subjects = []string{KVSubjectPrefix(want.Bucket) + ">"}
 	cfg.MaxMsgsPerSubject = max(int64(want.History), 1)
-	cfg.MaxAge, cfg.Replicas, cfg.Description = want.TTL, want.Replicas, want.Description
+	cfg.MaxAge, cfg.Replicas, cfg.Description, cfg.AllowDirect = want.TTL, want.Replicas, want.Description, true
 	cfg.Duplicates = 2 * time.Minute
 	if want.TTL > 0 && want.TTL < cfg.Duplicates {
 		cfg.Duplicates = want.TTL

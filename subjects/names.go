@@ -181,6 +181,19 @@ func (n Names) ObservedBucket() string { return n.objectName("OBSERVED") }
 // TTL: "KVCMGC_<prefix>_<cluster>_LEASE".
 func (n Names) LeaseBucket() string { return n.objectName("LEASE") }
 
+// IdentityAdmin is the admin's name among the identities (the stages are the others): the
+// identity that creates the topology and runs the operator's commands.
+const IdentityAdmin = "admin"
+
+// InboxPrefix is the reply inbox of an identity (a stage, or "admin"):
+// "_INBOX.<prefix>.<enc cluster>.<identity>". Every reply to a request of the identity's
+// connection (a JetStream API answer, a publish acknowledgement, a pulled message) arrives
+// under it, so an identity allowed to subscribe to its own inbox only can read no reply meant
+// for another (docs/security.md). The identity must be one subject token.
+func (n Names) InboxPrefix(identity string) string {
+	return "_INBOX." + n.base() + identity
+}
+
 // KVStream is the stream that holds a KV bucket's keys: "KV_<bucket>".
 func KVStream(bucket string) string { return "KV_" + bucket }
 

@@ -18,6 +18,7 @@ import (
 //	STATE  stores                   the registry's stores as the scanners last read them
 //	STATE  scanner_pause            an operator's pause of every walk
 //	STATE  walker_pause             an operator's pause of every sweep walk
+//	STATE  deleted_keys.<b64 inst>  the deleter's count of an instance's deleted block keys
 //
 // A bucket key allows only [-/_=.A-Za-z0-9], and a '.' splits it into subject tokens, so the
 // store or holder name is encoded by EncodeKeyPart: bytes of [A-Za-z0-9_-] are kept, a '.'
@@ -58,6 +59,12 @@ func MemberFilter() string { return memberPrefix + ">" }
 
 // CheckpointFilter matches every store checkpoint key.
 func CheckpointFilter() string { return checkpointPrefix + ">" }
+
+// DeletedKeysFilter matches every key of the deleter's counts of deleted block keys.
+func DeletedKeysFilter() string { return deletedKeysPrefix + ">" }
+
+// deletedKeysPrefix starts the deleter's keys (pipeline's DeletedKeysKey).
+const deletedKeysPrefix = "deleted_keys."
 
 // StoreOfLeaseKey returns the store a lease key names.
 func StoreOfLeaseKey(key string) (string, error) { return partOf(key, storeLeasePrefix) }
