@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/kvcm-gc/kvcm-gc/config"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // connectRetry is the pause between two connection attempts at startup.
@@ -35,11 +36,28 @@ func (e *Env) ConnectNATS(ctx context.Context) (*nats.Conn, error) {
 			return nil, UsageError(err)
 		}
 	}
-	nc, err := ConnectNATS(ctx, e.Config.NATS, url, "kvcm-gc-"+e.Name, e.Logger)
+	c := e.Config.NATS
+	if e.tool {
+		// The operator's commands run as the admin, which replies arrive to under its inbox.
+		if names, err := e.Names(); err == nil {
+			c = WithInbox(c, names, subjects.IdentityAdmin)
+		}
+	}
+	nc, err := ConnectNATS(ctx, c, url, "kvcm-gc-"+e.Name, e.Logger)
 	if err == nil && e.perm != nil {
 		e.perm.Attach(nc)
 	}
 	return nc, err
+}
+
+// WithInbox returns c with its reply inbox set to identity's (subjects.InboxPrefix: a stage,
+// or "admin"), unless nats.inbox_prefix sets one: the identity's NATS user may subscribe to its
+// own inbox only (docs/security.md).
+func WithInbox(c config.NATSConfig, names subjects.Names, identity string) config.NATSConfig {
+	if c.InboxPrefix == "" {
+		c.InboxPrefix = names.InboxPrefix(identity)
+	}
+	return c
 }
 
 // Identity names who a connection with c signs in as, for errors: its user, the user of its
@@ -131,6 +149,9 @@ func ConnectNATS(ctx context.Context, c config.NATSConfig, url, defaultName stri
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
 	case c.Token != "":
 		opts = append(opts, nats.Token(c.Token))
+	}
+	if c.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	if c.TLS.CAFile != "" {
 		opts = append(opts, nats.RootCAs(c.TLS.CAFile))

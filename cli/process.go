@@ -145,7 +145,14 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 		}()
 		url = srv.ClientURL()
 	}
-	nc, err := ConnectNATS(ctx, cfg.NATS, url, "kvcm-gc-"+e.Name, log)
+	natsCfg := cfg.NATS
+	if stages := stageList(p.Stages); len(stages) == 1 && cfg.Cluster != "" {
+		// A stage's replies arrive under its own inbox, the only one its user may read.
+		if names, err := cfg.Names(); err == nil {
+			natsCfg = WithInbox(natsCfg, names, stages[0])
+		}
+	}
+	nc, err := ConnectNATS(ctx, natsCfg, url, "kvcm-gc-"+e.Name, log)
 	if err != nil {
 		return err
 	}

@@ -162,6 +162,7 @@ type NATSConfig struct {
 	Token           string        `yaml:"token" secret:"true" help:"authentication token (the server's authorization token)"`
 	TokenFile       string        `yaml:"token_file" file:"token" help:"file holding the token (one trailing newline is dropped); exclusive with token"`
 	Name            string        `yaml:"name" help:"connection name shown by the server (empty: kvcm-gc-<command>)"`
+	InboxPrefix     string        `yaml:"inbox_prefix" help:"subject prefix of the connection's reply inbox (empty: _INBOX.<subject_prefix>.<cluster>.<stage>, admin for the operator's commands, _INBOX for a process of several stages); the identity's NATS user may subscribe to it only"`
 	TLS             NATSTLS       `yaml:"tls"`
 	Embedded        EmbeddedJS    `yaml:"embedded"`
 	ConnectTimeout  time.Duration `yaml:"connect_timeout" help:"how long startup waits for the NATS server to accept the connection"`

@@ -42,6 +42,10 @@ func (c Config) Validate() error {
 	if err := (subjects.Names{Prefix: c.Prefix, Cluster: "x"}).Validate(); err != nil {
 		bad("subject_prefix", "%q must be tokens of [A-Za-z0-9_-] joined by '.'", c.Prefix)
 	}
+	if p := c.NATS.InboxPrefix; p != "" && (subjects.Names{Prefix: p, Cluster: "x"}).Validate() != nil {
+		// A subject without wildcards, and no trailing dot (the client adds one).
+		bad("nats.inbox_prefix", "%q must be tokens of [A-Za-z0-9_-] joined by '.'", p)
+	}
 
 	// The stages' own rules (pipeline's Validate), naming the same keys; a key two stages
 	// read (backpressure_high_water, registry_refresh) is reported once.
