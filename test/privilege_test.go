@@ -171,7 +171,9 @@ func newLeastPrivilegeEnv(t *testing.T) *lpEnv {
 
 // natsConfig is the configuration of a stage connecting as user.
 func (l *lpEnv) natsConfig(user string) config.NATSConfig {
-	return config.NATSConfig{User: user, Password: l.natsPW[user], TLS: config.NATSTLS{CAFile: l.nats.CAFile()}}
+	c := config.NATSConfig{User: user, Password: l.natsPW[user], TLS: config.NATSTLS{CAFile: l.nats.CAFile()}}
+	// Replies under the stage's own inbox, the only one its user may read (as a stage binary).
+	return cli.WithInbox(c, l.names, strings.TrimPrefix(user, "kvcm-gc-"))
 }
 
 // stageOptions are the test options, with the sweep of nfs_01 on, the stage's own Redis user
@@ -403,6 +405,26 @@ func TestLeastPrivilege(t *testing.T) {
 			{userSweeper, "$JS.API.CONSUMER.DELETE." + sweep + ".sweeper"},
 			{userSweeper, "$JS.API.STREAM.MSG.DELETE." + sweep},
 			{userSweeper, "$JS.API.CONSUMER.PAUSE." + sweep + ".sweeper"}, // nor does it lift its pause
+			// Bucket keys: each stage writes its own keys only.
+			{userScanner, subjects.KVSubjectPrefix(state) + subjects.ScannerPauseKey}, // nor does it lift its pause
+			{userScanner, subjects.KVSubjectPrefix(state) + subjects.WalkerPauseKey},
+			{userScanner, subjects.KVSubjectPrefix(state) + sweepKey},
+			{userScanner, subjects.KVSubjectPrefix(state) + "deleted_keys.aW5zdDE"},
+			{userScanner, subjects.KVSubjectPrefix(state) + "other"},
+			{userScanner, subjects.KVSubjectPrefix(lease) + sweepKey},
+			{userScanner, subjects.KVSubjectPrefix(l.names.ObservedBucket()) + "x"},
+			{userDeleter, subjects.KVSubjectPrefix(state) + subjects.CheckpointKey("store-0")},
+			{userDeleter, subjects.KVSubjectPrefix(state) + subjects.StoresKey},
+			{userDeleter, subjects.KVSubjectPrefix(lease) + subjects.StoreLeaseKey("store-0")},
+			{userProber, subjects.KVSubjectPrefix(lease) + subjects.StoreLeaseKey("store-0")},
+			// A bucket read by sequence or by a subject in the payload would reach every key.
+			{userScanner, "$JS.API.STREAM.MSG.GET." + subjects.KVStream(state)},
+			{userScanner, "$JS.API.DIRECT.GET." + subjects.KVStream(state)},
+			{userScanner, "$JS.API.DIRECT.GET." + subjects.KVStream(state) + "." + subjects.KVSubjectPrefix(state) + sweepKey},
+			{userWalker, "$JS.API.STREAM.MSG.GET." + subjects.KVStream(state)},
+			{userWalker, "$JS.API.DIRECT.GET." + subjects.KVStream(state) + "." + subjects.KVSubjectPrefix(state) + subjects.CheckpointKey("store-0")},
+			{userDeleter, "$JS.API.STREAM.MSG.GET." + subjects.KVStream(state)},
+			{userSweeper, "$JS.API.STREAM.MSG.GET." + subjects.KVStream(state)},
 		} {
 			refused := make(chan error, 4)
 			nc := l.nats.Conn(t, nats.UserInfo(c.user, l.natsPW[c.user]),
@@ -418,21 +440,29 @@ func TestLeastPrivilege(t *testing.T) {
 			}
 			nc.Close()
 		}
-		// Subscriptions: only reply inboxes.
-		for _, user := range []string{userScanner, userProber, userDeleter, userWalker, userSweeper} {
-			refused := make(chan error, 4)
-			nc := l.nats.Conn(t, nats.UserInfo(user, l.natsPW[user]),
-				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
-			_, err := nc.SubscribeSync(l.names.BatchFilter())
-			require.NoError(t, err)
-			require.NoError(t, nc.Flush())
-			select {
-			case err := <-refused:
-				require.ErrorIs(t, err, nats.ErrPermissionViolation, "%s subscribing to the batches", user)
-			case <-time.After(10 * time.Second):
-				t.Fatalf("%s may subscribe to %s", user, l.names.BatchFilter())
+		// Subscriptions: only the identity's own reply inbox (and the stage's advisories), so
+		// no stage reads the replies to another identity, the admin's included.
+		stages := []string{pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter, pipeline.StageWalker, pipeline.StageSweeper}
+		for i, stage := range stages {
+			user := privileges.DefaultUser(stage)
+			other := stages[(i+1)%len(stages)]
+			for _, subject := range []string{l.names.BatchFilter(), "_INBOX.>", "_INBOX.*", ">",
+				l.names.InboxPrefix(subjects.IdentityAdmin) + ".>", l.names.InboxPrefix(other) + ".>", l.names.InboxPrefix(other) + ".x.y"} {
+				refused := make(chan error, 4)
+				nc := l.nats.Conn(t, nats.UserInfo(user, l.natsPW[user]), nats.CustomInboxPrefix(l.names.InboxPrefix(stage)),
+					nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
+				_, err := nc.SubscribeSync(subject)
+				require.NoError(t, err)
+				require.NoError(t, nc.Flush())
+				select {
+				case err := <-refused:
+					require.ErrorIs(t, err, nats.ErrPermissionViolation, "%s subscribing to %s", user, subject)
+					require.Contains(t, err.Error(), subject)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%s may subscribe to %s", user, subject)
+				}
+				nc.Close()
 			}
-			nc.Close()
 		}
 	})
 	t.Logf("garbage gone %d of %d, live intact %d of %d", r.GarbageGone, r.GarbageLocations, r.LiveIntact, r.LiveLocations)
@@ -512,6 +542,7 @@ func checkStageAuth(t *testing.T, url string, admin, c config.NATSConfig, names 
 	require.NoError(t, subjects.Ensure(ctx, ajs, names, subjects.DefaultSettings()))
 
 	var log syncBuffer
+	c = cli.WithInbox(c, names, pipeline.StageScanner)
 	nc, err := cli.ConnectNATS(ctx, c, url, "scanner", slog.New(slog.NewTextHandler(&log, nil)))
 	require.NoError(t, err)
 	defer nc.Close()
@@ -524,8 +555,8 @@ func checkStageAuth(t *testing.T, url string, admin, c config.NATSConfig, names 
 	require.NoError(t, err, "the scanner publishes batches")
 	kv, err := js.KeyValue(ctx, names.StateBucket())
 	require.NoError(t, err, "the scanner opens its state bucket")
-	_, err = kv.Create(ctx, "probe", []byte("1"))
-	require.NoError(t, err, "and writes it")
+	_, err = kv.Create(ctx, subjects.CheckpointKey("probe:6379"), []byte("1"))
+	require.NoError(t, err, "and writes a checkpoint")
 
 	require.NoError(t, nc.Publish(names.DeleteSubject("inst1"), data))
 	require.NoError(t, nc.Flush())
@@ -883,10 +914,12 @@ func TestPermissionRefusalsAreFatal(t *testing.T) {
 	l := newLeastPrivilegeEnv(t)
 	ctx := context.Background()
 	require.NoError(t, subjects.Ensure(ctx, l.js, l.names, l.options(nil).JetStream), "the admin creates the topology")
-	// Timeouts far above what the test allows: a refusal must not wait for them.
+	// Timeouts far above what the test allows: a refusal must not wait for them. Each user
+	// gets replies under its own inbox (else the refusal would be its inbox's subscription).
 	as := func(user string, more ...string) []string {
 		return append([]string{"--cluster", cluster, "--nats.url", l.nats.URL(), "--nats.user", user, "--nats.password", l.natsPW[user],
-			"--nats.tls.ca_file", l.nats.CAFile(), "--nats.connect_timeout", "5s", "--jetstream.api_timeout", "1m"}, more...)
+			"--nats.tls.ca_file", l.nats.CAFile(), "--nats.connect_timeout", "5s", "--jetstream.api_timeout", "1m",
+			"--nats.inbox_prefix", l.names.InboxPrefix(strings.TrimPrefix(user, "kvcm-gc-"))}, more...)
 	}
 	const fast = 15 * time.Second
 	refused := func(user, subject string) string {
@@ -919,6 +952,15 @@ func TestPermissionRefusalsAreFatal(t *testing.T) {
 	c, err := l.js.Consumer(ctx, l.names.DeletesStream(), l.names.DeleterConsumer())
 	require.NoError(t, err)
 	require.False(t, c.CachedInfo().Paused)
+
+	// The operator's commands get their replies under the admin's inbox, which the scanner may
+	// not read: run as the scanner with their own inbox, they are refused at the first request.
+	code, out, stderr, took = runCLI(t, cli.StatusCommand(), slices.DeleteFunc(as(userScanner), func(a string) bool {
+		return a == "--nats.inbox_prefix" || strings.HasPrefix(a, "_INBOX.")
+	})...)
+	require.Equal(t, cli.ExitFailure, code, "out:\n%s\nstderr:\n%s", out, stderr)
+	require.Less(t, took, fast)
+	require.Contains(t, out, fmt.Sprintf(`nats permissions violation: user %q may not subscribe to "%s.`, userScanner, l.names.InboxPrefix(subjects.IdentityAdmin)))
 
 	// The admin may do all of it.
 	code, out, stderr, _ = runCLI(t, cli.StatusCommand(), as(userAdmin)...)

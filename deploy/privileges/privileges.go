@@ -23,7 +23,7 @@ import (
 
 // StageAdmin is the identity that creates the streams, consumers and buckets (kvcm-gc ensure)
 // and runs the operator's commands. It has a NATS user and no Redis user.
-const StageAdmin = "admin"
+const StageAdmin = subjects.IdentityAdmin
 
 // Stages are the stages with their own identities, in pipeline order.
 var Stages = []string{pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter, pipeline.StageWalker, pipeline.StageSweeper}
@@ -135,21 +135,31 @@ func Granted(ns []NATSUser, on func(key string) bool) []NATSUser {
 // api subjects of the JetStream API and of KV buckets.
 const api = "$JS.API."
 
-// kvRead lets a user open bucket (STREAM.INFO) and read the keys matching filter (a direct
-// get by subject; STREAM.MSG.GET where direct gets are off).
-func kvRead(bucket, filter string) []string {
-	s := subjects.KVStream(bucket)
-	return []string{api + "STREAM.INFO." + s, api + "DIRECT.GET." + s + "." + subjects.KVSubjectPrefix(bucket) + filter, api + "STREAM.MSG.GET." + s}
+// kvRead lets a user open bucket (STREAM.INFO) and read the keys matching the filters, each
+// with a direct get by subject, whose API subject names the key. The buckets allow direct gets
+// (ensure sees to it), so no user needs STREAM.MSG.GET of a bucket's stream, which would read
+// any key: its subject travels in the request's payload, out of the permissions' reach.
+func kvRead(bucket string, filters ...string) []string {
+	out := []string{api + "STREAM.INFO." + subjects.KVStream(bucket)}
+	for _, f := range filters {
+		out = append(out, kvGet(bucket, f))
+	}
+	return out
 }
 
-// kvGet lets a user read one key of a bucket it reads otherwise (kvRead): its direct get.
-func kvGet(bucket, key string) string {
-	return api + "DIRECT.GET." + subjects.KVStream(bucket) + "." + subjects.KVSubjectPrefix(bucket) + key
+// kvGet lets a user read the keys matching filter of a bucket it opens otherwise (kvRead):
+// their direct get.
+func kvGet(bucket, filter string) string {
+	return api + "DIRECT.GET." + subjects.KVStream(bucket) + "." + subjects.KVSubjectPrefix(bucket) + filter
 }
 
-// kvWrite lets a user create, update and delete the keys matching filter.
-func kvWrite(bucket, filter string) []string {
-	return []string{subjects.KVSubjectPrefix(bucket) + filter}
+// kvWrite lets a user create, update and delete the keys matching the filters.
+func kvWrite(bucket string, filters ...string) []string {
+	out := make([]string, len(filters))
+	for i, f := range filters {
+		out[i] = subjects.KVSubjectPrefix(bucket) + f
+	}
+	return out
 }
 
 // pull lets a user read a durable consumer's info, pull its messages and acknowledge them,
@@ -170,9 +180,10 @@ func consumerInfo(stream, consumer string) string {
 	return api + "CONSUMER.INFO." + stream + "." + consumer
 }
 
-// inbox is where every reply arrives: JetStream API answers, publish acknowledgements,
-// pulled messages.
-const inbox = "_INBOX.>"
+// inbox is where every reply to the identity arrives (JetStream API answers, publish
+// acknowledgements, pulled messages): its own inbox (subjects.InboxPrefix, which the binaries
+// use for the identity they run as), so that no identity reads the replies of another.
+func inbox(n subjects.Names, identity string) string { return n.InboxPrefix(identity) + ".>" }
 
 // NATS returns the NATS users of the admin and of every stage, for names.
 func NATS(n subjects.Names) []NATSUser {
@@ -186,36 +197,38 @@ func NATS(n subjects.Names) []NATSUser {
 			Role:    "creates and checks the streams, consumers and buckets (kvcm-gc ensure), and runs the operator's commands (status, replay, report, dlq, pause, resume)",
 			Publish: []string{">"}, Subscribe: []string{">"}},
 		{Stage: pipeline.StageScanner,
-			Role:   "publishes scan batches and its events, holds the store leases and its presence in the LEASE bucket (and watches it for released leases), keeps the checkpoints, the stores index and reads the pause in the STATE bucket, reads the prober's and the deleter's backlog, and, only with collect_unregistered_instances, publishes delete requests of the keys of instances the registry no longer lists",
+			Role:   "publishes scan batches and its events, holds the store leases and its presence in the LEASE bucket (store.*, member.* keys; and watches it for released leases), keeps the checkpoints and the stores index and reads its pause in the STATE bucket (checkpoint.*, stores; scanner_pause, which it may not write), reads the prober's and the deleter's backlog, and, only with collect_unregistered_instances, publishes delete requests of the keys of instances the registry no longer lists",
 			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: []string{n.DeleteFilter()}}},
 			Publish: cat([]string{n.BatchFilter(), ev(subjects.EventRound), ev(subjects.EventSkip)},
-				kvWrite(state, ">"), kvWrite(lease, ">"), kvRead(state, ">"), kvRead(lease, ">"),
+				kvWrite(state, subjects.CheckpointFilter(), subjects.StoresKey), kvWrite(lease, subjects.StoreLeaseFilter(), subjects.MemberFilter()),
+				kvRead(state, subjects.CheckpointFilter(), subjects.StoresKey, subjects.ScannerPauseKey),
+				kvRead(lease, subjects.StoreLeaseFilter(), subjects.MemberFilter()),
 				[]string{consumerInfo(batches, n.ProberConsumer()), consumerInfo(deletes, n.DeleterConsumer())}),
-			Subscribe: []string{inbox, subjects.KVSubjectPrefix(lease) + ">"}},
+			Subscribe: []string{inbox(n, pipeline.StageScanner), subjects.KVSubjectPrefix(lease) + ">"}},
 		{Stage: pipeline.StageProber,
 			Role: "pulls scan batches from its durable consumer and acknowledges them, records the batches the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes delete requests and its events, and (collect_deleting) records first sights of DELETING locations in the OBSERVED bucket",
 			Publish: cat([]string{n.DeleteFilter()}, kvWrite(observed, ">"), kvRead(observed, ">"),
 				[]string{ev(subjects.EventCandidate), ev(subjects.EventSkip), ev(subjects.EventPoison), ev(subjects.EventDeadLetter)},
 				pull(batches, n.ProberConsumer())),
-			Subscribe: []string{inbox, deadLetters(batches, n.ProberConsumer())}},
+			Subscribe: []string{inbox(n, pipeline.StageProber), deadLetters(batches, n.ProberConsumer())}},
 		{Stage: pipeline.StageDeleter,
 			Role: "pulls delete requests from its durable consumer and acknowledges them, records the requests the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes its events, and (empty_block: delete) counts the keys it deletes in the STATE bucket",
-			Publish: cat([]string{ev(subjects.EventDelete)}, kvWrite(state, "deleted_keys.>"), kvRead(state, "deleted_keys.>"),
+			Publish: cat([]string{ev(subjects.EventDelete)}, kvWrite(state, subjects.DeletedKeysFilter()), kvRead(state, subjects.DeletedKeysFilter()),
 				[]string{ev(subjects.EventPoison), ev(subjects.EventDeadLetter)}, pull(deletes, n.DeleterConsumer())),
-			Subscribe: []string{inbox, deadLetters(deletes, n.DeleterConsumer())}},
+			Subscribe: []string{inbox(n, pipeline.StageDeleter), deadLetters(deletes, n.DeleterConsumer())}},
 		{Stage: pipeline.StageWalker,
 			Role:   "publishes sweep batches and its walk events, holds the swept storages' leases (LEASE bucket) and walk checkpoints (STATE bucket) under sweep.* keys, reads its pause (walker_pause in STATE) and the sweepers' backlog, and, only with collect_unregistered_instances, reads the scanners' checkpoints",
 			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: kvRead(state, subjects.CheckpointFilter())}},
 			Publish: cat([]string{n.SweepFilter(), ev(subjects.EventSweep)},
 				kvWrite(lease, sweepKeys), kvWrite(state, sweepKeys), kvRead(lease, sweepKeys), kvRead(state, sweepKeys),
 				[]string{kvGet(state, subjects.WalkerPauseKey), consumerInfo(sweep, n.SweeperConsumer())}),
-			Subscribe: []string{inbox}},
+			Subscribe: []string{inbox(n, pipeline.StageWalker)}},
 		{Stage: pipeline.StageSweeper,
 			Role:   "pulls sweep batches from its durable consumer and acknowledges them, records the batches the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes its events, and, only with collect_unregistered_instances, reads the scanners' checkpoints (STATE bucket)",
 			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: kvRead(state, subjects.CheckpointFilter())}},
 			Publish: cat([]string{ev(subjects.EventSweep), ev(subjects.EventPoison), ev(subjects.EventDeadLetter)},
 				pull(sweep, n.SweeperConsumer())),
-			Subscribe: []string{inbox, deadLetters(sweep, n.SweeperConsumer())}},
+			Subscribe: []string{inbox(n, pipeline.StageSweeper), deadLetters(sweep, n.SweeperConsumer())}},
 	}
 }
 
