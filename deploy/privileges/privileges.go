@@ -51,8 +51,8 @@ type RedisUser struct {
 	ReadKeys, WriteKeys []string
 }
 
-// Rules is the user's ACL rules after the user name: permissions only, no password and off,
-// as the file ships (an operator turns each user on with its password).
+// Rules is the user's ACL rules after the user name: permissions only; ACLFile puts the
+// resets of a re-apply before them.
 func (u RedisUser) Rules() string {
 	parts := []string{"-@all"}
 	for _, c := range u.Commands {
@@ -232,12 +232,22 @@ func NATS(n subjects.Names) []NATSUser {
 	}
 }
 
-// ACLFile renders the Redis users as an ACL file (redis.conf aclfile, ACL LOAD), each user off
-// and without a password; users maps a stage to its user name (DefaultUser when absent).
+// ACLResets start every user's line of the ACL file: they clear the permissions the user had
+// (keys, pub/sub channels, selectors; -@all in Rules its commands), so a line gives the user
+// exactly the permissions after them, whether it creates the user or changes it. They leave
+// alone whether the user is on and its passwords: a new user is off and has none, and an
+// existing one keeps both, so the file can be applied again (ACL SETUSER per line) after an
+// upgrade without turning off the users it changes. Never "off", "resetpass" or "reset".
+const ACLResets = "resetkeys resetchannels clearselectors"
+
+// ACLFile renders the Redis users as an ACL file (each line an aclfile's user, or, after
+// "ACL SETUSER" in place of "user", a command), permissions only: a user it creates is off and
+// has no password until an operator gives it one; users maps a stage to its user name
+// (DefaultUser when absent).
 func ACLFile(rs []RedisUser, users map[string]string) string {
 	var b strings.Builder
 	for _, u := range rs {
-		fmt.Fprintf(&b, "user %s off resetpass resetkeys resetchannels %s\n", userOf(users, u.Stage), u.Rules())
+		fmt.Fprintf(&b, "user %s %s %s\n", userOf(users, u.Stage), ACLResets, u.Rules())
 	}
 	return b.String()
 }
