@@ -115,7 +115,7 @@ QUICK_SCALE_BLOCKS ?= 500000
 bench-quick:
 	$(GO) build -o bin/bench/ ./tools/bench/cmd/kvcmbench ./tools/bench/cmd/kvcmstage
 	bin/bench/kvcmbench -blocks $(QUICK_BLOCKS) -small-blocks $(QUICK_SMALL_BLOCKS) -small-layout both -serving-window 2s -serving-reps 3 \
-	  -pace-rates 4000,32000,0 -pace-small-batch-rates 32000 -pace-reps 1 -scale-blocks $(QUICK_SCALE_BLOCKS) \
+	  -pace-rates 4000,32000,0 -pace-small-batch-rates 32000 -pace-reps 1 -scale-blocks $(QUICK_SCALE_BLOCKS) -cost-keys 50000 \
 	  -out BENCHMARKS.md -section quick \
 	  -command "make bench-quick QUICK_BLOCKS=$(QUICK_BLOCKS) QUICK_SMALL_BLOCKS=$(QUICK_SMALL_BLOCKS) QUICK_SCALE_BLOCKS=$(QUICK_SCALE_BLOCKS) $(BENCH_FLAGS)" $(BENCH_FLAGS)
 

@@ -46,6 +46,9 @@ const (
 	// PhasePace is the scan rate against the serving p99 (fixed rates and the adaptive
 	// pacer), a round of the adaptive walk, and its answer to a step of the load (pace.go).
 	PhasePace = "pace"
+	// PhaseCost measures what a walk costs Redis, by Redis's own counters, per key and per
+	// page, for several page sizes and pipeline depths (cost.go).
+	PhaseCost = "cost"
 	// PhaseScale runs each stage alone on a metadata-only keyspace at a tenth of
 	// Config.ScaleBlocks and at ScaleBlocks, location layout only (scale.go).
 	PhaseScale = "scale"
@@ -60,7 +63,7 @@ const (
 
 // AllPhases in the order they run (for each layout; PhaseSmall first, on a keyspace of its
 // own).
-var AllPhases = []string{PhaseRaw, PhaseAlone, PhaseSmall, PhaseServing, PhasePace, PhaseE2E, PhaseScale}
+var AllPhases = []string{PhaseRaw, PhaseCost, PhaseAlone, PhaseSmall, PhaseServing, PhasePace, PhaseE2E, PhaseScale}
 
 // keyspaceDB holds the keyspace under measurement, one at a time. The legacy layout allows
 // no other database than 0: a KVCM of that layout ignores db= and keeps its blocks in DB 0, so
@@ -138,6 +141,13 @@ type Config struct {
 	PaceStepRate int
 	// ScaleBlocks is the larger keyspace of PhaseScale (the smaller is a tenth of it).
 	ScaleBlocks int
+	// CostPoints are PhaseCost's configurations (nil: DefaultCostPoints), each measured on
+	// the first CostKeys keys of the SCAN order, CostReps times in alternating order. With
+	// CostGrow above 1, a copy of the main keyspace grown CostGrow times (Keyspace.Grow) on
+	// a redis-server of its own is then measured alternately with it.
+	CostPoints         []CostPoint
+	CostKeys, CostReps int
+	CostGrow           int
 	// Keep leaves the working directory (logs, data) in place.
 	Keep   bool
 	Logger *slog.Logger
@@ -230,6 +240,10 @@ type LayoutResults struct {
 	Stores *StoresResult
 	// Scale is PhaseScale.
 	Scale *ScaleResults
+	// Cost is PhaseCost on the main keyspace; CostPair the main keyspace against one
+	// Config.CostGrow times as large, alternated.
+	Cost     []*CostResults
+	CostPair *CostPair
 }
 
 func (c Config) wants(phase string) bool {
@@ -238,6 +252,13 @@ func (c Config) wants(phase string) bool {
 
 // wantsMain reports whether a phase runs on the main keyspace.
 func (c Config) wantsMain() bool {
+	return c.needsFiles() || c.wants(PhaseCost)
+}
+
+// needsFiles reports whether a phase on the main keyspace needs its data files (the stat
+// probe, the deleter's unlinks, the raw file baselines); without one it is seeded metadata
+// only.
+func (c Config) needsFiles() bool {
 	for _, p := range []string{PhaseRaw, PhaseAlone, PhaseAB, PhaseServing, PhasePace, PhaseE2E} {
 		if c.wants(p) {
 			return true
@@ -388,7 +409,8 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 		started := time.Now()
 		k, err := SeedKeyspace(ctx, h.redis.Client(), h.redis.URI(), KeyspaceSpec{Cluster: name, Layout: layout, DB: keyspaceDB,
 			Instances: cfg.Instances, Blocks: blocks, Locations: cfg.Locations, Garbage: cfg.Garbage, Tricky: cfg.Tricky,
-			Seed: cfg.Seed, Root: filepath.Join(h.workDir, "data-"+layout.String()+"-"+name)}, log)
+			Seed: cfg.Seed, Root: filepath.Join(h.workDir, "data-"+layout.String()+"-"+name),
+			NoFiles: name == "main" && !cfg.needsFiles()}, log)
 		h.waitRemoval()
 		h.timed(layout, "seed and link "+name, started)
 		return k, err
@@ -424,6 +446,24 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 			lr.Raw = raw
 		}
 		h.timed(layout, "raw baselines", started)
+	}
+	if cfg.wants(PhaseCost) {
+		started := time.Now()
+		c, err := h.cost(ctx, main)
+		if err != nil {
+			phaseErr(PhaseCost, err)
+		}
+		lr.Cost = append(lr.Cost, c)
+		h.timed(layout, "walk cost", started)
+	}
+	if cfg.wants(PhaseCost) && cfg.CostGrow > 1 {
+		started := time.Now()
+		pair, err := h.costGrown(ctx, main)
+		if err != nil {
+			phaseErr(PhaseCost, err)
+		}
+		lr.CostPair = pair
+		h.timed(layout, fmt.Sprintf("walk cost against a keyspace %d times as large", cfg.CostGrow), started)
 	}
 	collected := false
 	if cfg.wants(PhaseAlone) || cfg.wants(PhaseAB) {
@@ -585,7 +625,9 @@ const (
 // start starts Redis and NATS and connects to NATS.
 func (h *Harness) start(ctx context.Context) error {
 	var err error
-	if h.redis, err = servers.StartRedis(""); err != nil {
+	// DEBUG from the loopback only: the cost and scale phases read the keys' hash table with
+	// DEBUG HTSTATS.
+	if h.redis, err = servers.StartRedis("", servers.WithRedisArgs("--enable-debug-command", "local")); err != nil {
 		return err
 	}
 	if info, err := h.redis.Client().Info(ctx, "server").Result(); err == nil {

@@ -418,6 +418,13 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 		scaleReport(w, lay, lr.Scale)
 	}
 
+	for _, c := range lr.Cost {
+		costReport(w, c)
+	}
+	if lr.CostPair != nil {
+		costPairReport(w, lr.CostPair)
+	}
+
 	if len(lr.AB) > 0 {
 		w("### A/B, %s layout: `%s` (a) against `%s` (b), alternated\n\n", lay, c.StageBin, c.ABStageBin)
 		w("| stage | a | b | b / a |\n|---|---|---|---|\n")

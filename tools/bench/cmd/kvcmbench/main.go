@@ -81,6 +81,10 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.Float64Var(&cfg.PaceBudget, "pace-budget", 0.1, "scanner.latency_budget of the pace phase's adaptive walk")
 	fs.IntVar(&cfg.ScaleBlocks, "scale-blocks", 10_000_000, "blocks of the scale phase's larger metadata-only keyspace (the smaller: a tenth)")
 	fs.IntVar(&cfg.PaceStepRate, "pace-step-rate", 0, "read load after the pace phase's load step, requests per second (default: twice -serving-rate)")
+	costPoints := fs.String("cost-points", "", "configurations of the cost phase: walk:COUNT (pages of one pipeline), walk:COUNT/DEPTH, scan:COUNT, read:DEPTH, comma-separated (default: pages of 16 to 1,024 keys, COUNT 256 and 1,024 in pipelines of 64, SCAN and HGETALL alone)")
+	fs.IntVar(&cfg.CostKeys, "cost-keys", 200_000, "keys each measurement of the cost phase walks (the first of the SCAN order)")
+	fs.IntVar(&cfg.CostReps, "cost-reps", 2, "repetitions of the cost phase's measurements, in alternating order")
+	fs.IntVar(&cfg.CostGrow, "cost-grow", 0, "after the cost phase, seed the main keyspace again on a second redis-server, grow it this many times (at most 16), and measure both alternately")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (data, logs)")
 	_ = fs.Parse(args)
 
@@ -93,6 +97,9 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	if cfg.PaceSmallBatchRates, err = parseRates(*paceSmall); err != nil {
 		return fmt.Errorf("-pace-small-batch-rates: %w", err)
+	}
+	if cfg.CostPoints, err = bench.ParseCostPoints(*costPoints); err != nil {
+		return fmt.Errorf("-cost-points: %w", err)
 	}
 	if cfg.PaceStepRate <= 0 {
 		cfg.PaceStepRate = 2 * cfg.ServingRate
