@@ -48,11 +48,11 @@ func TestACLFileReapply(t *testing.T) {
 		sh.Env = append(os.Environ(), "REDISCLI_AUTH="+adminPW)
 		out, err := sh.CombinedOutput()
 		require.NoError(t, err, "%s\n%s", line, out)
-		require.Equal(t, strings.Repeat("OK\n", len(privileges.Stages)), string(out), line)
+		require.Equal(t, strings.Repeat("OK\n", len(privileges.Redis(guardPrefix))), string(out), line)
 	}
 	passwords := map[string]string{}
-	for _, st := range privileges.Stages {
-		passwords[privileges.DefaultUser(st)] = st + "-Pw9"
+	for _, u := range privileges.Redis(privileges.DefaultGuardPrefix) {
+		passwords[privileges.DefaultUser(u.Stage)] = u.Stage + "-Pw9"
 	}
 	signIn := func(addr string) {
 		t.Helper()

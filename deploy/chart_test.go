@@ -284,6 +284,7 @@ func checkStages(t *testing.T, r rendered) {
 		}
 		require.NotContains(t, c.Registry.URI, "@", "%s: credentials in the registry URI", stage)
 		checkSignIn(t, stage, c, user)
+		require.NotEqual(t, admin.c.Registry.Username, user, "%s shares the admin's Redis user", stage)
 		for other, ou := range redisUsers {
 			require.NotEqual(t, ou, user, "%s and %s share a Redis user", stage, other)
 		}
@@ -811,7 +812,8 @@ func checkPrivileges(t *testing.T, r rendered) {
 	c := r.loadConfig(t, privileges.StageAdmin).c
 	names, err := subjects.NewNames(c.Prefix, c.Cluster)
 	require.NoError(t, err)
-	redisUsers, natsUsers := map[string]string{}, map[string]string{privileges.StageAdmin: str(r.v, "admin", "natsUser")}
+	redisUsers := map[string]string{privileges.StageAdmin: str(r.v, "admin", "redisUser")}
+	natsUsers := map[string]string{privileges.StageAdmin: str(r.v, "admin", "natsUser")}
 	for _, stage := range privileges.Stages {
 		redisUsers[stage] = str(r.v, "stages", stage, "redisUser")
 		natsUsers[stage] = str(r.v, "stages", stage, "natsUser")

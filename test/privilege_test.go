@@ -154,7 +154,7 @@ type lpEnv struct {
 
 func newLeastPrivilegeEnv(t *testing.T) *lpEnv {
 	t.Helper()
-	redisPW := map[string]string{userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw",
+	redisPW := map[string]string{userAdmin: "admin-pw", userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw",
 		userWalker: "walk-pw", userSweeper: "sweep-pw"}
 	natsPW := map[string]string{userAdmin: "admin-pw", userScanner: "scan-pw", userProber: "probe-pw", userDeleter: "delete-pw",
 		userWalker: "walk-pw", userSweeper: "sweep-pw"}
@@ -359,6 +359,43 @@ func TestLeastPrivilege(t *testing.T) {
 		requireNoPerm(t, c.HGet(ctx, "kvcache:instance_inst1:metadata", "__key_count__").Err(), "the instance metadata hash")
 		requireNoPerm(t, c.FlushAll(ctx).Err(), "FLUSHALL")
 		l.requireCASRefused(t, userSweeper, m.Locations[0].Key)
+	})
+
+	t.Run("redis admin reads for replay, writes nothing", func(t *testing.T) {
+		require.NoError(t, l.redis.Client().ACLLogReset(ctx).Err())
+		conn, err := redismeta.ParseURI(l.redis.URI())
+		require.NoError(t, err)
+		conn.Username, conn.Password = userAdmin, l.redisPW[userAdmin]
+		o := l.stageOptions(userAdmin)
+		deps, err := ops.OpenReplayDeps(ctx, ops.ReplaySetup{Cluster: cluster, Registry: conn, Meta: conn, Storage: o.Storage,
+			Prober: o.Prober, Sweep: o.Sweep})
+		require.NoError(t, err)
+		defer func() { _ = deps.Close() }()
+		for _, stage := range []string{pipeline.StageProber, pipeline.StageDeleter, pipeline.StageSweeper} {
+			n := 0
+			sum, err := ops.Replay(ctx, l.js, l.names, ops.ReplayQuery{Stage: stage}, *deps, func(ops.ReplayMessage) error { n++; return nil })
+			require.NoError(t, err, "replay %s as the admin's Redis user", stage)
+			require.Positive(t, n, "%s: messages replayed", stage)
+			t.Logf("replay %s as %s: %d messages, %+v", stage, userAdmin, n, sum)
+		}
+		entries, err := l.redis.Client().ACLLog(ctx, 128).Result()
+		require.NoError(t, err)
+		for _, en := range entries {
+			t.Errorf("the replays were refused: user %s, %s %q (%s)", en.Username, en.Reason, en.Object, en.Context)
+		}
+		c := l.redisAs(userAdmin)
+		k := kvcm.BlockKey("inst1", m.Locations[0].Key)
+		reg := "kvcache_registry:" + cluster + ":storage"
+		require.NoError(t, c.HGetAll(ctx, reg).Err(), "reads the registry")
+		requireNoPerm(t, c.HSet(ctx, k, "__uri__", "{}").Err(), "HSET a block")
+		requireNoPerm(t, c.Del(ctx, k).Err(), "DEL a block")
+		requireNoPerm(t, c.HSet(ctx, reg, "x", "y").Err(), "HSET the registry")
+		requireNoPerm(t, c.Eval(ctx, "return 1", []string{k}).Err(), "EVAL")
+		requireNoPerm(t, c.Scan(ctx, 0, "*", 10).Err(), "SCAN")
+		requireNoPerm(t, c.FlushAll(ctx).Err(), "FLUSHALL")
+		requireNoPerm(t, c.Do(ctx, "ACL", "LIST").Err(), "ACL")
+		requireNoPerm(t, c.Get(ctx, "kvcm_lock:_TAIR_KVCM_LEADER_KEY").Err(), "KVCM's leader lock")
+		l.requireCASRefused(t, userAdmin, m.Locations[len(m.Locations)-1].Key)
 	})
 
 	t.Run("nats stages are refused outside their permissions", func(t *testing.T) {

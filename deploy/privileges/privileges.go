@@ -22,7 +22,8 @@ import (
 )
 
 // StageAdmin is the identity that creates the streams, consumers and buckets (kvcm-gc ensure)
-// and runs the operator's commands. It has a NATS user and no Redis user.
+// and runs the operator's commands. It has a NATS user that may do everything, and a Redis user
+// that reads the metadata only, for replay.
 const StageAdmin = subjects.IdentityAdmin
 
 // Stages are the stages with their own identities, in pipeline order.
@@ -67,10 +68,16 @@ func (u RedisUser) Rules() string {
 	return strings.Join(parts, " ")
 }
 
-// Redis returns the stages' Redis users for the guard's key prefix (guard.prefix; ACL glob
-// characters in it are not escaped, so it must have none).
+// Redis returns the Redis users of the admin and of every stage for the guard's key prefix
+// (guard.prefix; ACL glob characters in it are not escaped, so it must have none).
 func Redis(guardPrefix string) []RedisUser {
 	return []RedisUser{
+		{Stage: StageAdmin,
+			Role: "runs the operator's commands that read the metadata: replay reads the registry (HGETALL, HGET), the blocks it replays (pipelined HGETALL) and the copy-target guard's hashes (HMGET); it writes nothing and walks nothing (no SCAN)",
+			// Read-only: an operator's command never writes in Redis; the deletes are the
+			// deleter's alone, under its own user.
+			Commands: []string{"ping", "hget", "hgetall", "hmget"},
+			ReadKeys: []string{blockKeys, registryKeys, guardPrefix + "*"}},
 		{Stage: pipeline.StageScanner,
 			Role: "walks the block keys (SCAN, pipelined HGETALL), reads the registry snapshot (HGETALL, HGET), a store's size when its round starts (DBSIZE) and, pacing a walk by scanner.latency_budget, the server's clock (TIME: how long a probe waited in Redis)",
 			// No write command at all: the scanner is read-only. Without +time an adaptive
