@@ -231,15 +231,19 @@ func dlqListCommand() *Command {
 func dlqRetryCommand() *Command {
 	var stream string
 	var seq uint64
-	var asJSON bool
+	var asJSON, force bool
 	return &Command{
 		Name:    "retry",
 		Summary: "re-publish a dead letter from its stream under a new message id, after the cause is fixed",
-		Config:  true, Tool: true,
+		Help: "A message terminated as poison (it does not decode or does not make sense), or a copy an\n" +
+			"earlier retry made that was dead-lettered again, is not re-published: it says why and exits 1.\n" +
+			"--force re-publishes it anyway.",
+		Config: true, Tool: true,
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&stream, "stream", "", "the stream holding the message: BATCHES, DELETES or the full stream name (required)")
 			fs.Uint64Var(&seq, "seq", 0, "the message's stream sequence, the SEQ column of dlq list (required)")
 			fs.BoolVar(&asJSON, "json", false, "print JSON")
+			fs.BoolVar(&force, "force", false, "re-publish even a message terminated as poison, or a copy dead-lettered again")
 		},
 		Check: func(e *Env) error {
 			if stream == "" || seq == 0 {
@@ -252,9 +256,16 @@ func dlqRetryCommand() *Command {
 			if err != nil {
 				return err
 			}
-			res, err := ops.DLQRetry(ctx, js, names, stream, seq)
+			res, err := ops.DLQRetry(ctx, js, names, stream, seq, force)
+			if pe := new(ops.PoisonError); errors.As(err, &pe) {
+				fmt.Fprintf(e.Stderr, "%s: not re-published: %v\nRe-publish it anyway with --force.\n", e.Prog, pe)
+				return ErrReported
+			}
 			if err != nil {
 				return err
+			}
+			if res.Warning != "" {
+				fmt.Fprintf(e.Stderr, "%s: warning: %s; re-published anyway (--force)\n", e.Prog, res.Warning)
 			}
 			if asJSON {
 				return jsonLine(e.Stdout, res)

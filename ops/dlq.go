@@ -120,11 +120,55 @@ type RetryResult struct {
 	MsgID    string `json:"msg_id,omitempty"`
 	NewSeq   uint64 `json:"new_seq"`
 	NewMsgID string `json:"new_msg_id"`
+	// Warning says why the message was re-published although it would likely fail again
+	// (DLQRetry with force: the PoisonError it overrode).
+	Warning string `json:"warning,omitempty"`
 }
 
 // ErrNotRetryable reports a stream dlq retry refuses: only the stages' input streams hold
 // messages a stage consumes.
 var ErrNotRetryable = errors.New("not a stage input stream")
+
+// PoisonError refuses to re-publish a message a stage gave up on for a reason re-publishing
+// does not cure: it was terminated as poison (it does not decode or does not make sense, and
+// its copy is the same bytes), or it is itself a copy a dead letter was re-published as, and
+// dead-lettered again. DLQRetry re-publishes it all the same with force.
+type PoisonError struct {
+	Stream string
+	Seq    uint64
+	// Record is what was recorded of it: the poison event, or the copy's dead letter.
+	Record DeadLetter
+	// Copy: the message is a re-published copy (RetryHeader names its original) that was
+	// dead-lettered again.
+	Copy bool
+}
+
+func (e *PoisonError) Error() string {
+	if e.Copy {
+		return fmt.Sprintf("%s #%d is a re-published copy (of %s) that the %s dead-lettered again: %s; the cause seems "+
+			"not fixed, and another copy would likely fail the same way", e.Stream, e.Seq, e.Record.MsgID, e.Record.Stage, e.Record.Reason)
+	}
+	return fmt.Sprintf("%s #%d was terminated as poison by the %s: %s; a copy is the same bytes and will be terminated "+
+		"again (the next round judges its blocks anew)", e.Stream, e.Seq, e.Record.Stage, e.Record.Reason)
+}
+
+// retryRefusal returns the PoisonError of the message at seq of stream, given what was
+// recorded of the messages stages gave up on, or nil when re-publishing it can help.
+func retryRefusal(dls []DeadLetter, stream string, seq uint64, orig *jetstream.RawStreamMsg) *PoisonError {
+	for _, d := range dls {
+		if d.Stream != stream || d.Seq != seq {
+			continue
+		}
+		switch {
+		case d.Kind == subjects.EventPoison:
+			return &PoisonError{Stream: stream, Seq: seq, Record: d}
+		case d.Kind == subjects.EventDeadLetter && orig.Header.Get(RetryHeader) != "":
+			d.MsgID = orig.Header.Get(RetryHeader)
+			return &PoisonError{Stream: stream, Seq: seq, Record: d, Copy: true}
+		}
+	}
+	return nil
+}
 
 // maxRetryIDs bounds the search for an unused retry id within the duplicate window.
 const maxRetryIDs = 1000
@@ -139,7 +183,12 @@ const maxRetryIDs = 1000
 // server reports the id as a duplicate, so retrying twice in quick succession really
 // re-publishes twice. Handling a copy is safe in every case: the prober re-judges, and the
 // deleter re-checks the exact bytes before any write.
-func DLQRetry(ctx context.Context, js jetstream.JetStream, names subjects.Names, stream string, seq uint64) (RetryResult, error) {
+//
+// A message that was terminated as poison, or a copy that was dead-lettered again, is not
+// re-published (a *PoisonError says why) unless force is true: a copy of it would only fail
+// again, add a poison event, and fire the dead-letter alert once more. With force the result's
+// Warning says it.
+func DLQRetry(ctx context.Context, js jetstream.JetStream, names subjects.Names, stream string, seq uint64, force bool) (RetryResult, error) {
 	switch strings.ToLower(stream) {
 	case "batches", strings.ToLower(names.BatchesStream()):
 		stream = names.BatchesStream()
@@ -159,6 +208,16 @@ func DLQRetry(ctx context.Context, js jetstream.JetStream, names subjects.Names,
 		return res, fmt.Errorf("retry %s #%d: fetch the original: %w", stream, seq, err)
 	}
 	res.Subject, res.MsgID = orig.Subject, orig.Header.Get(jetstream.MsgIDHeader)
+	dls, err := DLQList(ctx, js, names, time.Time{})
+	if err != nil {
+		return res, fmt.Errorf("retry %s #%d: %w", stream, seq, err)
+	}
+	if pe := retryRefusal(dls, stream, seq, orig); pe != nil {
+		if !force {
+			return res, fmt.Errorf("retry %s #%d: %w", stream, seq, pe)
+		}
+		res.Warning = pe.Error()
+	}
 	base := res.MsgID
 	if base == "" {
 		base = fmt.Sprintf("%s:%d", stream, seq)

@@ -3,9 +3,11 @@ package ops_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -60,4 +62,71 @@ func TestDLQListOneEntryPerMessage(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, ops.WriteDeadLetters(&out, dls))
 	require.Contains(t, out.String(), "(recorded 2 times)")
+}
+
+// TestDLQRetryRefusesPoison: a message terminated as poison, and a re-published copy that was
+// dead-lettered again, are not re-published without force (a PoisonError says why, and the
+// stream is unchanged); with force they are, with a warning. A dead letter seen once is
+// re-published at once.
+func TestDLQRetryRefusesPoison(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartNATS(t)
+	js, err := jetstream.New(srv.Conn(t))
+	require.NoError(t, err)
+	names, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	s := subjects.DefaultSettings()
+	s.Storage = jetstream.MemoryStorage
+	require.NoError(t, subjects.Ensure(ctx, js, names, s))
+	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names}, pipeline.EventLogDeps{JS: js})
+	require.NoError(t, err)
+	deletes := names.DeletesStream()
+	// No deleter consumes them: their fates are recorded by hand.
+	publish := func(data string, hdr nats.Header) uint64 {
+		t.Helper()
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: names.DeleteSubject("inst1"), Data: []byte(data), Header: hdr})
+		require.NoError(t, err)
+		return ack.Sequence
+	}
+	poison := publish(`{"v":1`, nil)
+	dead := publish(`{"v":1,"cluster":"c1"}`, nil)
+	copyOfDead := publish(`{"v":1,"cluster":"c1"}`, nats.Header{ops.RetryHeader: []string{fmt.Sprintf("%s:%d", deletes, dead)}})
+	for _, e := range []subjects.Event{
+		{Kind: subjects.EventPoison, Stage: pipeline.StageDeleter, Reason: "poison message: unexpected end of JSON input",
+			Source: &subjects.Source{Stream: deletes, Seq: poison}},
+		{Kind: subjects.EventDeadLetter, Stage: pipeline.StageDeleter, Reason: "cas: i/o timeout", Source: &subjects.Source{Stream: deletes, Seq: dead}},
+		{Kind: subjects.EventDeadLetter, Stage: pipeline.StageDeleter, Reason: "cas: i/o timeout", Source: &subjects.Source{Stream: deletes, Seq: copyOfDead}},
+	} {
+		require.NoError(t, events.Wait(ctx, []jetstream.PubAckFuture{events.Emit(ctx, e)}))
+	}
+	last := func() uint64 {
+		st, err := js.Stream(ctx, deletes)
+		require.NoError(t, err)
+		return st.CachedInfo().State.LastSeq
+	}
+
+	for _, c := range []struct {
+		seq  uint64
+		copy bool
+		says string
+	}{
+		{poison, false, fmt.Sprintf("retry %s #%d: %s #%d was terminated as poison by the deleter: poison message: unexpected end of JSON input", deletes, poison, deletes, poison)},
+		{copyOfDead, true, fmt.Sprintf("is a re-published copy (of %s:%d) that the deleter dead-lettered again: cas: i/o timeout", deletes, dead)},
+	} {
+		before := last()
+		_, err := ops.DLQRetry(ctx, js, names, "deletes", c.seq, false)
+		var pe *ops.PoisonError
+		require.ErrorAs(t, err, &pe)
+		require.Equal(t, c.copy, pe.Copy)
+		require.ErrorContains(t, err, c.says)
+		require.Equal(t, before, last(), "nothing re-published")
+
+		res, err := ops.DLQRetry(ctx, js, names, "deletes", c.seq, true)
+		require.NoError(t, err)
+		require.Equal(t, pe.Error(), res.Warning)
+		require.Equal(t, before+1, last())
+	}
+	res, err := ops.DLQRetry(ctx, js, names, "deletes", dead, false)
+	require.NoError(t, err, "a dead letter's first retry")
+	require.Empty(t, res.Warning)
 }

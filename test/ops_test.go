@@ -551,10 +551,27 @@ func TestOpsDLQ(t *testing.T) {
 	require.Regexp(t, `poison\s+deleter\s+inst1\s+`+e.names.DeletesStream()+`\s+1\s+poison-1\s+poison message`, out.String())
 	t.Logf("dlq list:\n%s", out.String())
 
-	// Retry: the copy gets a new id and sequence, keeps the subject and payload, and (still
-	// poison) is terminated and recorded in turn.
+	// Retry of a poison message: refused, saying why, and nothing is published.
 	out.Reset()
-	require.NoError(t, opsCommand("dlq")(ctx, env, []string{"retry", "--stream", "DELETES", "--seq", "1", "--json"}, &out, &errOut))
+	errOut.Reset()
+	before, err := e.js.Stream(ctx, e.names.DeletesStream())
+	require.NoError(t, err)
+	err = opsCommand("dlq")(ctx, env, []string{"retry", "--stream", "DELETES", "--seq", "1"}, &out, &errOut)
+	require.ErrorContains(t, err, "exit status 1")
+	require.Contains(t, errOut.String(), "not re-published: "+e.names.DeletesStream()+" #1 was terminated as poison by the deleter: poison message")
+	require.Contains(t, errOut.String(), "Re-publish it anyway with --force.")
+	require.Empty(t, out.String())
+	t.Logf("dlq retry of a poison message:\n%s", errOut.String())
+	after, err := e.js.Stream(ctx, e.names.DeletesStream())
+	require.NoError(t, err)
+	require.Equal(t, before.CachedInfo().State.LastSeq, after.CachedInfo().State.LastSeq, "nothing re-published")
+
+	// With --force: the copy gets a new id and sequence, keeps the subject and payload, and
+	// (still poison) is terminated and recorded in turn.
+	out.Reset()
+	errOut.Reset()
+	require.NoError(t, opsCommand("dlq")(ctx, env, []string{"retry", "--stream", "DELETES", "--seq", "1", "--force", "--json"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "warning: "+e.names.DeletesStream()+" #1 was terminated as poison")
 	var res ops.RetryResult
 	require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 	require.Equal(t, "poison-1:retry:1", res.NewMsgID)
@@ -571,8 +588,9 @@ func TestOpsDLQ(t *testing.T) {
 	require.Equal(t, "poison-1:retry:1", poisons[1].Source.MsgID)
 
 	// A second retry within the duplicate window is a new copy, not a dropped duplicate.
-	res2, err := ops.DLQRetry(ctx, e.js, e.names, e.names.DeletesStream(), poison.Sequence)
+	res2, err := ops.DLQRetry(ctx, e.js, e.names, e.names.DeletesStream(), poison.Sequence, true)
 	require.NoError(t, err)
+	require.NotEmpty(t, res2.Warning)
 	require.Equal(t, "poison-1:retry:2", res2.NewMsgID)
 	require.Greater(t, res2.NewSeq, res.NewSeq)
 	waitEvents(subjects.EventPoison, 3)
@@ -581,16 +599,17 @@ func TestOpsDLQ(t *testing.T) {
 	require.Len(t, dls, 3)
 
 	// After the fix: the valid request re-published from the stream is handled (a no-op).
-	_, err = ops.DLQRetry(ctx, e.js, e.names, "deletes", 2)
+	res3, err := ops.DLQRetry(ctx, e.js, e.names, "deletes", 2, false)
 	require.NoError(t, err)
+	require.Empty(t, res3.Warning)
 	waitEvents(subjects.EventDelete, 2)
 	stop()
 	opsWaitDeleterDrained(t, e)
 
 	// Only the stages' input streams can be retried from.
-	_, err = ops.DLQRetry(ctx, e.js, e.names, e.names.EventsStream(), 1)
+	_, err = ops.DLQRetry(ctx, e.js, e.names, e.names.EventsStream(), 1, false)
 	require.ErrorIs(t, err, ops.ErrNotRetryable)
-	_, err = ops.DLQRetry(ctx, e.js, e.names, "deletes", 999)
+	_, err = ops.DLQRetry(ctx, e.js, e.names, "deletes", 999, false)
 	require.Error(t, err)
 	require.ErrorIs(t, opsCommand("dlq")(ctx, env, []string{"retry", "--stream", "DELETES"}, &out, &errOut), errOpsUsage)
 	require.ErrorIs(t, opsCommand("dlq")(ctx, env, []string{"purge"}, &out, &errOut), errOpsUsage)
