@@ -7,6 +7,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 )
@@ -102,11 +103,16 @@ type Scanner interface {
 }
 
 // Bursts is how a paced walk reads a page's blocks: in bursts of at most Size keys (0: the
-// whole page at once), Gate called before each with the burst's key count (it waits for the
-// walk's pace; its error fails the page, and the caller keeps its cursor).
+// whole page at once), Gate called before each round trip to the server with the keys it
+// reads (0 for the page's SCAN sent alone: it waits for the walk's pace; its error fails the
+// page, and the caller keeps its cursor), and Took, when set, after each round trip that Gate
+// let go, answered or failed, with how long it held the server: its time on the server's own
+// clock from its first command to its last where the store can tell (Redis: TIME before and
+// after, in the same pipeline), else its round trip from the send to the last reply.
 type Bursts struct {
 	Size int
 	Gate func(ctx context.Context, keys int) error
+	Took func(keys int, held time.Duration)
 }
 
 // BurstScanner is a Scanner that can read a page in bursts: a page's reads hold the server

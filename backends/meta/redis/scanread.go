@@ -2,9 +2,12 @@ package redismeta
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -42,45 +45,61 @@ type blockRead struct {
 
 // readPage reads the page's keys with one pipeline, and with it the SCAN of the next page
 // when ahead is set (ahead.cmd then holds its reply, or is nil when it is not to be used). An
-// error means the page could not be read at all.
-func (s *Store) readPage(ctx context.Context, reads []pendingRead, ahead *scanAhead) ([]blockRead, error) {
+// error means the page could not be read at all. held is how long the reads held the server
+// (meta.Bursts.Took): with timed, the server's own clock from the pipeline's first command to
+// its last where it answers TIME, else the round trip of every pipeline sent (a raw read
+// that fell back to the general decoder sent two).
+func (s *Store) readPage(ctx context.Context, reads []pendingRead, ahead *scanAhead, timed bool) (out []blockRead, held time.Duration, err error) {
 	if rc, ok := s.c.(*redis.Client); ok && !s.generalOnly {
-		if out, ok := s.readPageRaw(ctx, rc, reads, ahead); ok {
-			return out, nil
+		out, held, ok := s.readPageRaw(ctx, rc, reads, ahead, timed && !s.timeRefused.Load())
+		if ok {
+			return out, held, nil
 		}
 		s.rawFallbacks.Add(1)
 		if ahead != nil {
 			ahead.cmd = nil // its reply is not trusted either: the next page scans again
 		}
+		out, more, err := s.readPageGeneral(ctx, reads)
+		return out, held + more, err
 	}
 	return s.readPageGeneral(ctx, reads)
 }
 
-// readPageGeneral is readPage through go-redis's decoder.
-func (s *Store) readPageGeneral(ctx context.Context, reads []pendingRead) ([]blockRead, error) {
+// readPageGeneral is readPage through go-redis's decoder; held is its round trip.
+func (s *Store) readPageGeneral(ctx context.Context, reads []pendingRead) ([]blockRead, time.Duration, error) {
 	pipe := s.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(reads))
 	for i := range reads {
 		cmds[i] = pipe.Do(ctx, "hgetall", reads[i].key)
 	}
-	if err := execPipeline(ctx, pipe); err != nil {
-		return nil, err
+	sent := time.Now()
+	err := execPipeline(ctx, pipe)
+	held := time.Since(sent)
+	if err != nil {
+		return nil, held, err
 	}
 	out := make([]blockRead, len(reads))
 	for i, r := range reads {
 		out[i].entry = meta.Entry{Key: r.key, Instance: r.instance, BlockKey: r.block}
 		out[i].exists, out[i].err = readEntry(cmds[i], &out[i].entry)
 	}
-	return out, nil
+	return out, held, nil
 }
 
 // readPageRaw is readPage through parseHGetAll; ok is false when the page must be read again
-// through the general decoder.
-func (s *Store) readPageRaw(ctx context.Context, rc *redis.Client, reads []pendingRead, ahead *scanAhead) (out []blockRead, ok bool) {
+// through the general decoder. With timed, TIME goes first and last in the pipeline, and held
+// is the server's time between them when both answered and it lies within the round trip
+// (a proxy could answer them from two servers' clocks), else the round trip. A server that
+// refuses TIME is not sent it again.
+func (s *Store) readPageRaw(ctx context.Context, rc *redis.Client, reads []pendingRead, ahead *scanAhead, timed bool) (out []blockRead, held time.Duration, ok bool) {
 	// Sized from the last page, per key: the buffer is allocated once, not grown to size.
 	var buf bytes.Buffer
 	buf.Grow(len(reads) * int(max(s.replyBytes.Load(), 256)) * 9 / 8)
 	pipe := rc.Pipeline()
+	var first, last *redis.TimeCmd
+	if timed {
+		first = pipe.Time(ctx)
+	}
 	cmds := make([]*redis.RawWriteToCmd, len(reads))
 	for i := range reads {
 		cmds[i] = redis.NewRawWriteToCmd(ctx, &buf, "hgetall", reads[i].key)
@@ -89,14 +108,30 @@ func (s *Store) readPageRaw(ctx context.Context, rc *redis.Client, reads []pendi
 	if ahead != nil {
 		ahead.cmd = pipe.Scan(ctx, ahead.cursor, kvcm.StoreScanPattern, int64(ahead.count))
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if timed {
+		last = pipe.Time(ctx)
+	}
+	sent := time.Now()
+	_, err := pipe.Exec(ctx)
+	held = time.Since(sent)
+	if timed {
+		held = serverHeld(first, last, held)
+		var rerr redis.Error
+		if t := cmp.Or(first.Err(), last.Err()); errors.As(t, &rerr) {
+			s.timeRefused.Store(true) // a user without +time: the round trip from now on
+		}
+	}
+	if err != nil {
 		for _, c := range cmds {
 			if c.Err() != nil {
-				return nil, false // not answered: the general path reads (and retries)
+				return nil, held, false // not answered: the general path reads (and retries)
 			}
 		}
+		if timed && (first.Err() != nil || last.Err() != nil) {
+			return nil, held, false
+		}
 		if ahead == nil || ahead.cmd.Err() == nil {
-			return nil, false
+			return nil, held, false
 		}
 		ahead.cmd = nil // the page is read; only the next SCAN failed, and is sent again
 	}
@@ -107,7 +142,7 @@ func (s *Store) readPageRaw(ctx context.Context, rc *redis.Client, reads []pendi
 	for i, r := range reads {
 		n := int(cmds[i].Val())
 		if n < 0 || at+n > len(data) {
-			return nil, false
+			return nil, held, false
 		}
 		reply := data[at : at+n : at+n]
 		at += n
@@ -115,13 +150,25 @@ func (s *Store) readPageRaw(ctx context.Context, rc *redis.Client, reads []pendi
 		b.entry = meta.Entry{Key: r.key, Instance: r.instance, BlockKey: r.block}
 		var parsed bool
 		if b.exists, b.err, parsed = parseHGetAll(reply, &b.entry); !parsed {
-			return nil, false
+			return nil, held, false
 		}
 	}
 	if at != len(data) {
-		return nil, false
+		return nil, held, false
 	}
-	return out, true
+	return out, held, true
+}
+
+// serverHeld is the server's time from first's TIME to last's when both answered and it lies
+// within the round trip rt, else rt.
+func serverHeld(first, last *redis.TimeCmd, rt time.Duration) time.Duration {
+	if first.Err() != nil || last.Err() != nil {
+		return rt
+	}
+	if d := last.Val().Sub(first.Val()); d >= 0 && d <= rt {
+		return d
+	}
+	return rt
 }
 
 // parseHGetAll reads one raw HGETALL reply into e as readEntry does. parsed is false for any

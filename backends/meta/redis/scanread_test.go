@@ -3,6 +3,7 @@ package redismeta
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -289,4 +290,87 @@ func BenchmarkScanStorePaths(b *testing.B) {
 			b.ReportMetric(float64(keys)/b.Elapsed().Seconds(), "keys/s")
 		})
 	}
+}
+
+// TestScanBurstsTook: a paced read reports, after every round trip that its gate let go,
+// the keys it read and how long it held the server: on the server's clock (TIME first and
+// last in the pipeline), within the round trip; a user without +time is read the same, timed
+// by the round trip, and is not sent TIME again.
+func TestScanBurstsTook(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := tctx(t)
+	for i := range 300 {
+		require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", int64(i)), "__uri__", fmt.Sprintf(`{"n":%d}`, i), "__lru_time__", "1").Err())
+	}
+	srv.AddUser(t, "notime", "pw", "~*", "+scan", "+hgetall", "+ping")
+	owns := func(id string) bool { return id == "i" }
+	for _, tc := range []struct {
+		name string
+		conn ConnOptions
+	}{
+		{"with TIME", ConnOptions{Addr: srv.Addr()}},
+		{"without TIME", ConnOptions{Addr: srv.Addr(), Username: "notime", Password: "pw"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := OpenStore(ctx, tc.conn, StoreOptions{DryRun: true})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, st.Close()) })
+			before := srv.CommandStats(t)
+			type trip struct {
+				keys int
+				held time.Duration
+			}
+			var gated []int
+			var trips []trip
+			var rts []time.Duration
+			var sent time.Time
+			b := meta.Bursts{Size: 50,
+				Gate: func(_ context.Context, n int) error { gated, sent = append(gated, n), time.Now(); return nil },
+				Took: func(n int, held time.Duration) {
+					trips, rts = append(trips, trip{n, held}), append(rts, time.Since(sent))
+				}}
+			keys := 0
+			for cursor := uint64(0); ; {
+				p, err := st.ScanStoreBursts(ctx, cursor, 128, owns, b)
+				require.NoError(t, err)
+				keys += len(p.Entries)
+				if cursor = p.Next; cursor == 0 {
+					break
+				}
+			}
+			require.Equal(t, 300, keys)
+			require.Len(t, trips, len(gated), "a Took after every round trip its gate let go")
+			for i, tr := range trips {
+				require.Equal(t, gated[i], tr.keys)
+				require.Positive(t, tr.held)
+				require.LessOrEqual(t, tr.held, rts[i], "within the round trip")
+			}
+			after := srv.CommandStats(t)
+			times := after["time"] - before["time"]
+			if tc.conn.Username == "" {
+				require.Equal(t, 2*int64(len(trips)-1), times, "TIME before and after every burst but the lone SCAN")
+				require.Zero(t, st.rawFallbacks.Load())
+			} else {
+				require.LessOrEqual(t, times, int64(2), "TIME tried on one page only")
+				require.Equal(t, int64(1), st.rawFallbacks.Load(), "the refused page read again by the general decoder, once")
+			}
+		})
+	}
+}
+
+func tctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestParseMainThreadCPU(t *testing.T) {
+	cpu, err := parseMainThreadCPU("# CPU\r\nused_cpu_sys:9\r\nused_cpu_user:9\r\nused_cpu_sys_main_thread:1.5\r\nused_cpu_user_main_thread:0.25\r\n")
+	require.NoError(t, err)
+	require.Equal(t, 1750*time.Millisecond, cpu, "the main thread's, not the process's")
+	_, err = parseMainThreadCPU("# CPU\r\nused_cpu_sys:9\r\nused_cpu_user:9\r\n")
+	require.ErrorIs(t, err, meta.ErrInfoRefused, "a server that does not count its main thread")
+	_, err = parseMainThreadCPU("used_cpu_sys_main_thread:x\r\nused_cpu_user_main_thread:1\r\n")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, meta.ErrInfoRefused)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -156,9 +157,12 @@ type Store struct {
 	// SCAN on its own (tests compare the paths; scanread.go).
 	generalOnly, noScanAhead bool
 	rawFallbacks             atomic.Int64 // pages the raw reader handed to the general decoder
-	replyBytes               atomic.Int64 // bytes of a key's HGETALL reply on the last page
-	aheadMu                  sync.Mutex
-	ahead                    aheadPage
+	// timeRefused: the server refused TIME (a user without +time); a paced read's time on
+	// the server is its round trip from then on.
+	timeRefused atomic.Bool
+	replyBytes  atomic.Int64 // bytes of a key's HGETALL reply on the last page
+	aheadMu     sync.Mutex
+	ahead       aheadPage
 }
 
 var (
@@ -226,8 +230,18 @@ func (s *Store) ScanStoreBursts(ctx context.Context, cursor uint64, count int, o
 	}
 	keys, next, ok := s.takeAhead(cursor, count)
 	if !ok {
+		if b.Gate != nil {
+			if err := b.Gate(ctx, 0); err != nil {
+				return meta.Page{}, err
+			}
+		}
+		sent := time.Now()
 		var err error
-		if keys, next, err = s.c.Scan(ctx, cursor, kvcm.StoreScanPattern, int64(count)).Result(); err != nil {
+		keys, next, err = s.c.Scan(ctx, cursor, kvcm.StoreScanPattern, int64(count)).Result()
+		if b.Took != nil {
+			b.Took(0, time.Since(sent))
+		}
+		if err != nil {
 			return meta.Page{}, fmt.Errorf("scan store: %w", err)
 		}
 	}
@@ -308,7 +322,10 @@ func (s *Store) readBursts(ctx context.Context, reads []pendingRead, ahead *scan
 		if at+size >= len(reads) {
 			a = ahead // with the last burst
 		}
-		got, err := s.readPage(ctx, burst, a)
+		got, held, err := s.readPage(ctx, burst, a, b.Took != nil)
+		if b.Took != nil {
+			b.Took(len(burst), held)
+		}
 		if err != nil {
 			return nil, err
 		}

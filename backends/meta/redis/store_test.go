@@ -313,13 +313,16 @@ func TestScanBursts(t *testing.T) {
 		return nil
 	}})
 	require.Equal(t, whole, gated)
-	total := 0
+	total, scans := 0, 0
 	for _, n := range sizes {
 		require.LessOrEqual(t, n, 7)
-		require.Positive(t, n)
+		if n == 0 {
+			scans++
+		}
 		total += n
 	}
 	require.Equal(t, 300, total, "every key read in exactly one burst")
+	require.Equal(t, 1, scans, "the first page's SCAN is gated alone; every later one goes with the page before's reads")
 
 	stop := errors.New("stop")
 	calls := 0
@@ -330,4 +333,31 @@ func TestScanBursts(t *testing.T) {
 		return nil
 	}})
 	require.ErrorIs(t, err, stop)
+}
+
+// TestMainThreadCPU: Redis's main thread's CPU time grows with the work it does; a user
+// without +info is refused with meta.ErrInfoRefused, as is a reply without the counters.
+func TestMainThreadCPU(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testCtx(t)
+	st := newStore(t, srv, redismeta.StoreOptions{DryRun: true})
+	a, err := st.MainThreadCPU(ctx)
+	require.NoError(t, err)
+	require.Positive(t, a)
+	require.NoError(t, srv.Client().Eval(ctx, `local s = redis.call('TIME')
+repeat
+  local n = redis.call('TIME')
+until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 50000
+return 1`, nil).Err())
+	b, err := st.MainThreadCPU(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, b-a, 40*time.Millisecond, "a script that ran for 50 ms")
+
+	srv.AddUser(t, "noinfo", "pw", "~*", "+scan", "+hgetall", "+ping")
+	ro, err := redismeta.OpenStore(ctx, redismeta.ConnOptions{Addr: srv.Addr(), Username: "noinfo", Password: "pw"}, redismeta.StoreOptions{DryRun: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ro.Close()) })
+	_, err = ro.MainThreadCPU(ctx)
+	require.ErrorIs(t, err, meta.ErrInfoRefused)
+	require.ErrorContains(t, err, "NOPERM")
 }
