@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -238,4 +239,19 @@ func AddDeletedKeys(ctx context.Context, kv jetstream.KeyValue, instance string,
 		return fmt.Errorf("update %s: %w", key, err)
 	}
 	return nil
+}
+
+// StorageConfigs turns a delete request's storage table back into registry records.
+func StorageConfigs(infos map[string]subjects.StorageInfo) map[string]kvcm.StorageConfig {
+	out := make(map[string]kvcm.StorageConfig, len(infos))
+	for name, in := range infos {
+		t, _ := kvcm.ParseStorageType(in.Type)
+		kc := in.KeyCountPerFile
+		if kc == 0 {
+			kc = 1
+		}
+		out[name] = kvcm.StorageConfig{Type: t, TypeName: in.Type, Available: true, Name: name, RootPath: in.RootPath,
+			Mountpoint: in.Mountpoint, RootDir: in.RootDir, KeyCountPerFile: kc}
+	}
+	return out
 }

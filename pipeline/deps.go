@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,4 +53,13 @@ func (r Refusals) Err(who string) error {
 		return fmt.Errorf("%s: %w", who, err)
 	}
 	return nil
+}
+
+// warn logs a failed operation, except when it failed because the scanner is shutting down.
+func warn(ctx context.Context, log *slog.Logger, msg string, args ...any) {
+	if ctx.Err() != nil {
+		log.Debug(msg, args...)
+		return
+	}
+	log.Warn(msg, args...)
 }

@@ -100,33 +100,3 @@ func (l *EventLog) failed(stage string, err error) {
 	l.metrics.opError(stage, "event")
 	l.log.Warn("publish event", "stage", stage, "err", err)
 }
-
-// JSPublisher publishes through JetStream and waits for the server's acknowledgement.
-type JSPublisher struct{ JS jetstream.JetStream }
-
-// PublishAsync starts storing data on subject with the given Nats-Msg-Id and returns a wait
-// for the server's acknowledgement.
-func (p JSPublisher) PublishAsync(subject string, data []byte, msgID string) (AckWait, error) {
-	f, err := p.JS.PublishAsync(subject, data, jetstream.WithMsgID(msgID))
-	if err != nil {
-		return nil, fmt.Errorf("publish %s: %w", subject, err)
-	}
-	return func(ctx context.Context) error {
-		select {
-		case <-f.Ok():
-			return nil
-		case err := <-f.Err():
-			return fmt.Errorf("publish %s: %w", subject, err)
-		case <-ctx.Done():
-			return fmt.Errorf("publish %s: %w", subject, ctx.Err())
-		}
-	}, nil
-}
-
-// Publish stores data on subject with the given Nats-Msg-Id.
-func (p JSPublisher) Publish(ctx context.Context, subject string, data []byte, msgID string) error {
-	if _, err := p.JS.Publish(ctx, subject, data, jetstream.WithMsgID(msgID)); err != nil {
-		return fmt.Errorf("publish %s: %w", subject, err)
-	}
-	return nil
-}

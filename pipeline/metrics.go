@@ -31,69 +31,10 @@ const (
 	StageSweeper = "sweeper"
 )
 
-// Skip reasons of the prober (the "reason" label of kvcm_gc_prober_skips_total and Event.Reason).
-const (
-	SkipCorruptURI          = "corrupt_uri"
-	SkipBadLocation         = "bad_location"
-	SkipAgeUnknown          = "age_unknown"
-	SkipGuardError          = "guard_error"
-	SkipCopyTarget          = "copy_target"
-	SkipBadSpecURI          = "bad_spec_uri"
-	SkipStorageNotFound     = "storage_not_found"
-	SkipStorageTypeMismatch = "storage_type_mismatch"
-	SkipProbeShape          = "probe_shape"
-	SkipProbeError          = "probe_error"
-	SkipExcludedType        = "excluded_type"
-	SkipNoSpec              = "no_spec"
-	SkipOverCap             = "over_target_cap"
-	// SkipCorruptLocation: a location field (location layout) that is not one JSON object.
-	SkipCorruptLocation = "corrupt_location"
-	// SkipTombstone: an empty location field, KVCM's tombstone.
-	SkipTombstone = "tombstone"
-	// SkipAmbiguousLayout: a block holding both __uri__ and L# fields (invariant 9).
-	SkipAmbiguousLayout = "ambiguous_layout"
-	// Rule 3 (stuck DELETING): the instance group is not in the registry; its
-	// delay_before_delete_ms + 1h exceeds deleting_grace; a first sight of the location
-	// (location layout: only a later round nominates it); the sight could not be recorded.
-	SkipDeletingGroup      = "deleting_group_unknown"
-	SkipDeletingLease      = "deleting_lease_too_long"
-	SkipDeletingFirstSeen  = "deleting_first_seen"
-	SkipDeletingUnobserved = "deleting_unobserved"
-)
-
 var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown, SkipGuardError, SkipCopyTarget,
 	SkipBadSpecURI, SkipStorageNotFound, SkipStorageTypeMismatch, SkipProbeShape, SkipProbeError, SkipExcludedType,
 	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout,
 	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved, SkipMigrationGuard, SkipMigrationSource, SkipKVMeta}
-
-// Reasons a physical delete was not done (kvcm_gc_physical_delete_skips_total).
-const (
-	PhysSkipShared         = "shared"
-	PhysSkipUnsupported    = "unsupported"
-	PhysSkipDisabled       = "disabled"
-	PhysSkipUnknownStorage = "unknown_storage"
-	PhysSkipBadURI         = "bad_uri"
-	PhysSkipFailed         = "failed"
-	// PhysSkipReferenced: another location of the block, in any status, names the same data
-	// at the moment of the unlink (or the block's other locations cannot all be read), so it
-	// is left in place (invariant 11).
-	PhysSkipReferenced = "referenced"
-	// PhysSkipReusable and PhysSkipNotPerBlock: stuck DELETING data left in place (see
-	// DataLeftReusable, DataLeftNotPerBlock).
-	PhysSkipReusable    = DataLeftReusable
-	PhysSkipNotPerBlock = DataLeftNotPerBlock
-	// PhysSkipType: the location's storage type allows no physical delete (kvcm.TypeRule:
-	// dummy, EventReport kinds, a type kvcm-gc does not know), or its spec URI names a storage
-	// registered with another type. Only the metadata goes.
-	PhysSkipType = "storage_type"
-	// PhysSkipSweep: a location of an unregistered instance (collect_unregistered_instances)
-	// loses its metadata only; its data is left for the sweep, which reclaims a per-block file
-	// once no key names it.
-	PhysSkipSweep = "left_for_sweep"
-)
-
-var physSkipReasons = []string{PhysSkipShared, PhysSkipUnsupported, PhysSkipDisabled, PhysSkipUnknownStorage,
-	PhysSkipBadURI, PhysSkipFailed, PhysSkipReferenced, PhysSkipReusable, PhysSkipNotPerBlock, PhysSkipType, PhysSkipSweep}
 
 // Message results of a consumer (kvcm_gc_messages_total).
 const (

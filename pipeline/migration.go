@@ -22,10 +22,6 @@ const (
 	SkipMigrationSource = "migration_source"
 )
 
-// SkipKVMeta: a location of KVCM's KVMeta side path (open upstream PR #341): its instance id
-// lies in the reserved __kv_meta_v1__ namespace or its id starts with kvmeta:v1:.
-const SkipKVMeta = "kvmeta"
-
 // MigrationPins are the copy guards of one block: the sources they pin.
 type MigrationPins struct {
 	sources map[string]bool

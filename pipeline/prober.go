@@ -244,18 +244,3 @@ func storageInfos(hosts map[string]bool, tables map[string]kvcm.StorageConfig) m
 	}
 	return out
 }
-
-// StorageConfigs turns a delete request's storage table back into registry records.
-func StorageConfigs(infos map[string]subjects.StorageInfo) map[string]kvcm.StorageConfig {
-	out := make(map[string]kvcm.StorageConfig, len(infos))
-	for name, in := range infos {
-		t, _ := kvcm.ParseStorageType(in.Type)
-		kc := in.KeyCountPerFile
-		if kc == 0 {
-			kc = 1
-		}
-		out[name] = kvcm.StorageConfig{Type: t, TypeName: in.Type, Available: true, Name: name, RootPath: in.RootPath,
-			Mountpoint: in.Mountpoint, RootDir: in.RootDir, KeyCountPerFile: kc}
-	}
-	return out
-}

@@ -913,3 +913,32 @@ func (c *locationCell) without(id string) ([]byte, bool, error) {
 	}
 	return nil, true, nil
 }
+
+// Reasons a physical delete was not done (kvcm_gc_physical_delete_skips_total).
+const (
+	PhysSkipShared         = "shared"
+	PhysSkipUnsupported    = "unsupported"
+	PhysSkipDisabled       = "disabled"
+	PhysSkipUnknownStorage = "unknown_storage"
+	PhysSkipBadURI         = "bad_uri"
+	PhysSkipFailed         = "failed"
+	// PhysSkipReferenced: another location of the block, in any status, names the same data
+	// at the moment of the unlink (or the block's other locations cannot all be read), so it
+	// is left in place (invariant 11).
+	PhysSkipReferenced = "referenced"
+	// PhysSkipReusable and PhysSkipNotPerBlock: stuck DELETING data left in place (see
+	// DataLeftReusable, DataLeftNotPerBlock).
+	PhysSkipReusable    = DataLeftReusable
+	PhysSkipNotPerBlock = DataLeftNotPerBlock
+	// PhysSkipType: the location's storage type allows no physical delete (kvcm.TypeRule:
+	// dummy, EventReport kinds, a type kvcm-gc does not know), or its spec URI names a storage
+	// registered with another type. Only the metadata goes.
+	PhysSkipType = "storage_type"
+	// PhysSkipSweep: a location of an unregistered instance (collect_unregistered_instances)
+	// loses its metadata only; its data is left for the sweep, which reclaims a per-block file
+	// once no key names it.
+	PhysSkipSweep = "left_for_sweep"
+)
+
+var physSkipReasons = []string{PhysSkipShared, PhysSkipUnsupported, PhysSkipDisabled, PhysSkipUnknownStorage,
+	PhysSkipBadURI, PhysSkipFailed, PhysSkipReferenced, PhysSkipReusable, PhysSkipNotPerBlock, PhysSkipType, PhysSkipSweep}

@@ -368,3 +368,30 @@ func (r Rules) probeServing(ctx context.Context, locs []servingLoc, storages sto
 	}
 	return out
 }
+
+// Skip reasons of the prober (the "reason" label of kvcm_gc_prober_skips_total and Event.Reason).
+const (
+	SkipCorruptURI          = "corrupt_uri"
+	SkipBadLocation         = "bad_location"
+	SkipAgeUnknown          = "age_unknown"
+	SkipGuardError          = "guard_error"
+	SkipCopyTarget          = "copy_target"
+	SkipBadSpecURI          = "bad_spec_uri"
+	SkipStorageNotFound     = "storage_not_found"
+	SkipStorageTypeMismatch = "storage_type_mismatch"
+	SkipProbeShape          = "probe_shape"
+	SkipProbeError          = "probe_error"
+	SkipExcludedType        = "excluded_type"
+	SkipNoSpec              = "no_spec"
+	SkipOverCap             = "over_target_cap"
+	// SkipCorruptLocation: a location field (location layout) that is not one JSON object.
+	SkipCorruptLocation = "corrupt_location"
+	// SkipTombstone: an empty location field, KVCM's tombstone.
+	SkipTombstone = "tombstone"
+	// SkipAmbiguousLayout: a block holding both __uri__ and L# fields (invariant 9).
+	SkipAmbiguousLayout = "ambiguous_layout"
+)
+
+// SkipKVMeta: a location of KVCM's KVMeta side path (open upstream PR #341): its instance id
+// lies in the reserved __kv_meta_v1__ namespace or its id starts with kvmeta:v1:.
+const SkipKVMeta = "kvmeta"

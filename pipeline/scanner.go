@@ -39,22 +39,6 @@ func (b Backlog) full(highWater uint64) BacklogFunc {
 	}
 }
 
-// Publisher stores one message in a stream with a Nats-Msg-Id (synchronously: it returns once
-// the server has stored or deduplicated it).
-type Publisher interface {
-	Publish(ctx context.Context, subject string, data []byte, msgID string) error
-}
-
-// AckWait waits for the server's answer to an asynchronous publish: nil once the message is
-// stored (or deduplicated).
-type AckWait func(ctx context.Context) error
-
-// AsyncPublisher starts storing one message in a stream with a Nats-Msg-Id and returns at
-// once; the AckWait tells whether it was stored.
-type AsyncPublisher interface {
-	PublishAsync(subject string, data []byte, msgID string) (AckWait, error)
-}
-
 // Scanner walks the metadata stores of a KVCM cluster (DESIGN §4): one walk per store whose
 // lease it holds, each with its own round, checkpoint and pacing. Any number of replicas share
 // the stores: each takes free store leases up to its share (fairShare: the registry's stores

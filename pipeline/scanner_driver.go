@@ -15,10 +15,6 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// AckTimeout bounds the wait for the acknowledgement of a walk's page of batches; a page not
-// acknowledged by then is read and published again (the server drops the duplicates).
-const AckTimeout = 30 * time.Second
-
 // stopTimeout bounds what a walk still does once the scanner stops: recording its last page.
 const stopTimeout = 5 * time.Second
 

@@ -173,12 +173,3 @@ func storesOf(snap []meta.Instance) []string {
 	sort.Strings(out)
 	return out
 }
-
-// warn logs a failed operation, except when it failed because the scanner is shutting down.
-func warn(ctx context.Context, log *slog.Logger, msg string, args ...any) {
-	if ctx.Err() != nil {
-		log.Debug(msg, args...)
-		return
-	}
-	log.Warn(msg, args...)
-}

@@ -26,10 +26,6 @@ import (
 // again (the server drops the batches it already has). Every path that makes no progress
 // waits at least IdleWait, whatever scan_interval (invariant 7: nothing spins).
 
-// IdleWait is the least time between two ticks that did not move a walk on (a pause, a full
-// backlog, an error): an unpaced walk would otherwise spin on those checks (invariant 7).
-const IdleWait = 100 * time.Millisecond
-
 // overlapBelow: only when the next tick is due sooner than this does a page stay unrecorded
 // while the next one is read; a slower walk records every page at once (a successor then
 // reads no page twice).

@@ -154,3 +154,7 @@ func ReadJSON(ctx context.Context, kv jetstream.KeyValue, key, what string, v an
 func IsConflict(err error) bool {
 	return err != nil && (errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch))
 }
+
+// IdleWait is the least time between two ticks that did not move a walk on (a pause, a full
+// backlog, an error): an unpaced walk would otherwise spin on those checks (invariant 7).
+const IdleWait = 100 * time.Millisecond

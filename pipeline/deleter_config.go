@@ -1,0 +1,50 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DeleterConfig steers the deleter (DESIGN §6).
+type DeleterConfig struct {
+	// DeleteDelay is the read lease between the CAS to DELETING and the physical delete. Default 0.
+	DeleteDelay time.Duration
+	// CASRetries is how many times a conflicting CAS/CAD re-reads and retries. Default 3.
+	CASRetries int
+	// AckWait must equal the consumer's AckWait, which app gives the deleter's consumer: it
+	// keeps a message whose handler still runs (delete_delay) in flight at a third of it.
+	AckWait time.Duration
+	// UnlinkWorkers is how many goroutines unlink the data files of one request at once
+	// (each with a chunk of at least 32 files). Default 16.
+	UnlinkWorkers int
+}
+
+// KeepFor is how long the deleter's consumer keeps a request in flight while its handler
+// runs: delete_delay, which the protocol waits on purpose, plus one AckWait of work. A
+// handler that runs longer is taken for hung: the server redelivers the request one AckWait
+// later, and at the last delivery dead-letters it (DESIGN §3.5).
+func (c DeleterConfig) KeepFor() time.Duration {
+	return c.DeleteDelay + c.AckWait
+}
+
+func DefaultDeleterConfig() DeleterConfig {
+	return DeleterConfig{CASRetries: 3, AckWait: 60 * time.Second, UnlinkWorkers: 16}
+}
+
+func (c DeleterConfig) Validate() error {
+	var errs []error
+	if c.DeleteDelay < 0 {
+		errs = append(errs, fmt.Errorf("delete_delay: must be >= 0, got %s", c.DeleteDelay))
+	}
+	if c.CASRetries < 1 {
+		errs = append(errs, fmt.Errorf("cas_retries: must be >= 1, got %d", c.CASRetries))
+	}
+	if c.AckWait <= 0 {
+		errs = append(errs, fmt.Errorf("jetstream.deleter_ack_wait: must be > 0, got %s", c.AckWait))
+	}
+	if c.UnlinkWorkers < 1 {
+		errs = append(errs, fmt.Errorf("unlink workers: must be >= 1, got %d", c.UnlinkWorkers))
+	}
+	return errors.Join(errs...)
+}
