@@ -135,7 +135,7 @@ func (c *Controls) logReadErr(ctx context.Context, err error, logged *bool, what
 	}
 	*logged = failed
 	if failed {
-		warn(ctx, c.deps.Logger, "read "+what+"; walks held until it can be read", "stage", c.cfg.Stage, "err", err)
+		Warn(ctx, c.deps.Logger, "read "+what+"; walks held until it can be read", "stage", c.cfg.Stage, "err", err)
 	} else {
 		c.deps.Logger.Info(what+" readable again", "stage", c.cfg.Stage)
 	}

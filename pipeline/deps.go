@@ -55,8 +55,9 @@ func (r Refusals) Err(who string) error {
 	return nil
 }
 
-// warn logs a failed operation, except when it failed because the scanner is shutting down.
-func warn(ctx context.Context, log *slog.Logger, msg string, args ...any) {
+// Warn logs a failed operation, except when it failed because the caller is shutting down
+// (ctx is done): then at debug level.
+func Warn(ctx context.Context, log *slog.Logger, msg string, args ...any) {
 	if ctx.Err() != nil {
 		log.Debug(msg, args...)
 		return

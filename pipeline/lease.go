@@ -1,18 +1,14 @@
 package pipeline
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // LeaseRecord is the value of a lease key: a scanner's lease on a metadata store
@@ -38,8 +34,9 @@ func (r LeaseRecord) on() string {
 // The walk it fenced stops at once.
 var ErrLeaseLost = errors.New("lease lost")
 
-// errNotHeld: a renewal of a lease released, dropped or never acquired (wraps ErrLeaseLost).
-var errNotHeld = fmt.Errorf("%w: not held", ErrLeaseLost)
+// ErrNotHeld is the error of a renewal of a lease released, dropped or never acquired (it
+// wraps ErrLeaseLost).
+var ErrNotHeld = fmt.Errorf("%w: not held", ErrLeaseLost)
 
 // Lease is a walk's lease: a scanner's on one metadata store, a sweep walker's on one storage.
 // It is a key in a KV bucket whose bucket-wide TTL is the lease TTL. Acquire creates the key, Renew updates it by revision (never get-then-put),
@@ -69,11 +66,6 @@ type Lease struct {
 func NewLease(kv jetstream.KeyValue, key string, rec LeaseRecord, ttl time.Duration) *Lease {
 	rec.SinceUs, rec.RenewedUs = 0, 0
 	return &Lease{kv: kv, key: key, rec: rec, ttl: ttl, now: time.Now}
-}
-
-// NewStoreLease returns holder's lease on a metadata store.
-func NewStoreLease(kv jetstream.KeyValue, store, holder string, ttl time.Duration) *Lease {
-	return NewLease(kv, subjects.StoreLeaseKey(store), LeaseRecord{Holder: holder, Store: store}, ttl)
 }
 
 // DefaultLeaseRenew is how often a lease of TTL ttl is renewed when the configuration says
@@ -142,7 +134,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Unlock()
 	start := l.now()
 	if rev == 0 {
-		return fmt.Errorf("renew lease of %s: %w", l.rec.on(), errNotHeld)
+		return fmt.Errorf("renew lease of %s: %w", l.rec.on(), ErrNotHeld)
 	}
 	if !start.Before(valid) {
 		l.Drop()
@@ -224,42 +216,6 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// StoreLease is one store's lease as the bucket holds it.
-type StoreLease struct {
-	Store    string
-	Record   LeaseRecord
-	Revision uint64
-}
-
-// ReadLeases returns every store lease of the bucket, sorted by store.
-func ReadLeases(ctx context.Context, kv jetstream.KeyValue) ([]StoreLease, error) {
-	keys, err := listKeys(ctx, kv, subjects.StoreLeaseFilter())
-	if err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
-	}
-	var out []StoreLease
-	for _, k := range keys {
-		store, err := subjects.StoreOfLeaseKey(k)
-		if err != nil {
-			continue // not ours
-		}
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue // released meanwhile
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read lease of %s: %w", store, err)
-		}
-		var r LeaseRecord
-		if err := json.Unmarshal(e.Value(), &r); err != nil {
-			return nil, fmt.Errorf("decode lease of %s: %w", store, err)
-		}
-		out = append(out, StoreLease{Store: store, Record: r, Revision: e.Revision()})
-	}
-	slices.SortFunc(out, func(a, b StoreLease) int { return cmp.Compare(a.Store, b.Store) })
-	return out, nil
-}
-
 // ReadLeaseKey returns the lease record of key, if any (nil and revision 0 when none).
 func ReadLeaseKey(ctx context.Context, kv jetstream.KeyValue, key string) (*LeaseRecord, uint64, error) {
 	e, err := kv.Get(ctx, key)
@@ -274,32 +230,4 @@ func ReadLeaseKey(ctx context.Context, kv jetstream.KeyValue, key string) (*Leas
 		return nil, 0, fmt.Errorf("decode lease %s: %w", key, err)
 	}
 	return &r, e.Revision(), nil
-}
-
-// ReadLease returns the lease of the first store (by name) that has one, if any: the whole
-// answer for a cluster of one metadata store; ReadLeases lists them all.
-func ReadLease(ctx context.Context, kv jetstream.KeyValue) (*LeaseRecord, uint64, error) {
-	leases, err := ReadLeases(ctx, kv)
-	if err != nil || len(leases) == 0 {
-		return nil, 0, err
-	}
-	return &leases[0].Record, leases[0].Revision, nil
-}
-
-// listKeys lists the keys of kv matching filter (none: an empty list).
-func listKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
-	lister, err := kv.ListKeysFiltered(ctx, filter)
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	_ = lister.Stop() // its ordered consumer is gone once every key was delivered
-	if err := ctx.Err(); err != nil {
-		// The lister also ends its list when ctx ends: what it gave may be a part.
-		return nil, fmt.Errorf("list keys %s: %w", filter, err)
-	}
-	return keys, nil
 }

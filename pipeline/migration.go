@@ -30,15 +30,15 @@ type MigrationPins struct {
 	unknown bool
 }
 
-// pinsOf reads the guards of a block's decoded locations; hidden says that a value of the
-// block that did not decode mentions migration_copy_guard.
-func pinsOf(locs []kvcm.Location, hidden bool) MigrationPins {
+// MigrationPinsOfLocations reads the guards of a block's decoded locations; hidden says that
+// a value of the block that did not decode mentions migration_copy_guard.
+func MigrationPinsOfLocations(locs []kvcm.Location, hidden bool) MigrationPins {
 	sources, unknown := kvcm.CopySources(locs)
 	return MigrationPins{sources: sources, unknown: unknown || hidden}
 }
 
-// mentionsGuard reports whether bytes that do not decode may hold a guard.
-func mentionsGuard(raw []byte) bool { return bytes.Contains(raw, []byte(kvcm.FieldCopyGuard)) }
+// MentionsCopyGuard reports whether bytes that do not decode may hold a guard.
+func MentionsCopyGuard(raw []byte) bool { return bytes.Contains(raw, []byte(kvcm.FieldCopyGuard)) }
 
 // MigrationPinsOf reads the guards of a block entry as a batch carries it (either layout).
 func MigrationPinsOf(be *subjects.BlockEntry) MigrationPins { return pinsOfParts(be.Parts()) }
@@ -60,10 +60,10 @@ func pinsOfParts(ps kvcm.Parts) MigrationPins {
 		case kvcm.PartLocation:
 			locs = append(locs, p.Loc)
 		case kvcm.PartCorrupt:
-			hidden = hidden || mentionsGuard(p.Raw)
+			hidden = hidden || MentionsCopyGuard(p.Raw)
 		}
 	}
-	return pinsOf(locs, hidden)
+	return MigrationPinsOfLocations(locs, hidden)
 }
 
 // Kept says why loc, a location of the block p was read from, is kept for a migration: a

@@ -165,13 +165,13 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 			case p.Kind == kvcm.PartCorrupt:
 				v.Judged++
 				v.note(be.Key, p.ID, SkipCorruptLocation, p.Err.Error())
-				hidden = hidden || mentionsGuard(p.Raw)
+				hidden = hidden || MentionsCopyGuard(p.Raw)
 			default:
 				slab = append(slab, p.Loc)
 			}
 		}
 		locs := slab[start:len(slab):len(slab)]
-		pins := pinsOf(locs, hidden)
+		pins := MigrationPinsOfLocations(locs, hidden)
 		for j := range locs {
 			judge(be, &locs[j], layout.String(), pins)
 		}

@@ -201,7 +201,7 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 	s.writeIndex(ctx, stores, now)
 	caps, err := s.members(ctx)
 	if err != nil {
-		warn(ctx, s.log, "count scanner replicas; no store taken this time", "err", err)
+		Warn(ctx, s.log, "count scanner replicas; no store taken this time", "err", err)
 		s.metrics.opError(StageScanner, "lease")
 		return
 	}
@@ -243,7 +243,7 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 		ok, err := lease.Acquire(ctx)
 		if err != nil {
 			s.metrics.opError(StageScanner, "lease")
-			warn(ctx, s.log, "acquire store lease", "store", st, "err", err)
+			Warn(ctx, s.log, "acquire store lease", "store", st, "err", err)
 			continue
 		}
 		if !ok {
@@ -413,7 +413,7 @@ func (s *Scanner) writeIndex(ctx context.Context, stores []string, now time.Time
 	}
 	if err != nil {
 		s.metrics.opError(StageScanner, "checkpoint")
-		warn(ctx, s.log, "write stores index", "err", err)
+		Warn(ctx, s.log, "write stores index", "err", err)
 	}
 }
 
@@ -522,7 +522,7 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 		if !now.Before(memberNext) {
 			mctx, cancel := context.WithTimeout(ctx, every)
 			if err := s.putMember(mctx, since); err != nil {
-				warn(ctx, s.log, "renew scanner member key", "err", err)
+				Warn(ctx, s.log, "renew scanner member key", "err", err)
 				memberNext = now.Add(retry)
 			} else {
 				memberNext = now.Add(every)
@@ -568,7 +568,7 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 						s.log.Info("store lease renewed again", "store", h.store)
 					}
 					st.next, st.failing = now.Add(every), false
-				case errors.Is(err, errNotHeld):
+				case errors.Is(err, ErrNotHeld):
 					// Released, or dropped by its walk: nothing to renew.
 				case errors.Is(err, ErrLeaseLost):
 					if ctx.Err() == nil {
@@ -607,7 +607,7 @@ func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-ch
 	msgs := make(chan *nats.Msg, 64)
 	sub, err := s.js.Conn().ChanSubscribe(prefix+">", msgs)
 	if err != nil {
-		warn(ctx, s.log, "watch the lease bucket; released stores are taken at the next period", "err", err)
+		Warn(ctx, s.log, "watch the lease bucket; released stores are taken at the next period", "err", err)
 		close(finished)
 		return out, finished
 	}

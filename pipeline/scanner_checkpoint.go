@@ -13,18 +13,6 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// Why a walk is not moving (Checkpoint.Waiting, `status`, the state label of
-// kvcm_gc_store_walk_state). "" (WaitNone) is a walk that reads pages.
-const (
-	WaitNone            = ""
-	WaitPaused          = "paused"           // an operator's scanner pause
-	WaitBackpressure    = "backpressure"     // the prober's or the deleter's backlog is above the high-water mark
-	WaitRoundPause      = "round_pause"      // between rounds, until NextRoundUs
-	WaitRegistryBackoff = "registry_backoff" // the registry could not be read; retried with backoff
-	WaitError           = "error"            // a scan, publish, checkpoint, pause or backlog read failed; retried
-	WaitNoLease         = "no_lease"         // no replica holds the store's lease (status only)
-)
-
 // walkStates is the closed set of the state label (WaitNone is "scanning").
 var walkStates = []string{"scanning", WaitPaused, WaitBackpressure, WaitRoundPause, WaitRegistryBackoff, WaitError}
 
@@ -33,77 +21,6 @@ func stateLabel(waiting string) string {
 		return "scanning"
 	}
 	return waiting
-}
-
-// Checkpoint is one metadata store's durable walk: written by revision, by the store's lease
-// holder only, after every page whose batches are stored (so a new holder resumes the round
-// instead of restarting it) and when the walk starts or stops waiting (so `status` can say
-// why). Key: subjects.CheckpointKey(store).
-//
-// ReadCheckpoint folds every store's checkpoint into one Checkpoint of the same shape (see
-// there); Index and Stores only mean something in that summary.
-type Checkpoint struct {
-	Store   string `json:"store"`
-	Round   uint64 `json:"round"`
-	InRound bool   `json:"in_round"`
-	// Walked: the round's last page is recorded; only the round's end is left.
-	Walked bool `json:"walked,omitempty"`
-	// Cursor is the SCAN cursor to continue from.
-	Cursor uint64 `json:"cursor"`
-	// Instances of the store in the round's registry snapshot.
-	Instances int `json:"instances"`
-	// Progress of the current round: block keys read (of registered instances), keys SCAN
-	// returned (KeysVisited, every kvcache:instance_* key), the store's DBSIZE read when the
-	// round started (0: unknown), and a recent rate of KeysVisited per second.
-	RoundStartedUs int64   `json:"round_started_us"`
-	KeysScanned    uint64  `json:"keys_scanned"`
-	KeysVisited    uint64  `json:"keys_visited,omitempty"`
-	DBSize         int64   `json:"dbsize,omitempty"`
-	Rate           float64 `json:"keys_per_second,omitempty"`
-	// Layouts counts the round's block keys by the layout they were read in (Layout*).
-	Layouts map[string]uint64 `json:"layouts,omitempty"`
-	// Between rounds: when the next round may start.
-	NextRoundUs int64 `json:"next_round_us"`
-	// The last completed round.
-	LastRoundEndUs    int64             `json:"last_round_end_us,omitempty"`
-	LastRoundKeys     uint64            `json:"last_round_keys,omitempty"`
-	LastRoundVisited  uint64            `json:"last_round_visited,omitempty"`
-	LastRoundDuration int64             `json:"last_round_duration_ms,omitempty"`
-	LastRoundLayouts  map[string]uint64 `json:"last_round_layouts,omitempty"`
-	// Keys of instances the registry does not list (unregistered.go): the current round's
-	// running count, and the last completed round's, with how many instances it left out.
-	UnregisteredRound     []UnregisteredCount `json:"unregistered_round,omitempty"`
-	Unregistered          []UnregisteredCount `json:"unregistered,omitempty"`
-	UnregisteredTruncated int                 `json:"unregistered_truncated,omitempty"`
-	// Seen are the instances a registry snapshot listed in the store, with the last time one
-	// did (unregistered_collect.go); UnregisteredCollected the keys of unregistered instances
-	// sent to the deleter this round.
-	Seen                  map[string]SeenInstance `json:"seen_instances,omitempty"`
-	UnregisteredCollected int64                   `json:"unregistered_collected,omitempty"`
-	// Waiting says why the walk is not moving (Wait*), since WaitingSinceUs.
-	Waiting        string `json:"waiting,omitempty"`
-	WaitingSinceUs int64  `json:"waiting_since_us,omitempty"`
-	// Pace is an adaptive walk's pace when its last page was read (nil: paced by
-	// scan_interval and max_keys_per_second).
-	Pace    *PaceRecord `json:"pace,omitempty"`
-	Holder  string      `json:"holder,omitempty"`
-	SavedUs int64       `json:"saved_us"`
-
-	// Summary only (ReadCheckpoint): stores of the summary's round whose walk is done, and
-	// the number of stores.
-	Index  int `json:"index,omitempty"`
-	Stores int `json:"stores,omitempty"`
-}
-
-// PaceRecord is an adaptive walk's pace (Pace) as the checkpoint keeps it.
-type PaceRecord struct {
-	Rate   float64 `json:"keys_per_second"`
-	Burst  int     `json:"burst"`
-	Reason string  `json:"reason"` // Pace* (PaceReasons)
-	Budget float64 `json:"budget"`
-	// ProbeUs and IdleUs are the probe latencies the decision compared, in µs.
-	ProbeUs int64 `json:"probe_us,omitempty"`
-	IdleUs  int64 `json:"idle_us,omitempty"`
 }
 
 // StoreCheckpoint is one store's checkpoint with its revision (0: none written yet).
@@ -131,17 +48,6 @@ func ReadStoreIndex(ctx context.Context, kv jetstream.KeyValue) (*StoreIndex, er
 		return nil, err
 	}
 	return &x, nil
-}
-
-// ReadStoreCheckpoint returns a store's checkpoint (zero value and revision 0 when none).
-func ReadStoreCheckpoint(ctx context.Context, kv jetstream.KeyValue, store string) (Checkpoint, uint64, error) {
-	var c Checkpoint
-	rev, err := ReadJSON(ctx, kv, subjects.CheckpointKey(store), "checkpoint of "+store, &c)
-	if err != nil {
-		return Checkpoint{}, 0, err
-	}
-	c.Store = store
-	return c, rev, nil
 }
 
 // ReadCheckpoints returns the checkpoint of every store of the stores index, and of every other

@@ -194,7 +194,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		rctx, cancel := context.WithTimeout(d.bctx, stopTimeout)
 		defer cancel()
 		if err := d.h.lease.Release(rctx); err != nil {
-			warn(ctx, d.log, "release store lease", "err", err)
+			Warn(ctx, d.log, "release store lease", "err", err)
 		} else {
 			d.log.Info("store lease released", "reason", a.reason)
 		}

@@ -43,7 +43,7 @@ type registryCache struct {
 // scanSnapshot is what the scanner takes from one registry snapshot.
 type scanSnapshot struct {
 	instances []meta.Instance // sorted by (group, id)
-	view      regView         // every instance id listed, the collected groups, partial
+	view      RegView         // every instance id listed, the collected groups, partial
 	skipped   []meta.Skip
 }
 
@@ -62,7 +62,7 @@ func buildScanSnapshot(_ context.Context, reg *meta.Registry, now time.Time) (sc
 		}
 		return snap[i].ID < snap[j].ID
 	})
-	return scanSnapshot{instances: snap, view: newRegView(reg, now), skipped: reg.Skipped}, nil
+	return scanSnapshot{instances: snap, view: NewRegView(reg, now), skipped: reg.Skipped}, nil
 }
 
 // listed returns the collected instances of store the last snapshot lists, as the store's
@@ -83,14 +83,14 @@ func (c *registryCache) listed(store string) map[string]SeenInstance {
 
 // view reads the registry again (unless a snapshot of the last registryReuse serves) and
 // returns what the collection of unregistered instances takes from it.
-func (c *registryCache) view(ctx context.Context, now time.Time) regView {
+func (c *registryCache) view(ctx context.Context, now time.Time) RegView {
 	v, _, err := c.snapshot(ctx, now)
 	if err != nil {
-		return regView{err: err}
+		return RegView{Err: err}
 	}
-	rv := regView{at: v.view.at, known: v.view.known, groups: v.view.groups, partial: v.view.partial, instance: map[string]meta.Instance{}}
+	rv := RegView{At: v.view.At, Known: v.view.Known, Groups: v.view.Groups, Partial: v.view.Partial, Instance: map[string]meta.Instance{}}
 	for _, in := range v.instances {
-		rv.instance[in.ID] = in
+		rv.Instance[in.ID] = in
 	}
 	return rv
 }
@@ -102,7 +102,7 @@ func (c *registryCache) registered(id string) (known, ok bool) {
 	if !have {
 		return false, false
 	}
-	return v.view.known[id], true
+	return v.view.Known[id], true
 }
 
 // get returns the snapshot, sorted by (group, id), or the last error and when to try again.
@@ -118,7 +118,7 @@ func (c *registryCache) snapshot(ctx context.Context, now time.Time) (scanSnapsh
 	switch {
 	case err != nil && info.Read:
 		c.m.opError(StageScanner, "registry")
-		warn(ctx, c.log, "read registry; backing off", "attempt", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
+		Warn(ctx, c.log, "read registry; backing off", "attempt", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
 	case err == nil && info.Read:
 		c.readLogs(info, v)
 	}

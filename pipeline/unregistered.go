@@ -23,21 +23,6 @@ import (
 // round's end it becomes the store's last count, with when each instance was first seen
 // unregistered. Nothing of it is ever judged or written.
 
-// UnregisteredCount is what one store holds of one instance the registry does not list.
-type UnregisteredCount struct {
-	Instance  string `json:"instance"`
-	Keys      int64  `json:"keys"`
-	Locations int64  `json:"locations"`
-	// Bytes is the sum of the locations' spec URI size parameters (KVCM's accounting).
-	Bytes uint64 `json:"bytes"`
-	// Unreadable counts the keys whose locations could not be counted (a read error, a value
-	// that does not decode).
-	Unreadable int64 `json:"unreadable,omitempty"`
-	// FirstSeenUs is when kvcm-gc first counted the instance unregistered in this store (the
-	// end of that round); it stays while the instance stays unregistered there.
-	FirstSeenUs int64 `json:"first_seen_us,omitempty"`
-}
-
 // maxUnregistered bounds the instances a checkpoint lists (the largest first): a store full of
 // abandoned ids must not grow the checkpoint without bound. Truncated counts the rest.
 const maxUnregistered = 256

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -37,170 +36,18 @@ import (
 // A target the deleter finds changed (a KVCM writing there again, a migration guard) is a
 // no-op, as for any target.
 
-// Refusal reasons of the collection of unregistered instances (kvcm_gc_unregistered_refusals_total).
-const (
-	UnregNeverRegistered = "never_registered"
-	UnregWithinGrace     = "within_grace"
-	UnregNotCounted      = "not_counted"
-	UnregRegistryUnread  = "registry_unread"
-	UnregRegistryPartial = "registry_partial"
-	UnregRegistered      = "registered"
-	UnregGroupAbsent     = "group_absent"
-	UnregStoreEmpty      = "store_without_instances"
-	UnregCap             = "cap"
-)
-
 var unregRefusals = []string{UnregNeverRegistered, UnregWithinGrace, UnregNotCounted, UnregRegistryUnread,
 	UnregRegistryPartial, UnregRegistered, UnregGroupAbsent, UnregStoreEmpty, UnregCap}
 
-// SeenInstance is what a store's checkpoint remembers of an instance the registry listed in
-// the store: its group, and the last time a snapshot listed it.
-type SeenInstance struct {
-	Group            string `json:"group"`
-	LastRegisteredUs int64  `json:"last_registered_us"`
-}
-
-// regView is what the collection takes from one registry read.
-type regView struct {
-	err      error
-	at       time.Time
-	known    map[string]bool // every instance id listed, collected or skipped
-	groups   map[string]bool // the collected groups
-	partial  bool            // a record could not be read: an instance or a group that does not decode
-	instance map[string]meta.Instance
-}
-
-// newRegView is what the collection takes from registry snapshot reg, read at at.
-func newRegView(reg *meta.Registry, at time.Time) regView {
-	v := regView{at: at, known: make(map[string]bool, len(reg.Instances)+len(reg.Skipped)), groups: map[string]bool{},
-		instance: make(map[string]meta.Instance, len(reg.Instances))}
-	for _, in := range reg.Instances {
-		v.known[in.ID] = true
-		if _, dup := v.instance[in.ID]; !dup {
-			v.instance[in.ID] = in
-		}
-	}
-	for _, sk := range reg.Skipped {
-		if sk.Instance != "" {
-			v.known[sk.Instance] = true
-			if sk.Group == "" && !kvcm.IsKVMetaInstanceID(sk.Instance) {
-				v.partial = true // an instance record that names no group kvcm-gc could read
-			}
-		}
-	}
-	for g := range reg.Groups {
-		if _, skipped := reg.SkippedGroups[g]; !skipped {
-			v.groups[g] = true
-		}
-	}
-	for g := range reg.SkippedGroups {
-		if _, ok := reg.Groups[g]; !ok {
-			v.partial = true // a group record that does not decode
-		}
-	}
-	return v
-}
-
-// storeInstances returns the collected instances the view lists in store.
-func (v regView) storeInstances(store string) []meta.Instance {
-	var out []meta.Instance
-	for _, in := range v.instance {
-		if in.Store == store {
-			out = append(out, in)
-		}
-	}
-	return out
-}
-
 // unregDecision is the verdict on one unregistered instance of a page: collect, or why not.
-func unregDecision(id, store string, ck Checkpoint, v regView, cfg ScannerConfig, now time.Time) string {
-	if why := unregVerdict(id, store, ck, v, cfg.UnregisteredGrace, now); why != "" {
+func unregDecision(id, store string, ck Checkpoint, v RegView, cfg ScannerConfig, now time.Time) string {
+	if why := UnregVerdict(id, store, ck, v, cfg.UnregisteredGrace, now); why != "" {
 		return why
 	}
 	if ck.UnregisteredCollected >= int64(cfg.UnregisteredMaxKeys) {
 		return UnregCap
 	}
 	return ""
-}
-
-// unregVerdict applies every condition of the collection but the round's cap to instance id
-// of store, by the store's checkpoint ck and registry view v: "" when its keys may go, else
-// why not.
-func unregVerdict(id, store string, ck Checkpoint, v regView, grace time.Duration, now time.Time) string {
-	seen, ok := ck.Seen[id]
-	switch {
-	case v.err != nil:
-		return UnregRegistryUnread
-	case v.partial:
-		return UnregRegistryPartial
-	case v.known[id]:
-		return UnregRegistered
-	case !ok || seen.LastRegisteredUs <= 0:
-		return UnregNeverRegistered
-	case now.Sub(time.UnixMicro(seen.LastRegisteredUs)) < grace:
-		return UnregWithinGrace
-	case !slices.ContainsFunc(ck.Unregistered, func(u UnregisteredCount) bool { return u.Instance == id }):
-		return UnregNotCounted
-	case !v.groups[seen.Group]:
-		return UnregGroupAbsent
-	case len(v.storeInstances(store)) == 0:
-		return UnregStoreEmpty
-	}
-	return ""
-}
-
-// UnregisteredInstance is an instance the registry no longer lists whose keys may be
-// collected (CollectableUnregistered): the metadata store its keys are in, the group it was
-// registered in, and when a registry snapshot last listed it (µs).
-type UnregisteredInstance struct {
-	ID               string
-	Store            string
-	Group            string
-	LastRegisteredUs int64
-}
-
-// Refusals of CollectableUnregistered beyond the scanner's: the instance is counted
-// unregistered in more than one store, or a store's checkpoint could not be read (the
-// caller's to report).
-const (
-	UnregSeveralStores    = "several_stores"
-	UnregCheckpointUnread = "checkpoint_unread"
-)
-
-// CollectableUnregistered applies the conditions of the collection of unregistered
-// instances, but the round's cap, to every instance the last completed round of a store
-// counted unregistered (cks, the stores' checkpoints), by the registry snapshot reg read at
-// now (regErr: the read failed). It returns the instances whose keys may go, and why each
-// other one may not. The sweep reclaims the files of the former, once their keys are gone.
-func CollectableUnregistered(reg *meta.Registry, regErr error, cks []Checkpoint, grace time.Duration, now time.Time) (map[string]UnregisteredInstance, map[string]string) {
-	v := regView{err: regErr}
-	if regErr == nil && reg == nil {
-		v.err = errors.New("no registry snapshot")
-	}
-	if v.err == nil {
-		v = newRegView(reg, now)
-	}
-	stores := map[string][]int{} // instance -> the checkpoints counting it
-	for i, ck := range cks {
-		for _, u := range ck.Unregistered {
-			stores[u.Instance] = append(stores[u.Instance], i)
-		}
-	}
-	ok, refused := map[string]UnregisteredInstance{}, map[string]string{}
-	for id, in := range stores {
-		if len(in) > 1 {
-			refused[id] = UnregSeveralStores
-			continue
-		}
-		ck := cks[in[0]]
-		if why := unregVerdict(id, ck.Store, ck, v, grace, now); why != "" {
-			refused[id] = why
-			continue
-		}
-		seen := ck.Seen[id]
-		ok[id] = UnregisteredInstance{ID: id, Store: ck.Store, Group: seen.Group, LastRegisteredUs: seen.LastRegisteredUs}
-	}
-	return ok, refused
 }
 
 // unregTargets are the delete targets of every location of an unregistered instance's
@@ -278,7 +125,7 @@ func (d *walkDriver) collectUnregistered(ctx context.Context, store meta.Store, 
 				strconv.FormatUint(cursor, 10) + ":" + id}}
 		if err := d.sendDelete(ctx, req); err != nil {
 			s.metrics.opError(StageScanner, "publish")
-			warn(ctx, d.log, "send the keys of an unregistered instance to the deleter", "instance", id, "err", err)
+			Warn(ctx, d.log, "send the keys of an unregistered instance to the deleter", "instance", id, "err", err)
 			continue
 		}
 		sent += int64(keys)

@@ -77,32 +77,32 @@ func TestUnregDecision(t *testing.T) {
 			Seen:         map[string]SeenInstance{"gone": {Group: "g1", LastRegisteredUs: now.Add(-8 * 24 * time.Hour).UnixMicro()}},
 			Unregistered: []UnregisteredCount{{Instance: "gone", Keys: 5, FirstSeenUs: now.Add(-7 * 24 * time.Hour).UnixMicro()}}}
 	}
-	view := func() regView {
-		return regView{at: now, known: map[string]bool{"live": true}, groups: map[string]bool{"g1": true},
-			instance: map[string]meta.Instance{"live": {ID: "live", Group: "g1", Store: store}}}
+	view := func() RegView {
+		return RegView{At: now, Known: map[string]bool{"live": true}, Groups: map[string]bool{"g1": true},
+			Instance: map[string]meta.Instance{"live": {ID: "live", Group: "g1", Store: store}}}
 	}
 	require.Empty(t, unregDecision("gone", store, ck(), view(), cfg, now), "every condition holds")
 
 	for _, tc := range []struct {
 		name  string
 		want  string
-		edit  func(c *Checkpoint, v *regView)
+		edit  func(c *Checkpoint, v *RegView)
 		clock time.Duration
 	}{
-		{"first sight: never listed", UnregNeverRegistered, func(c *Checkpoint, _ *regView) { c.Seen = nil }, 0},
-		{"listed a moment ago", UnregWithinGrace, func(c *Checkpoint, _ *regView) {
+		{"first sight: never listed", UnregNeverRegistered, func(c *Checkpoint, _ *RegView) { c.Seen = nil }, 0},
+		{"listed a moment ago", UnregWithinGrace, func(c *Checkpoint, _ *RegView) {
 			c.Seen["gone"] = SeenInstance{Group: "g1", LastRegisteredUs: now.Add(-time.Hour).UnixMicro()}
 		}, 0},
 		{"just under the grace", UnregWithinGrace, nil, -24*time.Hour - time.Microsecond},
-		{"no completed round counted it", UnregNotCounted, func(c *Checkpoint, _ *regView) { c.Unregistered = nil }, 0},
-		{"registry read failed", UnregRegistryUnread, func(_ *Checkpoint, v *regView) { *v = regView{err: ErrRegistryBackoff} }, 0},
-		{"registry read partial", UnregRegistryPartial, func(_ *Checkpoint, v *regView) { v.partial = true }, 0},
-		{"registered again", UnregRegistered, func(_ *Checkpoint, v *regView) { v.known["gone"] = true }, 0},
-		{"its group is gone", UnregGroupAbsent, func(_ *Checkpoint, v *regView) { v.groups = map[string]bool{"g2": true} }, 0},
-		{"no instance of the store listed", UnregStoreEmpty, func(_ *Checkpoint, v *regView) {
-			v.instance = map[string]meta.Instance{"other": {ID: "other", Group: "g1", Store: "10.0.0.2:6379"}}
+		{"no completed round counted it", UnregNotCounted, func(c *Checkpoint, _ *RegView) { c.Unregistered = nil }, 0},
+		{"registry read failed", UnregRegistryUnread, func(_ *Checkpoint, v *RegView) { *v = RegView{Err: ErrRegistryBackoff} }, 0},
+		{"registry read partial", UnregRegistryPartial, func(_ *Checkpoint, v *RegView) { v.Partial = true }, 0},
+		{"registered again", UnregRegistered, func(_ *Checkpoint, v *RegView) { v.Known["gone"] = true }, 0},
+		{"its group is gone", UnregGroupAbsent, func(_ *Checkpoint, v *RegView) { v.Groups = map[string]bool{"g2": true} }, 0},
+		{"no instance of the store listed", UnregStoreEmpty, func(_ *Checkpoint, v *RegView) {
+			v.Instance = map[string]meta.Instance{"other": {ID: "other", Group: "g1", Store: "10.0.0.2:6379"}}
 		}, 0},
-		{"the round's cap reached", UnregCap, func(c *Checkpoint, _ *regView) { c.UnregisteredCollected = 100 }, 0},
+		{"the round's cap reached", UnregCap, func(c *Checkpoint, _ *RegView) { c.UnregisteredCollected = 100 }, 0},
 	} {
 		c, v := ck(), view()
 		if tc.edit != nil {
