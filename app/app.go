@@ -67,7 +67,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics and SweepMetrics are the stages' metrics; either left nil is registered on Reg
 	// (nil: on a registry of its own).
-	Metrics      *pipeline.Metrics
+	Metrics      *Metrics
 	SweepMetrics *sweep.Metrics
 	Reg          prometheus.Registerer
 	// Health, when set, is filled with the readiness checks of the stages Run starts (/readyz).
@@ -116,7 +116,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 	}
 	m, sm := o.Metrics, o.SweepMetrics
 	if m == nil {
-		m = pipeline.NewMetrics(reg)
+		m = NewMetrics(reg)
 	}
 	if sm == nil {
 		sm = sweep.NewMetrics(reg)
@@ -161,7 +161,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 	o.Health.starting("opening consumers and buckets")
 	op := opener{js: js, timeout: apiTimeout, ensured: !o.SkipEnsure, log: log}
 	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names, DryRun: o.DryRun},
-		pipeline.EventLogDeps{JS: js, Metrics: m, Logger: log})
+		pipeline.EventLogDeps{JS: js, Metrics: m.Pipeline, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		sc, err := pipeline.NewScanner(cfg, pipeline.ScannerDeps{Names: names, Registry: registry, Stores: stores,
 			JS: js, Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Sizes: sizes.size,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Backlog: Backlog(js, names),
-			MaxPayload: int(nc.MaxPayload()), Metrics: m, Logger: log.With("stage", pipeline.StageScanner)})
+			MaxPayload: int(nc.MaxPayload()), Metrics: m.Scanner, Logger: log.With("stage", pipeline.StageScanner)})
 		if err != nil {
 			return err
 		}
@@ -265,7 +265,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		pcfg := o.Prober
 		pcfg.Workers = o.ProberWorkers
 		p, err := pipeline.NewProber(pcfg, pipeline.ProberDeps{Names: names, Registry: registry, StorageOptions: so,
-			Guard: gd, Observer: observer, Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m,
+			Guard: gd, Observer: observer, Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m.Prober,
 			Logger: log.With("stage", pipeline.StageProber)})
 		if err != nil {
 			return err
@@ -274,11 +274,11 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		// ProberWorkers are judged, the others of their instance wait to join their delete
 		// request, so a backlog makes requests of up to scan_batch_size targets.
 		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageProber, Workers: max(o.ProberWorkers, o.JetStream.ProberMaxAckPending),
-			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: proberCons, Handle: p.Handle, Events: events, Metrics: m, Logger: log})
+			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: proberCons, Handle: p.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
 		if err != nil {
 			return err
 		}
-		if err := watchDeadLetters(gctx, g, nc, names, events, m, log, pipeline.StageProber); err != nil {
+		if err := watchDeadLetters(gctx, g, nc, names, events, m.Pipeline, log, pipeline.StageProber); err != nil {
 			return err
 		}
 		a := checks.stage(o.Health, pipeline.StageProber, nil)
@@ -292,17 +292,17 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			counts = state
 		}
 		d, err := pipeline.NewDeleter(o.Deleter, pipeline.DeleterDeps{Names: names, Stores: stores, StorageOptions: so,
-			Events: events, State: counts, Metrics: m, Logger: log.With("stage", pipeline.StageDeleter)})
+			Events: events, State: counts, Metrics: m.Deleter, Logger: log.With("stage", pipeline.StageDeleter)})
 		if err != nil {
 			return err
 		}
 		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageDeleter, Workers: o.DeleterWorkers,
 			MaxDeliver: o.JetStream.MaxDeliver, AckWait: o.Deleter.AckWait, KeepFor: o.Deleter.KeepFor()},
-			pipeline.ConsumerDeps{Consumer: deleterCons, Handle: d.Handle, Events: events, Metrics: m, Logger: log})
+			pipeline.ConsumerDeps{Consumer: deleterCons, Handle: d.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
 		if err != nil {
 			return err
 		}
-		if err := watchDeadLetters(gctx, g, nc, names, events, m, log, pipeline.StageDeleter); err != nil {
+		if err := watchDeadLetters(gctx, g, nc, names, events, m.Pipeline, log, pipeline.StageDeleter); err != nil {
 			return err
 		}
 		a := checks.stage(o.Health, pipeline.StageDeleter, nil)
@@ -329,11 +329,11 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			return err
 		}
 		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageSweeper, Workers: o.SweeperWorkers,
-			MaxDeliver: o.JetStream.MaxDeliver, AckWait: sweepCfg.AckWait}, pipeline.ConsumerDeps{Consumer: sweeperCons, Handle: sw.Handle, Events: events, Metrics: m, Logger: log})
+			MaxDeliver: o.JetStream.MaxDeliver, AckWait: sweepCfg.AckWait}, pipeline.ConsumerDeps{Consumer: sweeperCons, Handle: sw.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
 		if err != nil {
 			return err
 		}
-		if err := watchDeadLetters(gctx, g, nc, names, events, m, log, pipeline.StageSweeper); err != nil {
+		if err := watchDeadLetters(gctx, g, nc, names, events, m.Pipeline, log, pipeline.StageSweeper); err != nil {
 			return err
 		}
 		a := checks.stage(o.Health, pipeline.StageSweeper, nil)

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 )
 
@@ -48,7 +47,7 @@ func (d *describing) MustRegister(cs ...prometheus.Collector) {
 // here is one operators see; go test ./app -run TestMetricSeries -update rewrites the file.
 func TestMetricSeries(t *testing.T) {
 	reg := &describing{Registry: prometheus.NewRegistry()}
-	pipeline.NewMetrics(reg)
+	NewMetrics(reg)
 	sweep.NewMetrics(reg)
 	mfs, err := reg.Gather()
 	require.NoError(t, err)

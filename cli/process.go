@@ -45,7 +45,7 @@ type Process struct {
 	Registry *prometheus.Registry
 	// Started, when set, is called once the stages are about to start, with the NATS URL the
 	// process uses and its metrics (the demo watches progress through them).
-	Started func(natsURL string, m *pipeline.Metrics)
+	Started func(natsURL string, m *app.Metrics)
 	// HTTPStarted, when set, is called with the HTTP endpoint's address.
 	HTTPStarted func(addr net.Addr)
 }
@@ -108,7 +108,7 @@ func (p *Process) Run(ctx context.Context, e *Env) error {
 		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		version.NewCollector())
-	metrics := pipeline.NewMetrics(reg)
+	metrics := app.NewMetrics(reg)
 	health := &app.Health{}
 	ready := health.Ready
 	if !cfg.Enabled {

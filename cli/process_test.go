@@ -23,7 +23,6 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
@@ -157,9 +156,9 @@ func TestRunProcess(t *testing.T) {
 	cfg.JS.LeaseTTL = 2 * time.Second
 	require.NoError(t, cfg.Validate())
 
-	var metrics *pipeline.Metrics
+	var metrics *app.Metrics
 	started := make(chan struct{})
-	p := &Process{Stages: app.All, Embedded: true, Started: func(_ string, m *pipeline.Metrics) { metrics = m; close(started) }}
+	p := &Process{Stages: app.All, Embedded: true, Started: func(_ string, m *app.Metrics) { metrics = m; close(started) }}
 	base, stop := startProcess(t, p, cfg)
 	<-started
 

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
@@ -62,7 +63,7 @@ func exported(t *testing.T) map[string]metric {
 			add(c, false)
 		}
 	})
-	pipeline.NewMetrics(collect)
+	app.NewMetrics(collect)
 	sweep.NewMetrics(collect)
 	add(version.NewCollector(), false)
 	names, err := subjects.NewNames("kvcmgc", "c1")
@@ -72,7 +73,7 @@ func exported(t *testing.T) map[string]metric {
 	require.Contains(t, out, "kvcm_gc_last_round_end_timestamp_seconds")
 	// The values of closed label sets: what a fresh process exports before it counted anything.
 	reg := prometheus.NewRegistry()
-	pipeline.NewMetrics(reg)
+	app.NewMetrics(reg)
 	sweep.NewMetrics(reg)
 	mfs, err := reg.Gather()
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
@@ -157,7 +158,7 @@ func TestRegisterNothing(t *testing.T) {
 func TestMetricNamesLint(t *testing.T) {
 	js, names := setup(t)
 	reg := prometheus.NewRegistry()
-	pipeline.NewMetrics(reg)
+	app.NewMetrics(reg)
 	sweep.NewMetrics(reg)
 	require.NoError(t, jsmetrics.Register(reg, js, names, pipeline.Stages()))
 	mfs, err := reg.Gather()

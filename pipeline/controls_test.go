@@ -78,10 +78,11 @@ func TestControlsLogEachChangeOnce(t *testing.T) {
 	logs := &records{}
 	kv := &pauseKV{}
 	var deleter uint64
-	m := NewMetrics(prometheus.NewRegistry())
-	var backlog Backlog = func(context.Context) (uint64, uint64, error) { return 0, deleter, nil }
+	paused := prometheus.NewGauge(prometheus.GaugeOpts{Name: "paused"})
+	pressure := prometheus.NewGauge(prometheus.GaugeOpts{Name: "backpressure"})
+	backlog := func(context.Context) (bool, []any, error) { return deleter > 10, []any{"deleter_backlog", deleter}, nil }
 	c := NewControls(ControlsConfig{Stage: StageScanner, PauseKey: subjects.ScannerPauseKey, Refresh: ControlRefresh},
-		ControlsDeps{State: kv, Backlog: backlog.full(10), Paused: m.ScannerPaused, Backpressure: m.Backpressure, Logger: slog.New(logs)})
+		ControlsDeps{State: kv, Backlog: backlog, Paused: paused, Backpressure: pressure, Logger: slog.New(logs)})
 	now := t0
 	read := func(n int) (time.Time, bool, error) {
 		var until time.Time
@@ -121,7 +122,7 @@ func TestControlsLogEachChangeOnce(t *testing.T) {
 	until, _, _ = c.Read(ctx, now.Add(ControlRefresh*3/4)) // the reading is reused, the pause is over
 	require.True(t, until.IsZero())
 	require.Equal(t, 2, logs.count("stage resumed"))
-	require.Zero(t, gaugeValue(m.ScannerPaused))
+	require.Zero(t, gaugeOf(t, paused))
 	kv.until = time.Time{}
 
 	// A pause that cannot be read fails closed, said once too.

@@ -28,7 +28,7 @@ type Deleter struct {
 	storageOp storage.Options
 	events    *EventLog
 	state     jetstream.KeyValue
-	metrics   *Metrics
+	metrics   *DeleterMetrics
 	log       *slog.Logger
 
 	mu       sync.Mutex
@@ -47,7 +47,7 @@ type DeleterDeps struct {
 	// State, when set, keeps the count of block keys deleted per instance (DeletedKeysKey),
 	// for status: KVCM's key count still counts each of them.
 	State   jetstream.KeyValue
-	Metrics *Metrics
+	Metrics *DeleterMetrics
 	Logger  *slog.Logger
 }
 
@@ -57,7 +57,7 @@ func NewDeleter(cfg DeleterConfig, deps DeleterDeps) (*Deleter, error) {
 		return nil, errors.New("deleter: no metadata store resolver")
 	}
 	return &Deleter{cfg: cfg, names: deps.Names, stores: deps.Stores, storageOp: deps.StorageOptions, events: deps.Events,
-		state: deps.State, metrics: orUnregistered(deps.Metrics), log: OrDiscard(deps.Logger),
+		state: deps.State, metrics: deleterMetricsOr(deps.Metrics), log: OrDiscard(deps.Logger),
 		sets: map[string]*storage.StaticSet{}, inflight: map[uint64]time.Time{}}, nil
 }
 
@@ -74,7 +74,7 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	store, err := d.stores.Store(req.Store)
 	if err != nil {
-		d.metrics.opError(StageDeleter, "store")
+		d.metrics.opError("store")
 		return fmt.Errorf("open metadata store %q: %w", req.Store, err)
 	}
 
@@ -111,7 +111,7 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 			keysDeleted++
 		}
 		if r.Outcome == subjects.OutcomeError {
-			d.metrics.opError(StageDeleter, "delete")
+			d.metrics.opError("delete")
 		}
 		counts[r.Outcome]++
 		targets[i] = subjects.EventTarget{Key: r.Target.Key, Location: r.Target.Location, Reason: r.Target.Reason,

@@ -90,16 +90,16 @@ func TestNilMetrics(t *testing.T) {
 	names := subjects.Names{Prefix: "kvcmgc", Cluster: "c1"}
 	for _, tc := range []struct {
 		name   string
-		record func(t *testing.T) *Metrics
+		record func(t *testing.T) any
 	}{
-		{"event log: a publish that cannot be queued", func(t *testing.T) *Metrics {
+		{"event log: a publish that cannot be queued", func(t *testing.T) any {
 			l, err := NewEventLog(EventLogConfig{Names: names}, EventLogDeps{JS: failingJS{}})
 			require.NoError(t, err)
 			require.Nil(t, l.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: StageProber, Instance: "i"}))
 			require.Equal(t, 1.0, counterOf(t, l.metrics.OperationErrors.WithLabelValues(StageProber, "event")))
 			return l.metrics
 		}},
-		{"consumer: a failed message", func(t *testing.T) *Metrics {
+		{"consumer: a failed message", func(t *testing.T) any {
 			c, err := NewConsumer(ConsumerConfig{Stage: StageDeleter}, ConsumerDeps{Consumer: noConsumer{},
 				Handle: func(context.Context, jetstream.Msg) error { return errDown }})
 			require.NoError(t, err)
@@ -107,15 +107,15 @@ func TestNilMetrics(t *testing.T) {
 			require.Equal(t, 1.0, counterOf(t, c.metrics.Messages.WithLabelValues(StageDeleter, MsgNak)))
 			return c.metrics
 		}},
-		{"prober: a failed publish", func(t *testing.T) *Metrics {
+		{"prober: a failed publish", func(t *testing.T) any {
 			p, err := NewProber(DefaultProberConfig(), ProberDeps{Names: names, Registry: &flakyRegistry{},
 				Guard: guard.None{}, Publisher: noPublisher{}})
 			require.NoError(t, err)
 			require.ErrorIs(t, p.publish(ctx, subjects.DeleteRequest{Instance: "i"}), errDown)
-			require.Equal(t, 1.0, counterOf(t, p.metrics.OperationErrors.WithLabelValues(StageProber, "publish")))
+			require.Equal(t, 1.0, counterOf(t, p.metrics.ops.WithLabelValues("publish")))
 			return p.metrics
 		}},
-		{"deleter: a request in flight", func(t *testing.T) *Metrics {
+		{"deleter: a request in flight", func(t *testing.T) any {
 			d, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{Names: names, Stores: oneStore{}})
 			require.NoError(t, err)
 			d.track(7, true)

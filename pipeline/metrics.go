@@ -1,24 +1,8 @@
 package pipeline
 
 import (
-	"slices"
-	"strings"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	dto "github.com/prometheus/client_model/go"
-
-	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/subjects"
-)
-
-// Closed label sets. Every value is pre-initialised so a dashboard sees zeros, not gaps.
-var (
-	candidateReasons = []string{subjects.ReasonOrphanWriting, subjects.ReasonStorageMissing, subjects.ReasonStuckDeleting}
-	deleteOutcomes   = []string{subjects.OutcomeDeleted, subjects.OutcomePartial, subjects.OutcomeNoopMismatch,
-		subjects.OutcomeNoopGone, subjects.OutcomeError, subjects.OutcomeWouldDelete}
-	// messageStages are the stages of kvcm_gc_messages_total.
-	messageStages = []string{StageScanner, StageProber, StageDeleter, StageSweeper}
 )
 
 // Stage names (the "stage" label and Event.Stage): the pipeline's three, and the sweep's
@@ -31,11 +15,6 @@ const (
 	StageSweeper = "sweeper"
 )
 
-var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown, SkipGuardError, SkipCopyTarget,
-	SkipBadSpecURI, SkipStorageNotFound, SkipStorageTypeMismatch, SkipProbeShape, SkipProbeError, SkipExcludedType,
-	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout,
-	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved, SkipMigrationGuard, SkipMigrationSource, SkipKVMeta}
-
 // Message results of a consumer (kvcm_gc_messages_total).
 const (
 	MsgAck  = "ack"
@@ -43,177 +22,45 @@ const (
 	MsgTerm = "term"
 )
 
-// Metrics of every stage, on one injected registry (STYLE: nothing on the global registry).
-// A process registers all of them even when it runs one stage, so names stay stable; the
-// sweep's own are sweep.Metrics, registered beside them.
+// Closed label sets. Every value is pre-initialised so a dashboard sees zeros, not gaps.
+var (
+	// messageStages are the stages of kvcm_gc_messages_total.
+	messageStages = []string{StageScanner, StageProber, StageDeleter, StageSweeper}
+	// runtimeOps are the "op" label values of kvcm_gc_operation_errors_total that the shared
+	// runtime counts, by stage: a failed event publish (EventLog) and a failed fetch
+	// (Consumer). Each stage's metrics add its own (ScannerMetrics, ProberMetrics,
+	// DeleterMetrics); the sweep counts its own on kvcm_gc_sweep_errors_total.
+	runtimeOps = map[string][]string{
+		StageScanner: {"event"},
+		StageProber:  {"event", "fetch"},
+		StageDeleter: {"event", "fetch"},
+		StageSweeper: {"event", "fetch"},
+	}
+)
+
+// Metrics are the metrics every stage shares, on one injected registry (STYLE: nothing on
+// the global registry): the messages the consume loops disposed of, and the failed
+// operations. Each stage has its own beside them (ScannerMetrics, ProberMetrics,
+// DeleterMetrics, sweep.Metrics); a process registers all of them even when it runs one
+// stage, so names stay stable.
 type Metrics struct {
-	ScanRounds        prometheus.Counter
-	ScannedKeys       prometheus.Counter
-	ScanBadKeys       prometheus.Counter
-	ScanPages         prometheus.Counter
-	PublishedBatches  prometheus.Counter
-	OversizedBlocks   prometheus.Counter
-	RoundDuration     prometheus.Gauge
-	RoundStore        prometheus.Gauge
-	RoundStores       prometheus.Gauge
-	ScanUnownedKeys   prometheus.Counter
-	ScanWrongDBKeys   prometheus.Counter
-	RoundInstances    prometheus.Gauge
-	RoundID           prometheus.Gauge
-	BackpressureSkips prometheus.Counter
-	LeaseHeld         prometheus.Gauge
-	ScannerPaused     prometheus.Gauge
-	LastRoundEnd      prometheus.Gauge
-	Backpressure      prometheus.Gauge
-	ScannerMembers    prometheus.Gauge
-
-	// StoreRegistered is 1 for every metadata store of the registry, as this scanner last read
-	// it, whoever holds the store's lease: the stores that must have a holder.
-	StoreRegistered *prometheus.GaugeVec
-	// Per metadata store this process walks (the store label: the registry's store name);
-	// a store's series go when its lease does.
-	StoreLeaseHeld     *prometheus.GaugeVec
-	StoreRound         *prometheus.GaugeVec
-	StoreScannedKeys   *prometheus.CounterVec
-	StoreKeysPerSecond *prometheus.GaugeVec
-	StoreProgress      *prometheus.GaugeVec
-	StoreETA           *prometheus.GaugeVec
-
-	// Keys a store holds of instances the registry does not list (unregistered.go), by store
-	// and instance, as the store's last round counted them.
-	UnregisteredKeys      *prometheus.GaugeVec
-	UnregisteredLocations *prometheus.GaugeVec
-	UnregisteredBytes     *prometheus.GaugeVec
-	UnregisteredSince     *prometheus.GaugeVec
-	// The collection of their keys (collect_unregistered_instances): keys sent to the
-	// deleter by store, and the instances of a page left alone, by reason.
-	UnregisteredCollected *prometheus.CounterVec
-	UnregisteredRefusals  *prometheus.CounterVec
-	StoreState            *prometheus.GaugeVec
-	// The pace of an adaptive walk (scanner.latency_budget): rate, burst, reason, and the
-	// probe latencies its last decision compared.
-	StorePaceRate   *prometheus.GaugeVec
-	StorePaceBurst  *prometheus.GaugeVec
-	StorePaceReason *prometheus.GaugeVec
-	StorePaceProbe  *prometheus.GaugeVec
-
-	ProbedLocations prometheus.Counter
-	Candidates      *prometheus.CounterVec
-	ProberSkips     *prometheus.CounterVec
-	ProbeDuration   *prometheus.HistogramVec
-
-	DeleteTargets   prometheus.Counter
-	DeleteResults   *prometheus.CounterVec
-	PhysicalSkips   *prometheus.CounterVec
-	InflightDeletes prometheus.Gauge
-	InflightOldest  prometheus.Gauge
-	StuckDataLeft   *prometheus.CounterVec
-	DeletedKeys     *prometheus.CounterVec
-	ReclaimedBytes  *prometheus.CounterVec
-	ReclaimedFiles  *prometheus.CounterVec
-
 	OperationErrors *prometheus.CounterVec
 	Messages        *prometheus.CounterVec
 }
 
-// NewMetrics registers kvcm-gc's metrics on reg.
+// NewMetrics registers the shared metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{
-		ScanRounds:        f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_rounds_total", Help: "Completed full scan rounds."}),
-		ScannedKeys:       f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scanned_keys_total", Help: "Block keys read by the maintenance scan."}),
-		ScanBadKeys:       f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_bad_keys_total", Help: "Keys matching an instance pattern that are not canonical block keys (skipped)."}),
-		ScanPages:         f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_pages_total", Help: "SCAN pages read."}),
-		PublishedBatches:  f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_published_batches_total", Help: "Batch messages stored in the BATCHES stream."}),
-		OversizedBlocks:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_oversized_blocks_total", Help: "Blocks whose metadata exceeds the NATS max payload (not judged)."}),
-		RoundDuration:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_duration_seconds", Help: "Duration of the last completed round."}),
-		RoundStore:        f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_store_index", Help: "0-based position of the metadata store being walked in the current round."}),
-		RoundStores:       f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_stores", Help: "Metadata stores in the current round's registry snapshot."}),
-		ScanUnownedKeys:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_unowned_keys_total", Help: "Keys a store-wide SCAN returned that belong to no instance registered in that store; not read."}),
-		ScanWrongDBKeys:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_wrong_db_keys_total", Help: "Legacy-layout keys read from a database other than 0, where no KVCM of that layout keeps its blocks; not collected."}),
-		RoundInstances:    f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_instances", Help: "Instances in the current round's registry snapshot."}),
-		RoundID:           f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_id", Help: "Id of the current (or last) round."}),
-		BackpressureSkips: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_backpressure_skips_total", Help: "Scanner ticks skipped because a downstream consumer was above the high-water mark."}),
-		LeaseHeld:         f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_lease_held", Help: "Metadata store leases this scanner holds (one per store it walks)."}),
-		ScannerPaused:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_paused", Help: "1 while an operator pause stops this scanner's walks."}),
-		LastRoundEnd:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_last_round_end_timestamp_seconds", Help: "Unix time a round of a store this scanner walks last completed (0: none yet in this process)."}),
-		Backpressure:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_backpressure", Help: "1 while the prober's or the deleter's backlog is above the high-water mark and walks wait."}),
-		ScannerMembers:    f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_replicas", Help: "Scanner replicas sharing the stores, as this one last counted them."}),
-
-		StoreRegistered: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_registered",
-			Help: "1 for each metadata store of KVCM's registry, as this scanner last read it, whether or not a scanner holds its lease."}, []string{"store"}),
-		StoreLeaseHeld:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_lease_held", Help: "1 while this scanner holds the store's lease."}, []string{"store"}),
-		StoreRound:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round", Help: "Id of the store's current (or last) round."}, []string{"store"}),
-		StoreScannedKeys:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_store_scanned_keys_total", Help: "Block keys of the store read by this scanner."}, []string{"store"}),
-		StoreKeysPerSecond: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_keys_per_second", Help: "Recent rate of the store's walk, in keys SCAN returned per second."}, []string{"store"}),
-		StoreProgress:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_progress_ratio", Help: "Share of the store's keys (DBSIZE at the round's start, else the last round's) visited this round."}, []string{"store"}),
-		StoreETA:           f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_eta_timestamp_seconds", Help: "Estimated Unix time the store's round ends (0: unknown, or the walk is not moving)."}, []string{"store"}),
-		UnregisteredKeys: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_keys",
-			Help: "Block keys the store held, at its last round, of an instance the registry does not list (a failed instance removal leaves them)."}, []string{"store", "kvcm_instance"}),
-		UnregisteredLocations: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_locations",
-			Help: "Locations in those keys."}, []string{"store", "kvcm_instance"}),
-		UnregisteredBytes: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_bytes",
-			Help: "Bytes those locations account (their spec URIs' size parameters)."}, []string{"store", "kvcm_instance"}),
-		UnregisteredSince: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_first_seen_timestamp_seconds",
-			Help: "Unix time kvcm-gc first counted the instance unregistered in the store."}, []string{"store", "kvcm_instance"}),
-		UnregisteredCollected: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_unregistered_collected_keys_total",
-			Help: "Keys of unregistered instances the scanner sent to the deleter (collect_unregistered_instances)."}, []string{"store"}),
-		UnregisteredRefusals: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_unregistered_refusals_total",
-			Help: "Unregistered instances of a scanned page whose keys were left alone, by reason (collect_unregistered_instances)."}, []string{"reason"}),
-		StoreState:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
-		StorePaceRate:   f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_keys_per_second", Help: "Keys per second an adaptive store walk reads at now (0: it holds, measuring the store's idle latency)."}, []string{"store"}),
-		StorePaceBurst:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_burst_keys", Help: "Keys an adaptive store walk reads in one pipelined burst now."}, []string{"store"}),
-		StorePaceReason: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_reason", Help: "1 for why an adaptive store walk is at its pace (baseline, few_samples, raise, hold, lower_depth, lower_rate, ceiling, floor)."}, []string{"store", "reason"}),
-		StorePaceProbe:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_probe_seconds", Help: "The probe latency quantile an adaptive store walk's last pace decision compared: of the last window (window) and of the idle store (idle)."}, []string{"store", "window"}),
-
-		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
-		Candidates:      f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_candidates_total", Help: "Locations judged garbage, by reason."}, []string{"reason"}),
-		ProberSkips:     f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_prober_skips_total", Help: "Locations or blocks not judged (kept), by reason."}, []string{"reason"}),
-		ProbeDuration:   f.NewHistogramVec(prometheus.HistogramOpts{Name: "kvcm_gc_probe_duration_seconds", Help: "Latency of one MightExist chunk, by storage type.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"storage_type"}),
-
-		DeleteTargets:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_delete_targets_total", Help: "Targets received by the deleter."}),
-		DeleteResults:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_delete_results_total", Help: "Deleter outcomes per target."}, []string{"outcome"}),
-		PhysicalSkips:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_physical_delete_skips_total", Help: "Spec URIs whose data was not unlinked, by reason."}, []string{"reason"}),
-		InflightDeletes: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_inflight_delete_requests", Help: "Delete requests being handled by this process."}),
-		InflightOldest:  f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_inflight_delete_oldest_age_seconds", Help: "Age of the oldest delete request in flight in this process (0: none)."}),
-		StuckDataLeft: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_stuck_deleting_data_left_total",
-			Help: "Spec URIs of collected stuck DELETING locations whose data was left in place (metadata only), by storage type and reason."}, []string{"storage_type", "reason"}),
-		DeletedKeys: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_deleted_keys_total",
-			Help: "Block keys the deleter deleted because their last location went (empty_block: delete); KVCM's key count still counts each."}, []string{"kvcm_instance"}),
-		ReclaimedBytes: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_bytes_total",
-			Help: "Bytes of the locations the deleter removed (their spec URIs' size=), by storage and reason; what a dry run's report says deletes would free."}, []string{"storage", "reason"}),
-		ReclaimedFiles: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_files_total",
-			Help: "Data objects (spec URIs) of the locations the deleter removed, by storage and reason."}, []string{"storage", "reason"}),
-
 		OperationErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_operation_errors_total", Help: "Failed operations, by stage and operation."}, []string{"stage", "op"}),
 		Messages:        f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total", Help: "Consumed messages by stage and disposition (ack, nak, term; max_deliveries: the server gave up on the last delivery, unanswered)."}, []string{"stage", "result"}),
-	}
-	for _, r := range candidateReasons {
-		m.Candidates.WithLabelValues(r)
-	}
-	for _, r := range proberSkipReasons {
-		m.ProberSkips.WithLabelValues(r)
-	}
-	for _, r := range unregRefusals {
-		m.UnregisteredRefusals.WithLabelValues(r)
-	}
-	for _, o := range deleteOutcomes {
-		m.DeleteResults.WithLabelValues(o)
-	}
-	for _, r := range physSkipReasons {
-		m.PhysicalSkips.WithLabelValues(r)
-	}
-	for _, t := range kvcm.KnownTypes() {
-		for _, r := range physSkipReasons {
-			m.StuckDataLeft.WithLabelValues(t.String(), r)
-		}
 	}
 	for _, s := range messageStages {
 		for _, r := range []string{MsgAck, MsgNak, MsgTerm, MsgMaxDeliveries} {
 			m.Messages.WithLabelValues(s, r)
 		}
 	}
-	for stage, ops := range operations {
+	for stage, ops := range runtimeOps {
 		for _, op := range ops {
 			m.OperationErrors.WithLabelValues(stage, op)
 		}
@@ -221,98 +68,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// operations are the closed set of "op" label values per stage.
-var operations = map[string][]string{
-	StageScanner: {"lease", "checkpoint", "pause", "registry", "backlog", "store", "scan", "publish", "event"},
-	StageProber:  {"registry", "publish", "event", "fetch"},
-	StageDeleter: {"store", "delete", "event", "fetch"},
-	StageSweeper: {"event", "fetch"},
-}
-
-// registeredStores sets kvcm_gc_store_registered to the registry's stores now, removing the
-// series of those of was (the previous reading) that left it. No reset in between: a scrape
-// never sees the list empty.
-func (m *Metrics) registeredStores(was, now []string) {
-	for _, st := range now {
-		m.StoreRegistered.WithLabelValues(st).Set(1)
+// stageOps returns kvcm_gc_operation_errors_total of stage, its ops pre-initialised.
+func (m *Metrics) stageOps(stage string, ops []string) *prometheus.CounterVec {
+	v := m.OperationErrors.MustCurryWith(prometheus.Labels{"stage": stage})
+	for _, op := range ops {
+		v.WithLabelValues(op)
 	}
-	for _, st := range was {
-		if !slices.Contains(now, st) {
-			m.StoreRegistered.DeleteLabelValues(st)
-		}
-	}
-}
-
-// initStore starts the series of a store this process walks.
-func (m *Metrics) initStore(store string) {
-	m.StoreLeaseHeld.WithLabelValues(store).Set(1)
-	m.StoreRound.WithLabelValues(store)
-	m.StoreScannedKeys.WithLabelValues(store)
-	m.StoreKeysPerSecond.WithLabelValues(store)
-	m.StoreProgress.WithLabelValues(store)
-	m.StoreETA.WithLabelValues(store)
-	for _, st := range walkStates {
-		m.StoreState.WithLabelValues(store, st)
-	}
-}
-
-// dropStore removes the series of a store this process no longer walks.
-func (m *Metrics) dropStore(store string) {
-	for _, v := range []*prometheus.GaugeVec{m.StoreLeaseHeld, m.StoreRound, m.StoreKeysPerSecond, m.StoreProgress, m.StoreETA} {
-		v.DeleteLabelValues(store)
-	}
-	m.StoreScannedKeys.DeleteLabelValues(store)
-	m.StoreState.DeletePartialMatch(prometheus.Labels{"store": store})
-	m.unregistered(store, nil)
-	m.StorePaceRate.DeleteLabelValues(store)
-	m.StorePaceBurst.DeleteLabelValues(store)
-	m.StorePaceReason.DeletePartialMatch(prometheus.Labels{"store": store})
-	m.StorePaceProbe.DeletePartialMatch(prometheus.Labels{"store": store})
-}
-
-// storePace sets the pace gauges of an adaptive store walk.
-func (m *Metrics) storePace(store string, pc Pace) {
-	m.StorePaceRate.WithLabelValues(store).Set(pc.Rate)
-	m.StorePaceBurst.WithLabelValues(store).Set(float64(pc.Depth))
-	for _, r := range PaceReasons {
-		v := 0.0
-		if r == pc.Reason {
-			v = 1
-		}
-		m.StorePaceReason.WithLabelValues(store, r).Set(v)
-	}
-	m.StorePaceProbe.WithLabelValues(store, "window").Set(pc.Signal.Seconds())
-	m.StorePaceProbe.WithLabelValues(store, "idle").Set(pc.Baseline.Seconds())
-}
-
-// unregistered replaces a store's series of unregistered instances with its last count.
-func (m *Metrics) unregistered(store string, counts []UnregisteredCount) {
-	for _, g := range []*prometheus.GaugeVec{m.UnregisteredKeys, m.UnregisteredLocations, m.UnregisteredBytes, m.UnregisteredSince} {
-		g.DeletePartialMatch(prometheus.Labels{"store": store})
-	}
-	for _, c := range counts {
-		// An id read from a key is any bytes; a label value must be UTF-8.
-		id := strings.ToValidUTF8(c.Instance, "\uFFFD")
-		m.UnregisteredKeys.WithLabelValues(store, id).Set(float64(c.Keys))
-		m.UnregisteredLocations.WithLabelValues(store, id).Set(float64(c.Locations))
-		m.UnregisteredBytes.WithLabelValues(store, id).Set(float64(c.Bytes))
-		m.UnregisteredSince.WithLabelValues(store, id).Set(float64(c.FirstSeenUs) / 1e6)
-	}
-}
-
-// lastRoundEnd raises kvcm_gc_last_round_end_timestamp_seconds to a round's end (µs).
-func (m *Metrics) lastRoundEnd(us int64) {
-	if v := float64(us) / 1e6; v > gaugeValue(m.LastRoundEnd) {
-		m.LastRoundEnd.Set(v)
-	}
-}
-
-func gaugeValue(g prometheus.Gauge) float64 {
-	var d dto.Metric
-	if err := g.Write(&d); err != nil || d.Gauge == nil {
-		return 0
-	}
-	return d.Gauge.GetValue()
+	return v
 }
 
 // opError counts a failed operation.

@@ -27,7 +27,7 @@ type Prober struct {
 	observer  DeletingObserver
 	publisher Publisher
 	events    *EventLog
-	metrics   *Metrics
+	metrics   *ProberMetrics
 	log       *slog.Logger
 	now       func() time.Time
 	gather    *gatherer
@@ -53,7 +53,7 @@ type ProberDeps struct {
 	Observer  DeletingObserver
 	Publisher Publisher
 	Events    *EventLog
-	Metrics   *Metrics
+	Metrics   *ProberMetrics
 	Logger    *slog.Logger
 	Now       func() time.Time
 }
@@ -69,7 +69,7 @@ func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
 	}
 	p := &Prober{cfg: cfg, names: deps.Names, registry: deps.Registry, storageOp: deps.StorageOptions,
 		guard: deps.Guard, observer: deps.Observer, publisher: deps.Publisher, events: deps.Events,
-		metrics: orUnregistered(deps.Metrics), log: OrDiscard(deps.Logger), now: OrNow(deps.Now)}
+		metrics: proberMetricsOr(deps.Metrics), log: OrDiscard(deps.Logger), now: OrNow(deps.Now)}
 	p.registryCache = NewRegistryCache(RegistryCacheConfig[registrySnapshot]{Reader: deps.Registry, Build: p.buildSnapshot,
 		Refresh: cfg.RegistryRefresh, Backoff: backoff.New(RegistryRetryInitial, RegistryRetryMax).Delay, ServeStale: true})
 	p.gather = newGatherer(max(cfg.MaxTargets, 1), cfg.GatherLinger, p.publish)
@@ -88,7 +88,7 @@ func (p *Prober) publish(ctx context.Context, req subjects.DeleteRequest) error 
 		return fmt.Errorf("encode delete request: %w", err)
 	}
 	if err := p.publisher.Publish(ctx, p.names.DeleteSubject(req.Instance), data, subjects.DeleteMsgID(req)); err != nil {
-		p.metrics.opError(StageProber, "publish")
+		p.metrics.opError("publish")
 		return err
 	}
 	return nil
@@ -163,7 +163,7 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	snap, err := p.storages(ctx)
 	if err != nil {
-		p.metrics.opError(StageProber, "registry")
+		p.metrics.opError("registry")
 		return err
 	}
 	now := p.now

@@ -61,7 +61,7 @@ type Scanner struct {
 	sizes      func(ctx context.Context, store string) (int64, error)
 	backoff    func(attempt int) time.Duration
 	maxPayload int
-	metrics    *Metrics
+	metrics    *ScannerMetrics
 	log        *slog.Logger
 	now        func() time.Time
 
@@ -107,7 +107,7 @@ type ScannerDeps struct {
 	// (nil: RegistryBackoff).
 	Backoff    func(attempt int) time.Duration
 	MaxPayload int // the server's max payload; batches are split below it
-	Metrics    *Metrics
+	Metrics    *ScannerMetrics
 	Logger     *slog.Logger     // nil discards
 	Now        func() time.Time // nil: time.Now
 }
@@ -145,7 +145,7 @@ func (s *Scanner) renewEvery() time.Duration {
 func (s *Scanner) Run(ctx context.Context) error {
 	s.ctl = NewControls(ControlsConfig{Stage: StageScanner, PauseKey: subjects.ScannerPauseKey, Refresh: ControlRefresh},
 		ControlsDeps{State: s.state, Backlog: s.backlog.full(s.cfg.HighWater),
-			OpError: func(op string) { s.metrics.opError(StageScanner, op) },
+			OpError: func(op string) { s.metrics.opError(op) },
 			Paused:  s.metrics.ScannerPaused, Backpressure: s.metrics.Backpressure, Logger: s.log})
 	s.mu.Lock() // LeaseState (readiness) may already be reading s.reg
 	s.reg = newRegistryCache(s.registry, s.backoff, s.metrics, s.log)
@@ -202,7 +202,7 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 	caps, err := s.members(ctx)
 	if err != nil {
 		Warn(ctx, s.log, "count scanner replicas; no store taken this time", "err", err)
-		s.metrics.opError(StageScanner, "lease")
+		s.metrics.opError("lease")
 		return
 	}
 	s.metrics.ScannerMembers.Set(float64(len(caps)))
@@ -242,7 +242,7 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 		lease := NewStoreLease(s.leases, st, s.cfg.Holder, s.leaseTTL)
 		ok, err := lease.Acquire(ctx)
 		if err != nil {
-			s.metrics.opError(StageScanner, "lease")
+			s.metrics.opError("lease")
 			Warn(ctx, s.log, "acquire store lease", "store", st, "err", err)
 			continue
 		}
@@ -412,7 +412,7 @@ func (s *Scanner) writeIndex(ctx context.Context, stores []string, now time.Time
 		err = writeStoreIndex(ctx, s.state, stores, s.cfg.Holder, now)
 	}
 	if err != nil {
-		s.metrics.opError(StageScanner, "checkpoint")
+		s.metrics.opError("checkpoint")
 		Warn(ctx, s.log, "write stores index", "err", err)
 	}
 }
@@ -572,14 +572,14 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 					// Released, or dropped by its walk: nothing to renew.
 				case errors.Is(err, ErrLeaseLost):
 					if ctx.Err() == nil {
-						s.metrics.opError(StageScanner, "lease")
+						s.metrics.opError("lease")
 						s.log.Warn("store lease lost", "store", h.store, "err", err)
 					}
 					st.next = now.Add(every)
 					h.poke()
 				default:
 					if !st.failing && ctx.Err() == nil {
-						s.metrics.opError(StageScanner, "lease")
+						s.metrics.opError("lease")
 						s.log.Warn("renew store lease; retrying until it would expire", "store", h.store,
 							"valid_until", h.lease.ValidUntil().UTC().Format(time.RFC3339Nano), "err", err)
 					}

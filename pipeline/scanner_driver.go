@@ -180,7 +180,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		}
 		d.log.Log(ctx, a.level, a.msg, a.args...)
 	case actOpError:
-		s.metrics.opError(StageScanner, a.op)
+		s.metrics.opError(a.op)
 	case actSkipTick:
 		s.metrics.BackpressureSkips.Inc()
 	case actRoundEnded:

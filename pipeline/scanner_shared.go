@@ -32,7 +32,7 @@ const registryReuse = time.Second
 // per read.
 type registryCache struct {
 	rc  *RegistryCache[scanSnapshot]
-	m   *Metrics
+	m   *ScannerMetrics
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -49,7 +49,7 @@ type scanSnapshot struct {
 
 // newRegistryCache returns the scanner's registry cache over r, retrying a failed read after
 // backoff(attempt).
-func newRegistryCache(r meta.RegistryReader, backoff func(attempt int) time.Duration, m *Metrics, log *slog.Logger) *registryCache {
+func newRegistryCache(r meta.RegistryReader, backoff func(attempt int) time.Duration, m *ScannerMetrics, log *slog.Logger) *registryCache {
 	return &registryCache{m: m, log: log, rc: NewRegistryCache(RegistryCacheConfig[scanSnapshot]{
 		Reader: r, Build: buildScanSnapshot, Refresh: registryReuse, Backoff: backoff})}
 }
@@ -117,7 +117,7 @@ func (c *registryCache) snapshot(ctx context.Context, now time.Time) (scanSnapsh
 	v, info, err := c.rc.Get(ctx, now)
 	switch {
 	case err != nil && info.Read:
-		c.m.opError(StageScanner, "registry")
+		c.m.opError("registry")
 		Warn(ctx, c.log, "read registry; backing off", "attempt", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
 	case err == nil && info.Read:
 		c.readLogs(info, v)

@@ -35,7 +35,7 @@ func TestRegistryCacheBacksOff(t *testing.T) {
 	r := &failingRegistry{err: errors.New("connection refused")}
 	var attempts []int
 	c := newRegistryCache(r, func(n int) time.Duration { attempts = append(attempts, n); return time.Duration(n) * time.Second },
-		NewMetrics(prometheus.NewRegistry()), slog.New(logs))
+		NewScannerMetrics(prometheus.NewRegistry(), nil), slog.New(logs))
 	now := t0
 	_, retry, err := c.get(ctx, now)
 	require.Error(t, err)
@@ -95,4 +95,27 @@ func TestFairShare(t *testing.T) {
 	} {
 		require.Equal(t, tt.want, fairShare(tt.stores, tt.caps, tt.mine), "%d stores over %v", tt.stores, tt.caps)
 	}
+}
+
+// TestBacklogFull: the scanner's walks are held back while either downstream backlog is above
+// the high-water mark; a backlog that cannot be read is an error, and no backlog reader holds
+// nothing back.
+func TestBacklogFull(t *testing.T) {
+	var p, d uint64
+	var b Backlog = func(context.Context) (uint64, uint64, error) { return p, d, nil }
+	full := b.full(10)
+	for _, tc := range []struct {
+		p, d uint64
+		want bool
+	}{{0, 0, false}, {10, 10, false}, {11, 0, true}, {0, 11, true}} {
+		p, d = tc.p, tc.d
+		got, _, err := full(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, "prober %d, deleter %d", tc.p, tc.d)
+	}
+	require.Nil(t, Backlog(nil).full(10))
+	down := errors.New("no responders")
+	var failing Backlog = func(context.Context) (uint64, uint64, error) { return 0, 0, down }
+	_, _, err := failing.full(10)(context.Background())
+	require.ErrorIs(t, err, down)
 }

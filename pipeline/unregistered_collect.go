@@ -124,7 +124,7 @@ func (d *walkDriver) collectUnregistered(ctx context.Context, store meta.Store, 
 			Source: subjects.Source{MsgID: "u:" + d.h.store + ":" + strconv.FormatUint(ck.Round, 10) + ":" +
 				strconv.FormatUint(cursor, 10) + ":" + id}}
 		if err := d.sendDelete(ctx, req); err != nil {
-			s.metrics.opError(StageScanner, "publish")
+			s.metrics.opError("publish")
 			Warn(ctx, d.log, "send the keys of an unregistered instance to the deleter", "instance", id, "err", err)
 			continue
 		}

@@ -425,7 +425,7 @@ func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
 		events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: e.names}, pipeline.EventLogDeps{JS: e.js, Metrics: metrics})
 		require.NoError(t, err)
 		d, err := pipeline.NewDeleter(o.Deleter, pipeline.DeleterDeps{Names: e.names, Stores: pool, StorageOptions: o.Storage,
-			Metrics: metrics, Events: events})
+			Metrics: pipeline.NewDeleterMetrics(reg, metrics), Events: events})
 		require.NoError(t, err)
 		var crashed atomic.Bool
 		crashedKeys := make(chan subjects.DeleteRequest, 1)

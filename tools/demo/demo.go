@@ -288,10 +288,10 @@ func collect(ctx context.Context, cfg config.Config, reg *prometheus.Registry, o
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
 	started := make(chan string, 1)
-	var metrics *pipeline.Metrics
+	var metrics *app.Metrics
 	var prepErr error
 	p := &cli.Process{Stages: app.All, Embedded: true, Registry: reg,
-		Started: func(url string, m *pipeline.Metrics) {
+		Started: func(url string, m *app.Metrics) {
 			metrics = m
 			if prepErr = withJetStream(pctx, url, prepare); prepErr != nil {
 				stop() // the stages start, and stop at once
@@ -387,7 +387,7 @@ func backdateStuck(ctx context.Context, js jetstream.JetStream, cfg config.Confi
 
 // watch shows the round's progress until round 1 has ended and both consumers are drained,
 // and the sweep of sweepRoot (when set) is done.
-func watch(ctx context.Context, url string, cfg config.Config, m *pipeline.Metrics, timeout time.Duration, prog *cli.Progress, sweepRoot string) (pipeline.Checkpoint, error) {
+func watch(ctx context.Context, url string, cfg config.Config, m *app.Metrics, timeout time.Duration, prog *cli.Progress, sweepRoot string) (pipeline.Checkpoint, error) {
 	var ck pipeline.Checkpoint
 	nc, err := nats.Connect(url, nats.Name("kvcm-gc-demo-watch"))
 	if err != nil {
@@ -471,7 +471,7 @@ func readBacklog(ctx context.Context, js jetstream.JetStream, cfg config.Config)
 	return b
 }
 
-func statusLine(ck pipeline.Checkpoint, m *pipeline.Metrics, b backlog) string {
+func statusLine(ck pipeline.Checkpoint, m *app.Metrics, b backlog) string {
 	pos := "starting"
 	switch {
 	case ck.Round == 0:
@@ -480,9 +480,9 @@ func statusLine(ck pipeline.Checkpoint, m *pipeline.Metrics, b backlog) string {
 	default:
 		pos = fmt.Sprintf("round %d: scan done", ck.Round)
 	}
-	deleted := counter(m.DeleteResults.WithLabelValues("deleted")) + counter(m.DeleteResults.WithLabelValues("partial"))
+	deleted := counter(m.Deleter.DeleteResults.WithLabelValues("deleted")) + counter(m.Deleter.DeleteResults.WithLabelValues("partial"))
 	return fmt.Sprintf("%-26s scanned %7.0f keys  candidates %6.0f  deleted %6.0f  backlog %d/%d",
-		pos, counter(m.ScannedKeys), sumVec(m.Candidates), deleted, b.proberPending+b.proberAck, b.delPending+b.delAck)
+		pos, counter(m.Scanner.ScannedKeys), sumVec(m.Prober.Candidates), deleted, b.proberPending+b.proberAck, b.delPending+b.delAck)
 }
 
 // interrupted turns an error caused by Ctrl-C into cli.ErrInterrupted.

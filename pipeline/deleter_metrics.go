@@ -1,0 +1,79 @@
+package pipeline
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// deleteOutcomes are the closed set of the outcome label of kvcm_gc_delete_results_total.
+var deleteOutcomes = []string{subjects.OutcomeDeleted, subjects.OutcomePartial, subjects.OutcomeNoopMismatch,
+	subjects.OutcomeNoopGone, subjects.OutcomeError, subjects.OutcomeWouldDelete}
+
+// deleterOps are the closed set of the deleter's "op" label values, beside the consumer's and
+// the event log's (NewMetrics).
+var deleterOps = []string{"store", "delete"}
+
+// DeleterMetrics are the deleter's metrics (Metrics has those every stage shares).
+type DeleterMetrics struct {
+	DeleteTargets   prometheus.Counter
+	DeleteResults   *prometheus.CounterVec
+	PhysicalSkips   *prometheus.CounterVec
+	InflightDeletes prometheus.Gauge
+	InflightOldest  prometheus.Gauge
+	StuckDataLeft   *prometheus.CounterVec
+	DeletedKeys     *prometheus.CounterVec
+	ReclaimedBytes  *prometheus.CounterVec
+	ReclaimedFiles  *prometheus.CounterVec
+
+	// ops counts the deleter's failed operations: kvcm_gc_operation_errors_total{stage="deleter"}.
+	ops *prometheus.CounterVec
+}
+
+// NewDeleterMetrics registers the deleter's metrics on reg; its failed operations are counted
+// on rt's kvcm_gc_operation_errors_total (nil rt: on a set registered nowhere).
+func NewDeleterMetrics(reg prometheus.Registerer, rt *Metrics) *DeleterMetrics {
+	f := promauto.With(reg)
+	m := &DeleterMetrics{
+		DeleteTargets:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_delete_targets_total", Help: "Targets received by the deleter."}),
+		DeleteResults:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_delete_results_total", Help: "Deleter outcomes per target."}, []string{"outcome"}),
+		PhysicalSkips:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_physical_delete_skips_total", Help: "Spec URIs whose data was not unlinked, by reason."}, []string{"reason"}),
+		InflightDeletes: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_inflight_delete_requests", Help: "Delete requests being handled by this process."}),
+		InflightOldest:  f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_inflight_delete_oldest_age_seconds", Help: "Age of the oldest delete request in flight in this process (0: none)."}),
+		StuckDataLeft: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_stuck_deleting_data_left_total",
+			Help: "Spec URIs of collected stuck DELETING locations whose data was left in place (metadata only), by storage type and reason."}, []string{"storage_type", "reason"}),
+		DeletedKeys: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_deleted_keys_total",
+			Help: "Block keys the deleter deleted because their last location went (empty_block: delete); KVCM's key count still counts each."}, []string{"kvcm_instance"}),
+		ReclaimedBytes: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_bytes_total",
+			Help: "Bytes of the locations the deleter removed (their spec URIs' size=), by storage and reason; what a dry run's report says deletes would free."}, []string{"storage", "reason"}),
+		ReclaimedFiles: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_files_total",
+			Help: "Data objects (spec URIs) of the locations the deleter removed, by storage and reason."}, []string{"storage", "reason"}),
+
+		ops: orUnregistered(rt).stageOps(StageDeleter, deleterOps),
+	}
+	for _, o := range deleteOutcomes {
+		m.DeleteResults.WithLabelValues(o)
+	}
+	for _, r := range physSkipReasons {
+		m.PhysicalSkips.WithLabelValues(r)
+	}
+	for _, t := range kvcm.KnownTypes() {
+		for _, r := range physSkipReasons {
+			m.StuckDataLeft.WithLabelValues(t.String(), r)
+		}
+	}
+	return m
+}
+
+// opError counts a failed operation.
+func (m *DeleterMetrics) opError(op string) { m.ops.WithLabelValues(op).Inc() }
+
+// deleterMetricsOr returns m, or metrics registered nowhere: they count, nobody scrapes them.
+func deleterMetricsOr(m *DeleterMetrics) *DeleterMetrics {
+	if m == nil {
+		return NewDeleterMetrics(nil, nil)
+	}
+	return m
+}
