@@ -211,7 +211,4 @@ func TestConsumerGivesUpOnHungHandlers(t *testing.T) {
 		c.process(ctx, ctx, m)
 		require.Equal(t, 2, m.sent())
 	})
-	cfg := DefaultDeleterConfig()
-	cfg.DeleteDelay = 5 * time.Minute
-	require.Equal(t, 6*time.Minute, cfg.KeepFor(), "delete_delay plus one AckWait of work")
 }

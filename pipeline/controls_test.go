@@ -80,7 +80,9 @@ func TestControlsLogEachChangeOnce(t *testing.T) {
 	var deleter uint64
 	paused := prometheus.NewGauge(prometheus.GaugeOpts{Name: "paused"})
 	pressure := prometheus.NewGauge(prometheus.GaugeOpts{Name: "backpressure"})
-	backlog := func(context.Context) (bool, []any, error) { return deleter > 10, []any{"deleter_backlog", deleter}, nil }
+	backlog := func(context.Context) (bool, []any, error) {
+		return deleter > 10, []any{"deleter_backlog", deleter}, nil
+	}
 	c := NewControls(ControlsConfig{Stage: StageScanner, PauseKey: subjects.ScannerPauseKey, Refresh: ControlRefresh},
 		ControlsDeps{State: kv, Backlog: backlog, Paused: paused, Backpressure: pressure, Logger: slog.New(logs)})
 	now := t0

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,4 +33,12 @@ func TestAddDeletedKeys(t *testing.T) {
 	var got DeletedKeys
 	require.NoError(t, json.Unmarshal(e.Value(), &got))
 	require.Equal(t, uint64(40), got.Keys)
+}
+
+// TestDeleterKeepFor: the deleter's consumer keeps a request in flight for delete_delay, which
+// the protocol waits on purpose, plus one AckWait of work.
+func TestDeleterKeepFor(t *testing.T) {
+	cfg := DefaultDeleterConfig()
+	cfg.DeleteDelay = 5 * time.Minute
+	require.Equal(t, 6*time.Minute, cfg.KeepFor(), "delete_delay plus one AckWait of work")
 }

@@ -4,43 +4,31 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcm-gc/kvcm-gc/backends/guard"
-	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // Stand-ins for collaborators a constructor requires but the call under test never reaches
-// (or, for failingJS and noPublisher, reaches only to fail).
+// (or, for failingJS, reaches only to fail).
 type (
-	noConsumer  struct{ jetstream.Consumer }
-	noPublisher struct{}
-	failingJS   struct{ jetstream.JetStream }
+	noConsumer struct{ jetstream.Consumer }
+	failingJS  struct{ jetstream.JetStream }
 )
 
 var errDown = errors.New("connection refused")
 
-// oneStore resolves every name to one store.
-type oneStore struct{ st meta.Store }
-
-func (o oneStore) Store(string) (meta.Store, error) { return o.st, nil }
-
-func (noPublisher) Publish(context.Context, string, []byte, string) error { return errDown }
-func (noPublisher) PublishAsync(string, []byte, string) (AckWait, error)  { return nil, errDown }
 func (failingJS) PublishAsync(string, []byte, ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
 	return nil, errDown
 }
 
-// TestConstructorsRequire: a stage missing a collaborator it cannot run without is refused
-// at construction, with the collaborator named, not found by a nil dereference later.
+// TestConstructorsRequire: a component missing a collaborator it cannot run without is
+// refused at construction, with the collaborator named, not found by a nil dereference later.
 func TestConstructorsRequire(t *testing.T) {
-	reg := &flakyRegistry{}
 	for _, tc := range []struct {
 		name string
 		new  func() error
@@ -52,24 +40,6 @@ func TestConstructorsRequire(t *testing.T) {
 			_, err := NewConsumer(ConsumerConfig{Stage: StageProber}, ConsumerDeps{})
 			return err
 		}, []string{"consumer of prober", "no JetStream consumer", "no handler"}},
-		{"prober", func() error { _, err := NewProber(DefaultProberConfig(), ProberDeps{}); return err },
-			[]string{"prober:", "no registry reader", "no copy-target guard", "no publisher"}},
-		{"prober without guard", func() error {
-			_, err := NewProber(DefaultProberConfig(), ProberDeps{Registry: reg, Publisher: noPublisher{}})
-			return err
-		}, []string{"prober: no copy-target guard"}},
-		{"deleter", func() error { _, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{}); return err },
-			[]string{"deleter: no metadata store resolver"}},
-		{"scanner", func() error { _, err := NewScanner(DefaultScannerConfig(), ScannerDeps{}); return err },
-			[]string{"scanner: lease TTL must be > 0"}},
-		{"scanner without JetStream", func() error {
-			_, err := NewScanner(DefaultScannerConfig(), ScannerDeps{LeaseTTL: time.Second})
-			return err
-		}, []string{"scanner: no JetStream context"}},
-		{"scanner of a bad configuration", func() error {
-			_, err := NewScanner(ScannerConfig{}, ScannerDeps{LeaseTTL: time.Second})
-			return err
-		}, []string{"scan_batch_size"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.new()
@@ -79,12 +49,10 @@ func TestConstructorsRequire(t *testing.T) {
 			}
 		})
 	}
-	_, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{Stores: oneStore{}})
-	require.NoError(t, err, "the rest is optional")
 }
 
-// TestNilMetrics: every stage built without metrics counts on a set of its own instead of
-// panicking the first time it records one, whichever path records it.
+// TestNilMetrics: every component built without metrics counts on a set of its own instead
+// of panicking the first time it records one, whichever path records it.
 func TestNilMetrics(t *testing.T) {
 	ctx := context.Background()
 	names := subjects.Names{Prefix: "kvcmgc", Cluster: "c1"}
@@ -106,22 +74,6 @@ func TestNilMetrics(t *testing.T) {
 			c.process(ctx, ctx, &delayMsg{delivered: 1})
 			require.Equal(t, 1.0, counterOf(t, c.metrics.Messages.WithLabelValues(StageDeleter, MsgNak)))
 			return c.metrics
-		}},
-		{"prober: a failed publish", func(t *testing.T) any {
-			p, err := NewProber(DefaultProberConfig(), ProberDeps{Names: names, Registry: &flakyRegistry{},
-				Guard: guard.None{}, Publisher: noPublisher{}})
-			require.NoError(t, err)
-			require.ErrorIs(t, p.publish(ctx, subjects.DeleteRequest{Instance: "i"}), errDown)
-			require.Equal(t, 1.0, counterOf(t, p.metrics.ops.WithLabelValues("publish")))
-			return p.metrics
-		}},
-		{"deleter: a request in flight", func(t *testing.T) any {
-			d, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{Names: names, Stores: oneStore{}})
-			require.NoError(t, err)
-			d.track(7, true)
-			require.Equal(t, 1.0, gaugeOf(t, d.metrics.InflightDeletes))
-			d.track(7, false)
-			return d.metrics
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,14 +1,18 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // LeaseRecord is the value of a lease key: a scanner's lease on a metadata store
@@ -66,6 +70,11 @@ type Lease struct {
 func NewLease(kv jetstream.KeyValue, key string, rec LeaseRecord, ttl time.Duration) *Lease {
 	rec.SinceUs, rec.RenewedUs = 0, 0
 	return &Lease{kv: kv, key: key, rec: rec, ttl: ttl, now: time.Now}
+}
+
+// NewStoreLease returns holder's lease on a metadata store.
+func NewStoreLease(kv jetstream.KeyValue, store, holder string, ttl time.Duration) *Lease {
+	return NewLease(kv, subjects.StoreLeaseKey(store), LeaseRecord{Holder: holder, Store: store}, ttl)
 }
 
 // DefaultLeaseRenew is how often a lease of TTL ttl is renewed when the configuration says
@@ -216,6 +225,42 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
+// StoreLease is one store's lease as the bucket holds it.
+type StoreLease struct {
+	Store    string
+	Record   LeaseRecord
+	Revision uint64
+}
+
+// ReadLeases returns every store lease of the bucket, sorted by store.
+func ReadLeases(ctx context.Context, kv jetstream.KeyValue) ([]StoreLease, error) {
+	keys, err := ListKeys(ctx, kv, subjects.StoreLeaseFilter())
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	var out []StoreLease
+	for _, k := range keys {
+		store, err := subjects.StoreOfLeaseKey(k)
+		if err != nil {
+			continue // not ours
+		}
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read lease of %s: %w", store, err)
+		}
+		var r LeaseRecord
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			return nil, fmt.Errorf("decode lease of %s: %w", store, err)
+		}
+		out = append(out, StoreLease{Store: store, Record: r, Revision: e.Revision()})
+	}
+	slices.SortFunc(out, func(a, b StoreLease) int { return cmp.Compare(a.Store, b.Store) })
+	return out, nil
+}
+
 // ReadLeaseKey returns the lease record of key, if any (nil and revision 0 when none).
 func ReadLeaseKey(ctx context.Context, kv jetstream.KeyValue, key string) (*LeaseRecord, uint64, error) {
 	e, err := kv.Get(ctx, key)
@@ -230,4 +275,32 @@ func ReadLeaseKey(ctx context.Context, kv jetstream.KeyValue, key string) (*Leas
 		return nil, 0, fmt.Errorf("decode lease %s: %w", key, err)
 	}
 	return &r, e.Revision(), nil
+}
+
+// ReadLease returns the lease of the first store (by name) that has one, if any: the whole
+// answer for a cluster of one metadata store; ReadLeases lists them all.
+func ReadLease(ctx context.Context, kv jetstream.KeyValue) (*LeaseRecord, uint64, error) {
+	leases, err := ReadLeases(ctx, kv)
+	if err != nil || len(leases) == 0 {
+		return nil, 0, err
+	}
+	return &leases[0].Record, leases[0].Revision, nil
+}
+
+// ListKeys lists the keys of kv matching filter (none: an empty list).
+func ListKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
+	lister, err := kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	_ = lister.Stop() // its ordered consumer is gone once every key was delivered
+	if err := ctx.Err(); err != nil {
+		// The lister also ends its list when ctx ends: what it gave may be a part.
+		return nil, fmt.Errorf("list keys %s: %w", filter, err)
+	}
+	return keys, nil
 }

@@ -152,27 +152,6 @@ func TestLeaseSurvivesTransientRenewalFailures(t *testing.T) {
 	require.ErrorIs(t, a.Renew(ctx), ErrLeaseLost)
 }
 
-func TestRegistryBackoff(t *testing.T) {
-	prev := time.Duration(0)
-	for attempt := 1; attempt <= 20; attempt++ {
-		d := RegistryBackoff(attempt)
-		ceiling := min(200*time.Millisecond<<(attempt-1), 30*time.Second)
-		if attempt > 12 {
-			ceiling = 30 * time.Second
-		}
-		require.GreaterOrEqual(t, d, ceiling/2, "attempt %d", attempt)
-		require.LessOrEqual(t, d, ceiling, "attempt %d", attempt)
-		prev = max(prev, d)
-	}
-	require.LessOrEqual(t, prev, 30*time.Second)
-	// Jitter: scanners that failed together do not retry together.
-	seen := map[time.Duration]bool{}
-	for range 20 {
-		seen[RegistryBackoff(5)] = true
-	}
-	require.Greater(t, len(seen), 1)
-}
-
 // cutLister is a KeyValue whose key listing ends early, as nats.go's does when its context
 // ends: the keys so far, then a closed channel and no error.
 type cutLister struct {
@@ -198,12 +177,12 @@ func (k cutKeys) Stop() error         { return nil }
 // of the keys taken for all of them (a store's lease or checkpoint left out).
 func TestListKeysCutByContext(t *testing.T) {
 	kv := cutLister{keys: []string{"a"}}
-	keys, err := listKeys(context.Background(), kv, ">")
+	keys, err := ListKeys(context.Background(), kv, ">")
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, keys)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	keys, err = listKeys(ctx, kv, ">")
+	keys, err = ListKeys(ctx, kv, ">")
 	require.ErrorIs(t, err, context.Canceled)
 	require.Nil(t, keys)
 }

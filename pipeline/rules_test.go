@@ -362,9 +362,6 @@ func TestProberConfigValidate(t *testing.T) {
 	require.ErrorContains(t, c.Validate(), "probe_chunk_size")
 	c.ProbeChunkSize = 0
 	require.ErrorContains(t, c.Validate(), "probe_chunk_size")
-	s := DefaultScannerConfig()
-	s.ScanBatchSize = 0
-	require.ErrorContains(t, s.Validate(), "scan_batch_size")
 }
 
 // TestKeptReasonReadsRuleOnesAge: a young WRITING is kept with the age rule 1 judged it by, the

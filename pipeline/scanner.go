@@ -721,7 +721,7 @@ func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
 
 // ReadMembers lists the scanner replicas whose member key is live, sorted.
 func ReadMembers(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
-	keys, err := listKeys(ctx, kv, subjects.MemberFilter())
+	keys, err := ListKeys(ctx, kv, subjects.MemberFilter())
 	if err != nil {
 		return nil, fmt.Errorf("list scanner members: %w", err)
 	}

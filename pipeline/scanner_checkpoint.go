@@ -58,7 +58,7 @@ func ReadCheckpoints(ctx context.Context, kv jetstream.KeyValue) ([]StoreCheckpo
 	if err != nil {
 		return nil, err
 	}
-	keys, err := listKeys(ctx, kv, subjects.CheckpointFilter())
+	keys, err := ListKeys(ctx, kv, subjects.CheckpointFilter())
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints: %w", err)
 	}

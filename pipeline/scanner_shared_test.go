@@ -119,3 +119,24 @@ func TestBacklogFull(t *testing.T) {
 	_, _, err := failing.full(10)(context.Background())
 	require.ErrorIs(t, err, down)
 }
+
+func TestRegistryBackoff(t *testing.T) {
+	prev := time.Duration(0)
+	for attempt := 1; attempt <= 20; attempt++ {
+		d := RegistryBackoff(attempt)
+		ceiling := min(200*time.Millisecond<<(attempt-1), 30*time.Second)
+		if attempt > 12 {
+			ceiling = 30 * time.Second
+		}
+		require.GreaterOrEqual(t, d, ceiling/2, "attempt %d", attempt)
+		require.LessOrEqual(t, d, ceiling, "attempt %d", attempt)
+		prev = max(prev, d)
+	}
+	require.LessOrEqual(t, prev, 30*time.Second)
+	// Jitter: scanners that failed together do not retry together.
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		seen[RegistryBackoff(5)] = true
+	}
+	require.Greater(t, len(seen), 1)
+}

@@ -1,0 +1,67 @@
+package pipeline
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
+)
+
+// noPublisher stands in for a publisher that the call under test reaches only to fail.
+type noPublisher struct{}
+
+func (noPublisher) Publish(context.Context, string, []byte, string) error { return errDown }
+func (noPublisher) PublishAsync(string, []byte, string) (AckWait, error)  { return nil, errDown }
+
+// TestProberRequires: a prober missing a collaborator it cannot run without is refused at
+// construction, with the collaborator named, not found by a nil dereference later.
+func TestProberRequires(t *testing.T) {
+	reg := &flakyRegistry{}
+	for _, tc := range []struct {
+		name string
+		new  func() error
+		want []string
+	}{
+		{"prober", func() error { _, err := NewProber(DefaultProberConfig(), ProberDeps{}); return err },
+			[]string{"prober:", "no registry reader", "no copy-target guard", "no publisher"}},
+		{"prober without guard", func() error {
+			_, err := NewProber(DefaultProberConfig(), ProberDeps{Registry: reg, Publisher: noPublisher{}})
+			return err
+		}, []string{"prober: no copy-target guard"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.new()
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
+
+// TestProberNilMetrics: a prober built without metrics counts on a set of its own instead of
+// panicking the first time it records one.
+func TestProberNilMetrics(t *testing.T) {
+	ctx := context.Background()
+	names := subjects.Names{Prefix: "kvcmgc", Cluster: "c1"}
+	for _, tc := range []struct {
+		name   string
+		record func(t *testing.T) any
+	}{
+		{"prober: a failed publish", func(t *testing.T) any {
+			p, err := NewProber(DefaultProberConfig(), ProberDeps{Names: names, Registry: &flakyRegistry{},
+				Guard: guard.None{}, Publisher: noPublisher{}})
+			require.NoError(t, err)
+			require.ErrorIs(t, p.publish(ctx, subjects.DeleteRequest{Instance: "i"}), errDown)
+			require.Equal(t, 1.0, counterOf(t, p.metrics.ops.WithLabelValues("publish")))
+			return p.metrics
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NotNil(t, tc.record(t))
+		})
+	}
+}

@@ -1,0 +1,37 @@
+package pipeline
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestScannerRequires: a scanner missing a collaborator it cannot run without, or given a bad
+// configuration, is refused at construction, with what is wrong named.
+func TestScannerRequires(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func() error
+		want []string
+	}{
+		{"scanner", func() error { _, err := NewScanner(DefaultScannerConfig(), ScannerDeps{}); return err },
+			[]string{"scanner: lease TTL must be > 0"}},
+		{"scanner without JetStream", func() error {
+			_, err := NewScanner(DefaultScannerConfig(), ScannerDeps{LeaseTTL: time.Second})
+			return err
+		}, []string{"scanner: no JetStream context"}},
+		{"scanner of a bad configuration", func() error {
+			_, err := NewScanner(ScannerConfig{}, ScannerDeps{LeaseTTL: time.Second})
+			return err
+		}, []string{"scan_batch_size"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.new()
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
