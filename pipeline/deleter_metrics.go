@@ -51,7 +51,7 @@ func NewDeleterMetrics(reg prometheus.Registerer, rt *Metrics) *DeleterMetrics {
 		ReclaimedFiles: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_files_total",
 			Help: "Data objects (spec URIs) of the locations the deleter removed, by storage and reason."}, []string{"storage", "reason"}),
 
-		ops: orUnregistered(rt).stageOps(StageDeleter, deleterOps),
+		ops: rt.StageOps(StageDeleter, deleterOps),
 	}
 	for _, o := range deleteOutcomes {
 		m.DeleteResults.WithLabelValues(o)

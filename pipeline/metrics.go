@@ -68,9 +68,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// stageOps returns kvcm_gc_operation_errors_total of stage, its ops pre-initialised.
-func (m *Metrics) stageOps(stage string, ops []string) *prometheus.CounterVec {
-	v := m.OperationErrors.MustCurryWith(prometheus.Labels{"stage": stage})
+// StageOps returns kvcm_gc_operation_errors_total of stage, its ops pre-initialised: what a
+// stage's own metrics count its failed operations on. A nil m gives a set registered nowhere.
+func (m *Metrics) StageOps(stage string, ops []string) *prometheus.CounterVec {
+	v := orUnregistered(m).OperationErrors.MustCurryWith(prometheus.Labels{"stage": stage})
 	for _, op := range ops {
 		v.WithLabelValues(op)
 	}

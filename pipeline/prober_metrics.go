@@ -41,7 +41,7 @@ func NewProberMetrics(reg prometheus.Registerer, rt *Metrics) *ProberMetrics {
 		ProberSkips:     f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_prober_skips_total", Help: "Locations or blocks not judged (kept), by reason."}, []string{"reason"}),
 		ProbeDuration:   f.NewHistogramVec(prometheus.HistogramOpts{Name: "kvcm_gc_probe_duration_seconds", Help: "Latency of one MightExist chunk, by storage type.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"storage_type"}),
 
-		ops: orUnregistered(rt).stageOps(StageProber, proberOps),
+		ops: rt.StageOps(StageProber, proberOps),
 	}
 	for _, r := range candidateReasons {
 		m.Candidates.WithLabelValues(r)

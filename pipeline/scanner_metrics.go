@@ -120,7 +120,7 @@ func NewScannerMetrics(reg prometheus.Registerer, rt *Metrics) *ScannerMetrics {
 		StorePaceReason: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_reason", Help: "1 for why an adaptive store walk is at its pace (baseline, few_samples, raise, hold, lower_depth, lower_rate, ceiling, floor)."}, []string{"store", "reason"}),
 		StorePaceProbe:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_probe_seconds", Help: "The probe latency quantile an adaptive store walk's last pace decision compared: of the last window (window) and of the idle store (idle)."}, []string{"store", "window"}),
 
-		ops: orUnregistered(rt).stageOps(StageScanner, scannerOps),
+		ops: rt.StageOps(StageScanner, scannerOps),
 	}
 	for _, r := range unregRefusals {
 		m.UnregisteredRefusals.WithLabelValues(r)
