@@ -22,6 +22,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -47,7 +48,7 @@ type Options struct {
 	GuardConn      redismeta.ConnOptions
 	GuardKeyPrefix string
 
-	Scanner        pipeline.ScannerConfig
+	Scanner        scanner.ScannerConfig
 	Prober         pipeline.ProberConfig
 	Deleter        pipeline.DeleterConfig
 	JetStream      subjects.Settings
@@ -241,7 +242,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		}
 		sizes := newStoreSizes(pool)
 		defer sizes.close()
-		sc, err := pipeline.NewScanner(cfg, pipeline.ScannerDeps{Names: names, Registry: registry, Stores: stores,
+		sc, err := scanner.NewScanner(cfg, scanner.ScannerDeps{Names: names, Registry: registry, Stores: stores,
 			JS: js, Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Sizes: sizes.size,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Backlog: Backlog(js, names),
 			MaxPayload: int(nc.MaxPayload()), Metrics: m.Scanner, Logger: log.With("stage", pipeline.StageScanner)})
@@ -399,7 +400,7 @@ func (op opener) consumer(ctx context.Context, stream, name string) (jetstream.C
 // The consumer handles are looked up once and kept: js.Consumer is itself a consumer info
 // request, which would double the requests of every reading. A handle whose info request
 // fails is looked up again next time (the consumer may have been recreated).
-func Backlog(js jetstream.JetStream, names subjects.Names) pipeline.Backlog {
+func Backlog(js jetstream.JetStream, names subjects.Names) scanner.Backlog {
 	var mu sync.Mutex
 	handles := map[string]jetstream.Consumer{}
 	read := func(ctx context.Context, stream, consumer string) (uint64, error) {

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 )
 
 // Metrics are the metrics of the pipeline's stages on one registry: those every stage shares
@@ -12,7 +13,7 @@ import (
 // beside them (Options.SweepMetrics).
 type Metrics struct {
 	Pipeline *pipeline.Metrics
-	Scanner  *pipeline.ScannerMetrics
+	Scanner  *scanner.ScannerMetrics
 	Prober   *pipeline.ProberMetrics
 	Deleter  *pipeline.DeleterMetrics
 }
@@ -20,6 +21,6 @@ type Metrics struct {
 // NewMetrics registers the pipeline's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	rt := pipeline.NewMetrics(reg)
-	return &Metrics{Pipeline: rt, Scanner: pipeline.NewScannerMetrics(reg, rt),
+	return &Metrics{Pipeline: rt, Scanner: scanner.NewScannerMetrics(reg, rt),
 		Prober: pipeline.NewProberMetrics(reg, rt), Deleter: pipeline.NewDeleterMetrics(reg, rt)}
 }

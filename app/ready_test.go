@@ -15,6 +15,7 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
@@ -30,7 +31,7 @@ func startStages(t *testing.T, reg *testenv.Redis, cluster string, which app.Sta
 	require.NoError(t, err)
 	js := subjects.DefaultSettings()
 	js.LeaseTTL = 2 * time.Second
-	sc := pipeline.DefaultScannerConfig()
+	sc := scanner.DefaultScannerConfig()
 	sc.RoundPause = time.Hour
 	sc.LeaseRenew = 200 * time.Millisecond
 	dc := pipeline.DefaultDeleterConfig()

@@ -11,6 +11,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -130,8 +131,8 @@ func (c Config) SweeperWorkers() int {
 
 // StageConfigs are the stages' settings the keys make. Their rules (a grace under an hour, a
 // zero batch size, …) live with them: Validate applies them, naming the keys.
-func (c Config) StageConfigs() (pipeline.ScannerConfig, pipeline.ProberConfig, pipeline.DeleterConfig) {
-	sc := pipeline.DefaultScannerConfig()
+func (c Config) StageConfigs() (scanner.ScannerConfig, pipeline.ProberConfig, pipeline.DeleterConfig) {
+	sc := scanner.DefaultScannerConfig()
 	sc.ScanInterval = c.ScanInterval
 	sc.RoundPause = c.RoundPause
 	sc.ScanBatchSize = c.ScanBatchSize

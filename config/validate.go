@@ -14,7 +14,7 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -64,10 +64,10 @@ func (c Config) Validate() error {
 			bad("excluded_storage_types", "unknown storage type %q (hf3fs, mooncake, pace, file, vcns_hf3fs)", t)
 		}
 	}
-	if c.CollectUnregistered && c.UnregisteredGrace < pipeline.MinUnregisteredGrace {
+	if c.CollectUnregistered && c.UnregisteredGrace < scanner.MinUnregisteredGrace {
 		// An instance KVCM is removing is absent from the registry while its trim runs; a
 		// registry restored from an old backup lists fewer instances for a while.
-		bad("unregistered_grace", "must be >= %s, got %s", pipeline.MinUnregisteredGrace, c.UnregisteredGrace)
+		bad("unregistered_grace", "must be >= %s, got %s", scanner.MinUnregisteredGrace, c.UnregisteredGrace)
 	}
 	if c.MaxInflightDeletes < 1 {
 		bad("max_inflight_delete_requests", "must be >= 1, got %d", c.MaxInflightDeletes)

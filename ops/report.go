@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -102,7 +103,7 @@ func Report(ctx context.Context, js jetstream.JetStream, names subjects.Names, q
 	if err != nil {
 		return r, fmt.Errorf("report: state bucket %s: %w", names.StateBucket(), err)
 	}
-	cks, err := pipeline.ReadCheckpoints(ctx, state)
+	cks, err := scanner.ReadCheckpoints(ctx, state)
 	if err != nil {
 		return r, fmt.Errorf("report: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/internal/natsperm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -443,7 +444,7 @@ func scannerStatus(ctx context.Context, rows statusRows, names subjects.Names, t
 			st.Leader = &LeaderStatus{Holder: rec.Holder, Since: since.UTC(), Renewed: renewed.UTC(),
 				HeldSeconds: now.Sub(since).Seconds(), RenewedAgoSecs: now.Sub(renewed).Seconds(), Revision: rev}
 		}
-		if st.Replicas, err = pipeline.ReadMembers(lctx, lease); err != nil {
+		if st.Replicas, err = scanner.ReadMembers(lctx, lease); err != nil {
 			lrows.problem("scanner replicas: %v", err)
 		}
 	}
@@ -460,24 +461,24 @@ func scannerStatus(ctx context.Context, rows statusRows, names subjects.Names, t
 	} else if p != nil && p.Active(now) {
 		st.Paused, st.PausedUntil = true, p.Until().UTC()
 	}
-	if idx, err := pipeline.ReadStoreIndex(ctx, state); err != nil {
+	if idx, err := scanner.ReadStoreIndex(ctx, state); err != nil {
 		problem("%v", err)
 	} else if idx != nil && len(idx.Stores) == 0 {
 		st.NoStores = true
 	}
-	cks, err := pipeline.ReadCheckpoints(ctx, state)
+	cks, err := scanner.ReadCheckpoints(ctx, state)
 	if err != nil {
 		problem("%v", err)
 		return st
 	}
 	st.Stores = storeStatuses(cks, leases, st.Paused, now)
-	var inRegistry []pipeline.StoreCheckpoint
+	var inRegistry []scanner.StoreCheckpoint
 	for _, c := range cks {
 		if c.InRegistry {
 			inRegistry = append(inRegistry, c)
 		}
 	}
-	ck, rev := pipeline.Summarize(inRegistry)
+	ck, rev := scanner.Summarize(inRegistry)
 	if rev == 0 {
 		return st
 	}
@@ -561,7 +562,7 @@ func estimate(ck pipeline.Checkpoint, now time.Time) (rate float64, eta time.Tim
 }
 
 // storeStatuses describes every store's walk from its checkpoint and its lease.
-func storeStatuses(cks []pipeline.StoreCheckpoint, leases []pipeline.StoreLease, paused bool, now time.Time) []StoreStatus {
+func storeStatuses(cks []scanner.StoreCheckpoint, leases []pipeline.StoreLease, paused bool, now time.Time) []StoreStatus {
 	byStore := map[string]pipeline.StoreLease{}
 	for _, l := range leases {
 		byStore[l.Store] = l
@@ -595,7 +596,7 @@ func storeStatuses(cks []pipeline.StoreCheckpoint, leases []pipeline.StoreLease,
 			if ss.KeysPerSecond == 0 && ck.SavedUs > ck.RoundStartedUs && ck.RoundStartedUs > 0 {
 				ss.KeysPerSecond = float64(ck.KeysVisited) / (float64(ck.SavedUs-ck.RoundStartedUs) / 1e6)
 			}
-			ss.ETA, ss.Progress, ss.ETABasis = pipeline.EstimateEnd(ck, now)
+			ss.ETA, ss.Progress, ss.ETABasis = scanner.EstimateEnd(ck, now)
 			ss.ETA = nonZeroUTC(ss.ETA)
 		}
 		ss.State, ss.StateSince = "scanning", usTime(ck.WaitingSinceUs)

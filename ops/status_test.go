@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
@@ -133,7 +134,7 @@ func TestStatusNoStores(t *testing.T) {
 	rep, err := ops.Status(ctx, js, names)
 	require.NoError(t, err)
 	require.Empty(t, rep.Warnings, "no scanner has read the registry yet")
-	_, err = state.Put(ctx, subjects.StoresKey, mustJSON(t, pipeline.StoreIndex{Stores: []string{}, SavedUs: time.Now().UnixMicro()}))
+	_, err = state.Put(ctx, subjects.StoresKey, mustJSON(t, scanner.StoreIndex{Stores: []string{}, SavedUs: time.Now().UnixMicro()}))
 	require.NoError(t, err)
 	rep, err = ops.Status(ctx, js, names)
 	require.NoError(t, err)

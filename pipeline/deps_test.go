@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,9 @@ type (
 )
 
 var errDown = errors.New("connection refused")
+
+// t0 is the tests' start of time.
+var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 func (failingJS) PublishAsync(string, []byte, ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
 	return nil, errDown

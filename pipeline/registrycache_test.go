@@ -91,3 +91,18 @@ func TestRegistryCache(t *testing.T) {
 		require.Equal(t, 6, r.calls, "one read per Get that read: none within Refresh or the backoff")
 	}
 }
+
+// failingRegistry reads reg, or fails with err, and counts its reads.
+type failingRegistry struct {
+	calls int
+	err   error
+	reg   *meta.Registry
+}
+
+func (f *failingRegistry) ReadRegistry(context.Context) (*meta.Registry, error) {
+	f.calls++
+	if f.err != nil {
+		return nil, f.err
+	}
+	return f.reg, nil
+}

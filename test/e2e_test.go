@@ -25,6 +25,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
@@ -250,7 +251,7 @@ func (e *e2eEnv) waitRound(timeout time.Duration) {
 		if err != nil {
 			return false
 		}
-		ck, _, err := pipeline.ReadCheckpoint(ctx, kv)
+		ck, _, err := scanner.ReadCheckpoint(ctx, kv)
 		if err != nil || ck.Round < 1 || ck.InRound {
 			return false
 		}
@@ -430,7 +431,7 @@ jetstream:
 	lease, state := e.buckets(t)
 	// Both replicas are present before the stores appear, so they divide them at once.
 	require.Eventually(t, func() bool {
-		m, err := pipeline.ReadMembers(ctx, lease)
+		m, err := scanner.ReadMembers(ctx, lease)
 		return err == nil && len(m) == 2
 	}, 30*time.Second, 10*time.Millisecond, "the scanners never registered")
 	ms.register(t)
@@ -511,7 +512,7 @@ jetstream:
 
 	// The survivor takes every store and ends round 1 of each.
 	require.Eventually(t, func() bool {
-		cks, err := pipeline.ReadCheckpoints(ctx, state)
+		cks, err := scanner.ReadCheckpoints(ctx, state)
 		if err != nil || len(cks) != 3 {
 			return false
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
@@ -65,7 +66,7 @@ func (e *env) options(reg prometheus.Registerer) app.Options {
 	js.LeaseTTL = 2 * time.Second
 	js.DeleterAckWait = 2 * time.Second
 	js.ProberAckWait = 5 * time.Second
-	sc := pipeline.DefaultScannerConfig()
+	sc := scanner.DefaultScannerConfig()
 	sc.ScanInterval = 5 * time.Millisecond
 	sc.RoundPause = time.Hour
 	sc.ScanBatchSize = 128
@@ -138,7 +139,7 @@ func (e *env) waitRoundDone(n uint64, timeout time.Duration) pipeline.Checkpoint
 		if err != nil {
 			return false
 		}
-		ck, _, err = pipeline.ReadCheckpoint(ctx, kv)
+		ck, _, err = scanner.ReadCheckpoint(ctx, kv)
 		if err != nil || ck.Round < n || (ck.Round == n && ck.InRound) {
 			return false
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
@@ -81,7 +82,7 @@ func (e *env) waitRoundEnded(n uint64, timeout time.Duration) pipeline.Checkpoin
 		if err != nil {
 			return false
 		}
-		ck, _, err = pipeline.ReadCheckpoint(context.Background(), kv)
+		ck, _, err = scanner.ReadCheckpoint(context.Background(), kv)
 		return err == nil && (ck.Round > n || (ck.Round == n && !ck.InRound))
 	}, timeout, 20*time.Millisecond)
 	return ck
@@ -572,7 +573,7 @@ func TestInvariant6ScannerFailoverResumes(t *testing.T) {
 	t.Cleanup(func() { cancel1(); <-done1 })
 
 	require.Eventually(t, func() bool {
-		ck, _, err := pipeline.ReadCheckpoint(ctx, kv)
+		ck, _, err := scanner.ReadCheckpoint(ctx, kv)
 		return err == nil && ck.KeysScanned > 600
 	}, time.Minute, 5*time.Millisecond)
 	o2 := o

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/ops"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 )
 
 // busyScript holds Redis's event loop for about 20 ms per call: a serving load that makes
@@ -57,7 +57,7 @@ func TestScannerAdaptivePace(t *testing.T) {
 		p := rep.Scanner.Stores[0].Pace
 		var table bytes.Buffer
 		require.NoError(t, rep.WriteTable(&table))
-		return p.Rate > 0 && slices.Contains(pipeline.PaceReasons, p.Reason) && p.Budget == 3 &&
+		return p.Rate > 0 && slices.Contains(scanner.PaceReasons, p.Reason) && p.Budget == 3 &&
 			bytes.Contains(table.Bytes(), []byte("/s ×"))
 	}, time.Minute, 50*time.Millisecond, "status shows the store's pace and why")
 	before, beforeBurst := rate(), burst()
@@ -75,7 +75,7 @@ func TestScannerAdaptivePace(t *testing.T) {
 	defer func() { stopLoad(); wg.Wait() }()
 	require.Eventually(t, func() bool {
 		r := reason()
-		return (r == pipeline.PaceLowerRate || r == pipeline.PaceFloor) && rate() < before
+		return (r == scanner.PaceLowerRate || r == scanner.PaceFloor) && rate() < before
 	}, time.Minute, 20*time.Millisecond, "under load the walk backs off (from %v keys/s ×%v)", before, beforeBurst)
 	require.LessOrEqual(t, burst(), beforeBurst, "its bursts are no longer than before the load")
 

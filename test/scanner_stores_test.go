@@ -13,6 +13,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -128,7 +129,7 @@ func TestScannerStoresComeAndGo(t *testing.T) {
 	require.Equal(t, "not_in_registry", states[gone])
 	require.Equal(t, "round_pause", states[joined])
 	require.Equal(t, "round_pause", states[ms.storeName(0)])
-	ck, _, err = pipeline.ReadCheckpoint(ctx, state)
+	ck, _, err = scanner.ReadCheckpoint(ctx, state)
 	require.NoError(t, err)
 	require.Equal(t, 2, ck.Stores, "the summary counts the registry's stores only")
 	require.Equal(t, uint64(1), ck.Round)

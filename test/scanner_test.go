@@ -16,6 +16,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
@@ -39,7 +40,7 @@ func TestScannerRoundPauseSurvivesRestart(t *testing.T) {
 	require.NoError(t, err)
 	var started pipeline.Checkpoint
 	require.Eventually(t, func() bool {
-		c, _, err := pipeline.ReadCheckpoint(ctx, kv)
+		c, _, err := scanner.ReadCheckpoint(ctx, kv)
 		if err != nil || c.Round < 2 {
 			return false
 		}
@@ -181,7 +182,7 @@ func TestScannerWalksEachStoreOnce(t *testing.T) {
 		if err != nil {
 			return false // not created yet
 		}
-		ck, _, err = pipeline.ReadCheckpoint(ctx, kv)
+		ck, _, err = scanner.ReadCheckpoint(ctx, kv)
 		return err == nil && ck.Round == 1 && !ck.InRound
 	}, time.Minute, 20*time.Millisecond)
 	require.Equal(t, 2, ck.Stores)

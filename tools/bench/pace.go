@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/tools/bench/stage"
 )
 
@@ -374,7 +375,7 @@ func (pw *paceWork) settle(ctx context.Context, r *run, poll *pacePoller, pt Pac
 	}
 	if err := r.until(ctx, time.Minute, "the walk's pace to leave its baseline hold", func() (bool, error) {
 		s, ok := poll.last()
-		return ok && s.Reason != "" && s.Reason != pipeline.PaceBaseline, nil
+		return ok && s.Reason != "" && s.Reason != scanner.PaceBaseline, nil
 	}); err != nil {
 		return err
 	}
@@ -526,7 +527,7 @@ func (r *run) pollPace(ctx context.Context, perRound int64) (*pacePoller, error)
 			if pc, ok := scrapePace(pctx, client, "http://"+addr+"/metrics"); ok {
 				s.Rate, s.Burst, s.Reason, s.Probe, s.Idle = pc.Rate, pc.Burst, pc.Reason, pc.Probe, pc.Idle
 			}
-			if ck, _, err := pipeline.ReadCheckpoint(pctx, kv); err == nil {
+			if ck, _, err := scanner.ReadCheckpoint(pctx, kv); err == nil {
 				s.Visited = keysVisited(ck, perRound)
 			}
 			p.mu.Lock()
@@ -743,7 +744,7 @@ type StepReaction struct {
 
 // paced reports whether x says a pace: a failed scrape says nothing, and a hold that measures
 // the idle latency (rate 0, every few seconds) is no change of pace.
-func paced(x PaceSample) bool { return x.Reason != "" && x.Reason != pipeline.PaceBaseline }
+func paced(x PaceSample) bool { return x.Reason != "" && x.Reason != scanner.PaceBaseline }
 
 // stepReaction is the time from at until the pace first falls below (fall) or rises above
 // (!fall) the pace at at, among the samples up to until. The pace at a moment is the last

@@ -18,7 +18,7 @@ import (
 
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -773,7 +773,7 @@ func samplePage(ctx context.Context, k *Keyspace, count int) ([]byte, error) {
 			return nil, err
 		}
 		for i := range page.Entries {
-			if be, ok := pipeline.BlockEntry(&page.Entries[i]); ok && len(b.Blocks) < count {
+			if be, ok := scanner.BlockEntry(&page.Entries[i]); ok && len(b.Blocks) < count {
 				b.Blocks = append(b.Blocks, be)
 			}
 		}

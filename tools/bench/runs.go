@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/bench/stage"
 )
@@ -232,7 +233,7 @@ func (r *run) checkpoint(ctx context.Context) (pipeline.Checkpoint, error) {
 		}
 		r.kv = kv
 	}
-	c, _, err := pipeline.ReadCheckpoint(ctx, r.kv)
+	c, _, err := scanner.ReadCheckpoint(ctx, r.kv)
 	return c, err
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 	"github.com/kvcm-gc/kvcm-gc/tools/servers"
@@ -419,7 +420,7 @@ func watch(ctx context.Context, url string, cfg config.Config, m *app.Metrics, t
 		if err != nil {
 			continue // the stages create it at start
 		}
-		if ck, _, err = pipeline.ReadCheckpoint(ctx, st); err != nil {
+		if ck, _, err = scanner.ReadCheckpoint(ctx, st); err != nil {
 			continue
 		}
 		b := readBacklog(ctx, js, cfg)

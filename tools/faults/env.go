@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 	"github.com/kvcm-gc/kvcm-gc/tools/servers"
@@ -263,7 +264,7 @@ func (e *env) checkpoint(ctx context.Context) (pipeline.Checkpoint, error) {
 	if err != nil {
 		return pipeline.Checkpoint{}, err
 	}
-	ck, _, err := pipeline.ReadCheckpoint(ctx, kv)
+	ck, _, err := scanner.ReadCheckpoint(ctx, kv)
 	return ck, err
 }
 

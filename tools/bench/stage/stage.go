@@ -25,6 +25,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/httpserver"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -74,7 +75,7 @@ type Profile struct {
 // DefaultProfile is kvcm-gc as shipped: scan_interval 1s, batch 256, high-water 100,
 // max_inflight_delete_requests 2; with the stat probe, so storage-missing garbage is found.
 func DefaultProfile() Profile {
-	sc := pipeline.DefaultScannerConfig()
+	sc := scanner.DefaultScannerConfig()
 	js := subjects.DefaultSettings()
 	return Profile{Name: "default", ScanInterval: sc.ScanInterval, ScanBatchSize: sc.ScanBatchSize, HighWater: sc.HighWater,
 		ProberWorkers: 1, DeleterWorkers: js.DeleterMaxAckPending, ProberMaxAckPending: js.ProberMaxAckPending,
@@ -135,7 +136,7 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 	}
 	p := s.Profile
 	js := p.Settings()
-	sc := pipeline.DefaultScannerConfig()
+	sc := scanner.DefaultScannerConfig()
 	if p.ScanInterval > 0 {
 		sc.ScanInterval = p.ScanInterval
 	}

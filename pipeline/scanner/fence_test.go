@@ -1,7 +1,8 @@
-package pipeline
+package scanner
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -12,12 +13,13 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 // countingPublisher counts the batches a scanner starts to store, each stored at once.
 type countingPublisher struct{ n atomic.Int64 }
 
-func (c *countingPublisher) PublishAsync(string, []byte, string) (AckWait, error) {
+func (c *countingPublisher) PublishAsync(string, []byte, string) (pipeline.AckWait, error) {
 	c.n.Add(1)
 	return func(context.Context) error { return nil }, nil
 }
@@ -32,7 +34,7 @@ func TestPublishFencing(t *testing.T) {
 		pub := &countingPublisher{}
 		s, err := NewScanner(DefaultScannerConfig(), ScannerDeps{LeaseTTL: time.Minute, JS: failingJS{}, Publisher: pub})
 		require.NoError(t, err)
-		lease := NewStoreLease(createKV{}, "s", "me", time.Minute)
+		lease := pipeline.NewStoreLease(createKV{}, "s", "me", time.Minute)
 		held, err := lease.Acquire(ctx)
 		require.NoError(t, err)
 		require.True(t, held)
@@ -47,10 +49,10 @@ func TestPublishFencing(t *testing.T) {
 		require.EqualValues(t, 1, pub.n.Load(), "held: the page's batch went out")
 
 		time.Sleep(time.Minute) // lapsed: not renewed in time
-		require.Equal(t, evRecorded{err: ErrLeaseLost, failure: failLease}, d.publish(ctx, a))
+		require.Equal(t, evRecorded{err: pipeline.ErrLeaseLost, failure: failLease}, d.publish(ctx, a))
 		a.async = true
 		require.Nil(t, d.publish(ctx, a), "in the background: the outcome comes at the await")
-		require.Equal(t, evRecorded{err: ErrLeaseLost, failure: failLease}, d.await())
+		require.Equal(t, evRecorded{err: pipeline.ErrLeaseLost, failure: failLease}, d.await())
 		require.EqualValues(t, 1, pub.n.Load(), "nothing published after the lease lapsed")
 	})
 }
@@ -60,4 +62,13 @@ type createKV struct{ jetstream.KeyValue }
 
 func (createKV) Create(context.Context, string, []byte, ...jetstream.KVCreateOpt) (uint64, error) {
 	return 7, nil
+}
+
+// failingJS stands in for a JetStream context whose asynchronous publishes all fail.
+type failingJS struct{ jetstream.JetStream }
+
+var errDown = errors.New("connection refused")
+
+func (failingJS) PublishAsync(string, []byte, ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	return nil, errDown
 }

@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"slices"
@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 // ScannerMetrics are the scanner's metrics (Metrics has those every stage shares).
@@ -71,7 +73,7 @@ var scannerOps = []string{"lease", "checkpoint", "pause", "registry", "backlog",
 
 // NewScannerMetrics registers the scanner's metrics on reg; its failed operations are counted
 // on rt's kvcm_gc_operation_errors_total (nil rt: on a set registered nowhere).
-func NewScannerMetrics(reg prometheus.Registerer, rt *Metrics) *ScannerMetrics {
+func NewScannerMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *ScannerMetrics {
 	f := promauto.With(reg)
 	m := &ScannerMetrics{
 		ScanRounds:        f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_rounds_total", Help: "Completed full scan rounds."}),
@@ -120,7 +122,7 @@ func NewScannerMetrics(reg prometheus.Registerer, rt *Metrics) *ScannerMetrics {
 		StorePaceReason: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_reason", Help: "1 for why an adaptive store walk is at its pace (baseline, few_samples, raise, hold, lower_depth, lower_rate, ceiling, floor)."}, []string{"store", "reason"}),
 		StorePaceProbe:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_probe_seconds", Help: "The probe latency quantile an adaptive store walk's last pace decision compared: of the last window (window) and of the idle store (idle)."}, []string{"store", "window"}),
 
-		ops: rt.StageOps(StageScanner, scannerOps),
+		ops: rt.StageOps(pipeline.StageScanner, scannerOps),
 	}
 	for _, r := range unregRefusals {
 		m.UnregisteredRefusals.WithLabelValues(r)
@@ -188,7 +190,7 @@ func (m *ScannerMetrics) storePace(store string, pc Pace) {
 }
 
 // unregistered replaces a store's series of unregistered instances with its last count.
-func (m *ScannerMetrics) unregistered(store string, counts []UnregisteredCount) {
+func (m *ScannerMetrics) unregistered(store string, counts []pipeline.UnregisteredCount) {
 	for _, g := range []*prometheus.GaugeVec{m.UnregisteredKeys, m.UnregisteredLocations, m.UnregisteredBytes, m.UnregisteredSince} {
 		g.DeletePartialMatch(prometheus.Labels{"store": store})
 	}

@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -36,16 +37,16 @@ import (
 // A target the deleter finds changed (a KVCM writing there again, a migration guard) is a
 // no-op, as for any target.
 
-var unregRefusals = []string{UnregNeverRegistered, UnregWithinGrace, UnregNotCounted, UnregRegistryUnread,
-	UnregRegistryPartial, UnregRegistered, UnregGroupAbsent, UnregStoreEmpty, UnregCap}
+var unregRefusals = []string{pipeline.UnregNeverRegistered, pipeline.UnregWithinGrace, pipeline.UnregNotCounted, pipeline.UnregRegistryUnread,
+	pipeline.UnregRegistryPartial, pipeline.UnregRegistered, pipeline.UnregGroupAbsent, pipeline.UnregStoreEmpty, pipeline.UnregCap}
 
 // unregDecision is the verdict on one unregistered instance of a page: collect, or why not.
-func unregDecision(id, store string, ck Checkpoint, v RegView, cfg ScannerConfig, now time.Time) string {
-	if why := UnregVerdict(id, store, ck, v, cfg.UnregisteredGrace, now); why != "" {
+func unregDecision(id, store string, ck pipeline.Checkpoint, v pipeline.RegView, cfg ScannerConfig, now time.Time) string {
+	if why := pipeline.UnregVerdict(id, store, ck, v, cfg.UnregisteredGrace, now); why != "" {
 		return why
 	}
 	if ck.UnregisteredCollected >= int64(cfg.UnregisteredMaxKeys) {
-		return UnregCap
+		return pipeline.UnregCap
 	}
 	return ""
 }
@@ -125,7 +126,7 @@ func (d *walkDriver) collectUnregistered(ctx context.Context, store meta.Store, 
 				strconv.FormatUint(cursor, 10) + ":" + id}}
 		if err := d.sendDelete(ctx, req); err != nil {
 			s.metrics.opError("publish")
-			Warn(ctx, d.log, "send the keys of an unregistered instance to the deleter", "instance", id, "err", err)
+			pipeline.Warn(ctx, d.log, "send the keys of an unregistered instance to the deleter", "instance", id, "err", err)
 			continue
 		}
 		sent += int64(keys)

@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 // What every walk of a scanner shares besides its controls (controls.go): the registry
@@ -31,7 +32,7 @@ const registryReuse = time.Second
 // retrying at scan_interval floods the logs and the registry). Failures are logged here, once
 // per read.
 type registryCache struct {
-	rc  *RegistryCache[scanSnapshot]
+	rc  *pipeline.RegistryCache[scanSnapshot]
 	m   *ScannerMetrics
 	log *slog.Logger
 
@@ -42,15 +43,15 @@ type registryCache struct {
 
 // scanSnapshot is what the scanner takes from one registry snapshot.
 type scanSnapshot struct {
-	instances []meta.Instance // sorted by (group, id)
-	view      RegView         // every instance id listed, the collected groups, partial
+	instances []meta.Instance  // sorted by (group, id)
+	view      pipeline.RegView // every instance id listed, the collected groups, partial
 	skipped   []meta.Skip
 }
 
 // newRegistryCache returns the scanner's registry cache over r, retrying a failed read after
 // backoff(attempt).
 func newRegistryCache(r meta.RegistryReader, backoff func(attempt int) time.Duration, m *ScannerMetrics, log *slog.Logger) *registryCache {
-	return &registryCache{m: m, log: log, rc: NewRegistryCache(RegistryCacheConfig[scanSnapshot]{
+	return &registryCache{m: m, log: log, rc: pipeline.NewRegistryCache(pipeline.RegistryCacheConfig[scanSnapshot]{
 		Reader: r, Build: buildScanSnapshot, Refresh: registryReuse, Backoff: backoff})}
 }
 
@@ -62,20 +63,20 @@ func buildScanSnapshot(_ context.Context, reg *meta.Registry, now time.Time) (sc
 		}
 		return snap[i].ID < snap[j].ID
 	})
-	return scanSnapshot{instances: snap, view: NewRegView(reg, now), skipped: reg.Skipped}, nil
+	return scanSnapshot{instances: snap, view: pipeline.NewRegView(reg, now), skipped: reg.Skipped}, nil
 }
 
 // listed returns the collected instances of store the last snapshot lists, as the store's
 // checkpoint remembers them (nil before a snapshot, or while the last read failed).
-func (c *registryCache) listed(store string) map[string]SeenInstance {
+func (c *registryCache) listed(store string) map[string]pipeline.SeenInstance {
 	v, at, ok, failing := c.rc.Last()
 	if !ok || failing {
 		return nil
 	}
-	out := map[string]SeenInstance{}
+	out := map[string]pipeline.SeenInstance{}
 	for _, in := range v.instances {
 		if in.Store == store {
-			out[in.ID] = SeenInstance{Group: in.Group, LastRegisteredUs: at.UnixMicro()}
+			out[in.ID] = pipeline.SeenInstance{Group: in.Group, LastRegisteredUs: at.UnixMicro()}
 		}
 	}
 	return out
@@ -83,12 +84,12 @@ func (c *registryCache) listed(store string) map[string]SeenInstance {
 
 // view reads the registry again (unless a snapshot of the last registryReuse serves) and
 // returns what the collection of unregistered instances takes from it.
-func (c *registryCache) view(ctx context.Context, now time.Time) RegView {
+func (c *registryCache) view(ctx context.Context, now time.Time) pipeline.RegView {
 	v, _, err := c.snapshot(ctx, now)
 	if err != nil {
-		return RegView{Err: err}
+		return pipeline.RegView{Err: err}
 	}
-	rv := RegView{At: v.view.At, Known: v.view.Known, Groups: v.view.Groups, Partial: v.view.Partial, Instance: map[string]meta.Instance{}}
+	rv := pipeline.RegView{At: v.view.At, Known: v.view.Known, Groups: v.view.Groups, Partial: v.view.Partial, Instance: map[string]meta.Instance{}}
 	for _, in := range v.instances {
 		rv.Instance[in.ID] = in
 	}
@@ -118,7 +119,7 @@ func (c *registryCache) snapshot(ctx context.Context, now time.Time) (scanSnapsh
 	switch {
 	case err != nil && info.Read:
 		c.m.opError("registry")
-		Warn(ctx, c.log, "read registry; backing off", "attempt", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
+		pipeline.Warn(ctx, c.log, "read registry; backing off", "attempt", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
 	case err == nil && info.Read:
 		c.readLogs(info, v)
 	}
@@ -127,7 +128,7 @@ func (c *registryCache) snapshot(ctx context.Context, now time.Time) (scanSnapsh
 
 // readLogs says, once per read, that the registry answers again, and which entries it lists
 // that are not collected when their number changed.
-func (c *registryCache) readLogs(info RegistryRead, v scanSnapshot) {
+func (c *registryCache) readLogs(info pipeline.RegistryRead, v scanSnapshot) {
 	if info.Recovered > 0 {
 		c.log.Info("registry readable again", "after_attempts", info.Recovered)
 	}

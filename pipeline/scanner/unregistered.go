@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"cmp"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 // KVCM's RemoveInstance deletes the registry entry first and trims the instance's keys after;
@@ -37,14 +38,14 @@ type unregTally struct {
 // unregPage is one scanned page's tally, recorded by the checkpoint whose cursor is next.
 type unregPage struct {
 	from, next uint64
-	counts     map[string]*UnregisteredCount
-	sent       int64                   // keys sent to the deleter (unregistered_collect.go)
-	listed     map[string]SeenInstance // the store's instances the page's snapshot listed
+	counts     map[string]*pipeline.UnregisteredCount
+	sent       int64                            // keys sent to the deleter (unregistered_collect.go)
+	listed     map[string]pipeline.SeenInstance // the store's instances the page's snapshot listed
 }
 
 // add remembers the tally of the page scanned from cursor from (next: the cursor after it);
 // a page scanned again from the same cursor replaces the earlier tally.
-func (u *unregTally) add(from, next uint64, counts map[string]*UnregisteredCount, sent int64, listed map[string]SeenInstance) {
+func (u *unregTally) add(from, next uint64, counts map[string]*pipeline.UnregisteredCount, sent int64, listed map[string]pipeline.SeenInstance) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var earlier int64
@@ -61,7 +62,7 @@ func (u *unregTally) add(from, next uint64, counts map[string]*UnregisteredCount
 // date: a round's start clears the running count; the page c records (its cursor is the
 // page's next, or the walk is done) joins it; a round's end makes it the store's last count
 // at now, and ended says so.
-func (u *unregTally) apply(c Checkpoint, why string, now time.Time) (_ Checkpoint, ended bool) {
+func (u *unregTally) apply(c pipeline.Checkpoint, why string, now time.Time) (_ pipeline.Checkpoint, ended bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	switch why {
@@ -92,13 +93,13 @@ func (u *unregTally) apply(c Checkpoint, why string, now time.Time) (_ Checkpoin
 
 // mergeSeen remembers the instances a snapshot listed (a fresh map), each with the latest
 // time one did.
-func mergeSeen(seen, listed map[string]SeenInstance) map[string]SeenInstance {
+func mergeSeen(seen, listed map[string]pipeline.SeenInstance) map[string]pipeline.SeenInstance {
 	if len(listed) == 0 {
 		return seen
 	}
 	out := maps.Clone(seen)
 	if out == nil {
-		out = map[string]SeenInstance{}
+		out = map[string]pipeline.SeenInstance{}
 	}
 	for id, l := range listed {
 		if o, ok := out[id]; !ok || l.LastRegisteredUs >= o.LastRegisteredUs {
@@ -114,12 +115,12 @@ const seenSlack = time.Hour
 
 // pruneSeen forgets, at a round's end, the instances no snapshot of the round listed and of
 // which the round counted no key: nothing is left of them to collect.
-func pruneSeen(seen map[string]SeenInstance, counted []UnregisteredCount, roundStartUs int64) map[string]SeenInstance {
+func pruneSeen(seen map[string]pipeline.SeenInstance, counted []pipeline.UnregisteredCount, roundStartUs int64) map[string]pipeline.SeenInstance {
 	left := map[string]bool{}
 	for _, u := range counted {
 		left[u.Instance] = true
 	}
-	out := map[string]SeenInstance{}
+	out := map[string]pipeline.SeenInstance{}
 	for id, s := range seen {
 		if left[id] || s.LastRegisteredUs >= roundStartUs-seenSlack.Microseconds() {
 			out[id] = s
@@ -132,11 +133,11 @@ func pruneSeen(seen map[string]SeenInstance, counted []UnregisteredCount, roundS
 }
 
 // mergeUnregistered adds a page's counts to a round's (a fresh slice).
-func mergeUnregistered(round []UnregisteredCount, page map[string]*UnregisteredCount) []UnregisteredCount {
+func mergeUnregistered(round []pipeline.UnregisteredCount, page map[string]*pipeline.UnregisteredCount) []pipeline.UnregisteredCount {
 	if len(page) == 0 {
 		return round
 	}
-	by := map[string]UnregisteredCount{}
+	by := map[string]pipeline.UnregisteredCount{}
 	for _, r := range round {
 		by[r.Instance] = r
 	}
@@ -150,7 +151,7 @@ func mergeUnregistered(round []UnregisteredCount, page map[string]*UnregisteredC
 		by[id] = r
 	}
 	out := slices.Collect(maps.Values(by))
-	slices.SortFunc(out, func(a, b UnregisteredCount) int {
+	slices.SortFunc(out, func(a, b pipeline.UnregisteredCount) int {
 		return cmp.Or(cmp.Compare(b.Keys, a.Keys), cmp.Compare(a.Instance, b.Instance))
 	})
 	return out
@@ -167,12 +168,12 @@ func satAdd(a, b uint64) uint64 {
 // finishUnregistered is a round's count as the store's last one, each instance keeping when it
 // was first seen unregistered (now, for one not in the last count), the largest first, at most
 // maxUnregistered; truncated counts the instances left out.
-func finishUnregistered(round, last []UnregisteredCount, now time.Time) ([]UnregisteredCount, int) {
+func finishUnregistered(round, last []pipeline.UnregisteredCount, now time.Time) ([]pipeline.UnregisteredCount, int) {
 	first := map[string]int64{}
 	for _, l := range last {
 		first[l.Instance] = l.FirstSeenUs
 	}
-	var out []UnregisteredCount
+	var out []pipeline.UnregisteredCount
 	for _, r := range mergeUnregistered(nil, toMap(round)) {
 		r.FirstSeenUs = first[r.Instance]
 		if r.FirstSeenUs == 0 {
@@ -187,8 +188,8 @@ func finishUnregistered(round, last []UnregisteredCount, now time.Time) ([]Unreg
 	return out, truncated
 }
 
-func toMap(round []UnregisteredCount) map[string]*UnregisteredCount {
-	m := make(map[string]*UnregisteredCount, len(round))
+func toMap(round []pipeline.UnregisteredCount) map[string]*pipeline.UnregisteredCount {
+	m := make(map[string]*pipeline.UnregisteredCount, len(round))
 	for i := range round {
 		m[round[i].Instance] = &round[i]
 	}
@@ -198,7 +199,7 @@ func toMap(round []UnregisteredCount) map[string]*UnregisteredCount {
 // countUnregistered tallies the page's keys of instances the registry does not list: read
 // whole, their locations and bytes counted. registered says whether the registry lists an
 // instance id (ok false: no snapshot yet, nothing counted).
-func countUnregistered(ctx context.Context, store meta.Store, keys []string, registered func(id string) (known, ok bool)) (map[string]*UnregisteredCount, map[string][]meta.BlockRead) {
+func countUnregistered(ctx context.Context, store meta.Store, keys []string, registered func(id string) (known, ok bool)) (map[string]*pipeline.UnregisteredCount, map[string][]meta.BlockRead) {
 	byInst := map[string][]int64{}
 	var order []string
 	for _, k := range keys {
@@ -218,10 +219,10 @@ func countUnregistered(ctx context.Context, store meta.Store, keys []string, reg
 	if len(order) == 0 {
 		return nil, nil
 	}
-	out := map[string]*UnregisteredCount{}
+	out := map[string]*pipeline.UnregisteredCount{}
 	all := map[string][]meta.BlockRead{}
 	for _, id := range order {
-		c := &UnregisteredCount{Instance: id}
+		c := &pipeline.UnregisteredCount{Instance: id}
 		out[id] = c
 		blocks := byInst[id]
 		reads, err := store.ReadBlocks(ctx, id, blocks)

@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/internal/sealed"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/steptest"
 )
@@ -31,7 +32,7 @@ func testCfg() walkConfig {
 }
 
 // loaded is a walk whose lease (revision 7) is held and whose checkpoint c (revision 3) is read.
-func loaded(c Checkpoint) *walk {
+func loaded(c pipeline.Checkpoint) *walk {
 	w := newWalk(testCfg(), "s1")
 	w.step(evTick{now: t0, leaseRev: 7})
 	w.step(evCheckpoint{ckpt: c, rev: 3})
@@ -40,7 +41,7 @@ func loaded(c Checkpoint) *walk {
 
 // walking is a walk in round 4 at cursor 100, its instances read, nothing pending.
 func walking() *walk {
-	w := loaded(Checkpoint{Round: 4, InRound: true, Cursor: 100, KeysScanned: 50, RoundStartedUs: t0.Add(-time.Minute).UnixMicro()})
+	w := loaded(pipeline.Checkpoint{Round: 4, InRound: true, Cursor: 100, KeysScanned: 50, RoundStartedUs: t0.Add(-time.Minute).UnixMicro()})
 	w.step(evSnapshot{now: t0, instances: insts})
 	return w
 }
@@ -84,7 +85,7 @@ func lastWait(t *testing.T, acts []action) time.Duration {
 // passes scan_interval or the cooldown).
 func noSpin(t *testing.T, acts []action) {
 	t.Helper()
-	require.GreaterOrEqual(t, lastWait(t, acts), IdleWait)
+	require.GreaterOrEqual(t, lastWait(t, acts), pipeline.IdleWait)
 }
 
 func TestWalkStep(t *testing.T) {
@@ -97,7 +98,7 @@ func TestWalkStep(t *testing.T) {
 		{"lease taken: read the checkpoint", func() *walk { return newWalk(testCfg(), "s1") }, evTick{now: t0, leaseRev: 7},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, []action{actReadCheckpoint{}}, acts)
-				require.Equal(t, PhaseLoad, w.phase)
+				require.Equal(t, pipeline.PhaseLoad, w.phase)
 			}},
 		{"checkpoint unreadable: retried after a wait", func() *walk {
 			w := newWalk(testCfg(), "s1")
@@ -105,7 +106,7 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evCheckpoint{err: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, PhaseLoad, w.phase)
+				require.Equal(t, pipeline.PhaseLoad, w.phase)
 				require.Equal(t, "checkpoint", steptest.Only[actOpError](t, acts).op)
 				noSpin(t, acts)
 			}},
@@ -113,21 +114,21 @@ func TestWalkStep(t *testing.T) {
 			w := newWalk(testCfg(), "s1")
 			w.step(evTick{now: t0, leaseRev: 7})
 			return w
-		}, evCheckpoint{ckpt: Checkpoint{Round: 2, InRound: true, Cursor: 40}, rev: 9},
+		}, evCheckpoint{ckpt: pipeline.Checkpoint{Round: 2, InRound: true, Cursor: 40}, rev: 9},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, PhaseReady, w.phase)
+				require.Equal(t, pipeline.PhaseReady, w.phase)
 				require.Equal(t, uint64(40), w.cursor)
 				require.Equal(t, uint64(9), w.rev)
 				require.Nil(t, w.instances, "the registry is read again before walking on")
 			}},
 		{"resumed round: the registry is read first (no cursor reset)", func() *walk {
-			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
+			return loaded(pipeline.Checkpoint{Round: 2, InRound: true, Cursor: 40})
 		}, evTick{now: t0, leaseRev: 7},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, []action{actSnapshot{start: false}}, acts)
 			}},
 		{"resumed round, registry read: walk on from the cursor", func() *walk {
-			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
+			return loaded(pipeline.Checkpoint{Round: 2, InRound: true, Cursor: 40})
 		}, evSnapshot{now: t0, instances: insts},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, insts, w.instances)
@@ -137,17 +138,17 @@ func TestWalkStep(t *testing.T) {
 				require.Equal(t, actScan{cursor: 40, count: 10, instances: insts}, steptest.Only[actScan](t, acts))
 			}},
 		{"§6 registry snapshot fails at a round's start: no round, retried after the backoff", func() *walk {
-			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.Add(-time.Second).UnixMicro()})
+			return loaded(pipeline.Checkpoint{Round: 2, NextRoundUs: t0.Add(-time.Second).UnixMicro()})
 		}, evSnapshot{now: t0, start: true, err: errBoom, retryAt: t0.Add(3 * time.Second)},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, uint64(2), w.ckpt.Round, "no round started")
 				require.False(t, w.ckpt.InRound)
 				require.Equal(t, 3*time.Second, lastWait(t, acts))
-				require.Equal(t, WaitRegistryBackoff, w.waiting)
-				require.Equal(t, WaitRegistryBackoff, steptest.Only[actSave](t, acts).ckpt.Waiting, "status shows it")
+				require.Equal(t, pipeline.WaitRegistryBackoff, w.waiting)
+				require.Equal(t, pipeline.WaitRegistryBackoff, steptest.Only[actSave](t, acts).ckpt.Waiting, "status shows it")
 			}},
 		{"§6 registry snapshot fails mid-round: cursor kept", func() *walk {
-			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
+			return loaded(pipeline.Checkpoint{Round: 2, InRound: true, Cursor: 40})
 		}, evSnapshot{now: t0, err: errBoom, retryAt: t0.Add(time.Millisecond)},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, uint64(40), w.cursor)
@@ -155,26 +156,26 @@ func TestWalkStep(t *testing.T) {
 				noSpin(t, acts)
 			}},
 		{"§6 instance gone from the registry: a store without instances is handed back", func() *walk {
-			return loaded(Checkpoint{Round: 2, InRound: true, Cursor: 40})
+			return loaded(pipeline.Checkpoint{Round: 2, InRound: true, Cursor: 40})
 		}, evSnapshot{now: t0, instances: map[string]meta.Instance{}},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.Only[actRelease](t, acts)
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 			}},
 		{"between rounds, pause not over: wait for it", func() *walk {
-			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Minute).UnixMicro(), Waiting: WaitRoundPause})
+			return loaded(pipeline.Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Minute).UnixMicro(), Waiting: pipeline.WaitRoundPause})
 		}, evTick{now: t0, leaseRev: 7},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, []action{actWait{time.Minute}}, acts, "nothing written: the checkpoint says it already")
 			}},
 		{"round pause over: a round starts with a registry snapshot", func() *walk {
-			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
+			return loaded(pipeline.Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
 		}, evTick{now: t0, leaseRev: 7},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, []action{actSnapshot{start: true}}, acts)
 			}},
 		{"round start: round+1 from cursor 0, DBSIZE kept", func() *walk {
-			return loaded(Checkpoint{Round: 2, KeysScanned: 99, Layouts: map[string]uint64{LayoutLegacy: 99}})
+			return loaded(pipeline.Checkpoint{Round: 2, KeysScanned: 99, Layouts: map[string]uint64{LayoutLegacy: 99}})
 		}, evSnapshot{now: t0, start: true, instances: insts, size: 5000},
 			func(t *testing.T, w *walk, acts []action) {
 				s := steptest.Only[actSave](t, acts)
@@ -190,8 +191,8 @@ func TestWalkStep(t *testing.T) {
 				require.Equal(t, uint64(2), w.ckpt.Round, "not before it is written")
 			}},
 		{"round start written: the walk begins, a round event names its checkpoint", func() *walk {
-			return loaded(Checkpoint{Round: 2})
-		}, evSaved{now: t0, why: saveRoundStart, ckpt: Checkpoint{Round: 3, InRound: true}, rev: 11, instances: insts},
+			return loaded(pipeline.Checkpoint{Round: 2})
+		}, evSaved{now: t0, why: saveRoundStart, ckpt: pipeline.Checkpoint{Round: 3, InRound: true}, rev: 11, instances: insts},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, uint64(3), w.ckpt.Round)
 				require.Equal(t, uint64(11), w.rev)
@@ -239,7 +240,7 @@ func TestWalkStep(t *testing.T) {
 			}},
 		{"max_keys_per_second: the first page of a round waits its whole period", func() *walk {
 			w := cappedWalk()
-			w.step(evSaved{now: t0.Add(time.Second), why: saveRoundStart, ckpt: Checkpoint{Round: 5, InRound: true}, rev: 12, instances: insts})
+			w.step(evSaved{now: t0.Add(time.Second), why: saveRoundStart, ckpt: pipeline.Checkpoint{Round: 5, InRound: true}, rev: 12, instances: insts})
 			return w
 		}, evPage{now: t0.Add(2 * time.Second), page: page(300, 1, 2, 3, 4, 5)},
 			func(t *testing.T, w *walk, acts []action) {
@@ -276,7 +277,7 @@ func TestWalkStep(t *testing.T) {
 			w := pendingWalk()
 			w.step(evPage{now: t0, page: page(300, 4)})
 			return w
-		}, evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200, KeysScanned: 53}, rev: 12},
+		}, evRecorded{ckpt: pipeline.Checkpoint{Round: 4, InRound: true, Cursor: 200, KeysScanned: 53}, rev: 12},
 			func(t *testing.T, w *walk, acts []action) {
 				p := steptest.Only[actPublish](t, acts)
 				require.Equal(t, uint64(200), p.cursor)
@@ -291,7 +292,7 @@ func TestWalkStep(t *testing.T) {
 				require.Equal(t, "scan", steptest.Only[actOpError](t, acts).op)
 				steptest.None[actPublish](t, acts)
 				noSpin(t, acts)
-				require.Equal(t, WaitError, w.waiting)
+				require.Equal(t, pipeline.WaitError, w.waiting)
 			}},
 		{"§6 scan fails with a page pending: it is recorded, the cursor stays after it", pendingWalk, evPage{now: t0, err: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
@@ -331,7 +332,7 @@ func TestWalkStep(t *testing.T) {
 		{"checkpoint write fails: read it again before going on", pendingWalk,
 			evRecorded{err: errBoom, failure: failCheckpoint},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, PhaseLoad, w.phase)
+				require.Equal(t, pipeline.PhaseLoad, w.phase)
 				noSpin(t, acts)
 				require.Equal(t, []action{actReadCheckpoint{}}, w.step(evTick{now: t0, leaseRev: 7}))
 			}},
@@ -339,22 +340,22 @@ func TestWalkStep(t *testing.T) {
 			evRecorded{err: errBoom, failure: failConflict},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.Only[actStepDown](t, acts)
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 				require.Nil(t, w.step(evTick{now: t0, leaseRev: 7}), "a walk that is over does nothing")
 			}},
 		{"fencing: lease lost before the record: nothing more", pendingWalk,
-			evRecorded{err: ErrLeaseLost, failure: failLease},
+			evRecorded{err: pipeline.ErrLeaseLost, failure: failLease},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.None[actSave](t, acts)
 				steptest.None[actPublish](t, acts)
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 			}},
 		{"lease lost with a page pending: its recording is waited for and dropped", pendingWalk, evTick{now: t0},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.Only[actDrop](t, acts)
 				steptest.None[actAwait](t, acts)
 				steptest.None[actScan](t, acts)
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 			}},
 		{"lease lost while loading", func() *walk {
 			w := newWalk(testCfg(), "s1")
@@ -362,7 +363,7 @@ func TestWalkStep(t *testing.T) {
 			return w
 		}, evTick{now: t0},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 			}},
 		{"the fencing token follows renewals", walking, evTick{now: t0, leaseRev: 9},
 			func(t *testing.T, w *walk, acts []action) {
@@ -373,7 +374,7 @@ func TestWalkStep(t *testing.T) {
 		{"paused: no page, status says so", walking, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.None[actScan](t, acts)
-				require.Equal(t, WaitPaused, steptest.Only[actSave](t, acts).ckpt.Waiting)
+				require.Equal(t, pipeline.WaitPaused, steptest.Only[actSave](t, acts).ckpt.Waiting)
 				noSpin(t, acts)
 			}},
 		{"paused with a page pending: record it first", pendingWalk, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
@@ -383,7 +384,7 @@ func TestWalkStep(t *testing.T) {
 		{"paused, already written: nothing more written", func() *walk {
 			w := walking()
 			w.step(evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)})
-			w.step(evSaved{now: t0, why: saveWaiting, ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 100, Waiting: WaitPaused}, rev: 4})
+			w.step(evSaved{now: t0, why: saveWaiting, ckpt: pipeline.Checkpoint{Round: 4, InRound: true, Cursor: 100, Waiting: pipeline.WaitPaused}, rev: 4})
 			return w
 		}, evTick{now: t0.Add(time.Second), leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
 			func(t *testing.T, w *walk, acts []action) {
@@ -395,7 +396,7 @@ func TestWalkStep(t *testing.T) {
 				steptest.Only[actScan](t, acts)
 			}},
 		{"a pause also holds the next round back", func() *walk {
-			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
+			return loaded(pipeline.Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
 		}, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour)},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.None[actSnapshot](t, acts)
@@ -404,17 +405,17 @@ func TestWalkStep(t *testing.T) {
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.None[actScan](t, acts)
 				steptest.Only[actSkipTick](t, acts)
-				require.Equal(t, WaitBackpressure, w.waiting)
+				require.Equal(t, pipeline.WaitBackpressure, w.waiting)
 				noSpin(t, acts)
 			}},
 		{"pause or backlog unreadable: fail closed", walking, evTick{now: t0, leaseRev: 7, controlErr: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.None[actScan](t, acts)
-				require.Equal(t, WaitError, w.waiting)
+				require.Equal(t, pipeline.WaitError, w.waiting)
 				noSpin(t, acts)
 			}},
 		{"pause unreadable at a round's start: no round", func() *walk {
-			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
+			return loaded(pipeline.Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
 		}, evTick{now: t0, leaseRev: 7, controlErr: errBoom},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.None[actSnapshot](t, acts)
@@ -431,7 +432,7 @@ func TestWalkStep(t *testing.T) {
 		{"round end: the next round no earlier than round_pause later", func() *walk {
 			w := walking()
 			w.step(evPage{now: t0, page: page(0, 1)})
-			w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Walked: true, KeysScanned: 51, KeysVisited: 60,
+			w.step(evRecorded{ckpt: pipeline.Checkpoint{Round: 4, InRound: true, Walked: true, KeysScanned: 51, KeysVisited: 60,
 				RoundStartedUs: t0.Add(-time.Minute).UnixMicro(), Layouts: map[string]uint64{LayoutLegacy: 51}}, rev: 20})
 			return w
 		}, evTick{now: t0, leaseRev: 7},
@@ -443,18 +444,18 @@ func TestWalkStep(t *testing.T) {
 				require.Equal(t, uint64(51), s.ckpt.LastRoundKeys)
 				require.Equal(t, uint64(60), s.ckpt.LastRoundVisited)
 				require.Equal(t, int64(60_000), s.ckpt.LastRoundDuration)
-				require.Equal(t, WaitRoundPause, s.ckpt.Waiting)
+				require.Equal(t, pipeline.WaitRoundPause, s.ckpt.Waiting)
 				require.Equal(t, uint64(20), s.rev)
 			}},
 		{"round end written: one event, metrics, no layout warning", func() *walk { return walking() },
-			evSaved{now: t0, why: saveRoundEnd, ckpt: Checkpoint{Round: 4, LastRoundKeys: 5, LastRoundLayouts: map[string]uint64{LayoutLegacy: 5}}, rev: 21},
+			evSaved{now: t0, why: saveRoundEnd, ckpt: pipeline.Checkpoint{Round: 4, LastRoundKeys: 5, LastRoundLayouts: map[string]uint64{LayoutLegacy: 5}}, rev: 21},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, "end", steptest.Only[actEvent](t, acts).ev.Outcome)
 				steptest.Only[actRoundEnded](t, acts)
 				require.Nil(t, w.instances, "the next round reads the registry again")
 			}},
 		{"round end with both layouts: a warning and a mixed_layouts event", func() *walk { return walking() },
-			evSaved{now: t0, why: saveRoundEnd, ckpt: Checkpoint{Round: 4, LastRoundLayouts: map[string]uint64{LayoutLegacy: 5, LayoutLocation: 2}}, rev: 21},
+			evSaved{now: t0, why: saveRoundEnd, ckpt: pipeline.Checkpoint{Round: 4, LastRoundLayouts: map[string]uint64{LayoutLegacy: 5, LayoutLocation: 2}}, rev: 21},
 			func(t *testing.T, w *walk, acts []action) {
 				evs := steptest.OfType[actEvent](acts)
 				require.Len(t, evs, 2)
@@ -469,7 +470,7 @@ func TestWalkStep(t *testing.T) {
 				require.Equal(t, 1, warns)
 			}},
 		{"round end with an ambiguous key: mixed_layouts too", func() *walk { return walking() },
-			evSaved{now: t0, why: saveRoundEnd, ckpt: Checkpoint{Round: 4, LastRoundLayouts: map[string]uint64{LayoutLocation: 5, LayoutAmbiguous: 1}}, rev: 21},
+			evSaved{now: t0, why: saveRoundEnd, ckpt: pipeline.Checkpoint{Round: 4, LastRoundLayouts: map[string]uint64{LayoutLocation: 5, LayoutAmbiguous: 1}}, rev: 21},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Len(t, steptest.OfType[actEvent](acts), 2)
 			}},
@@ -479,11 +480,11 @@ func TestWalkStep(t *testing.T) {
 				steptest.Only[actScan](t, acts)
 			}},
 		{"over the share between rounds: handed back", func() *walk {
-			return loaded(Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Hour).UnixMicro()})
+			return loaded(pipeline.Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Hour).UnixMicro()})
 		}, evTick{now: t0, leaseRev: 7, release: true},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.Only[actRelease](t, acts)
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 			}},
 		{"store left the registry: handed back at once", walking, evTick{now: t0, leaseRev: 7, gone: true},
 			func(t *testing.T, w *walk, acts []action) {
@@ -493,9 +494,9 @@ func TestWalkStep(t *testing.T) {
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.Only[actAwait](t, acts)
 				steptest.None[actRelease](t, acts)
-				acts = w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
+				acts = w.step(evRecorded{ckpt: pipeline.Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
 				steptest.Only[actRelease](t, acts)
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 			}},
 		{"§6 stop with a page pending: recorded, nothing new read or published", func() *walk {
 			w := pendingWalk()
@@ -504,24 +505,24 @@ func TestWalkStep(t *testing.T) {
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.Only[actAwait](t, acts)
 				steptest.None[actScan](t, acts)
-				acts = w.step(evRecorded{ckpt: Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
+				acts = w.step(evRecorded{ckpt: pipeline.Checkpoint{Round: 4, InRound: true, Cursor: 200}, rev: 12})
 				require.Empty(t, acts)
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 				require.Equal(t, uint64(200), w.ckpt.Cursor)
 			}},
 		{"stop with nothing pending: over, lease left to the scanner", walking, evTick{now: t0, leaseRev: 7, stop: true},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Empty(t, acts)
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 			}},
 		{"a status write conflicting: step down", walking, evSaved{now: t0, why: saveWaiting, err: errBoom, conflict: true},
 			func(t *testing.T, w *walk, acts []action) {
 				steptest.Only[actStepDown](t, acts)
-				require.Equal(t, PhaseDone, w.phase)
+				require.Equal(t, pipeline.PhaseDone, w.phase)
 			}},
 		{"a round start not written: retried later, the round unchanged", func() *walk {
-			return loaded(Checkpoint{Round: 2})
-		}, evSaved{now: t0, why: saveRoundStart, err: errBoom, ckpt: Checkpoint{Round: 3, InRound: true}},
+			return loaded(pipeline.Checkpoint{Round: 2})
+		}, evSaved{now: t0, why: saveRoundStart, err: errBoom, ckpt: pipeline.Checkpoint{Round: 3, InRound: true}},
 			func(t *testing.T, w *walk, acts []action) {
 				require.Equal(t, uint64(2), w.ckpt.Round)
 				noSpin(t, acts)
@@ -539,7 +540,7 @@ func TestWalkStep(t *testing.T) {
 // A whole round, event by event: every page is published once, the checkpoint follows the
 // pages in order and the keys add up.
 func TestWalkRound(t *testing.T) {
-	w := loaded(Checkpoint{})
+	w := loaded(pipeline.Checkpoint{})
 	now := t0
 	acts := w.step(evTick{now: now, leaseRev: 7})
 	require.Equal(t, []action{actSnapshot{start: true}}, acts)
@@ -686,19 +687,19 @@ func TestEstimateEnd(t *testing.T) {
 	now := t0
 	tests := []struct {
 		name     string
-		c        Checkpoint
+		c        pipeline.Checkpoint
 		eta      time.Time
 		progress float64
 		basis    string
 	}{
-		{"not in a round", Checkpoint{}, time.Time{}, 0, ""},
-		{"by DBSIZE", Checkpoint{InRound: true, DBSize: 1000, KeysVisited: 400, Rate: 100}, now.Add(6 * time.Second), 0.4, "dbsize"},
-		{"by the last round", Checkpoint{InRound: true, LastRoundVisited: 1000, KeysVisited: 900, Rate: 50}, now.Add(2 * time.Second), 0.9, "last_round"},
-		{"nothing to go by", Checkpoint{InRound: true, KeysVisited: 900, Rate: 50}, time.Time{}, 0, ""},
-		{"not moving: no end", Checkpoint{InRound: true, DBSize: 1000, KeysVisited: 400, Rate: 100, Waiting: WaitPaused}, time.Time{}, 0.4, "dbsize"},
-		{"no rate yet", Checkpoint{InRound: true, DBSize: 1000}, time.Time{}, 0, "dbsize"},
-		{"past the estimate", Checkpoint{InRound: true, DBSize: 100, KeysVisited: 150, Rate: 10}, time.Time{}, 0.99, "dbsize"},
-		{"walked", Checkpoint{InRound: true, Walked: true}, now, 1, "walked"},
+		{"not in a round", pipeline.Checkpoint{}, time.Time{}, 0, ""},
+		{"by DBSIZE", pipeline.Checkpoint{InRound: true, DBSize: 1000, KeysVisited: 400, Rate: 100}, now.Add(6 * time.Second), 0.4, "dbsize"},
+		{"by the last round", pipeline.Checkpoint{InRound: true, LastRoundVisited: 1000, KeysVisited: 900, Rate: 50}, now.Add(2 * time.Second), 0.9, "last_round"},
+		{"nothing to go by", pipeline.Checkpoint{InRound: true, KeysVisited: 900, Rate: 50}, time.Time{}, 0, ""},
+		{"not moving: no end", pipeline.Checkpoint{InRound: true, DBSize: 1000, KeysVisited: 400, Rate: 100, Waiting: pipeline.WaitPaused}, time.Time{}, 0.4, "dbsize"},
+		{"no rate yet", pipeline.Checkpoint{InRound: true, DBSize: 1000}, time.Time{}, 0, "dbsize"},
+		{"past the estimate", pipeline.Checkpoint{InRound: true, DBSize: 100, KeysVisited: 150, Rate: 10}, time.Time{}, 0.99, "dbsize"},
+		{"walked", pipeline.Checkpoint{InRound: true, Walked: true}, now, 1, "walked"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -712,12 +713,12 @@ func TestEstimateEnd(t *testing.T) {
 
 // The summary of several stores' checkpoints: "round n done" only once every store is.
 func TestFoldCheckpoints(t *testing.T) {
-	sc := func(c Checkpoint) StoreCheckpoint {
+	sc := func(c pipeline.Checkpoint) StoreCheckpoint {
 		return StoreCheckpoint{Checkpoint: c, Revision: 1, InRegistry: true}
 	}
 	sum, _ := Summarize([]StoreCheckpoint{
-		sc(Checkpoint{Store: "a", Round: 1, LastRoundKeys: 10, LastRoundEndUs: 50, NextRoundUs: 90, Instances: 2}),
-		sc(Checkpoint{Store: "b", Round: 1, InRound: true, Cursor: 7, KeysScanned: 3, Instances: 1}),
+		sc(pipeline.Checkpoint{Store: "a", Round: 1, LastRoundKeys: 10, LastRoundEndUs: 50, NextRoundUs: 90, Instances: 2}),
+		sc(pipeline.Checkpoint{Store: "b", Round: 1, InRound: true, Cursor: 7, KeysScanned: 3, Instances: 1}),
 	})
 	require.Equal(t, uint64(1), sum.Round)
 	require.True(t, sum.InRound, "b is still in round 1")
@@ -728,16 +729,16 @@ func TestFoldCheckpoints(t *testing.T) {
 	require.Equal(t, 3, sum.Instances)
 
 	sum, _ = Summarize([]StoreCheckpoint{
-		sc(Checkpoint{Store: "a", Round: 2, InRound: true}),
-		sc(Checkpoint{Store: "b", Round: 1, LastRoundKeys: 5}),
+		sc(pipeline.Checkpoint{Store: "a", Round: 2, InRound: true}),
+		sc(pipeline.Checkpoint{Store: "b", Round: 1, LastRoundKeys: 5}),
 	})
 	require.Equal(t, uint64(1), sum.Round)
 	require.False(t, sum.InRound, "round 1 is done everywhere")
 	require.Equal(t, 2, sum.Index)
 
 	sum, _ = Summarize([]StoreCheckpoint{
-		sc(Checkpoint{Store: "a", Round: 1}),
-		{Checkpoint: Checkpoint{Store: "new"}, InRegistry: true},
+		sc(pipeline.Checkpoint{Store: "a", Round: 1}),
+		{Checkpoint: pipeline.Checkpoint{Store: "new"}, InRegistry: true},
 	})
 	require.Zero(t, sum.Round, "a store not walked yet holds the summary at round 0")
 }

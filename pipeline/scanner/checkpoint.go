@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"context"
@@ -10,14 +10,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // walkStates is the closed set of the state label (WaitNone is "scanning").
-var walkStates = []string{"scanning", WaitPaused, WaitBackpressure, WaitRoundPause, WaitRegistryBackoff, WaitError}
+var walkStates = []string{"scanning", pipeline.WaitPaused, pipeline.WaitBackpressure, pipeline.WaitRoundPause, pipeline.WaitRegistryBackoff, pipeline.WaitError}
 
 func stateLabel(waiting string) string {
-	if waiting == WaitNone {
+	if waiting == pipeline.WaitNone {
 		return "scanning"
 	}
 	return waiting
@@ -25,7 +26,7 @@ func stateLabel(waiting string) string {
 
 // StoreCheckpoint is one store's checkpoint with its revision (0: none written yet).
 type StoreCheckpoint struct {
-	Checkpoint
+	pipeline.Checkpoint
 	Revision uint64 `json:"revision"`
 	// InRegistry: the store is in the stores index (the registry as the scanners last read it).
 	InRegistry bool `json:"in_registry"`
@@ -43,7 +44,7 @@ type StoreIndex struct {
 // ReadStoreIndex returns the stores index (nil when none was written).
 func ReadStoreIndex(ctx context.Context, kv jetstream.KeyValue) (*StoreIndex, error) {
 	var x StoreIndex
-	rev, err := ReadJSON(ctx, kv, subjects.StoresKey, "stores index", &x)
+	rev, err := pipeline.ReadJSON(ctx, kv, subjects.StoresKey, "stores index", &x)
 	if err != nil || rev == 0 {
 		return nil, err
 	}
@@ -58,7 +59,7 @@ func ReadCheckpoints(ctx context.Context, kv jetstream.KeyValue) ([]StoreCheckpo
 	if err != nil {
 		return nil, err
 	}
-	keys, err := ListKeys(ctx, kv, subjects.CheckpointFilter())
+	keys, err := pipeline.ListKeys(ctx, kv, subjects.CheckpointFilter())
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints: %w", err)
 	}
@@ -75,7 +76,7 @@ func ReadCheckpoints(ctx context.Context, kv jetstream.KeyValue) ([]StoreCheckpo
 	}
 	var out []StoreCheckpoint
 	for _, s := range slices.Sorted(maps.Keys(stores)) {
-		c, rev, err := ReadStoreCheckpoint(ctx, kv, s)
+		c, rev, err := pipeline.ReadStoreCheckpoint(ctx, kv, s)
 		if err != nil {
 			return nil, err
 		}
@@ -97,10 +98,10 @@ func ReadCheckpoints(ctx context.Context, kv jetstream.KeyValue) ([]StoreCheckpo
 //     earliest next start of the stores between rounds, Holder and SavedUs of the latest write.
 //
 // With one store it is that store's checkpoint.
-func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue) (Checkpoint, uint64, error) {
+func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue) (pipeline.Checkpoint, uint64, error) {
 	cks, err := ReadCheckpoints(ctx, kv)
 	if err != nil {
-		return Checkpoint{}, 0, err
+		return pipeline.Checkpoint{}, 0, err
 	}
 	var in []StoreCheckpoint
 	for _, c := range cks {
@@ -113,8 +114,8 @@ func ReadCheckpoint(ctx context.Context, kv jetstream.KeyValue) (Checkpoint, uin
 }
 
 // Summarize folds store checkpoints into one, as ReadCheckpoint describes.
-func Summarize(cks []StoreCheckpoint) (Checkpoint, uint64) {
-	var sum Checkpoint
+func Summarize(cks []StoreCheckpoint) (pipeline.Checkpoint, uint64) {
+	var sum pipeline.Checkpoint
 	var rev uint64
 	if len(cks) == 0 {
 		return sum, 0
@@ -182,7 +183,7 @@ func writeStoreIndex(ctx context.Context, kv jetstream.KeyValue, stores []string
 // store's DBSIZE read when the round started, else the keys of its previous round) at the
 // walk's recent rate. progress is the share of the keys visited (0..1). A walk that is not
 // moving (Waiting), has no rate yet or has passed its estimate gets no end (zero).
-func EstimateEnd(c Checkpoint, now time.Time) (eta time.Time, progress float64, basis string) {
+func EstimateEnd(c pipeline.Checkpoint, now time.Time) (eta time.Time, progress float64, basis string) {
 	if !c.InRound {
 		return time.Time{}, 0, ""
 	}
@@ -202,7 +203,7 @@ func EstimateEnd(c Checkpoint, now time.Time) (eta time.Time, progress float64, 
 		return time.Time{}, 0.99, basis
 	}
 	progress = float64(c.KeysVisited) / float64(total)
-	if c.Waiting != WaitNone || c.Rate <= 0 {
+	if c.Waiting != pipeline.WaitNone || c.Rate <= 0 {
 		return time.Time{}, progress, basis
 	}
 	left := time.Duration(float64(total-c.KeysVisited) / c.Rate * float64(time.Second))

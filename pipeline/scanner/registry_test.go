@@ -1,9 +1,10 @@
-package pipeline
+package scanner
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 type failingRegistry struct {
@@ -42,7 +44,7 @@ func TestRegistryCacheBacksOff(t *testing.T) {
 	require.Equal(t, now.Add(time.Second), retry)
 	for i := range 100 { // every walk's ticks within the delay: no read
 		_, retry2, err := c.get(ctx, now.Add(time.Duration(i)*time.Millisecond))
-		require.ErrorIs(t, err, ErrRegistryBackoff)
+		require.ErrorIs(t, err, pipeline.ErrRegistryBackoff)
 		require.Equal(t, retry, retry2)
 	}
 	require.Equal(t, 1, r.calls)
@@ -139,4 +141,32 @@ func TestRegistryBackoff(t *testing.T) {
 		seen[RegistryBackoff(5)] = true
 	}
 	require.Greater(t, len(seen), 1)
+}
+
+// records keeps the log records' messages.
+type records struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Message)
+	return nil
+}
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+
+func (r *records) count(msg string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, m := range r.msgs {
+		if m == msg {
+			n++
+		}
+	}
+	return n
 }

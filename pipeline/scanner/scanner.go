@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"cmp"
@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -26,7 +27,7 @@ type Backlog func(ctx context.Context) (prober, deleter uint64, err error)
 
 // full is the scanner's reading of b: full when either backlog is above highWater (nil when b
 // is: nothing holds the walks back).
-func (b Backlog) full(highWater uint64) BacklogFunc {
+func (b Backlog) full(highWater uint64) pipeline.BacklogFunc {
 	if b == nil {
 		return nil
 	}
@@ -55,8 +56,8 @@ type Scanner struct {
 	leases     jetstream.KeyValue
 	leaseTTL   time.Duration
 	state      jetstream.KeyValue
-	publisher  AsyncPublisher
-	events     *EventLog
+	publisher  pipeline.AsyncPublisher
+	events     *pipeline.EventLog
 	backlog    Backlog
 	sizes      func(ctx context.Context, store string) (int64, error)
 	backoff    func(attempt int) time.Duration
@@ -65,13 +66,13 @@ type Scanner struct {
 	log        *slog.Logger
 	now        func() time.Time
 
-	ctl *Controls
+	ctl *pipeline.Controls
 	reg *registryCache
 
 	mu     sync.Mutex
 	walks  map[string]*walkHandle
-	rounds map[string]Checkpoint // the last state of each walk, for the process-wide gauges
-	freed  map[string]time.Time  // stores whose lease was released, since when
+	rounds map[string]pipeline.Checkpoint // the last state of each walk, for the process-wide gauges
+	freed  map[string]time.Time           // stores whose lease was released, since when
 	ended  chan struct{}
 
 	registered []string // the registry's stores at the last cycle (kvcm_gc_store_registered)
@@ -97,8 +98,8 @@ type ScannerDeps struct {
 	Leases    jetstream.KeyValue
 	LeaseTTL  time.Duration
 	State     jetstream.KeyValue
-	Publisher AsyncPublisher
-	Events    *EventLog
+	Publisher pipeline.AsyncPublisher
+	Events    *pipeline.EventLog
 	Backlog   Backlog
 	// Sizes reads a store's number of keys (DBSIZE) when its round starts, for the estimated
 	// end of the walk. Nil: a store that is a StoreSizer is asked; otherwise no estimate.
@@ -126,7 +127,7 @@ func NewScanner(cfg ScannerConfig, deps ScannerDeps) (*Scanner, error) {
 	s := &Scanner{cfg: cfg, names: deps.Names, registry: deps.Registry, stores: deps.Stores, js: deps.JS,
 		leases: deps.Leases, leaseTTL: deps.LeaseTTL, state: deps.State, publisher: deps.Publisher, events: deps.Events,
 		backlog: deps.Backlog, sizes: deps.Sizes, backoff: deps.Backoff, maxPayload: deps.MaxPayload,
-		metrics: deps.Metrics, log: OrDiscard(deps.Logger), now: deps.Now}
+		metrics: deps.Metrics, log: pipeline.OrDiscard(deps.Logger), now: deps.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -137,19 +138,19 @@ func NewScanner(cfg ScannerConfig, deps ScannerDeps) (*Scanner, error) {
 }
 
 func (s *Scanner) renewEvery() time.Duration {
-	return DefaultLeaseRenew(s.cfg.LeaseRenew, s.leaseTTL)
+	return pipeline.DefaultLeaseRenew(s.cfg.LeaseRenew, s.leaseTTL)
 }
 
 // Run walks the stores it can hold until ctx is done; then every walk records its last page,
 // the renewals stop, and the leases are released so other replicas take over at once.
 func (s *Scanner) Run(ctx context.Context) error {
-	s.ctl = NewControls(ControlsConfig{Stage: StageScanner, PauseKey: subjects.ScannerPauseKey, Refresh: ControlRefresh},
-		ControlsDeps{State: s.state, Backlog: s.backlog.full(s.cfg.HighWater),
+	s.ctl = pipeline.NewControls(pipeline.ControlsConfig{Stage: pipeline.StageScanner, PauseKey: subjects.ScannerPauseKey, Refresh: pipeline.ControlRefresh},
+		pipeline.ControlsDeps{State: s.state, Backlog: s.backlog.full(s.cfg.HighWater),
 			OpError: func(op string) { s.metrics.opError(op) },
 			Paused:  s.metrics.ScannerPaused, Backpressure: s.metrics.Backpressure, Logger: s.log})
 	s.mu.Lock() // LeaseState (readiness) may already be reading s.reg
 	s.reg = newRegistryCache(s.registry, s.backoff, s.metrics, s.log)
-	s.walks, s.rounds, s.freed = map[string]*walkHandle{}, map[string]Checkpoint{}, map[string]time.Time{}
+	s.walks, s.rounds, s.freed = map[string]*walkHandle{}, map[string]pipeline.Checkpoint{}, map[string]time.Time{}
 	s.ended = make(chan struct{}, 1)
 	s.mu.Unlock()
 	every := s.renewEvery()
@@ -201,7 +202,7 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 	s.writeIndex(ctx, stores, now)
 	caps, err := s.members(ctx)
 	if err != nil {
-		Warn(ctx, s.log, "count scanner replicas; no store taken this time", "err", err)
+		pipeline.Warn(ctx, s.log, "count scanner replicas; no store taken this time", "err", err)
 		s.metrics.opError("lease")
 		return
 	}
@@ -239,11 +240,11 @@ func (s *Scanner) cycle(ctx context.Context, walks *sync.WaitGroup) {
 		if s.holding(st) || (held >= share && !s.orphaned(st, now)) {
 			continue
 		}
-		lease := NewStoreLease(s.leases, st, s.cfg.Holder, s.leaseTTL)
+		lease := pipeline.NewStoreLease(s.leases, st, s.cfg.Holder, s.leaseTTL)
 		ok, err := lease.Acquire(ctx)
 		if err != nil {
 			s.metrics.opError("lease")
-			Warn(ctx, s.log, "acquire store lease", "store", st, "err", err)
+			pipeline.Warn(ctx, s.log, "acquire store lease", "store", st, "err", err)
 			continue
 		}
 		if !ok {
@@ -324,7 +325,7 @@ func (s *Scanner) orphaned(store string, now time.Time) bool {
 }
 
 // start runs a walk on a store whose lease was just acquired.
-func (s *Scanner) start(ctx context.Context, walks *sync.WaitGroup, store string, lease *Lease) {
+func (s *Scanner) start(ctx context.Context, walks *sync.WaitGroup, store string, lease *pipeline.Lease) {
 	h := &walkHandle{store: store, lease: lease, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	s.mu.Lock()
 	s.walks[h.store] = h
@@ -391,7 +392,7 @@ func (s *Scanner) leave() {
 		hs = append(hs, h)
 	}
 	s.walks = map[string]*walkHandle{}
-	s.rounds = map[string]Checkpoint{}
+	s.rounds = map[string]pipeline.Checkpoint{}
 	s.mu.Unlock()
 	for _, h := range hs {
 		if !h.released.Load() {
@@ -413,7 +414,7 @@ func (s *Scanner) writeIndex(ctx context.Context, stores []string, now time.Time
 	}
 	if err != nil {
 		s.metrics.opError("checkpoint")
-		Warn(ctx, s.log, "write stores index", "err", err)
+		pipeline.Warn(ctx, s.log, "write stores index", "err", err)
 	}
 }
 
@@ -513,7 +514,7 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 		next    time.Time
 		failing bool
 	}
-	states := map[*Lease]*state{}
+	states := map[*pipeline.Lease]*state{}
 	var memberNext time.Time
 	t := time.NewTicker(retry)
 	defer t.Stop()
@@ -522,7 +523,7 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 		if !now.Before(memberNext) {
 			mctx, cancel := context.WithTimeout(ctx, every)
 			if err := s.putMember(mctx, since); err != nil {
-				Warn(ctx, s.log, "renew scanner member key", "err", err)
+				pipeline.Warn(ctx, s.log, "renew scanner member key", "err", err)
 				memberNext = now.Add(retry)
 			} else {
 				memberNext = now.Add(every)
@@ -531,7 +532,7 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 		}
 		s.mu.Lock()
 		var due []*walkHandle
-		live := map[*Lease]bool{}
+		live := map[*pipeline.Lease]bool{}
 		for _, h := range s.walks {
 			live[h.lease] = true
 			st := states[h.lease]
@@ -568,9 +569,9 @@ func (s *Scanner) keep(ctx context.Context, every time.Duration, since time.Time
 						s.log.Info("store lease renewed again", "store", h.store)
 					}
 					st.next, st.failing = now.Add(every), false
-				case errors.Is(err, ErrNotHeld):
+				case errors.Is(err, pipeline.ErrNotHeld):
 					// Released, or dropped by its walk: nothing to renew.
-				case errors.Is(err, ErrLeaseLost):
+				case errors.Is(err, pipeline.ErrLeaseLost):
 					if ctx.Err() == nil {
 						s.metrics.opError("lease")
 						s.log.Warn("store lease lost", "store", h.store, "err", err)
@@ -607,7 +608,7 @@ func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-ch
 	msgs := make(chan *nats.Msg, 64)
 	sub, err := s.js.Conn().ChanSubscribe(prefix+">", msgs)
 	if err != nil {
-		Warn(ctx, s.log, "watch the lease bucket; released stores are taken at the next period", "err", err)
+		pipeline.Warn(ctx, s.log, "watch the lease bucket; released stores are taken at the next period", "err", err)
 		close(finished)
 		return out, finished
 	}
@@ -646,7 +647,7 @@ func (s *Scanner) watch(ctx context.Context) (changes <-chan struct{}, done <-ch
 }
 
 // noteRound records a walk's state for the process-wide round gauges.
-func (s *Scanner) noteRound(store string, c Checkpoint) {
+func (s *Scanner) noteRound(store string, c pipeline.Checkpoint) {
 	s.mu.Lock()
 	if s.rounds != nil {
 		s.rounds[store] = c
@@ -705,7 +706,7 @@ func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("read lease of %s: %w", st, err)
 		}
-		var r LeaseRecord
+		var r pipeline.LeaseRecord
 		if json.Unmarshal(e.Value(), &r) == nil {
 			holders[r.Holder] = true
 		}
@@ -721,7 +722,7 @@ func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
 
 // ReadMembers lists the scanner replicas whose member key is live, sorted.
 func ReadMembers(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
-	keys, err := ListKeys(ctx, kv, subjects.MemberFilter())
+	keys, err := pipeline.ListKeys(ctx, kv, subjects.MemberFilter())
 	if err != nil {
 		return nil, fmt.Errorf("list scanner members: %w", err)
 	}

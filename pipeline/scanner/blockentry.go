@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"

@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -21,7 +22,7 @@ const stopTimeout = 5 * time.Second
 // walkHandle is how the scanner steers a walk it started.
 type walkHandle struct {
 	store string
-	lease *Lease
+	lease *pipeline.Lease
 	// release asks for the lease back at the next round boundary; gone says the store left
 	// the registry.
 	release, gone atomic.Bool
@@ -46,7 +47,7 @@ type walkDriver struct {
 	s     *Scanner
 	h     *walkHandle
 	w     *walk
-	loop  Loop[event, action]
+	loop  pipeline.Loop[event, action]
 	log   *slog.Logger
 	rec   *recording
 	bctx  context.Context // for what must finish even when the scanner stops
@@ -55,18 +56,18 @@ type walkDriver struct {
 	pace  *adaptive       // the walk's pacer (nil: paced by scan_interval)
 
 	mu   sync.Mutex
-	last Checkpoint // the checkpoint last read or written
+	last pipeline.Checkpoint // the checkpoint last read or written
 }
 
 // lastCkpt returns the checkpoint last read or written (the collection of unregistered
 // instances decides by it).
-func (d *walkDriver) lastCkpt() Checkpoint {
+func (d *walkDriver) lastCkpt() pipeline.Checkpoint {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.last
 }
 
-func (d *walkDriver) setLast(c Checkpoint) {
+func (d *walkDriver) setLast(c pipeline.Checkpoint) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.last = c
@@ -74,8 +75,8 @@ func (d *walkDriver) setLast(c Checkpoint) {
 
 // recording is a page's batches being stored and its checkpoint written, in the background.
 type recording struct {
-	acks []AckWait
-	next Checkpoint
+	acks []pipeline.AckWait
+	next pipeline.Checkpoint
 	rev  uint64
 	now  time.Time
 	done chan struct{}
@@ -86,7 +87,7 @@ func (s *Scanner) newDriver(h *walkHandle) *walkDriver {
 	cfg := walkConfig{scanInterval: s.cfg.ScanInterval, roundPause: s.cfg.RoundPause,
 		batchSize: s.cfg.ScanBatchSize, maxKeysPerSecond: s.cfg.MaxKeysPerSecond}
 	d := &walkDriver{s: s, h: h, w: newWalk(cfg, h.store), log: s.log.With("store", h.store)}
-	d.loop = Loop[event, action]{Walk: d.w, Tick: d.tick, Perform: d.perform, Observe: d.observe, Wake: h.wake}
+	d.loop = pipeline.Loop[event, action]{Walk: d.w, Tick: d.tick, Perform: d.perform, Observe: d.observe, Wake: h.wake}
 	return d
 }
 
@@ -114,7 +115,7 @@ func (d *walkDriver) forget() {
 
 func (d *walkDriver) tick(ctx context.Context) event {
 	stop := ctx.Err() != nil
-	wt := d.s.ctl.Tick(ctx, d.s.now(), d.h.lease, !stop && d.w.phase == PhaseReady)
+	wt := d.s.ctl.Tick(ctx, d.s.now(), d.h.lease, !stop && d.w.phase == pipeline.PhaseReady)
 	return evTick{now: wt.Now, leaseRev: wt.LeaseRev, pausedUntil: wt.PausedUntil, backlogFull: wt.BacklogFull,
 		controlErr: wt.ControlErr, stop: stop, release: d.h.release.Load(), gone: d.h.gone.Load()}
 }
@@ -131,7 +132,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 	case actWait:
 		d.loop.Wait(a.d)
 	case actReadCheckpoint:
-		c, rev, err := ReadStoreCheckpoint(ctx, s.state, d.h.store)
+		c, rev, err := pipeline.ReadStoreCheckpoint(ctx, s.state, d.h.store)
 		if err == nil && c.LastRoundEndUs > 0 {
 			// Alerts on "no round for too long" must survive a restart or a failover.
 			s.metrics.lastRoundEnd(c.LastRoundEndUs)
@@ -166,7 +167,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		}
 	case actSave:
 		c, rev, err := d.write(ctx, a.ckpt, a.rev, a.now, a.why)
-		return evSaved{now: a.now, why: a.why, ckpt: c, rev: rev, instances: a.instances, err: err, conflict: IsConflict(err)}
+		return evSaved{now: a.now, why: a.why, ckpt: c, rev: rev, instances: a.instances, err: err, conflict: pipeline.IsConflict(err)}
 	case actEvent:
 		e := a.ev
 		e.Store = d.h.store
@@ -194,7 +195,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		rctx, cancel := context.WithTimeout(d.bctx, stopTimeout)
 		defer cancel()
 		if err := d.h.lease.Release(rctx); err != nil {
-			Warn(ctx, d.log, "release store lease", "err", err)
+			pipeline.Warn(ctx, d.log, "release store lease", "err", err)
 		} else {
 			d.log.Info("store lease released", "reason", a.reason)
 		}
@@ -203,7 +204,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		// Sealed: TestWalkSealed fails on an action without a case. Were one to slip
 		// through, the walk ends rather than go on without it (its lease is released).
 		d.log.Error("unhandled walk action; walk stopped", "action", fmt.Sprintf("%T", a))
-		d.w.phase = PhaseDone
+		d.w.phase = pipeline.PhaseDone
 	}
 	return nil
 }
@@ -249,7 +250,7 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 	}
 	owns := func(id string) bool { _, ok := a.instances[id]; return ok }
 	var page meta.Page
-	var pace *PaceRecord
+	var pace *pipeline.PaceRecord
 	if bs, ok := store.(meta.BurstScanner); ok && d.pace != nil {
 		page, err = bs.ScanStoreBursts(ctx, a.cursor, a.count, owns, meta.Bursts{Size: d.pace.burst(), Gate: d.pace.gate})
 		now, pace = s.now(), d.pace.record() // the page is read once its last burst is
@@ -310,7 +311,7 @@ func (d *walkDriver) publish(ctx context.Context, a actPublish) event {
 func (d *walkDriver) send(ctx context.Context, a actPublish, rec *recording) bool {
 	s := d.s
 	if _, held := d.h.lease.Held(); !held {
-		rec.ev = evRecorded{err: ErrLeaseLost, failure: failLease} // fencing, in the background too
+		rec.ev = evRecorded{err: pipeline.ErrLeaseLost, failure: failLease} // fencing, in the background too
 		return false
 	}
 	for _, b := range s.batches(ctx, d.h.store, a) {
@@ -346,7 +347,7 @@ func (d *walkDriver) outcome(rec *recording) event {
 // record waits for the page's batches to be stored, then writes its checkpoint by revision.
 // It sets rec.ev and changes nothing else.
 func (d *walkDriver) record(ctx context.Context, rec *recording) {
-	actx, cancel := context.WithTimeout(ctx, AckTimeout)
+	actx, cancel := context.WithTimeout(ctx, pipeline.AckTimeout)
 	defer cancel()
 	for _, ack := range rec.acks {
 		if err := ack(actx); err != nil {
@@ -356,13 +357,13 @@ func (d *walkDriver) record(ctx context.Context, rec *recording) {
 	}
 	// Fencing: never record progress after losing the lease.
 	if _, held := d.h.lease.Held(); !held {
-		rec.ev = evRecorded{err: ErrLeaseLost, failure: failLease}
+		rec.ev = evRecorded{err: pipeline.ErrLeaseLost, failure: failLease}
 		return
 	}
 	c, rev, err := d.write(ctx, rec.next, rec.rev, rec.now, "")
 	if err != nil {
 		f := failCheckpoint
-		if IsConflict(err) {
+		if pipeline.IsConflict(err) {
 			f = failConflict
 		}
 		rec.ev = evRecorded{err: err, failure: f}
@@ -375,12 +376,12 @@ func (d *walkDriver) record(ctx context.Context, rec *recording) {
 // rev (0: the first one), for why ("" for a page's record); it returns what it stored and the
 // new revision. The count of unregistered instances' keys joins it here, the one place every
 // checkpoint passes (unregistered.go).
-func (d *walkDriver) write(ctx context.Context, c Checkpoint, rev uint64, now time.Time, why string) (Checkpoint, uint64, error) {
+func (d *walkDriver) write(ctx context.Context, c pipeline.Checkpoint, rev uint64, now time.Time, why string) (pipeline.Checkpoint, uint64, error) {
 	c.Store = d.h.store
 	c.Holder = d.s.cfg.Holder
 	c.SavedUs = now.UnixMicro()
 	c, ended := d.unreg.apply(c, why, now)
-	rev, err := WriteCheckpoint(ctx, d.s.state, subjects.CheckpointKey(d.h.store), c, rev)
+	rev, err := pipeline.WriteCheckpoint(ctx, d.s.state, subjects.CheckpointKey(d.h.store), c, rev)
 	if err == nil {
 		d.setLast(c)
 	}
@@ -398,8 +399,8 @@ func (d *walkDriver) write(ctx context.Context, c Checkpoint, rev uint64, now ti
 // observe updates the store's gauges from the walk's state.
 func (d *walkDriver) observe() {
 	w, m, store := d.w, d.s.metrics, d.h.store
-	d.h.between.Store(w.phase == PhaseReady && !w.ckpt.InRound && w.pending == nil)
-	if w.phase == PhaseDone {
+	d.h.between.Store(w.phase == pipeline.PhaseReady && !w.ckpt.InRound && w.pending == nil)
+	if w.phase == pipeline.PhaseDone {
 		return
 	}
 	d.s.noteRound(store, w.ckpt)
@@ -467,7 +468,7 @@ func (s *Scanner) batches(ctx context.Context, store string, a actPublish) []sub
 	return out
 }
 
-func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, error) {
+func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]pipeline.AckWait, error) {
 	maxPayload := int64(s.maxPayload)
 	if maxPayload <= 0 {
 		maxPayload = 1 << 20 // the server's default
@@ -484,7 +485,7 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]AckWait, err
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: b.Instance, Round: b.Round, Key: &key,
 			Reason: "oversized", Detail: fmt.Sprintf("block does not fit in a message of %d bytes: its field %s holds %d bytes", maxBytes, field, size)})
 	}
-	var acks []AckWait
+	var acks []pipeline.AckWait
 	for _, p := range parts {
 		if len(p.Batch.Blocks) == 0 {
 			continue
@@ -502,6 +503,6 @@ func (s *Scanner) event(ctx context.Context, e subjects.Event) {
 	if s.events == nil {
 		return
 	}
-	e.Stage = StageScanner
+	e.Stage = pipeline.StageScanner
 	s.events.Emit(ctx, e)
 }

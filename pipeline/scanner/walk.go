@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"log/slog"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -49,11 +50,11 @@ type walkConfig struct {
 type walk struct {
 	cfg   walkConfig
 	store string
-	phase WalkPhase
+	phase pipeline.WalkPhase
 	// leaseRev is the lease revision of the last tick: the fencing token of what is read now.
 	leaseRev uint64
 	// ckpt is the checkpoint as last written (or read), rev its revision (0: none yet).
-	ckpt Checkpoint
+	ckpt pipeline.Checkpoint
 	rev  uint64
 	// instances is the round's registry snapshot of the store (nil: not read since the lease
 	// was taken).
@@ -83,17 +84,17 @@ type walk struct {
 
 type pendingPage struct {
 	cursor uint64
-	next   Checkpoint
+	next   pipeline.Checkpoint
 }
 
 type heldPage struct {
 	page meta.Page
 	at   time.Time
-	pace *PaceRecord
+	pace *pipeline.PaceRecord
 }
 
 func newWalk(cfg walkConfig, store string) *walk {
-	return &walk{cfg: cfg, store: store, phase: PhaseLoad}
+	return &walk{cfg: cfg, store: store, phase: pipeline.PhaseLoad}
 }
 
 // event is one of the ev* types: sealed, each handled by step (TestWalkSealed).
@@ -121,7 +122,7 @@ type (
 		stop        bool  // the scanner shuts down: record the pending page, then stop
 	}
 	evCheckpoint struct {
-		ckpt Checkpoint
+		ckpt pipeline.Checkpoint
 		rev  uint64
 		err  error
 	}
@@ -137,11 +138,11 @@ type (
 		now         time.Time
 		page        meta.Page
 		err         error
-		unavailable bool        // the store cannot be opened at all: its round is skipped
-		pace        *PaceRecord // an adaptive walk's pace as the page was read
+		unavailable bool                 // the store cannot be opened at all: its round is skipped
+		pace        *pipeline.PaceRecord // an adaptive walk's pace as the page was read
 	}
 	evRecorded struct {
-		ckpt    Checkpoint
+		ckpt    pipeline.Checkpoint
 		rev     uint64
 		err     error
 		failure string // failPublish, failLease, failConflict, failCheckpoint
@@ -149,7 +150,7 @@ type (
 	evSaved struct {
 		now       time.Time
 		why       string
-		ckpt      Checkpoint
+		ckpt      pipeline.Checkpoint
 		rev       uint64
 		instances map[string]meta.Instance
 		err       error
@@ -212,7 +213,7 @@ type (
 		round     uint64
 		leaseRev  uint64
 		instances map[string]meta.Instance
-		next      Checkpoint
+		next      pipeline.Checkpoint
 		rev       uint64
 		async     bool
 	}
@@ -221,7 +222,7 @@ type (
 	actSave  struct {
 		now       time.Time
 		why       string
-		ckpt      Checkpoint
+		ckpt      pipeline.Checkpoint
 		rev       uint64
 		instances map[string]meta.Instance
 	}
@@ -237,7 +238,7 @@ type (
 	}
 	actOpError    struct{ op string }
 	actSkipTick   struct{} // a tick skipped by backpressure (kvcm_gc_backpressure_skips_total)
-	actRoundEnded struct{ ckpt Checkpoint }
+	actRoundEnded struct{ ckpt pipeline.Checkpoint }
 	actStepDown   struct{} // another scanner wrote the checkpoint: forget the lease
 	actRelease    struct{ reason string }
 	// actWait: the next tick comes after d (the last actWait of a step wins).
@@ -246,7 +247,7 @@ type (
 
 // step is the whole decision of a walk: the event's effect on the state and the actions.
 func (w *walk) step(ev event) []action {
-	if w.phase == PhaseDone {
+	if w.phase == pipeline.PhaseDone {
 		return nil
 	}
 	switch e := ev.(type) {
@@ -267,11 +268,11 @@ func (w *walk) step(ev event) []action {
 }
 
 // Step, Phase and Idle make the walk a Stepper.
-func (w *walk) Step(ev event) []action { return w.step(ev) }
-func (w *walk) Phase() WalkPhase       { return w.phase }
-func (w *walk) Idle() time.Duration    { return w.idle() }
+func (w *walk) Step(ev event) []action    { return w.step(ev) }
+func (w *walk) Phase() pipeline.WalkPhase { return w.phase }
+func (w *walk) Idle() time.Duration       { return w.idle() }
 
-func (w *walk) idle() time.Duration { return max(IdleWait, w.cfg.scanInterval) }
+func (w *walk) idle() time.Duration { return max(pipeline.IdleWait, w.cfg.scanInterval) }
 
 func (w *walk) tick(t evTick) []action {
 	if t.leaseRev == 0 {
@@ -281,30 +282,30 @@ func (w *walk) tick(t evTick) []action {
 	if t.stop || t.gone {
 		return w.stop(t.gone)
 	}
-	if w.phase == PhaseLoad {
+	if w.phase == pipeline.PhaseLoad {
 		return []action{actReadCheckpoint{}}
 	}
 	if !t.pausedUntil.IsZero() && t.now.Before(t.pausedUntil) {
-		return w.hold(t.now, WaitPaused)
+		return w.hold(t.now, pipeline.WaitPaused)
 	}
 	if !w.ckpt.InRound {
 		if t.release {
 			return w.release("over its share of the stores, at a round boundary")
 		}
 		if next := time.UnixMicro(w.ckpt.NextRoundUs); t.now.Before(next) {
-			acts := w.setWaiting(t.now, WaitRoundPause)
+			acts := w.setWaiting(t.now, pipeline.WaitRoundPause)
 			return append(acts, actWait{next.Sub(t.now)})
 		}
 		if t.controlErr != nil {
-			return w.hold(t.now, WaitError) // no round starts while the pause cannot be read
+			return w.hold(t.now, pipeline.WaitError) // no round starts while the pause cannot be read
 		}
 		return []action{actSnapshot{start: true}}
 	}
 	if t.controlErr != nil {
-		return w.hold(t.now, WaitError)
+		return w.hold(t.now, pipeline.WaitError)
 	}
 	if t.backlogFull {
-		return append(w.hold(t.now, WaitBackpressure), actSkipTick{})
+		return append(w.hold(t.now, pipeline.WaitBackpressure), actSkipTick{})
 	}
 	if w.walked {
 		if w.pending != nil {
@@ -338,12 +339,12 @@ func (w *walk) setWaiting(now time.Time, reason string) []action {
 	if w.waiting != reason || w.waitingSince.IsZero() {
 		w.waiting, w.waitingSince = reason, now
 	}
-	if w.pending != nil || w.phase != PhaseReady || w.ckpt.Waiting == reason {
+	if w.pending != nil || w.phase != pipeline.PhaseReady || w.ckpt.Waiting == reason {
 		return nil
 	}
 	c := w.ckpt
 	c.Waiting, c.WaitingSinceUs = reason, 0
-	if reason != WaitNone {
+	if reason != pipeline.WaitNone {
 		c.WaitingSinceUs = w.waitingSince.UnixMicro()
 	}
 	return []action{actSave{now: now, why: saveWaiting, ckpt: c, rev: w.rev}}
@@ -356,7 +357,7 @@ func (w *walk) lost() []action {
 		// next holder reads the page again.
 		acts = append(acts, actDrop{})
 	}
-	w.pending, w.held, w.phase = nil, nil, PhaseDone
+	w.pending, w.held, w.phase = nil, nil, pipeline.PhaseDone
 	return acts
 }
 
@@ -379,17 +380,17 @@ func (w *walk) finish() []action {
 	if w.stopReason != "" {
 		return w.release(w.stopReason)
 	}
-	w.phase = PhaseDone
+	w.phase = pipeline.PhaseDone
 	return nil
 }
 
 func (w *walk) release(reason string) []action {
-	w.phase = PhaseDone
+	w.phase = pipeline.PhaseDone
 	return []action{actRelease{reason: reason}}
 }
 
 func (w *walk) stepDown() []action {
-	w.pending, w.held, w.phase = nil, nil, PhaseDone
+	w.pending, w.held, w.phase = nil, nil, pipeline.PhaseDone
 	return []action{actLog{slog.LevelWarn, "checkpoint written by another scanner; stepping down", nil}, actStepDown{}}
 }
 
@@ -405,7 +406,7 @@ func (w *walk) loaded(e evCheckpoint) []action {
 	}
 	c := e.ckpt
 	c.Store = w.store
-	w.ckpt, w.rev, w.phase, w.instances = c, e.rev, PhaseReady, nil
+	w.ckpt, w.rev, w.phase, w.instances = c, e.rev, pipeline.PhaseReady, nil
 	w.waiting, w.waitingSince = c.Waiting, time.UnixMicro(c.WaitingSinceUs)
 	w.rewind()
 	return []action{actLog{slog.LevelInfo, "store lease acquired", []any{"round", c.Round, "in_round", c.InRound, "cursor", c.Cursor, "keys", c.KeysScanned}},
@@ -414,7 +415,7 @@ func (w *walk) loaded(e evCheckpoint) []action {
 
 func (w *walk) snapshot(e evSnapshot) []action {
 	if e.err != nil {
-		acts := w.setWaiting(e.now, WaitRegistryBackoff)
+		acts := w.setWaiting(e.now, pipeline.WaitRegistryBackoff)
 		return append(acts, actWait{max(e.retryAt.Sub(e.now), w.idle())})
 	}
 	if len(e.instances) == 0 {
@@ -433,7 +434,7 @@ func (w *walk) snapshot(e evSnapshot) []action {
 	c.RoundStartedUs = e.now.UnixMicro()
 	c.KeysScanned, c.KeysVisited, c.Rate, c.Layouts = 0, 0, 0, nil
 	c.DBSize = e.size
-	c.Waiting, c.WaitingSinceUs = WaitNone, 0
+	c.Waiting, c.WaitingSinceUs = pipeline.WaitNone, 0
 	return []action{actSave{now: e.now, why: saveRoundStart, ckpt: c, rev: w.rev, instances: e.instances}}
 }
 
@@ -450,7 +451,7 @@ func (w *walk) saved(e evSaved) []action {
 	case saveRoundStart:
 		w.instances = e.instances
 		w.cursor, w.walked, w.count, w.lastPage = 0, false, 0, time.Time{}
-		w.waiting, w.waitingSince = WaitNone, e.now
+		w.waiting, w.waitingSince = pipeline.WaitNone, e.now
 		c := w.ckpt
 		return []action{
 			actLog{slog.LevelInfo, "round started", []any{"round", c.Round, "instances", c.Instances, "dbsize", c.DBSize}},
@@ -460,7 +461,7 @@ func (w *walk) saved(e evSaved) []action {
 		}
 	case saveRoundEnd:
 		w.instances = nil
-		w.waiting, w.waitingSince = WaitRoundPause, e.now
+		w.waiting, w.waitingSince = pipeline.WaitRoundPause, e.now
 		c := w.ckpt
 		acts := []action{
 			actRoundEnded{ckpt: c},
@@ -499,7 +500,7 @@ func (w *walk) endRound(now time.Time) []action {
 	c.LastRoundKeys, c.LastRoundVisited = c.KeysScanned, c.KeysVisited
 	c.LastRoundDuration = now.Sub(started).Milliseconds()
 	c.LastRoundLayouts = maps.Clone(c.Layouts)
-	c.Waiting, c.WaitingSinceUs = WaitRoundPause, now.UnixMicro()
+	c.Waiting, c.WaitingSinceUs = pipeline.WaitRoundPause, now.UnixMicro()
 	return []action{actSave{now: now, why: saveRoundEnd, ckpt: c, rev: w.rev}}
 }
 
@@ -524,7 +525,7 @@ func (w *walk) pageRead(e evPage) []action {
 		if w.pending != nil {
 			return append(acts, actAwait{}, actWait{w.idle()})
 		}
-		acts = append(acts, w.setWaiting(e.now, WaitError)...)
+		acts = append(acts, w.setWaiting(e.now, pipeline.WaitError)...)
 		return append(acts, actWait{w.idle()})
 	case w.pending != nil:
 		// Only once the previous page is recorded is this one published (batches stay in
@@ -536,7 +537,7 @@ func (w *walk) pageRead(e evPage) []action {
 }
 
 // publish publishes a page read at now and moves the read position past it.
-func (w *walk) publish(page meta.Page, now time.Time, pace *PaceRecord) []action {
+func (w *walk) publish(page meta.Page, now time.Time, pace *pipeline.PaceRecord) []action {
 	returned := len(page.Entries) + len(page.BadKeys) + page.Unowned
 	next := w.ckpt
 	next.Cursor, next.Walked = page.Next, page.Next == 0
@@ -554,7 +555,7 @@ func (w *walk) publish(page meta.Page, now time.Time, pace *PaceRecord) []action
 			next.Rate += (1 - math.Exp(-float64(dt)/float64(rateWindow))) * (inst - next.Rate)
 		}
 	}
-	next.Waiting, next.WaitingSinceUs = WaitNone, 0
+	next.Waiting, next.WaitingSinceUs = pipeline.WaitNone, 0
 	next.Pace = pace
 
 	wait := w.cfg.scanInterval
@@ -578,7 +579,7 @@ func (w *walk) publish(page meta.Page, now time.Time, pace *PaceRecord) []action
 		w.count = nextCount(count, returned, w.cfg.batchSize)
 	}
 	w.lastPage, w.lastWait = now, wait
-	w.waiting, w.waitingSince = WaitNone, now
+	w.waiting, w.waitingSince = pipeline.WaitNone, now
 	return []action{act, actWait{wait}}
 }
 
@@ -619,7 +620,7 @@ func (w *walk) recorded(e evRecorded) []action {
 			}
 			// The write may have reached the server: read the checkpoint again before
 			// going on (a later write by the old revision would conflict anyway).
-			w.phase = PhaseLoad
+			w.phase = pipeline.PhaseLoad
 			return []action{actOpError{"checkpoint"}, actLog{slog.LevelWarn, "save checkpoint; read it again", []any{"err", e.err}},
 				actWait{w.idle()}}
 		}

@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -17,11 +18,11 @@ import (
 // checkpoint, and the round's end keeps each instance's first sight.
 func TestUnregisteredTally(t *testing.T) {
 	now := time.UnixMicro(1_800_000_000_000_000)
-	page := func(id string, keys int64) map[string]*UnregisteredCount {
-		return map[string]*UnregisteredCount{id: {Instance: id, Keys: keys, Locations: 2 * keys, Bytes: uint64(100 * keys)}}
+	page := func(id string, keys int64) map[string]*pipeline.UnregisteredCount {
+		return map[string]*pipeline.UnregisteredCount{id: {Instance: id, Keys: keys, Locations: 2 * keys, Bytes: uint64(100 * keys)}}
 	}
 	var u unregTally
-	c := Checkpoint{Round: 3, InRound: true, Unregistered: []UnregisteredCount{{Instance: "old", Keys: 1, FirstSeenUs: 7}, {Instance: "gone", Keys: 9, FirstSeenUs: 5}}}
+	c := pipeline.Checkpoint{Round: 3, InRound: true, Unregistered: []pipeline.UnregisteredCount{{Instance: "old", Keys: 1, FirstSeenUs: 7}, {Instance: "gone", Keys: 9, FirstSeenUs: 5}}}
 	c, ended := u.apply(c, saveRoundStart, now)
 	require.False(t, ended)
 	require.Empty(t, c.UnregisteredRound)
@@ -31,7 +32,7 @@ func TestUnregisteredTally(t *testing.T) {
 	u.add(40, 0, page("new", 2), 0, nil)
 	c.Cursor = 40
 	c, _ = u.apply(c, "", now)
-	require.Equal(t, []UnregisteredCount{{Instance: "gone", Keys: 4, Locations: 8, Bytes: 400}}, c.UnregisteredRound)
+	require.Equal(t, []pipeline.UnregisteredCount{{Instance: "gone", Keys: 4, Locations: 8, Bytes: 400}}, c.UnregisteredRound)
 	c, _ = u.apply(c, "", now) // a waiting save of the same cursor adds nothing
 	require.Equal(t, int64(4), c.UnregisteredRound[0].Keys)
 
@@ -47,15 +48,15 @@ func TestUnregisteredTally(t *testing.T) {
 	c, ended = v.apply(c, saveRoundEnd, now)
 	require.True(t, ended)
 	require.Empty(t, c.UnregisteredRound)
-	require.Equal(t, []UnregisteredCount{
+	require.Equal(t, []pipeline.UnregisteredCount{
 		{Instance: "gone", Keys: 4, Locations: 8, Bytes: 400, FirstSeenUs: 5},
 		{Instance: "new", Keys: 2, Locations: 4, Bytes: 200, FirstSeenUs: now.UnixMicro()},
 	}, c.Unregistered, "largest first; a first sight kept; one no longer seen dropped")
 
 	// At most maxUnregistered instances, the rest counted.
-	var round []UnregisteredCount
+	var round []pipeline.UnregisteredCount
 	for i := range maxUnregistered + 5 {
-		round = append(round, UnregisteredCount{Instance: fmt.Sprintf("i%04d", i), Keys: int64(i + 1)})
+		round = append(round, pipeline.UnregisteredCount{Instance: fmt.Sprintf("i%04d", i), Keys: int64(i + 1)})
 	}
 	out, truncated := finishUnregistered(round, nil, now)
 	require.Len(t, out, maxUnregistered)
@@ -72,13 +73,13 @@ func TestUnregDecision(t *testing.T) {
 	now := time.UnixMicro(1_800_000_000_000_000)
 	cfg := ScannerConfig{CollectUnregistered: true, UnregisteredGrace: 7 * 24 * time.Hour, UnregisteredMaxKeys: 100}
 	const store = "10.0.0.1:6379"
-	ck := func() Checkpoint {
-		return Checkpoint{Round: 9,
-			Seen:         map[string]SeenInstance{"gone": {Group: "g1", LastRegisteredUs: now.Add(-8 * 24 * time.Hour).UnixMicro()}},
-			Unregistered: []UnregisteredCount{{Instance: "gone", Keys: 5, FirstSeenUs: now.Add(-7 * 24 * time.Hour).UnixMicro()}}}
+	ck := func() pipeline.Checkpoint {
+		return pipeline.Checkpoint{Round: 9,
+			Seen:         map[string]pipeline.SeenInstance{"gone": {Group: "g1", LastRegisteredUs: now.Add(-8 * 24 * time.Hour).UnixMicro()}},
+			Unregistered: []pipeline.UnregisteredCount{{Instance: "gone", Keys: 5, FirstSeenUs: now.Add(-7 * 24 * time.Hour).UnixMicro()}}}
 	}
-	view := func() RegView {
-		return RegView{At: now, Known: map[string]bool{"live": true}, Groups: map[string]bool{"g1": true},
+	view := func() pipeline.RegView {
+		return pipeline.RegView{At: now, Known: map[string]bool{"live": true}, Groups: map[string]bool{"g1": true},
 			Instance: map[string]meta.Instance{"live": {ID: "live", Group: "g1", Store: store}}}
 	}
 	require.Empty(t, unregDecision("gone", store, ck(), view(), cfg, now), "every condition holds")
@@ -86,23 +87,25 @@ func TestUnregDecision(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		want  string
-		edit  func(c *Checkpoint, v *RegView)
+		edit  func(c *pipeline.Checkpoint, v *pipeline.RegView)
 		clock time.Duration
 	}{
-		{"first sight: never listed", UnregNeverRegistered, func(c *Checkpoint, _ *RegView) { c.Seen = nil }, 0},
-		{"listed a moment ago", UnregWithinGrace, func(c *Checkpoint, _ *RegView) {
-			c.Seen["gone"] = SeenInstance{Group: "g1", LastRegisteredUs: now.Add(-time.Hour).UnixMicro()}
+		{"first sight: never listed", pipeline.UnregNeverRegistered, func(c *pipeline.Checkpoint, _ *pipeline.RegView) { c.Seen = nil }, 0},
+		{"listed a moment ago", pipeline.UnregWithinGrace, func(c *pipeline.Checkpoint, _ *pipeline.RegView) {
+			c.Seen["gone"] = pipeline.SeenInstance{Group: "g1", LastRegisteredUs: now.Add(-time.Hour).UnixMicro()}
 		}, 0},
-		{"just under the grace", UnregWithinGrace, nil, -24*time.Hour - time.Microsecond},
-		{"no completed round counted it", UnregNotCounted, func(c *Checkpoint, _ *RegView) { c.Unregistered = nil }, 0},
-		{"registry read failed", UnregRegistryUnread, func(_ *Checkpoint, v *RegView) { *v = RegView{Err: ErrRegistryBackoff} }, 0},
-		{"registry read partial", UnregRegistryPartial, func(_ *Checkpoint, v *RegView) { v.Partial = true }, 0},
-		{"registered again", UnregRegistered, func(_ *Checkpoint, v *RegView) { v.Known["gone"] = true }, 0},
-		{"its group is gone", UnregGroupAbsent, func(_ *Checkpoint, v *RegView) { v.Groups = map[string]bool{"g2": true} }, 0},
-		{"no instance of the store listed", UnregStoreEmpty, func(_ *Checkpoint, v *RegView) {
+		{"just under the grace", pipeline.UnregWithinGrace, nil, -24*time.Hour - time.Microsecond},
+		{"no completed round counted it", pipeline.UnregNotCounted, func(c *pipeline.Checkpoint, _ *pipeline.RegView) { c.Unregistered = nil }, 0},
+		{"registry read failed", pipeline.UnregRegistryUnread, func(_ *pipeline.Checkpoint, v *pipeline.RegView) {
+			*v = pipeline.RegView{Err: pipeline.ErrRegistryBackoff}
+		}, 0},
+		{"registry read partial", pipeline.UnregRegistryPartial, func(_ *pipeline.Checkpoint, v *pipeline.RegView) { v.Partial = true }, 0},
+		{"registered again", pipeline.UnregRegistered, func(_ *pipeline.Checkpoint, v *pipeline.RegView) { v.Known["gone"] = true }, 0},
+		{"its group is gone", pipeline.UnregGroupAbsent, func(_ *pipeline.Checkpoint, v *pipeline.RegView) { v.Groups = map[string]bool{"g2": true} }, 0},
+		{"no instance of the store listed", pipeline.UnregStoreEmpty, func(_ *pipeline.Checkpoint, v *pipeline.RegView) {
 			v.Instance = map[string]meta.Instance{"other": {ID: "other", Group: "g1", Store: "10.0.0.2:6379"}}
 		}, 0},
-		{"the round's cap reached", UnregCap, func(c *Checkpoint, _ *RegView) { c.UnregisteredCollected = 100 }, 0},
+		{"the round's cap reached", pipeline.UnregCap, func(c *pipeline.Checkpoint, _ *pipeline.RegView) { c.UnregisteredCollected = 100 }, 0},
 	} {
 		c, v := ck(), view()
 		if tc.edit != nil {

@@ -1,4 +1,4 @@
-package pipeline
+package scanner
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
 // An adaptive walk (scanner.latency_budget set, max_keys_per_second 0) is paced by a pacer
@@ -107,11 +108,11 @@ func (a *adaptive) gate(ctx context.Context, n int) error {
 }
 
 // record is the pace for the checkpoint.
-func (a *adaptive) record() *PaceRecord {
+func (a *adaptive) record() *pipeline.PaceRecord {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	pc := a.cur
-	return &PaceRecord{Rate: pc.Rate, Burst: pc.Depth, Reason: pc.Reason, Budget: a.budget,
+	return &pipeline.PaceRecord{Rate: pc.Rate, Burst: pc.Depth, Reason: pc.Reason, Budget: a.budget,
 		ProbeUs: pc.Signal.Microseconds(), IdleUs: pc.Baseline.Microseconds()}
 }
 
