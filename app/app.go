@@ -22,6 +22,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -49,7 +50,7 @@ type Options struct {
 	GuardKeyPrefix string
 
 	Scanner        scanner.ScannerConfig
-	Prober         pipeline.ProberConfig
+	Prober         prober.ProberConfig
 	Deleter        pipeline.DeleterConfig
 	JetStream      subjects.Settings
 	ProberWorkers  int
@@ -258,14 +259,14 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			return err
 		}
 		defer closeGuard()
-		var observer pipeline.DeletingObserver
+		var observer prober.DeletingObserver
 		if observed != nil {
 			// A first sight must outlive the grace and the round pause between two sights.
-			observer = pipeline.KVObserver{KV: observed, TTL: pipeline.ObservationTTL(o.Prober.DeletingGrace, o.Scanner.RoundPause)}
+			observer = prober.KVObserver{KV: observed, TTL: prober.ObservationTTL(o.Prober.DeletingGrace, o.Scanner.RoundPause)}
 		}
 		pcfg := o.Prober
 		pcfg.Workers = o.ProberWorkers
-		p, err := pipeline.NewProber(pcfg, pipeline.ProberDeps{Names: names, Registry: registry, StorageOptions: so,
+		p, err := prober.NewProber(pcfg, prober.ProberDeps{Names: names, Registry: registry, StorageOptions: so,
 			Guard: gd, Observer: observer, Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m.Prober,
 			Logger: log.With("stage", pipeline.StageProber)})
 		if err != nil {

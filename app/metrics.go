@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 )
 
@@ -14,7 +15,7 @@ import (
 type Metrics struct {
 	Pipeline *pipeline.Metrics
 	Scanner  *scanner.ScannerMetrics
-	Prober   *pipeline.ProberMetrics
+	Prober   *prober.ProberMetrics
 	Deleter  *pipeline.DeleterMetrics
 }
 
@@ -22,5 +23,5 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	rt := pipeline.NewMetrics(reg)
 	return &Metrics{Pipeline: rt, Scanner: scanner.NewScannerMetrics(reg, rt),
-		Prober: pipeline.NewProberMetrics(reg, rt), Deleter: pipeline.NewDeleterMetrics(reg, rt)}
+		Prober: prober.NewProberMetrics(reg, rt), Deleter: pipeline.NewDeleterMetrics(reg, rt)}
 }

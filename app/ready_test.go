@@ -15,6 +15,7 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
@@ -37,7 +38,7 @@ func startStages(t *testing.T, reg *testenv.Redis, cluster string, which app.Sta
 	dc := pipeline.DefaultDeleterConfig()
 	dc.AckWait = js.DeleterAckWait
 	h := &app.Health{}
-	o := app.Options{Cluster: cluster, Prefix: "kvcmgc", Registry: conn, Scanner: sc, Prober: pipeline.DefaultProberConfig(),
+	o := app.Options{Cluster: cluster, Prefix: "kvcmgc", Registry: conn, Scanner: sc, Prober: prober.DefaultProberConfig(),
 		Deleter: dc, JetStream: js, ProberWorkers: 1, DeleterWorkers: 1, Health: h, Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

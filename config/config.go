@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -213,7 +214,7 @@ type LogConfig struct {
 // Default returns the configuration used for every key nobody sets: DESIGN §9's defaults.
 func Default() Config {
 	sc := scanner.DefaultScannerConfig()
-	pc := pipeline.DefaultProberConfig()
+	pc := prober.DefaultProberConfig()
 	dc := pipeline.DefaultDeleterConfig()
 	sw := sweep.DefaultConfig()
 	js := subjects.DefaultSettings()

@@ -11,6 +11,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -131,7 +132,7 @@ func (c Config) SweeperWorkers() int {
 
 // StageConfigs are the stages' settings the keys make. Their rules (a grace under an hour, a
 // zero batch size, …) live with them: Validate applies them, naming the keys.
-func (c Config) StageConfigs() (scanner.ScannerConfig, pipeline.ProberConfig, pipeline.DeleterConfig) {
+func (c Config) StageConfigs() (scanner.ScannerConfig, prober.ProberConfig, pipeline.DeleterConfig) {
 	sc := scanner.DefaultScannerConfig()
 	sc.ScanInterval = c.ScanInterval
 	sc.RoundPause = c.RoundPause
@@ -144,7 +145,7 @@ func (c Config) StageConfigs() (scanner.ScannerConfig, pipeline.ProberConfig, pi
 	sc.UnregisteredMaxKeys = c.UnregisteredMaxKeys
 	sc.LatencyBudget = c.Scanner.LatencyBudget
 
-	pc := pipeline.DefaultProberConfig()
+	pc := prober.DefaultProberConfig()
 	pc.OrphanWritingGrace = c.OrphanWritingGrace
 	pc.ProbeChunkSize = c.ProbeChunkSize
 	pc.MaxTargets = c.ScanBatchSize

@@ -16,6 +16,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/internal/version"
 	"github.com/kvcm-gc/kvcm-gc/jsmetrics"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -92,7 +93,7 @@ func exported(t *testing.T) map[string]metric {
 		}
 		out[mf.GetName()] = m
 	}
-	require.Contains(t, out["kvcm_gc_prober_skips_total"].values["reason"], pipeline.SkipDeletingLease)
+	require.Contains(t, out["kvcm_gc_prober_skips_total"].values["reason"], prober.SkipDeletingLease)
 	return out
 }
 

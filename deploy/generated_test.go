@@ -26,7 +26,7 @@ func TestGenerated(t *testing.T) {
 	dashboard, err := os.ReadFile(filepath.Join("grafana", "kvcm-gc.json"))
 	require.NoError(t, err)
 	for path, want := range map[string][]byte{
-		filepath.Join(chartDir, "files", "privileges.json"):          tpl,
+		filepath.Join(chartDir, "files", "privileges.json"):            tpl,
 		filepath.Join(chartDir, "files", "dashboards", "kvcm-gc.json"): dashboard,
 	} {
 		if *update {

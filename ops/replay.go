@@ -15,6 +15,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -167,7 +168,7 @@ type ReplayDeps struct {
 	Blocks BlockReader
 	// Rules are the prober's rules (storage set, guard, configuration); required for the
 	// prober stage.
-	Rules *pipeline.Rules
+	Rules *prober.Rules
 	// Now is the clock of the decisions "now" (default time.Now).
 	Now func() time.Time
 	// Progress receives a progress bar for long replays (stderr); nil draws nothing.
@@ -510,7 +511,7 @@ func (r *replayer) current(cur *meta.Entry, exists bool, readErr error, layout k
 	c.parts = map[string]kvcm.Part{}
 	for p := range ps.All() {
 		if p.Kind == kvcm.PartCorrupt && p.Layout == kvcm.LayoutLegacy {
-			c.then = Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: "current __uri__ does not decode"}
+			c.then = Verdict{Decision: DecisionSkip, Reason: prober.SkipCorruptURI, Detail: "current __uri__ does not decode"}
 			return c
 		}
 		if p.Kind != kvcm.PartTombstone {
@@ -532,9 +533,9 @@ func (r *replayer) part(ctx context.Context, events map[eventKey][]indexedEvent,
 	lr.Then = r.thenProber(events, b, be.Key, p.ID)
 	switch {
 	case p.Kind == kvcm.PartTombstone:
-		lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: pipeline.SkipTombstone}
+		lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: prober.SkipTombstone}
 	case p.Kind == kvcm.PartCorrupt && p.Layout == kvcm.LayoutLegacy:
-		lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: p.Err.Error()}
+		lr.Rerun = &Verdict{Decision: DecisionSkip, Reason: prober.SkipCorruptURI, Detail: p.Err.Error()}
 		lr.Now = cur.whole
 		return lr
 	default:
@@ -577,12 +578,12 @@ func (r *replayer) nowLayout(cur *meta.Entry, exists bool, readErr error, was kv
 	case !exists || cur.Layout == kvcm.LayoutNone:
 		return Verdict{Decision: DecisionGone, Detail: "block no longer holds a location"}
 	case cur.Layout == kvcm.LayoutAmbiguous:
-		return Verdict{Decision: DecisionSkip, Reason: pipeline.SkipAmbiguousLayout, Detail: "the block holds both __uri__ and L# fields"}
+		return Verdict{Decision: DecisionSkip, Reason: prober.SkipAmbiguousLayout, Detail: "the block holds both __uri__ and L# fields"}
 	case cur.Layout != was:
 		return Verdict{Decision: DecisionSkip, Reason: "layout_changed", Detail: fmt.Sprintf("the block is in the %s layout now", cur.Layout)}
 	case was == kvcm.LayoutLegacy:
 		if _, err := kvcm.DecodeBlock(cur.URI); err != nil {
-			return Verdict{Decision: DecisionSkip, Reason: pipeline.SkipCorruptURI, Detail: err.Error()}
+			return Verdict{Decision: DecisionSkip, Reason: prober.SkipCorruptURI, Detail: err.Error()}
 		}
 	}
 	return Verdict{Decision: DecisionKept, Detail: "block decodes now; replay it from a newer batch"}
@@ -697,8 +698,8 @@ func oneLocation(id string, raw []byte) []byte {
 
 // keptReason says why a location of layout that no rule skipped was not a candidate: the
 // rules' own reason (pipeline.KeptReason), with a young WRITING's age against the grace.
-func keptReason(loc *kvcm.Location, lru, layout string, at time.Time, cfg pipeline.ProberConfig) string {
-	reason, age, aged := pipeline.KeptReason(loc, layout, lru, at)
+func keptReason(loc *kvcm.Location, lru, layout string, at time.Time, cfg prober.ProberConfig) string {
+	reason, age, aged := prober.KeptReason(loc, layout, lru, at)
 	if aged {
 		return fmt.Sprintf("%s (age %s < %s)", reason, humanDuration(age), cfg.OrphanWritingGrace)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 )
 
@@ -24,7 +24,7 @@ type ReplaySetup struct {
 	MetaURIs       map[string]string
 	GroupStoreURIs map[string]string
 	Storage        storage.Options
-	Prober         pipeline.ProberConfig
+	Prober         prober.ProberConfig
 	// Sweep is the sweep's configuration (sweeper replay); the zero value means its defaults
 	// with no storage swept.
 	Sweep sweep.Config
@@ -90,7 +90,7 @@ func OpenReplayDeps(ctx context.Context, s ReplaySetup) (*ReplayDeps, error) {
 	}
 	return &ReplayDeps{
 		Blocks:  StoreBlocks{Stores: pool},
-		Rules:   &pipeline.Rules{Config: s.Prober, Storages: set, Guard: g},
+		Rules:   &prober.Rules{Config: s.Prober, Storages: set, Guard: g},
 		Sweeper: sw,
 		Close:   closeAll,
 	}, nil

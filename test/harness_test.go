@@ -23,6 +23,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
@@ -71,7 +72,7 @@ func (e *env) options(reg prometheus.Registerer) app.Options {
 	sc.RoundPause = time.Hour
 	sc.ScanBatchSize = 128
 	sc.LeaseRenew = 200 * time.Millisecond
-	pc := pipeline.DefaultProberConfig()
+	pc := prober.DefaultProberConfig()
 	pc.MaxTargets = 128
 	dc := pipeline.DefaultDeleterConfig()
 	dc.AckWait = js.DeleterAckWait

@@ -33,6 +33,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
@@ -842,7 +843,7 @@ func TestInvariant9AmbiguousNeverWritten(t *testing.T) {
 		reported := map[string]bool{}
 		for _, ev := range e.events() {
 			switch {
-			case ev.Kind == subjects.EventSkip && ev.Reason == pipeline.SkipAmbiguousLayout:
+			case ev.Kind == subjects.EventSkip && ev.Reason == prober.SkipAmbiguousLayout:
 				require.NotNil(t, ev.Key)
 				reported[kvcm.BlockKey(ev.Instance, *ev.Key)] = true
 			case ev.Kind == subjects.EventDelete && turned[kvcm.BlockKey(ev.Instance, *ev.Key)]:
@@ -853,7 +854,7 @@ func TestInvariant9AmbiguousNeverWritten(t *testing.T) {
 		for _, k := range m.Ambiguous {
 			require.True(t, reported[k], "ambiguous key %s not reported", k)
 		}
-		require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_prober_skips_total", map[string]string{"reason": pipeline.SkipAmbiguousLayout}),
+		require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_prober_skips_total", map[string]string{"reason": prober.SkipAmbiguousLayout}),
 			float64(len(m.Ambiguous)))
 
 		// The last moment: the key turns ambiguous between the deleter's read and its CAS.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
@@ -172,18 +173,18 @@ func writeFile(t *testing.T, path string) string {
 
 // observed is the prober's first-sight store of DELETING locations (the OBSERVED bucket); the
 // topology must exist.
-func (e *env) observed(t *testing.T) pipeline.KVObserver {
+func (e *env) observed(t *testing.T) prober.KVObserver {
 	t.Helper()
 	kv, err := e.js.KeyValue(context.Background(), e.names.ObservedBucket())
 	require.NoError(t, err)
-	return pipeline.KVObserver{KV: kv, TTL: 48 * time.Hour}
+	return prober.KVObserver{KV: kv, TTL: 48 * time.Hour}
 }
 
 // observeDeleting records a first sight of DELETING location id of block key with bytes raw,
 // as the prober records one when it first sees them in round at first.
 func (e *env) observeDeleting(t *testing.T, inst string, key int64, id string, raw []byte, first time.Time, round uint64) {
 	t.Helper()
-	o := pipeline.Observation{FirstUs: first.UnixMicro(), Round: round, Instance: inst, Key: key, Location: id}
+	o := prober.Observation{FirstUs: first.UnixMicro(), Round: round, Instance: inst, Key: key, Location: id}
 	got, err := e.observed(t).Observe(context.Background(), inst, key, id, raw, o)
 	require.NoError(t, err)
 	require.Equal(t, o, got, "a first sight of %s/%d/%s was recorded already", inst, key, id)
@@ -191,7 +192,7 @@ func (e *env) observeDeleting(t *testing.T, inst string, key int64, id string, r
 
 // firstSight returns the recorded first sight of DELETING location id of block key (found by
 // what the record names), with the bucket entry's key; ok is false when there is none.
-func (e *env) firstSight(t *testing.T, inst string, key int64, id string) (pipeline.Observation, string, bool) {
+func (e *env) firstSight(t *testing.T, inst string, key int64, id string) (prober.Observation, string, bool) {
 	t.Helper()
 	ctx := context.Background()
 	kv := e.observed(t).KV
@@ -204,19 +205,19 @@ func (e *env) firstSight(t *testing.T, inst string, key int64, id string) (pipel
 	for _, name := range found {
 		en, err := kv.Get(ctx, name)
 		require.NoError(t, err)
-		var o pipeline.Observation
+		var o prober.Observation
 		require.NoError(t, json.Unmarshal(en.Value(), &o))
 		if o.Instance == inst && o.Key == key && o.Location == id {
 			return o, name, true
 		}
 	}
-	return pipeline.Observation{}, "", false
+	return prober.Observation{}, "", false
 }
 
 // backdateFirstSight moves the recorded first sight of a DELETING location back to first,
 // keeping the round it was seen in: as if that round had been at first (rather than waiting
 // out deleting_grace).
-func (e *env) backdateFirstSight(t *testing.T, inst string, key int64, id string, first time.Time) pipeline.Observation {
+func (e *env) backdateFirstSight(t *testing.T, inst string, key int64, id string, first time.Time) prober.Observation {
 	t.Helper()
 	o, name, ok := e.firstSight(t, inst, key, id)
 	require.True(t, ok, "no first sight of %s/%d/%s", inst, key, id)

@@ -23,6 +23,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
@@ -122,8 +123,8 @@ func TestOpsReplay(t *testing.T) {
 	}
 	require.True(t, corruptKeys[corruptKey])
 	for _, l := range corruptRows(msgs) {
-		require.Equal(t, ops.Verdict{Decision: ops.DecisionSkip, Reason: pipeline.SkipCorruptURI}, ops.Verdict{Decision: l.Then.Decision, Reason: l.Then.Reason})
-		require.Equal(t, pipeline.SkipCorruptURI, l.Rerun.Reason)
+		require.Equal(t, ops.Verdict{Decision: ops.DecisionSkip, Reason: prober.SkipCorruptURI}, ops.Verdict{Decision: l.Then.Decision, Reason: l.Then.Reason})
+		require.Equal(t, prober.SkipCorruptURI, l.Rerun.Reason)
 	}
 	for id, reason := range map[string]string{"dst00001": pipeline.SkipMigrationGuard, "src00001": pipeline.SkipMigrationSource} {
 		_, g := find(msgs, guardKey, id)

@@ -25,7 +25,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
 	"github.com/kvcm-gc/kvcm-gc/tools/faults"
@@ -72,7 +72,7 @@ func (o *oddBlocks) block(uri, lru string) string {
 // corrupt writes a block whose __uri__ does not decode: kept, counted as corrupt_uri.
 func (o *oddBlocks) corrupt(uri string) {
 	o.block(uri, o.old())
-	o.skips[pipeline.SkipCorruptURI]++
+	o.skips[prober.SkipCorruptURI]++
 }
 
 // serving writes a SERVING file location on nfs_01 whose spec names path (below the
@@ -125,14 +125,14 @@ func (o *oddBlocks) write() {
 		`"a":{"id":"a","status":2,"type":4,"spec_size":0,"location_specs":{}}`,
 	} {
 		o.block("{"+loc+"}", o.old())
-		o.skips[pipeline.SkipBadLocation]++
+		o.skips[prober.SkipBadLocation]++
 	}
 	// Orphan-looking WRITING locations whose age cannot be known: kept, counted as
 	// age_unknown. A time in the future is clock skew, not age.
 	future := strconv.FormatInt(time.Now().Add(time.Hour).UnixMicro(), 10)
 	for _, lru := range []string{"abc", "", "1e6", "-5", "0", "99999999999999999999999", " 123", "0123", future} {
 		o.block(`{"w":{"id":"w","status":2,"type":4,"spec_size":0,"location_specs":[]}}`, lru)
-		o.skips[pipeline.SkipAgeUnknown]++
+		o.skips[prober.SkipAgeUnknown]++
 	}
 	// Keys of the wrong shape under the instance's pattern: never read further.
 	prefix := kvcm.KeyPrefix(poisonInst)

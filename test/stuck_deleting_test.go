@@ -22,6 +22,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
@@ -139,7 +140,7 @@ func TestStuckDeletingLocation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing nominated in the round of its first sight")
 	require.Empty(t, stuckCandidates(e))
-	require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_prober_skips_total", map[string]string{"reason": pipeline.SkipDeletingFirstSeen}), 3.0)
+	require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_prober_skips_total", map[string]string{"reason": prober.SkipDeletingFirstSeen}), 3.0)
 	for _, id := range []string{"firstr01", "recent01"} {
 		first, _, ok := e.firstSight(t, "inst1", b[id].key, id)
 		require.True(t, ok, "%s: first sight recorded", id)

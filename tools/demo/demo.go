@@ -26,6 +26,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
@@ -370,7 +371,7 @@ func backdateStuck(ctx context.Context, js jetstream.JetStream, cfg config.Confi
 	if err != nil {
 		return fmt.Errorf("open the observed bucket: %w", err)
 	}
-	obs := pipeline.KVObserver{KV: kv, TTL: pipeline.ObservationTTL(cfg.DeletingGrace, cfg.RoundPause)}
+	obs := prober.KVObserver{KV: kv, TTL: prober.ObservationTTL(cfg.DeletingGrace, cfg.RoundPause)}
 	for _, l := range m.Locations {
 		if l.Kind != seed.KindStuckDeleting {
 			continue

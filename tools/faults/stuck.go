@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
@@ -188,12 +188,12 @@ func stuckSetup(ctx context.Context, e *env) error {
 }
 
 // observer is the prober's first-sight store, on the suite's own connection.
-func (e *env) observer(ctx context.Context) (pipeline.KVObserver, error) {
+func (e *env) observer(ctx context.Context) (prober.KVObserver, error) {
 	kv, err := e.js.KeyValue(ctx, e.names.ObservedBucket())
 	if err != nil {
-		return pipeline.KVObserver{}, fmt.Errorf("open the observed bucket: %w", err)
+		return prober.KVObserver{}, fmt.Errorf("open the observed bucket: %w", err)
 	}
-	return pipeline.KVObserver{KV: kv, TTL: 48 * time.Hour}, nil
+	return prober.KVObserver{KV: kv, TTL: 48 * time.Hour}, nil
 }
 
 // manifestLoc is the manifest's entry of an expectation, when it has one.

@@ -25,6 +25,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/httpserver"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -151,7 +152,7 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 	}
 	sc.MaxKeysPerSecond = p.MaxKeysPerSecond
 	sc.LatencyBudget = p.LatencyBudget
-	pc := pipeline.DefaultProberConfig()
+	pc := prober.DefaultProberConfig()
 	pc.MaxTargets = sc.ScanBatchSize
 	dc := pipeline.DefaultDeleterConfig()
 	dc.AckWait = js.DeleterAckWait

@@ -1,4 +1,4 @@
-package pipeline
+package prober
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -233,26 +234,26 @@ func TestJudgeRules(t *testing.T) {
 			lf("dst", 2, 9, ct(-48*time.Hour)+`,"migration_copy_guard":{"schema_version":1,"state":2,"operation_id":"op","source_location_id":"src"}`, nfsURI("gone")),
 			lf("src", 3, 4, ct(-48*time.Hour), nfsURI("gone")),
 			lf("o", 2, 4, ct(-48*time.Hour)))},
-			want: []string{"1/o/orphan_writing"}, skips: map[string]int{SkipMigrationGuard: 1, SkipMigrationSource: 1}},
+			want: []string{"1/o/orphan_writing"}, skips: map[string]int{pipeline.SkipMigrationGuard: 1, pipeline.SkipMigrationSource: 1}},
 		{name: "location: quarantined guard of a future schema kept", blocks: []subjects.BlockEntry{locBlock(1,
 			lf("dst", 2, 4, ct(-48*time.Hour)+`,"migration_copy_guard":{"schema_version":7,"state":4,"operation_id":"op","source_location_id":"src"}`),
 			lf("src", 3, 4, ct(-48*time.Hour), nfsURI("gone")))},
-			skips: map[string]int{SkipMigrationGuard: 1, SkipMigrationSource: 1}},
+			skips: map[string]int{pipeline.SkipMigrationGuard: 1, pipeline.SkipMigrationSource: 1}},
 		{name: "location: a guard naming no source keeps the whole block", blocks: []subjects.BlockEntry{locBlock(1,
 			lf("dst", 4, 4, ct(-48*time.Hour)+`,"migration_copy_guard":"broken"`),
 			lf("a", 3, 4, ct(-48*time.Hour), nfsURI("gone")),
 			lf("b", 2, 4, ct(-48*time.Hour)))},
-			skips: map[string]int{SkipMigrationGuard: 1, SkipMigrationSource: 2}},
+			skips: map[string]int{pipeline.SkipMigrationGuard: 1, pipeline.SkipMigrationSource: 2}},
 		{name: "location: a field that does not decode but names a guard keeps the block", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutLocation,
 			Locs: []subjects.LocField{{ID: subjects.RawText("c"), V: subjects.RawText(`{"id":"c","migration_copy_guard":{`)}, lfField(lf("a", 2, 4, ct(-48*time.Hour)))}}},
-			skips: map[string]int{SkipCorruptLocation: 1, SkipMigrationSource: 1}},
+			skips: map[string]int{SkipCorruptLocation: 1, pipeline.SkipMigrationSource: 1}},
 		{name: "location: field L# (empty id) that does not decode but names a guard keeps the block", blocks: []subjects.BlockEntry{{Key: 1, Layout: subjects.LayoutLocation,
 			Locs: []subjects.LocField{{ID: subjects.RawText(""), V: subjects.RawText(`{"migration_copy_guard":{`)}, lfField(lf("a", 2, 4, ct(-48*time.Hour)))}}},
-			skips: map[string]int{SkipCorruptLocation: 1, SkipCorruptURI: 0, SkipMigrationSource: 1}},
+			skips: map[string]int{SkipCorruptLocation: 1, SkipCorruptURI: 0, pipeline.SkipMigrationSource: 1}},
 		{name: "legacy: guarded target and its source kept", blocks: []subjects.BlockEntry{{Key: 7, LRUTime: old, URI: block(
 			loc("dst", 2, 4, `,"migration_copy_guard":{"schema_version":1,"state":1,"operation_id":"op","source_location_id":"src"}`),
 			loc("src", 3, 4, "", nfsURI("gone")), loc("o", 2, 4, ""))}},
-			want: []string{"7/o/orphan_writing"}, skips: map[string]int{SkipMigrationGuard: 1, SkipMigrationSource: 1}},
+			want: []string{"7/o/orphan_writing"}, skips: map[string]int{pipeline.SkipMigrationGuard: 1, pipeline.SkipMigrationSource: 1}},
 		// KVMeta's locations: never judged, whatever their status and age.
 		{name: "location: kvmeta location ids kept", blocks: []subjects.BlockEntry{locBlock(1,
 			lf("kvmeta:v1:6b6579", 4, 4, ct(-48*time.Hour), nfsURI("gone")),

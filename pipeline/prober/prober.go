@@ -1,4 +1,4 @@
-package pipeline
+package prober
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -25,8 +26,8 @@ type Prober struct {
 	storageOp storage.Options
 	guard     guard.Guard
 	observer  DeletingObserver
-	publisher Publisher
-	events    *EventLog
+	publisher pipeline.Publisher
+	events    *pipeline.EventLog
 	metrics   *ProberMetrics
 	log       *slog.Logger
 	now       func() time.Time
@@ -36,7 +37,7 @@ type Prober struct {
 	// registry serves every batch the storage table of one snapshot for RegistryRefresh; after
 	// a failed read, batches are judged with the previous table or, without one, fail at once,
 	// and the next read waits for the registry backoff.
-	registryCache *RegistryCache[registrySnapshot]
+	registryCache *pipeline.RegistryCache[registrySnapshot]
 }
 
 // ProberDeps are what the prober is wired to. Registry (for the storage table), Guard and
@@ -51,8 +52,8 @@ type ProberDeps struct {
 	Guard guard.Guard
 	// Observer remembers first sights of DELETING locations (collect_deleting).
 	Observer  DeletingObserver
-	Publisher Publisher
-	Events    *EventLog
+	Publisher pipeline.Publisher
+	Events    *pipeline.EventLog
 	Metrics   *ProberMetrics
 	Logger    *slog.Logger
 	Now       func() time.Time
@@ -60,7 +61,7 @@ type ProberDeps struct {
 
 // NewProber returns the prober stage of cfg.
 func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
-	var refused Refusals
+	var refused pipeline.Refusals
 	refused.Need(deps.Registry != nil, "no registry reader")
 	refused.Need(deps.Guard != nil, "no copy-target guard")
 	refused.Need(deps.Publisher != nil, "no publisher")
@@ -69,8 +70,8 @@ func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
 	}
 	p := &Prober{cfg: cfg, names: deps.Names, registry: deps.Registry, storageOp: deps.StorageOptions,
 		guard: deps.Guard, observer: deps.Observer, publisher: deps.Publisher, events: deps.Events,
-		metrics: proberMetricsOr(deps.Metrics), log: OrDiscard(deps.Logger), now: OrNow(deps.Now)}
-	p.registryCache = NewRegistryCache(RegistryCacheConfig[registrySnapshot]{Reader: deps.Registry, Build: p.buildSnapshot,
+		metrics: proberMetricsOr(deps.Metrics), log: pipeline.OrDiscard(deps.Logger), now: pipeline.OrNow(deps.Now)}
+	p.registryCache = pipeline.NewRegistryCache(pipeline.RegistryCacheConfig[registrySnapshot]{Reader: deps.Registry, Build: p.buildSnapshot,
 		Refresh: cfg.RegistryRefresh, Backoff: backoff.New(RegistryRetryInitial, RegistryRetryMax).Delay, ServeStale: true})
 	p.gather = newGatherer(max(cfg.MaxTargets, 1), cfg.GatherLinger, p.publish)
 	p.judging = make(chan struct{}, max(cfg.Workers, 1))
@@ -156,7 +157,7 @@ func (p *Prober) judge(ctx context.Context, rules Rules, b subjects.Batch) (Verd
 
 // Handle judges one batch message (a Handler).
 func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
-	b, src, err := Receive(p.names, msg, "batch", subjects.DecodeBatch,
+	b, src, err := pipeline.Receive(p.names, msg, "batch", subjects.DecodeBatch,
 		func(b subjects.Batch) (string, string) { return b.Instance, b.Cluster })
 	if err != nil {
 		return err
@@ -206,7 +207,7 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	for _, n := range v.Notes {
 		key := n.Key
-		fs = append(fs, p.events.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: StageProber, Instance: b.Instance,
+		fs = append(fs, p.events.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: pipeline.StageProber, Instance: b.Instance,
 			Round: b.Round, Key: &key, Location: n.Location, Reason: n.Reason, Detail: n.Detail, Source: &src}))
 	}
 	if err := p.events.Wait(ctx, fs); err != nil {
@@ -220,7 +221,7 @@ const candidatesPerEvent = 512
 
 // candidateEvent is the event of candidates ts of batch b.
 func candidateEvent(b subjects.Batch, ts []subjects.Target, src *subjects.Source) subjects.Event {
-	ev := subjects.Event{Kind: subjects.EventCandidate, Stage: StageProber, Instance: b.Instance, Round: b.Round,
+	ev := subjects.Event{Kind: subjects.EventCandidate, Stage: pipeline.StageProber, Instance: b.Instance, Round: b.Round,
 		Source: src, Targets: make([]subjects.EventTarget, len(ts)), Counts: map[string]int64{}}
 	for i, t := range ts {
 		ev.Targets[i] = subjects.EventTarget{Key: t.Key, Location: t.Location, Reason: t.Reason}

@@ -1,4 +1,4 @@
-package pipeline_test
+package prober_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -88,7 +89,7 @@ func (s tableSet) Lookup(name string) (storage.Backend, bool) { return s.b, name
 // memory: decoding, age and URI parsing, grouping, de-duplication.
 func BenchmarkJudge(b *testing.B) {
 	batch, missing := benchBatch("/data/nfs", 256)
-	rules := pipeline.Rules{Config: pipeline.DefaultProberConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
+	rules := prober.Rules{Config: prober.DefaultProberConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
 	benchJudge(b, rules, batch)
 }
 
@@ -107,13 +108,13 @@ func BenchmarkJudgeLocation(b *testing.B) {
 			be.Locs = append(be.Locs, subjects.LocField{ID: subjects.RawText(l.ID), V: subjects.RawText(l.Raw)})
 		}
 	}
-	rules := pipeline.Rules{Config: pipeline.DefaultProberConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
+	rules := prober.Rules{Config: prober.DefaultProberConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
 	benchJudge(b, rules, batch)
 }
 
 // benchJudge checks that rules judge every location of batch and find targets, then times
 // the judging.
-func benchJudge(b *testing.B, rules pipeline.Rules, batch subjects.Batch) {
+func benchJudge(b *testing.B, rules prober.Rules, batch subjects.Batch) {
 	b.Helper()
 	v := rules.Judge(context.Background(), batch, benchNow)
 	if len(v.Targets) == 0 || v.Judged != 512 {
@@ -159,7 +160,7 @@ func BenchmarkJudgeStatProbe(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rules := pipeline.Rules{Config: pipeline.DefaultProberConfig(), Storages: set, Guard: guard.None{}}
+	rules := prober.Rules{Config: prober.DefaultProberConfig(), Storages: set, Guard: guard.None{}}
 	benchJudge(b, rules, batch)
 }
 
@@ -224,7 +225,7 @@ func (s *memStore) CADMany(_ context.Context, _ string, ws []meta.CondWrite) ([]
 func BenchmarkDeleteProtocol(b *testing.B) {
 	batch, missing := benchBatch("/data/nfs", 256)
 	set := tableSet{tableBackend{missing}}
-	v := pipeline.Rules{Config: pipeline.DefaultProberConfig(), Storages: set, Guard: guard.None{}}.Judge(context.Background(), batch, benchNow)
+	v := prober.Rules{Config: prober.DefaultProberConfig(), Storages: set, Guard: guard.None{}}.Judge(context.Background(), batch, benchNow)
 	seeded := map[int64][]byte{}
 	for _, be := range batch.Blocks {
 		seeded[be.Key] = be.URI

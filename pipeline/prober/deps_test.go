@@ -1,20 +1,28 @@
-package pipeline
+package prober
 
 import (
 	"context"
+	"errors"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // noPublisher stands in for a publisher that the call under test reaches only to fail.
 type noPublisher struct{}
 
 func (noPublisher) Publish(context.Context, string, []byte, string) error { return errDown }
-func (noPublisher) PublishAsync(string, []byte, string) (AckWait, error)  { return nil, errDown }
+func (noPublisher) PublishAsync(string, []byte, string) (pipeline.AckWait, error) {
+	return nil, errDown
+}
 
 // TestProberRequires: a prober missing a collaborator it cannot run without is refused at
 // construction, with the collaborator named, not found by a nil dereference later.
@@ -64,4 +72,24 @@ func TestProberNilMetrics(t *testing.T) {
 			require.NotNil(t, tc.record(t))
 		})
 	}
+}
+
+var errDown = errors.New("connection refused")
+
+func counterOf(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	return m.GetCounter().GetValue()
+}
+
+// topology starts a JetStream server holding kvcm-gc's streams, consumers and buckets for
+// cluster c1, made with settings st.
+func topology(t *testing.T, st subjects.Settings) (jetstream.JetStream, subjects.Names) {
+	t.Helper()
+	js := testenv.StartNATS(t).JetStream(t)
+	names, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	require.NoError(t, subjects.Ensure(context.Background(), js, names, st))
+	return js, names
 }

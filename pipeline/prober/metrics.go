@@ -1,9 +1,10 @@
-package pipeline
+package prober
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -14,7 +15,7 @@ var candidateReasons = []string{subjects.ReasonOrphanWriting, subjects.ReasonSto
 var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown, SkipGuardError, SkipCopyTarget,
 	SkipBadSpecURI, SkipStorageNotFound, SkipStorageTypeMismatch, SkipProbeShape, SkipProbeError, SkipExcludedType,
 	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout,
-	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved, SkipMigrationGuard, SkipMigrationSource, SkipKVMeta}
+	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved, pipeline.SkipMigrationGuard, pipeline.SkipMigrationSource, SkipKVMeta}
 
 // proberOps are the closed set of the prober's "op" label values, beside the consumer's and
 // the event log's (NewMetrics).
@@ -33,7 +34,7 @@ type ProberMetrics struct {
 
 // NewProberMetrics registers the prober's metrics on reg; its failed operations are counted
 // on rt's kvcm_gc_operation_errors_total (nil rt: on a set registered nowhere).
-func NewProberMetrics(reg prometheus.Registerer, rt *Metrics) *ProberMetrics {
+func NewProberMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *ProberMetrics {
 	f := promauto.With(reg)
 	m := &ProberMetrics{
 		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
@@ -41,7 +42,7 @@ func NewProberMetrics(reg prometheus.Registerer, rt *Metrics) *ProberMetrics {
 		ProberSkips:     f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_prober_skips_total", Help: "Locations or blocks not judged (kept), by reason."}, []string{"reason"}),
 		ProbeDuration:   f.NewHistogramVec(prometheus.HistogramOpts{Name: "kvcm_gc_probe_duration_seconds", Help: "Latency of one MightExist chunk, by storage type.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"storage_type"}),
 
-		ops: rt.StageOps(StageProber, proberOps),
+		ops: rt.StageOps(pipeline.StageProber, proberOps),
 	}
 	for _, r := range candidateReasons {
 		m.Candidates.WithLabelValues(r)

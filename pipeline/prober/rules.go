@@ -1,4 +1,4 @@
-package pipeline
+package prober
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -85,7 +86,7 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 	kvmetaInstance := kvcm.IsKVMetaInstanceID(b.Instance)
 
 	// judge applies the rules to one decoded location of block be, whose guards are pins.
-	judge := func(be *subjects.BlockEntry, loc *kvcm.Location, layout string, pins MigrationPins) {
+	judge := func(be *subjects.BlockEntry, loc *kvcm.Location, layout string, pins pipeline.MigrationPins) {
 		kvmeta := kvmetaInstance || kvcm.IsKVMetaLocationID(loc.ID)
 		v.Judged++
 		if kvmeta {
@@ -165,13 +166,13 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 			case p.Kind == kvcm.PartCorrupt:
 				v.Judged++
 				v.note(be.Key, p.ID, SkipCorruptLocation, p.Err.Error())
-				hidden = hidden || MentionsCopyGuard(p.Raw)
+				hidden = hidden || pipeline.MentionsCopyGuard(p.Raw)
 			default:
 				slab = append(slab, p.Loc)
 			}
 		}
 		locs := slab[start:len(slab):len(slab)]
-		pins := MigrationPinsOfLocations(locs, hidden)
+		pins := pipeline.MigrationPinsOfLocations(locs, hidden)
 		for j := range locs {
 			judge(be, &locs[j], layout.String(), pins)
 		}
