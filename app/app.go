@@ -22,6 +22,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
@@ -51,7 +52,7 @@ type Options struct {
 
 	Scanner        scanner.ScannerConfig
 	Prober         prober.ProberConfig
-	Deleter        pipeline.DeleterConfig
+	Deleter        deleter.DeleterConfig
 	JetStream      subjects.Settings
 	ProberWorkers  int
 	DeleterWorkers int
@@ -293,7 +294,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		if o.EmptyBlock == meta.EmptyBlockDelete {
 			counts = state
 		}
-		d, err := pipeline.NewDeleter(o.Deleter, pipeline.DeleterDeps{Names: names, Stores: stores, StorageOptions: so,
+		d, err := deleter.NewDeleter(o.Deleter, deleter.DeleterDeps{Names: names, Stores: stores, StorageOptions: so,
 			Events: events, State: counts, Metrics: m.Deleter, Logger: log.With("stage", pipeline.StageDeleter)})
 		if err != nil {
 			return err

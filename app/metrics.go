@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 )
@@ -16,12 +17,12 @@ type Metrics struct {
 	Pipeline *pipeline.Metrics
 	Scanner  *scanner.ScannerMetrics
 	Prober   *prober.ProberMetrics
-	Deleter  *pipeline.DeleterMetrics
+	Deleter  *deleter.DeleterMetrics
 }
 
 // NewMetrics registers the pipeline's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	rt := pipeline.NewMetrics(reg)
 	return &Metrics{Pipeline: rt, Scanner: scanner.NewScannerMetrics(reg, rt),
-		Prober: prober.NewProberMetrics(reg, rt), Deleter: pipeline.NewDeleterMetrics(reg, rt)}
+		Prober: prober.NewProberMetrics(reg, rt), Deleter: deleter.NewDeleterMetrics(reg, rt)}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/ops"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -35,7 +35,7 @@ func startStages(t *testing.T, reg *testenv.Redis, cluster string, which app.Sta
 	sc := scanner.DefaultScannerConfig()
 	sc.RoundPause = time.Hour
 	sc.LeaseRenew = 200 * time.Millisecond
-	dc := pipeline.DefaultDeleterConfig()
+	dc := deleter.DefaultDeleterConfig()
 	dc.AckWait = js.DeleterAckWait
 	h := &app.Health{}
 	o := app.Options{Cluster: cluster, Prefix: "kvcmgc", Registry: conn, Scanner: sc, Prober: prober.DefaultProberConfig(),
@@ -169,7 +169,7 @@ func TestReadyDeleterStores(t *testing.T) {
 // configuration problem: Run says so at once instead of waiting for it.
 func TestRunSkipEnsureMissingConsumer(t *testing.T) {
 	nc := testenv.StartNATS(t).Conn(t)
-	o := app.Options{Cluster: "c1", Prefix: "kvcmgc", Deleter: pipeline.DefaultDeleterConfig(), JetStream: subjects.DefaultSettings(),
+	o := app.Options{Cluster: "c1", Prefix: "kvcmgc", Deleter: deleter.DefaultDeleterConfig(), JetStream: subjects.DefaultSettings(),
 		SkipEnsure: true, Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
@@ -215,7 +215,7 @@ type LogConfig struct {
 func Default() Config {
 	sc := scanner.DefaultScannerConfig()
 	pc := prober.DefaultProberConfig()
-	dc := pipeline.DefaultDeleterConfig()
+	dc := deleter.DefaultDeleterConfig()
 	sw := sweep.DefaultConfig()
 	js := subjects.DefaultSettings()
 	return Config{

@@ -10,7 +10,7 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
@@ -132,7 +132,7 @@ func (c Config) SweeperWorkers() int {
 
 // StageConfigs are the stages' settings the keys make. Their rules (a grace under an hour, a
 // zero batch size, …) live with them: Validate applies them, naming the keys.
-func (c Config) StageConfigs() (scanner.ScannerConfig, prober.ProberConfig, pipeline.DeleterConfig) {
+func (c Config) StageConfigs() (scanner.ScannerConfig, prober.ProberConfig, deleter.DeleterConfig) {
 	sc := scanner.DefaultScannerConfig()
 	sc.ScanInterval = c.ScanInterval
 	sc.RoundPause = c.RoundPause
@@ -157,7 +157,7 @@ func (c Config) StageConfigs() (scanner.ScannerConfig, prober.ProberConfig, pipe
 		pc.ExcludedTypes = append(pc.ExcludedTypes, st)
 	}
 
-	dc := pipeline.DefaultDeleterConfig()
+	dc := deleter.DefaultDeleterConfig()
 	dc.DeleteDelay = c.DeleteDelay
 	dc.CASRetries = c.CASRetries
 	dc.AckWait = c.JS.DeleterAckWait // the deleter keeps a delayed request alive within it

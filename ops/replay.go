@@ -15,6 +15,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -745,11 +746,11 @@ func (r *replayer) nowDeleter(ctx context.Context, req subjects.DeleteRequest, t
 	if !exists {
 		cur = meta.Entry{Instance: req.Instance, BlockKey: t.Key}
 	}
-	outcome, detail := pipeline.CheckTarget(&cur, t)
+	outcome, detail := deleter.CheckTarget(&cur, t)
 	switch outcome {
-	case pipeline.CheckWouldDelete:
+	case deleter.CheckWouldDelete:
 		return Verdict{Decision: DecisionWouldDelete, Detail: detail}, false
-	case pipeline.CheckWouldResume:
+	case deleter.CheckWouldResume:
 		return Verdict{Decision: DecisionWouldResume, Detail: detail}, true
 	}
 	return Verdict{Decision: outcome, Detail: detail}, true

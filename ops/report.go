@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -82,7 +82,7 @@ type reportTarget struct {
 	key      int64
 	location string
 	reason   string
-	reclaim  []pipeline.Reclaim
+	reclaim  []deleter.Reclaim
 	ok       bool   // its bytes decoded
 	outcome  string // a freeing outcome recorded, else the last one; "" for none
 }
@@ -156,7 +156,7 @@ func Report(ctx context.Context, js jetstream.JetStream, names subjects.Names, q
 			}
 			rr := &reportRequest{instance: req.Instance, targets: make([]reportTarget, len(req.Targets))}
 			for i, t := range req.Targets {
-				rec, ok := pipeline.TargetReclaim(t)
+				rec, ok := deleter.TargetReclaim(t)
 				rr.targets[i] = reportTarget{key: t.Key, location: t.Location, reason: t.Reason, reclaim: rec, ok: ok}
 			}
 			reqs[md.Sequence.Stream] = rr
@@ -201,7 +201,7 @@ func Report(ctx context.Context, js jetstream.JetStream, names subjects.Names, q
 				t := &rr.targets[i]
 				// A redelivery records the outcome again (noop_gone after a delete): a
 				// freeing outcome stays, and counts once.
-				if o, ok := outcomes[targetID{t.key, t.location}]; ok && !pipeline.Frees(t.outcome) {
+				if o, ok := outcomes[targetID{t.key, t.location}]; ok && !deleter.Frees(t.outcome) {
 					t.outcome = o
 				}
 			}
@@ -228,7 +228,7 @@ func (r *DeleteReport) aggregate(reqs map[uint64]*reportRequest) {
 		dry                       bool
 	}
 	rows, totals := map[rowKey]*ReportRow{}, map[rowKey]*ReportRow{}
-	add := func(m map[rowKey]*ReportRow, k rowKey, rec pipeline.Reclaim) {
+	add := func(m map[rowKey]*ReportRow, k rowKey, rec deleter.Reclaim) {
 		row := m[k]
 		if row == nil {
 			row = &ReportRow{Instance: k.instance, Storage: k.storage, Reason: k.reason, DryRun: k.dry}
@@ -241,7 +241,7 @@ func (r *DeleteReport) aggregate(reqs map[uint64]*reportRequest) {
 	for _, rr := range reqs {
 		for _, t := range rr.targets {
 			r.Targets[cmp.Or(t.outcome, ReportPending)]++
-			if !pipeline.Frees(t.outcome) {
+			if !deleter.Frees(t.outcome) {
 				continue
 			}
 			if !t.ok {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
@@ -160,10 +161,10 @@ func TestStatusStuckDeleting(t *testing.T) {
 	stuck := func(key int64, outcome string, skips map[string]int) subjects.EventTarget {
 		return subjects.EventTarget{Key: key, Location: "d", Reason: subjects.ReasonStuckDeleting, Outcome: outcome, PhysicalSkips: skips}
 	}
-	publish(stuck(1, subjects.OutcomeDeleted, nil), stuck(2, subjects.OutcomeDeleted, map[string]int{pipeline.DataLeftShared: 1}),
+	publish(stuck(1, subjects.OutcomeDeleted, nil), stuck(2, subjects.OutcomeDeleted, map[string]int{deleter.DataLeftShared: 1}),
 		subjects.EventTarget{Key: 3, Location: "w", Reason: subjects.ReasonOrphanWriting, Outcome: subjects.OutcomeDeleted,
-			PhysicalSkips: map[string]int{pipeline.PhysSkipShared: 4}})
-	publish(stuck(4, subjects.OutcomeDeleted, map[string]int{pipeline.DataLeftReusable: 2}), stuck(5, subjects.OutcomeNoopGone, nil))
+			PhysicalSkips: map[string]int{deleter.PhysSkipShared: 4}})
+	publish(stuck(4, subjects.OutcomeDeleted, map[string]int{deleter.DataLeftReusable: 2}), stuck(5, subjects.OutcomeNoopGone, nil))
 
 	rep, err := ops.Status(ctx, js, names)
 	require.NoError(t, err)
@@ -174,7 +175,7 @@ func TestStatusStuckDeleting(t *testing.T) {
 	require.Empty(t, rep.Problems)
 	require.Equal(t, &ops.StuckDeletingStatus{WindowSeconds: 3600,
 		Outcomes: map[string]int{subjects.OutcomeDeleted: 3, subjects.OutcomeNoopGone: 1},
-		DataLeft: map[string]int{pipeline.DataLeftShared: 1, pipeline.DataLeftReusable: 2}}, rep.StuckDeleting)
+		DataLeft: map[string]int{deleter.DataLeftShared: 1, deleter.DataLeftReusable: 2}}, rep.StuckDeleting)
 	var out bytes.Buffer
 	require.NoError(t, rep.WriteTable(&out))
 	require.Contains(t, out.String(), "STUCK DELETING (delete events of the last 1h")

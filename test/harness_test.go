@@ -23,6 +23,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -74,7 +75,7 @@ func (e *env) options(reg prometheus.Registerer) app.Options {
 	sc.LeaseRenew = 200 * time.Millisecond
 	pc := prober.DefaultProberConfig()
 	pc.MaxTargets = 128
-	dc := pipeline.DefaultDeleterConfig()
+	dc := deleter.DefaultDeleterConfig()
 	dc.AckWait = js.DeleterAckWait
 	conn, err := redismeta.ParseURI(e.redis.URI())
 	require.NoError(e.t, err)

@@ -33,6 +33,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -214,7 +215,7 @@ func TestInvariant1RaceBetweenReadAndCAS(t *testing.T) {
 			finishWriteIn(t, rdb, l.Instance, l.Key, l.FieldName(), l.Location)
 			written = rdb.HGetAll(ctx, k).Val()
 		}}
-		p := pipeline.NewProtocol(pipeline.DefaultDeleterConfig())
+		p := deleter.NewProtocol(deleter.DefaultDeleterConfig())
 		res, err := p.DeleteAll(ctx, st, fakeNoStorage{}, l.Instance, []subjects.Target{{Key: l.Key, Location: l.Location,
 			Layout: layout.String(), Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(judged.Raw)}})
 		require.NoError(t, err)
@@ -426,8 +427,8 @@ func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
 		t.Cleanup(func() { _ = pool.Close() })
 		events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: e.names}, pipeline.EventLogDeps{JS: e.js, Metrics: metrics})
 		require.NoError(t, err)
-		d, err := pipeline.NewDeleter(o.Deleter, pipeline.DeleterDeps{Names: e.names, Stores: pool, StorageOptions: o.Storage,
-			Metrics: pipeline.NewDeleterMetrics(reg, metrics), Events: events})
+		d, err := deleter.NewDeleter(o.Deleter, deleter.DeleterDeps{Names: e.names, Stores: pool, StorageOptions: o.Storage,
+			Metrics: deleter.NewDeleterMetrics(reg, metrics), Events: events})
 		require.NoError(t, err)
 		var crashed atomic.Bool
 		crashedKeys := make(chan subjects.DeleteRequest, 1)
@@ -871,7 +872,7 @@ func TestInvariant9AmbiguousNeverWritten(t *testing.T) {
 			}
 			ambiguous = rdb.HGetAll(ctx, k).Val()
 		}}
-		res, err := pipeline.NewProtocol(pipeline.DefaultDeleterConfig()).DeleteAll(ctx, st, fakeNoStorage{}, "inst1",
+		res, err := deleter.NewProtocol(deleter.DefaultDeleterConfig()).DeleteAll(ctx, st, fakeNoStorage{}, "inst1",
 			[]subjects.Target{{Key: key, Location: "late0000", Layout: layout.String(), Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(orphan)}})
 		require.NoError(t, err)
 		require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome, res[0].Detail)
@@ -960,12 +961,12 @@ func TestInvariant10EmptyBlock(t *testing.T) {
 				var sum uint64
 				byInstance := map[string]float64{}
 				for _, inst := range m.Instances {
-					en, err := kv.Get(ctx, pipeline.DeletedKeysKey(inst))
+					en, err := kv.Get(ctx, deleter.DeletedKeysKey(inst))
 					if errors.Is(err, jetstream.ErrKeyNotFound) {
 						continue
 					}
 					require.NoError(t, err)
-					var c pipeline.DeletedKeys
+					var c deleter.DeletedKeys
 					require.NoError(t, json.Unmarshal(en.Value(), &c))
 					sum += c.Keys
 					byInstance[inst] = float64(c.Keys)
@@ -1089,8 +1090,8 @@ func TestInvariant11DataNamedElsewhereStays(t *testing.T) {
 		}
 		// The data left, by reason: at least each one above (a redelivered request may count
 		// again), and no other reason.
-		want := map[string]float64{pipeline.DataLeftNotPerBlock: 2, pipeline.DataLeftReferenced: 1, pipeline.DataLeftShared: 1,
-			pipeline.DataLeftReusable: 1}
+		want := map[string]float64{deleter.DataLeftNotPerBlock: 2, deleter.DataLeftReferenced: 1, deleter.DataLeftShared: 1,
+			deleter.DataLeftReusable: 1}
 		left := metricByLabel(t, reg, "kvcm_gc_stuck_deleting_data_left_total", "reason")
 		for reason, n := range want {
 			require.GreaterOrEqual(t, left[reason], n, "data left for %s", reason)
@@ -1098,6 +1099,6 @@ func TestInvariant11DataNamedElsewhereStays(t *testing.T) {
 		for reason, n := range left {
 			require.True(t, want[reason] > 0 || n == 0, "data left for %s", reason)
 		}
-		require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_physical_delete_skips_total", map[string]string{"reason": pipeline.PhysSkipReferenced}), 3.0)
+		require.GreaterOrEqual(t, metricLabeled(t, reg, "kvcm_gc_physical_delete_skips_total", map[string]string{"reason": deleter.PhysSkipReferenced}), 3.0)
 	})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
@@ -237,7 +238,7 @@ func TestCollectUnregisteredInstances(t *testing.T) {
 	require.GreaterOrEqual(t, ckpt().Round, r0+2, "25 keys at most 10 a round take three rounds")
 	require.Equal(t, float64(25), metricValue(t, pr, "kvcm_gc_unregistered_collected_keys_total"))
 	require.Positive(t, refusals(pipeline.UnregNeverRegistered), "ghost")
-	require.Positive(t, metricByLabel(t, pr, "kvcm_gc_physical_delete_skips_total", "reason")[pipeline.PhysSkipSweep])
+	require.Positive(t, metricByLabel(t, pr, "kvcm_gc_physical_delete_skips_total", "reason")[deleter.PhysSkipSweep])
 
 	now, err := seed.Take(ctx, rdb, "kvcache:instance_*")
 	require.NoError(t, err)

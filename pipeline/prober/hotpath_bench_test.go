@@ -14,7 +14,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -230,7 +230,7 @@ func BenchmarkDeleteProtocol(b *testing.B) {
 	for _, be := range batch.Blocks {
 		seeded[be.Key] = be.URI
 	}
-	proto := pipeline.NewProtocol(pipeline.DefaultDeleterConfig())
+	proto := deleter.NewProtocol(deleter.DefaultDeleterConfig())
 	store := &memStore{m: map[int64][]byte{}}
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 )
 
 // TestStuckDeleting: with a deleting grace, each instance gets stuck DELETING of every form —
@@ -19,7 +19,7 @@ import (
 // verifies; one that unlinks data it must leave does not.
 func TestStuckDeleting(t *testing.T) {
 	// The reasons are the collector's own label values.
-	require.Equal(t, []string{pipeline.DataLeftReusable, pipeline.DataLeftShared, pipeline.DataLeftNotPerBlock, pipeline.DataLeftReferenced},
+	require.Equal(t, []string{deleter.DataLeftReusable, deleter.DataLeftShared, deleter.DataLeftNotPerBlock, deleter.DataLeftReferenced},
 		[]string{DataLeftReusable, DataLeftShared, DataLeftNotPerBlock, DataLeftReferenced})
 	const grace = 36 * time.Hour
 	for _, layout := range []kvcm.Layout{kvcm.LayoutLegacy, kvcm.LayoutLocation} {

@@ -25,6 +25,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/httpserver"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -154,7 +155,7 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 	sc.LatencyBudget = p.LatencyBudget
 	pc := prober.DefaultProberConfig()
 	pc.MaxTargets = sc.ScanBatchSize
-	dc := pipeline.DefaultDeleterConfig()
+	dc := deleter.DefaultDeleterConfig()
 	dc.AckWait = js.DeleterAckWait
 	so := storage.Options{DefaultProbe: storage.ProbeNone}
 	if p.ProbeStat {

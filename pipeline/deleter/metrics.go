@@ -1,10 +1,11 @@
-package pipeline
+package deleter
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -34,7 +35,7 @@ type DeleterMetrics struct {
 
 // NewDeleterMetrics registers the deleter's metrics on reg; its failed operations are counted
 // on rt's kvcm_gc_operation_errors_total (nil rt: on a set registered nowhere).
-func NewDeleterMetrics(reg prometheus.Registerer, rt *Metrics) *DeleterMetrics {
+func NewDeleterMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *DeleterMetrics {
 	f := promauto.With(reg)
 	m := &DeleterMetrics{
 		DeleteTargets:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_delete_targets_total", Help: "Targets received by the deleter."}),
@@ -51,7 +52,7 @@ func NewDeleterMetrics(reg prometheus.Registerer, rt *Metrics) *DeleterMetrics {
 		ReclaimedFiles: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_files_total",
 			Help: "Data objects (spec URIs) of the locations the deleter removed, by storage and reason."}, []string{"storage", "reason"}),
 
-		ops: rt.StageOps(StageDeleter, deleterOps),
+		ops: rt.StageOps(pipeline.StageDeleter, deleterOps),
 	}
 	for _, o := range deleteOutcomes {
 		m.DeleteResults.WithLabelValues(o)

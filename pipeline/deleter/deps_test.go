@@ -1,12 +1,17 @@
-package pipeline
+package deleter
 
 import (
+	"context"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // oneStore resolves every name to one store.
@@ -58,4 +63,22 @@ func TestDeleterNilMetrics(t *testing.T) {
 			require.NotNil(t, tc.record(t))
 		})
 	}
+}
+
+func gaugeOf(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, g.Write(&m))
+	return m.GetGauge().GetValue()
+}
+
+// topology starts a JetStream server holding kvcm-gc's streams, consumers and buckets for
+// cluster c1, made with settings st.
+func topology(t *testing.T, st subjects.Settings) (jetstream.JetStream, subjects.Names) {
+	t.Helper()
+	js := testenv.StartNATS(t).JetStream(t)
+	names, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	require.NoError(t, subjects.Ensure(context.Background(), js, names, st))
+	return js, names
 }

@@ -1,4 +1,4 @@
-package pipeline
+package deleter
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -209,7 +210,7 @@ func TestGuardWrittenAfterJudgementPinsItsSource(t *testing.T) {
 	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", ltarget(1, "src", src))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
-	require.Contains(t, res.Detail, SkipMigrationSource)
+	require.Contains(t, res.Detail, pipeline.SkipMigrationSource)
 	require.Equal(t, map[string]string{"L#src": src, "L#dst": guarded}, f.get(1))
 	require.FileExists(t, ps)
 
@@ -218,6 +219,6 @@ func TestGuardWrittenAfterJudgementPinsItsSource(t *testing.T) {
 	res, err = deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", target(2, "src", src))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
-	require.Contains(t, res.Detail, SkipMigrationSource)
+	require.Contains(t, res.Detail, pipeline.SkipMigrationSource)
 	require.FileExists(t, ps)
 }

@@ -1,4 +1,4 @@
-package pipeline
+package deleter
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -474,7 +475,7 @@ func (c *reqCell) judge() []byte {
 	}
 	var next []byte
 	val := c.val
-	var pins *MigrationPins // the block's copy guards, read at the first target that needs them
+	var pins *pipeline.MigrationPins // the block's copy guards, read at the first target that needs them
 	c.each(stateOpen, func(t *reqTarget) {
 		if val == nil {
 			// What the targets before this one leave, decoded only when a target follows.
@@ -503,7 +504,7 @@ func (c *reqCell) judge() []byte {
 			// A guard written since the judgement pins its source, whose own bytes did not
 			// change: the whole block as read now says whether the target is one.
 			if pins == nil && c.entry != nil {
-				p := MigrationPinsOfEntry(c.entry)
+				p := pipeline.MigrationPinsOfEntry(c.entry)
 				pins = &p
 			}
 			if pins != nil {

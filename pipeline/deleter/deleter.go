@@ -1,4 +1,4 @@
-package pipeline
+package deleter
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -26,7 +27,7 @@ type Deleter struct {
 	names     subjects.Names
 	stores    meta.StoreResolver
 	storageOp storage.Options
-	events    *EventLog
+	events    *pipeline.EventLog
 	state     jetstream.KeyValue
 	metrics   *DeleterMetrics
 	log       *slog.Logger
@@ -43,7 +44,7 @@ type DeleterDeps struct {
 	Names          subjects.Names
 	Stores         meta.StoreResolver
 	StorageOptions storage.Options // local overrides, dry-run
-	Events         *EventLog
+	Events         *pipeline.EventLog
 	// State, when set, keeps the count of block keys deleted per instance (DeletedKeysKey),
 	// for status: KVCM's key count still counts each of them.
 	State   jetstream.KeyValue
@@ -57,13 +58,13 @@ func NewDeleter(cfg DeleterConfig, deps DeleterDeps) (*Deleter, error) {
 		return nil, errors.New("deleter: no metadata store resolver")
 	}
 	return &Deleter{cfg: cfg, names: deps.Names, stores: deps.Stores, storageOp: deps.StorageOptions, events: deps.Events,
-		state: deps.State, metrics: deleterMetricsOr(deps.Metrics), log: OrDiscard(deps.Logger),
+		state: deps.State, metrics: deleterMetricsOr(deps.Metrics), log: pipeline.OrDiscard(deps.Logger),
 		sets: map[string]*storage.StaticSet{}, inflight: map[uint64]time.Time{}}, nil
 }
 
 // Handle processes one delete request message (a Handler).
 func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
-	req, src, err := Receive(d.names, msg, "request", subjects.DecodeDeleteRequest,
+	req, src, err := pipeline.Receive(d.names, msg, "request", subjects.DecodeDeleteRequest,
 		func(r subjects.DeleteRequest) (string, string) { return r.Instance, r.Cluster })
 	if err != nil {
 		return err
@@ -129,7 +130,7 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 		if len(counts) == 1 {
 			outcome = results[0].Outcome
 		}
-		f := d.events.Emit(ctx, subjects.Event{Kind: subjects.EventDelete, Stage: StageDeleter, Instance: req.Instance,
+		f := d.events.Emit(ctx, subjects.Event{Kind: subjects.EventDelete, Stage: pipeline.StageDeleter, Instance: req.Instance,
 			Round: req.Round, Outcome: outcome, Counts: counts, Targets: targets, Source: &src})
 		if err := d.events.Wait(ctx, []jetstream.PubAckFuture{f}); err != nil {
 			d.log.Warn("store deleter events", "instance", req.Instance, "err", err)
