@@ -50,9 +50,9 @@ type Options struct {
 	GuardConn      redismeta.ConnOptions
 	GuardKeyPrefix string
 
-	Scanner        scanner.ScannerConfig
-	Prober         prober.ProberConfig
-	Deleter        deleter.DeleterConfig
+	Scanner        scanner.Config
+	Prober         prober.Config
+	Deleter        deleter.Config
 	JetStream      subjects.Settings
 	ProberWorkers  int
 	DeleterWorkers int
@@ -244,7 +244,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		}
 		sizes := newStoreSizes(pool)
 		defer sizes.close()
-		sc, err := scanner.NewScanner(cfg, scanner.ScannerDeps{Names: names, Registry: registry, Stores: stores,
+		sc, err := scanner.New(cfg, scanner.Deps{Names: names, Registry: registry, Stores: stores,
 			JS: js, Leases: leaseKV, LeaseTTL: o.JetStream.LeaseTTL, State: state, Sizes: sizes.size,
 			Publisher: pipeline.JSPublisher{JS: js}, Events: events, Backlog: Backlog(js, names),
 			MaxPayload: int(nc.MaxPayload()), Metrics: m.Scanner, Logger: log.With("stage", pipeline.StageScanner)})
@@ -267,7 +267,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		}
 		pcfg := o.Prober
 		pcfg.Workers = o.ProberWorkers
-		p, err := prober.NewProber(pcfg, prober.ProberDeps{Names: names, Registry: registry, StorageOptions: so,
+		p, err := prober.New(pcfg, prober.Deps{Names: names, Registry: registry, StorageOptions: so,
 			Guard: gd, Observer: observer, Publisher: pipeline.JSPublisher{JS: js}, Events: events, Metrics: m.Prober,
 			Logger: log.With("stage", pipeline.StageProber)})
 		if err != nil {
@@ -294,7 +294,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		if o.EmptyBlock == meta.EmptyBlockDelete {
 			counts = state
 		}
-		d, err := deleter.NewDeleter(o.Deleter, deleter.DeleterDeps{Names: names, Stores: stores, StorageOptions: so,
+		d, err := deleter.New(o.Deleter, deleter.Deps{Names: names, Stores: stores, StorageOptions: so,
 			Events: events, State: counts, Metrics: m.Deleter, Logger: log.With("stage", pipeline.StageDeleter)})
 		if err != nil {
 			return err

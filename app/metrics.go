@@ -15,14 +15,14 @@ import (
 // beside them (Options.SweepMetrics).
 type Metrics struct {
 	Pipeline *pipeline.Metrics
-	Scanner  *scanner.ScannerMetrics
-	Prober   *prober.ProberMetrics
-	Deleter  *deleter.DeleterMetrics
+	Scanner  *scanner.Metrics
+	Prober   *prober.Metrics
+	Deleter  *deleter.Metrics
 }
 
 // NewMetrics registers the pipeline's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	rt := pipeline.NewMetrics(reg)
-	return &Metrics{Pipeline: rt, Scanner: scanner.NewScannerMetrics(reg, rt),
-		Prober: prober.NewProberMetrics(reg, rt), Deleter: deleter.NewDeleterMetrics(reg, rt)}
+	return &Metrics{Pipeline: rt, Scanner: scanner.NewMetrics(reg, rt),
+		Prober: prober.NewMetrics(reg, rt), Deleter: deleter.NewMetrics(reg, rt)}
 }

@@ -32,13 +32,13 @@ func startStages(t *testing.T, reg *testenv.Redis, cluster string, which app.Sta
 	require.NoError(t, err)
 	js := subjects.DefaultSettings()
 	js.LeaseTTL = 2 * time.Second
-	sc := scanner.DefaultScannerConfig()
+	sc := scanner.DefaultConfig()
 	sc.RoundPause = time.Hour
 	sc.LeaseRenew = 200 * time.Millisecond
-	dc := deleter.DefaultDeleterConfig()
+	dc := deleter.DefaultConfig()
 	dc.AckWait = js.DeleterAckWait
 	h := &app.Health{}
-	o := app.Options{Cluster: cluster, Prefix: "kvcmgc", Registry: conn, Scanner: sc, Prober: prober.DefaultProberConfig(),
+	o := app.Options{Cluster: cluster, Prefix: "kvcmgc", Registry: conn, Scanner: sc, Prober: prober.DefaultConfig(),
 		Deleter: dc, JetStream: js, ProberWorkers: 1, DeleterWorkers: 1, Health: h, Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -169,7 +169,7 @@ func TestReadyDeleterStores(t *testing.T) {
 // configuration problem: Run says so at once instead of waiting for it.
 func TestRunSkipEnsureMissingConsumer(t *testing.T) {
 	nc := testenv.StartNATS(t).Conn(t)
-	o := app.Options{Cluster: "c1", Prefix: "kvcmgc", Deleter: deleter.DefaultDeleterConfig(), JetStream: subjects.DefaultSettings(),
+	o := app.Options{Cluster: "c1", Prefix: "kvcmgc", Deleter: deleter.DefaultConfig(), JetStream: subjects.DefaultSettings(),
 		SkipEnsure: true, Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -213,9 +213,9 @@ type LogConfig struct {
 
 // Default returns the configuration used for every key nobody sets: DESIGN §9's defaults.
 func Default() Config {
-	sc := scanner.DefaultScannerConfig()
-	pc := prober.DefaultProberConfig()
-	dc := deleter.DefaultDeleterConfig()
+	sc := scanner.DefaultConfig()
+	pc := prober.DefaultConfig()
+	dc := deleter.DefaultConfig()
 	sw := sweep.DefaultConfig()
 	js := subjects.DefaultSettings()
 	return Config{

@@ -132,8 +132,8 @@ func (c Config) SweeperWorkers() int {
 
 // StageConfigs are the stages' settings the keys make. Their rules (a grace under an hour, a
 // zero batch size, …) live with them: Validate applies them, naming the keys.
-func (c Config) StageConfigs() (scanner.ScannerConfig, prober.ProberConfig, deleter.DeleterConfig) {
-	sc := scanner.DefaultScannerConfig()
+func (c Config) StageConfigs() (scanner.Config, prober.Config, deleter.Config) {
+	sc := scanner.DefaultConfig()
 	sc.ScanInterval = c.ScanInterval
 	sc.RoundPause = c.RoundPause
 	sc.ScanBatchSize = c.ScanBatchSize
@@ -145,7 +145,7 @@ func (c Config) StageConfigs() (scanner.ScannerConfig, prober.ProberConfig, dele
 	sc.UnregisteredMaxKeys = c.UnregisteredMaxKeys
 	sc.LatencyBudget = c.Scanner.LatencyBudget
 
-	pc := prober.DefaultProberConfig()
+	pc := prober.DefaultConfig()
 	pc.OrphanWritingGrace = c.OrphanWritingGrace
 	pc.ProbeChunkSize = c.ProbeChunkSize
 	pc.MaxTargets = c.ScanBatchSize
@@ -157,7 +157,7 @@ func (c Config) StageConfigs() (scanner.ScannerConfig, prober.ProberConfig, dele
 		pc.ExcludedTypes = append(pc.ExcludedTypes, st)
 	}
 
-	dc := deleter.DefaultDeleterConfig()
+	dc := deleter.DefaultConfig()
 	dc.DeleteDelay = c.DeleteDelay
 	dc.CASRetries = c.CASRetries
 	dc.AckWait = c.JS.DeleterAckWait // the deleter keeps a delayed request alive within it

@@ -161,7 +161,7 @@ func TestOneLocation(t *testing.T) {
 
 func TestKeptReason(t *testing.T) {
 	now := time.Now()
-	cfg := prober.DefaultProberConfig()
+	cfg := prober.DefaultConfig()
 	lru := now.Add(-time.Hour).UnixMicro()
 	w := &kvcm.Location{Status: kvcm.StatusWriting}
 	require.True(t, strings.HasPrefix(keptReason(w, strconv.FormatInt(lru, 10), subjects.LayoutLegacy, now, cfg), "writing_within_grace (age 1h0m0s < 24h0m0s)"))

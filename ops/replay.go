@@ -699,7 +699,7 @@ func oneLocation(id string, raw []byte) []byte {
 
 // keptReason says why a location of layout that no rule skipped was not a candidate: the
 // rules' own reason (pipeline.KeptReason), with a young WRITING's age against the grace.
-func keptReason(loc *kvcm.Location, lru, layout string, at time.Time, cfg prober.ProberConfig) string {
+func keptReason(loc *kvcm.Location, lru, layout string, at time.Time, cfg prober.Config) string {
 	reason, age, aged := prober.KeptReason(loc, layout, lru, at)
 	if aged {
 		return fmt.Sprintf("%s (age %s < %s)", reason, humanDuration(age), cfg.OrphanWritingGrace)

@@ -24,7 +24,7 @@ type ReplaySetup struct {
 	MetaURIs       map[string]string
 	GroupStoreURIs map[string]string
 	Storage        storage.Options
-	Prober         prober.ProberConfig
+	Prober         prober.Config
 	// Sweep is the sweep's configuration (sweeper replay); the zero value means its defaults
 	// with no storage swept.
 	Sweep sweep.Config

@@ -28,8 +28,8 @@ var (
 	messageStages = []string{StageScanner, StageProber, StageDeleter, StageSweeper}
 	// runtimeOps are the "op" label values of kvcm_gc_operation_errors_total that the shared
 	// runtime counts, by stage: a failed event publish (EventLog) and a failed fetch
-	// (Consumer). Each stage's metrics add its own (ScannerMetrics, ProberMetrics,
-	// DeleterMetrics); the sweep counts its own on kvcm_gc_sweep_errors_total.
+	// (Consumer). Each stage's metrics add its own (scanner.Metrics, prober.Metrics,
+	// deleter.Metrics); the sweep counts its own on kvcm_gc_sweep_errors_total.
 	runtimeOps = map[string][]string{
 		StageScanner: {"event"},
 		StageProber:  {"event", "fetch"},
@@ -40,8 +40,8 @@ var (
 
 // Metrics are the metrics every stage shares, on one injected registry (STYLE: nothing on
 // the global registry): the messages the consume loops disposed of, and the failed
-// operations. Each stage has its own beside them (ScannerMetrics, ProberMetrics,
-// DeleterMetrics, sweep.Metrics); a process registers all of them even when it runs one
+// operations. Each stage has its own beside them (scanner.Metrics, prober.Metrics,
+// deleter.Metrics, sweep.Metrics); a process registers all of them even when it runs one
 // stage, so names stay stable.
 type Metrics struct {
 	OperationErrors *prometheus.CounterVec

@@ -68,14 +68,14 @@ func (e *env) options(reg prometheus.Registerer) app.Options {
 	js.LeaseTTL = 2 * time.Second
 	js.DeleterAckWait = 2 * time.Second
 	js.ProberAckWait = 5 * time.Second
-	sc := scanner.DefaultScannerConfig()
+	sc := scanner.DefaultConfig()
 	sc.ScanInterval = 5 * time.Millisecond
 	sc.RoundPause = time.Hour
 	sc.ScanBatchSize = 128
 	sc.LeaseRenew = 200 * time.Millisecond
-	pc := prober.DefaultProberConfig()
+	pc := prober.DefaultConfig()
 	pc.MaxTargets = 128
-	dc := deleter.DefaultDeleterConfig()
+	dc := deleter.DefaultConfig()
 	dc.AckWait = js.DeleterAckWait
 	conn, err := redismeta.ParseURI(e.redis.URI())
 	require.NoError(e.t, err)

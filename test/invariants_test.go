@@ -215,7 +215,7 @@ func TestInvariant1RaceBetweenReadAndCAS(t *testing.T) {
 			finishWriteIn(t, rdb, l.Instance, l.Key, l.FieldName(), l.Location)
 			written = rdb.HGetAll(ctx, k).Val()
 		}}
-		p := deleter.NewProtocol(deleter.DefaultDeleterConfig())
+		p := deleter.NewProtocol(deleter.DefaultConfig())
 		res, err := p.DeleteAll(ctx, st, fakeNoStorage{}, l.Instance, []subjects.Target{{Key: l.Key, Location: l.Location,
 			Layout: layout.String(), Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(judged.Raw)}})
 		require.NoError(t, err)
@@ -427,8 +427,8 @@ func TestInvariant6DeleterCrashAfterCAS(t *testing.T) {
 		t.Cleanup(func() { _ = pool.Close() })
 		events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: e.names}, pipeline.EventLogDeps{JS: e.js, Metrics: metrics})
 		require.NoError(t, err)
-		d, err := deleter.NewDeleter(o.Deleter, deleter.DeleterDeps{Names: e.names, Stores: pool, StorageOptions: o.Storage,
-			Metrics: deleter.NewDeleterMetrics(reg, metrics), Events: events})
+		d, err := deleter.New(o.Deleter, deleter.Deps{Names: e.names, Stores: pool, StorageOptions: o.Storage,
+			Metrics: deleter.NewMetrics(reg, metrics), Events: events})
 		require.NoError(t, err)
 		var crashed atomic.Bool
 		crashedKeys := make(chan subjects.DeleteRequest, 1)
@@ -872,7 +872,7 @@ func TestInvariant9AmbiguousNeverWritten(t *testing.T) {
 			}
 			ambiguous = rdb.HGetAll(ctx, k).Val()
 		}}
-		res, err := deleter.NewProtocol(deleter.DefaultDeleterConfig()).DeleteAll(ctx, st, fakeNoStorage{}, "inst1",
+		res, err := deleter.NewProtocol(deleter.DefaultConfig()).DeleteAll(ctx, st, fakeNoStorage{}, "inst1",
 			[]subjects.Target{{Key: key, Location: "late0000", Layout: layout.String(), Reason: subjects.ReasonOrphanWriting, Expected: subjects.RawText(orphan)}})
 		require.NoError(t, err)
 		require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome, res[0].Detail)

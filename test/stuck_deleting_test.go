@@ -230,7 +230,7 @@ func TestStuckDeletingChangedMeanwhile(t *testing.T) {
 			targets = append(targets, subjects.Target{Key: s.key, Location: s.id, Layout: layout.String(), Reason: subjects.ReasonStuckDeleting,
 				Expected: subjects.RawText(s.json)})
 		}
-		res, err := deleter.NewProtocol(deleter.DefaultDeleterConfig()).DeleteAll(ctx, st, registryStorages(t, e), "inst1", targets)
+		res, err := deleter.NewProtocol(deleter.DefaultConfig()).DeleteAll(ctx, st, registryStorages(t, e), "inst1", targets)
 		require.NoError(t, err)
 		require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome, res[0].Detail)
 		require.Equal(t, subjects.OutcomeNoopGone, res[1].Outcome, res[1].Detail)

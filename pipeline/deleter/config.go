@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// DeleterConfig steers the deleter (DESIGN §6).
-type DeleterConfig struct {
+// Config steers the deleter (DESIGN §6).
+type Config struct {
 	// DeleteDelay is the read lease between the CAS to DELETING and the physical delete. Default 0.
 	DeleteDelay time.Duration
 	// CASRetries is how many times a conflicting CAS/CAD re-reads and retries. Default 3.
@@ -24,15 +24,16 @@ type DeleterConfig struct {
 // runs: delete_delay, which the protocol waits on purpose, plus one AckWait of work. A
 // handler that runs longer is taken for hung: the server redelivers the request one AckWait
 // later, and at the last delivery dead-letters it (DESIGN §3.5).
-func (c DeleterConfig) KeepFor() time.Duration {
+func (c Config) KeepFor() time.Duration {
 	return c.DeleteDelay + c.AckWait
 }
 
-func DefaultDeleterConfig() DeleterConfig {
-	return DeleterConfig{CASRetries: 3, AckWait: 60 * time.Second, UnlinkWorkers: 16}
+// DefaultConfig returns the deleter's defaults.
+func DefaultConfig() Config {
+	return Config{CASRetries: 3, AckWait: 60 * time.Second, UnlinkWorkers: 16}
 }
 
-func (c DeleterConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.DeleteDelay < 0 {
 		errs = append(errs, fmt.Errorf("delete_delay: must be >= 0, got %s", c.DeleteDelay))

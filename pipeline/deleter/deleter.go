@@ -23,13 +23,13 @@ import (
 // Deleter is the deleter stage: it runs the delete protocol for every target of a request.
 // The number of requests in flight across all deleters is the consumer's MaxAckPending.
 type Deleter struct {
-	cfg       DeleterConfig
+	cfg       Config
 	names     subjects.Names
 	stores    meta.StoreResolver
 	storageOp storage.Options
 	events    *pipeline.EventLog
 	state     jetstream.KeyValue
-	metrics   *DeleterMetrics
+	metrics   *Metrics
 	log       *slog.Logger
 
 	mu       sync.Mutex
@@ -37,10 +37,10 @@ type Deleter struct {
 	inflight map[uint64]time.Time          // by stream sequence
 }
 
-// DeleterDeps are what the deleter is wired to. Stores is required; nil Events records no
+// Deps are what the deleter is wired to. Stores is required; nil Events records no
 // event, a nil State counts no deleted key, a nil Metrics counts on an unregistered set, a
 // nil Logger discards.
-type DeleterDeps struct {
+type Deps struct {
 	Names          subjects.Names
 	Stores         meta.StoreResolver
 	StorageOptions storage.Options // local overrides, dry-run
@@ -48,17 +48,17 @@ type DeleterDeps struct {
 	// State, when set, keeps the count of block keys deleted per instance (DeletedKeysKey),
 	// for status: KVCM's key count still counts each of them.
 	State   jetstream.KeyValue
-	Metrics *DeleterMetrics
+	Metrics *Metrics
 	Logger  *slog.Logger
 }
 
-// NewDeleter returns the deleter stage of cfg.
-func NewDeleter(cfg DeleterConfig, deps DeleterDeps) (*Deleter, error) {
+// New returns the deleter stage of cfg.
+func New(cfg Config, deps Deps) (*Deleter, error) {
 	if deps.Stores == nil {
 		return nil, errors.New("deleter: no metadata store resolver")
 	}
 	return &Deleter{cfg: cfg, names: deps.Names, stores: deps.Stores, storageOp: deps.StorageOptions, events: deps.Events,
-		state: deps.State, metrics: deleterMetricsOr(deps.Metrics), log: pipeline.OrDiscard(deps.Logger),
+		state: deps.State, metrics: orUnregistered(deps.Metrics), log: pipeline.OrDiscard(deps.Logger),
 		sets: map[string]*storage.StaticSet{}, inflight: map[uint64]time.Time{}}, nil
 }
 

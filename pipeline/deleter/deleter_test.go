@@ -38,7 +38,7 @@ func TestAddDeletedKeys(t *testing.T) {
 // TestDeleterKeepFor: the deleter's consumer keeps a request in flight for delete_delay, which
 // the protocol waits on purpose, plus one AckWait of work.
 func TestDeleterKeepFor(t *testing.T) {
-	cfg := DefaultDeleterConfig()
+	cfg := DefaultConfig()
 	cfg.DeleteDelay = 5 * time.Minute
 	require.Equal(t, 6*time.Minute, cfg.KeepFor(), "delete_delay plus one AckWait of work")
 }

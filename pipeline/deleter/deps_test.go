@@ -27,7 +27,7 @@ func TestDeleterRequires(t *testing.T) {
 		new  func() error
 		want []string
 	}{
-		{"deleter", func() error { _, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{}); return err },
+		{"deleter", func() error { _, err := New(DefaultConfig(), Deps{}); return err },
 			[]string{"deleter: no metadata store resolver"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,7 +38,7 @@ func TestDeleterRequires(t *testing.T) {
 			}
 		})
 	}
-	_, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{Stores: oneStore{}})
+	_, err := New(DefaultConfig(), Deps{Stores: oneStore{}})
 	require.NoError(t, err, "the rest is optional")
 }
 
@@ -51,7 +51,7 @@ func TestDeleterNilMetrics(t *testing.T) {
 		record func(t *testing.T) any
 	}{
 		{"deleter: a request in flight", func(t *testing.T) any {
-			d, err := NewDeleter(DefaultDeleterConfig(), DeleterDeps{Names: names, Stores: oneStore{}})
+			d, err := New(DefaultConfig(), Deps{Names: names, Stores: oneStore{}})
 			require.NoError(t, err)
 			d.track(7, true)
 			require.Equal(t, 1.0, gaugeOf(t, d.metrics.InflightDeletes))

@@ -17,8 +17,8 @@ var deleteOutcomes = []string{subjects.OutcomeDeleted, subjects.OutcomePartial, 
 // the event log's (NewMetrics).
 var deleterOps = []string{"store", "delete"}
 
-// DeleterMetrics are the deleter's metrics (Metrics has those every stage shares).
-type DeleterMetrics struct {
+// Metrics are the deleter's metrics (pipeline.Metrics has those every stage shares).
+type Metrics struct {
 	DeleteTargets   prometheus.Counter
 	DeleteResults   *prometheus.CounterVec
 	PhysicalSkips   *prometheus.CounterVec
@@ -33,11 +33,11 @@ type DeleterMetrics struct {
 	ops *prometheus.CounterVec
 }
 
-// NewDeleterMetrics registers the deleter's metrics on reg; its failed operations are counted
+// NewMetrics registers the deleter's metrics on reg; its failed operations are counted
 // on rt's kvcm_gc_operation_errors_total (nil rt: on a set registered nowhere).
-func NewDeleterMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *DeleterMetrics {
+func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 	f := promauto.With(reg)
-	m := &DeleterMetrics{
+	m := &Metrics{
 		DeleteTargets:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_delete_targets_total", Help: "Targets received by the deleter."}),
 		DeleteResults:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_delete_results_total", Help: "Deleter outcomes per target."}, []string{"outcome"}),
 		PhysicalSkips:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_physical_delete_skips_total", Help: "Spec URIs whose data was not unlinked, by reason."}, []string{"reason"}),
@@ -69,12 +69,12 @@ func NewDeleterMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Deleter
 }
 
 // opError counts a failed operation.
-func (m *DeleterMetrics) opError(op string) { m.ops.WithLabelValues(op).Inc() }
+func (m *Metrics) opError(op string) { m.ops.WithLabelValues(op).Inc() }
 
-// deleterMetricsOr returns m, or metrics registered nowhere: they count, nobody scrapes them.
-func deleterMetricsOr(m *DeleterMetrics) *DeleterMetrics {
+// orUnregistered returns m, or metrics registered nowhere: they count, nobody scrapes them.
+func orUnregistered(m *Metrics) *Metrics {
 	if m == nil {
-		return NewDeleterMetrics(nil, nil)
+		return NewMetrics(nil, nil)
 	}
 	return m
 }

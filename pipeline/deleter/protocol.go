@@ -46,13 +46,13 @@ type TargetResult struct {
 // Protocol is the deleter's delete protocol (DESIGN §6), run by DeleteAll for the targets of
 // one request.
 type Protocol struct {
-	config DeleterConfig
+	config Config
 }
 
 // NewProtocol returns the protocol with config c (validated by the caller, see
-// DeleterConfig.Validate). The consumer keeps the message in flight meanwhile
+// Config.Validate). The consumer keeps the message in flight meanwhile
 // (ConsumerConfig.AckWait), through delete_delay too.
-func NewProtocol(c DeleterConfig) Protocol {
+func NewProtocol(c Config) Protocol {
 	return Protocol{config: c}
 }
 

@@ -141,7 +141,7 @@ func TestDeleteAllOneRoundTripPerStep(t *testing.T) {
 		targets = append(targets, target(k, "a", a), target(k, "b", b))
 	}
 	spy := &spyStore{Store: f.store}
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets)
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets)
 	require.NoError(t, err)
 	for i, r := range res {
 		require.Equal(t, subjects.OutcomeDeleted, r.Outcome, "target %d: %s", i, r.Detail)
@@ -188,7 +188,7 @@ func TestDeleteAllOutcomes(t *testing.T) {
 		target(1, "d", del),             // the same target twice
 		target(6, "bad", `{"id":"bad"`), // expected bytes unusable
 	}
-	got, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), f.store, f.set, "i", targets)
+	got, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), f.store, f.set, "i", targets)
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted, subjects.OutcomeNoopMismatch, subjects.OutcomeNoopGone,
 		subjects.OutcomeDeleted, subjects.OutcomeNoopMismatch, subjects.OutcomeNoopMismatch, subjects.OutcomeNoopGone,
@@ -223,7 +223,7 @@ func TestDeleteAllConflictRetriesOnlyConflicting(t *testing.T) {
 		}
 		return nil
 	}}
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets)
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets)
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted, subjects.OutcomeNoopMismatch, subjects.OutcomeDeleted}, outcomes(res))
 	require.Equal(t, "CAS conflict 3 times", res[2].Detail)
@@ -239,7 +239,7 @@ func TestDeleteAllMarkLostDuringDelay(t *testing.T) {
 	pa, pb := f.file("a"), f.file("b")
 	a, b := dloc("a", kvcm.StatusWriting, pa), dloc("b", kvcm.StatusWriting, pb)
 	f.put(1, dblock(a, b))
-	p := NewProtocol(DefaultDeleterConfig())
+	p := NewProtocol(DefaultConfig())
 	servingA := dloc("a", kvcm.StatusServing, pa)
 	// The FinishWrite lands between our CAS and the re-read: during the delay.
 	st := &waitHook{spyStore: &spyStore{Store: f.store}, before: func() { f.put(1, dblock(servingA, deleting(t, b))) }}
@@ -287,7 +287,7 @@ func TestDeleteAllCADConflict(t *testing.T) {
 			f.put(2, dblock(dloc("a", kvcm.StatusServing, "")))
 		}
 	}
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), st, f.set, "i",
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), st, f.set, "i",
 		[]subjects.Target{target(0, "a", a), target(1, "a", a), target(2, "a", a)})
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeNoopGone, subjects.OutcomeNoopMismatch}, outcomes(res))
@@ -314,13 +314,13 @@ func TestDeleteAllTransientResumes(t *testing.T) {
 		}
 		return nil
 	}}
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets)
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets)
 	require.Error(t, err)
 	require.ErrorContains(t, err, "cad block 1")
 	require.Equal(t, []string{subjects.OutcomeError, subjects.OutcomeError}, outcomes(res))
 	require.Equal(t, dblock(deleting(t, a)), f.get(1)["__uri__"])
 
-	res, err = NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), f.store, f.set, "i", targets)
+	res, err = NewProtocol(DefaultConfig()).DeleteAll(context.Background(), f.store, f.set, "i", targets)
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted}, outcomes(res))
 	require.True(t, res[0].Resumed)
@@ -335,12 +335,12 @@ func TestDeleteAllTransientResumes(t *testing.T) {
 	f.put(3, dblock(a))
 	targets[0] = target(3, "a", a)
 	spy = &spyStore{Store: f.store, lost: "cas"}
-	res, err = NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets[:1:1])
+	res, err = NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets[:1:1])
 	require.Error(t, err)
 	require.Equal(t, subjects.OutcomeError, res[0].Outcome)
 	require.Equal(t, []string{"get:1", "cas:1"}, spy.calls, "nothing unlinked or removed without an answer")
 	require.FileExists(t, pa)
-	res, err = NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), f.store, f.set, "i", targets[:1:1])
+	res, err = NewProtocol(DefaultConfig()).DeleteAll(context.Background(), f.store, f.set, "i", targets[:1:1])
 	require.NoError(t, err)
 	require.True(t, res[0].Resumed)
 	require.Equal(t, subjects.OutcomeDeleted, res[0].Outcome)
@@ -357,7 +357,7 @@ func TestDeleteAllWaitCancelled(t *testing.T) {
 	f.put(2, dblock(dloc("b", kvcm.StatusServing, "")))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := DefaultDeleterConfig()
+	cfg := DefaultConfig()
 	cfg.DeleteDelay = time.Hour
 	// Cancelled once the mark is stored: the protocol is then waiting delete_delay.
 	marked := dblock(deleting(t, a))
@@ -383,7 +383,7 @@ func TestDeleteAllDryRun(t *testing.T) {
 	f.put(2, dblock(b))
 	before1, before2 := f.get(1), f.get(2)
 	spy := &spyStore{Store: f.store}
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i",
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i",
 		[]subjects.Target{target(1, "a", a), target(1, "b", b), target(2, "b", b), target(2, "z", b)})
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeWouldDelete, subjects.OutcomeWouldDelete, subjects.OutcomeWouldDelete, subjects.OutcomeNoopGone}, outcomes(res))
@@ -408,7 +408,7 @@ func TestDeleteAllCombinedCASBytes(t *testing.T) {
 		}
 		return nil
 	}}
-	_, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i", []subjects.Target{target(1, "b", b), target(1, "a", a)})
+	_, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i", []subjects.Target{target(1, "b", b), target(1, "a", a)})
 	require.Error(t, err)
 	require.Equal(t, []string{
 		"cas " + dblock(deleting(t, a), c, deleting(t, b)),

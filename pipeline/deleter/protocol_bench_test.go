@@ -40,7 +40,7 @@ func benchDeleteRequest(b *testing.B, perRequest int) {
 		uris[k] = fmt.Sprintf(`{"a":%s,"b":%s,"live":{"id":"live","status":3,"type":4,"spec_size":0,"location_specs":[]}}`, locs[0], locs[1])
 	}
 	ctx := context.Background()
-	p := NewProtocol(DefaultDeleterConfig())
+	p := NewProtocol(DefaultConfig())
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()

@@ -47,7 +47,7 @@ func TestLocationLayoutDeletesOneField(t *testing.T) {
 	a, b := lloc("a", kvcm.StatusWriting, pa), lloc("b", kvcm.StatusServing, pb)
 	f.hset(1, "BP#prev_key", "", "L#a", a, "L#b", b, "L#t", "", "__mig_tier_target__", "cold_01", "__mig_tier_deadline_ms__", "1767225600000")
 	before := f.get(1)
-	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", ltarget(1, "a", a))
+	res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", ltarget(1, "a", a))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome, res.Detail)
 	require.NoFileExists(t, pa)
@@ -64,7 +64,7 @@ func TestLocationLayoutEmptyBlockKeep(t *testing.T) {
 	a := lloc("a", kvcm.StatusWriting, "")
 	f.hset(1, "L#a", a)
 	f.hset(2, "L#a", a, "BP#prev_key", "-5")
-	p := NewProtocol(DefaultDeleterConfig())
+	p := NewProtocol(DefaultConfig())
 	res, err := p.DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{ltarget(1, "a", a), ltarget(2, "a", a)})
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted}, outcomes(res))
@@ -82,7 +82,7 @@ func TestEmptyBlockDelete(t *testing.T) {
 	f.hset(2, "L#a", a, "L#b", b, "BP#prev_key", "")    // a live location stays
 	f.put(3, dblock(dloc("a", kvcm.StatusWriting, ""))) // legacy, last location
 	f.put(4, dblock(dloc("a", kvcm.StatusWriting, ""), dloc("b", kvcm.StatusServing, "")))
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{
 		ltarget(1, "a", a), ltarget(2, "a", a), target(3, "a", dloc("a", kvcm.StatusWriting, "")), target(4, "a", dloc("a", kvcm.StatusWriting, ""))})
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeDeleted, subjects.OutcomeDeleted, subjects.OutcomeDeleted, subjects.OutcomeDeleted}, outcomes(res))
@@ -111,7 +111,7 @@ func TestLayoutChangeRefusesEveryWrite(t *testing.T) {
 		}
 	}}
 	before1, before2 := func() map[string]string { m := f.get(1); return m }, func() map[string]string { return f.get(2) }
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i",
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i",
 		[]subjects.Target{ltarget(1, "a", a), target(2, "o", legacy)})
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeNoopMismatch, subjects.OutcomeNoopMismatch}, outcomes(res))
@@ -124,7 +124,7 @@ func TestLayoutChangeRefusesEveryWrite(t *testing.T) {
 	// not unlinked either: the re-read sees the other layout), nothing is removed.
 	f.hset(3, "L#a", a)
 	spy = &spyStore{Store: f.store, afterCAS: func() { f.hset(3, "__uri__", "{}") }}
-	res, err = NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i", []subjects.Target{ltarget(3, "a", a)})
+	res, err = NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i", []subjects.Target{ltarget(3, "a", a)})
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome)
 	require.FileExists(t, pa)
@@ -143,7 +143,7 @@ func TestUpgradedBlockNeverDeletedWhole(t *testing.T) {
 		live := lloc("s", kvcm.StatusServing, pl)
 		f.hset(1, "__uri__", dblock(orphan), "__lru_time__", "123", "L#s", live, "BP#prev_key", "")
 		before := f.get(1)
-		res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{target(1, "o", orphan)})
+		res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{target(1, "o", orphan)})
 		require.NoError(t, err)
 		require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome)
 		require.Equal(t, before, f.get(1))
@@ -160,7 +160,7 @@ func TestDataNamedElsewhereStays(t *testing.T) {
 	f.hset(1, "L#a", a, "L#b", b)
 	la, lb := dloc("a", kvcm.StatusWriting, p2), dloc("b", kvcm.StatusServing, p2)
 	f.put(2, dblock(la, lb))
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{ltarget(1, "a", a), target(2, "a", la)})
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{ltarget(1, "a", a), target(2, "a", la)})
 	require.NoError(t, err)
 	for _, r := range res {
 		require.Equal(t, subjects.OutcomeDeleted, r.Outcome, r.Detail)
@@ -179,7 +179,7 @@ func TestLocationLayoutResumesOwnDeleting(t *testing.T) {
 	pa := f.file("a")
 	a := lloc("a", kvcm.StatusWriting, pa)
 	f.hset(1, "L#a", deleting(t, a), "BP#prev_key", "")
-	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", ltarget(1, "a", a))
+	res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", ltarget(1, "a", a))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome)
 	require.True(t, res.Resumed)
@@ -188,10 +188,10 @@ func TestLocationLayoutResumesOwnDeleting(t *testing.T) {
 
 	// Someone else's DELETING of other bytes, or a finished write: no-ops.
 	f.hset(2, "L#a", lloc("a", kvcm.StatusServing, pa))
-	res, err = deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", ltarget(2, "a", a))
+	res, err = deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", ltarget(2, "a", a))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
-	res, err = deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", ltarget(3, "a", a))
+	res, err = deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", ltarget(3, "a", a))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopGone, res.Outcome)
 }
@@ -207,7 +207,7 @@ func TestGuardWrittenAfterJudgementPinsItsSource(t *testing.T) {
 	guarded := `{"id":"dst","status":2,"type":9,"spec_size":0,"create_time":1716345600123456,"location_specs":[],` +
 		`"migration_copy_guard":{"schema_version":1,"state":1,"operation_id":"op","source_location_id":"src"}}`
 	f.hset(1, "L#src", src, "L#dst", guarded)
-	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", ltarget(1, "src", src))
+	res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", ltarget(1, "src", src))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
 	require.Contains(t, res.Detail, pipeline.SkipMigrationSource)
@@ -216,7 +216,7 @@ func TestGuardWrittenAfterJudgementPinsItsSource(t *testing.T) {
 
 	// Legacy: the same block as one __uri__.
 	f.put(2, `{"src":`+src+`,"dst":`+guarded+`}`)
-	res, err = deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", target(2, "src", src))
+	res, err = deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", target(2, "src", src))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
 	require.Contains(t, res.Detail, pipeline.SkipMigrationSource)

@@ -87,18 +87,18 @@ func TestProtocolDeletesAndKeepsTheRest(t *testing.T) {
 	a := `{"id":"a","status":2,"type":4,"spec_size":1,"location_specs":[{"name":"tp0","uri":"file://nfs` + p1 + `?size=1"}],"zz":[1,"&"]}`
 	b := `{"id":"b","status":3,"type":4,"spec_size":0,"location_specs":[],"x":"<&>"}`
 	f.put(1, `{"a":`+a+`,"b":`+b+`}`)
-	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", target(1, "a", a))
+	res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", target(1, "a", a))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome)
 	require.NoFileExists(t, p1)
 	require.Equal(t, map[string]string{"__uri__": `{"b":` + b + `}`, "__lru_time__": "123", "_prev_key_": ""}, f.get(1))
 
-	res, err = deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", target(1, "b", b))
+	res, err = deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", target(1, "b", b))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome)
 	f.requireKeptEmpty(1)
 
-	res, err = deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", target(1, "b", b))
+	res, err = deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", target(1, "b", b))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopGone, res.Outcome, "a redelivery after completion is a no-op")
 }
@@ -129,7 +129,7 @@ func TestProtocolPhysicalSkips(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			loc := `{"id":"a","status":2,"type":` + strconv.FormatUint(uint64(tc.typ), 10) + `,"spec_size":1,"location_specs":[{"name":"tp0","uri":"` + tc.uri + `"}]}`
 			f.put(int64(i), `{"a":`+loc+`}`)
-			res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", target(int64(i), "a", loc))
+			res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", target(int64(i), "a", loc))
 			require.NoError(t, err)
 			require.Equal(t, tc.outcome, res.Outcome)
 			if tc.skip != "" {
@@ -152,7 +152,7 @@ func TestProtocolResumesFromOwnDeleting(t *testing.T) {
 	deleting, err := kvcm.LocationWithStatus([]byte(loc), kvcm.StatusDeleting)
 	require.NoError(t, err)
 	f.put(1, `{"a":`+string(deleting)+`,"b":{"id":"b","status":3}}`) // an earlier delivery's CAS, then a crash
-	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", target(1, "a", loc))
+	res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.True(t, res.Resumed)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome)
@@ -166,7 +166,7 @@ func TestProtocolDeletingOfSomeoneElseIsNotOurs(t *testing.T) {
 	loc := `{"id":"a","status":3,"type":4,"spec_size":0,"location_specs":[]}`
 	other := `{"id":"a","status":4,"type":4,"spec_size":0,"location_specs":[],"by":"reclaimer"}`
 	f.put(1, `{"a":`+other+`}`)
-	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", target(1, "a", loc))
+	res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
 	require.Equal(t, `{"a":`+other+`}`, f.get(1)["__uri__"])
@@ -178,7 +178,7 @@ func TestProtocolDryRunWritesNothing(t *testing.T) {
 	loc := `{"id":"a","status":2,"type":4,"spec_size":1,"location_specs":[{"name":"tp0","uri":"file://nfs` + p + `?size=1"}]}`
 	f.put(1, `{"a":`+loc+`}`)
 	before := f.get(1)
-	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), f.store, f.set, "i", target(1, "a", loc))
+	res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), f.store, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeWouldDelete, res.Outcome)
 	require.Equal(t, before, f.get(1))
@@ -218,17 +218,17 @@ func TestProtocolBoundedConflictRetries(t *testing.T) {
 	loc := `{"id":"a","status":2,"type":4,"spec_size":0,"location_specs":[]}`
 	f.put(1, `{"a":`+loc+`}`)
 	cs := &conflictStore{Store: f.store, conflicts: 2}
-	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), cs, f.set, "i", target(1, "a", loc))
+	res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), cs, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeDeleted, res.Outcome, "a conflict re-reads and retries")
 	require.Equal(t, 3, cs.calls)
 
 	f.put(2, `{"a":`+loc+`}`)
 	cs = &conflictStore{Store: f.store, conflicts: 100}
-	res, err = deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), cs, f.set, "i", target(2, "a", loc))
+	res, err = deleteOne(NewProtocol(DefaultConfig()), context.Background(), cs, f.set, "i", target(2, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
-	require.Equal(t, DefaultDeleterConfig().CASRetries, cs.calls, "retries are bounded")
+	require.Equal(t, DefaultConfig().CASRetries, cs.calls, "retries are bounded")
 	require.Equal(t, `{"a":`+loc+`}`, f.get(2)["__uri__"])
 }
 
@@ -243,7 +243,7 @@ func TestProtocolFinishedOverOurMarkKeepsData(t *testing.T) {
 	require.NoError(t, err)
 	// FinishWrite during delete_delay: after our CAS, before the re-read.
 	spy := &spyStore{Store: f.store, afterCAS: func() { f.put(1, `{"a":`+string(serving)+`}`) }}
-	res, err := deleteOne(NewProtocol(DefaultDeleterConfig()), context.Background(), spy, f.set, "i", target(1, "a", loc))
+	res, err := deleteOne(NewProtocol(DefaultConfig()), context.Background(), spy, f.set, "i", target(1, "a", loc))
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res.Outcome)
 	require.FileExists(t, p)

@@ -41,7 +41,7 @@ func TestDeleteStuckDeleting(t *testing.T) {
 		targets = append(targets, tg)
 	}
 	spy := &spyStore{Store: f.store}
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets)
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i", targets)
 	require.NoError(t, err)
 	byKey := map[int64]TargetResult{}
 	for _, r := range res {
@@ -79,7 +79,7 @@ func TestDeleteStuckDeleting(t *testing.T) {
 	t11.Key, t12.Key = 11, 12
 	// The first read sees both; the mark-free path goes straight to the re-read, which sees
 	// the changes.
-	res, err = NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), spy, f.set, "i", []subjects.Target{t11, t12})
+	res, err = NewProtocol(DefaultConfig()).DeleteAll(context.Background(), spy, f.set, "i", []subjects.Target{t11, t12})
 	require.NoError(t, err)
 	require.Equal(t, []string{subjects.OutcomeNoopGone, subjects.OutcomeNoopMismatch}, outcomes(res))
 	require.FileExists(t, perBlock)
@@ -88,7 +88,7 @@ func TestDeleteStuckDeleting(t *testing.T) {
 	// A stuck target whose judged bytes are not DELETING is refused.
 	bad := stuck(t, lloc("d", kvcm.StatusWriting, perBlock))
 	bad.Key = 12
-	res, err = NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{bad})
+	res, err = NewProtocol(DefaultConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{bad})
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeNoopMismatch, res[0].Outcome)
 }
@@ -103,7 +103,7 @@ func TestDeleteStuckDeletingDryRun(t *testing.T) {
 	f.hset(7, "L#d", d)
 	tg := ltarget(7, "d", d)
 	tg.Reason = subjects.ReasonStuckDeleting
-	res, err := NewProtocol(DefaultDeleterConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{tg})
+	res, err := NewProtocol(DefaultConfig()).DeleteAll(context.Background(), f.store, f.set, "i", []subjects.Target{tg})
 	require.NoError(t, err)
 	require.Equal(t, subjects.OutcomeWouldDelete, res[0].Outcome, res[0].Detail)
 	require.FileExists(t, p)

@@ -13,8 +13,8 @@ import (
 // exceed every client's write session lifetime with a margin.
 const MinOrphanWritingGrace = time.Hour
 
-// ProberConfig steers the prober (DESIGN §5).
-type ProberConfig struct {
+// Config steers the prober (DESIGN §5).
+type Config struct {
 	// OrphanWritingGrace is the least age of a WRITING location before it is an orphan
 	// candidate. Default 24h, at least MinOrphanWritingGrace.
 	OrphanWritingGrace time.Duration
@@ -42,12 +42,13 @@ type ProberConfig struct {
 	DeletingGrace time.Duration
 }
 
-func DefaultProberConfig() ProberConfig {
-	return ProberConfig{OrphanWritingGrace: 24 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256,
+// DefaultConfig returns the prober's defaults.
+func DefaultConfig() Config {
+	return Config{OrphanWritingGrace: 24 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256,
 		RegistryRefresh: 30 * time.Second, DeletingGrace: 24 * time.Hour, GatherLinger: 50 * time.Millisecond}
 }
 
-func (c ProberConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.OrphanWritingGrace < MinOrphanWritingGrace {
 		errs = append(errs, fmt.Errorf("orphan_writing_grace: must be >= %s, got %s", MinOrphanWritingGrace, c.OrphanWritingGrace))
@@ -70,5 +71,5 @@ func (c ProberConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// maxGatherLinger bounds ProberConfig.GatherLinger far below any ack wait.
+// maxGatherLinger bounds Config.GatherLinger far below any ack wait.
 const maxGatherLinger = 10 * time.Second

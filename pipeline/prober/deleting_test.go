@@ -32,7 +32,7 @@ func (o *memObserver) Observe(_ context.Context, inst string, key int64, id stri
 }
 
 func deletingRules(obs DeletingObserver, delays map[string]time.Duration) Rules {
-	cfg := DefaultProberConfig()
+	cfg := DefaultConfig()
 	cfg.CollectDeleting = true
 	return Rules{Config: cfg, Storages: fakeSet{}, Guard: guard.None{}, Observer: obs,
 		GroupDelay: func(g string) (time.Duration, bool) { d, ok := delays[g]; return d, ok }}
@@ -106,7 +106,7 @@ func TestJudgeStuckDeletingLocation(t *testing.T) {
 }
 
 func TestDeletingGraceValidated(t *testing.T) {
-	c := DefaultProberConfig()
+	c := DefaultConfig()
 	c.DeletingGrace = 59 * time.Minute
 	require.ErrorContains(t, c.Validate(), "deleting_grace")
 }

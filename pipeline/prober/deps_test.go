@@ -33,10 +33,10 @@ func TestProberRequires(t *testing.T) {
 		new  func() error
 		want []string
 	}{
-		{"prober", func() error { _, err := NewProber(DefaultProberConfig(), ProberDeps{}); return err },
+		{"prober", func() error { _, err := New(DefaultConfig(), Deps{}); return err },
 			[]string{"prober:", "no registry reader", "no copy-target guard", "no publisher"}},
 		{"prober without guard", func() error {
-			_, err := NewProber(DefaultProberConfig(), ProberDeps{Registry: reg, Publisher: noPublisher{}})
+			_, err := New(DefaultConfig(), Deps{Registry: reg, Publisher: noPublisher{}})
 			return err
 		}, []string{"prober: no copy-target guard"}},
 	} {
@@ -60,7 +60,7 @@ func TestProberNilMetrics(t *testing.T) {
 		record func(t *testing.T) any
 	}{
 		{"prober: a failed publish", func(t *testing.T) any {
-			p, err := NewProber(DefaultProberConfig(), ProberDeps{Names: names, Registry: &flakyRegistry{},
+			p, err := New(DefaultConfig(), Deps{Names: names, Registry: &flakyRegistry{},
 				Guard: guard.None{}, Publisher: noPublisher{}})
 			require.NoError(t, err)
 			require.ErrorIs(t, p.publish(ctx, subjects.DeleteRequest{Instance: "i"}), errDown)

@@ -20,7 +20,7 @@ import (
 // only once the request holding its targets is stored; if the publish fails, every batch of
 // the request is redelivered. With no linger, gathering never waits for batches that are not
 // there: a request is published as soon as no other batch of its instance is held, or when it
-// is full. With a linger (ProberConfig.GatherLinger, 50ms by default) it is published when
+// is full. With a linger (Config.GatherLinger, 50ms by default) it is published when
 // full or that long after its first targets, whatever comes in the meantime: a prober that
 // keeps up with the scanner holds a batch or two of an instance at a time, and would publish
 // requests of a dozen targets.

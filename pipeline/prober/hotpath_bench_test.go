@@ -89,7 +89,7 @@ func (s tableSet) Lookup(name string) (storage.Backend, bool) { return s.b, name
 // memory: decoding, age and URI parsing, grouping, de-duplication.
 func BenchmarkJudge(b *testing.B) {
 	batch, missing := benchBatch("/data/nfs", 256)
-	rules := prober.Rules{Config: prober.DefaultProberConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
+	rules := prober.Rules{Config: prober.DefaultConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
 	benchJudge(b, rules, batch)
 }
 
@@ -108,7 +108,7 @@ func BenchmarkJudgeLocation(b *testing.B) {
 			be.Locs = append(be.Locs, subjects.LocField{ID: subjects.RawText(l.ID), V: subjects.RawText(l.Raw)})
 		}
 	}
-	rules := prober.Rules{Config: prober.DefaultProberConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
+	rules := prober.Rules{Config: prober.DefaultConfig(), Storages: tableSet{tableBackend{missing}}, Guard: guard.None{}}
 	benchJudge(b, rules, batch)
 }
 
@@ -160,7 +160,7 @@ func BenchmarkJudgeStatProbe(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rules := prober.Rules{Config: prober.DefaultProberConfig(), Storages: set, Guard: guard.None{}}
+	rules := prober.Rules{Config: prober.DefaultConfig(), Storages: set, Guard: guard.None{}}
 	benchJudge(b, rules, batch)
 }
 
@@ -225,12 +225,12 @@ func (s *memStore) CADMany(_ context.Context, _ string, ws []meta.CondWrite) ([]
 func BenchmarkDeleteProtocol(b *testing.B) {
 	batch, missing := benchBatch("/data/nfs", 256)
 	set := tableSet{tableBackend{missing}}
-	v := prober.Rules{Config: prober.DefaultProberConfig(), Storages: set, Guard: guard.None{}}.Judge(context.Background(), batch, benchNow)
+	v := prober.Rules{Config: prober.DefaultConfig(), Storages: set, Guard: guard.None{}}.Judge(context.Background(), batch, benchNow)
 	seeded := map[int64][]byte{}
 	for _, be := range batch.Blocks {
 		seeded[be.Key] = be.URI
 	}
-	proto := deleter.NewProtocol(deleter.DefaultDeleterConfig())
+	proto := deleter.NewProtocol(deleter.DefaultConfig())
 	store := &memStore{m: map[int64][]byte{}}
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -21,8 +21,8 @@ var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown
 // the event log's (NewMetrics).
 var proberOps = []string{"registry", "publish"}
 
-// ProberMetrics are the prober's metrics (Metrics has those every stage shares).
-type ProberMetrics struct {
+// Metrics are the prober's metrics (pipeline.Metrics has those every stage shares).
+type Metrics struct {
 	ProbedLocations prometheus.Counter
 	Candidates      *prometheus.CounterVec
 	ProberSkips     *prometheus.CounterVec
@@ -32,11 +32,11 @@ type ProberMetrics struct {
 	ops *prometheus.CounterVec
 }
 
-// NewProberMetrics registers the prober's metrics on reg; its failed operations are counted
+// NewMetrics registers the prober's metrics on reg; its failed operations are counted
 // on rt's kvcm_gc_operation_errors_total (nil rt: on a set registered nowhere).
-func NewProberMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *ProberMetrics {
+func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 	f := promauto.With(reg)
-	m := &ProberMetrics{
+	m := &Metrics{
 		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
 		Candidates:      f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_candidates_total", Help: "Locations judged garbage, by reason."}, []string{"reason"}),
 		ProberSkips:     f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_prober_skips_total", Help: "Locations or blocks not judged (kept), by reason."}, []string{"reason"}),
@@ -54,12 +54,12 @@ func NewProberMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *ProberMe
 }
 
 // opError counts a failed operation.
-func (m *ProberMetrics) opError(op string) { m.ops.WithLabelValues(op).Inc() }
+func (m *Metrics) opError(op string) { m.ops.WithLabelValues(op).Inc() }
 
-// proberMetricsOr returns m, or metrics registered nowhere: they count, nobody scrapes them.
-func proberMetricsOr(m *ProberMetrics) *ProberMetrics {
+// orUnregistered returns m, or metrics registered nowhere: they count, nobody scrapes them.
+func orUnregistered(m *Metrics) *Metrics {
 	if m == nil {
-		return NewProberMetrics(nil, nil)
+		return NewMetrics(nil, nil)
 	}
 	return m
 }

@@ -20,7 +20,7 @@ import (
 
 // Prober is the prober stage: it judges batches and publishes delete requests.
 type Prober struct {
-	cfg       ProberConfig
+	cfg       Config
 	names     subjects.Names
 	registry  meta.RegistryReader
 	storageOp storage.Options
@@ -28,7 +28,7 @@ type Prober struct {
 	observer  DeletingObserver
 	publisher pipeline.Publisher
 	events    *pipeline.EventLog
-	metrics   *ProberMetrics
+	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
 	gather    *gatherer
@@ -40,11 +40,11 @@ type Prober struct {
 	registryCache *pipeline.RegistryCache[registrySnapshot]
 }
 
-// ProberDeps are what the prober is wired to. Registry (for the storage table), Guard and
+// Deps are what the prober is wired to. Registry (for the storage table), Guard and
 // Publisher are required; a nil Observer collects no DELETING location, nil Events records
 // no event, a nil Metrics counts on an unregistered set, a nil Logger discards, a nil Now is
 // time.Now.
-type ProberDeps struct {
+type Deps struct {
 	Names          subjects.Names
 	Registry       meta.RegistryReader
 	StorageOptions storage.Options // local overrides, probe modes
@@ -54,13 +54,13 @@ type ProberDeps struct {
 	Observer  DeletingObserver
 	Publisher pipeline.Publisher
 	Events    *pipeline.EventLog
-	Metrics   *ProberMetrics
+	Metrics   *Metrics
 	Logger    *slog.Logger
 	Now       func() time.Time
 }
 
-// NewProber returns the prober stage of cfg.
-func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
+// New returns the prober stage of cfg.
+func New(cfg Config, deps Deps) (*Prober, error) {
 	var refused pipeline.Refusals
 	refused.Need(deps.Registry != nil, "no registry reader")
 	refused.Need(deps.Guard != nil, "no copy-target guard")
@@ -70,7 +70,7 @@ func NewProber(cfg ProberConfig, deps ProberDeps) (*Prober, error) {
 	}
 	p := &Prober{cfg: cfg, names: deps.Names, registry: deps.Registry, storageOp: deps.StorageOptions,
 		guard: deps.Guard, observer: deps.Observer, publisher: deps.Publisher, events: deps.Events,
-		metrics: proberMetricsOr(deps.Metrics), log: pipeline.OrDiscard(deps.Logger), now: pipeline.OrNow(deps.Now)}
+		metrics: orUnregistered(deps.Metrics), log: pipeline.OrDiscard(deps.Logger), now: pipeline.OrNow(deps.Now)}
 	p.registryCache = pipeline.NewRegistryCache(pipeline.RegistryCacheConfig[registrySnapshot]{Reader: deps.Registry, Build: p.buildSnapshot,
 		Refresh: cfg.RegistryRefresh, Backoff: backoff.New(RegistryRetryInitial, RegistryRetryMax).Delay, ServeStale: true})
 	p.gather = newGatherer(max(cfg.MaxTargets, 1), cfg.GatherLinger, p.publish)

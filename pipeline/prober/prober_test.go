@@ -38,9 +38,9 @@ func TestProberRegistryBackoff(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
 	reg := &flakyRegistry{down: true}
-	cfg := DefaultProberConfig()
+	cfg := DefaultConfig()
 	cfg.RegistryRefresh = 10 * time.Second
-	p, err := NewProber(cfg, ProberDeps{Registry: reg, Guard: guard.None{}, Publisher: noPublisher{}, Now: func() time.Time { return now }})
+	p, err := New(cfg, Deps{Registry: reg, Guard: guard.None{}, Publisher: noPublisher{}, Now: func() time.Time { return now }})
 	require.NoError(t, err)
 
 	// No table yet: every batch fails, but only the first one reads the registry.

@@ -18,7 +18,7 @@ import (
 // Verdict is the prober's decision on one batch.
 type Verdict struct {
 	// Targets are the delete targets, de-duplicated by (block key, location id), in batch order,
-	// at most ProberConfig.MaxTargets.
+	// at most Config.MaxTargets.
 	Targets []subjects.Target
 	// Hosts are the storage names the targets' spec URIs point at.
 	Hosts map[string]bool
@@ -52,7 +52,7 @@ func (v *Verdict) note(key int64, loc, reason, detail string) {
 
 // Rules are the prober's two rules (DESIGN §5) with what they consult.
 type Rules struct {
-	Config ProberConfig
+	Config Config
 	// Storages resolves registered storages (the registry's storage table plus overrides).
 	Storages storage.Set
 	// Guard is the migration copy-target guard.
@@ -249,7 +249,7 @@ func KeptReason(loc *kvcm.Location, layout, lruTime string, now time.Time) (reas
 // judgeWriting is rule 1 (orphan WRITING), given the location's age as its layout tells it.
 // Invariant 2: young, unknown-age or future WRITING is never a candidate; a guard error keeps
 // the location.
-func judgeWriting(ctx context.Context, cfg ProberConfig, instance string, key int64, loc *kvcm.Location, age time.Duration, known bool, g guard.Guard, v *Verdict) (string, bool) {
+func judgeWriting(ctx context.Context, cfg Config, instance string, key int64, loc *kvcm.Location, age time.Duration, known bool, g guard.Guard, v *Verdict) (string, bool) {
 	if loc.ID == "" {
 		v.skip(SkipBadLocation, 1)
 		return "", false

@@ -276,7 +276,7 @@ func TestJudgeRules(t *testing.T) {
 			if g == nil {
 				g = guard.None{}
 			}
-			cfg := DefaultProberConfig()
+			cfg := DefaultConfig()
 			v := Rules{Config: cfg, Storages: set, Guard: g}.Judge(context.Background(), subjects.Batch{Instance: "inst1", Blocks: tc.blocks}, judgeNow)
 			if len(tc.want) > 0 {
 				// A KVMeta instance's batch judges nothing, whatever it holds.
@@ -332,7 +332,7 @@ func TestJudgeChunksAndCap(t *testing.T) {
 		}
 		blocks = append(blocks, subjects.BlockEntry{Key: int64(i), LRUTime: us(judgeNow), URI: block(loc("s", 3, 4, "", "file://nfs_01"+p+"?size=1"))})
 	}
-	cfg := DefaultProberConfig()
+	cfg := DefaultConfig()
 	cfg.MaxTargets = 100
 	v := Rules{Config: cfg, Storages: fakeSet{"nfs_01": nfs}, Guard: guard.None{}}.Judge(context.Background(), subjects.Batch{Instance: "i", Blocks: blocks}, judgeNow)
 	require.Len(t, nfs.calls, 2, "600 URIs → chunks of 512 and 88")
@@ -354,11 +354,11 @@ func TestJudgeChunksAndCap(t *testing.T) {
 }
 
 func TestProberConfigValidate(t *testing.T) {
-	c := DefaultProberConfig()
+	c := DefaultConfig()
 	require.NoError(t, c.Validate())
 	c.OrphanWritingGrace = 59 * time.Minute
 	require.ErrorContains(t, c.Validate(), "orphan_writing_grace")
-	c = DefaultProberConfig()
+	c = DefaultConfig()
 	c.ProbeChunkSize = 513
 	require.ErrorContains(t, c.Validate(), "probe_chunk_size")
 	c.ProbeChunkSize = 0

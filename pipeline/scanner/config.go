@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// ScannerConfig steers the scanner (DESIGN §4, §9).
-type ScannerConfig struct {
+// Config steers the scanner (DESIGN §4, §9).
+type Config struct {
 	// ScanInterval is the least time between the end of one tick and the start of the next
 	// (no catch-up after a slow tick). Default 1s.
 	ScanInterval time.Duration
@@ -51,14 +51,14 @@ type ScannerConfig struct {
 // MinUnregisteredGrace is the smallest unregistered_grace the configuration accepts.
 const MinUnregisteredGrace = 24 * time.Hour
 
-// Defaults.
-func DefaultScannerConfig() ScannerConfig {
-	return ScannerConfig{ScanInterval: time.Second, RoundPause: 24 * time.Hour, ScanBatchSize: 256, HighWater: 100,
+// DefaultConfig returns the scanner's defaults.
+func DefaultConfig() Config {
+	return Config{ScanInterval: time.Second, RoundPause: 24 * time.Hour, ScanBatchSize: 256, HighWater: 100,
 		UnregisteredGrace: 7 * 24 * time.Hour, UnregisteredMaxKeys: 10000}
 }
 
 // Validate names the offending key (configuration names of DESIGN §9).
-func (c ScannerConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.ScanInterval <= 0 {
 		errs = append(errs, fmt.Errorf("scan_interval: must be > 0, got %s", c.ScanInterval))
@@ -91,4 +91,4 @@ func (c ScannerConfig) Validate() error {
 }
 
 // adaptive reports whether store walks are paced by the latency budget.
-func (c ScannerConfig) adaptive() bool { return c.LatencyBudget > 0 && c.MaxKeysPerSecond == 0 }
+func (c Config) adaptive() bool { return c.LatencyBudget > 0 && c.MaxKeysPerSecond == 0 }

@@ -7,7 +7,7 @@ import (
 )
 
 func TestScannerConfigValidate(t *testing.T) {
-	s := DefaultScannerConfig()
+	s := DefaultConfig()
 	require.NoError(t, s.Validate())
 	s.ScanBatchSize = 0
 	require.ErrorContains(t, s.Validate(), "scan_batch_size")

@@ -15,14 +15,14 @@ func TestScannerRequires(t *testing.T) {
 		new  func() error
 		want []string
 	}{
-		{"scanner", func() error { _, err := NewScanner(DefaultScannerConfig(), ScannerDeps{}); return err },
+		{"scanner", func() error { _, err := New(DefaultConfig(), Deps{}); return err },
 			[]string{"scanner: lease TTL must be > 0"}},
 		{"scanner without JetStream", func() error {
-			_, err := NewScanner(DefaultScannerConfig(), ScannerDeps{LeaseTTL: time.Second})
+			_, err := New(DefaultConfig(), Deps{LeaseTTL: time.Second})
 			return err
 		}, []string{"scanner: no JetStream context"}},
 		{"scanner of a bad configuration", func() error {
-			_, err := NewScanner(ScannerConfig{}, ScannerDeps{LeaseTTL: time.Second})
+			_, err := New(Config{}, Deps{LeaseTTL: time.Second})
 			return err
 		}, []string{"scan_batch_size"}},
 	} {

@@ -32,7 +32,7 @@ func TestPublishFencing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		pub := &countingPublisher{}
-		s, err := NewScanner(DefaultScannerConfig(), ScannerDeps{LeaseTTL: time.Minute, JS: failingJS{}, Publisher: pub})
+		s, err := New(DefaultConfig(), Deps{LeaseTTL: time.Minute, JS: failingJS{}, Publisher: pub})
 		require.NoError(t, err)
 		lease := pipeline.NewStoreLease(createKV{}, "s", "me", time.Minute)
 		held, err := lease.Acquire(ctx)

@@ -11,8 +11,8 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
-// ScannerMetrics are the scanner's metrics (Metrics has those every stage shares).
-type ScannerMetrics struct {
+// Metrics are the scanner's metrics (pipeline.Metrics has those every stage shares).
+type Metrics struct {
 	ScanRounds        prometheus.Counter
 	ScannedKeys       prometheus.Counter
 	ScanBadKeys       prometheus.Counter
@@ -71,11 +71,11 @@ type ScannerMetrics struct {
 // (NewMetrics).
 var scannerOps = []string{"lease", "checkpoint", "pause", "registry", "backlog", "store", "scan", "publish"}
 
-// NewScannerMetrics registers the scanner's metrics on reg; its failed operations are counted
+// NewMetrics registers the scanner's metrics on reg; its failed operations are counted
 // on rt's kvcm_gc_operation_errors_total (nil rt: on a set registered nowhere).
-func NewScannerMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *ScannerMetrics {
+func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 	f := promauto.With(reg)
-	m := &ScannerMetrics{
+	m := &Metrics{
 		ScanRounds:        f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_rounds_total", Help: "Completed full scan rounds."}),
 		ScannedKeys:       f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scanned_keys_total", Help: "Block keys read by the maintenance scan."}),
 		ScanBadKeys:       f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_bad_keys_total", Help: "Keys matching an instance pattern that are not canonical block keys (skipped)."}),
@@ -131,12 +131,12 @@ func NewScannerMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Scanner
 }
 
 // opError counts a failed operation.
-func (m *ScannerMetrics) opError(op string) { m.ops.WithLabelValues(op).Inc() }
+func (m *Metrics) opError(op string) { m.ops.WithLabelValues(op).Inc() }
 
 // registeredStores sets kvcm_gc_store_registered to the registry's stores now, removing the
 // series of those of was (the previous reading) that left it. No reset in between: a scrape
 // never sees the list empty.
-func (m *ScannerMetrics) registeredStores(was, now []string) {
+func (m *Metrics) registeredStores(was, now []string) {
 	for _, st := range now {
 		m.StoreRegistered.WithLabelValues(st).Set(1)
 	}
@@ -148,7 +148,7 @@ func (m *ScannerMetrics) registeredStores(was, now []string) {
 }
 
 // initStore starts the series of a store this process walks.
-func (m *ScannerMetrics) initStore(store string) {
+func (m *Metrics) initStore(store string) {
 	m.StoreLeaseHeld.WithLabelValues(store).Set(1)
 	m.StoreRound.WithLabelValues(store)
 	m.StoreScannedKeys.WithLabelValues(store)
@@ -161,7 +161,7 @@ func (m *ScannerMetrics) initStore(store string) {
 }
 
 // dropStore removes the series of a store this process no longer walks.
-func (m *ScannerMetrics) dropStore(store string) {
+func (m *Metrics) dropStore(store string) {
 	for _, v := range []*prometheus.GaugeVec{m.StoreLeaseHeld, m.StoreRound, m.StoreKeysPerSecond, m.StoreProgress, m.StoreETA} {
 		v.DeleteLabelValues(store)
 	}
@@ -175,7 +175,7 @@ func (m *ScannerMetrics) dropStore(store string) {
 }
 
 // storePace sets the pace gauges of an adaptive store walk.
-func (m *ScannerMetrics) storePace(store string, pc Pace) {
+func (m *Metrics) storePace(store string, pc Pace) {
 	m.StorePaceRate.WithLabelValues(store).Set(pc.Rate)
 	m.StorePaceBurst.WithLabelValues(store).Set(float64(pc.Depth))
 	for _, r := range PaceReasons {
@@ -190,7 +190,7 @@ func (m *ScannerMetrics) storePace(store string, pc Pace) {
 }
 
 // unregistered replaces a store's series of unregistered instances with its last count.
-func (m *ScannerMetrics) unregistered(store string, counts []pipeline.UnregisteredCount) {
+func (m *Metrics) unregistered(store string, counts []pipeline.UnregisteredCount) {
 	for _, g := range []*prometheus.GaugeVec{m.UnregisteredKeys, m.UnregisteredLocations, m.UnregisteredBytes, m.UnregisteredSince} {
 		g.DeletePartialMatch(prometheus.Labels{"store": store})
 	}
@@ -205,7 +205,7 @@ func (m *ScannerMetrics) unregistered(store string, counts []pipeline.Unregister
 }
 
 // lastRoundEnd raises kvcm_gc_last_round_end_timestamp_seconds to a round's end (µs).
-func (m *ScannerMetrics) lastRoundEnd(us int64) {
+func (m *Metrics) lastRoundEnd(us int64) {
 	if v := float64(us) / 1e6; v > gaugeValue(m.LastRoundEnd) {
 		m.LastRoundEnd.Set(v)
 	}

@@ -70,7 +70,7 @@ const (
 // PaceReasons are every reason, for pre-initialised metric labels.
 var PaceReasons = []string{PaceBaseline, PaceFewSamples, PaceRaise, PaceHold, PaceLowerDepth, PaceLowerRate, PaceCeiling, PaceFloor}
 
-// paceConfig is the pacer's part of ScannerConfig.
+// paceConfig is the pacer's part of Config.
 type paceConfig struct {
 	// budget is the allowed rise of the probe latency's quantile over its idle baseline
 	// (0.1: +10%), and slack an absolute rise always allowed (a baseline of a few µs would

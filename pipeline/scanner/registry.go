@@ -33,7 +33,7 @@ const registryReuse = time.Second
 // per read.
 type registryCache struct {
 	rc  *pipeline.RegistryCache[scanSnapshot]
-	m   *ScannerMetrics
+	m   *Metrics
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -50,7 +50,7 @@ type scanSnapshot struct {
 
 // newRegistryCache returns the scanner's registry cache over r, retrying a failed read after
 // backoff(attempt).
-func newRegistryCache(r meta.RegistryReader, backoff func(attempt int) time.Duration, m *ScannerMetrics, log *slog.Logger) *registryCache {
+func newRegistryCache(r meta.RegistryReader, backoff func(attempt int) time.Duration, m *Metrics, log *slog.Logger) *registryCache {
 	return &registryCache{m: m, log: log, rc: pipeline.NewRegistryCache(pipeline.RegistryCacheConfig[scanSnapshot]{
 		Reader: r, Build: buildScanSnapshot, Refresh: registryReuse, Backoff: backoff})}
 }

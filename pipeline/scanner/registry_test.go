@@ -37,7 +37,7 @@ func TestRegistryCacheBacksOff(t *testing.T) {
 	r := &failingRegistry{err: errors.New("connection refused")}
 	var attempts []int
 	c := newRegistryCache(r, func(n int) time.Duration { attempts = append(attempts, n); return time.Duration(n) * time.Second },
-		NewScannerMetrics(prometheus.NewRegistry(), nil), slog.New(logs))
+		NewMetrics(prometheus.NewRegistry(), nil), slog.New(logs))
 	now := t0
 	_, retry, err := c.get(ctx, now)
 	require.Error(t, err)

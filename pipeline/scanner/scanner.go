@@ -48,7 +48,7 @@ func (b Backlog) full(highWater uint64) pipeline.BacklogFunc {
 // at once (it watches the lease bucket). Its leases are renewed in the background, a failed
 // renewal retried until the lease's TTL would pass.
 type Scanner struct {
-	cfg        ScannerConfig
+	cfg        Config
 	names      subjects.Names
 	registry   meta.RegistryReader
 	stores     meta.StoreResolver
@@ -62,7 +62,7 @@ type Scanner struct {
 	sizes      func(ctx context.Context, store string) (int64, error)
 	backoff    func(attempt int) time.Duration
 	maxPayload int
-	metrics    *ScannerMetrics
+	metrics    *Metrics
 	log        *slog.Logger
 	now        func() time.Time
 
@@ -85,8 +85,8 @@ type MemberRecord struct {
 	SinceUs   int64  `json:"since_us"`
 }
 
-// ScannerDeps are what a scanner is wired to.
-type ScannerDeps struct {
+// Deps are what a scanner is wired to.
+type Deps struct {
 	Names    subjects.Names
 	Registry meta.RegistryReader
 	Stores   meta.StoreResolver
@@ -108,13 +108,13 @@ type ScannerDeps struct {
 	// (nil: RegistryBackoff).
 	Backoff    func(attempt int) time.Duration
 	MaxPayload int // the server's max payload; batches are split below it
-	Metrics    *ScannerMetrics
+	Metrics    *Metrics
 	Logger     *slog.Logger     // nil discards
 	Now        func() time.Time // nil: time.Now
 }
 
-// NewScanner returns the scanner of cfg, wired to deps, with deps' defaults applied.
-func NewScanner(cfg ScannerConfig, deps ScannerDeps) (*Scanner, error) {
+// New returns the scanner of cfg, wired to deps, with deps' defaults applied.
+func New(cfg Config, deps Deps) (*Scanner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

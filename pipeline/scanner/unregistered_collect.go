@@ -41,7 +41,7 @@ var unregRefusals = []string{pipeline.UnregNeverRegistered, pipeline.UnregWithin
 	pipeline.UnregRegistryPartial, pipeline.UnregRegistered, pipeline.UnregGroupAbsent, pipeline.UnregStoreEmpty, pipeline.UnregCap}
 
 // unregDecision is the verdict on one unregistered instance of a page: collect, or why not.
-func unregDecision(id, store string, ck pipeline.Checkpoint, v pipeline.RegView, cfg ScannerConfig, now time.Time) string {
+func unregDecision(id, store string, ck pipeline.Checkpoint, v pipeline.RegView, cfg Config, now time.Time) string {
 	if why := pipeline.UnregVerdict(id, store, ck, v, cfg.UnregisteredGrace, now); why != "" {
 		return why
 	}

@@ -71,7 +71,7 @@ func TestUnregisteredTally(t *testing.T) {
 // Each condition alone refuses.
 func TestUnregDecision(t *testing.T) {
 	now := time.UnixMicro(1_800_000_000_000_000)
-	cfg := ScannerConfig{CollectUnregistered: true, UnregisteredGrace: 7 * 24 * time.Hour, UnregisteredMaxKeys: 100}
+	cfg := Config{CollectUnregistered: true, UnregisteredGrace: 7 * 24 * time.Hour, UnregisteredMaxKeys: 100}
 	const store = "10.0.0.1:6379"
 	ck := func() pipeline.Checkpoint {
 		return pipeline.Checkpoint{Round: 9,

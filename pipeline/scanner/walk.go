@@ -35,7 +35,7 @@ const overlapBelow = 5 * time.Millisecond
 // rateWindow is the time constant of a walk's recent rate (Checkpoint.Rate).
 const rateWindow = 10 * time.Second
 
-// walkConfig is what a walk needs of ScannerConfig.
+// walkConfig is what a walk needs of Config.
 type walkConfig struct {
 	scanInterval     time.Duration
 	roundPause       time.Duration

@@ -77,7 +77,7 @@ type Profile struct {
 // DefaultProfile is kvcm-gc as shipped: scan_interval 1s, batch 256, high-water 100,
 // max_inflight_delete_requests 2; with the stat probe, so storage-missing garbage is found.
 func DefaultProfile() Profile {
-	sc := scanner.DefaultScannerConfig()
+	sc := scanner.DefaultConfig()
 	js := subjects.DefaultSettings()
 	return Profile{Name: "default", ScanInterval: sc.ScanInterval, ScanBatchSize: sc.ScanBatchSize, HighWater: sc.HighWater,
 		ProberWorkers: 1, DeleterWorkers: js.DeleterMaxAckPending, ProberMaxAckPending: js.ProberMaxAckPending,
@@ -138,7 +138,7 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 	}
 	p := s.Profile
 	js := p.Settings()
-	sc := scanner.DefaultScannerConfig()
+	sc := scanner.DefaultConfig()
 	if p.ScanInterval > 0 {
 		sc.ScanInterval = p.ScanInterval
 	}
@@ -153,9 +153,9 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 	}
 	sc.MaxKeysPerSecond = p.MaxKeysPerSecond
 	sc.LatencyBudget = p.LatencyBudget
-	pc := prober.DefaultProberConfig()
+	pc := prober.DefaultConfig()
 	pc.MaxTargets = sc.ScanBatchSize
-	dc := deleter.DefaultDeleterConfig()
+	dc := deleter.DefaultConfig()
 	dc.AckWait = js.DeleterAckWait
 	so := storage.Options{DefaultProbe: storage.ProbeNone}
 	if p.ProbeStat {
