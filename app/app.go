@@ -1,5 +1,5 @@
 // Package app wires kvcm-gc's stages to their backends and to JetStream: what the binaries
-// run. It holds no decisions; those are in pipeline.
+// run. It holds no decisions; those are in pipeline and its stage packages.
 package app
 
 import (

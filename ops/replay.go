@@ -63,7 +63,7 @@ func (q ReplayQuery) Validate() error {
 const (
 	// prober
 	DecisionCandidate = "candidate" // judged garbage (Reason: orphan_writing | storage_missing)
-	DecisionSkip      = "skip"      // not judged, kept (Reason: a pipeline.Skip* reason)
+	DecisionSkip      = "skip"      // not judged, kept (Reason: a prober.Skip* reason)
 	DecisionKept      = "kept"      // judged and kept (Reason says why)
 	// deleter, now
 	DecisionGone = "gone" // the location (or its block) no longer exists
@@ -698,7 +698,7 @@ func oneLocation(id string, raw []byte) []byte {
 }
 
 // keptReason says why a location of layout that no rule skipped was not a candidate: the
-// rules' own reason (pipeline.KeptReason), with a young WRITING's age against the grace.
+// rules' own reason (prober.KeptReason), with a young WRITING's age against the grace.
 func keptReason(loc *kvcm.Location, lru, layout string, at time.Time, cfg prober.Config) string {
 	reason, age, aged := prober.KeptReason(loc, layout, lru, at)
 	if aged {
@@ -737,7 +737,7 @@ func (r *replayer) request(ctx context.Context, rm *ReplayMessage, src subjects.
 	}
 }
 
-// nowDeleter is the deleter's own step 1 (pipeline.CheckTarget) against the block now.
+// nowDeleter is the deleter's own step 1 (deleter.CheckTarget) against the block now.
 func (r *replayer) nowDeleter(ctx context.Context, req subjects.DeleteRequest, t subjects.Target) (Verdict, bool) {
 	cur, exists, err := r.deps.Blocks.ReadBlock(ctx, req.Store, req.Instance, t.Key)
 	if err != nil {

@@ -31,7 +31,7 @@ type ReportQuery struct {
 // would_delete, with their data objects (spec URIs) and bytes (their size= parameters, as
 // KVCM accounts them), by instance, storage and reason. The bytes come from the location
 // bytes the prober judged (the delete requests in DELETES), the outcomes from the delete
-// events in EVENTS; pipeline.TargetReclaim reads the bytes as the deleter's
+// events in EVENTS; deleter.TargetReclaim reads the bytes as the deleter's
 // kvcm_gc_reclaimed_bytes_total does.
 type DeleteReport struct {
 	Cluster string    `json:"cluster"`

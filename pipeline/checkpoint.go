@@ -59,13 +59,13 @@ type Checkpoint struct {
 	LastRoundVisited  uint64            `json:"last_round_visited,omitempty"`
 	LastRoundDuration int64             `json:"last_round_duration_ms,omitempty"`
 	LastRoundLayouts  map[string]uint64 `json:"last_round_layouts,omitempty"`
-	// Keys of instances the registry does not list (unregistered.go): the current round's
+	// Keys of instances the registry does not list (scanner/unregistered.go): the current round's
 	// running count, and the last completed round's, with how many instances it left out.
 	UnregisteredRound     []UnregisteredCount `json:"unregistered_round,omitempty"`
 	Unregistered          []UnregisteredCount `json:"unregistered,omitempty"`
 	UnregisteredTruncated int                 `json:"unregistered_truncated,omitempty"`
 	// Seen are the instances a registry snapshot listed in the store, with the last time one
-	// did (unregistered_collect.go); UnregisteredCollected the keys of unregistered instances
+	// did (scanner/unregistered_collect.go); UnregisteredCollected the keys of unregistered instances
 	// sent to the deleter this round.
 	Seen                  map[string]SeenInstance `json:"seen_instances,omitempty"`
 	UnregisteredCollected int64                   `json:"unregistered_collected,omitempty"`

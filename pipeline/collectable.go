@@ -11,7 +11,7 @@ import (
 
 // Whether the keys and the files of an instance the registry no longer lists may be collected
 // (collect_unregistered_instances): the scanner decides it for the keys it sends the deleter
-// (unregistered_collect.go), the sweep for the files it reclaims (package sweep), from the
+// (package scanner, unregistered_collect.go), the sweep for the files it reclaims (package sweep), from the
 // same store checkpoints and conditions.
 
 // Refusal reasons of the collection of unregistered instances (kvcm_gc_unregistered_refusals_total).

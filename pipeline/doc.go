@@ -1,13 +1,16 @@
-// Package pipeline holds the decisions of kvcm-gc's three stages — scanner, prober and
-// deleter (DESIGN §4–§6) — and the loops that run them on JetStream consumers. The rules are
-// plain functions over small interfaces (a metadata store, a storage set, a copy guard, a
-// publisher) so each can be tested with a table; the loops add leases, checkpoints,
-// backpressure and acknowledgement.
+// Package pipeline is the runtime kvcm-gc's stages share (DESIGN §3): the consume loop that
+// runs a stage's handler over a JetStream consumer and decides, in one place, ack, nak, term
+// or dead letter (Consumer); publishing (Publisher, AsyncPublisher, JSPublisher); the one
+// Lease type and the walk abstraction every long-running walk is built on (Loop, Stepper,
+// WalkTick, Controls for pauses and backpressure); the event log (EventLog); the registry
+// cache; message receipt (Receive); pauses and dead letters; stage names; and the metrics
+// every stage shares (Metrics).
 //
-// The sweep of orphan data files (DESIGN §7) adds two stages beside them, in package sweep:
-// a walker per swept storage publishes candidate files, and sweepers judge each against its
-// block and move an orphan through a quarantine before it is unlinked. They run on this
-// package's lease, event log, publishers and consumer.
+// It also holds the records and decisions two stages share: the scanner's store checkpoint,
+// which the sweep reads (Checkpoint), whether an unregistered instance may be collected
+// (CollectableUnregistered), and a block's migration copy guards, which the prober's rules
+// and the deleter's protocol both respect (MigrationPins).
 //
-// Every rule fails closed: anything uncertain means keep.
+// The stages are packages of their own, each importing this one and none of the others:
+// scanner (DESIGN §4), prober (§5), deleter (§6) and sweep (§7).
 package pipeline

@@ -12,7 +12,7 @@ import (
 
 // A walk is a long-running loop over pages (a metadata store's keys, a swept storage's
 // files) under a Lease, its position in a checkpoint written by revision, its pace its own.
-// Every walk is built the same way, as the scanner's walk of a store (scanner_walk.go) and
+// Every walk is built the same way, as the scanner's walk of a store (package scanner) and
 // the sweep's walk of a storage (package sweep) are:
 //
 //   - a state machine whose step takes the walk's state and one event (a tick with the

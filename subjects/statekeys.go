@@ -29,7 +29,7 @@ const (
 	memberPrefix     = "member."
 	checkpointPrefix = "checkpoint."
 
-	// StoresKey is the STATE key of the stores index (see StoreIndex in pipeline).
+	// StoresKey is the STATE key of the stores index (see StoreIndex in pipeline/scanner).
 	StoresKey = "stores"
 	// ScannerPauseKey is the STATE key of an operator's pause of every walk of the scanners
 	// (see PauseRecord in pipeline): the scanner has no consumer that JetStream could pause.

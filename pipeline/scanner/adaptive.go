@@ -13,7 +13,7 @@ import (
 )
 
 // An adaptive walk (scanner.latency_budget set, max_keys_per_second 0) is paced by a pacer
-// (scanner_pace.go) the driver feeds: a probe goroutine PINGs the store every probeEvery
+// (pace.go) the driver feeds: a probe goroutine PINGs the store every probeEvery
 // while the walk reads, and every burst of a page's reads waits at the gate until the pace
 // allows it (meta.BurstScanner). The walk itself then waits nothing between pages.
 
@@ -190,7 +190,7 @@ type queueProber interface {
 	ProbeQueue(ctx context.Context) (rtt, oneWay time.Duration, err error)
 }
 
-// storeProbe probes with TIME where the store can and lets it (scanner_pace.go says why), and
+// storeProbe probes with TIME where the store can and lets it (pace.go says why), and
 // with PING's round trip otherwise: from the first time the server refuses TIME (a user
 // without +time) on, for the rest of the walk.
 func storeProbe(st meta.Store, pinger meta.Pinger, log *slog.Logger) probeFunc {

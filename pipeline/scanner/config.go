@@ -21,7 +21,7 @@ type Config struct {
 	// LatencyBudget (scanner.latency_budget; 0: off) paces each store's walk adaptively when
 	// MaxKeysPerSecond is 0: the fastest pace, and the burst size, at which the store's probe
 	// latency stays within this rise over its idle latency (0.1: +10%). The walk then waits
-	// no ScanInterval between pages (scanner_adaptive.go).
+	// no ScanInterval between pages (adaptive.go).
 	LatencyBudget float64
 	// HighWater: a tick is skipped while the prober's or the deleter's consumer has more than
 	// this many messages pending + unacknowledged. Default 100.

@@ -53,7 +53,7 @@ import (
 // pace seconds after the walk starts, not minutes.
 //
 // The pacer is a pure state machine (no clock, no I/O): the driver feeds it probe samples
-// with their times and asks for the pace at each tick (scanner_pace_test.go is its table).
+// with their times and asks for the pace at each tick (pace_test.go is its table).
 
 // Reasons of a pace (the reason label of kvcm_gc_scan_pace and the status's "why").
 const (

@@ -12,7 +12,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
-// What every walk of a scanner shares besides its controls (controls.go): the registry
+// What every walk of a scanner shares besides its controls (pipeline.Controls): the registry
 // snapshot (one read serves every store; failed reads back off).
 
 // RegistryBackoff is the default delay before the attempt-th retry (1-based) of a failed

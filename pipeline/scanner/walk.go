@@ -12,13 +12,13 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// The walk of one metadata store is a walk as walk.go describes it: step takes the walk's
-// state and one event (a tick with the readings it needs, a page read, a page recorded, a
-// checkpoint written, …) and returns the actions to perform (read a page, publish it, write
-// the checkpoint, wait, …); it does no I/O and reads no clock, so every decision is
-// table-tested without servers (scanner_walk_test.go). The driver (scanner_driver.go)
-// performs the actions and feeds their results back as events; the scanner (scanner.go)
-// holds the leases and starts one walk per store it holds.
+// The walk of one metadata store is a walk as package pipeline's walk.go describes it: step
+// takes the walk's state and one event (a tick with the readings it needs, a page read, a
+// page recorded, a checkpoint written, …) and returns the actions to perform (read a page,
+// publish it, write the checkpoint, wait, …); it does no I/O and reads no clock, so every
+// decision is table-tested without servers (walk_test.go). The driver (driver.go) performs
+// the actions and feeds their results back as events; the scanner (scanner.go) holds the
+// leases and starts one walk per store it holds.
 //
 // The read position runs at most one page ahead of the checkpoint: a page's batches are stored
 // by JetStream (and the checkpoint moved past it) while the next page is read from Redis, and
@@ -41,7 +41,7 @@ type walkConfig struct {
 	roundPause       time.Duration
 	batchSize        int
 	maxKeysPerSecond float64
-	// adaptive: the driver paces the page's reads (scanner_adaptive.go); the walk waits
+	// adaptive: the driver paces the page's reads (adaptive.go); the walk waits
 	// nothing between pages.
 	adaptive bool
 }

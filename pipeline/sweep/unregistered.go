@@ -17,7 +17,7 @@ import (
 // deleter the keys of an instance the registry no longer lists, once kvcm-gc saw it
 // registered and it has been absent for unregistered_grace, the registry read whole and
 // listing its group and another instance of its store; the deleter removes them and leaves
-// their files (pipeline.PhysSkipSweep). The sweep then takes that instance's per-block files
+// their files (deleter.PhysSkipSweep). The sweep then takes that instance's per-block files
 // as any collected instance's, under the same conditions, read from the same durable record:
 // the scanners' store checkpoints (the instances each store's last round counted
 // unregistered, and when a snapshot last listed each), checked against the sweep's own
