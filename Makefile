@@ -96,7 +96,7 @@ fuzz:
 # SCALE_BLOCKS against a tenth of it. The report goes into BENCHMARKS.md. Not part of
 # `make test`. The Go
 # micro-benchmarks of the hot paths run with
-# go test -run '^$$' -bench . -benchmem ./kvcm/ ./subjects/ ./pipeline/
+# go test -run '^$$' -bench . -benchmem ./kvcm/ ./subjects/ ./pipeline/...
 BLOCKS       ?= 1000000
 SMALL_BLOCKS ?= 100000
 SCALE_BLOCKS ?= 10000000
