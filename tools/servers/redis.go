@@ -284,6 +284,17 @@ func (r *Redis) logTail() string {
 // Addr returns "127.0.0.1:<port>".
 func (r *Redis) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
 
+// Pid is the running server's process ID, 0 when it is stopped. The main thread's ID is the
+// same, so /proc/<pid>/task/<pid> is the thread that serves commands.
+func (r *Redis) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
 // Port returns the server's port, stable across Restart.
 func (r *Redis) Port() int { return r.port }
 
