@@ -37,7 +37,9 @@ import (
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
-	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/sweep"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
@@ -297,7 +299,7 @@ func runMemoryStage(cfg memConfig) error {
 func memOptions(cfg memConfig, conn redismeta.ConnOptions) app.Options {
 	js := subjects.DefaultSettings()
 	js.LeaseTTL = 2 * time.Second
-	sc := pipeline.DefaultScannerConfig()
+	sc := scanner.DefaultConfig()
 	sc.ScanInterval, sc.RoundPause, sc.ScanBatchSize = time.Millisecond, time.Millisecond, 256
 	sc.HighWater, sc.LeaseRenew = 1<<40, 200*time.Millisecond
 	sw := sweep.DefaultConfig()
@@ -313,8 +315,8 @@ func memOptions(cfg memConfig, conn redismeta.ConnOptions) app.Options {
 		sw.Interval, sw.RoundPause, sw.BatchSize, sw.RegistryRefresh = 20*time.Millisecond, 2*time.Second, 64, 30*time.Second
 	}
 	o := app.Options{Cluster: memCluster, Prefix: "kvcmgc", Registry: conn, Meta: conn,
-		Storage: storage.Options{DefaultProbe: storage.ProbeStat}, Scanner: sc, Prober: pipeline.DefaultProberConfig(),
-		Deleter: pipeline.DefaultDeleterConfig(), JetStream: js, Sweep: sw}
+		Storage: storage.Options{DefaultProbe: storage.ProbeStat}, Scanner: sc, Prober: prober.DefaultConfig(),
+		Deleter: deleter.DefaultConfig(), JetStream: js, Sweep: sw}
 	if cfg.Stage != "walker" {
 		o.Sweep = sweep.Config{}
 	}
