@@ -1,6 +1,9 @@
 package kvcm
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // KVCM's capacity accounting, recounted from what Redis holds. KVCM's leader keeps two
 // counters per instance in memory, persists them to the instance's metadata hash (about every
@@ -208,6 +211,39 @@ func (r *Recount) AddBlock(layout Layout, uri []byte, fields LocationFields, oth
 	for p := range ps.All() {
 		r.addPart(p)
 	}
+}
+
+// AddFields counts one block key from its whole hash, field name to value (an HGETALL),
+// read as a scan reads it.
+func (r *Recount) AddFields(fields map[string]string) {
+	var uri []byte
+	var locs hashLocations
+	var others []string
+	hasURI, interim := false, false
+	for name, value := range fields {
+		switch id, isLoc := LocationID(name); {
+		case name == FieldURI:
+			hasURI = true
+			if value != "" {
+				uri = []byte(value)
+			}
+		case name == FieldLRUTime:
+		case isLoc:
+			locs = append(locs, [2]string{id, value})
+		default:
+			interim = interim || strings.HasPrefix(name, InterimLocationPrefix)
+			others = append(others, name)
+		}
+	}
+	r.AddBlock(LayoutOf(hasURI, len(locs), interim), uri, locs, others)
+}
+
+// hashLocations are a hash's L# fields as (id, value) pairs.
+type hashLocations [][2]string
+
+func (l hashLocations) LocationFieldCount() int { return len(l) }
+func (l hashLocations) LocationFieldAt(i int) (string, []byte) {
+	return l[i][0], []byte(l[i][1])
 }
 
 func (r *Recount) addPart(p Part) {

@@ -173,3 +173,17 @@ func TestRecount(t *testing.T) {
 	exact.AddBlock(LayoutLocation, nil, fields{loc("s", 3, 4, "file://nfs/c?size=1000")}, nil)
 	require.True(t, exact.Exact())
 }
+
+// TestRecountAddFields: a whole hash counts as its parts do.
+func TestRecountAddFields(t *testing.T) {
+	a, b := NewRecount(), NewRecount()
+	loc := `{"id":"x","status":3,"type":4,"spec_size":1,"create_time":1,"location_specs":[{"name":"tp0","uri":"file://n/p?size=5"}]}`
+	a.AddFields(map[string]string{FieldPrevKey: "", "L#x": loc, "L#t": ""})
+	b.AddBlock(LayoutLocation, nil, fields{{"x", loc}, {"t", ""}}, []string{FieldPrevKey})
+	a.AddFields(map[string]string{FieldURI: "", FieldLRUTime: "1", LegacyPropertyField: ""})
+	b.AddBlock(LayoutLegacy, nil, nil, []string{LegacyPropertyField})
+	a.AddFields(map[string]string{FieldURI: "{}", "__loc__y": "{}"})
+	b.AddBlock(LayoutAmbiguous, []byte("{}"), nil, []string{"__loc__y"})
+	require.Equal(t, b, a)
+	require.Equal(t, int64(2), a.Keys)
+}

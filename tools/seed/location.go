@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -178,38 +177,13 @@ func (g *gen) metadata(ctx context.Context, inst string, rec *kvcm.Recount) {
 	g.pipe.HSet(ctx, kvcm.MetadataKey(inst), kvcm.FieldKeyCount, strconv.FormatInt(rec.Keys, 10), kvcm.FieldStorageUsage, string(usage))
 }
 
-// recountFields adds a block's fields (name, value pairs as HSET takes them) to rec, read as
-// a scan reads them.
+// recountFields adds a block's fields (name, value pairs as HSET takes them) to rec.
 func recountFields(rec *kvcm.Recount, fields []any) {
-	var uri []byte
-	var locs recountLocs
-	var others []string
-	hasURI, interim := false, false
+	h := make(map[string]string, len(fields)/2)
 	for i := 0; i+1 < len(fields); i += 2 {
-		name, value := fields[i].(string), fields[i+1].(string)
-		switch id, isLoc := kvcm.LocationID(name); {
-		case name == kvcm.FieldURI:
-			hasURI = true
-			if value != "" {
-				uri = []byte(value)
-			}
-		case name == kvcm.FieldLRUTime:
-		case isLoc:
-			locs = append(locs, [2]string{id, value})
-		default:
-			interim = interim || strings.HasPrefix(name, kvcm.InterimLocationPrefix)
-			others = append(others, name)
-		}
+		h[fields[i].(string)] = fields[i+1].(string)
 	}
-	rec.AddBlock(kvcm.LayoutOf(hasURI, len(locs), interim), uri, locs, others)
-}
-
-// recountLocs are a block's L# fields as (id, value).
-type recountLocs [][2]string
-
-func (l recountLocs) LocationFieldCount() int { return len(l) }
-func (l recountLocs) LocationFieldAt(i int) (string, []byte) {
-	return l[i][0], []byte(l[i][1])
+	rec.AddFields(h)
 }
 
 // locationBlock returns the fields of one location-layout block, its locations and its
