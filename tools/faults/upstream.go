@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -37,12 +38,29 @@ import (
 //  5. CAD: remove it (expecting those DELETING bytes), then DEL the key when no non-empty
 //     location field is left (KVCM's empty-key recycle).
 //
-// Where KVCM reads and then writes under a lock of its own process, the emulator's read and
-// write of a step are one Redis transaction (WATCH, MULTI), retried from the read when another
-// writer of the key comes between (as KVCM's read would simply have come later): a race it
-// loses is a counted no-op, and each removal is checkable. KVCM's real window between its read
-// and its write is not reproduced (a location another process removed in it would be written
-// back as DELETING, and deleted again by the same request's later steps).
+// How it writes (Writes):
+//
+//   - WritesAtomic (the default): where KVCM reads and then writes under a lock of its own
+//     process, the emulator's read and write of a step are one Redis transaction (WATCH,
+//     MULTI), retried from the read when another writer of the key comes between (as KVCM's
+//     read would simply have come later): a race it loses is a counted no-op, and each
+//     removal is checkable;
+//   - WritesKVCM: as KVCM writes (kvcm-upstream.md fact 10h). A status write reads the
+//     location (HMGET; legacy: the __uri__ map), compares KVCM's re-serializations of it and
+//     of the expected value, and writes KVCM's re-serialization of the changed copy
+//     (kvcm.ReencodeLocation: unknown members dropped, members in KVCM's order; legacy: the
+//     whole map, kvcm.ReencodeLegacyBlock) with a blind HSET, no MULTI, WATCH or script,
+//     WriteWindow after the read at most. So a write can land after another process removed
+//     the location, and bring it back (a field resurrected, or a key re-created with that
+//     one field). The CAD reads, checks the status is DELETING, and HDELs: it subtracts the
+//     location's bytes from its usage whatever the HDEL found, as KVCM's
+//     BatchCADLocationStatus does.
+//
+// With Counters, it keeps each instance's key count and usage as KVCM's leader does (§13 of
+// the design; kvcm-upstream.md facts 10 to 10c): restored from the metadata hash when it
+// starts, lowered by its own CADs (clamped at 0) and empty-key recycles (also for a key gone
+// already), never raised by a status write that re-creates a key, and persisted with DEL and
+// HSET every PersistInterval and when it stops.
 //
 // Layouts: in the location layout it is today's KVCM (one L#<id> field per location). In the
 // legacy layout it is the same collector over KVCM f6aa2b2's writes: every CAS and CAD
@@ -64,6 +82,12 @@ type UpstreamGC struct {
 	touched map[string]bool
 	pending map[UpstreamRef]bool
 	errs    []error
+	// resurrected counts, per location, the writes that brought it back after another
+	// process removed it (WritesKVCM).
+	resurrected map[UpstreamRef]int
+	// counters are KVCM's counters by instance (Counters).
+	counters map[string]*UpstreamCounters
+	rng      *rand.Rand
 
 	inflight sync.WaitGroup
 	slots    chan struct{}
@@ -97,8 +121,51 @@ type UpstreamConfig struct {
 	// PrepareDeleteTaskImpl). KVCM's GC submits with none; its reclaimer waits the group's
 	// delay_before_delete_ms, and a busy executor queue or a slow Sync waits too.
 	DeleteDelay time.Duration
+	// DeleteDelayMax, when above DeleteDelay, makes each request wait a draw between the two:
+	// an executor busy at some moments and idle at others.
+	DeleteDelayMax time.Duration
 	// Now is the wall clock (µs create_time are compared with it); time.Now when nil.
 	Now func() time.Time
+	// Writes is how a step's read and write reach Redis: WritesAtomic or WritesKVCM.
+	Writes UpstreamWrites
+	// WriteWindow (WritesKVCM) is the longest time between a write's read and its write,
+	// drawn per write: the window KVCM leaves to other processes. 0: none but the round trip.
+	WriteWindow time.Duration
+	// Seed seeds the draws of WriteWindow.
+	Seed uint64
+	// Counters keeps KVCM's counters of each instance (see UpstreamGC).
+	Counters bool
+	// PersistInterval is how often the counters are persisted
+	// (persist_metadata_interval_time_ms, 1 s).
+	PersistInterval time.Duration
+}
+
+// UpstreamWrites says how the emulator writes Redis.
+type UpstreamWrites uint8
+
+const (
+	// WritesAtomic reads and writes each step in one transaction.
+	WritesAtomic UpstreamWrites = iota
+	// WritesKVCM writes as KVCM does: read, re-serialize, blind write.
+	WritesKVCM
+)
+
+// UpstreamCounters are KVCM's counters of one instance as the emulator keeps them.
+type UpstreamCounters struct {
+	Keys  int64
+	Usage map[kvcm.StorageType]uint64
+	// OverSubtracted is the bytes its CADs subtracted for locations another process removed
+	// between the CAD's read and its HDEL, by slot: KVCM subtracts them all the same.
+	OverSubtracted map[kvcm.StorageType]uint64
+	// Recreated counts the keys its status writes re-created (counted +0, as KVCM does);
+	// RecycledGone the recycles whose DEL found the key gone (counted −1 all the same).
+	Recreated, RecycledGone int64
+}
+
+func (c *UpstreamCounters) clone() UpstreamCounters {
+	out := *c
+	out.Usage, out.OverSubtracted = maps.Clone(c.Usage), maps.Clone(c.OverSubtracted)
+	return out
 }
 
 // UpstreamStorage is one storage of KVCM's as the emulator's DataStorageManager sees it.
@@ -139,6 +206,11 @@ type UpstreamStats struct {
 	KeysRecycled int
 	// ScanErrors counts failed scans (an instance is left for the round after 3 in a row).
 	ScanErrors int
+	// Resurrected counts the locations a blind write brought back after another process
+	// removed them; Recreated the keys such a write re-created (WritesKVCM).
+	Resurrected, Recreated int
+	// Persists counts the writes of the counters to the metadata hashes (Counters).
+	Persists int
 }
 
 // Upstream candidate reasons, KVCM's names.
@@ -179,10 +251,20 @@ func NewUpstreamGC(cfg UpstreamConfig) (*UpstreamGC, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Writes > WritesKVCM {
+		return nil, fmt.Errorf("upstream gc: writes %d: want WritesAtomic or WritesKVCM", cfg.Writes)
+	}
+	if cfg.WriteWindow < 0 {
+		return nil, fmt.Errorf("upstream gc: negative write window %s", cfg.WriteWindow)
+	}
+	if cfg.PersistInterval <= 0 {
+		cfg.PersistInterval = time.Second
+	}
 	cfg.Instances = slices.Clone(cfg.Instances)
 	slices.Sort(cfg.Instances) // KVCM sorts its snapshot by (group, instance)
 	return &UpstreamGC{cfg: cfg, removed: map[UpstreamRef]int{}, touched: map[string]bool{}, pending: map[UpstreamRef]bool{},
-		stats: UpstreamStats{Candidates: map[string]int{}}, slots: make(chan struct{}, cfg.MaxInflight)}, nil
+		resurrected: map[UpstreamRef]int{}, stats: UpstreamStats{Candidates: map[string]int{}}, slots: make(chan struct{}, cfg.MaxInflight),
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x6b76636d))}, nil
 }
 
 // Run collects until ctx ends, round after round, then waits for its delete requests in
@@ -197,6 +279,12 @@ func (u *UpstreamGC) Run(ctx context.Context) {
 	}
 	u.ran = true
 	u.mu.Unlock()
+	if err := u.restoreCounters(ctx); err != nil {
+		u.fail(err)
+		return
+	}
+	stopPersist := u.persistLoop(ctx)
+	defer stopPersist()
 	defer u.inflight.Wait()
 	for ctx.Err() == nil {
 		if !u.round(ctx) {
@@ -214,6 +302,11 @@ func (u *UpstreamGC) Run(ctx context.Context) {
 // RunRounds runs n rounds, waits for every request they submitted, and returns: a
 // synchronous form for tests. It fails when ctx ends first.
 func (u *UpstreamGC) RunRounds(ctx context.Context, n int) error {
+	if err := u.restoreCounters(ctx); err != nil {
+		return err
+	}
+	stopPersist := u.persistLoop(ctx)
+	defer stopPersist()
 	defer u.inflight.Wait()
 	for range n {
 		if !u.round(ctx) {
@@ -233,6 +326,36 @@ func (u *UpstreamGC) Stats() UpstreamStats {
 	s := u.stats
 	s.Candidates = maps.Clone(u.stats.Candidates)
 	return s
+}
+
+// DeletesFiles reports whether any of the emulator's storages deletes the files it removes
+// locations of (Files); KVCM's NFS backend deletes none.
+func (u *UpstreamGC) DeletesFiles() bool {
+	for _, st := range u.cfg.Storages {
+		if st.Files {
+			return true
+		}
+	}
+	return false
+}
+
+// Resurrected returns how many times a blind write of the emulator brought each location
+// back after another process had removed it (WritesKVCM).
+func (u *UpstreamGC) Resurrected() map[UpstreamRef]int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.resurrected)
+}
+
+// Counters returns KVCM's counters of each instance as the emulator keeps them (Counters).
+func (u *UpstreamGC) Counters() map[string]UpstreamCounters {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make(map[string]UpstreamCounters, len(u.counters))
+	for inst, c := range u.counters {
+		out[inst] = c.clone()
+	}
+	return out
 }
 
 // Removed returns how many times each location was removed by the emulator's CAD (1 at
@@ -257,6 +380,160 @@ func (u *UpstreamGC) Err() error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return errors.Join(u.errs...)
+}
+
+func (u *UpstreamGC) fail(err error) {
+	u.mu.Lock()
+	u.errs = append(u.errs, err)
+	u.mu.Unlock()
+}
+
+// restoreCounters reads each instance's metadata hash as RecoverMetaData does: an absent
+// hash is all zero, anything KVCM's recovery refuses fails the emulator.
+func (u *UpstreamGC) restoreCounters(ctx context.Context) error {
+	if !u.cfg.Counters {
+		return nil
+	}
+	counters := map[string]*UpstreamCounters{}
+	for _, inst := range u.cfg.Instances {
+		c := &UpstreamCounters{Usage: map[kvcm.StorageType]uint64{}, OverSubtracted: map[kvcm.StorageType]uint64{}}
+		h, err := u.cfg.Store.HGetAll(ctx, kvcm.MetadataKey(inst)).Result()
+		if err != nil {
+			return fmt.Errorf("upstream gc: restore counters of %s: %w", inst, err)
+		}
+		if len(h) > 0 {
+			if c.Keys, err = kvcm.ParseKeyCount(h[kvcm.FieldKeyCount]); err != nil {
+				return fmt.Errorf("upstream gc: restore counters of %s: %w", inst, err)
+			}
+		}
+		if raw, ok := h[kvcm.FieldStorageUsage]; ok {
+			usage, err := kvcm.DecodeStorageUsage([]byte(raw))
+			if err != nil {
+				return fmt.Errorf("upstream gc: restore counters of %s: %w", inst, err)
+			}
+			for _, m := range usage.Members {
+				if !m.Known {
+					return fmt.Errorf("upstream gc: restore counters of %s: unrecognized storage type %q", inst, m.Name)
+				}
+				c.Usage[m.Slot] = m.Value
+			}
+		}
+		counters[inst] = c
+	}
+	u.mu.Lock()
+	u.counters = counters
+	u.mu.Unlock()
+	return nil
+}
+
+// persistLoop persists the counters every PersistInterval until the returned stop, which
+// persists them once more (as ~MetaIndexer does) and waits.
+func (u *UpstreamGC) persistLoop(ctx context.Context) (stop func()) {
+	if !u.cfg.Counters {
+		return func() {}
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(u.cfg.PersistInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+				u.persist(pctx)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer fcancel()
+		u.persist(fctx)
+	}
+}
+
+// persist writes every instance's counters as PersistMetaData does: DEL, then HSET of both
+// fields (the legacy layout's KVCM: the key count only), in a pipeline without MULTI.
+func (u *UpstreamGC) persist(ctx context.Context) {
+	cs := u.Counters()
+	pipe := u.cfg.Store.Pipeline()
+	for _, inst := range slices.Sorted(maps.Keys(cs)) {
+		c := cs[inst]
+		key := kvcm.MetadataKey(inst)
+		pipe.Del(ctx, key)
+		if u.cfg.Layout == kvcm.LayoutLegacy {
+			pipe.HSet(ctx, key, kvcm.FieldKeyCount, strconv.FormatInt(c.Keys, 10))
+			continue
+		}
+		pipe.HSet(ctx, key, kvcm.FieldKeyCount, strconv.FormatInt(c.Keys, 10),
+			kvcm.FieldStorageUsage, string(kvcm.FormatStorageUsage(kvcm.UsageMembersCurrent, c.Usage)))
+	}
+	if _, err := pipe.Exec(ctx); err == nil {
+		u.count(func(st *UpstreamStats) { st.Persists++ })
+	}
+}
+
+// instanceOf is the instance a block key of the emulator's belongs to.
+func (u *UpstreamGC) instanceOf(key string) string {
+	id, _ := kvcm.OwnerOf(key, func(id string) bool { return slices.Contains(u.cfg.Instances, id) })
+	return id
+}
+
+// subtract lowers the counters of key's instance for a CAD of l (SubStorageUsageByType,
+// clamped at 0); gone says the HDEL found it removed already.
+func (u *UpstreamGC) subtract(key string, l *kvcm.Location, gone bool) {
+	if !u.cfg.Counters || u.cfg.Layout == kvcm.LayoutLegacy {
+		return // f6aa2b2 kept its usage in memory only: nothing of it is persisted
+	}
+	lu := kvcm.UsageOf(l)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	c := u.counters[u.instanceOf(key)]
+	if c == nil || lu.Slot > kvcm.MaxUsageSlot {
+		return
+	}
+	c.Usage[lu.Slot] -= min(c.Usage[lu.Slot], lu.Bytes)
+	if gone {
+		c.OverSubtracted[lu.Slot] += lu.Bytes
+	}
+}
+
+// recycled lowers key's instance's key count for a DEL of the recycle; gone: it found none.
+func (u *UpstreamGC) recycled(key string, gone bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.stats.KeysRecycled++
+	if c := u.counters[u.instanceOf(key)]; c != nil {
+		c.Keys = max(c.Keys-1, 0)
+		if gone {
+			c.RecycledGone++
+		}
+	}
+}
+
+// deleteDelay is the wait between a request's CAS and its physical delete.
+func (u *UpstreamGC) deleteDelay() time.Duration {
+	if u.cfg.DeleteDelayMax <= u.cfg.DeleteDelay {
+		return u.cfg.DeleteDelay
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.cfg.DeleteDelay + time.Duration(u.rng.Int64N(int64(u.cfg.DeleteDelayMax-u.cfg.DeleteDelay)+1))
+}
+
+// window waits a draw of WriteWindow: KVCM's time between a read and its write.
+func (u *UpstreamGC) window(ctx context.Context) {
+	if u.cfg.WriteWindow <= 0 {
+		return
+	}
+	u.mu.Lock()
+	d := time.Duration(u.rng.Int64N(int64(u.cfg.WriteWindow) + 1))
+	u.mu.Unlock()
+	pause(ctx, d)
 }
 
 // pause waits d or until ctx ends; false when ctx ended.
@@ -537,16 +814,26 @@ func (u *UpstreamGC) execute(ctx context.Context, req []upstreamTarget) {
 		}
 		byKey[t.ref.Key] = append(byKey[t.ref.Key], t)
 	}
+	kvcmWrites := u.cfg.Writes == WritesKVCM
 	for _, k := range order {
-		marked := u.cas(ctx, k, byKey[k])
+		var marked []markedTarget
+		if kvcmWrites {
+			marked = u.casKVCM(ctx, k, byKey[k])
+		} else {
+			marked = u.cas(ctx, k, byKey[k])
+		}
 		if len(marked) == 0 {
 			continue
 		}
-		if u.cfg.DeleteDelay > 0 {
-			pause(ctx, u.cfg.DeleteDelay) // ended early by the request's own deadline only
+		if d := u.deleteDelay(); d > 0 {
+			pause(ctx, d) // ended early by the request's own deadline only
 		}
 		u.deleteData(ctx, k, marked)
-		u.cad(ctx, k, marked)
+		if kvcmWrites {
+			u.cadKVCM(ctx, k, marked)
+		} else {
+			u.cad(ctx, k, marked)
+		}
 	}
 }
 
@@ -667,11 +954,13 @@ func (u *UpstreamGC) deleteData(ctx context.Context, key string, ts []markedTarg
 	uri := fields[kvcm.FieldURI]
 	for _, t := range ts {
 		cur, ok := u.current(fields, uri, t.ref.ID)
-		if !ok || string(cur) != string(t.deleting) {
+		if !ok {
 			continue
 		}
 		l, err := kvcm.DecodeLocation(t.ref.ID, cur)
-		if err != nil {
+		// DoLocationDelTask keeps the locations still DELETING; the atomic emulator only
+		// its own mark, byte for byte.
+		if err != nil || l.Status != kvcm.StatusDeleting || u.cfg.Writes == WritesAtomic && string(cur) != string(t.deleting) {
 			continue
 		}
 		for _, s := range l.Specs {
@@ -771,7 +1060,6 @@ func (u *UpstreamGC) cad(ctx context.Context, key string, ts []markedTarget) {
 		return err
 	})
 	u.mu.Lock()
-	defer u.mu.Unlock()
 	if err != nil {
 		// Other writers every time, or an outage: the DELETING stays, as KVCM's executor leaves it
 		// when its CAD fails. Nothing of KVCM's retries it.
@@ -779,6 +1067,7 @@ func (u *UpstreamGC) cad(ctx context.Context, key string, ts []markedTarget) {
 		if !errors.Is(err, redis.TxFailedErr) && ctx.Err() == nil && !isNetErr(err) {
 			u.errs = append(u.errs, fmt.Errorf("upstream gc: cad %s: %w", key, err))
 		}
+		u.mu.Unlock()
 		return
 	}
 	u.stats.CADLost += lost
@@ -786,9 +1075,321 @@ func (u *UpstreamGC) cad(ctx context.Context, key string, ts []markedTarget) {
 	for _, r := range gone {
 		u.removed[r]++
 	}
-	if recycled {
-		u.stats.KeysRecycled++
+	u.mu.Unlock()
+	for _, t := range ts {
+		if slices.Contains(gone, t.ref) {
+			if l, err := kvcm.DecodeLocation(t.ref.ID, t.deleting); err == nil {
+				u.subtract(key, &l, false)
+			}
+		}
 	}
+	if recycled {
+		u.recycled(key, false)
+	}
+}
+
+// casKVCM is steps 1 to 3 for the targets of one key as KVCM makes them: a read, KVCM's
+// comparison of re-serializations, the window, and a blind HSET of its re-serialization of
+// the DELETING copy (legacy: of the whole map, and __lru_time__). Whatever another process
+// removed or rewrote in the window, the write lands: a removed location comes back as
+// DELETING (legacy: every location of the map read), a removed key comes back with that
+// field alone.
+func (u *UpstreamGC) casKVCM(ctx context.Context, key string, ts []upstreamTarget) []markedTarget {
+	legacy := u.cfg.Layout == kvcm.LayoutLegacy
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ref.ID
+	}
+	blk, cur, err := u.readKVCM(ctx, key, ids)
+	if err != nil {
+		u.count(func(st *UpstreamStats) { st.CASLost += len(ts) }) // an outage: nothing written
+		return nil
+	}
+	var marked []markedTarget
+	for i, t := range ts {
+		c := cur[i]
+		exp, err := kvcm.DecodeLocation(t.ref.ID, t.expected)
+		// KVCM compares its re-serializations (unknown members and member order do not
+		// count) and skips what is DELETING already; a location gone is EC_NOENT.
+		if c == nil || c.Err != nil || err != nil || c.Status == kvcm.StatusDeleting ||
+			string(kvcm.ReencodeLocation(c)) != string(kvcm.ReencodeLocation(&exp)) {
+			continue
+		}
+		c.Status = kvcm.StatusDeleting
+		marked = append(marked, markedTarget{upstreamTarget: t, deleting: kvcm.ReencodeLocation(c)})
+	}
+	if lost := len(ts) - len(marked); lost > 0 {
+		u.count(func(st *UpstreamStats) { st.CASLost += lost })
+	}
+	if len(marked) == 0 {
+		return nil
+	}
+	u.window(ctx)
+	var set []any
+	if legacy {
+		u.touching(key)
+		set = []any{kvcm.FieldURI, string(kvcm.ReencodeLegacyBlock(blk)), kvcm.FieldLRUTime, strconv.FormatInt(u.cfg.Now().UnixMicro(), 10)}
+	} else {
+		for _, m := range marked {
+			set = append(set, kvcm.LocationField(m.ref.ID), m.deleting)
+		}
+	}
+	back, err := u.blindWrite(ctx, key, set, nil, false, nil)
+	if err != nil {
+		u.count(func(st *UpstreamStats) { st.CASLost += len(marked) })
+		if ctx.Err() == nil && !isNetErr(err) {
+			u.fail(fmt.Errorf("upstream gc: cas %s: %w", key, err))
+		}
+		return nil
+	}
+	u.count(func(st *UpstreamStats) { st.CAS += len(marked) })
+	u.brought(key, back)
+	return marked
+}
+
+// readKVCM reads the targets' locations as KVCM does (HMGET of their fields; legacy: the map):
+// cur[i] is ts[i]'s location, nil when absent or not decodable; blk the legacy map.
+func (u *UpstreamGC) readKVCM(ctx context.Context, key string, ids []string) (*kvcm.Block, []*kvcm.Location, error) {
+	cur := make([]*kvcm.Location, len(ids))
+	if u.cfg.Layout == kvcm.LayoutLegacy {
+		uri, err := u.cfg.Store.HGet(ctx, key, kvcm.FieldURI).Result()
+		if errors.Is(err, redis.Nil) || err == nil && uri == "" {
+			return nil, cur, nil // EC_NOENT
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		blk, err := kvcm.DecodeBlock([]byte(uri))
+		if err != nil {
+			return nil, cur, nil // KVCM's read of the block fails: nothing found
+		}
+		for i, id := range ids {
+			if l, ok := blk.Find(id); ok && l.Err == nil {
+				cur[i] = l
+			}
+		}
+		return blk, cur, nil
+	}
+	fields := make([]string, len(ids))
+	for i, id := range ids {
+		fields[i] = kvcm.LocationField(id)
+	}
+	vals, err := u.cfg.Store.HMGet(ctx, key, fields...).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, id := range ids {
+		if s, _ := vals[i].(string); s != "" {
+			if l, err := kvcm.DecodeLocation(id, []byte(s)); err == nil && l.Err == nil {
+				cur[i] = &l
+			}
+		}
+	}
+	return nil, cur, nil
+}
+
+// blindWrite sends KVCM's write of key: HSET of set, HDEL of del, or (delKey) DEL, with no
+// condition at all. It also reads, in the same MULTI so the reading is exact, which fields
+// and locations the write brought back that were not there: the write itself is as blind
+// as KVCM's, the MULTI only lets the emulator see what it did.
+func (u *UpstreamGC) blindWrite(ctx context.Context, key string, set []any, del []string, delKey bool, check []string) (brought writeEffect, err error) {
+	legacy := u.cfg.Layout == kvcm.LayoutLegacy
+	var exists, hsetN, hdelN, delN *redis.IntCmd
+	var before *redis.MapStringStringCmd
+	_, err = u.cfg.Store.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		exists, before = p.Exists(ctx, key), p.HGetAll(ctx, key)
+		switch {
+		case delKey:
+			delN = p.Del(ctx, key)
+		case len(del) > 0:
+			hdelN = p.HDel(ctx, key, del...)
+		default:
+			hsetN = p.HSet(ctx, key, set...)
+		}
+		return nil
+	})
+	if err != nil {
+		return writeEffect{}, err
+	}
+	brought.recreated = exists.Val() == 0 && (hsetN != nil)
+	old := before.Val()
+	// Which of check were gone already (an HDEL or a map written without them found them so).
+	had := map[string]bool{}
+	if legacy {
+		if b, err := kvcm.DecodeBlock([]byte(old[kvcm.FieldURI])); err == nil {
+			for _, l := range b.Locations {
+				had[l.ID] = true
+			}
+		}
+	} else {
+		for f := range old {
+			if id, ok := kvcm.LocationID(f); ok {
+				had[id] = true
+			}
+		}
+	}
+	for _, id := range check {
+		if !had[id] {
+			brought.goneAlready = append(brought.goneAlready, id)
+		}
+	}
+	switch {
+	case delN != nil:
+		brought.keyDeleted = delN.Val()
+	case hdelN != nil:
+		// Redis drops a hash whose last field goes: then the HDEL itself removed the key.
+		brought.emptied = hdelN.Val() > 0 && int(hdelN.Val()) == len(old)
+	case legacy:
+		// The map written holds every location of the map read: those another process
+		// removed meanwhile are back.
+		if b, err := kvcm.DecodeBlock([]byte(set[1].(string))); err == nil {
+			for _, l := range b.Locations {
+				if !had[l.ID] {
+					brought.back = append(brought.back, l.ID)
+				}
+			}
+		}
+	default:
+		for i := 0; i+1 < len(set); i += 2 {
+			if _, ok := old[set[i].(string)]; !ok {
+				id, _ := kvcm.LocationID(set[i].(string))
+				brought.back = append(brought.back, id)
+			}
+		}
+	}
+	return brought, nil
+}
+
+// writeEffect is what a blind write did besides what it meant to.
+type writeEffect struct {
+	recreated   bool     // the key did not exist: the write re-created it
+	back        []string // location ids the write brought back after another process removed them
+	goneAlready []string // location ids of check the write found gone
+	emptied     bool     // an HDEL removed the key's last fields, so Redis dropped the key
+	keyDeleted  int64    // a DEL's reply
+}
+
+// brought records what a status write brought back.
+func (u *UpstreamGC) brought(key string, w writeEffect) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if w.recreated {
+		u.stats.Recreated++
+		if c := u.counters[u.instanceOf(key)]; c != nil {
+			c.Recreated++ // +0: a status write never counts a key
+		}
+	}
+	for _, id := range w.back {
+		u.stats.Resurrected++
+		u.resurrected[UpstreamRef{Key: key, ID: id}]++
+	}
+}
+
+// cadKVCM is step 5 as BatchCADLocationStatus makes it: a read, a status check (DELETING),
+// the window, an HDEL of the matching ones (legacy: the map written without them, or the key
+// DEL'd when none is left), their bytes subtracted whatever the HDEL found, then the
+// empty-key recycle: no non-empty L# field left (or no key at all), DEL, one key less.
+func (u *UpstreamGC) cadKVCM(ctx context.Context, key string, ts []markedTarget) {
+	legacy := u.cfg.Layout == kvcm.LayoutLegacy
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ref.ID
+	}
+	blk, cur, err := u.readKVCM(ctx, key, ids)
+	if err != nil {
+		u.count(func(st *UpstreamStats) { st.CADLost += len(ts) })
+		return
+	}
+	var match []markedTarget
+	var locs []kvcm.Location
+	for i, t := range ts {
+		if c := cur[i]; c != nil && c.Status == kvcm.StatusDeleting {
+			match, locs = append(match, t), append(locs, *c)
+		}
+	}
+	if lost := len(ts) - len(match); lost > 0 {
+		u.count(func(st *UpstreamStats) { st.CADLost += lost }) // EC_NOENT or EC_MISMATCH: nothing subtracted
+	}
+	if len(match) == 0 {
+		return
+	}
+	u.window(ctx)
+	var w writeEffect
+	var del []string
+	emptied := false
+	if legacy {
+		var keep []kvcm.Location
+		for _, l := range blk.Locations {
+			if !slices.ContainsFunc(match, func(m markedTarget) bool { return m.ref.ID == l.ID }) {
+				keep = append(keep, l)
+			}
+		}
+		u.touching(key)
+		emptied = len(keep) == 0
+		w, err = u.blindWrite(ctx, key, []any{kvcm.FieldURI, string(kvcm.ReencodeLegacyBlock(&kvcm.Block{Locations: keep})),
+			kvcm.FieldLRUTime, strconv.FormatInt(u.cfg.Now().UnixMicro(), 10)}, nil, emptied, targetIDs(match))
+	} else {
+		for _, m := range match {
+			del = append(del, kvcm.LocationField(m.ref.ID))
+		}
+		w, err = u.blindWrite(ctx, key, nil, del, false, targetIDs(match))
+	}
+	if err != nil {
+		u.count(func(st *UpstreamStats) { st.CADLost += len(match) })
+		if ctx.Err() == nil && !isNetErr(err) {
+			u.fail(fmt.Errorf("upstream gc: cad %s: %w", key, err))
+		}
+		return
+	}
+	u.brought(key, w)
+	removed := 0
+	for i, m := range match {
+		gone := slices.Contains(w.goneAlready, m.ref.ID)
+		u.subtract(key, &locs[i], gone)
+		if !gone {
+			removed++
+			u.mu.Lock()
+			u.removed[m.ref]++
+			u.mu.Unlock()
+		}
+	}
+	u.count(func(st *UpstreamStats) { st.Removed += removed })
+	switch {
+	case legacy && emptied:
+		u.recycled(key, w.keyDeleted == 0)
+	case !legacy:
+		u.recycle(ctx, key, w.emptied)
+	}
+}
+
+// targetIDs are the location ids of targets.
+func targetIDs(ts []markedTarget) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.ref.ID
+	}
+	return out
+}
+
+// recycle is MaybeReclaimEmptyKeys: a key with no non-empty L# field left, or none at all, is
+// DEL'd and counted out, also when the DEL finds it gone. emptied: the CAD's own HDEL took
+// the key's last fields, so Redis dropped the key then, and a DEL finding it gone is no
+// surprise.
+func (u *UpstreamGC) recycle(ctx context.Context, key string, emptied bool) {
+	fields, err := u.cfg.Store.HGetAll(ctx, key).Result()
+	if err != nil {
+		return
+	}
+	for f, v := range fields {
+		if _, ok := kvcm.LocationID(f); ok && v != "" {
+			return
+		}
+	}
+	n, err := u.cfg.Store.Del(ctx, key).Result()
+	if err != nil {
+		return
+	}
+	u.recycled(key, n == 0 && !emptied)
 }
 
 // touching records that a write of key's __lru_time__ (legacy layout) is about to be sent.

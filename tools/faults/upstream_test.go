@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -104,9 +106,14 @@ func upstreamEnv(t *testing.T, layout kvcm.Layout) (*env, string) {
 
 // TestUpstreamGC: the emulator takes what upstream's rules call garbage, in its order and
 // steps, and nothing else; its files go, the confirmed-missing ones are not deleted again.
+// Alone on the keyspace, its two ways of writing remove the same locations.
 func TestUpstreamGC(t *testing.T) {
-	for _, layout := range []kvcm.Layout{kvcm.LayoutLocation, kvcm.LayoutLegacy} {
-		t.Run(layout.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		layout kvcm.Layout
+		writes UpstreamWrites
+	}{{kvcm.LayoutLocation, WritesAtomic}, {kvcm.LayoutLegacy, WritesAtomic}, {kvcm.LayoutLocation, WritesKVCM}, {kvcm.LayoutLegacy, WritesKVCM}} {
+		layout := tc.layout
+		t.Run(fmt.Sprintf("%s/writes=%d", layout, tc.writes), func(t *testing.T) {
 			ctx := context.Background()
 			e, dir := upstreamEnv(t, layout)
 			want := upstreamFixture(t, ctx, e, dir)
@@ -114,7 +121,7 @@ func TestUpstreamGC(t *testing.T) {
 			require.NoError(t, err)
 			u, err := NewUpstreamGC(UpstreamConfig{Store: e.redis.Client(), Layout: layout, Instances: []string{"inst0"},
 				Storages:     map[string]UpstreamStorage{"nfs_01": {Type: kvcm.TypeFile, Files: true}, "ssd_01": {Type: kvcm.TypePaceSSD}},
-				ScanInterval: time.Millisecond, ScanBatch: 2})
+				ScanInterval: time.Millisecond, ScanBatch: 2, Writes: tc.writes})
 			require.NoError(t, err)
 			require.NoError(t, u.RunRounds(ctx, 2))
 			require.NoError(t, u.Err())
@@ -133,7 +140,13 @@ func TestUpstreamGC(t *testing.T) {
 					require.Zero(t, removed[ref], ref)
 					was, _ := locationIn(before[ref.Key].Fields, e.fieldOf(ref.ID), ref.ID)
 					now, _ := locationIn(after[ref.Key].Fields, e.fieldOf(ref.ID), ref.ID)
-					require.Equal(t, string(was.Raw), string(now.Raw), "%v unchanged", ref)
+					if layout == kvcm.LayoutLegacy && tc.writes == WritesKVCM {
+						// f6aa2b2 re-encodes the whole map it writes: a live location beside a
+						// target keeps its meaning, not its bytes (create_time dropped).
+						require.Equal(t, string(legacyForm(was)), string(legacyForm(now)), "%v unchanged", ref)
+					} else {
+						require.Equal(t, string(was.Raw), string(now.Raw), "%v unchanged", ref)
+					}
 				}
 				for _, f := range l.files {
 					_, err := os.Lstat(f)
@@ -156,6 +169,11 @@ func TestUpstreamGC(t *testing.T) {
 			}
 		})
 	}
+}
+
+// legacyForm is a location as KVCM f6aa2b2 writes it.
+func legacyForm(l *kvcm.Location) []byte {
+	return kvcm.ReencodeLegacyBlock(&kvcm.Block{Locations: []kvcm.Location{*l}})
 }
 
 // TestUpstreamGCRace: two collectors of upstream's protocol over the same garbage: each
@@ -278,4 +296,158 @@ func TestUpstreamGCAnswerLost(t *testing.T) {
 	require.NotEqual(t, before, after, "Redis made the write whose answer was lost")
 	require.True(t, u.Touched()[key], "the rewrite is the emulator's")
 	require.Zero(t, u.Stats().Removed, "no answer, no removal counted")
+}
+
+// interfere is a go-redis hook on the emulator's connection that runs another process's
+// write, once per key and kind of blind write, just before the emulator's write goes out:
+// what lands in KVCM's window between a read and its write.
+type interfere struct {
+	mu     sync.Mutex
+	other  *redis.Client
+	before map[string]func(ctx context.Context, other *redis.Client) // "<cmd> <key>" → what lands first
+	done   map[string]bool
+	sent   map[string][]any // the args of the emulator's writes, by "<cmd> <key>"
+}
+
+func (h *interfere) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *interfere) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *interfere) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			args := c.Args()
+			if len(args) < 2 || c.Name() != "hset" && c.Name() != "hdel" && c.Name() != "del" {
+				continue
+			}
+			what := c.Name() + " " + fmt.Sprint(args[1])
+			h.mu.Lock()
+			h.sent[what] = args
+			f := h.before[what]
+			run := f != nil && !h.done[what]
+			h.done[what] = true
+			h.mu.Unlock()
+			if run {
+				f(ctx, h.other)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestUpstreamGCBlindWrites: KVCM's writes as KVCM makes them. A location another process
+// removes between the emulator's read and its status write comes back (DELETING, in KVCM's
+// re-serialization: unknown members dropped), a key another process deleted comes back with
+// that one field, and a CAD whose HDEL finds the location gone subtracts its bytes all the
+// same. KVCM's counters follow, and are persisted.
+func TestUpstreamGCBlindWrites(t *testing.T) {
+	ctx := context.Background()
+	e, _ := upstreamEnv(t, kvcm.LayoutLocation)
+	rdb := e.redis.Client()
+	old := time.Now().Add(-30 * time.Hour).UnixMicro()
+	spec := func(n int) string { return fmt.Sprintf(`{"name":"tp0","uri":"file://nfs_01/kv/%d?size=%d"}`, n, n) }
+	k := func(n int) string { return kvcm.BlockKey("inst0", int64(n)) }
+	// A location written by a KVCM with a checksum member, its members in another order.
+	orph1 := fmt.Sprintf(`{"status":2,"id":"orph0001","type":4,"spec_size":1,"create_time":%d,"checksum":77,"location_specs":[%s]}`, old, spec(100))
+	require.NoError(t, rdb.HSet(ctx, k(1), kvcm.FieldPrevKey, "", kvcm.LocationField("orph0001"), orph1,
+		kvcm.LocationField("live0001"), locJSON{id: "live0001", status: kvcm.StatusServing, typ: kvcm.TypeFile, createTime: old, specs: []string{spec(7)}}.bytes(e.layout)).Err())
+	require.NoError(t, e.writeBlock(ctx, k(2), 0, []locJSON{{id: "orph0002", status: kvcm.StatusWriting, typ: kvcm.TypeFile, createTime: old, specs: []string{spec(50)}}}))
+	require.NoError(t, e.writeBlock(ctx, k(3), 0, []locJSON{{id: "orph0003", status: kvcm.StatusWriting, typ: kvcm.TypeFile, createTime: old, specs: []string{spec(30)}}}))
+	require.NoError(t, rdb.HSet(ctx, kvcm.MetadataKey("inst0"), kvcm.FieldKeyCount, "3",
+		kvcm.FieldStorageUsage, string(kvcm.FormatStorageUsage(kvcm.UsageMembersCurrent, map[kvcm.StorageType]uint64{kvcm.TypeFile: 187}))).Err())
+
+	c := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &interfere{other: rdb, done: map[string]bool{}, sent: map[string][]any{}, before: map[string]func(context.Context, *redis.Client){
+		// kvcm-gc's CAD of orph0001 lands in the window of KVCM's CAS …
+		"hset " + k(1): func(ctx context.Context, o *redis.Client) {
+			require.NoError(t, o.HDel(ctx, k(1), kvcm.LocationField("orph0001")).Err())
+		},
+		// … a DEL of k(2) (empty_block: delete) in another …
+		"hset " + k(2): func(ctx context.Context, o *redis.Client) { require.NoError(t, o.Del(ctx, k(2)).Err()) },
+		// … and kvcm-gc's CAD of orph0003 in the window of KVCM's CAD.
+		"hdel " + k(3): func(ctx context.Context, o *redis.Client) {
+			require.NoError(t, o.HDel(ctx, k(3), kvcm.LocationField("orph0003")).Err())
+		},
+	}}
+	c.AddHook(h)
+	u, err := NewUpstreamGC(UpstreamConfig{Store: c, Layout: kvcm.LayoutLocation, Instances: []string{"inst0"},
+		Storages:     map[string]UpstreamStorage{"nfs_01": {Type: kvcm.TypeFile}}, // KVCM's NFS: exists, no-op delete
+		ScanInterval: time.Millisecond, ScanBatch: 16, Writes: WritesKVCM, Counters: true, PersistInterval: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, u.RunRounds(ctx, 1))
+	require.NoError(t, u.Err())
+
+	ref := func(n int) UpstreamRef { return UpstreamRef{Key: k(n), ID: fmt.Sprintf("orph%04d", n)} }
+	// The CAS wrote KVCM's re-serialization: the checksum is gone, the members in KVCM's order.
+	want, err := kvcm.DecodeLocation("orph0001", []byte(orph1))
+	require.NoError(t, err)
+	want.Status = kvcm.StatusDeleting
+	written := string(h.sent["hset "+k(1)][3].([]byte))
+	require.Equal(t, string(kvcm.ReencodeLocation(&want)), written)
+	require.NotContains(t, written, "checksum")
+
+	require.Equal(t, map[UpstreamRef]int{ref(1): 1, ref(2): 1}, u.Resurrected(), "the status writes brought both back")
+	require.Equal(t, map[UpstreamRef]int{ref(1): 1, ref(2): 1}, u.Removed(), "and its CADs removed them; orph0003 was gone already")
+	st := u.Stats()
+	require.Equal(t, 2, st.Resurrected)
+	require.Equal(t, 1, st.Recreated)
+	require.Equal(t, 3, st.CAS)
+
+	after, err := TakeSnapshot(ctx, rdb, "*")
+	require.NoError(t, err)
+	require.Equal(t, []string{kvcm.FieldPrevKey, kvcm.LocationField("live0001")}, slices.Sorted(maps.Keys(after[k(1)].Fields)))
+	require.NotContains(t, after, k(2), "recycled")
+	require.NotContains(t, after, k(3), "recycled, though kvcm-gc's HDEL emptied it first")
+
+	cs := u.Counters()["inst0"]
+	require.Equal(t, int64(1), cs.Keys, "3 keys, 2 recycled")
+	require.Equal(t, int64(1), cs.Recreated)
+	require.Equal(t, int64(0), cs.RecycledGone, "k(2)'s last field went with the CAD's own HDEL: no surprise")
+	require.Equal(t, uint64(7), cs.Usage[kvcm.TypeFile], "100, 50 and 30 subtracted")
+	require.Equal(t, map[kvcm.StorageType]uint64{kvcm.TypeFile: 30}, cs.OverSubtracted, "orph0003's bytes, which kvcm-gc had removed")
+	// Persisted as PersistMetaData writes them, matching the recount of what Redis holds.
+	m := after[kvcm.MetadataKey("inst0")].Fields
+	require.Equal(t, "1", m[kvcm.FieldKeyCount])
+	require.Equal(t, string(kvcm.FormatStorageUsage(kvcm.UsageMembersCurrent, map[kvcm.StorageType]uint64{kvcm.TypeFile: 7})), m[kvcm.FieldStorageUsage])
+	require.Positive(t, st.Persists)
+}
+
+// TestUpstreamGCBlindWritesLegacy: f6aa2b2 rewrites the whole map it read: a location another
+// process removed from it in the window comes back with the rest.
+func TestUpstreamGCBlindWritesLegacy(t *testing.T) {
+	ctx := context.Background()
+	e, dir := upstreamEnv(t, kvcm.LayoutLegacy)
+	rdb := e.redis.Client()
+	spec := func(name string) string {
+		return fmt.Sprintf(`{"name":"tp0","uri":"file://nfs_01%s?size=9"}`, filepath.Join(dir, name)) // no file: missing
+	}
+	key := kvcm.BlockKey("inst0", 1)
+	lru := time.Now().Add(-48 * time.Hour).UnixMicro()
+	a := locJSON{id: "miss000a", status: kvcm.StatusServing, typ: kvcm.TypeFile, createTime: -1, specs: []string{spec("a")}}
+	b := locJSON{id: "miss000b", status: kvcm.StatusServing, typ: kvcm.TypeFile, createTime: -1, specs: []string{spec("b")}}
+	require.NoError(t, e.writeBlock(ctx, key, lru, []locJSON{a, b}))
+	require.NoError(t, rdb.HSet(ctx, kvcm.MetadataKey("inst0"), kvcm.FieldKeyCount, "1").Err())
+	c := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &interfere{other: rdb, done: map[string]bool{}, sent: map[string][]any{}, before: map[string]func(context.Context, *redis.Client){
+		// kvcm-gc removes b (its CAD writes the map without it) in the window of KVCM's CAS.
+		"hset " + key: func(ctx context.Context, o *redis.Client) {
+			require.NoError(t, o.HSet(ctx, key, kvcm.FieldURI, `{"miss000a":`+a.bytes(kvcm.LayoutLegacy)+`}`).Err())
+		},
+	}}
+	c.AddHook(h)
+	u, err := NewUpstreamGC(UpstreamConfig{Store: c, Layout: kvcm.LayoutLegacy, Instances: []string{"inst0"},
+		Storages:     map[string]UpstreamStorage{"nfs_01": {Type: kvcm.TypeFile, Files: true}},
+		ScanInterval: time.Millisecond, ScanBatch: 16, Writes: WritesKVCM, Counters: true, PersistInterval: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, u.RunRounds(ctx, 1))
+	require.NoError(t, u.Err())
+	require.Equal(t, map[UpstreamRef]int{{Key: key, ID: "miss000b"}: 1}, u.Resurrected())
+	require.Equal(t, map[UpstreamRef]int{{Key: key, ID: "miss000a"}: 1, {Key: key, ID: "miss000b"}: 1}, u.Removed())
+	n, err := rdb.Exists(ctx, key).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "f6aa2b2 DELs a key whose map it empties")
+	require.Equal(t, int64(0), u.Counters()["inst0"].Keys)
+	m, err := rdb.HGetAll(ctx, kvcm.MetadataKey("inst0")).Result()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{kvcm.FieldKeyCount: "0"}, m, "f6aa2b2 persists its key count only")
 }
