@@ -209,11 +209,11 @@ func (e *env) startAll() error {
 	return nil
 }
 
-// kill ends p with SIGKILL and forgets it.
+// kill forgets p and ends it with SIGKILL: forgotten first, so that a wait meanwhile (the
+// soak's checks go on during its faults) does not take the killed process for one that exited
+// by itself.
 func (e *env) kill(stage string, p *Proc) {
-	p.Kill()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	ps := e.procs[stage]
 	for i, q := range ps {
 		if q == p {
@@ -222,6 +222,8 @@ func (e *env) kill(stage string, p *Proc) {
 		}
 	}
 	e.restarts++
+	e.mu.Unlock()
+	p.Kill()
 }
 
 // running returns the running processes of stage.
