@@ -215,14 +215,17 @@ faults:
 	$(GO) run ./tools/faults/cmd/faults $(FAULTS_FLAGS)
 
 # The soak (tools/faults/cmd/soak): every stage, the sweep's too, as its own process for many rounds
-# on a seeded keyspace of 200,000 blocks, while a KVCM-like workload writes, reads and deletes
-# all the time, upstream's GC collects beside kvcm-gc and a fault hits every 3 rounds (kill -9
-# of any stage, Redis restart, NATS restart; on the JetStream cluster the loss of a node). Each
-# round is checked (nothing live lost, the garbage of round N gone by the end of N+1, nothing
-# stranded DELETING, the backlog drained, the streams within max_bytes), and each stage's RSS,
-# heap, goroutines and open files must be flat over the last 10 rounds. Two runs: the location
-# layout on one server, the legacy layout on a 3-node cluster, each at least 20 rounds and
-# SOAK_DURATION long. Tables and plots go to bin/soak/. `make test` runs the short form.
+# on a seeded keyspace of 200,000 blocks, while a KVCM-like workload writes, reads, deletes and
+# crashes at a fixed rate, upstream's GC collects beside kvcm-gc and a fault hits every 3 rounds
+# by a schedule that holds every kind (kill -9 of each stage, Redis and NATS restarts, on the
+# JetStream cluster the loss of a node): each at least once, on the cluster twice. Every round is
+# checked before the next one ends (nothing live lost, the garbage of round N gone by the end of
+# N+1, nothing stranded DELETING, the backlog drained, nothing discarded from a stream before its
+# consumer took it), and each stage's RSS, heap, goroutines and open files must grow by less than
+# 1% of their mean a round over the last 60 rounds, by a fit with a 95% interval that must
+# conclude. Two runs: the location layout on one server, the legacy layout on a 3-node cluster,
+# each SOAK_DURATION long at least, and as long as its faults and its window need. Tables and
+# plots go to bin/soak/. `make test` runs the short form.
 SOAK_DURATION ?= 30m
 SOAK_FLAGS    ?=
 .PHONY: soak

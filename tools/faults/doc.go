@@ -78,8 +78,12 @@
 // processes varies, the choices do not).
 //
 // The soak (RunSoak, soak*.go, `make soak`) runs on the same deployment for many rounds
-// instead of one scenario: KVCM's workload all the time (soak_kvcm.go), upstream's GC beside
-// kvcm-gc (UpstreamGC), a fault every few rounds, every round checked against a model of what
-// KVCM wrote (soak_model.go), and each stage's memory, goroutines and open files required flat
-// over the last rounds (soak_steady.go).
+// instead of one scenario: KVCM's workload all the time at a fixed rate, crashed writers
+// among it (soak_kvcm.go), upstream's GC beside kvcm-gc (UpstreamGC), faults by a schedule
+// that holds every kind (soak_faults.go), every round checked against a model of what KVCM
+// wrote (soak_model.go) before the next one ends — the keys written since the last check,
+// learnt from Redis's keyspace notifications (soak_keys.go), and the others in turn — every
+// stream watched for messages discarded before their consumer took them (soak_streams.go),
+// and each stage's memory, goroutines and open files judged by the slope of a fit with a
+// confidence interval over the last rounds (soak_steady.go, tools/trend).
 package faults

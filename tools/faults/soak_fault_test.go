@@ -1,25 +1,43 @@
 package faults
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// TestFaultSlackWhenChecksLag replays a soak's false alarm: the checks after round 33 ran while
-// round 38 was over already, and the fault they struck then hit round 39's collection of the
-// garbage due in round 37 ("garbage since round 37 still there after round 38"). The slack
-// must follow the rounds the fault hit, not the round whose checks struck it.
-func TestFaultSlackWhenChecksLag(t *testing.T) {
-	s := &soak{faultRounds: map[uint64]bool{}, rounds: newRoundWatch(nil, nil)}
-	for r := uint64(1); r <= 38; r++ {
-		s.rounds.ends[r] = s.rounds.ends[0]
-	}
-	s.markFault(33)
-	for _, due := range []uint64{32, 33, 37, 38, 39} {
-		require.EqualValues(t, 1, s.slack(due), "due %d", due)
-	}
-	for _, due := range []uint64{30, 35, 40} {
-		require.EqualValues(t, 0, s.slack(due), "due %d: no fault hit its rounds", due)
+// TestFaultSchedule: each cycle of the schedule holds every kind of fault of its topology once,
+// the stages in an order of its own, and begins with a stage's kill, a Redis restart and the
+// topology's first NATS fault.
+func TestFaultSchedule(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		f := newFaultSchedule(cluster, 42)
+		kinds := allKinds(cluster)
+		var orders [][]string
+		for c := range 4 {
+			var got []string
+			for range kinds {
+				got = append(got, f.take())
+			}
+			require.Equal(t, c+1, f.done())
+			require.ElementsMatch(t, kinds, got, "cycle %d", c)
+			require.Contains(t, got[0], faultKill)
+			require.Equal(t, faultRedis, got[1])
+			want := faultNATS
+			if cluster {
+				want = faultNodeLoss
+			}
+			require.Equal(t, want, got[2])
+			orders = append(orders, got)
+		}
+		distinct := 0
+		for i := 1; i < len(orders); i++ {
+			if !slices.Equal(orders[i], orders[0]) {
+				distinct++
+			}
+		}
+		require.Positive(t, distinct, "the stages' order is drawn per cycle")
+		require.Len(t, kinds, map[bool]int{false: 7, true: 8}[cluster])
 	}
 }

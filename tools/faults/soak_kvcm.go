@@ -61,9 +61,14 @@ type kvcmWorkload struct {
 	rng      *rand.Rand
 	sessions []pending
 	deletes  []pending
+	ripens   []pending // crashed sessions about to be orphans
 	problems boundedLog
+	// crashAge bounds how long after its crash a crashed session is an orphan (drawn in
+	// between).
+	crashAge [2]time.Duration
 
-	// Counters since the start (ops by name, garbage made), read per round.
+	// Counters since the start (ops by name, garbage made, steps taken), read per round.
+	steps       atomic.Int64
 	ops         sync.Map // name → *atomic.Int64
 	garbageMade atomic.Int64
 	errs        atomic.Int64
@@ -84,14 +89,14 @@ var workloadOps = []struct {
 	name   string
 	weight int
 }{
-	{"read", 40}, {"start", 20}, {"delete", 12}, {"orphan", 8}, {"lose", 6}, {"failover", 1}, {"upgrade", 2}, {"legacy", 3},
+	{"read", 40}, {"start", 20}, {"delete", 12}, {"orphan", 6}, {"crash", 2}, {"lose", 6}, {"failover", 1}, {"upgrade", 2}, {"legacy", 3},
 }
 
 func newKVCMWorkload(sm *soakModel, rdb redis.UniversalClient, layout kvcm.Layout, root string, insts []string,
-	period time.Duration, seedValue uint64) *kvcmWorkload {
+	period time.Duration, crashAge [2]time.Duration, seedValue uint64) *kvcmWorkload {
 	_, fates := sm.counts()
 	return &kvcmWorkload{sm: sm, rdb: rdb, layout: layout, root: root, grace: orphanGrace, insts: insts, period: period,
-		target: fates[Keep], rng: rand.New(rand.NewPCG(seedValue, seedValue^0x2545f4914f6cdd1d))}
+		crashAge: crashAge, target: fates[Keep], rng: rand.New(rand.NewPCG(seedValue, seedValue^0x2545f4914f6cdd1d))}
 }
 
 // live is the number of live locations, counted again every liveEvery operations.
@@ -142,19 +147,36 @@ func (w *kvcmWorkload) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)))
 }
 
-// run operates until ctx ends.
+// run operates until ctx ends, one step every period by the clock: a step that took longer
+// (Redis slow, the model held) is followed by the next ones at once, so the rate holds; a
+// pause (a Redis fault) is not made up for beyond catchUp.
 func (w *kvcmWorkload) run(ctx context.Context) {
 	total := 0
 	for _, o := range workloadOps {
 		total += o.weight
 	}
-	tick(ctx, w.period, func() { w.step(ctx, total) })
+	next := time.Now()
+	for ctx.Err() == nil {
+		next = next.Add(w.period)
+		if d := time.Until(next); d > 0 {
+			if sleep(ctx, d) != nil {
+				return
+			}
+		} else if -d > catchUp {
+			next = time.Now()
+		}
+		w.step(ctx, total)
+	}
 }
+
+// catchUp bounds how far behind its schedule the workload catches up.
+const catchUp = time.Second
 
 // step runs the operations due, then one picked by weight (total: the sum of the weights).
 func (w *kvcmWorkload) step(ctx context.Context, total int) {
 	w.gate.Lock()
 	defer w.gate.Unlock()
+	w.steps.Add(1)
 	w.due(ctx)
 	x := w.intn(total)
 	for _, o := range workloadOps {
@@ -193,6 +215,9 @@ func (w *kvcmWorkload) due(ctx context.Context) {
 	for _, p := range take(&w.deletes) {
 		w.execute(ctx, p.key, p.id)
 	}
+	for _, p := range take(&w.ripens) {
+		w.ripen(ctx, p.key, p.id)
+	}
 }
 
 func (w *kvcmWorkload) later(list *[]pending, key, id string, lo, hi time.Duration) {
@@ -219,6 +244,8 @@ func (w *kvcmWorkload) operate(ctx context.Context, name string) {
 		ok = w.markDeleting(ctx, false)
 	case "orphan":
 		ok = w.orphan(ctx)
+	case "crash":
+		ok = w.crash(ctx)
 	case "lose":
 		ok = w.lose()
 	case "upgrade":
@@ -244,6 +271,7 @@ type change struct {
 func (w *kvcmWorkload) write(ctx context.Context, key string, plan func(cur Value, exists bool, mk *mkey) (*change, error)) bool {
 	w.sm.mu.Lock()
 	defer w.sm.mu.Unlock()
+	w.sm.wrote(key)
 	var done, sent *change
 	var newVal, sentVal Value
 	var exists bool
@@ -254,23 +282,7 @@ func (w *kvcmWorkload) write(ctx context.Context, key string, plan func(cur Valu
 		}
 		cur := Value{Type: "hash", Fields: fields}
 		exists = len(fields) > 0
-		mk := w.sm.keys[key]
-		if mk != nil {
-			w.learn(key, mk, cur, exists)
-			if !exists {
-				// Gone with its last location (upstream's empty-key recycle): a new key now.
-				delete(w.sm.keys, key)
-				w.sm.dropWritable(key)
-				mk = nil
-			} else {
-				// What KVCM just read is the key now; the model keeps KVCM's bytes where a
-				// collector's mark is on the way.
-				mk.val = Value{Type: "hash", Fields: maps.Clone(fields)}
-				for _, l := range mk.locs {
-					restoreRaw(&mk.val, l)
-				}
-			}
-		}
+		mk := w.absorb(key, fields)
 		c, err := plan(cur, exists, mk)
 		if err != nil || c == nil {
 			return err
@@ -339,6 +351,30 @@ func (w *kvcmWorkload) write(ctx context.Context, key string, plan func(cur Valu
 	return true
 }
 
+// absorb makes what KVCM just read of key (fields; none: no key) the model's key, once learn
+// has compared the two, and returns it (nil: no key now). The model is held.
+func (w *kvcmWorkload) absorb(key string, fields map[string]string) *mkey {
+	mk := w.sm.keys[key]
+	if mk == nil {
+		return nil
+	}
+	exists := len(fields) > 0
+	w.learn(key, mk, Value{Type: "hash", Fields: fields}, exists)
+	if !exists {
+		// Gone with its last location (upstream's empty-key recycle): a new key now.
+		delete(w.sm.keys, key)
+		w.sm.dropWritable(key)
+		return nil
+	}
+	// What KVCM just read is the key now; the model keeps KVCM's bytes where a collector's
+	// mark is on the way.
+	mk.val = Value{Type: "hash", Fields: maps.Clone(fields)}
+	for _, l := range mk.locs {
+		restoreRaw(&mk.val, l)
+	}
+	return mk
+}
+
 // applied is the key fields once c is written.
 func applied(fields map[string]string, c *change) Value {
 	v := Value{Type: "hash", Fields: maps.Clone(fields)}
@@ -403,6 +439,10 @@ func (w *kvcmWorkload) learn(key string, mk *mkey, cur Value, exists bool) {
 		w.sm.upstreamDropped++
 		w.sm.upstreamDroppedLocs += len(mk.locs)
 		w.sm.upstreamChanged[key] = true
+		for id, l := range mk.locs {
+			w.sm.noteGone(key, id, l, w.sm.checked)
+			delete(w.sm.marks, locRef{key, id})
+		}
 		return // upstream's GC deleted the upgraded block (see soakModel.up)
 	}
 	if exists {
@@ -417,8 +457,10 @@ func (w *kvcmWorkload) learn(key string, mk *mkey, cur Value, exists bool) {
 				w.problem("%s/%s (%s): live location gone (KVCM's read)", key, id, l.kind)
 			case Either:
 				w.sm.upstreamChanged[key] = true
+				w.sm.noteGone(key, id, l, w.sm.checked)
 			}
 			delete(mk.locs, id)
+			delete(w.sm.marks, locRef{key, id})
 		case string(now.Raw) == string(l.raw):
 		case gcMarked(l.raw, now.Raw) && l.status != kvcm.StatusDeleting:
 			if l.fate == Keep {
@@ -555,9 +597,9 @@ func (w *kvcmWorkload) start(ctx context.Context, layout kvcm.Layout) bool {
 	ok := w.addWriting(ctx, key, id, layout, time.Now(), func(cur Value, exists bool, mk *mkey) bool {
 		l := layoutOf(cur.Fields)
 		return !exists || (l == kvcm.LayoutLocation || l == kvcm.LayoutLegacy) && (mk == nil || mk.writable)
-	}, func(mk *mkey, l *mloc) {
+	}, func(mk *mkey, l *mloc, cur *Value) {
 		if l.field == kvcm.FieldURI {
-			refreshed(mk)
+			refreshed(mk, cur)
 		}
 		l.fate, l.kind = Keep, "session"
 	})
@@ -573,7 +615,7 @@ func (w *kvcmWorkload) start(ctx context.Context, layout kvcm.Layout) bool {
 // __lru_time__ created (and _prev_key_ when it creates the key). fits says whether KVCM writes
 // into the key as it is; made records the new location in the model.
 func (w *kvcmWorkload) addWriting(ctx context.Context, key, id string, layout kvcm.Layout, created time.Time,
-	fits func(cur Value, exists bool, mk *mkey) bool, made func(mk *mkey, l *mloc)) bool {
+	fits func(cur Value, exists bool, mk *mkey) bool, made func(mk *mkey, l *mloc, cur *Value)) bool {
 	var path string
 	ok := w.write(ctx, key, func(cur Value, exists bool, mk *mkey) (*change, error) {
 		if !fits(cur, exists, mk) {
@@ -610,7 +652,7 @@ func (w *kvcmWorkload) addWriting(ctx context.Context, key, id string, layout kv
 		c.after = func(mk *mkey) {
 			l := &mloc{id: id, field: field, raw: []byte(raw), status: kvcm.StatusWriting, files: []string{p}}
 			mk.locs[id] = l
-			made(mk, l)
+			made(mk, l, &cur)
 		}
 		return c, nil
 	})
@@ -620,13 +662,25 @@ func (w *kvcmWorkload) addWriting(ctx context.Context, key, id string, layout kv
 	return ok
 }
 
-// refreshed: KVCM rewrote a legacy block's __lru_time__, so its WRITING garbage is young again
-// (its age is the later of create_time and __lru_time__); a collector may have judged it
-// already, so it may go or stay.
-func refreshed(mk *mkey) {
-	for _, l := range mk.locs {
-		if l.fate == Go && l.status == kvcm.StatusWriting {
-			l.fate = Either
+// refreshed: a write rewrote a legacy block's __lru_time__, so its WRITING garbage is young
+// again (its age is the later of create_time and __lru_time__). kvcm-gc may have judged it
+// already, and its delete compares the location's bytes, which did not change: it may go or
+// stay (Either). It is no live data either way — its session died long ago, and the write was
+// another location's — so kvcm-gc need not keep it; the deletes of it after the refresh are
+// counted (refreshedAt, for those intact in cur, the block as KVCM read it for the write; nil:
+// the write was upstream's GC's, at a moment unknown).
+func refreshed(mk *mkey, cur *Value) {
+	now := time.Now()
+	for id, l := range mk.locs {
+		if l.fate != Go || l.status != kvcm.StatusWriting {
+			continue
+		}
+		l.fate, l.due = Either, 0
+		if cur == nil {
+			continue
+		}
+		if at, ok := locationIn(cur.Fields, l.field, id); ok && string(at.Raw) == string(l.raw) {
+			l.refreshedAt = now
 		}
 	}
 }
@@ -641,7 +695,7 @@ func withStatus(cur Value, l *mloc, st kvcm.Status) (*change, error) {
 	}
 	c := &change{set: map[string]string{}, after: func(mk *mkey) {
 		if l.field == kvcm.FieldURI {
-			refreshed(mk)
+			refreshed(mk, &cur)
 		}
 		l.raw, l.status = next, st
 	}}
@@ -760,7 +814,7 @@ func (w *kvcmWorkload) execute(ctx context.Context, key, id string) {
 				return &change{del: true}, nil
 			}
 			return &change{set: map[string]string{kvcm.FieldURI: string(out), kvcm.FieldLRUTime: nowUs()},
-				after: func(mk *mkey) { delete(mk.locs, id); refreshed(mk) }}, nil
+				after: func(mk *mkey) { delete(mk.locs, id); refreshed(mk, &cur) }}, nil
 		}
 		for f, v := range cur.Fields {
 			if other, ok := kvcm.LocationID(f); ok && other != id && v != "" {
@@ -799,7 +853,7 @@ func (w *kvcmWorkload) orphan(ctx context.Context) bool {
 		default:
 			return l == kvcm.LayoutLocation
 		}
-	}, func(mk *mkey, l *mloc) {
+	}, func(_ *mkey, l *mloc, _ *Value) {
 		l.kind = "orphan"
 		w.sm.garbage(l)
 	})
@@ -807,6 +861,88 @@ func (w *kvcmWorkload) orphan(ctx context.Context) bool {
 		w.garbageMade.Add(1)
 	}
 	return ok
+}
+
+// crash is a write session whose writer dies between StartWrite and FinishWrite: its WRITING
+// location stays for good. It is stamped by the clock of a KVCM node running behind by the
+// grace less crashAge, so that it becomes an orphan crashAge from now by the run's clock
+// (create_time, and in the legacy layout the block's __lru_time__, past the grace): kvcm-gc
+// must keep it until then, and collect it after. Location layout: in any block, its age being
+// its create_time alone; legacy: in a new block nobody writes again, since a write of the
+// block would make it young again.
+func (w *kvcmWorkload) crash(ctx context.Context) bool {
+	if w.crashAge[1] <= 0 {
+		return false
+	}
+	id := w.newID()
+	age := w.crashAge[0]
+	if w.crashAge[1] > w.crashAge[0] {
+		age = w.between(w.crashAge[0], w.crashAge[1])
+	}
+	created := time.Now().Add(age - w.grace)
+	key := ""
+	if w.layout == kvcm.LayoutLocation && w.intn(2) == 0 {
+		key = w.pickKey()
+	}
+	if key == "" {
+		key = w.newKey()
+	}
+	ok := w.addWriting(ctx, key, id, w.layout, created, func(cur Value, exists bool, mk *mkey) bool {
+		switch {
+		case !exists:
+			return true
+		case mk != nil && !mk.writable:
+			return false
+		default:
+			return w.layout == kvcm.LayoutLocation && layoutOf(cur.Fields) == kvcm.LayoutLocation
+		}
+	}, func(mk *mkey, l *mloc, _ *Value) {
+		l.fate, l.kind, l.orphanAt = Keep, "crashed", created.Add(w.grace)
+		if w.layout == kvcm.LayoutLegacy {
+			mk.writable = false
+			w.sm.dropWritable(key)
+		}
+	})
+	if ok {
+		w.mu.Lock()
+		w.ripens = append(w.ripens, pending{key: key, id: id, at: created.Add(w.grace - ripenEarly)})
+		w.mu.Unlock()
+	}
+	return ok
+}
+
+// ripenEarly is how long before a crashed session is an orphan the model reads it a last
+// time while kvcm-gc must keep it, and ripenLate how close to that moment the read may be:
+// after, a removal seen could be a rightful one, and the read is skipped.
+const (
+	ripenEarly = time.Second
+	ripenLate  = 200 * time.Millisecond
+)
+
+// ripen makes crashed session id of key garbage, a moment before it is an orphan: a last
+// read of the key (KVCM's) finds whether a collector took or marked it while it was live.
+func (w *kvcmWorkload) ripen(ctx context.Context, key, id string) {
+	w.sm.mu.Lock()
+	defer w.sm.mu.Unlock()
+	mk := w.sm.keys[key]
+	if mk == nil || mk.locs[id] == nil || mk.locs[id].fate != Keep {
+		return // gone already: a check has said so (a live location gone)
+	}
+	l := mk.locs[id]
+	if time.Until(l.orphanAt) > ripenLate {
+		fields, err := w.rdb.HGetAll(ctx, key).Result()
+		if err != nil {
+			w.mu.Lock()
+			w.ripens = append(w.ripens, pending{key: key, id: id, at: time.Now().Add(50 * time.Millisecond)})
+			w.mu.Unlock()
+			return
+		}
+		if mk = w.absorb(key, fields); mk == nil || mk.locs[id] == nil {
+			return
+		}
+	}
+	w.sm.garbage(l)
+	w.garbageMade.Add(1)
 }
 
 // emptyLegacy reports whether cur is a legacy block in KVCM's "exists, no location" form last
@@ -884,18 +1020,24 @@ func (w *kvcmWorkload) upgrade(ctx context.Context) bool {
 		field := kvcm.LocationField(id)
 		return &change{set: map[string]string{field: raw}, after: func(mk *mkey) {
 			for lid, l := range mk.locs {
+				intact := true
 				if now, ok := locationIn(cur.Fields, l.field, lid); ok && string(now.Raw) != string(l.raw) {
 					// Marked by a collector before the upgrade: those bytes stay now.
 					l.raw, l.status = slices.Clone(now.Raw), now.Status
 					w.lostRaces.Add(1)
+					intact = false
 				}
 				// Nothing in it may be judged by kvcm-gc any more; upstream's GC still reads
-				// the fields of its layout.
+				// the fields of its layout. Intact now, kvcm-gc had not started on it, and
+				// must keep it from now on.
 				switch {
 				case !w.sm.up.inLayout(l.field):
 					l.fate, l.due = Keep, 0
 				case l.fate == Go:
-					l.fate = Either
+					l.fate, l.due = Either, 0
+					if intact {
+						l.keepSince = time.Now()
+					}
 				}
 			}
 			mk.locs[id] = &mloc{id: id, field: field, raw: []byte(raw), status: kvcm.StatusServing, fate: Keep, kind: "upgrade"}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,9 +40,20 @@ type mloc struct {
 	// (keepFiles aside) they must be gone.
 	files     []string
 	keepFiles bool
-	// kind is what made it (seed kinds, or the workload's: session, orphan, deleting, stuck,
-	// upgrade, legacy).
+	// kind is what made it (seed kinds, or the workload's: session, orphan, crashed,
+	// deleting, stuck, upgrade, legacy).
 	kind string
+	// keepSince, of a location of fate Either, is when kvcm-gc had to keep it from: the moment
+	// it became one (an upgrade of its block, the start for a location only upstream's GC
+	// judges) if it was then intact, neither in a collector's DELETING mark nor gone.
+	// kvcm-gc's delete of it needs a compare-and-swap after that moment: a violation. Zero:
+	// kvcm-gc may have judged it before, and may finish.
+	keepSince time.Time
+	// refreshedAt, of WRITING garbage whose legacy block KVCM wrote again while it was intact,
+	// is when: kvcm-gc's deletes of it (judged before) are counted.
+	refreshedAt time.Time
+	// orphanAt, of a crashed session, is when it becomes an orphan: live until then.
+	orphanAt time.Time
 }
 
 // mkey is one key as the soak knows it.
@@ -67,14 +79,29 @@ type soakModel struct {
 	empty string // empty_block
 	// writableKeys lists the keys the workload may write, for drawing one.
 	writableKeys []string
-	// marked are the locations seen in kvcm-gc's (or upstream's) DELETING at the last check, by
-	// "<key>/<id>": still so at the next one, they are stranded.
-	marked map[string]bool
+	// marks are the locations a check found in kvcm-gc's (or upstream's) DELETING mark, with
+	// the round after which it was first seen: a mark seen by a check of a later round is
+	// stranded. Their keys are read by every check until the mark is gone.
+	marks map[locRef]uint64
+	// writes counts the workload's writes of each key: a check compares a key read without
+	// holding the model only when no write of it came in between.
+	writes map[string]uint64
+	// lost are Either locations kvcm-gc had to keep (keepSince) found gone, until the records
+	// of the collectors say whose removal it was.
+	lost map[locRef]lostLoc
+	// checked is the last round checked (a location KVCM's reads find gone is found after it).
+	checked uint64
+	// turn is what is left of the keys a check reads in turn (scope), turnSize how many of
+	// them each check reads.
+	turn     []string
+	turnSize int
 	// collected are the locations kvcm-gc's delete events say it removed, by "<key>/<id>";
 	// their unshared files must be gone.
 	collected map[string]bool
-	// collectedKinds counts them by the kind and fate the model had for them.
+	// collectedKinds counts them by the kind and fate the model had for them; afterRefresh
+	// those whose legacy block KVCM had written again since they were intact garbage.
 	collectedKinds map[string]int
+	afterRefresh   int
 	// undue are the garbage locations no round has started on yet.
 	undue []*mloc
 	// up is upstream's GC when it runs beside kvcm-gc. It reads only the fields of its layout,
@@ -95,8 +122,9 @@ type soakModel struct {
 // newSoakModel builds the model from the seeded keyspace: the snapshot before collection and
 // the manifest's expectations.
 func newSoakModel(before Snapshot, base []Loc, m *seed.Manifest, empty string, up *soakUpstream) (*soakModel, error) {
-	sm := &soakModel{keys: map[string]*mkey{}, empty: empty, marked: map[string]bool{}, collected: map[string]bool{}, up: up,
-		upstreamChanged: map[string]bool{}}
+	sm := &soakModel{keys: map[string]*mkey{}, empty: empty, marks: map[locRef]uint64{}, collected: map[string]bool{}, up: up,
+		upstreamChanged: map[string]bool{}, writes: map[string]uint64{}, lost: map[locRef]lostLoc{}}
+	start := time.Now()
 	collected := map[string]bool{}
 	for _, inst := range m.Instances {
 		collected[inst] = true
@@ -130,7 +158,7 @@ func newSoakModel(before Snapshot, base []Loc, m *seed.Manifest, empty string, u
 			files: l.Files, keepFiles: l.keepsFiles(), kind: kinds[l.Key+"/"+l.ID]}
 		mk.locs[l.ID] = ml
 		if ml.fate == Keep && up.judges(cur, field) {
-			ml.fate = Either // upstream's GC may take it, kvcm-gc keeps it
+			ml.fate, ml.keepSince = Either, start // upstream's GC may take it, kvcm-gc keeps it
 		}
 		if ml.fate == Go {
 			sm.undue = append(sm.undue, ml)
@@ -213,19 +241,26 @@ func gcMarked(raw, cur []byte) bool {
 	return err == nil && string(want) == string(cur)
 }
 
-// checkReport is what one check of the whole keyspace found.
+// checkReport is what one check found.
 type checkReport struct {
+	// Full: every key was read (the stores SCANned too); otherwise Keys were the keys written
+	// since the last check, those holding garbage due, those marked at the last one and a
+	// share of the others in turn.
+	Full      bool
 	Keys      int
-	Live      int // Keep locations, all present with KVCM's bytes
+	Live      int // Keep locations read, all present with KVCM's bytes
 	Garbage   int // Go locations still present (not due yet)
-	Due       int // Go locations due by this check (all must be gone)
+	Due       int // Go locations due by this check still present (each a problem)
 	Gone      int // garbage locations found gone (since the last check)
 	Marked    int // locations in a collector's DELETING mark right now
 	Stranded  int // marks that were there at the last check too
 	Refreshed int // legacy blocks whose __lru_time__ upstream's GC rewrote
 	FilesSeen int
-	Problems  []string
-	Mismatch  int
+	// Again: keys read again because KVCM wrote them while they were read; Held: keys read
+	// while holding the model at last (KVCM wrote them at every try).
+	Again, Held int
+	Problems    []string
+	Mismatch    int
 }
 
 func (r *checkReport) problem(format string, a ...any) {
@@ -235,152 +270,204 @@ func (r *checkReport) problem(format string, a ...any) {
 	}
 }
 
-// checkBatch is how many keys one check reads and compares while holding the model: the
-// workload waits at most that long.
+// locRef names one location of one key.
+type locRef struct{ key, id string }
+
+func (l locRef) String() string { return l.key + "/" + l.id }
+
+// checkBatch is how many keys one check reads at a time.
 const checkBatch = 256
 
-// check compares every key of the stores with the model after the end of round `after` (its
-// garbage locations due by then must be gone), then forgets what it found gone. The workload
-// keeps writing between batches; within a batch the model and Redis agree on KVCM's writes.
-func (sm *soakModel) check(ctx context.Context, rdbs []redis.UniversalClient, after uint64, slack func(due uint64) uint64) (checkReport, error) {
-	var r checkReport
-	// Every key there is, or the model expects.
+// checkScope is what one check reads: every key there is or the model expects (full), or
+// the keys named (by store: -1 the first, where the workload writes).
+type checkScope struct {
+	full bool
+	keys map[string]int
+}
+
+// check compares the keys of scope with the model after the end of round `after` (its garbage
+// locations due by then must be gone), then forgets what it found gone. It reads Redis without
+// holding the model, so KVCM's workload keeps its pace: a key KVCM wrote meanwhile is read
+// again, and after a few tries read while holding the model.
+func (sm *soakModel) check(ctx context.Context, rdbs []redis.UniversalClient, after uint64, slack func(due uint64) uint64, scope checkScope) (checkReport, error) {
+	r := checkReport{Full: scope.full}
 	names := map[string]int{}
-	for i, rdb := range rdbs {
-		var cursor uint64
-		for {
-			keys, next, err := rdb.Scan(ctx, cursor, "*", 1000).Result()
+	for k, i := range scope.keys {
+		names[k] = i
+	}
+	if scope.full {
+		for i, rdb := range rdbs {
+			keys, err := scanRetrying(ctx, rdb)
 			if err != nil {
-				return r, fmt.Errorf("check: scan: %w", err)
+				return r, err
 			}
 			for _, k := range keys {
 				names[k] = i
 			}
-			if cursor = next; cursor == 0 {
-				break
+		}
+		sm.mu.Lock()
+		for k := range sm.keys {
+			if _, ok := names[k]; !ok {
+				names[k] = -1
 			}
 		}
+		sm.mu.Unlock()
 	}
-	sm.mu.Lock()
-	for k := range sm.keys {
-		if _, ok := names[k]; !ok {
-			names[k] = -1 // read from the first store, where the workload writes
-		}
-	}
-	sm.mu.Unlock()
 	all := slices.Sorted(maps.Keys(names))
-	marked := map[string]bool{}
 	for start := 0; start < len(all); start += checkBatch {
 		batch := all[start:min(start+checkBatch, len(all))]
-		if err := sm.checkKeys(ctx, rdbs, names, batch, after, slack, marked, &r); err != nil {
+		if err := sm.checkKeys(ctx, rdbs, names, batch, after, slack, &r); err != nil {
 			return r, err
 		}
 	}
-	sm.mu.Lock()
-	sm.marked = marked
-	sm.mu.Unlock()
 	return r, nil
 }
 
+// readTries is how many times a check reads a key KVCM keeps writing before it reads it
+// holding the model.
+const readTries = 3
+
+// checkKeys checks keys: read without the model, compared holding it, those KVCM wrote in
+// between read again.
 func (sm *soakModel) checkKeys(ctx context.Context, rdbs []redis.UniversalClient, store map[string]int, keys []string,
-	after uint64, slack func(uint64) uint64, marked map[string]bool, r *checkReport) error {
-	sm.mu.Lock()
-	defer sm.mu.Unlock()
-	got, err := readValues(ctx, rdbs, store, keys)
-	if err != nil {
-		return err
-	}
-	for _, k := range keys {
-		r.Keys++
-		cur, exists := got[k]
-		mk := sm.keys[k]
-		if mk == nil {
-			if exists {
-				r.problem("%s: key appeared, nobody wrote it", k)
-			}
-			continue
+	after uint64, slack func(uint64) uint64, r *checkReport) error {
+	for try := 0; len(keys) > 0; try++ {
+		held := try == readTries
+		sm.mu.Lock()
+		seen := make([]uint64, len(keys))
+		for i, k := range keys {
+			seen[i] = sm.writes[k]
 		}
-		if exists && sm.acceptLRU(k, mk, cur) {
-			r.Refreshed++
+		if !held {
+			sm.mu.Unlock()
 		}
-		if !exists && sm.up != nil && layoutOf(mk.val.Fields) == kvcm.LayoutAmbiguous {
-			// Upstream's GC took the block's last L# location and then the key: the legacy
-			// locations went with it (today's KVCM does not see them).
-			sm.upstreamDropped++
-			sm.upstreamDroppedLocs += len(mk.locs)
-			sm.upstreamChanged[k] = true
-			r.Gone += len(mk.locs)
-			delete(sm.keys, k)
-			sm.dropWritable(k)
-			continue
+		got, err := readRetrying(ctx, rdbs, store, keys)
+		if !held {
+			sm.mu.Lock()
 		}
-		var gone []Loc
-		for _, id := range slices.Sorted(maps.Keys(mk.locs)) {
-			l := mk.locs[id]
-			lc := Loc{Key: k, ID: id, Field: l.field}
-			present := exists && in(cur, lc)
-			if !present {
-				switch l.fate {
-				case Keep:
-					r.problem("%s/%s (%s, %s): live location gone", k, id, l.kind, l.status)
-				case Either:
-					sm.upstreamChanged[k] = true
-				}
-				gone = append(gone, lc)
+		if err != nil {
+			sm.mu.Unlock()
+			return err
+		}
+		var again []string
+		for i, k := range keys {
+			if sm.writes[k] != seen[i] {
+				again = append(again, k)
 				continue
 			}
-			switch l.fate {
-			case Keep:
-				r.Live++
-			case Go:
-				if l.due > 0 && l.due+1+slack(l.due) <= after {
-					r.Due++
-					r.problem("%s/%s (%s): garbage since round %d still there after round %d", k, id, l.kind, l.due, after)
-				} else {
-					r.Garbage++
-				}
-			}
-		}
-		want, mayVanish, err := sm.expected(mk.val, gone)
-		if err != nil {
-			r.problem("%s: %v", k, err)
-			continue
-		}
-		if want != nil && exists && want.Type == "hash" {
-			// A collector's mark on a location it may collect is a state on the way.
-			if err := sm.allowMarks(k, mk, want, cur, marked, r); err != nil {
+			if err := sm.compareKey(k, got, after, slack, r); err != nil {
+				sm.mu.Unlock()
 				return err
 			}
 		}
-		switch {
-		case want == nil && exists:
-			r.problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, sm.empty, fieldNames(cur.Fields))
-		case want != nil && !exists && !mayVanish:
-			r.problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
-		case want != nil && exists && !want.equal(cur):
-			r.problem("%s (%s layout): %s", k, layoutOf(mk.val.Fields), diff(*want, cur))
+		sm.mu.Unlock()
+		if held {
+			r.Held += len(keys)
+			return nil
 		}
-		if !exists {
-			want = nil
+		r.Again += len(again)
+		keys = again
+	}
+	return nil
+}
+
+// compareKey compares key k as read (got) with the model, which is held.
+func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, slack func(uint64) uint64, r *checkReport) error {
+	r.Keys++
+	cur, exists := got[k]
+	mk := sm.keys[k]
+	if mk == nil {
+		if exists {
+			r.problem("%s: key appeared, nobody wrote it", k)
 		}
-		if err := sm.checkFiles(k, mk, gone, r); err != nil {
+		return nil
+	}
+	if exists && sm.acceptLRU(k, mk, cur) {
+		r.Refreshed++
+	}
+	if !exists && sm.up != nil && layoutOf(mk.val.Fields) == kvcm.LayoutAmbiguous {
+		// Upstream's GC took the block's last L# location and then the key: the legacy
+		// locations went with it (today's KVCM does not see them).
+		sm.upstreamDropped++
+		sm.upstreamDroppedLocs += len(mk.locs)
+		sm.upstreamChanged[k] = true
+		for id, l := range mk.locs {
+			sm.noteGone(k, id, l, after)
+			delete(sm.marks, locRef{k, id})
+		}
+		r.Gone += len(mk.locs)
+		delete(sm.keys, k)
+		sm.dropWritable(k)
+		return nil
+	}
+	var gone []Loc
+	for _, id := range slices.Sorted(maps.Keys(mk.locs)) {
+		l := mk.locs[id]
+		lc := Loc{Key: k, ID: id, Field: l.field}
+		present := exists && in(cur, lc)
+		if !present {
+			switch l.fate {
+			case Keep:
+				r.problem("%s/%s (%s, %s): live location gone", k, id, l.kind, l.status)
+			case Either:
+				sm.upstreamChanged[k] = true
+				sm.noteGone(k, id, l, after)
+			}
+			gone = append(gone, lc)
+			continue
+		}
+		switch l.fate {
+		case Keep:
+			r.Live++
+		case Go:
+			if l.due > 0 && l.due+1+slack(l.due) <= after {
+				r.Due++
+				r.problem("%s/%s (%s): garbage since round %d still there after round %d", k, id, l.kind, l.due, after)
+			} else {
+				r.Garbage++
+			}
+		}
+	}
+	want, mayVanish, err := sm.expected(mk.val, gone)
+	if err != nil {
+		r.problem("%s: %v", k, err)
+		return nil
+	}
+	if want != nil && exists && want.Type == "hash" {
+		// A collector's mark on a location it may collect is a state on the way.
+		if err := sm.allowMarks(k, mk, want, cur, after, r); err != nil {
 			return err
 		}
-		// What went stays gone: the model forgets it.
-		r.Gone += len(gone)
-		for _, g := range gone {
-			delete(mk.locs, g.ID)
-		}
-		if len(gone) > 0 {
-			if want == nil {
-				delete(sm.keys, k)
-				sm.dropWritable(k)
-			} else {
-				mk.val = Value{Type: want.Type, Fields: maps.Clone(want.Fields), Dump: want.Dump}
-				// Marks are not KVCM's bytes: the model keeps the bytes KVCM wrote.
-				for _, l := range mk.locs {
-					restoreRaw(&mk.val, l)
-				}
+	}
+	switch {
+	case want == nil && exists:
+		r.problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, sm.empty, fieldNames(cur.Fields))
+	case want != nil && !exists && !mayVanish:
+		r.problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
+	case want != nil && exists && !want.equal(cur):
+		r.problem("%s (%s layout): %s", k, layoutOf(mk.val.Fields), diff(*want, cur))
+	}
+	if !exists {
+		want = nil
+	}
+	if err := sm.checkFiles(k, mk, gone, r); err != nil {
+		return err
+	}
+	// What went stays gone: the model forgets it.
+	r.Gone += len(gone)
+	for _, g := range gone {
+		delete(mk.locs, g.ID)
+		delete(sm.marks, locRef{k, g.ID})
+	}
+	if len(gone) > 0 {
+		if want == nil {
+			delete(sm.keys, k)
+			sm.dropWritable(k)
+		} else {
+			mk.val = Value{Type: want.Type, Fields: maps.Clone(want.Fields), Dump: want.Dump}
+			// Marks are not KVCM's bytes: the model keeps the bytes KVCM wrote.
+			for _, l := range mk.locs {
+				restoreRaw(&mk.val, l)
 			}
 		}
 	}
@@ -445,32 +532,34 @@ func (sm *soakModel) acceptLRU(k string, mk *mkey, cur Value) bool {
 		return false
 	}
 	mk.val.Fields[kvcm.FieldLRUTime] = now
-	refreshed(mk)
+	refreshed(mk, nil)
 	return true
 }
 
 // allowMarks puts into want, for every location of mk present in cur in a collector's DELETING
 // mark, the marked bytes when the location may be collected (not Keep); the marks are
-// recorded, and one seen at the last check too is stranded.
-func (sm *soakModel) allowMarks(k string, mk *mkey, want *Value, cur Value, marked map[string]bool, r *checkReport) error {
+// recorded, and one seen by a check of an earlier round too is stranded.
+func (sm *soakModel) allowMarks(k string, mk *mkey, want *Value, cur Value, after uint64, r *checkReport) error {
 	for id, l := range mk.locs {
+		ref := locRef{k, id}
 		now, ok := locationIn(cur.Fields, l.field, id)
 		if !ok || now.Status != kvcm.StatusDeleting || l.status == kvcm.StatusDeleting || !gcMarked(l.raw, now.Raw) {
+			delete(sm.marks, ref)
 			continue
 		}
 		r.Marked++
-		name := k + "/" + id
-		marked[name] = true
-		if sm.marked[name] {
+		if first, seen := sm.marks[ref]; !seen {
+			sm.marks[ref] = after
+		} else if first < after {
 			r.Stranded++
-			r.problem("%s: a collector's DELETING mark still there a round later (stranded)", name)
+			r.problem("%s: a collector's DELETING mark seen after round %d still there after round %d (stranded)", ref, first, after)
 		}
 		if l.fate == Keep {
-			r.problem("%s (%s): live location marked DELETING by a collector", name, l.kind)
+			r.problem("%s (%s): live location marked DELETING by a collector", ref, l.kind)
 			continue
 		}
 		if err := setLocation(want, l.field, id, now.Raw); err != nil {
-			return fmt.Errorf("check %s: %w", name, err)
+			return fmt.Errorf("check %s: %w", ref, err)
 		}
 	}
 	return nil
@@ -557,12 +646,21 @@ func (sm *soakModel) garbage(l *mloc) {
 	sm.undue = append(sm.undue, l)
 }
 
-// takeUndue returns the garbage locations no round has been given yet.
+// takeUndue returns the garbage locations no round has been given yet: those garbage by now
+// (a crashed session ripened a moment before it is an orphan waits for that moment).
 func (sm *soakModel) takeUndue() []*mloc {
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	out := sm.undue
-	sm.undue = nil
+	now := time.Now()
+	var out, later []*mloc
+	for _, l := range sm.undue {
+		if l.orphanAt.After(now) {
+			later = append(later, l)
+		} else {
+			out = append(out, l)
+		}
+	}
+	sm.undue = later
 	return out
 }
 
@@ -593,19 +691,35 @@ func (sm *soakModel) changedByUpstream(key string) bool {
 	return sm.upstreamChanged[key]
 }
 
-// noteCollected records a location kvcm-gc's delete events say it removed.
-func (sm *soakModel) noteCollected(key, id string) {
+// noteCollected records a location kvcm-gc's delete events say it removed, and returns what is
+// wrong with that ("" when nothing is): the model still holds it live, or as an Either
+// location kvcm-gc had to keep (its compare-and-swap came after the moment it had to keep it
+// from: the location was intact then).
+func (sm *soakModel) noteCollected(key, id string) string {
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
 	sm.collected[key+"/"+id] = true
 	kind := "forgotten"
+	var wrong string
 	if mk := sm.keys[key]; mk != nil && mk.locs[id] != nil {
-		kind = mk.locs[id].kind + "/" + fmt.Sprint(mk.locs[id].fate)
+		l := mk.locs[id]
+		kind = l.kind + "/" + fmt.Sprint(l.fate)
+		if !l.refreshedAt.IsZero() {
+			sm.afterRefresh++
+		}
+		switch {
+		case l.fate == Keep:
+			wrong = fmt.Sprintf("%s/%s (%s): kvcm-gc's delete event names a live location", key, id, l.kind)
+		case l.fate == Either && !l.keepSince.IsZero():
+			wrong = fmt.Sprintf("%s/%s (%s): deleted by kvcm-gc, which had to keep it from %s on (upstream's GC alone may take it)",
+				key, id, l.kind, l.keepSince.Format(time.RFC3339Nano))
+		}
 	}
 	if sm.collectedKinds == nil {
 		sm.collectedKinds = map[string]int{}
 	}
 	sm.collectedKinds[kind]++
+	return wrong
 }
 
 // counts returns the locations of each fate.
@@ -679,3 +793,145 @@ func typeOf(types []*redis.StatusCmd, keys []string, k string) string {
 
 // hexKey is a block key as KVCM names its per-block files.
 func hexKey(block int64) string { return strconv.FormatUint(uint64(block), 16) }
+
+// lostLoc is an Either location kvcm-gc had to keep, found gone.
+type lostLoc struct {
+	since time.Time // keepSince
+	kind  string
+	found uint64 // the round after which it was found gone
+}
+
+// noteGone records that location id of key k (held in the model) is gone, found by the check after
+// round `after` or KVCM's read: an Either location kvcm-gc had to keep waits for the
+// collectors' records to say whose removal it was (resolveLost).
+func (sm *soakModel) noteGone(k, id string, l *mloc, after uint64) {
+	if l.fate == Either && !l.keepSince.IsZero() {
+		sm.lost[locRef{k, id}] = lostLoc{since: l.keepSince, kind: l.kind, found: after}
+	}
+}
+
+// lostWait is how many rounds a lost location waits for a collector's record of its removal:
+// kvcm-gc's delete event is read after its round's drain, upstream's removal as it happens.
+const lostWait = 3
+
+// resolveLost judges the lost locations by the collectors' records after round r: one kvcm-gc's
+// delete events name is a violation (it deleted what it had to keep); one upstream's GC removed
+// is upstream's right; one neither names after lostWait rounds is a violation too (something
+// removed a location nobody may have).
+func (sm *soakModel) resolveLost(r uint64, byUpstream func(locRef) bool) []string {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	var out []string
+	for _, ref := range slices.SortedFunc(maps.Keys(sm.lost), func(a, b locRef) int { return strings.Compare(a.String(), b.String()) }) {
+		ll := sm.lost[ref]
+		switch {
+		case sm.collected[ref.String()]:
+			out = append(out, fmt.Sprintf("%s (%s): deleted by kvcm-gc, which had to keep it from %s on (upstream's GC alone may take it)",
+				ref, ll.kind, ll.since.Format(time.RFC3339Nano)))
+		case byUpstream(ref):
+		case r >= ll.found+lostWait:
+			out = append(out, fmt.Sprintf("%s (%s): gone since round %d, and neither kvcm-gc's events nor upstream's GC name its removal",
+				ref, ll.kind, ll.found))
+		default:
+			continue
+		}
+		delete(sm.lost, ref)
+	}
+	return out
+}
+
+// wrote records, holding the model, that the workload is writing key: a check that read it
+// meanwhile reads it again.
+func (sm *soakModel) wrote(key string) { sm.writes[key]++ }
+
+// scope is what the check after round `after` reads: the keys written since the last check
+// (touched; each of its store), the keys of the marks seen, of the garbage due by now
+// (slack as in check), and the next share of every key in turn, so that each is read at least
+// every `every` rounds; or every key (full), which also starts the turn over.
+func (sm *soakModel) scope(after uint64, touched map[string]int, full bool, every int, slack func(uint64) uint64) checkScope {
+	if full {
+		sm.mu.Lock()
+		sm.turn = nil
+		sm.mu.Unlock()
+		return checkScope{full: true}
+	}
+	keys := map[string]int{}
+	for k, i := range touched {
+		keys[k] = i
+	}
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	add := func(k string) {
+		if _, ok := keys[k]; !ok {
+			keys[k] = -1
+		}
+	}
+	for ref := range sm.marks {
+		add(ref.key)
+	}
+	for k, mk := range sm.keys {
+		for _, l := range mk.locs {
+			if l.fate == Go && l.due > 0 && l.due+1+slack(l.due) <= after {
+				add(k)
+				break
+			}
+		}
+	}
+	if len(sm.turn) == 0 {
+		sm.turn = slices.Sorted(maps.Keys(sm.keys))
+		sm.turnSize = (len(sm.turn) + max(every, 1) - 1) / max(every, 1)
+	}
+	n := min(sm.turnSize, len(sm.turn))
+	for _, k := range sm.turn[:n] {
+		add(k)
+	}
+	sm.turn = sm.turn[n:]
+	return checkScope{keys: keys}
+}
+
+// outageWait bounds how long a check waits for a store that does not answer: a fault may be
+// restarting it.
+const outageWait = 2 * time.Minute
+
+// readRetrying is readValues, tried again while the stores do not answer, for up to
+// outageWait.
+func readRetrying(ctx context.Context, rdbs []redis.UniversalClient, store map[string]int, keys []string) (map[string]Value, error) {
+	deadline := time.Now().Add(outageWait)
+	for {
+		got, err := readValues(ctx, rdbs, store, keys)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return got, err
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// scanRetrying lists every key of rdb, starting over while it does not answer, for up to
+// outageWait.
+func scanRetrying(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
+	deadline := time.Now().Add(outageWait)
+	for {
+		var all []string
+		var cursor uint64
+		var err error
+		for {
+			var keys []string
+			keys, cursor, err = rdb.Scan(ctx, cursor, "*", 1000).Result()
+			if err != nil {
+				break
+			}
+			all = append(all, keys...)
+			if cursor == 0 {
+				return all, nil
+			}
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return nil, fmt.Errorf("check: scan: %w", err)
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -11,26 +12,32 @@ import (
 	"time"
 )
 
-// SoakRow is one round of a soak run.
+// SoakRow is one round of a soak run. Every figure is the round's: counted from the end of the
+// round before to its end, read at its end, or (Check) checked after it, before the next one
+// ended (CheckedIn says when).
 type SoakRow struct {
 	Round    uint64
 	Duration time.Duration // the round's, as the scanner measured it
 	Keys     uint64        // block keys it scanned
-	// GarbageMade: garbage locations KVCM's workload made during the round (round 1: and the
-	// seeded ones); Collected: targets kvcm-gc's deletes removed (events read after the round);
-	// Upstream: locations upstream's GC removed; LostRaces: kvcm-gc's deletes that found the
-	// location changed (KVCM wrote it after the judgement); Beaten: found it gone (upstream
-	// was first).
-	GarbageMade, Collected, Upstream, LostRaces, Beaten, DeleteErrors, DeadLetters int
-	// Writes are KVCM's writes.
-	Writes int
-	// Swept of SweepOrphans: the seeded orphan data files the sweep has unlinked so far.
-	Swept, SweepOrphans int
-	Fault               string
-	Drain               time.Duration
-	Check               checkReport
-	Stages              []stageSample
-	Streams             []StreamBytes
+	// Span is the time from the end of the round before (the first: from the start) to the
+	// round's end; Steps are KVCM's workload's steps in it (one operation each, plus the later
+	// steps of its write sessions and deletes that came due), Writes its writes.
+	Span         time.Duration
+	Steps        int
+	Writes       int
+	GarbageMade  int // garbage locations KVCM's workload made (round 1: and the seeded ones)
+	Upstream     int // locations upstream's GC removed
+	Outcomes     roundOutcomes
+	Swept        int // the seeded orphan data files the sweep has unlinked so far
+	SweepOrphans int
+	Fault        string // the fault that hit the round
+	Drain        time.Duration
+	Check        checkReport
+	CheckTime    time.Duration
+	CheckedIn    uint64 // the round under way when the check ended
+	Lagged       bool   // that was not the next round
+	Stages       []stageSample
+	Streams      []StreamFigures
 }
 
 func (s *soak) addRow(r SoakRow) {
@@ -39,13 +46,21 @@ func (s *soak) addRow(r SoakRow) {
 	s.table = append(s.table, r)
 }
 
+// rows returns the rows, each with the delete outcomes of its round known by now (events of a
+// round's requests may be read after its row was made).
 func (s *soak) rows() []SoakRow {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.table)
+	out := slices.Clone(s.table)
+	for i := range out {
+		if o := s.byRound[out[i].Round]; o != nil {
+			out[i].Outcomes = *o
+		}
+	}
+	return out
 }
 
-// stageValue is a stage's figure of the row ("-" when not sampled).
+// stageValue is a stage's figure of the row.
 func (r SoakRow) stageValue(stage, metric string) (float64, bool) {
 	for _, smp := range r.Stages {
 		if smp.Stage == stage {
@@ -56,13 +71,39 @@ func (r SoakRow) stageValue(stage, metric string) (float64, bool) {
 	return 0, false
 }
 
-func (r SoakRow) streamBytes(name string) string {
+// stream is the row's figures of the stream named <…>_name.
+func (r SoakRow) stream(name string) (StreamFigures, bool) {
 	for _, st := range r.Streams {
 		if strings.HasSuffix(st.Name, "_"+name) {
-			return fmt.Sprintf("%.1f", float64(st.Bytes)/(1<<20))
+			return st, true
 		}
 	}
-	return "-"
+	return StreamFigures{}, false
+}
+
+// rate is the workload's steps a second in the round.
+func (r SoakRow) rate() float64 {
+	if r.Span <= 0 {
+		return 0
+	}
+	return float64(r.Steps) / r.Span.Seconds()
+}
+
+// checked says what the check read: "all N" or "N".
+func (r SoakRow) checked() string {
+	if r.Check.Full {
+		return fmt.Sprintf("all %d", r.Check.Keys)
+	}
+	return fmt.Sprint(r.Check.Keys)
+}
+
+// lost is the messages the input streams lost in the round (each a problem).
+func (r SoakRow) lost() uint64 {
+	var n uint64
+	for _, st := range r.Streams {
+		n += st.Lost
+	}
+	return n
 }
 
 // line is the row as one progress line.
@@ -77,21 +118,24 @@ func (r SoakRow) line() string {
 	if r.Fault != "" {
 		fault = "; fault: " + r.Fault
 	}
-	return fmt.Sprintf("round %d: %s, %d keys, garbage +%d, collected %d (upstream %d), races %d, drain %s, live %d, checked %d keys; %s%s",
-		r.Round, r.Duration.Round(100*time.Millisecond), r.Keys, r.GarbageMade, r.Collected, r.Upstream, r.LostRaces,
-		r.Drain.Round(100*time.Millisecond), r.Check.Live, r.Check.Keys, strings.Join(st, " "), fault)
+	return fmt.Sprintf("round %d: %s, %d keys, %.0f steps/s, garbage +%d, upstream %d, drain %s, checked %s in %s, live %d; %s%s",
+		r.Round, r.Duration.Round(100*time.Millisecond), r.Keys, r.rate(), r.GarbageMade, r.Upstream,
+		r.Drain.Round(100*time.Millisecond), r.checked(), r.CheckTime.Round(100*time.Millisecond), r.Check.Live, strings.Join(st, " "), fault)
 }
 
 // WriteSoakTable prints a run's rounds, its steadiness and its outcome.
 func WriteSoakTable(w io.Writer, res SoakResult, cfg SoakConfig) error {
-	fmt.Fprintf(w, "kvcm-gc soak, %s, seed %d: %d×%d blocks seeded, round_pause %s, a fault every %d rounds, upstream GC %v\n\n",
-		res.Run, res.Seed, cfg.Instances, cfg.Blocks, cfg.RoundPause, cfg.FaultEvery, cfg.Upstream)
+	fmt.Fprintf(w, "kvcm-gc soak, %s, seed %d: %d×%d blocks seeded, round_pause %s, a fault every %d rounds, upstream GC %v, "+
+		"KVCM's workload a step every %s (%.0f a second), every key read at least every %d rounds\n\n",
+		res.Run, res.Seed, cfg.Instances, cfg.Blocks, cfg.RoundPause, cfg.FaultEvery, cfg.Upstream, cfg.WritePeriod,
+		1/cfg.WritePeriod.Seconds(), cfg.CheckEvery)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
-	head := []string{"ROUND", "TIME", "KEYS", "LIVE", "GARBAGE+", "COLLECTED", "UPSTREAM", "RACES", "WRITES", "DRAIN", "SWEPT"}
+	head := []string{"ROUND", "TIME", "KEYS", "STEPS/S", "WRITES", "GARBAGE+", "COLLECTED", "UPSTREAM", "RACES",
+		"DRAIN", "CHECKED", "CHECK", "IN", "LIVE", "SWEPT"}
 	for _, s := range soakStages {
 		head = append(head, strings.ToUpper(s[:4])+" MiB", "GOR")
 	}
-	head = append(head, "BATCHES MiB", "DELETES MiB", "EVENTS MiB", "FAULT")
+	head = append(head, "BATCHES MiB", "DELETES MiB", "SWEEP MiB", "LOST", "FAULT")
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for _, r := range res.Rows {
 		keys, dur := "-", "-"
@@ -101,10 +145,14 @@ func WriteSoakTable(w io.Writer, res SoakResult, cfg SoakConfig) error {
 		if r.Duration > 0 {
 			dur = r.Duration.Round(100 * time.Millisecond).String()
 		}
-		cells := []string{fmt.Sprint(r.Round), dur, keys,
-			fmt.Sprint(r.Check.Live), fmt.Sprint(r.GarbageMade), fmt.Sprint(r.Collected), fmt.Sprint(r.Upstream),
-			fmt.Sprint(r.LostRaces), fmt.Sprint(r.Writes), r.Drain.Round(100 * time.Millisecond).String(),
-			fmt.Sprintf("%d/%d", r.Swept, r.SweepOrphans)}
+		rate := "-" // a round seen ending with a later one at once: counted with it
+		if r.Span > 0 {
+			rate = fmt.Sprintf("%.0f", r.rate())
+		}
+		cells := []string{fmt.Sprint(r.Round), dur, keys, rate, fmt.Sprint(r.Writes),
+			fmt.Sprint(r.GarbageMade), fmt.Sprint(r.Outcomes.Collected), fmt.Sprint(r.Upstream), fmt.Sprint(r.Outcomes.LostRaces),
+			r.Drain.Round(100 * time.Millisecond).String(), r.checked(), r.CheckTime.Round(100 * time.Millisecond).String(),
+			fmt.Sprint(r.CheckedIn), fmt.Sprint(r.Check.Live), fmt.Sprintf("%d/%d", r.Swept, r.SweepOrphans)}
 		for _, s := range soakStages {
 			rss, ok := r.stageValue(s, "rss")
 			g, _ := r.stageValue(s, "goroutines")
@@ -114,40 +162,58 @@ func WriteSoakTable(w io.Writer, res SoakResult, cfg SoakConfig) error {
 			}
 			cells = append(cells, fmt.Sprintf("%.1f", mib(rss)), fmt.Sprintf("%.0f", g))
 		}
+		for _, name := range []string{"BATCHES", "DELETES", "SWEEP"} {
+			if st, ok := r.stream(name); ok {
+				cells = append(cells, fmt.Sprintf("%.1f", float64(st.Bytes)/(1<<20)))
+			} else {
+				cells = append(cells, "-")
+			}
+		}
 		fault := r.Fault
 		if fault == "" {
 			fault = "-"
 		}
-		cells = append(cells, r.streamBytes("BATCHES"), r.streamBytes("DELETES"), r.streamBytes("EVENTS"), fault)
+		cells = append(cells, fmt.Sprint(r.lost()), fault)
 		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nSteadiness over the last %d rounds (heap: each round's floor of %d rounds; repeated-median slope per round, pairs within one process, its first %d rounds left out; limit %+.1f%% of the mean):\n\n",
-		cfg.Window, floorRounds, cfg.WarmRounds, 100*cfg.MaxSlope)
+	rule := cfg.Steady
+	fmt.Fprintf(w, "\nSteadiness over the last %d rounds: the least-squares slope per round through the means of batches of %d rounds, "+
+		"a level per process, each process's first %d rounds left out, with its 95%% interval; at most %+.1f%% of the mean a round "+
+		"(GROWS: the interval is above it; flat: below; cannot tell: it holds it%s):\n\n",
+		rule.Window, rule.Batch, rule.WarmRounds, 100*rule.MaxSlope, map[bool]string{true: ", which fails the run", false: ", reported"}[rule.Conclude])
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STAGE\tMETRIC\tMEAN\tSLOPE/ROUND\tOF MEAN\tSAMPLES\tPROCESSES\tRESULT")
+	fmt.Fprintln(tw, "STAGE\tMETRIC\tMEAN\tSLOPE/ROUND\t95% INTERVAL\tOF MEAN\t95% OF MEAN\tSAMPLES\tBATCHES\tPROCESSES\tRESULT")
 	for _, st := range res.Steady {
-		mean, slope := fmt.Sprintf("%.0f", st.Mean), fmt.Sprintf("%+.1f", st.Slope)
-		if st.Metric != "goroutines" && st.Metric != "fds" {
-			mean, slope = fmt.Sprintf("%.1f MiB", mib(st.Mean)), fmt.Sprintf("%+.3f MiB", st.Slope/(1<<20))
+		f := st.Fit
+		unit := func(v float64) string {
+			if st.Metric == "goroutines" || st.Metric == "fds" {
+				return fmt.Sprintf("%+.2f", v)
+			}
+			return fmt.Sprintf("%+.3f MiB", v/(1<<20))
 		}
-		result := "flat"
-		switch {
-		case st.Unknown:
-			result, slope = "n/a (too few samples of one process)", "-"
-		case st.Fail:
-			result = "GROWS"
-		case st.Unjudged:
-			result = "reported, not judged"
-		case st.Slack:
-			result = fmt.Sprintf("flat (within %.0f KiB a round)", cfg.HeapSlack/1024)
+		mean := fmt.Sprintf("%.1f MiB", mib(f.Mean))
+		if st.Metric == "goroutines" || st.Metric == "fds" {
+			mean = fmt.Sprintf("%.1f", f.Mean)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%+.2f%%\t%d\t%d\t%s\n", st.Stage, st.Metric, mean, slope, 100*st.Rel, st.Samples, st.Procs, result)
+		interval, ofMean := "-", "-"
+		if !math.IsInf(f.Lo, 0) && !math.IsInf(f.Hi, 0) {
+			interval = unit(f.Lo) + " .. " + unit(f.Hi)
+			ofMean = fmt.Sprintf("%+.2f%% .. %+.2f%%", 100*st.RelLo, 100*st.RelHi)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%+.2f%%\t%s\t%d\t%d\t%d\t%s\n", st.Stage, st.Metric, mean, unit(f.Slope), interval,
+			100*st.Rel, ofMean, f.Samples, f.Batches, st.Procs, st.Verdict)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(res.FaultsHit) > 0 {
+		fmt.Fprintf(w, "\nFaults by kind, and the rounds they hit:\n")
+		for _, k := range allKinds(res.Run.Cluster) {
+			fmt.Fprintf(w, "  %-22s %d: %v\n", kindName(k), len(res.FaultsHit[k]), res.FaultsHit[k])
+		}
 	}
 	if len(res.Ops) > 0 {
 		var ops []string
@@ -167,10 +233,15 @@ func WriteSoakTable(w io.Writer, res SoakResult, cfg SoakConfig) error {
 		result = "FAILED: " + res.Err.Error()
 	}
 	_, err := fmt.Fprintf(w, "\nresult: %s (%s)\n"+
-		"TIME and KEYS: the round's, as the scanner's checkpoint says (\"-\": not read, e.g. NATS was down when it ended).\n"+
-		"LIVE: live locations checked byte for byte after the round (with their files). GARBAGE+: garbage KVCM made (round 1: and the seed's).\n"+
-		"RACES: kvcm-gc deletes that found the location rewritten by KVCM since the judgement. DRAIN: until every batch, request and sweep\n"+
-		"batch published before the round's end was handled. SWEPT: seeded orphan data files unlinked. MiB/GOR: each stage's resident set and goroutines (least reading of the round, read every %s).\n",
+		"TIME and KEYS: the round's, as the scanner's checkpoint says (\"-\": not read, e.g. NATS was down when it ended). STEPS/S: KVCM's\n"+
+		"workload's steps a second from the end of the round before to the round's end, WRITES its writes, GARBAGE+ the garbage it made\n"+
+		"(round 1: and the seed's). COLLECTED and RACES: targets of the round's delete requests kvcm-gc removed, and found rewritten by KVCM\n"+
+		"since the judgement. UPSTREAM: locations upstream's GC removed in the round. DRAIN: until every batch, request and sweep batch\n"+
+		"published before the round's end was handled. CHECKED: the keys compared with the model after the round (written since the last\n"+
+		"check, holding garbage due or a mark, and a share of the others in turn; \"all\": every key), CHECK how long it took, IN the\n"+
+		"round under way when it ended, LIVE the live locations it read byte for byte (with their files). SWEPT: seeded orphan data files\n"+
+		"unlinked. MiB/GOR: each stage's resident set and goroutines, the least reading of the round (every %s). BATCHES/DELETES/SWEEP\n"+
+		"MiB: the streams' size at the round's end; LOST: messages that left them in the round before their consumer acknowledged them.\n",
 		result, res.Duration.Round(time.Second), samplePoll)
 	return err
 }

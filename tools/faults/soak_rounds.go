@@ -22,6 +22,9 @@ import (
 type roundWatch struct {
 	e  *env
 	sm *soakModel
+	// onEnd, when set, is called (outside the watch's lock) when the watch sees rounds from
+	// to r end, from the poll that saw it.
+	onEnd func(from, r uint64, at time.Time)
 
 	mu     sync.Mutex
 	starts map[uint64]time.Time
@@ -46,7 +49,11 @@ func (w *roundWatch) poll(ctx context.Context) {
 	// The garbage made so far existed before this read: whatever round the read shows, the
 	// next had not started yet.
 	undue := w.sm.takeUndue()
-	ck, err := w.e.checkpoint(ctx)
+	// A short bound: a read lost while NATS restarts is asked again at the next poll rather
+	// than waited for, so that no round's end goes unseen.
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	ck, err := w.e.checkpoint(rctx)
+	cancel()
 	if err != nil || ck.Round == 0 {
 		w.sm.giveBack(undue)
 		return
@@ -66,12 +73,19 @@ func (w *roundWatch) poll(ctx context.Context) {
 		w.nkeys[last] = ck.LastRoundKeys
 		w.durs[last] = time.Duration(ck.LastRoundDuration) * time.Millisecond
 	}
+	var from uint64
 	for r := uint64(1); r <= last; r++ {
 		if _, ok := w.ends[r]; !ok {
 			w.ends[r] = now // over, whether or not this watch saw it
+			if from == 0 {
+				from = r
+			}
 		}
 	}
 	w.mu.Unlock()
+	if from > 0 && w.onEnd != nil {
+		w.onEnd(from, last, now)
+	}
 }
 
 // seen reports whether round r (or a later one) has started.
@@ -151,65 +165,23 @@ func (s *soak) drain(ctx context.Context) (time.Duration, error) {
 	for _, c := range s.e.inputs() {
 		var last uint64
 		if err := s.e.waitFor(ctx, "the last sequence of "+c.stream, func() bool {
-			st, err := s.streamInfo(ctx, c.stream)
+			st, err := s.e.streamState(ctx, c.stream)
+			if err != nil {
+				return false
+			}
 			last = st.State.LastSeq
-			return err == nil
+			return true
 		}); err != nil {
 			return 0, err
 		}
 		if err := s.e.waitFor(ctx, fmt.Sprintf("%s to handle %s up to #%d", c.consumer, c.stream, last), func() bool {
-			info, err := s.consumerInfo(ctx, c)
+			info, err := s.e.consumerState(ctx, c)
 			return err == nil && (info.AckFloor.Stream >= last || info.NumPending == 0 && info.NumAckPending == 0)
 		}); err != nil {
 			return 0, fmt.Errorf("backlog: %w", err)
 		}
 	}
 	return time.Since(started), nil
-}
-
-func (s *soak) streamInfo(ctx context.Context, name string) (*jetstream.StreamInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, readTimeout)
-	defer cancel()
-	st, err := s.e.js.Stream(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return st.Info(ctx)
-}
-
-func (s *soak) consumerInfo(ctx context.Context, c consumerOf) (*jetstream.ConsumerInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, readTimeout)
-	defer cancel()
-	cons, err := s.e.js.Consumer(ctx, c.stream, c.consumer)
-	if err != nil {
-		return nil, err
-	}
-	return cons.Info(ctx)
-}
-
-// StreamBytes is one stream's size after a round.
-type StreamBytes struct {
-	Name  string
-	Bytes uint64
-	Msgs  uint64
-	Limit int64 // max_bytes (-1: none)
-}
-
-// streams reads the size of every stream.
-func (s *soak) streams(ctx context.Context) ([]StreamBytes, error) {
-	var out []StreamBytes
-	for _, name := range []string{s.e.names.BatchesStream(), s.e.names.DeletesStream(), s.e.names.EventsStream(), s.e.names.SweepStream()} {
-		var info *jetstream.StreamInfo
-		if err := s.e.waitFor(ctx, "the size of "+name, func() bool {
-			var err error
-			info, err = s.streamInfo(ctx, name)
-			return err == nil
-		}); err != nil {
-			return nil, err
-		}
-		out = append(out, StreamBytes{Name: name, Bytes: info.State.Bytes, Msgs: info.State.Msgs, Limit: info.Config.MaxBytes})
-	}
-	return out, nil
 }
 
 // eventTally is where the reading of the EVENTS stream is.
@@ -220,11 +192,11 @@ type eventTally struct {
 
 // readEvents reads the events stored since the last call: kvcm-gc's delete outcomes (what it
 // collected, the races it lost) and its dead letters.
-func (s *soak) readEvents(ctx context.Context, row *SoakRow) error {
+func (s *soak) readEvents(ctx context.Context) error {
 	var info *jetstream.StreamInfo
 	if err := s.e.waitFor(ctx, "the events stream", func() bool {
 		var err error
-		info, err = s.streamInfo(ctx, s.e.names.EventsStream())
+		info, err = s.e.streamState(ctx, s.e.names.EventsStream())
 		return err == nil
 	}); err != nil {
 		return err
@@ -249,7 +221,7 @@ func (s *soak) readEvents(ctx context.Context, row *SoakRow) error {
 		if rctx.Err() != nil {
 			return fmt.Errorf("read events: stalled at #%d of #%d: %w", s.events.next, last, lastErr)
 		}
-		if lastErr = s.readEventsOnce(rctx, last, row); lastErr != nil {
+		if lastErr = s.readEventsOnce(rctx, last); lastErr != nil {
 			_ = sleep(rctx, 200*time.Millisecond)
 		}
 	}
@@ -257,7 +229,7 @@ func (s *soak) readEvents(ctx context.Context, row *SoakRow) error {
 }
 
 // readEventsOnce reads events from s.events.next up to last with one ordered consumer.
-func (s *soak) readEventsOnce(ctx context.Context, last uint64, row *SoakRow) error {
+func (s *soak) readEventsOnce(ctx context.Context, last uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	st, err := s.e.js.Stream(ctx, s.e.names.EventsStream())
@@ -270,7 +242,8 @@ func (s *soak) readEventsOnce(ctx context.Context, last uint64, row *SoakRow) er
 		return err
 	}
 	for s.events.next <= last {
-		b, err := c.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		// No more than are stored: a fetch of more waits out its whole MaxWait.
+		b, err := c.Fetch(int(min(1000, last-s.events.next+1)), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			return err
 		}
@@ -286,7 +259,7 @@ func (s *soak) readEventsOnce(ctx context.Context, last uint64, row *SoakRow) er
 			if err != nil {
 				continue
 			}
-			s.tally(ev, row)
+			s.tally(ev)
 		}
 		if got == 0 {
 			if err := b.Error(); err != nil {
@@ -300,28 +273,56 @@ func (s *soak) readEventsOnce(ctx context.Context, last uint64, row *SoakRow) er
 	return nil
 }
 
-func (s *soak) tally(ev subjects.Event, row *SoakRow) {
+// roundOutcomes are kvcm-gc's delete outcomes of one round's requests, and its dead letters.
+type roundOutcomes struct {
+	Collected, LostRaces, Beaten, DeleteErrors, DeadLetters int
+}
+
+// tally counts an event in the round it is about (a dead letter without one: the last round
+// over when it was read).
+func (s *soak) tally(ev subjects.Event) {
+	r := ev.Round
+	if r == 0 {
+		r = s.rounds.lastEnded()
+	}
+	var d roundOutcomes
 	switch ev.Kind {
 	case subjects.EventPoison, subjects.EventDeadLetter:
-		row.DeadLetters++
+		d.DeadLetters++
 		s.note("dead letter (%s, %s): %s", ev.Kind, ev.Stage, ev.Reason)
 	case subjects.EventDelete:
 		for _, t := range ev.PerTarget() {
 			switch t.Outcome {
 			case subjects.OutcomeDeleted, subjects.OutcomePartial:
-				row.Collected++
+				d.Collected++
 				if t.Key != nil {
-					s.sm.noteCollected(kvcm.BlockKey(t.Instance, *t.Key), t.Location)
+					if wrong := s.sm.noteCollected(kvcm.BlockKey(t.Instance, *t.Key), t.Location); wrong != "" {
+						s.problem("round %d: %s", r, wrong)
+					}
 				}
 			case subjects.OutcomeNoopMismatch:
-				row.LostRaces++
+				d.LostRaces++
 			case subjects.OutcomeNoopGone:
-				row.Beaten++
+				d.Beaten++
 			case subjects.OutcomeError:
-				row.DeleteErrors++
+				d.DeleteErrors++
 			}
 		}
+	default:
+		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.byRound[r]
+	if o == nil {
+		o = &roundOutcomes{}
+		s.byRound[r] = o
+	}
+	o.Collected += d.Collected
+	o.LostRaces += d.LostRaces
+	o.Beaten += d.Beaten
+	o.DeleteErrors += d.DeleteErrors
+	o.DeadLetters += d.DeadLetters
 }
 
 func (s *soak) note(format string, a ...any) { s.notesOut.add(format, a...) }
@@ -341,6 +342,10 @@ func (s *soak) notes() []string {
 		out = append(out, fmt.Sprintf("kvcm-gc's delete events name %d distinct locations it removed; by what made them and their fate "+
 			"in the model (1 garbage, 2 either; forgotten: gone from the model before the event was read): %s",
 			len(s.sm.collected), strings.Join(kinds, ", ")))
+		if n := s.sm.afterRefresh; n > 0 {
+			out = append(out, fmt.Sprintf("%d of them were WRITING garbage whose legacy block KVCM wrote again (its __lru_time__ made "+
+				"them young) after kvcm-gc judged them: their bytes unchanged, the deleter's compare-and-swap took them", n))
+		}
 		s.sm.mu.Unlock()
 	}
 	if s.work != nil {

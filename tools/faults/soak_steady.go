@@ -11,10 +11,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/tools/trend"
 )
 
 // Steadiness. All the time, every stage process's own /metrics is read every samplePoll,
-// and each round's row keeps, since the last row, the smallest reading of each figure: the
+// and each round keeps, from its start to its end, the smallest reading of each figure: the
 // process at rest between bursts of work (goroutines come and go with the messages in flight,
 // a fault's disturbance passes):
 //   - rss (process_resident_memory_bytes), goroutines (go_goroutines) and fds
@@ -22,19 +24,20 @@ import (
 //   - heap_live (go_gc_heap_live_bytes): the heap the last collection found live. A heap read
 //     at a random point of its GC cycle (go_memstats_heap_alloc_bytes) is anywhere between that
 //     and the goal, five times as much at the stages' GOGC of 400, which would drown any trend;
-//     read right after a collection it still holds what was allocated in the moment since,
-//     megabytes on a busy prober whose live heap is a few;
 //   - heap_inuse: the heap's spans in use (go_memstats_heap_inuse_bytes) less what was
 //     allocated since the last collection (heap_alloc - heap_live): the live heap with its
 //     fragmentation, which a leak of half-empty spans raises.
 //
-// A leak raises these floors round after round. Each round's heap figures judged are the
-// lowest of its process's last floorRounds rounds (floors), and the slope over the last Window rounds is
-// a repeated median of the slopes between rounds (slopeOf), robust to rounds a fault
-// disturbed, taken only between samples of the same process, and only of processes that have
-// run WarmRounds rounds: a stage restarted by a fault starts small and fills its heap and its
-// pools for a while, which is neither a decline nor a leak. It must be under MaxSlope of the
-// mean per round.
+// A leak raises these floors round after round. The rule (SteadyRule): over the last Window
+// rounds, the slope of each figure per round, fitted with a 95% confidence interval, must be
+// under MaxSlope of the figure's mean. The samples wander (a heap that held a large batch at the
+// round's collections, a resident set that keeps its last peak until the scavenger returns it),
+// so the slope is fitted through the means of batches of Batch rounds (trend.FitSegments), and
+// with a level of its own for each process: a stage a fault restarted starts over lower, which
+// is neither a decline nor a leak, and its first WarmRounds rounds, while it fills its heap and
+// pools, are left out. A figure grows when even the interval's low end is above the limit, is
+// flat when its high end is not, and otherwise the run could not tell: in a long run
+// (Conclude) that fails it too, since a run too short to tell has shown nothing.
 
 // stageMetrics are the figures sampled, by name, with the metric they come from.
 var stageMetrics = []struct{ name, metric string }{
@@ -47,9 +50,6 @@ var stageMetrics = []struct{ name, metric string }{
 
 // heapInuseAtGC names the figure derived from three of the readings (see above).
 const heapInuseAtGC = "heap_inuse_at_gc"
-
-// heapFigures are the figures whose floors over floorRounds rounds are judged.
-var heapFigures = map[string]bool{"heap_live": true, "heap_inuse": true}
 
 // deriveHeapInuse adds heapInuseAtGC to a reading that has its three figures.
 func deriveHeapInuse(vals map[string]float64) {
@@ -156,9 +156,9 @@ func (w *stageWatch) take() []stageSample {
 	return out
 }
 
-// sample takes every stage's figures over round r.
-func (s *soak) sample(r uint64) []stageSample {
-	got := s.stages.take()
+// sample records every stage's figures over round r (taken at its end), with each process's
+// age in rounds.
+func (s *soak) sample(r uint64, got []stageSample) []stageSample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range got {
@@ -211,138 +211,104 @@ func scrapeAll(ctx context.Context, url string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
+// SteadyRule is how each stage's figures are judged at the end of a run (see Steadiness).
+type SteadyRule struct {
+	// Window is the number of last rounds judged, Batch the rounds of one batch mean, and
+	// WarmRounds the rounds a process runs before its samples count.
+	Window, Batch, WarmRounds int
+	// MaxSlope is the largest slope allowed per round, as a share of the mean.
+	MaxSlope float64
+	// Conclude: a figure the run could not tell (its interval holds the limit) fails the run.
+	Conclude bool
+}
+
+// Verdicts of a figure.
+const (
+	VerdictFlat     = "flat"
+	VerdictGrows    = "GROWS"
+	VerdictCantTell = "cannot tell"
+)
+
 // Steadiness is one stage's figure over the last rounds.
 type Steadiness struct {
 	Stage, Metric string
-	// Mean of the samples used; Slope per round (slopeOf); Rel = Slope / Mean.
-	Mean, Slope, Rel float64
-	// Samples and Pairs used, Procs the processes they came from.
-	Samples, Pairs, Procs int
-	// Fail: Rel above the limit. Unknown: too few samples of one process (restarted). Slack:
-	// Rel above the limit but the slope within HeapSlack. Unjudged: a figure of
-	// SoakConfig.Unjudged, never failed.
-	Fail, Unknown, Slack, Unjudged bool
+	// Fit is the slope per round with its 95% interval; Rel, RelLo and RelHi the three as a
+	// share of the mean.
+	Fit               trend.Fit
+	Rel, RelLo, RelHi float64
+	// Procs is the number of processes the samples came from.
+	Procs   int
+	Verdict string
+	// Fail: the verdict fails the run.
+	Fail bool
 }
 
-// minPairs is the fewest same-process pairs a slope is computed from.
-const minPairs = 6
-
-// steadiness evaluates every stage's figures over the last Window rounds.
+// steadiness judges every stage's figures over the last Window rounds.
 func (s *soak) steadiness() []Steadiness {
 	s.mu.Lock()
 	samples := slices.Clone(s.samples)
 	s.mu.Unlock()
+	return judgeSteady(samples, s.cfg.Steady)
+}
+
+// judgeSteady judges samples by rule.
+func judgeSteady(samples []stageSample, rule SteadyRule) []Steadiness {
 	var last uint64
 	for _, smp := range samples {
 		last = max(last, smp.Round)
 	}
 	var out []Steadiness
 	for _, st := range soakStages {
-		var settled []stageSample
-		for _, smp := range samples {
-			if smp.Stage == st && smp.Age > s.cfg.WarmRounds {
-				settled = append(settled, smp)
-			}
-		}
 		var use []stageSample
-		for _, smp := range floors(settled) {
-			if smp.Round+uint64(s.cfg.Window) > last {
+		for _, smp := range samples {
+			if smp.Stage == st && smp.Age > rule.WarmRounds && smp.Round+uint64(rule.Window) > last {
 				use = append(use, smp)
 			}
 		}
 		for _, m := range stageMetrics {
-			res := slopeOf(st, m.name, use, s.cfg.MaxSlope)
-			if heapFigures[m.name] && res.Fail && res.Slope <= s.cfg.HeapSlack {
-				res.Fail, res.Slack = false, true
-			}
-			if slices.Contains(s.cfg.Unjudged, m.name) {
-				res.Fail, res.Unjudged = false, true
-			}
-			out = append(out, res)
+			out = append(out, judgeFigure(st, m.name, use, rule))
 		}
 	}
 	return out
 }
 
-// floorRounds is how many rounds of one process the figure judged at a round is the floor of.
-const floorRounds = 3
-
-// floors replaces each sample's heap figures with the smallest of its process's samples over
-// the floorRounds rounds up to it: the lower envelope. A prober that held a batch through its
-// round's only collection reads high for that round; a leak lifts the envelope itself. The
-// other figures are the round's smallest reading already, and an envelope of them would rise
-// after every dip (a goroutine between two lives of it).
-func floors(samples []stageSample) []stageSample {
-	out := make([]stageSample, len(samples))
-	for i, smp := range samples {
-		f := smp
-		f.Values = maps.Clone(smp.Values)
-		for _, o := range samples {
-			if o.Proc != smp.Proc || o.Round > smp.Round || o.Round+floorRounds <= smp.Round {
-				continue
-			}
-			for k, v := range o.Values {
-				if cur, ok := f.Values[k]; heapFigures[k] && ok && v < cur {
-					f.Values[k] = v
-				}
-			}
-		}
-		out[i] = f
-	}
-	return out
-}
-
-// slopeOf is the slope of metric over samples per round, as a share of the mean: Siegel's
-// repeated median (for each sample the median of its slopes to the others of its process, then
-// the median of those), which holds even when up to half the samples are disturbed, where the
-// plain Theil–Sen median of all pairs gives way to two high samples at the end of the window.
-func slopeOf(stage, metric string, samples []stageSample, limit float64) Steadiness {
+// judgeFigure fits metric of one stage's samples, a segment per process, and judges it.
+func judgeFigure(stage, metric string, samples []stageSample, rule SteadyRule) Steadiness {
 	res := Steadiness{Stage: stage, Metric: metric}
-	var per []float64
-	sum, n, pairs := 0.0, 0, 0
-	procs := map[string]bool{}
-	for i, a := range samples {
-		va, ok := a.Values[metric]
+	var segs []trend.Segment
+	index := map[string]int{}
+	for _, smp := range samples {
+		v, ok := smp.Values[metric]
 		if !ok {
 			continue
 		}
-		sum += va
-		n++
-		procs[a.Proc] = true
-		var slopes []float64
-		for j, b := range samples {
-			vb, ok := b.Values[metric]
-			if !ok || i == j || b.Proc != a.Proc || b.Round == a.Round {
-				continue
-			}
-			slopes = append(slopes, (vb-va)/float64(int64(b.Round)-int64(a.Round)))
+		i, seen := index[smp.Proc]
+		if !seen {
+			i = len(segs)
+			index[smp.Proc] = i
+			segs = append(segs, trend.Segment{})
 		}
-		pairs += len(slopes)
-		if len(slopes) > 0 {
-			per = append(per, median(slopes))
-		}
+		segs[i].X = append(segs[i].X, float64(smp.Round))
+		segs[i].Y = append(segs[i].Y, v)
 	}
-	res.Samples, res.Pairs, res.Procs = n, pairs/2, len(procs)
-	if n > 0 {
-		res.Mean = sum / float64(n)
+	res.Procs = len(segs)
+	res.Fit = trend.FitSegments(segs, rule.Batch)
+	f := res.Fit
+	if f.Mean > 0 {
+		res.Rel, res.RelLo, res.RelHi = f.Slope/f.Mean, f.Lo/f.Mean, f.Hi/f.Mean
 	}
-	if res.Pairs < minPairs || res.Mean <= 0 {
-		res.Unknown = true
-		return res
+	switch {
+	case f.Mean <= 0 || f.Samples == 0:
+		res.Verdict = VerdictCantTell
+	case res.RelLo > rule.MaxSlope:
+		res.Verdict = VerdictGrows
+	case res.RelHi <= rule.MaxSlope:
+		res.Verdict = VerdictFlat
+	default:
+		res.Verdict = VerdictCantTell
 	}
-	res.Slope = median(per)
-	res.Rel = res.Slope / res.Mean
-	res.Fail = res.Rel > limit
+	res.Fail = res.Verdict == VerdictGrows || res.Verdict == VerdictCantTell && rule.Conclude
 	return res
-}
-
-func median(v []float64) float64 {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 // mib is bytes in MiB.

@@ -1,17 +1,21 @@
 package faults
 
 import (
-	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// series makes samples of one metric: vals[i] is round i+1's value of the process procs[i].
-func series(procs []string, vals []float64) []stageSample {
+// samplesOf makes one stage's samples of one metric: vals[i] is round first+i's value, of the
+// process procs[i], at the age the process has then.
+func samplesOf(stage, metric string, first int, procs []string, vals []float64) []stageSample {
 	var out []stageSample
+	age := map[string]int{}
 	for i, v := range vals {
-		out = append(out, stageSample{Stage: "prober", Proc: procs[i], Round: uint64(i + 1), Values: map[string]float64{"rss": v}})
+		age[procs[i]]++
+		out = append(out, stageSample{Stage: stage, Proc: procs[i], Round: uint64(first + i), Age: age[procs[i]],
+			Values: map[string]float64{metric: v}})
 	}
 	return out
 }
@@ -24,92 +28,164 @@ func same(n int, p string) []string {
 	return out
 }
 
-// TestSlopeOf: the repeated-median slope per round as a share of the mean, taken between samples of
-// one process only, robust to a disturbed round.
-func TestSlopeOf(t *testing.T) {
-	tests := []struct {
-		name    string
-		procs   []string
-		vals    []float64
-		rel     float64 // expected Rel, ±0.001
-		fail    bool
-		unknown bool
-	}{
-		{"flat", same(10, "a"), []float64{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}, 0, false, false},
-		{"noise around a level", same(10, "a"), []float64{100, 101, 99, 100, 102, 98, 100, 101, 99, 100}, 0, false, false},
-		{"a leak of 2% per round", same(10, "a"), []float64{100, 102, 104, 106, 108, 110, 112, 114, 116, 118}, 2.0 / 109, true, false},
-		{"one spike in a flat series", same(10, "a"), []float64{100, 100, 100, 100, 180, 100, 100, 100, 100, 100}, 0, false, false},
-		{"two disturbed rounds at the end", same(10, "a"), []float64{100, 100, 101, 100, 99, 100, 100, 101, 140, 145}, 0, false, false},
-		{"a decline is no leak", same(10, "a"), []float64{118, 116, 114, 112, 110, 108, 106, 104, 102, 100}, -2.0 / 109, false, false},
-		{"a restart is no decline and no growth", append(same(5, "a"), same(5, "b")...),
-			[]float64{200, 200, 200, 200, 200, 100, 100, 100, 100, 100}, 0, false, false},
-		{"a leak across a restart is still found", append(same(5, "a"), same(5, "b")...),
-			[]float64{100, 103, 106, 109, 112, 50, 53, 56, 59, 62}, 3.0 / 80.5, true, false},
-		{"too few samples of one process", []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"},
-			[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0, false, true},
+// judged returns the verdict of the prober's metric.
+func judged(t *testing.T, samples []stageSample, metric string, rule SteadyRule) Steadiness {
+	t.Helper()
+	for _, st := range judgeSteady(samples, rule) {
+		if st.Stage == stageProber && st.Metric == metric {
+			return st
+		}
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := slopeOf("prober", "rss", series(tt.procs, tt.vals), 0.01)
-			require.Equal(t, tt.unknown, st.Unknown, "%+v", st)
-			if tt.unknown {
-				return
+	t.Fatalf("no prober %s", metric)
+	return Steadiness{}
+}
+
+// TestJudgeSteady: the rule tells a leak from noise, keeps a restart's level out of the slope,
+// leaves out the first rounds of a process, and says it cannot tell when the interval holds the
+// limit — which fails only a run that must conclude.
+func TestJudgeSteady(t *testing.T) {
+	long := SteadyRule{Window: 60, Batch: 6, WarmRounds: 5, MaxSlope: 0.01, Conclude: true}
+	rng := rand.New(rand.NewPCG(3, 4))
+	// 80 rounds of a 40 MiB resident set whose noise keeps 0.7 of the last round's, sd about
+	// 1.4% of the mean, on a slope of perRound (a share of the mean).
+	series := func(perRound float64, procs []string) []stageSample {
+		var vals []float64
+		noise := 0.0
+		for i := range procs {
+			noise = 0.7*noise + rng.NormFloat64()*0.01
+			vals = append(vals, 40*(1+perRound*float64(i)+noise))
+		}
+		return samplesOf(stageProber, "rss", 1, procs, vals)
+	}
+	one := same(80, "prober-0")
+	st := judged(t, series(0, one), "rss", long)
+	require.Equal(t, VerdictFlat, st.Verdict, "%+v", st)
+	require.False(t, st.Fail)
+	require.Equal(t, 60, st.Fit.Samples)
+	require.Equal(t, 10, st.Fit.Batches)
+
+	st = judged(t, series(0.03, one), "rss", long)
+	require.Equal(t, VerdictGrows, st.Verdict, "%+v", st)
+	require.True(t, st.Fail)
+
+	// Restarts every 20 rounds, each process starting at another level: a level per process,
+	// so neither the drops nor the climbs of the warm-up make a slope.
+	var restarted []string
+	var vals []float64
+	for i := range 80 {
+		p := i / 20
+		restarted = append(restarted, "prober-"+string(rune('0'+p)))
+		level := []float64{40, 30, 45, 35}[p]
+		age := i % 20
+		v := level + float64(i%3)*0.2
+		if age < 5 {
+			v = level * float64(age+1) / 6 // filling its heap and pools
+		}
+		vals = append(vals, v)
+	}
+	st = judged(t, samplesOf(stageProber, "rss", 1, restarted, vals), "rss", long)
+	require.Equal(t, VerdictFlat, st.Verdict, "%+v", st)
+	require.Equal(t, 3, st.Procs, "the window's rounds 21-80, three processes")
+
+	// A leak across restarts is still a leak.
+	for i := range vals {
+		vals[i] += 0.8 * float64(i%20) // 2% of the mean a round within each process
+	}
+	st = judged(t, samplesOf(stageProber, "rss", 1, restarted, vals), "rss", long)
+	require.Equal(t, VerdictGrows, st.Verdict, "%+v", st)
+
+	// Too few rounds to tell: the interval holds the limit.
+	short := series(0.005, same(12, "prober-0"))
+	for i := range short {
+		short[i].Values["rss"] += 2 * float64(i%2)
+	}
+	st = judged(t, short, "rss", long)
+	require.Equal(t, VerdictCantTell, st.Verdict, "%+v", st)
+	require.True(t, st.Fail, "a long run must conclude")
+	rule := long
+	rule.Conclude = false
+	st = judged(t, short, "rss", rule)
+	require.Equal(t, VerdictCantTell, st.Verdict, "%+v", st)
+	require.False(t, st.Fail, "reported only")
+
+	// Goroutines that never move are flat for certain, and one more a round grows.
+	flat := samplesOf(stageProber, "goroutines", 1, one, func() []float64 {
+		v := make([]float64, 80)
+		for i := range v {
+			v[i] = 20
+		}
+		return v
+	}())
+	st = judged(t, flat, "goroutines", long)
+	require.Equal(t, VerdictFlat, st.Verdict, "%+v", st)
+	require.Zero(t, st.Fit.Hi-st.Fit.Lo)
+	for i := range flat {
+		flat[i].Values["goroutines"] += float64(i)
+	}
+	require.Equal(t, VerdictGrows, judged(t, flat, "goroutines", long).Verdict)
+}
+
+// TestShortSoakJudges: the short soak's rule fails a leak of a goroutine, a file or 2 MiB of
+// resident set a round, in a stage that ran from the start and in one a fault restarted in
+// round 2, and does not fail a sound run whose heap floors scatter as they do on a loaded
+// machine.
+func TestShortSoakJudges(t *testing.T) {
+	cfg := ShortSoakConfig()
+	const mib = 1 << 20
+	run := func(metric string, leak func(stage string, r int) float64) map[string]Steadiness {
+		var samples []stageSample
+		ages := map[string]int{}
+		for r := 1; r <= cfg.Rounds; r++ {
+			for _, st := range []string{stageProber, stageDeleter} {
+				proc := st + "-0"
+				if st == stageDeleter && r >= 2 {
+					proc = st + "-1"
+				}
+				ages[proc]++
+				vals := map[string]float64{"rss": 40 * mib, "heap_live": 3 * mib, "heap_inuse": 5 * mib, "goroutines": 20, "fds": 15}
+				// The heap floors of a sound run on a loaded machine: up and down by a MiB.
+				vals["heap_live"] += float64(r%3) * 0.6 * mib
+				vals["heap_inuse"] += float64(r%3) * 0.9 * mib
+				vals["rss"] += float64(r%2) * 0.3 * mib
+				vals[metric] += leak(st, r)
+				samples = append(samples, stageSample{Stage: st, Proc: proc, Round: uint64(r), Age: ages[proc], Values: vals})
 			}
-			require.InDelta(t, tt.rel, st.Rel, 0.001, "%+v", st)
-			require.Equal(t, tt.fail, st.Fail, "%+v", st)
-		})
-	}
-}
-
-// TestSteadinessWindow: only the last Window rounds count, and only samples of processes
-// past their warm-up.
-func TestSteadinessWindow(t *testing.T) {
-	const warmRounds = 3
-	s := &soak{cfg: SoakConfig{Window: 10, MaxSlope: 0.01, WarmRounds: warmRounds}}
-	// A process that grew while it warmed up (rounds 1–10), then held flat; restarted at
-	// round 19, growing again for its first warmRounds rounds, then flat at another level.
-	for r := 1; r <= 25; r++ {
-		proc, age, v := "prober-0", r, 100.0
-		switch {
-		case r <= 10:
-			v = float64(50 + 5*r)
-		case r >= 19:
-			proc, age = "prober-1", r-18
-			v = 100 + float64(min(age, warmRounds))*10
 		}
-		s.samples = append(s.samples, stageSample{Stage: stageProber, Proc: proc, Round: uint64(r), Age: age,
-			Values: map[string]float64{"rss": v, "goroutines": 20}})
+		got := map[string]Steadiness{}
+		for _, st := range judgeSteady(samples, cfg.Steady) {
+			if st.Metric == metric && (st.Stage == stageProber || st.Stage == stageDeleter) {
+				got[st.Stage] = st
+			}
+		}
+		return got
 	}
-	got := map[string]Steadiness{}
-	for _, st := range s.steadiness() {
-		if st.Stage == stageProber {
-			got[st.Metric] = st
+	none := func(string, int) float64 { return 0 }
+	for _, m := range stageMetrics {
+		for stage, st := range run(m.name, none) {
+			require.False(t, st.Fail, "sound run, %s %s: %+v", stage, m.name, st)
+			require.NotEqual(t, VerdictGrows, st.Verdict, "sound run, %s %s: %+v", stage, m.name, st)
 		}
 	}
-	require.False(t, got["rss"].Fail, "%+v", got["rss"])
-	require.False(t, got["rss"].Unknown, "%+v", got["rss"])
-	require.Equal(t, 2, got["rss"].Procs, "both processes' settled samples")
-	// Rounds 16–25: prober-0's 16–18, prober-1's past its warm-up (ages 4–7: rounds 22–25).
-	require.Equal(t, 3+7-warmRounds, got["rss"].Samples, fmt.Sprintf("%+v", got["rss"]))
-	require.Zero(t, got["goroutines"].Rel)
-}
-
-// TestFloorsSpikes: a round that read high (a prober holding a batch through the round's only
-// collection) lifts no floor; a leak under such spikes lifts every floor.
-func TestFloorsSpikes(t *testing.T) {
-	judge := func(vals []float64) Steadiness {
-		return judgeProber(t, SoakConfig{Window: 10, MaxSlope: 0.01, WarmRounds: 1}, "heap_live", 2, vals)
+	leaks := []struct {
+		metric string
+		per    float64
+	}{{"rss", 2 * mib}, {"goroutines", 1}, {"fds", 1}}
+	for _, l := range leaks {
+		for _, stage := range []string{stageProber, stageDeleter} {
+			got := run(l.metric, func(st string, r int) float64 {
+				if st != stage {
+					return 0
+				}
+				return l.per * float64(r)
+			})
+			require.True(t, got[stage].Fail, "%s leaking %s: %+v", stage, l.metric, got[stage])
+			other := stageProber
+			if stage == stageProber {
+				other = stageDeleter
+			}
+			require.False(t, got[other].Fail, "%s not leaking %s: %+v", other, l.metric, got[other])
+		}
 	}
-	spiky := []float64{3, 3, 15, 3, 3, 8, 3, 15, 15, 3, 3, 3, 9, 3, 3}
-	st := judge(spiky)
-	require.False(t, st.Fail, "%+v", st)
-	require.InDelta(t, 0, st.Rel, 1e-9, "%+v", st)
-	var leak []float64
-	for i, v := range spiky {
-		leak = append(leak, v+0.1*float64(i)) // 3% of the floor per round
-	}
-	st = judge(leak)
-	require.True(t, st.Fail, "%+v", st)
 }
 
 // TestProcFloorHeapFigures: the heap figures of a round are what the last collection found
@@ -140,113 +216,4 @@ func TestProcFloorHeapFigures(t *testing.T) {
 	if _, ok := g.least["heap_inuse"]; ok {
 		t.Fatal("heap_inuse from a reading without go_gc_heap_live_bytes")
 	}
-}
-
-// TestShortSoakJudges: the short soak's settings fail a leak of a goroutine, a file or
-// 2 MiB of resident set a round, in a stage that ran from the start and in one a fault
-// restarted in round 2, and pass a sound run whose heap floors scatter as they do on a loaded
-// machine (reported, not judged).
-func TestShortSoakJudges(t *testing.T) {
-	cfg := ShortSoakConfig()
-	const mib = 1 << 20
-	// run makes 12 rounds of the prober (one process) and the deleter (restarted in round 2);
-	// leak(stage, round) is what a leak adds to every figure's base at that round.
-	run := func(metric string, leak func(stage string, r int) float64) map[string]Steadiness {
-		s := &soak{cfg: cfg}
-		base := map[string]float64{"rss": 40 * mib, "heap_live": 3 * mib, "heap_inuse": 5 * mib, "goroutines": 20, "fds": 15}
-		for r := 1; r <= cfg.Rounds; r++ {
-			for _, st := range []string{stageProber, stageDeleter} {
-				proc, age := st+"-0", r
-				if st == stageDeleter && r >= 2 {
-					proc, age = st+"-1", r-1
-				}
-				vals := map[string]float64{}
-				for k, v := range base {
-					vals[k] = v
-				}
-				// The heap floors of a sound run on a loaded machine: up and down by a MiB.
-				vals["heap_live"] += float64(r%3) * 0.6 * mib
-				vals["heap_inuse"] += float64(r%3) * 0.9 * mib
-				vals[metric] += leak(st, r)
-				s.samples = append(s.samples, stageSample{Stage: st, Proc: proc, Round: uint64(r), Age: age, Values: vals})
-			}
-		}
-		got := map[string]Steadiness{}
-		for _, st := range s.steadiness() {
-			if st.Metric == metric && (st.Stage == stageProber || st.Stage == stageDeleter) {
-				got[st.Stage] = st
-			}
-		}
-		return got
-	}
-	none := func(string, int) float64 { return 0 }
-	for _, m := range stageMetrics {
-		for stage, st := range run(m.name, none) {
-			require.False(t, st.Fail, "sound run, %s %s: %+v", stage, m.name, st)
-			require.False(t, st.Unknown, "sound run, %s %s: %+v", stage, m.name, st)
-		}
-	}
-	leaks := []struct {
-		metric string
-		per    float64
-	}{{"rss", 2 * mib}, {"goroutines", 1}, {"fds", 1}}
-	for _, l := range leaks {
-		for _, stage := range []string{stageProber, stageDeleter} {
-			got := run(l.metric, func(st string, r int) float64 {
-				if st != stage {
-					return 0
-				}
-				return l.per * float64(r)
-			})
-			require.True(t, got[stage].Fail, "%s leaking %s: %+v", stage, l.metric, got[stage])
-			other := stageProber
-			if stage == stageProber {
-				other = stageDeleter
-			}
-			require.False(t, got[other].Fail, "%s not leaking %s: %+v", other, l.metric, got[other])
-		}
-	}
-	// The heap figures are reported: their slope is there, never a failure.
-	got := run("heap_live", func(_ string, r int) float64 { return 0.5 * mib * float64(r) })
-	require.True(t, got[stageProber].Unjudged)
-	require.InDelta(t, 0.5*mib, got[stageProber].Slope, 0.3*mib, "%+v", got[stageProber])
-	require.False(t, got[stageProber].Fail)
-}
-
-// TestSoakHeapSlack: `make soak`'s settings pass a prober's heap_inuse that scatters between
-// 4.4 and 5.6 MiB round by round on a slight slope (what a 30-minute soak read, +1.11% of the
-// mean a round while its live heap was flat), and fail a heap that grows by 256 KiB a round.
-func TestSoakHeapSlack(t *testing.T) {
-	cfg := DefaultSoakConfig()
-	const kib = 1 << 10
-	judge := func(vals []float64) Steadiness { return judgeProber(t, cfg, "heap_inuse", 1, vals) }
-	scatter := []float64{4.4, 5.6, 4.6, 5.2, 4.5, 5.6, 4.8, 5.3, 4.6, 5.5, 4.9, 5.6, 4.7, 5.4, 5.0, 5.6, 4.9, 5.5, 5.1, 5.6}
-	var sound, leak []float64
-	for i, v := range scatter {
-		sound = append(sound, v*1024*kib+float64(i)*57*kib)
-		leak = append(leak, v*1024*kib+float64(i)*256*kib)
-	}
-	st := judge(sound)
-	require.False(t, st.Fail, "%+v", st)
-	require.True(t, st.Slack, "over 1%% of the mean, within the slack: %+v", st)
-	st = judge(leak)
-	require.True(t, st.Fail, "%+v", st)
-}
-
-// judgeProber judges metric of one prober process that read vals in rounds 1, 2, … at ages
-// firstAge, firstAge+1, …, under cfg.
-func judgeProber(t *testing.T, cfg SoakConfig, metric string, firstAge int, vals []float64) Steadiness {
-	t.Helper()
-	s := &soak{cfg: cfg}
-	for i, v := range vals {
-		s.samples = append(s.samples, stageSample{Stage: stageProber, Proc: "prober-0", Round: uint64(i + 1), Age: i + firstAge,
-			Values: map[string]float64{metric: v}})
-	}
-	for _, st := range s.steadiness() {
-		if st.Stage == stageProber && st.Metric == metric {
-			return st
-		}
-	}
-	t.Fatalf("no prober %s", metric)
-	return Steadiness{}
 }

@@ -23,8 +23,9 @@ type soakUpstream struct {
 	cur     *UpstreamGC
 	stop    context.CancelFunc
 	done    chan struct{}
-	removed int             // by the instances stopped before cur
-	touched map[string]bool // legacy keys whose __lru_time__ it rewrote, by every instance
+	removed int                  // by the instances stopped before cur
+	gone    map[UpstreamRef]bool // the locations they removed
+	touched map[string]bool      // legacy keys whose __lru_time__ it rewrote, by every instance
 	errs    []error
 }
 
@@ -35,7 +36,7 @@ type soakUpstream struct {
 func newSoakUpstream(rdb redis.UniversalClient, layout kvcm.Layout, insts []string, grace, roundPause time.Duration) *soakUpstream {
 	return &soakUpstream{cfg: UpstreamConfig{Store: rdb, Layout: layout, Instances: insts, OrphanGrace: grace, RoundPause: roundPause,
 		Storages: map[string]UpstreamStorage{seed.StorageNFS: {Type: kvcm.TypeFile, Files: true}, seed.StorageShared: {Type: kvcm.TypeFile}}},
-		touched: map[string]bool{}}
+		touched: map[string]bool{}, gone: map[UpstreamRef]bool{}}
 }
 
 // start runs a new emulator until stop.
@@ -69,6 +70,9 @@ func (u *soakUpstream) halt() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.removed += g.Stats().Removed
+	for ref := range g.Removed() {
+		u.gone[ref] = true
+	}
 	for k := range g.Touched() {
 		u.touched[k] = true
 	}
@@ -87,6 +91,16 @@ func (u *soakUpstream) collected() int {
 		n += u.cur.Stats().Removed
 	}
 	return n
+}
+
+// removedRef reports whether the emulator removed location ref.
+func (u *soakUpstream) removedRef(ref UpstreamRef) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.gone[ref] {
+		return true
+	}
+	return u.cur != nil && u.cur.Removed()[ref] > 0
 }
 
 // rewroteLRU reports whether the emulator has rewritten key's __lru_time__, or sent a rewrite

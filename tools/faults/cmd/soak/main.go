@@ -32,13 +32,16 @@ func run() int {
 	duration := flag.Duration("duration", def.Duration, "least duration per run, from its first round (whole rounds)")
 	roundPause := flag.Duration("round-pause", def.RoundPause, "round_pause of the stages")
 	faultEvery := flag.Int("fault-every", def.FaultEvery, "rounds between two faults (0: none)")
+	faultCycles := flag.Int("fault-cycles", def.FaultCycles, "least whole cycles of every fault kind per run (twice as many on a cluster)")
+	checkEvery := flag.Int("check-every", def.CheckEvery, "rounds within which every key is read by a check")
 	writePeriod := flag.Duration("write-period", def.WritePeriod, "pause between two of KVCM's operations")
 	upstream := flag.Bool("upstream", def.Upstream, "run upstream KVCM's GC beside kvcm-gc")
 	maxBytes := flag.Int64("max-stream-bytes", def.MaxStreamBytes, "max_bytes of each stream")
-	window := flag.Int("window", def.Window, "last rounds whose samples must be flat")
-	maxSlope := flag.Float64("max-slope", def.MaxSlope, "largest slope per round allowed, as a share of the mean")
-	heapSlack := flag.Int64("heap-slack", int64(def.HeapSlack), "slope of the heap figures, bytes per round, that passes whatever its share of the mean")
-	warm := flag.Int("warm-rounds", def.WarmRounds, "rounds a process runs before its samples count")
+	window := flag.Int("window", def.Steady.Window, "last rounds whose samples must be flat")
+	batch := flag.Int("batch", def.Steady.Batch, "rounds of one batch mean of the steadiness fit")
+	maxSlope := flag.Float64("max-slope", def.Steady.MaxSlope, "largest slope per round allowed, as a share of the mean")
+	warm := flag.Int("warm-rounds", def.Steady.WarmRounds, "rounds a process runs before its samples count")
+	conclude := flag.Bool("conclude", def.Steady.Conclude, "a figure whose steadiness the run cannot tell fails it")
 	work := flag.String("work", "", "directory for servers' files and logs (default a new temporary one, removed after a passing run)")
 	report := flag.String("report", ".", "directory receiving each run's table (soak-<run>.txt) and plot (soak-<run>.png)")
 	flag.Parse()
@@ -60,13 +63,17 @@ func run() int {
 	pick("duration", func() { cfg.Duration = *duration })
 	pick("round-pause", func() { cfg.RoundPause = *roundPause })
 	pick("fault-every", func() { cfg.FaultEvery = *faultEvery })
+	pick("fault-cycles", func() { cfg.FaultCycles = *faultCycles })
+	pick("check-every", func() { cfg.CheckEvery = *checkEvery })
 	pick("write-period", func() { cfg.WritePeriod = *writePeriod })
 	pick("upstream", func() { cfg.Upstream = *upstream })
 	pick("max-stream-bytes", func() { cfg.MaxStreamBytes = *maxBytes })
-	pick("window", func() { cfg.Window = *window })
-	pick("max-slope", func() { cfg.MaxSlope = *maxSlope })
-	pick("warm-rounds", func() { cfg.WarmRounds = *warm })
-	pick("heap-slack", func() { cfg.HeapSlack = float64(*heapSlack) })
+	pick("window", func() { cfg.Steady.Window = *window })
+	pick("batch", func() { cfg.Steady.Batch = *batch })
+	pick("max-slope", func() { cfg.Steady.MaxSlope = *maxSlope })
+	pick("warm-rounds", func() { cfg.Steady.WarmRounds = *warm })
+	pick("conclude", func() { cfg.Steady.Conclude = *conclude })
+
 	cfg.Runs = nil
 	for _, spec := range strings.Split(*runs, ",") {
 		layout, topo, _ := strings.Cut(strings.TrimSpace(spec), "/")
@@ -85,6 +92,7 @@ func run() int {
 		return 1
 	}
 	cfg.Seed, cfg.WorkDir, cfg.Bins = ws.Seed, ws.Dir, ws.Bins
+
 	cfg.ReportDir, cfg.Out = *report, os.Stderr
 	results, err := faults.RunSoak(ctx, cfg)
 	failed := err != nil
