@@ -354,12 +354,28 @@ func (r *Redis) stopLocked() {
 	if r.cmd == nil {
 		return
 	}
+	_ = r.cmd.Process.Signal(syscall.SIGCONT) // a frozen server would not see the SIGTERM
 	_ = r.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-r.exited:
 		r.cmd = nil
 	case <-time.After(redisStopTimeout):
 		r.killLocked()
+	}
+}
+
+// Freeze stops the server's process (SIGSTOP): its connections stay open and nothing answers,
+// as a server that hangs. Thaw lets it run again.
+func (r *Redis) Freeze() { r.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a server Freeze stopped (SIGCONT).
+func (r *Redis) Thaw() { r.signal(syscall.SIGCONT) }
+
+func (r *Redis) signal(sig syscall.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		_ = r.cmd.Process.Signal(sig)
 	}
 }
 
