@@ -28,7 +28,11 @@ func ModuleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// Build builds the named commands of ./cmd into dir and returns their paths by name: by
+// LeakyStageBin is the name of the stage command with a planted leak (the soak's test of
+// itself), built only when named.
+const LeakyStageBin = "leakystage"
+
+// Build builds the named commands of ./cmd (and LeakyStageBin) into dir and returns their paths by name: by
 // default the three stage binaries, the sweep's two and nats-server (from the nats-server
 // module the project requires), whose processes the cluster scenario kills. The go command's
 // build cache makes a repeated build cheap.
@@ -43,9 +47,12 @@ func Build(ctx context.Context, dir string, names ...string) (map[string]string,
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	out := map[string]string{}
 	for _, n := range names {
-		if n == natsServerBin {
+		switch n {
+		case natsServerBin:
 			args = append(args, "github.com/nats-io/nats-server/v2")
-		} else {
+		case LeakyStageBin:
+			args = append(args, "./tools/faults/cmd/"+n)
+		default:
 			args = append(args, "./cmd/"+n)
 		}
 		out[n] = filepath.Join(dir, n)

@@ -66,7 +66,9 @@ type env struct {
 	started  map[string]int
 	restarts int
 	extra    []string // extra flags of every stage process
-	logf     func(format string, a ...any)
+	// leak, when its Stage is set, runs that stage as LeakyStageBin with a leak planted.
+	leak Leak
+	logf func(format string, a ...any)
 
 	// upstream is KVCM's own GC beside kvcm-gc (beside-upstream), once it ran, and expected
 	// the location expectations the scenario's run returned.
@@ -188,7 +190,11 @@ func (e *env) startStage(stage string) (*Proc, error) {
 	e.started[stage]++
 	e.mu.Unlock()
 	name := fmt.Sprintf("%s-%d", stage, n)
-	p, err := StartProc(name, filepath.Join(e.dir, "logs", name+".log"), e.cfg.Bins[stage], e.args(), nil)
+	bin, env := e.cfg.Bins[stage], []string(nil)
+	if e.leak.Stage == stage {
+		bin, env = e.cfg.Bins[LeakyStageBin], e.leak.env()
+	}
+	p, err := StartProc(name, filepath.Join(e.dir, "logs", name+".log"), bin, e.args(), env)
 	if err != nil {
 		return nil, err
 	}

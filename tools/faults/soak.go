@@ -76,6 +76,9 @@ type SoakConfig struct {
 	MaxStreamBytes int64
 	// Steady is the rule each stage's figures are judged by.
 	Steady SteadyRule
+	// Leak, when its Stage is set, plants a leak in that stage (the soak's test of itself;
+	// Bins must hold LeakyStageBin).
+	Leak Leak
 	// DrainTimeout bounds the wait for a round's backlog after its end.
 	DrainTimeout time.Duration
 	// RunTimeout bounds one run (0: Duration + Rounds × 5 min).
@@ -203,7 +206,11 @@ func RunSoak(ctx context.Context, cfg SoakConfig) ([]SoakResult, error) {
 	if cfg.ReportDir == "" {
 		cfg.ReportDir = cfg.WorkDir
 	}
-	for _, s := range soakStages {
+	bins := slices.Clone(soakStages)
+	if cfg.Leak.Stage != "" {
+		bins = append(bins, LeakyStageBin)
+	}
+	for _, s := range bins {
 		if _, err := os.Stat(cfg.Bins[s]); err != nil {
 			return nil, fmt.Errorf("stage binary %s: %w", s, err)
 		}
@@ -369,6 +376,7 @@ func (s *soak) settings() subjects.Settings {
 func (s *soak) loop(ctx context.Context) error {
 	e := s.e
 	e.extra = s.flags()
+	e.leak = s.cfg.Leak
 	if err := subjects.Ensure(ctx, e.js, e.names, s.settings()); err != nil {
 		return fmt.Errorf("set up: limit the streams: %w", err)
 	}
@@ -692,4 +700,41 @@ func loadAverage() string {
 	}
 	one, _, _ := strings.Cut(string(b), " ")
 	return one
+}
+
+// Leak plants a leak in one stage of a soak: the stage runs as LeakyStageBin, which keeps
+// Bytes more every Every. The soak must then find that stage's memory growing.
+type Leak struct {
+	Stage string
+	Bytes int
+	Every time.Duration
+}
+
+func (l Leak) String() string { return fmt.Sprintf("%s:%d/%s", l.Stage, l.Bytes, l.Every) }
+
+// env is LeakyStageBin's environment.
+func (l Leak) env() []string {
+	return []string{"SOAK_LEAK_STAGE=" + l.Stage, "SOAK_LEAK_BYTES=" + strconv.Itoa(l.Bytes), "SOAK_LEAK_EVERY=" + l.Every.String()}
+}
+
+// ParseLeak parses <stage>:<bytes>/<period>, the bytes a number with an optional KiB or MiB:
+// walker:256KiB/1s.
+func ParseLeak(s string) (Leak, error) {
+	stage, rest, ok1 := strings.Cut(s, ":")
+	size, period, ok2 := strings.Cut(rest, "/")
+	if !ok1 || !ok2 || !slices.Contains(soakStages, stage) {
+		return Leak{}, fmt.Errorf("leak %q: want <stage>:<bytes>/<period>, the stage one of %s", s, strings.Join(soakStages, ", "))
+	}
+	mult := 1
+	for suffix, m := range map[string]int{"KiB": 1 << 10, "MiB": 1 << 20} {
+		if v, ok := strings.CutSuffix(size, suffix); ok {
+			size, mult = v, m
+		}
+	}
+	n, err := strconv.Atoi(size)
+	every, perr := time.ParseDuration(period)
+	if err != nil || n <= 0 || perr != nil || every <= 0 {
+		return Leak{}, fmt.Errorf("leak %q: want a positive size and period, as in walker:256KiB/1s", s)
+	}
+	return Leak{Stage: stage, Bytes: n * mult, Every: every}, nil
 }

@@ -3,6 +3,7 @@ package faults
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -39,5 +40,22 @@ func TestFaultSchedule(t *testing.T) {
 		}
 		require.Positive(t, distinct, "the stages' order is drawn per cycle")
 		require.Len(t, kinds, map[bool]int{false: 7, true: 8}[cluster])
+	}
+}
+
+// TestParseLeak: -leak names a stage, a size and a period, and refuses anything else.
+func TestParseLeak(t *testing.T) {
+	l, err := ParseLeak("walker:256KiB/1s")
+	require.NoError(t, err)
+	require.Equal(t, Leak{Stage: "walker", Bytes: 256 << 10, Every: time.Second}, l)
+	l, err = ParseLeak("prober:3MiB/250ms")
+	require.NoError(t, err)
+	require.Equal(t, Leak{Stage: "prober", Bytes: 3 << 20, Every: 250 * time.Millisecond}, l)
+	l, err = ParseLeak("sweeper:4096/2s")
+	require.NoError(t, err)
+	require.Equal(t, 4096, l.Bytes)
+	for _, bad := range []string{"", "walker", "walker:1KiB", "nats:1KiB/1s", "walker:0/1s", "walker:-1/1s", "walker:1GiB/1s", "walker:1KiB/0s", "walker:1KiB/x"} {
+		_, err := ParseLeak(bad)
+		require.Error(t, err, bad)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -42,6 +43,7 @@ func run() int {
 	maxSlope := flag.Float64("max-slope", def.Steady.MaxSlope, "largest slope per round allowed, as a share of the mean")
 	warm := flag.Int("warm-rounds", def.Steady.WarmRounds, "rounds a process runs before its samples count")
 	conclude := flag.Bool("conclude", def.Steady.Conclude, "a figure whose steadiness the run cannot tell fails it")
+	leak := flag.String("leak", "", "plant a leak in one stage, <stage>:<bytes>/<period> (a test of the soak itself)")
 	work := flag.String("work", "", "directory for servers' files and logs (default a new temporary one, removed after a passing run)")
 	report := flag.String("report", ".", "directory receiving each run's table (soak-<run>.txt) and plot (soak-<run>.png)")
 	flag.Parse()
@@ -73,7 +75,14 @@ func run() int {
 	pick("max-slope", func() { cfg.Steady.MaxSlope = *maxSlope })
 	pick("warm-rounds", func() { cfg.Steady.WarmRounds = *warm })
 	pick("conclude", func() { cfg.Steady.Conclude = *conclude })
-
+	if *leak != "" {
+		l, err := faults.ParseLeak(*leak)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+			return 2
+		}
+		cfg.Leak = l
+	}
 	cfg.Runs = nil
 	for _, spec := range strings.Split(*runs, ",") {
 		layout, topo, _ := strings.Cut(strings.TrimSpace(spec), "/")
@@ -92,7 +101,14 @@ func run() int {
 		return 1
 	}
 	cfg.Seed, cfg.WorkDir, cfg.Bins = ws.Seed, ws.Dir, ws.Bins
-
+	if cfg.Leak.Stage != "" {
+		leaky, err := faults.Build(ctx, filepath.Join(ws.Dir, "bin"), faults.LeakyStageBin)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+			return 1
+		}
+		cfg.Bins[faults.LeakyStageBin] = leaky[faults.LeakyStageBin]
+	}
 	cfg.ReportDir, cfg.Out = *report, os.Stderr
 	results, err := faults.RunSoak(ctx, cfg)
 	failed := err != nil
