@@ -69,6 +69,7 @@ type kvcmWorkload struct {
 
 	// Counters since the start (ops by name, garbage made, steps taken), read per round.
 	steps       atomic.Int64
+	waited      atomic.Int64 // ns spent waiting for the model in writes
 	ops         sync.Map // name → *atomic.Int64
 	garbageMade atomic.Int64
 	errs        atomic.Int64
@@ -108,8 +109,9 @@ func (w *kvcmWorkload) live() int {
 	return w.liveCount
 }
 
-// liveEvery is how often the workload counts the live locations again.
-const liveEvery = 200
+// liveEvery is how often the workload counts the live locations again (a count reads the
+// whole model, holding it: 280,000 locations in `make soak`).
+const liveEvery = 2000
 
 // pause stops the workload between two operations until resume.
 func (w *kvcmWorkload) pause()  { w.gate.Lock() }
@@ -269,8 +271,10 @@ type change struct {
 // as it is (exists false: no key) once the model has learnt from it what the collectors did
 // since, and returns the write (nil: none). It reports whether the write happened.
 func (w *kvcmWorkload) write(ctx context.Context, key string, plan func(cur Value, exists bool, mk *mkey) (*change, error)) bool {
+	waitFrom := time.Now()
 	w.sm.mu.Lock()
 	defer w.sm.mu.Unlock()
+	w.waited.Add(int64(time.Since(waitFrom)))
 	w.sm.wrote(key)
 	var done, sent *change
 	var newVal, sentVal Value

@@ -324,8 +324,11 @@ func (sm *soakModel) check(ctx context.Context, rdbs []redis.UniversalClient, af
 }
 
 // readTries is how many times a check reads a key KVCM keeps writing before it reads it
-// holding the model.
-const readTries = 3
+// holding the model; compareRun is how many keys it compares holding the model at a time.
+const (
+	readTries  = 3
+	compareRun = 16
+)
 
 // checkKeys checks keys: read without the model, compared holding it, those KVCM wrote in
 // between read again.
@@ -351,6 +354,12 @@ func (sm *soakModel) checkKeys(ctx context.Context, rdbs []redis.UniversalClient
 		}
 		var again []string
 		for i, k := range keys {
+			// The model is let go every compareRun keys, so KVCM's workload waits for no more
+			// than that many comparisons (a key it writes meanwhile is read again).
+			if i > 0 && i%compareRun == 0 && !held {
+				sm.mu.Unlock()
+				sm.mu.Lock()
+			}
 			if sm.writes[k] != seen[i] {
 				again = append(again, k)
 				continue

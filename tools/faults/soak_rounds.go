@@ -349,6 +349,10 @@ func (s *soak) notes() []string {
 		s.sm.mu.Unlock()
 	}
 	if s.work != nil {
+		if steps := s.work.steps.Load(); steps > 0 {
+			out = append(out, fmt.Sprintf("KVCM's workload took %d steps; its writes waited %s in all for the model (the checks hold it for %d keys at a time)",
+				steps, time.Duration(s.work.waited.Load()).Round(time.Millisecond), compareRun))
+		}
 		if n := s.work.errs.Load(); n > 0 {
 			out = append(out, fmt.Sprintf("%d of KVCM's writes failed (Redis errors outside a Redis fault)", n))
 		}
