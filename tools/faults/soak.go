@@ -70,6 +70,9 @@ type SoakConfig struct {
 	// of garbage due and of marks seen, and a share of the others, so that every key is read
 	// at least every CheckEvery rounds.
 	CheckEvery int
+	// LagFails: a check that ends after the next round did, with no fault to slow it, fails
+	// the run (else it is noted).
+	LagFails bool
 	// Upstream runs upstream KVCM's own GC beside kvcm-gc.
 	Upstream bool
 	// MaxStreamBytes is each stream's max_bytes.
@@ -100,7 +103,7 @@ func DefaultSoakConfig() SoakConfig {
 	return SoakConfig{Runs: []SoakRun{{Layout: kvcm.LayoutLocation}, {Layout: kvcm.LayoutLegacy, Cluster: true}},
 		Instances: 4, Blocks: 50_000, Rounds: 20, Duration: 30 * time.Minute, RoundPause: 2 * time.Second,
 		FaultEvery: 3, FaultCycles: 1, WritePeriod: 5 * time.Millisecond, CrashAge: [2]time.Duration{20 * time.Second, time.Minute},
-		CheckEvery: 10, Upstream: true, MaxStreamBytes: 1 << 30, Steady: defaultSteady, DrainTimeout: 5 * time.Minute}
+		CheckEvery: 10, LagFails: true, Upstream: true, MaxStreamBytes: 1 << 30, Steady: defaultSteady, DrainTimeout: 5 * time.Minute}
 }
 
 // defaultSteady is `make soak`'s rule: every figure of every stage, 1% of its mean a round at
@@ -123,7 +126,9 @@ var defaultSteady = SteadyRule{Window: 60, Batch: 6, WarmRounds: 5, MaxSlope: 0.
 // ShortSoakConfig is the soak `make test` runs: both runs of `make soak` on a small keyspace,
 // 12 short rounds each (under a minute per run) with a fault every 2 rounds until the quiet
 // ones: the first three of the schedule, a kill -9 of a stage, a Redis restart and the run's
-// first NATS fault. Every key is read at least every 3 rounds.
+// first NATS fault. Every key is read at least every 3 rounds. Its rounds are a few seconds,
+// the checks' share of a loaded machine under the race detector too little to keep up with
+// them: a check that ends after the next round is noted, not failed (in `make soak` it fails).
 //
 // Its figures are judged over the last 6 rounds without batches, each process's first 4
 // left out (the stage killed in round 2 is judged too), at 3% of the mean a round; a figure
@@ -137,7 +142,7 @@ func ShortSoakConfig() SoakConfig {
 	c := DefaultSoakConfig()
 	c.Instances, c.Blocks, c.Rounds, c.Duration = 2, 1500, 12, 0
 	c.RoundPause, c.WritePeriod, c.MaxStreamBytes = 2*time.Second, 10*time.Millisecond, 64<<20
-	c.FaultEvery, c.FaultCycles, c.CheckEvery = 2, 0, 3
+	c.FaultEvery, c.FaultCycles, c.CheckEvery, c.LagFails = 2, 0, 3, false
 	c.CrashAge = [2]time.Duration{3 * time.Second, 10 * time.Second}
 	c.Steady = SteadyRule{Window: 6, Batch: 1, WarmRounds: 4, MaxSlope: 0.03}
 	c.DrainTimeout = time.Minute
@@ -617,8 +622,12 @@ func (s *soak) round(ctx context.Context, r uint64) error {
 	row.CheckedIn = s.rounds.lastEnded() + 1
 	if row.CheckedIn > r+1 {
 		row.Lagged = true
-		if r > 1 && !s.faultDuring(s.rounds.started(r), time.Now()) {
+		switch {
+		case r == 1 || s.faultDuring(s.rounds.started(r), time.Now()):
+		case s.cfg.LagFails:
 			s.problem("after round %d: the check ended in round %d: the checks lag the rounds", r, row.CheckedIn)
+		default:
+			s.note("after round %d: the check ended in round %d (the machine's load: %s)", r, row.CheckedIn, loadAverage())
 		}
 	}
 	for _, p := range rep.Problems {
