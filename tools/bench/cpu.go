@@ -18,8 +18,10 @@ type CPUShare struct {
 	Wall time.Duration
 	// Busy is the machine's non-idle CPU time, all processes (from /proc/stat).
 	Busy time.Duration
-	// Redis, NATS, Stages and Harness are those processes' CPU time.
+	// Redis, NATS, Stages and Harness are those processes' CPU time; RedisMain is Redis's
+	// main thread's (every command runs on it: how busy Redis was, by its own count).
 	Redis, NATS, Stages, Harness time.Duration
+	RedisMain                    time.Duration
 	// StagesWait and RedisWait are the time those processes' threads were ready to run but
 	// waited for a core (schedstat run delay): how much the machine's other load held them
 	// back. Busy cannot say it: it is sampled at clock ticks and misses short bursts.
@@ -41,6 +43,7 @@ type cpuSample struct {
 	at                      time.Time
 	busy                    time.Duration
 	redis, nats, proc, self time.Duration
+	redisMain               time.Duration
 	procWait, redisWait     time.Duration
 	selfWait                time.Duration
 }
@@ -54,10 +57,18 @@ func (h *Harness) cpuNow(ctx context.Context, pids ...int) cpuSample {
 	if info, err := h.redis.Client().Info(ctx, "cpu").Result(); err == nil {
 		for _, line := range strings.Split(info, "\r\n") {
 			k, v, ok := strings.Cut(line, ":")
-			if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-				if f, err := strconv.ParseFloat(v, 64); err == nil {
-					s.redis += time.Duration(f * float64(time.Second))
-				}
+			if !ok {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				continue
+			}
+			switch k {
+			case "used_cpu_sys", "used_cpu_user":
+				s.redis += time.Duration(f * float64(time.Second))
+			case "used_cpu_sys_main_thread", "used_cpu_user_main_thread":
+				s.redisMain += time.Duration(f * float64(time.Second))
 			}
 		}
 	}
@@ -74,7 +85,7 @@ func (h *Harness) cpuNow(ctx context.Context, pids ...int) cpuSample {
 // since is the share of the interval from s to now.
 func (h *Harness) cpuSince(ctx context.Context, s cpuSample, pids ...int) CPUShare {
 	e := h.cpuNow(ctx, pids...)
-	return CPUShare{Wall: e.at.Sub(s.at), Busy: e.busy - s.busy, Redis: e.redis - s.redis, NATS: e.nats - s.nats,
+	return CPUShare{Wall: e.at.Sub(s.at), Busy: e.busy - s.busy, Redis: e.redis - s.redis, RedisMain: e.redisMain - s.redisMain, NATS: e.nats - s.nats,
 		Stages: e.proc - s.proc, Harness: e.self - s.self, StagesWait: e.procWait - s.procWait, RedisWait: e.redisWait - s.redisWait,
 		HarnessWait: e.selfWait - s.selfWait}
 }

@@ -421,6 +421,7 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 	for _, c := range lr.Cost {
 		costReport(w, c)
 	}
+	dutyReport(w, lay, lr.Duty)
 	if lr.CostPair != nil {
 		costPairReport(w, lr.CostPair)
 	}
@@ -448,7 +449,7 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 
 // aloneTable is the table of each stage alone on one keyspace, with what the scanner stored.
 func aloneTable(w func(string, ...any), a *AloneResults) {
-	w("| stage | work | time | rate | stage CPU | per 1k items | Redis CPU | NATS CPU | stage waited for a core | Redis waited | peak RSS | mean RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| stage | work | time | rate | stage CPU | per 1k items | Redis CPU | Redis main thread busy | NATS CPU | stage waited for a core | Redis waited | peak RSS | mean RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range []StageRun{a.Scanner, a.Prober, a.Deleter} {
 		if s.Stage == "" {
 			continue
@@ -457,9 +458,13 @@ func aloneTable(w func(string, ...any), a *AloneResults) {
 		if s.Items > 0 {
 			per = (s.CPU.Stages * 1000 / time.Duration(s.Items)).Round(time.Microsecond).String()
 		}
-		w("| %s | %s %s | %s | %s/s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Stage, num(float64(s.Items)), unit(s.Stage),
+		busy := "–"
+		if s.CPU.Wall > 0 && s.CPU.RedisMain > 0 {
+			busy = fmt.Sprintf("%.0f%%", 100*s.CPU.RedisMain.Seconds()/s.CPU.Wall.Seconds())
+		}
+		w("| %s | %s %s | %s | %s/s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Stage, num(float64(s.Items)), unit(s.Stage),
 			s.Dur.Round(time.Millisecond), num(s.Rate()), s.CPU.Stages.Round(10*time.Millisecond), per,
-			s.CPU.Redis.Round(10*time.Millisecond), s.CPU.NATS.Round(10*time.Millisecond),
+			s.CPU.Redis.Round(10*time.Millisecond), busy, s.CPU.NATS.Round(10*time.Millisecond),
 			s.CPU.StagesWait.Round(10*time.Millisecond), s.CPU.RedisWait.Round(10*time.Millisecond), mb(s.Usage.PeakRSS), mbOrDash(s.MeanRSS()))
 	}
 	w("\nMean RSS is the time-weighted mean of the stage's resident set (VmRSS, read every %s) over the time in the table; peak RSS is its high-water mark (VmHWM) over the whole process.\n", rssEvery)
