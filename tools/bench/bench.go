@@ -49,6 +49,9 @@ const (
 	// PhaseCost measures what a walk costs Redis, by Redis's own counters, per key and per
 	// page, for several page sizes and pipeline depths (cost.go).
 	PhaseCost = "cost"
+	// PhaseDuty is the raw duty walk: the store read paced by the duty with nothing of the
+	// pipeline around it (duty.go).
+	PhaseDuty = "duty"
 	// PhaseScale runs each stage alone on a metadata-only keyspace at a tenth of
 	// Config.ScaleBlocks and at ScaleBlocks, location layout only (scale.go).
 	PhaseScale = "scale"
@@ -148,6 +151,12 @@ type Config struct {
 	CostPoints         []CostPoint
 	CostKeys, CostReps int
 	CostGrow           int
+	// Duties and DutyDepths are PhaseDuty's duties and pipeline depths, each window
+	// DutyWindow, DutyReps times.
+	Duties     []float64
+	DutyDepths []int
+	DutyWindow time.Duration
+	DutyReps   int
 	// Keep leaves the working directory (logs, data) in place.
 	Keep   bool
 	Logger *slog.Logger
@@ -244,6 +253,8 @@ type LayoutResults struct {
 	// Config.CostGrow times as large, alternated.
 	Cost     []*CostResults
 	CostPair *CostPair
+	// Duty is PhaseDuty.
+	Duty []DutyRun
 }
 
 func (c Config) wants(phase string) bool {
@@ -252,7 +263,7 @@ func (c Config) wants(phase string) bool {
 
 // wantsMain reports whether a phase runs on the main keyspace.
 func (c Config) wantsMain() bool {
-	return c.needsFiles() || c.wants(PhaseCost)
+	return c.needsFiles() || c.wants(PhaseCost) || c.wants(PhaseDuty)
 }
 
 // needsFiles reports whether a phase on the main keyspace needs its data files (the stat
@@ -464,6 +475,15 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 		}
 		lr.CostPair = pair
 		h.timed(layout, fmt.Sprintf("walk cost against a keyspace %d times as large", cfg.CostGrow), started)
+	}
+	if cfg.wants(PhaseDuty) {
+		started := time.Now()
+		d, err := h.dutyPhase(ctx, main)
+		if err != nil {
+			phaseErr(PhaseDuty, err)
+		}
+		lr.Duty = d
+		h.timed(layout, "raw duty walk", started)
 	}
 	collected := false
 	if cfg.wants(PhaseAlone) || cfg.wants(PhaseAB) {

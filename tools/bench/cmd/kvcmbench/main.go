@@ -85,6 +85,10 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.IntVar(&cfg.CostKeys, "cost-keys", 200_000, "keys each measurement of the cost phase walks (the first of the SCAN order)")
 	fs.IntVar(&cfg.CostReps, "cost-reps", 2, "repetitions of the cost phase's measurements, in alternating order")
 	fs.IntVar(&cfg.CostGrow, "cost-grow", 0, "after the cost phase, seed the main keyspace again on a second redis-server, grow it this many times (at most 16), and measure both alternately")
+	duties := fs.String("duties", "0.05,0.1,0.2", "duties of the raw duty walk (phase duty)")
+	dutyDepths := fs.String("duty-depths", "64", "keys per pipeline of the raw duty walk")
+	fs.DurationVar(&cfg.DutyWindow, "duty-window", 5*time.Second, "length of each window of the raw duty walk")
+	fs.IntVar(&cfg.DutyReps, "duty-reps", 1, "repetitions of the raw duty walk's windows")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (data, logs)")
 	_ = fs.Parse(args)
 
@@ -97,6 +101,16 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	if cfg.PaceSmallBatchRates, err = parseRates(*paceSmall); err != nil {
 		return fmt.Errorf("-pace-small-batch-rates: %w", err)
+	}
+	if cfg.Duties, err = parseRates(*duties); err != nil {
+		return fmt.Errorf("-duties: %w", err)
+	}
+	depths, err := parseRates(*dutyDepths)
+	if err != nil {
+		return fmt.Errorf("-duty-depths: %w", err)
+	}
+	for _, d := range depths {
+		cfg.DutyDepths = append(cfg.DutyDepths, int(d))
 	}
 	if cfg.CostPoints, err = bench.ParseCostPoints(*costPoints); err != nil {
 		return fmt.Errorf("-cost-points: %w", err)

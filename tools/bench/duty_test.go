@@ -1,0 +1,48 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
+)
+
+// TestRawDutyWalk: the raw duty walk reads the keyspace through the store, each round trip
+// timed on Redis's clock (TIME before and after) and gated by the pacer, which keeps its own
+// measure of the walk's share within the duty.
+func TestRawDutyWalk(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := context.Background()
+	k, err := SeedKeyspace(ctx, srv.Client(), srv.URI(), KeyspaceSpec{Cluster: "t", Layout: kvcm.LayoutLocation, DB: keyspaceDB,
+		Instances: 2, Blocks: 3000, Locations: 2, Garbage: 0.1, Seed: 5, Root: filepath.Join(t.TempDir(), "data"), NoFiles: true},
+		slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer k.Close()
+	st, err := k.openStore(ctx, true)
+	require.NoError(t, err)
+	defer st.Close()
+	for _, rt := range []bool{false, true} {
+		before := srv.CommandStats(t)
+		r, err := rawDutyWalk(ctx, k, st, 0.25, 32, rt, time.Second)
+		require.NoError(t, err)
+		after := srv.CommandStats(t)
+		require.Positive(t, r.Keys)
+		require.Positive(t, r.Trips)
+		require.Positive(t, r.Work.Main)
+		require.Greater(t, r.HeldShare(), 0.0)
+		require.LessOrEqual(t, r.HeldShare(), 0.25*1.05, "round trip %v", rt)
+		// TIME before and after every pipeline of reads; each round's first SCAN goes alone.
+		require.Equal(t, int64(2*(r.Trips-r.Rounds)), after["time"]-before["time"], "round trip %v", rt)
+	}
+	var b strings.Builder
+	dutyReport(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, kvcm.LayoutLocation, []DutyRun{{Duty: 0.1, Depth: 64}})
+	require.NotContains(t, b.String(), "%!")
+}
