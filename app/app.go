@@ -235,7 +235,30 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 	closeChecks := checks.register(o.Health)
 	defer closeChecks()
 
-	g, gctx := errgroup.WithContext(ctx)
+	// Every stage is built before any starts (dskit's services manager: all in New state
+	// before one starts), so a stage that fails to build leaves nothing running behind Run's
+	// deferred closes of the pool, the registry and the guard.
+	var stages []built
+	var watchers []*pipeline.DeadLetters
+	started := false
+	defer func() {
+		if !started {
+			stopWatchers(watchers)
+		}
+	}()
+	// watch subscribes to the max-deliveries advisories of a consuming stage before its
+	// consumer starts, so none is missed: the messages whose last delivery the stage never
+	// answered (it hung past AckWait, or its process died) become deadletter events that
+	// `dlq list` shows.
+	watch := func(stage string) error {
+		d, err := pipeline.WatchDeadLetters(stage, pipeline.DeadLettersDeps{Conn: nc, Names: names, Events: events,
+			Metrics: m.Pipeline, Logger: log.With("stage", stage)})
+		if err != nil {
+			return err
+		}
+		watchers = append(watchers, d)
+		return nil
+	}
 	if which.Scanner {
 		cfg := o.Scanner
 		if cfg.Holder == "" {
@@ -251,8 +274,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		if err != nil {
 			return err
 		}
-		a := checks.stage(o.Health, pipeline.StageScanner, sc.LeaseState)
-		g.Go(func() error { defer a.set(false); return sc.Run(gctx) })
+		stages = append(stages, built{stage: pipeline.StageScanner, extra: sc.LeaseState, run: sc.Run})
 	}
 	if which.Prober {
 		gd, closeGuard, err := redisguard.Open(o.Guard, o.GuardConn, o.GuardKeyPrefix)
@@ -276,18 +298,19 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		// The consumer holds every batch the server lets through (its max ack pending): while
 		// ProberWorkers are judged, the others of their instance wait to join their delete
 		// request, so a backlog makes requests of up to scan_batch_size targets.
-		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageProber, Workers: max(o.ProberWorkers, o.JetStream.ProberMaxAckPending),
-			MaxDeliver: o.JetStream.MaxDeliver}, pipeline.ConsumerDeps{Consumer: proberCons, Handle: p.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
+		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageProber,
+			Workers: max(o.ProberWorkers, o.JetStream.ProberMaxAckPending), MaxDeliver: o.JetStream.MaxDeliver},
+			pipeline.ConsumerDeps{Consumer: proberCons, Handle: p.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
 		if err != nil {
 			return err
 		}
-		if err := watchDeadLetters(gctx, g, nc, names, events, m.Pipeline, log, pipeline.StageProber); err != nil {
+		if err := watch(pipeline.StageProber); err != nil {
 			return err
 		}
-		a := checks.stage(o.Health, pipeline.StageProber, nil)
 		// Run ends the handlers' context once they have returned; the requests the prober
 		// still publishes in the background end with it, and Wait joins them.
-		g.Go(func() error { defer a.set(false); defer p.Wait(); return c.Run(gctx) })
+		stages = append(stages, built{stage: pipeline.StageProber,
+			run: func(ctx context.Context) error { defer p.Wait(); return c.Run(ctx) }})
 	}
 	if which.Deleter {
 		var counts jetstream.KeyValue
@@ -305,11 +328,10 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		if err != nil {
 			return err
 		}
-		if err := watchDeadLetters(gctx, g, nc, names, events, m.Pipeline, log, pipeline.StageDeleter); err != nil {
+		if err := watch(pipeline.StageDeleter); err != nil {
 			return err
 		}
-		a := checks.stage(o.Health, pipeline.StageDeleter, nil)
-		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
+		stages = append(stages, built{stage: pipeline.StageDeleter, run: c.Run})
 	}
 	if which.Walker {
 		w, err := sweep.NewWalker(sweepCfg, sweep.WalkerDeps{Names: names, Registry: registry, StorageOptions: so,
@@ -322,8 +344,7 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		if len(sweepCfg.Storages) == 0 {
 			log.Info("no storage is swept (storage.overrides.<name>.sweep); the walker idles", "stage", pipeline.StageWalker)
 		}
-		a := checks.stage(o.Health, pipeline.StageWalker, nil)
-		g.Go(func() error { defer a.set(false); return w.Run(gctx) })
+		stages = append(stages, built{stage: pipeline.StageWalker, run: w.Run})
 	}
 	if which.Sweeper {
 		sw, err := sweep.NewSweeper(sweepCfg, sweep.SweeperDeps{Names: names, Registry: registry, Stores: stores,
@@ -332,18 +353,46 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			return err
 		}
 		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageSweeper, Workers: o.SweeperWorkers,
-			MaxDeliver: o.JetStream.MaxDeliver, AckWait: sweepCfg.AckWait}, pipeline.ConsumerDeps{Consumer: sweeperCons, Handle: sw.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
+			MaxDeliver: o.JetStream.MaxDeliver, AckWait: sweepCfg.AckWait},
+			pipeline.ConsumerDeps{Consumer: sweeperCons, Handle: sw.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
 		if err != nil {
 			return err
 		}
-		if err := watchDeadLetters(gctx, g, nc, names, events, m.Pipeline, log, pipeline.StageSweeper); err != nil {
+		if err := watch(pipeline.StageSweeper); err != nil {
 			return err
 		}
-		a := checks.stage(o.Health, pipeline.StageSweeper, nil)
-		g.Go(func() error { defer a.set(false); return c.Run(gctx) })
+		stages = append(stages, built{stage: pipeline.StageSweeper, run: c.Run})
+	}
+
+	// Nothing below returns before g.Wait: what starts is joined.
+	started = true
+	g, gctx := errgroup.WithContext(ctx)
+	for _, d := range watchers {
+		g.Go(func() error { return d.Run(gctx) })
+	}
+	for _, b := range stages {
+		a := checks.stage(o.Health, b.stage, b.extra)
+		g.Go(func() error { defer a.set(false); return b.run(gctx) })
 	}
 	o.Health.setRunning()
 	return g.Wait()
+}
+
+// built is a stage built and not yet started.
+type built struct {
+	stage string
+	// extra is the stage's readiness beyond its loop running (nil: none).
+	extra func(context.Context) (string, error)
+	run   func(ctx context.Context) error
+}
+
+// stopWatchers ends the dead-letter subscriptions of stages that never started.
+func stopWatchers(watchers []*pipeline.DeadLetters) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, d := range watchers {
+		_ = d.Run(ctx) // with ctx ended, Run unsubscribes and returns
+	}
 }
 
 // opener opens the consumers and buckets the stages use, retrying what heals by itself: on a
