@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,58 +57,12 @@ func (d DutyRun) HeldShare() float64 {
 // Rate is the walk's keys per second.
 func (d DutyRun) Rate() float64 { return Rate{Ops: d.Keys, Dur: d.Work.Wall}.PerSec() }
 
-// burstGate adapts a duty.Gate to meta.Bursts: Gate starts an operation, Took ends it.
-type burstGate struct {
-	g         *duty.Gate
-	roundTrip bool // Took's time is ignored: the gate times the round trip
-
-	mu   sync.Mutex
-	op   *duty.Op
-	held time.Duration
-	n    int
-}
-
-func (b *burstGate) bursts(depth int) meta.Bursts {
-	return meta.Bursts{Size: depth, Gate: b.gate, Took: b.took}
-}
-
-func (b *burstGate) gate(ctx context.Context, keys int) error {
-	b.mu.Lock()
-	if b.op != nil {
-		b.op.Done(-1) // a round trip that failed before Took: its round trip
-		b.op = nil
-	}
-	b.mu.Unlock()
-	op, err := b.g.Begin(ctx, keys)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.op = op
-	b.mu.Unlock()
-	return nil
-}
-
-func (b *burstGate) took(_ int, held time.Duration) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.op == nil {
-		return
-	}
-	b.held += held
-	b.n++
-	if b.roundTrip {
-		held = -1
-	}
-	b.op.Done(held)
-	b.op = nil
-}
-
 // rawDutyWalk walks k's store for window at duty in pipelines of depth keys.
 func rawDutyWalk(ctx context.Context, k *Keyspace, st meta.BurstScanner, duty_ float64, depth int, roundTrip bool, window time.Duration) (DutyRun, error) {
 	res := DutyRun{Duty: duty_, Depth: depth, RoundTrip: roundTrip}
-	bg := &burstGate{g: duty.NewGate(duty.New(duty.Config{Duty: duty_}), nil), roundTrip: roundTrip}
-	b := bg.bursts(depth)
+	trips := duty.NewTrips(duty.NewGate(duty.New(duty.Config{Duty: duty_}), nil))
+	trips.RoundTrip = roundTrip
+	b := meta.Bursts{Size: depth, Gate: trips.Begin, Took: trips.Took}
 	owns := k.owns()
 	m, err := startRedisMeter(ctx, k.rdb)
 	if err != nil {
@@ -131,9 +84,7 @@ func rawDutyWalk(ctx context.Context, k *Keyspace, st meta.BurstScanner, duty_ f
 	if res.Work, err = m.work(ctx); err != nil {
 		return res, err
 	}
-	bg.mu.Lock()
-	res.Held, res.Trips = bg.held, bg.n
-	bg.mu.Unlock()
+	res.Held, res.Trips = trips.Held()
 	return res, nil
 }
 
