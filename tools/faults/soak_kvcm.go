@@ -70,7 +70,7 @@ type kvcmWorkload struct {
 	// Counters since the start (ops by name, garbage made, steps taken), read per round.
 	steps       atomic.Int64
 	waited      atomic.Int64 // ns spent waiting for the model in writes
-	ops         sync.Map // name → *atomic.Int64
+	ops         sync.Map     // name → *atomic.Int64
 	garbageMade atomic.Int64
 	errs        atomic.Int64
 	lostRaces   atomic.Int64 // an upgrade over a collector's mark
