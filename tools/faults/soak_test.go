@@ -71,9 +71,11 @@ func TestSoakShort(t *testing.T) {
 	}
 	// The soak's test of itself: the location run of TestSoakShort, its faults left out, with a
 	// leak planted in the walker — it keeps 128 KiB more every 250 ms, 1.5 MiB a round of the
-	// short soak (read as 4.3 MiB of resident set a round, 95%: 2.7 to 5.8). The soak must fail
-	// on the walker's memory, and on nothing else; without the leak, the location run above
-	// passes.
+	// short soak (read as 4.3 MiB of resident set a round, 95%: 2.7 to 5.8, in one run; in
+	// another, on a machine at load 35 with rounds of a second, as +1.6 MiB of live heap, 95%:
+	// +0.4 to +2.9, the resident set only "cannot tell"). The soak must fail on the walker's
+	// memory, whichever of its figures shows it first, and on nothing else; without the leak,
+	// the location run above passes.
 	t.Run("leak", func(t *testing.T) {
 		t.Parallel()
 		cfg := faults.ShortSoakConfig()
@@ -88,11 +90,12 @@ func TestSoakShort(t *testing.T) {
 			if st.Fail {
 				require.Equal(t, "walker", st.Stage, "%+v", st)
 				require.Equal(t, faults.VerdictGrows, st.Verdict, "%+v", st)
+				require.Contains(t, []string{"rss", "heap_live", "heap_inuse"}, st.Metric, "%+v", st)
 				grows = append(grows, st.Metric)
 			}
 		}
-		require.Contains(t, grows, "rss")
-		require.Contains(t, r.Err.Error(), "not steady: walker rss grows")
+		require.NotEmpty(t, grows)
+		require.Contains(t, r.Err.Error(), "not steady: walker "+grows[0]+" grows")
 	})
 }
 
