@@ -50,7 +50,7 @@ func StatusCommand() *Command {
 				return err
 			}
 			opts := []ops.StatusOption{ops.WithCallTimeout(e.Config.JS.APITimeout), ops.WithHighWater(e.Config.HighWater),
-				ops.WithPermissions(e.Permissions())}
+				ops.WithPermissions(e.Permissions()), ops.WithDryRun(e.Config.DryRun)}
 			if e.Config.CollectDeleting {
 				// The stuck DELETING of the last day, from the delete events.
 				opts = append(opts, ops.WithStuckDeleting(24*time.Hour))

@@ -33,6 +33,9 @@ type StatusReport struct {
 	// LastEvents holds the newest event of each kind, in the order of EventKinds; kinds never
 	// recorded are absent.
 	LastEvents []LastEvent `json:"last_events"`
+	// DryRun says whether the deployment runs dry: as configured, and as the stages' newest
+	// events show it.
+	DryRun DryRunStatus `json:"dry_run"`
 	// Problems lists what could not be read (a missing stream, a server error); the rest of
 	// the report is still filled in.
 	Problems []string `json:"problems,omitempty"`
@@ -190,6 +193,65 @@ type LastRound struct {
 	DurationSeconds float64   `json:"duration_seconds"`
 }
 
+// DryRunStatus is whether the deployment runs dry (DESIGN §8.8: the stages record what they
+// would do and write nothing).
+type DryRunStatus struct {
+	// Configured is dry_run of the configuration status ran with (WithDryRun): the chart's
+	// admin.yaml carries the release's dryRun.
+	Configured bool `json:"configured"`
+	// Stages, by stage, whether its newest event among LastEvents is one of a dry run: what
+	// the stage itself runs with, whatever status's configuration says.
+	Stages []StageDryRun `json:"stages,omitempty"`
+}
+
+// StageDryRun is what a stage's newest event says of its dry run.
+type StageDryRun struct {
+	Stage  string    `json:"stage"`
+	DryRun bool      `json:"dry_run"`
+	Kind   string    `json:"kind"` // the event's kind
+	Time   time.Time `json:"time"`
+}
+
+// Any reports whether the configuration or any stage's newest event is a dry run's.
+func (d DryRunStatus) Any() bool {
+	if d.Configured {
+		return true
+	}
+	for _, s := range d.Stages {
+		if s.DryRun {
+			return true
+		}
+	}
+	return false
+}
+
+// dryRunOf reads, from the newest event of each kind, the newest of each stage.
+func dryRunOf(configured bool, last []LastEvent) DryRunStatus {
+	d := DryRunStatus{Configured: configured}
+	at := map[string]int{}
+	for _, e := range last {
+		st := e.Event.Stage
+		if st == "" {
+			continue
+		}
+		obs := StageDryRun{Stage: st, DryRun: e.Event.DryRun, Kind: e.Kind, Time: e.Time}
+		i, ok := at[st]
+		switch {
+		case !ok:
+			at[st] = len(d.Stages)
+			d.Stages = append(d.Stages, obs)
+		case e.Time.After(d.Stages[i].Time):
+			d.Stages[i] = obs
+		}
+	}
+	order := map[string]int{}
+	for i, s := range pipeline.Stages() {
+		order[s] = i
+	}
+	slices.SortFunc(d.Stages, func(a, b StageDryRun) int { return order[a.Stage] - order[b.Stage] })
+	return d
+}
+
 // LastEvent is the newest event of one kind.
 type LastEvent struct {
 	Kind  string         `json:"kind"`
@@ -211,6 +273,7 @@ const DefaultStatusCallTimeout = 2 * time.Second
 type StatusOption func(*statusOptions)
 
 type statusOptions struct {
+	dryRun      bool
 	callTimeout time.Duration
 	highWater   uint64
 	stuckWindow time.Duration     // 0: stuck DELETING not read
@@ -231,6 +294,10 @@ func WithCallTimeout(d time.Duration) StatusOption {
 		}
 	}
 }
+
+// WithDryRun is dry_run of the configuration status runs with, shown beside what the
+// stages' events say (DryRunStatus).
+func WithDryRun(on bool) StatusOption { return func(o *statusOptions) { o.dryRun = on } }
 
 // WithHighWater is the scanner's backpressure_high_water, so Status can tell that a backlog
 // holds the scanner back.
@@ -292,6 +359,7 @@ func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, o
 	}
 	wg.Wait()
 	slices.Sort(r.Problems)
+	r.DryRun = dryRunOf(o.dryRun, r.LastEvents)
 	r.Scanner.HeldBack = heldBack(r, o.highWater, now)
 	if r.Scanner.NoStores {
 		// Nothing to walk: the registry names no Redis metadata store for the cluster.

@@ -182,3 +182,52 @@ func TestStatusStuckDeleting(t *testing.T) {
 	require.Contains(t, out.String(), "  handled    4 (deleted 3, noop_gone 1)\n")
 	require.Contains(t, out.String(), "  data left  3 spec URIs (reusable_storage 2, shared 1)\n")
 }
+
+// TestStatusDryRun: status says whether the deployment runs dry, from its configuration and
+// from each stage's newest event, in its table and its JSON.
+func TestStatusDryRun(t *testing.T) {
+	ctx, js, names := statusSetup(t, "c1")
+	emit := func(dry bool, evs ...subjects.Event) {
+		t.Helper()
+		log, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names, DryRun: dry}, pipeline.EventLogDeps{JS: js})
+		require.NoError(t, err)
+		for _, e := range evs {
+			require.NoError(t, log.Wait(ctx, []jetstream.PubAckFuture{log.Emit(ctx, e)}))
+		}
+	}
+	table := func(rep ops.StatusReport) string {
+		var b bytes.Buffer
+		require.NoError(t, rep.WriteTable(&b))
+		return b.String()
+	}
+
+	// Nothing recorded yet: the configuration says it.
+	rep, err := ops.Status(ctx, js, names, ops.WithDryRun(true))
+	require.NoError(t, err)
+	require.True(t, rep.DryRun.Any())
+	require.Contains(t, table(rep), "DRY RUN: the stages record what they would do and delete nothing, where they run dry; configuration: dry_run true.")
+
+	// A dry deleter, a prober whose newest event is a live one's.
+	emit(true, subjects.Event{Kind: subjects.EventDelete, Stage: pipeline.StageDeleter, Instance: "inst1", Outcome: subjects.OutcomeWouldDelete})
+	emit(false, subjects.Event{Kind: subjects.EventCandidate, Stage: pipeline.StageProber, Instance: "inst1"})
+	rep, err = ops.Status(ctx, js, names)
+	require.NoError(t, err)
+	require.False(t, rep.DryRun.Configured)
+	require.Equal(t, []string{pipeline.StageProber, pipeline.StageDeleter}, []string{rep.DryRun.Stages[0].Stage, rep.DryRun.Stages[1].Stage})
+	require.False(t, rep.DryRun.Stages[0].DryRun)
+	require.True(t, rep.DryRun.Stages[1].DryRun)
+	require.Regexp(t, `(?m)^DRY RUN: .*configuration: dry_run false; prober: live \(its candidate event \S+ ago\); deleter: dry run \(its delete event \S+ ago\)\.$`, table(rep))
+	var back ops.StatusReport
+	data, err := json.Marshal(rep)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &back))
+	require.Equal(t, rep.DryRun.Stages[1].DryRun, back.DryRun.Stages[1].DryRun)
+
+	// Promoted: the deleter's newest event is a live one's.
+	emit(false, subjects.Event{Kind: subjects.EventDelete, Stage: pipeline.StageDeleter, Instance: "inst1", Outcome: subjects.OutcomeDeleted})
+	rep, err = ops.Status(ctx, js, names)
+	require.NoError(t, err)
+	require.False(t, rep.DryRun.Any())
+	require.Regexp(t, `(?m)^dry run: no, deletes are on; configuration: dry_run false; prober: live .*; deleter: live \(its delete event \S+ ago\)$`, table(rep))
+	t.Log("\n" + table(rep))
+}

@@ -18,6 +18,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	ew := &errWriter{w: w}
 	now := r.At
 	fmt.Fprintf(ew, "kvcm-gc status of cluster %q (prefix %s) at %s\n", r.Cluster, r.Prefix, timeOnly(now))
+	r.DryRun.write(ew, now)
 
 	fmt.Fprintln(ew, "\nSTREAMS")
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
@@ -247,6 +248,26 @@ func layoutsCell(l map[string]uint64) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, l[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// write prints the DRY RUN line: whether the deployment deletes, as configured and as each
+// stage's newest event shows.
+func (d DryRunStatus) write(w io.Writer, now time.Time) {
+	parts := []string{fmt.Sprintf("configuration: dry_run %v", d.Configured)}
+	for _, s := range d.Stages {
+		mode := "live"
+		if s.DryRun {
+			mode = "dry run"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s (its %s event %s ago)", s.Stage, mode, s.Kind, humanDuration(now.Sub(s.Time))))
+	}
+	switch {
+	case d.Any():
+		fmt.Fprintf(w, "DRY RUN: the stages record what they would do and delete nothing, where they run dry; %s.\n"+
+			"  Promote with dryRun: false (docs/operating.md).\n", strings.Join(parts, "; "))
+	default:
+		fmt.Fprintf(w, "dry run: no, deletes are on; %s\n", strings.Join(parts, "; "))
+	}
 }
 
 func pausedCell(paused bool, until, now time.Time) string {
