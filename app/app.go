@@ -188,6 +188,19 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 	}
 	so := o.Storage
 	so.DryRun = so.DryRun || o.DryRun
+	// kvcm_gc_dry_run of each stage run here: the sweep's deletes go through the storage
+	// deleter, the pipeline's through the Redis writer.
+	for stage, run := range map[string]bool{pipeline.StageScanner: which.Scanner, pipeline.StageProber: which.Prober,
+		pipeline.StageDeleter: which.Deleter} {
+		if run {
+			m.Pipeline.SetDryRun(stage, o.DryRun)
+		}
+	}
+	for stage, run := range map[string]bool{pipeline.StageWalker: which.Walker, pipeline.StageSweeper: which.Sweeper} {
+		if run {
+			m.Pipeline.SetDryRun(stage, so.DryRun)
+		}
+	}
 
 	var state, leaseKV, observed jetstream.KeyValue
 	// The sweeper reads the scanners' checkpoints only to reclaim unregistered instances' files.

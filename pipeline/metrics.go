@@ -46,6 +46,9 @@ var (
 type Metrics struct {
 	OperationErrors *prometheus.CounterVec
 	Messages        *prometheus.CounterVec
+	// DryRun is 1 for each stage the process runs dry (DESIGN §8.8), 0 for each it runs live;
+	// a stage the process does not run has no series (SetDryRun).
+	DryRun *prometheus.GaugeVec
 }
 
 // NewMetrics registers the shared metrics on reg.
@@ -54,6 +57,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		OperationErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_operation_errors_total", Help: "Failed operations, by stage and operation."}, []string{"stage", "op"}),
 		Messages:        f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total", Help: "Consumed messages by stage and disposition (ack, nak, term; max_deliveries: the server gave up on the last delivery, unanswered)."}, []string{"stage", "result"}),
+		DryRun: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_dry_run",
+			Help: "1 while the stage runs dry (dry_run: it records what it would do and writes nothing), 0 while it runs live; only the stages the process runs."}, []string{"stage"}),
 	}
 	for _, s := range messageStages {
 		for _, r := range []string{MsgAck, MsgNak, MsgTerm, MsgMaxDeliveries} {
@@ -66,6 +71,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	return m
+}
+
+// SetDryRun sets kvcm_gc_dry_run of a stage the process runs: whether it runs dry. A nil m
+// sets nothing.
+func (m *Metrics) SetDryRun(stage string, dry bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if dry {
+		v = 1
+	}
+	m.DryRun.WithLabelValues(stage).Set(v)
 }
 
 // StageOps returns kvcm_gc_operation_errors_total of stage, its ops pre-initialised: what a

@@ -100,7 +100,15 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 				d.metrics.StuckDataLeft.WithLabelValues(r.StorageType, reason).Add(float64(n))
 			}
 		}
-		if r.Outcome != subjects.OutcomeWouldDelete && Frees(r.Outcome) {
+		switch {
+		case r.Outcome == subjects.OutcomeWouldDelete:
+			// A dry run frees nothing: what it would free has a series of its own, so a
+			// dashboard shows it during the dry run and never mixes it with real reclaims.
+			rec, _ := TargetReclaim(r.Target)
+			for _, x := range rec {
+				d.metrics.WouldReclaimBytes.WithLabelValues(x.Storage, r.Target.Reason).Add(float64(x.Bytes))
+			}
+		case Frees(r.Outcome):
 			rec, _ := TargetReclaim(r.Target)
 			for _, x := range rec {
 				d.metrics.ReclaimedBytes.WithLabelValues(x.Storage, r.Target.Reason).Add(float64(x.Bytes))

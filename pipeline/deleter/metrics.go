@@ -28,6 +28,9 @@ type Metrics struct {
 	DeletedKeys     *prometheus.CounterVec
 	ReclaimedBytes  *prometheus.CounterVec
 	ReclaimedFiles  *prometheus.CounterVec
+	// WouldReclaimBytes counts, in a dry run, what ReclaimedBytes would have counted: the
+	// bytes of the locations judged garbage whose compare held (would_delete).
+	WouldReclaimBytes *prometheus.CounterVec
 
 	// ops counts the deleter's failed operations: kvcm_gc_operation_errors_total{stage="deleter"}.
 	ops *prometheus.CounterVec
@@ -51,6 +54,8 @@ func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 			Help: "Bytes of the locations the deleter removed (their spec URIs' size=), by storage and reason; what a dry run's report says deletes would free."}, []string{"storage", "reason"}),
 		ReclaimedFiles: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_files_total",
 			Help: "Data objects (spec URIs) of the locations the deleter removed, by storage and reason."}, []string{"storage", "reason"}),
+		WouldReclaimBytes: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_would_reclaim_bytes_total",
+			Help: "In a dry run, bytes of the locations the deleter would have removed (would_delete: judged garbage, its compare held), by storage and reason; kvcm_gc_reclaimed_bytes_total once live."}, []string{"storage", "reason"}),
 
 		ops: rt.StageOps(pipeline.StageDeleter, deleterOps),
 	}
