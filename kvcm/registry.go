@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strconv"
 )
 
 // The registry records are decoded with encoding/json into structs that name only the members
@@ -69,8 +70,8 @@ func DecodeStorageConfig(raw []byte) (StorageConfig, error) {
 }
 
 // InstanceGroup is a value of the kvcache_registry:<cluster>:instance_group hash. Only what
-// kvcm-gc needs is decoded; the quota section (with its duplicated "storage_type" key) and
-// max_key_count (may be 2^64-1) are tolerated and not interpreted.
+// kvcm-gc needs is decoded; of the quota section only the group's capacity (its items carry
+// a duplicated "storage_type" key) and max_key_count (may be 2^64-1) is not interpreted.
 type InstanceGroup struct {
 	Name              string
 	StorageCandidates []string
@@ -86,6 +87,9 @@ type InstanceGroup struct {
 	MetaCacheType      string
 	// DelayBeforeDeleteMs is cache_config.reclaim_strategy.delay_before_delete_ms (0 when absent).
 	DelayBeforeDeleteMs int64
+	// QuotaCapacity is quota.capacity: the bytes KVCM's reclaimer lets the group's registered
+	// instances use together (0 when absent). There is no quota per instance.
+	QuotaCapacity uint64
 }
 
 // The values of meta_storage_backend_config.storage_type KVCM knows
@@ -113,8 +117,11 @@ const (
 )
 
 type instanceGroupJSON struct {
-	Name              string   `json:"name"`
-	StorageCandidates []string `json:"storage_candidates"`
+	Name string `json:"name"`
+	// Quota is read apart (quotaCapacity): a value kvcm-gc does not expect there must not
+	// fail the group.
+	Quota             json.RawMessage `json:"quota"`
+	StorageCandidates []string        `json:"storage_candidates"`
 	CacheConfig       struct {
 		ReclaimStrategy struct {
 			DelayBeforeDeleteMs int64 `json:"delay_before_delete_ms"`
@@ -141,6 +148,7 @@ func DecodeInstanceGroup(raw []byte) (InstanceGroup, error) {
 		MetaStorageType:     MetaStoreLocal,
 		MetaStorageURI:      backend.StorageURI,
 		DelayBeforeDeleteMs: j.CacheConfig.ReclaimStrategy.DelayBeforeDeleteMs,
+		QuotaCapacity:       quotaCapacity(j.Quota),
 	}
 	if backend.StorageType != nil {
 		g.MetaStorageType = *backend.StorageType
@@ -151,6 +159,22 @@ func DecodeInstanceGroup(raw []byte) (InstanceGroup, error) {
 		g.MetaCacheType = cmp.Or(params["cache_type"], defaultCacheType)
 	}
 	return g, nil
+}
+
+// quotaCapacity reads quota.capacity; 0 when absent or not a uint64 (it only scales an
+// alert, never a decision).
+func quotaCapacity(raw json.RawMessage) uint64 {
+	var q struct {
+		Capacity json.Number `json:"capacity"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &q) != nil {
+		return 0
+	}
+	v, err := strconv.ParseUint(q.Capacity.String(), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
 }
 
 // InstanceInfo is the value stored at kvcache_registry:<cluster>:<instance_id> field <instance_id>.

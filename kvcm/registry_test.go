@@ -53,7 +53,12 @@ func TestDecodeInstanceGroup(t *testing.T) {
 			in:   groupRedisJSON,
 			want: InstanceGroup{Name: "group_a", StorageCandidates: []string{"nfs_01", "hf3fs_01"},
 				MetaStorageType: "redis", MetaStorageURI: "redis://test_redis_user:test_redis_password@localhost:6379/",
-				DelayBeforeDeleteMs: 5000},
+				DelayBeforeDeleteMs: 5000, QuotaCapacity: 107374182400},
+		},
+		{
+			name: "a quota kvcm-gc cannot read is 0, the group still decodes",
+			in:   `{"name":"g","quota":{"capacity":-1}}`,
+			want: InstanceGroup{Name: "g", MetaStorageType: "local"},
 		},
 		{
 			name: "no meta storage backend config",
