@@ -46,3 +46,9 @@ type MetadataWriter interface {
 	WatchMetadata(ctx context.Context, instance string, lockKeys []string,
 		fn func(ctx context.Context, tx MetadataTx) (map[string]string, error)) (written map[string]string, err error)
 }
+
+// MetadataReader reads an instance's metadata hash with read commands only (the scanner's
+// audit of KVCM's counters, DESIGN §13.4). An absent hash reads as no field.
+type MetadataReader interface {
+	ReadMetadata(ctx context.Context, instance string) (map[string]string, error)
+}

@@ -69,6 +69,16 @@ func (s *Store) WatchMetadata(ctx context.Context, instance string, lockKeys []s
 	return written, nil
 }
 
+// ReadMetadata implements meta.MetadataReader: one HGETALL of instance's metadata hash.
+func (s *Store) ReadMetadata(ctx context.Context, instance string) (map[string]string, error) {
+	key := kvcm.MetadataKey(instance)
+	fields, err := s.c.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	return fields, nil
+}
+
 // LeaderLock reports a KVCM leader lock key that exists among keys, as a *meta.LeaderLockError
 // (nil when none does): for a lock kept on another Redis than the metadata store (KVCM's
 // coordination URI may name any), which no transaction here can WATCH.

@@ -115,3 +115,19 @@ func TestWatchMetadata(t *testing.T) {
 		require.Equal(t, before, hash())
 	})
 }
+
+// TestReadMetadata: the hash as stored, an absent one as no field, from a dry-run store too.
+func TestReadMetadata(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testenv.StartRedis(t)
+	rdb := srv.Client()
+	st := openStore(t, srv, true)
+	var _ meta.MetadataReader = st
+	got, err := st.ReadMetadata(ctx, "inst0")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.NoError(t, rdb.HSet(ctx, kvcm.MetadataKey("inst0"), kvcm.FieldKeyCount, "3", kvcm.FieldStorageUsage, `{"file":9}`).Err())
+	got, err = st.ReadMetadata(ctx, "inst0")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{kvcm.FieldKeyCount: "3", kvcm.FieldStorageUsage: `{"file":9}`}, got)
+}
