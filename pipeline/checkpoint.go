@@ -69,6 +69,11 @@ type Checkpoint struct {
 	// sent to the deleter this round.
 	Seen                  map[string]SeenInstance `json:"seen_instances,omitempty"`
 	UnregisteredCollected int64                   `json:"unregistered_collected,omitempty"`
+	// The audit of KVCM's counters (audit.go), by instance: the current round's running
+	// recount and the last completed round's, with how many instances it left out.
+	AuditRound     []AuditCount `json:"audit_round,omitempty"`
+	Audit          []AuditCount `json:"audit,omitempty"`
+	AuditTruncated int          `json:"audit_truncated,omitempty"`
 	// Waiting says why the walk is not moving (Wait*), since WaitingSinceUs.
 	Waiting        string `json:"waiting,omitempty"`
 	WaitingSinceUs int64  `json:"waiting_since_us,omitempty"`

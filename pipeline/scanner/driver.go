@@ -53,7 +53,11 @@ type walkDriver struct {
 	bctx  context.Context // for what must finish even when the scanner stops
 	sized bool            // a failed size read was logged
 	unreg unregTally      // keys of unregistered instances, pages not yet recorded
-	pace  *adaptive       // the walk's pacer (nil: paced by scan_interval)
+	audit auditTally      // recounts of KVCM's counters, pages not yet recorded (audit.go)
+	// roundInstances are the instances of the round a save starts (audit.go reads their
+	// counters).
+	roundInstances map[string]meta.Instance
+	pace           *adaptive // the walk's pacer (nil: paced by scan_interval)
 
 	mu   sync.Mutex
 	last pipeline.Checkpoint // the checkpoint last read or written
@@ -140,6 +144,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		if err == nil {
 			// The store's last count moves with its lease: alerts on it must not wait a round.
 			s.metrics.unregistered(d.h.store, c.Unregistered)
+			s.metrics.audit.set(d.h.store, c.Audit, c.LastRoundEndUs)
 			d.setLast(c)
 		}
 		return evCheckpoint{ckpt: c, rev: rev, err: err}
@@ -166,6 +171,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 			d.rec = nil
 		}
 	case actSave:
+		d.roundInstances = a.instances
 		c, rev, err := d.write(ctx, a.ckpt, a.rev, a.now, a.why)
 		return evSaved{now: a.now, why: a.why, ckpt: c, rev: rev, instances: a.instances, err: err, conflict: pipeline.IsConflict(err)}
 	case actEvent:
@@ -267,6 +273,7 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 		sent := d.collectUnregistered(ctx, store, a.cursor, reads)
 		d.unreg.add(a.cursor, page.Next, counts, sent, s.reg.listed(d.h.store))
 	}
+	d.audit.add(a.cursor, page.Next, recountPage(page.Entries))
 	s.metrics.ScanPages.Inc()
 	s.metrics.ScannedKeys.Add(float64(len(page.Entries)))
 	s.metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
@@ -381,11 +388,23 @@ func (d *walkDriver) write(ctx context.Context, c pipeline.Checkpoint, rev uint6
 	c.Holder = d.s.cfg.Holder
 	c.SavedUs = now.UnixMicro()
 	c, ended := d.unreg.apply(c, why, now)
+	switch why {
+	case saveRoundStart:
+		d.audit.reset()
+		c.AuditRound = d.auditStart(ctx, d.roundInstances, now)
+		c.AuditTruncated = max(0, len(d.roundInstances)-maxAudit)
+	case saveRoundEnd:
+		d.audit.reset()
+		c.Audit, c.AuditRound = d.auditEnd(ctx, c.AuditRound, now), nil
+	case "":
+		c = d.audit.apply(c)
+	}
 	rev, err := pipeline.WriteCheckpoint(ctx, d.s.state, subjects.CheckpointKey(d.h.store), c, rev)
 	if err == nil {
 		d.setLast(c)
 	}
 	if err == nil && ended {
+		d.s.metrics.audit.set(d.h.store, c.Audit, c.LastRoundEndUs)
 		d.s.metrics.unregistered(d.h.store, c.Unregistered)
 		if len(c.Unregistered) > 0 {
 			top := c.Unregistered[0]

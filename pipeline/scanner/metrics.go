@@ -63,6 +63,9 @@ type Metrics struct {
 	StorePaceReason *prometheus.GaugeVec
 	StorePaceProbe  *prometheus.GaugeVec
 
+	// audit is the audit of KVCM's counters (audit.go).
+	audit auditMetrics
+
 	// ops counts the scanner's failed operations: kvcm_gc_operation_errors_total{stage="scanner"}.
 	ops *prometheus.CounterVec
 }
@@ -122,7 +125,8 @@ func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 		StorePaceReason: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_reason", Help: "1 for why an adaptive store walk is at its pace (baseline, few_samples, raise, hold, lower_depth, lower_rate, ceiling, floor)."}, []string{"store", "reason"}),
 		StorePaceProbe:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_probe_seconds", Help: "The probe latency quantile an adaptive store walk's last pace decision compared: of the last window (window) and of the idle store (idle)."}, []string{"store", "window"}),
 
-		ops: rt.StageOps(pipeline.StageScanner, scannerOps),
+		audit: newAuditMetrics(f),
+		ops:   rt.StageOps(pipeline.StageScanner, scannerOps),
 	}
 	for _, r := range unregRefusals {
 		m.UnregisteredRefusals.WithLabelValues(r)
@@ -168,6 +172,7 @@ func (m *Metrics) dropStore(store string) {
 	m.StoreScannedKeys.DeleteLabelValues(store)
 	m.StoreState.DeletePartialMatch(prometheus.Labels{"store": store})
 	m.unregistered(store, nil)
+	m.audit.set(store, nil, 0)
 	m.StorePaceRate.DeleteLabelValues(store)
 	m.StorePaceBurst.DeleteLabelValues(store)
 	m.StorePaceReason.DeletePartialMatch(prometheus.Labels{"store": store})

@@ -46,6 +46,7 @@ type scanSnapshot struct {
 	instances []meta.Instance  // sorted by (group, id)
 	view      pipeline.RegView // every instance id listed, the collected groups, partial
 	skipped   []meta.Skip
+	quotas    map[string]uint64 // quota.capacity by instance group
 }
 
 // newRegistryCache returns the scanner's registry cache over r, retrying a failed read after
@@ -63,7 +64,11 @@ func buildScanSnapshot(_ context.Context, reg *meta.Registry, now time.Time) (sc
 		}
 		return snap[i].ID < snap[j].ID
 	})
-	return scanSnapshot{instances: snap, view: pipeline.NewRegView(reg, now), skipped: reg.Skipped}, nil
+	quotas := make(map[string]uint64, len(reg.Groups))
+	for name, g := range reg.Groups {
+		quotas[name] = g.QuotaCapacity
+	}
+	return scanSnapshot{instances: snap, view: pipeline.NewRegView(reg, now), skipped: reg.Skipped, quotas: quotas}, nil
 }
 
 // listed returns the collected instances of store the last snapshot lists, as the store's
@@ -138,6 +143,12 @@ func (c *registryCache) readLogs(info pipeline.RegistryRead, v scanSnapshot) {
 		c.log.Info("registry entries not collected", "count", len(v.skipped), "first", v.skipped[0].Instance, "reason", v.skipped[0].Reason)
 	}
 	c.skipped, c.logged = len(v.skipped), true
+}
+
+// quota returns the quota.capacity of instance group group in the last snapshot (0: none).
+func (c *registryCache) quota(group string) uint64 {
+	v, _, _, _ := c.rc.Last()
+	return v.quotas[group]
 }
 
 // last returns the last snapshot read (nil: none yet), without reading.
