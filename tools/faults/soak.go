@@ -591,7 +591,7 @@ func (s *soak) round(ctx context.Context, r uint64) error {
 	}
 	row.Stages = s.sample(r, end.stages)
 
-	drain, err := s.drain(ctx)
+	drain, err := s.drain(ctx, r)
 	if err != nil {
 		return fmt.Errorf("after round %d: %w", r, err)
 	}

@@ -157,10 +157,17 @@ func (e *env) inputs() []consumerOf {
 // acknowledged every batch up to the BATCHES stream's last sequence at the end, then the
 // deleter every request up to DELETES' last sequence once the prober was through, and the
 // sweeper likewise. The next round publishes meanwhile; what matters is that nothing of this
-// one is left behind (a backlog that grows from round to round would be).
-func (s *soak) drain(ctx context.Context) (time.Duration, error) {
+// one is left behind (a backlog that grows from round to round would be). Round 1's backlog
+// is the seed's garbage, some 120,000 locations in `make soak`, which the deleter takes at its
+// paced rate (2 requests in flight, delete_delay between two): it gets firstDrainFactor times
+// DrainTimeout.
+func (s *soak) drain(ctx context.Context, r uint64) (time.Duration, error) {
 	started := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	timeout := s.cfg.DrainTimeout
+	if r == 1 {
+		timeout *= firstDrainFactor
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for _, c := range s.e.inputs() {
 		var last uint64
@@ -183,6 +190,9 @@ func (s *soak) drain(ctx context.Context) (time.Duration, error) {
 	}
 	return time.Since(started), nil
 }
+
+// firstDrainFactor is how many times DrainTimeout round 1's drain may take (see drain).
+const firstDrainFactor = 4
 
 // eventTally is where the reading of the EVENTS stream is.
 type eventTally struct {
