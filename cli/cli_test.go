@@ -89,7 +89,7 @@ func TestRunCommandExitStatus(t *testing.T) {
 	}
 	run(t, ok, "--cluster", "c1", "--scan_interval", "3s")
 	require.Equal(t, "c1", seen.Config.Cluster)
-	require.Equal(t, 3*time.Second, seen.Config.ScanInterval)
+	require.Equal(t, 3*time.Second, seen.Config.Scanner.ScanInterval)
 	require.Equal(t, "ok", seen.Name)
 }
 

@@ -49,9 +49,9 @@ func StatusCommand() *Command {
 			if err != nil {
 				return err
 			}
-			opts := []ops.StatusOption{ops.WithCallTimeout(e.Config.JS.APITimeout), ops.WithHighWater(e.Config.HighWater),
+			opts := []ops.StatusOption{ops.WithCallTimeout(e.Config.JS.APITimeout), ops.WithHighWater(e.Config.Scanner.HighWater),
 				ops.WithPermissions(e.Permissions()), ops.WithDryRun(e.Config.DryRun)}
-			if e.Config.CollectDeleting {
+			if e.Config.Prober.CollectDeleting {
 				// The stuck DELETING of the last day, from the delete events.
 				opts = append(opts, ops.WithStuckDeleting(24*time.Hour))
 			}

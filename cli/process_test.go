@@ -149,7 +149,7 @@ func TestRunProcess(t *testing.T) {
 	cfg := config.Default()
 	cfg.Cluster = "c1"
 	cfg.Registry.URI = rs.URI()
-	cfg.ScanInterval = 2 * time.Millisecond
+	cfg.Scanner.ScanInterval = 2 * time.Millisecond
 	cfg.Storage.DefaultProbe = "stat"
 	cfg.NATS.Embedded = config.EmbeddedJS{StoreDir: filepath.Join(t.TempDir(), "js"), Listen: "127.0.0.1:0"}
 	cfg.HTTP.Listen = "127.0.0.1:0"

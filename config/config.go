@@ -3,6 +3,12 @@
 // file > default. The Config struct is the single source of truth: its yaml tags name the
 // keys, its help tags document them, and Keys derives the flag and variable names from it, so
 // a key cannot exist in one form and be missing in another.
+//
+// Each component owns its keys: the stages' config structs (scanner.Config, prober.Config,
+// deleter.Config, sweep.Config) carry their yaml and help tags, defaults and Validate, and
+// Config takes them inline. Config keeps the keys of the process (connections, JetStream,
+// workers, HTTP, log) and wires the few values one stage reads from another's keys
+// (StageConfigs, SweepConfig).
 package config
 
 import (
@@ -29,39 +35,15 @@ type Config struct {
 	Cluster string `yaml:"cluster" help:"KVCM cluster name (registry keys kvcache_registry:<cluster>:…); empty takes the cluster_name parameter of registry.uri"`
 	Prefix  string `yaml:"subject_prefix" help:"first tokens of every NATS subject, so several deployments can share a NATS server"`
 
-	// Scanner (DESIGN §4).
-	ScanInterval     time.Duration `yaml:"scan_interval" help:"least time between two SCAN pages of a store's walk (no catch-up after a slow page)"`
-	RoundPause       time.Duration `yaml:"round_pause" help:"pause between the end of a full scan round and the start of the next"`
-	ScanBatchSize    int           `yaml:"scan_batch_size" help:"SCAN COUNT hint, and the most delete targets one batch may produce"`
-	MaxKeysPerSecond float64       `yaml:"max_keys_per_second" help:"cap on a store walk's keys per second, to protect a busy Redis (0: no cap beyond scan_interval)"`
-	HighWater        uint64        `yaml:"backpressure_high_water" help:"skip scanning while the prober's or the deleter's backlog (pending + unacknowledged messages) is above this"`
-	Scanner          Scanner       `yaml:"scanner"`
-	// Keys of instances KVCM's registry no longer lists (a removal whose trim failed).
-	CollectUnregistered bool          `yaml:"collect_unregistered_instances" help:"also delete the keys of instances the registry no longer lists, once absent for unregistered_grace since kvcm-gc saw them registered; the sweep, where it runs, then reclaims their per-block data files"`
-	UnregisteredGrace   time.Duration `yaml:"unregistered_grace" help:"least time an instance must have been absent from every registry snapshot, since one listed it, before collect_unregistered_instances deletes its keys; at least 24h"`
-	UnregisteredMaxKeys int           `yaml:"unregistered_max_keys_per_round" help:"most keys of unregistered instances one round of a store deletes"`
-
-	// Prober (DESIGN §5).
-	OrphanWritingGrace time.Duration `yaml:"orphan_writing_grace" help:"least age of a WRITING location before it is an orphan; at least 1h"`
-	ProbeChunkSize     int           `yaml:"probe_chunk_size" help:"most storage URIs in one existence probe, 1..512"`
-	RegistryRefresh    time.Duration `yaml:"registry_refresh" help:"how long the prober reuses a snapshot of the registry's storage table"`
-	ExcludedTypes      []string      `yaml:"excluded_storage_types" help:"storage types (hf3fs, mooncake, pace, file, vcns_hf3fs) never judged storage-missing"`
-	CollectDeleting    bool          `yaml:"collect_deleting" help:"also collect stuck DELETING locations (left by a KVCM crash or failover mid-delete), DELETING with the same bytes for deleting_grace"`
-	DeletingGrace      time.Duration `yaml:"deleting_grace" help:"least time a location must have been DELETING with the same bytes before it is stuck; at least 1h, and above every group's delay_before_delete_ms + 1h"`
-
-	// Deleter (DESIGN §6).
-	MaxInflightDeletes int           `yaml:"max_inflight_delete_requests" help:"delete requests in flight across all deleters (the deleter consumer's MaxAckPending)"`
-	DeleteDelay        time.Duration `yaml:"delete_delay" help:"read lease between marking a location DELETING and deleting its data"`
-	CASRetries         int           `yaml:"cas_retries" help:"attempts of a compare-and-swap that lost to a concurrent write"`
-	EmptyBlock         string        `yaml:"empty_block" help:"when a block's last location goes: keep (the key stays as KVCM reads 'exists, no location', so KVCM's key count stays right) or delete (DEL the key; KVCM still counts it)"`
-
+	// The stages' keys, owned by their packages (DESIGN §4–§7): their yaml and help tags.
+	Scanner            scanner.Config `yaml:",inline"`
+	Prober             prober.Config  `yaml:",inline"`
+	MaxInflightDeletes int            `yaml:"max_inflight_delete_requests" help:"delete requests in flight across all deleters (the deleter consumer's MaxAckPending)"`
+	Deleter            deleter.Config `yaml:",inline"`
+	EmptyBlock         string         `yaml:"empty_block" help:"when a block's last location goes: keep (the key stays as KVCM reads 'exists, no location', so KVCM's key count stays right) or delete (DEL the key; KVCM still counts it)"`
 	// Sweep of orphan data files (DESIGN §7), on the storages whose override sets sweep.
-	SweepGrace       time.Duration `yaml:"sweep_grace" help:"least age of a data file, by its mtime, before the sweep judges it; at least 1h"`
-	SweepQuarantine  time.Duration `yaml:"sweep_quarantine" help:"how long an orphan file stays in quarantine (moved beside the data, checked again) before it is unlinked"`
-	SweepInterval    time.Duration `yaml:"sweep_interval" help:"least time between two pages of a swept storage's walk"`
-	SweepRoundPause  time.Duration `yaml:"sweep_round_pause" help:"pause between the end of a swept storage's walk and the start of its next"`
-	SweepBatchSize   int           `yaml:"sweep_batch_size" help:"files one page of a walk reads, and the most files of one sweep batch"`
-	MaxInflightSweep int           `yaml:"max_inflight_sweep_batches" help:"sweep batches in flight across all sweepers (the sweeper consumer's MaxAckPending)"`
+	Sweep            sweep.Config `yaml:",inline"`
+	MaxInflightSweep int          `yaml:"max_inflight_sweep_batches" help:"sweep batches in flight across all sweepers (the sweeper consumer's MaxAckPending)"`
 
 	Workers  Workers       `yaml:"workers"`
 	Registry RedisConn     `yaml:"registry"`
@@ -72,12 +54,6 @@ type Config struct {
 	JS       JetStream     `yaml:"jetstream"`
 	HTTP     HTTPConfig    `yaml:"http"`
 	Log      LogConfig     `yaml:"log"`
-}
-
-// Scanner are the settings of how scanner replicas share the metadata stores.
-type Scanner struct {
-	MaxStores     int     `yaml:"max_stores" help:"most metadata stores this replica walks at once (0: all); replicas divide the stores, each walking its share"`
-	LatencyBudget float64 `yaml:"latency_budget" help:"with max_keys_per_second 0, pace each store's walk adaptively: the fastest pace at which the store's probe latency rises at most this much over its idle latency (0.1: +10%; 0: off, paced by scan_interval)"`
 }
 
 // Workers are the concurrent message handlers of a process.
@@ -213,38 +189,20 @@ type LogConfig struct {
 
 // Default returns the configuration used for every key nobody sets: DESIGN §9's defaults.
 func Default() Config {
-	sc := scanner.DefaultConfig()
-	pc := prober.DefaultConfig()
-	dc := deleter.DefaultConfig()
-	sw := sweep.DefaultConfig()
 	js := subjects.DefaultSettings()
 	return Config{
-		Enabled:             true,
-		Prefix:              "kvcmgc",
-		ScanInterval:        sc.ScanInterval,
-		RoundPause:          sc.RoundPause,
-		ScanBatchSize:       sc.ScanBatchSize,
-		MaxKeysPerSecond:    sc.MaxKeysPerSecond,
-		HighWater:           sc.HighWater,
-		UnregisteredGrace:   sc.UnregisteredGrace,
-		UnregisteredMaxKeys: sc.UnregisteredMaxKeys,
-		OrphanWritingGrace:  pc.OrphanWritingGrace,
-		ProbeChunkSize:      pc.ProbeChunkSize,
-		RegistryRefresh:     pc.RegistryRefresh,
-		DeletingGrace:       pc.DeletingGrace,
-		MaxInflightDeletes:  js.DeleterMaxAckPending,
-		DeleteDelay:         dc.DeleteDelay,
-		CASRetries:          dc.CASRetries,
-		EmptyBlock:          "keep",
-		SweepGrace:          sw.Grace,
-		SweepQuarantine:     sw.Quarantine,
-		SweepInterval:       sw.Interval,
-		SweepRoundPause:     sw.RoundPause,
-		SweepBatchSize:      sw.BatchSize,
-		MaxInflightSweep:    js.SweeperMaxAckPending,
-		Workers:             Workers{Prober: 4},
-		Storage:             StorageConfig{DefaultProbe: storage.ProbeNone},
-		Guard:               GuardConfig{Kind: "none", Prefix: "kvcm_gc:copy:"},
+		Enabled:            true,
+		Prefix:             "kvcmgc",
+		Scanner:            scanner.DefaultConfig(),
+		Prober:             prober.DefaultConfig(),
+		MaxInflightDeletes: js.DeleterMaxAckPending,
+		Deleter:            deleter.DefaultConfig(),
+		EmptyBlock:         "keep",
+		Sweep:              sweep.DefaultConfig(),
+		MaxInflightSweep:   js.SweeperMaxAckPending,
+		Workers:            Workers{Prober: 4},
+		Storage:            StorageConfig{DefaultProbe: storage.ProbeNone},
+		Guard:              GuardConfig{Kind: "none", Prefix: "kvcm_gc:copy:"},
 		NATS: NATSConfig{
 			ConnectTimeout: 10 * time.Second,
 			Embedded:       EmbeddedJS{StoreDir: "kvcm-gc-jetstream", Listen: "127.0.0.1:4222"},

@@ -40,13 +40,13 @@ func TestDefaultsAreDesignDefaults(t *testing.T) {
 	c := Default()
 	require.NoError(t, c.Validate())
 	require.True(t, c.Enabled)
-	require.Equal(t, time.Second, c.ScanInterval)
-	require.Equal(t, 24*time.Hour, c.RoundPause)
-	require.Equal(t, 256, c.ScanBatchSize)
-	require.Equal(t, 24*time.Hour, c.OrphanWritingGrace)
+	require.Equal(t, time.Second, c.Scanner.ScanInterval)
+	require.Equal(t, 24*time.Hour, c.Scanner.RoundPause)
+	require.Equal(t, 256, c.Scanner.ScanBatchSize)
+	require.Equal(t, 24*time.Hour, c.Prober.OrphanWritingGrace)
 	require.Equal(t, 2, c.MaxInflightDeletes)
-	require.Zero(t, c.DeleteDelay)
-	require.Equal(t, 512, c.ProbeChunkSize)
+	require.Zero(t, c.Deleter.DeleteDelay)
+	require.Equal(t, 512, c.Prober.ProbeChunkSize)
 
 	c.Cluster = "c1"
 	_, _, err := c.Conns()
@@ -115,7 +115,7 @@ func TestPrecedence(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := load(t, tt.args, tt.env)
 			require.NoError(t, err)
-			require.Equal(t, tt.want, c.ScanInterval)
+			require.Equal(t, tt.want, c.Scanner.ScanInterval)
 		})
 	}
 }
@@ -173,7 +173,7 @@ func TestMapsAndLists(t *testing.T) {
 	off := false
 	require.Equal(t, StorageOverride{Probe: "stat", Delete: &off, PathMap: []PathMap{{"/m/", "/d/"}, {"/n/", "/e/"}}}, c.Storage.Overrides["nfs"])
 	require.Equal(t, "none", c.Storage.Overrides["dotted.name"].Probe)
-	require.Equal(t, []string{"mooncake", "pace"}, c.ExcludedTypes)
+	require.Equal(t, []string{"mooncake", "pace"}, c.Prober.ExcludedTypes)
 
 	// A path_map from a flag replaces the file's for that storage; other fields merge.
 	file := writeFile(t, "cluster: c1\nstorage:\n  overrides:\n    nfs:\n      probe: stat\n      path_map: [{from: /a/, to: /b/}]\n")

@@ -51,11 +51,16 @@ func Keys() []Key {
 	walk = func(t reflect.Type, prefix string, index []int) {
 		for i := range t.NumField() {
 			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			name, flags, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			idx := append(slices.Clone(index), i)
+			if flags == "inline" {
+				// A component's keys, at this level of the file.
+				walk(f.Type, prefix, idx)
+				continue
+			}
 			if name == "" || name == "-" {
 				continue
 			}
-			idx := append(slices.Clone(index), i)
 			if f.Type.Kind() == reflect.Struct && f.Type != durationType {
 				walk(f.Type, prefix+name+".", idx)
 				continue
@@ -324,7 +329,7 @@ func (k Key) redact(s string) string {
 // Redacted returns a deep copy of c whose secrets are hidden, for printing.
 func (c Config) Redacted() Config {
 	r := c
-	r.ExcludedTypes = slices.Clone(c.ExcludedTypes)
+	r.Prober.ExcludedTypes = slices.Clone(c.Prober.ExcludedTypes)
 	r.Storage.Overrides = maps.Clone(c.Storage.Overrides)
 	for _, k := range Keys() {
 		if k.Secret == "" {

@@ -9,7 +9,6 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
-	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
@@ -130,38 +129,15 @@ func (c Config) SweeperWorkers() int {
 	return c.Workers.Sweeper
 }
 
-// StageConfigs are the stages' settings the keys make. Their rules (a grace under an hour, a
-// zero batch size, …) live with them: Validate applies them, naming the keys.
+// StageConfigs are the stages' configurations: their own keys, with the wiring they read
+// from keys other components own. Their rules live with them (Validate).
 func (c Config) StageConfigs() (scanner.Config, prober.Config, deleter.Config) {
-	sc := scanner.DefaultConfig()
-	sc.ScanInterval = c.ScanInterval
-	sc.RoundPause = c.RoundPause
-	sc.ScanBatchSize = c.ScanBatchSize
-	sc.MaxKeysPerSecond = c.MaxKeysPerSecond
-	sc.HighWater = c.HighWater
-	sc.MaxStores = c.Scanner.MaxStores
-	sc.CollectUnregistered = c.CollectUnregistered
-	sc.UnregisteredGrace = c.UnregisteredGrace
-	sc.UnregisteredMaxKeys = c.UnregisteredMaxKeys
-	sc.LatencyBudget = c.Scanner.LatencyBudget
-
-	pc := prober.DefaultConfig()
-	pc.OrphanWritingGrace = c.OrphanWritingGrace
-	pc.ProbeChunkSize = c.ProbeChunkSize
-	pc.MaxTargets = c.ScanBatchSize
-	pc.RegistryRefresh = c.RegistryRefresh
-	pc.CollectDeleting = c.CollectDeleting
-	pc.DeletingGrace = c.DeletingGrace
-	for _, t := range c.ExcludedTypes {
-		st, _ := kvcm.ParseStorageType(t)
-		pc.ExcludedTypes = append(pc.ExcludedTypes, st)
-	}
-
-	dc := deleter.DefaultConfig()
-	dc.DeleteDelay = c.DeleteDelay
-	dc.CASRetries = c.CASRetries
+	pc := c.Prober
+	pc.ExcludedTypes = slices.Clone(c.Prober.ExcludedTypes)
+	pc.MaxTargets = c.Scanner.ScanBatchSize
+	dc := c.Deleter
 	dc.AckWait = c.JS.DeleterAckWait // the deleter keeps a delayed request alive within it
-	return sc, pc, dc
+	return c.Scanner, pc, dc
 }
 
 // LogValue summarises the configuration for the startup log line, without secrets.
@@ -173,35 +149,34 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("dry_run", c.DryRun),
 		slog.String("registry", redismeta.Redact(c.Registry.URI)),
 		slog.String("nats", Key{Secret: "uri"}.redact(c.NATS.URL)),
-		slog.Duration("scan_interval", c.ScanInterval),
-		slog.Duration("round_pause", c.RoundPause),
-		slog.Int("scan_batch_size", c.ScanBatchSize),
+		slog.Duration("scan_interval", c.Scanner.ScanInterval),
+		slog.Duration("round_pause", c.Scanner.RoundPause),
+		slog.Int("scan_batch_size", c.Scanner.ScanBatchSize),
 		slog.Float64("scanner.latency_budget", c.Scanner.LatencyBudget),
-		slog.Duration("orphan_writing_grace", c.OrphanWritingGrace),
+		slog.Duration("orphan_writing_grace", c.Prober.OrphanWritingGrace),
 		slog.Int("max_inflight_delete_requests", c.MaxInflightDeletes),
-		slog.Duration("delete_delay", c.DeleteDelay),
+		slog.Duration("delete_delay", c.Deleter.DeleteDelay),
 		slog.String("empty_block", c.EmptyBlock),
-		slog.Bool("collect_deleting", c.CollectDeleting),
-		slog.Duration("deleting_grace", c.DeletingGrace),
-		slog.Bool("collect_unregistered_instances", c.CollectUnregistered),
-		slog.Duration("unregistered_grace", c.UnregisteredGrace),
+		slog.Bool("collect_deleting", c.Prober.CollectDeleting),
+		slog.Duration("deleting_grace", c.Prober.DeletingGrace),
+		slog.Bool("collect_unregistered_instances", c.Scanner.CollectUnregistered),
+		slog.Duration("unregistered_grace", c.Scanner.UnregisteredGrace),
 		slog.Any("swept_storages", c.SweepConfig().Storages),
 	)
 }
 
-// SweepConfig is the sweep's configuration: the storages whose override sets sweep, sorted,
-// and the sweep_* keys.
+// SweepConfig is the sweep's configuration: its own keys, the storages whose override sets
+// sweep (sorted), and what it reads from the scanner's, the prober's and jetstream's keys.
 func (c Config) SweepConfig() sweep.Config {
-	sw := sweep.DefaultConfig()
+	sw := c.Sweep
+	sw.Storages = nil
 	for _, name := range slices.Sorted(maps.Keys(c.Storage.Overrides)) {
 		if c.Storage.Overrides[name].Sweep {
 			sw.Storages = append(sw.Storages, name)
 		}
 	}
-	sw.Grace, sw.Quarantine = c.SweepGrace, c.SweepQuarantine
-	sw.Interval, sw.RoundPause, sw.BatchSize = c.SweepInterval, c.SweepRoundPause, c.SweepBatchSize
-	sw.HighWater, sw.RegistryRefresh, sw.AckWait = c.HighWater, c.RegistryRefresh, c.JS.SweeperAckWait
-	sw.CollectUnregistered, sw.UnregisteredGrace = c.CollectUnregistered, c.UnregisteredGrace
+	sw.HighWater, sw.RegistryRefresh, sw.AckWait = c.Scanner.HighWater, c.Prober.RegistryRefresh, c.JS.SweeperAckWait
+	sw.CollectUnregistered, sw.UnregisteredGrace = c.Scanner.CollectUnregistered, c.Scanner.UnregisteredGrace
 	return sw
 }
 

@@ -10,8 +10,8 @@ import (
 
 func TestSweepDefaults(t *testing.T) {
 	c := Default()
-	require.Equal(t, 24*time.Hour, c.SweepGrace)
-	require.Equal(t, time.Hour, c.SweepQuarantine)
+	require.Equal(t, 24*time.Hour, c.Sweep.Grace)
+	require.Equal(t, time.Hour, c.Sweep.Quarantine)
 	sw := c.SweepConfig()
 	require.Empty(t, sw.Storages, "off by default")
 	require.NoError(t, sw.Validate())

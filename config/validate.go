@@ -13,7 +13,6 @@ import (
 
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
-	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -47,27 +46,16 @@ func (c Config) Validate() error {
 		bad("nats.inbox_prefix", "%q must be tokens of [A-Za-z0-9_-] joined by '.'", p)
 	}
 
-	// The stages' own rules (pipeline's Validate), naming the same keys; a key two stages
-	// read (backpressure_high_water, registry_refresh) is reported once.
-	sc, pc, dc := c.StageConfigs()
-	seen := map[string]bool{}
-	for _, err := range []error{sc.Validate(), pc.Validate(), dc.Validate(), c.SweepConfig().Validate()} {
-		for _, e := range unjoin(err) {
-			if !seen[e.Error()] {
-				seen[e.Error()] = true
-				errs = append(errs, e)
-			}
-		}
-	}
-	for _, t := range c.ExcludedTypes {
-		if _, ok := kvcm.ParseStorageType(t); !ok {
-			bad("excluded_storage_types", "unknown storage type %q (hf3fs, mooncake, pace, file, vcns_hf3fs)", t)
-		}
-	}
-	if c.CollectUnregistered && c.UnregisteredGrace < scanner.MinUnregisteredGrace {
+	// The stages' own keys, each checked by its owner.
+	errs = append(errs, unjoin(c.Scanner.Validate())...)
+	errs = append(errs, unjoin(c.Prober.Validate())...)
+	errs = append(errs, unjoin(c.Deleter.Validate())...)
+	errs = append(errs, unjoin(c.Sweep.Validate())...)
+	if c.Scanner.CollectUnregistered && c.Scanner.UnregisteredGrace < scanner.MinUnregisteredGrace {
 		// An instance KVCM is removing is absent from the registry while its trim runs; a
-		// registry restored from an old backup lists fewer instances for a while.
-		bad("unregistered_grace", "must be >= %s, got %s", scanner.MinUnregisteredGrace, c.UnregisteredGrace)
+		// registry restored from an old backup lists fewer instances for a while. The
+		// scanner itself takes less (a test's seconds).
+		bad("unregistered_grace", "must be >= %s, got %s", scanner.MinUnregisteredGrace, c.Scanner.UnregisteredGrace)
 	}
 	if c.MaxInflightDeletes < 1 {
 		bad("max_inflight_delete_requests", "must be >= 1, got %d", c.MaxInflightDeletes)
@@ -227,6 +215,12 @@ func (c Config) checkJetStream() []error {
 	}
 	if j.Duplicates < minJetStreamWindow {
 		bad("duplicate_window", "must be at least %s, got %s", minJetStreamWindow, j.Duplicates)
+	}
+	if j.DeleterAckWait <= 0 {
+		bad("deleter_ack_wait", "must be > 0, got %s", j.DeleterAckWait)
+	}
+	if j.SweeperAckWait <= 0 {
+		bad("sweeper_ack_wait", "must be > 0, got %s", j.SweeperAckWait)
 	}
 	if j.ProberAckWait <= 0 {
 		bad("prober_ack_wait", "must be > 0, got %s", j.ProberAckWait)

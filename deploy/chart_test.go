@@ -821,7 +821,7 @@ func checkPrivileges(t *testing.T, r rendered) {
 	require.Equal(t, privileges.ACLFile(privileges.Redis(c.Guard.Prefix), redisUsers), str(cm.doc, "data", "users.acl"))
 	// A user's opt-ins are granted as the stages' configuration turns them on.
 	granted := privileges.Granted(privileges.NATS(names), func(key string) bool {
-		return key == privileges.OptInCollectUnregistered && c.CollectUnregistered
+		return key == privileges.OptInCollectUnregistered && c.Scanner.CollectUnregistered
 	})
 	require.Equal(t, privileges.AccountConfig(granted, natsUsers), str(cm.doc, "data", "nats-account.conf"))
 	var perms struct {

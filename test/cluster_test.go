@@ -75,7 +75,7 @@ func clusterTrial(t *testing.T, rs *testenv.Redis, settled bool) []error {
 	cfg.JS.Replicas = 3
 	cfg.JS.LeaseTTL = 2 * time.Second
 	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.RoundPause = time.Hour
+	cfg.Scanner.RoundPause = time.Hour
 	require.NoError(t, cfg.Validate())
 
 	stages := []struct {

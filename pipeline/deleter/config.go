@@ -6,18 +6,22 @@ import (
 	"time"
 )
 
-// Config steers the deleter (DESIGN §6).
+// Config steers the deleter (DESIGN §6). Its yaml and help tags are the configuration keys
+// the deleter owns (config assembles them); a field tagged "-" is wiring, set by whoever builds
+// the deleter.
 type Config struct {
 	// DeleteDelay is the read lease between the CAS to DELETING and the physical delete. Default 0.
-	DeleteDelay time.Duration
+	DeleteDelay time.Duration `yaml:"delete_delay" help:"read lease between marking a location DELETING and deleting its data"`
 	// CASRetries is how many times a conflicting CAS/CAD re-reads and retries. Default 3.
-	CASRetries int
-	// AckWait must equal the consumer's AckWait, which app gives the deleter's consumer: it
-	// keeps a message whose handler still runs (delete_delay) in flight at a third of it.
-	AckWait time.Duration
+	CASRetries int `yaml:"cas_retries" help:"attempts of a compare-and-swap that lost to a concurrent write"`
+
+	// AckWait must equal the consumer's AckWait (jetstream.deleter_ack_wait), which app gives
+	// the deleter's consumer: it keeps a message whose handler still runs (delete_delay) in
+	// flight at a third of it.
+	AckWait time.Duration `yaml:"-"`
 	// UnlinkWorkers is how many goroutines unlink the data files of one request at once
 	// (each with a chunk of at least 32 files). Default 16.
-	UnlinkWorkers int
+	UnlinkWorkers int `yaml:"-"`
 }
 
 // KeepFor is how long the deleter's consumer keeps a request in flight while its handler
@@ -33,6 +37,8 @@ func DefaultConfig() Config {
 	return Config{CASRetries: 3, AckWait: 60 * time.Second, UnlinkWorkers: 16}
 }
 
+// Validate checks the deleter's keys, each error naming its key; New refuses wiring fields
+// out of bounds.
 func (c Config) Validate() error {
 	var errs []error
 	if c.DeleteDelay < 0 {
@@ -40,12 +46,6 @@ func (c Config) Validate() error {
 	}
 	if c.CASRetries < 1 {
 		errs = append(errs, fmt.Errorf("cas_retries: must be >= 1, got %d", c.CASRetries))
-	}
-	if c.AckWait <= 0 {
-		errs = append(errs, fmt.Errorf("jetstream.deleter_ack_wait: must be > 0, got %s", c.AckWait))
-	}
-	if c.UnlinkWorkers < 1 {
-		errs = append(errs, fmt.Errorf("unlink workers: must be >= 1, got %d", c.UnlinkWorkers))
 	}
 	return errors.Join(errs...)
 }

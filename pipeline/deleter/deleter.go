@@ -54,8 +54,12 @@ type Deps struct {
 
 // New returns the deleter stage of cfg.
 func New(cfg Config, deps Deps) (*Deleter, error) {
-	if deps.Stores == nil {
-		return nil, errors.New("deleter: no metadata store resolver")
+	var refused pipeline.Refusals
+	refused.Need(cfg.AckWait > 0, "ack wait must be > 0")
+	refused.Need(cfg.UnlinkWorkers >= 1, "unlink workers must be >= 1")
+	refused.Need(deps.Stores != nil, "no metadata store resolver")
+	if err := refused.Err("deleter"); err != nil {
+		return nil, err
 	}
 	return &Deleter{cfg: cfg, names: deps.Names, stores: deps.Stores, storageOp: deps.StorageOptions, events: deps.Events,
 		state: deps.State, metrics: orUnregistered(deps.Metrics), log: pipeline.OrDiscard(deps.Logger),

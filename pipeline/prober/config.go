@@ -3,6 +3,7 @@ package prober
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
@@ -13,33 +14,38 @@ import (
 // exceed every client's write session lifetime with a margin.
 const MinOrphanWritingGrace = time.Hour
 
-// Config steers the prober (DESIGN §5).
+// Config steers the prober (DESIGN §5). Its yaml and help tags are the configuration keys the
+// prober owns (config assembles them); a field tagged "-" is wiring, set by whoever builds
+// the prober.
 type Config struct {
 	// OrphanWritingGrace is the least age of a WRITING location before it is an orphan
 	// candidate. Default 24h, at least MinOrphanWritingGrace.
-	OrphanWritingGrace time.Duration
+	OrphanWritingGrace time.Duration `yaml:"orphan_writing_grace" help:"least age of a WRITING location before it is an orphan; at least 1h"`
 	// ProbeChunkSize is the most URIs in one MightExist call. Default and maximum 512.
-	ProbeChunkSize int
-	// MaxTargets caps the targets of one delete request (scan_batch_size). Default 256.
-	MaxTargets int
+	ProbeChunkSize int `yaml:"probe_chunk_size" help:"most storage URIs in one existence probe, 1..512"`
+	// RegistryRefresh is how long a registry snapshot (storage table) is reused (the sweep
+	// reads it too). Default 30s.
+	RegistryRefresh time.Duration `yaml:"registry_refresh" help:"how long the prober reuses a snapshot of the registry's storage table"`
+	// ExcludedTypes are the types (KVCM's names) that never enter the storage-missing rule.
+	ExcludedTypes []string `yaml:"excluded_storage_types" help:"storage types (hf3fs, mooncake, pace, file, vcns_hf3fs) never judged storage-missing"`
+	// CollectDeleting enables rule 3, stuck DELETING (collect_deleting). Default false.
+	CollectDeleting bool `yaml:"collect_deleting" help:"also collect stuck DELETING locations (left by a KVCM crash or failover mid-delete), DELETING with the same bytes for deleting_grace"`
+	// DeletingGrace is the least time a location must have been DELETING, with the same
+	// bytes, before it is a stuck-DELETING candidate. Default 24h, at least MinDeletingGrace.
+	DeletingGrace time.Duration `yaml:"deleting_grace" help:"least time a location must have been DELETING with the same bytes before it is stuck; at least 1h, and above every group's delay_before_delete_ms + 1h"`
+
+	// MaxTargets caps the targets of one delete request (the scanner's scan_batch_size).
+	// Default 256.
+	MaxTargets int `yaml:"-"`
 	// Workers is how many batches are judged at once (workers.prober). Default 1. The
 	// consumer may hold more: those waiting to be judged, or for the delete request their
 	// targets went into, are gathered with the ones being judged (gather.go).
-	Workers int
+	Workers int `yaml:"-"`
 	// GatherLinger is how long a delete request stays open for more targets of its instance
 	// (gather.go): it is published when it holds MaxTargets targets or GatherLinger after its
 	// first ones. Default 50ms; 0 publishes it as soon as no other batch of the instance is
 	// held.
-	GatherLinger time.Duration
-	// ExcludedTypes never enter the storage-missing rule.
-	ExcludedTypes []kvcm.StorageType
-	// RegistryRefresh is how long a registry snapshot (storage table) is reused. Default 30s.
-	RegistryRefresh time.Duration
-	// CollectDeleting enables rule 3, stuck DELETING (collect_deleting). Default false.
-	CollectDeleting bool
-	// DeletingGrace is the least time a location must have been DELETING, with the same
-	// bytes, before it is a stuck-DELETING candidate. Default 24h, at least MinDeletingGrace.
-	DeletingGrace time.Duration
+	GatherLinger time.Duration `yaml:"-"`
 }
 
 // DefaultConfig returns the prober's defaults.
@@ -48,6 +54,8 @@ func DefaultConfig() Config {
 		RegistryRefresh: 30 * time.Second, DeletingGrace: 24 * time.Hour, GatherLinger: 50 * time.Millisecond}
 }
 
+// Validate checks the prober's keys, each error naming its key; New refuses wiring fields
+// out of bounds.
 func (c Config) Validate() error {
 	var errs []error
 	if c.OrphanWritingGrace < MinOrphanWritingGrace {
@@ -56,19 +64,30 @@ func (c Config) Validate() error {
 	if c.ProbeChunkSize <= 0 || c.ProbeChunkSize > storage.MaxProbeChunk {
 		errs = append(errs, fmt.Errorf("probe_chunk_size: must be in 1..%d, got %d", storage.MaxProbeChunk, c.ProbeChunkSize))
 	}
-	if c.MaxTargets <= 0 {
-		errs = append(errs, fmt.Errorf("scan_batch_size: must be > 0, got %d", c.MaxTargets))
-	}
 	if c.RegistryRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("registry_refresh: must be > 0, got %s", c.RegistryRefresh))
+	}
+	for _, t := range c.ExcludedTypes {
+		if _, ok := kvcm.ParseStorageType(t); !ok {
+			errs = append(errs, fmt.Errorf("excluded_storage_types: unknown storage type %q (hf3fs, mooncake, pace, file, vcns_hf3fs)", t))
+		}
 	}
 	if c.DeletingGrace < MinDeletingGrace {
 		errs = append(errs, fmt.Errorf("deleting_grace: must be >= %s, got %s", MinDeletingGrace, c.DeletingGrace))
 	}
-	if c.GatherLinger < 0 || c.GatherLinger > maxGatherLinger {
-		errs = append(errs, fmt.Errorf("gather linger: must be in 0..%s, got %s", maxGatherLinger, c.GatherLinger))
-	}
 	return errors.Join(errs...)
+}
+
+// excluded returns the test of a storage type against ExcludedTypes (names Validate checked;
+// one it did not know excludes nothing).
+func (c Config) excluded() func(kvcm.StorageType) bool {
+	var types []kvcm.StorageType
+	for _, name := range c.ExcludedTypes {
+		if t, ok := kvcm.ParseStorageType(name); ok {
+			types = append(types, t)
+		}
+	}
+	return func(t kvcm.StorageType) bool { return slices.Contains(types, t) }
 }
 
 // maxGatherLinger bounds Config.GatherLinger far below any ack wait.

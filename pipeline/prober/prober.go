@@ -62,6 +62,9 @@ type Deps struct {
 // New returns the prober stage of cfg.
 func New(cfg Config, deps Deps) (*Prober, error) {
 	var refused pipeline.Refusals
+	refused.Need(cfg.MaxTargets > 0, "max targets must be > 0")
+	refused.Need(cfg.GatherLinger >= 0 && cfg.GatherLinger <= maxGatherLinger,
+		fmt.Sprintf("gather linger must be in 0..%s", maxGatherLinger))
 	refused.Need(deps.Registry != nil, "no registry reader")
 	refused.Need(deps.Guard != nil, "no copy-target guard")
 	refused.Need(deps.Publisher != nil, "no publisher")
@@ -73,7 +76,7 @@ func New(cfg Config, deps Deps) (*Prober, error) {
 		metrics: orUnregistered(deps.Metrics), log: pipeline.OrDiscard(deps.Logger), now: pipeline.OrNow(deps.Now)}
 	p.registryCache = pipeline.NewRegistryCache(pipeline.RegistryCacheConfig[registrySnapshot]{Reader: deps.Registry, Build: p.buildSnapshot,
 		Refresh: cfg.RegistryRefresh, Backoff: backoff.New(RegistryRetryInitial, RegistryRetryMax).Delay, ServeStale: true})
-	p.gather = newGatherer(max(cfg.MaxTargets, 1), cfg.GatherLinger, p.publish)
+	p.gather = newGatherer(cfg.MaxTargets, cfg.GatherLinger, p.publish)
 	p.judging = make(chan struct{}, max(cfg.Workers, 1))
 	return p, nil
 }

@@ -3,7 +3,6 @@ package prober
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -71,7 +70,7 @@ type Rules struct {
 func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdict {
 	cfg, storages, g := r.Config, r.Storages, r.Guard
 	v := Verdict{Candidates: map[string]int{}, Skips: map[string]int{}, Hosts: map[string]bool{}}
-	excluded := func(t kvcm.StorageType) bool { return slices.Contains(cfg.ExcludedTypes, t) }
+	excluded := cfg.excluded()
 
 	type cand struct {
 		key    int64

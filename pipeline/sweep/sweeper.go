@@ -74,6 +74,7 @@ type SweeperDeps struct {
 // NewSweeper returns the sweeper stage of cfg.
 func NewSweeper(cfg Config, deps SweeperDeps) (*Sweeper, error) {
 	var refused pipeline.Refusals
+	cfg.refuse(&refused)
 	refused.Need(deps.Registry != nil, "no registry reader")
 	refused.Need(deps.Stores != nil, "no metadata store resolver")
 	if err := refused.Err("sweeper"); err != nil {

@@ -68,6 +68,7 @@ type WalkerDeps struct {
 // NewWalker returns the walker of cfg.
 func NewWalker(cfg Config, deps WalkerDeps) (*Walker, error) {
 	refused := pipeline.Refusals{cfg.Validate()}
+	cfg.refuse(&refused)
 	refused.Need(deps.Registry != nil, "no registry reader")
 	refused.Need(deps.Leases != nil, "no lease bucket")
 	refused.Need(deps.State != nil, "no state bucket")

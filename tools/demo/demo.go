@@ -125,7 +125,7 @@ func Run(ctx context.Context, o Options) error {
 	seedStart := time.Now()
 	m, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: Cluster, Layout: o.Layout, Ambiguous: o.Ambiguous, Instances: instances, Blocks: o.Blocks,
 		LocationsPerBlock: 2, GarbageFraction: o.Garbage, TrickyFraction: o.Tricky, Root: filepath.Join(dir, "data"),
-		MetaURI: rs.URI(), Seed: o.Seed, SweepFiles: !o.NoSweep, SweepGrace: cfg.SweepGrace, DeletingGrace: cfg.DeletingGrace,
+		MetaURI: rs.URI(), Seed: o.Seed, SweepFiles: !o.NoSweep, SweepGrace: cfg.Sweep.Grace, DeletingGrace: cfg.Prober.DeletingGrace,
 		Progress: func(done, total int) {
 			prog.Update(fmt.Sprintf("seeding  %s %d/%d blocks", cli.Bar(done, total, 30), done, total))
 		}})
@@ -254,14 +254,14 @@ func Config(redisURI, jsDir string) config.Config {
 	c := config.Default()
 	c.Cluster = Cluster
 	c.Registry.URI = redisURI
-	c.ScanInterval = time.Millisecond
-	c.RoundPause = 24 * time.Hour
-	c.OrphanWritingGrace = 24 * time.Hour
+	c.Scanner.ScanInterval = time.Millisecond
+	c.Scanner.RoundPause = 24 * time.Hour
+	c.Prober.OrphanWritingGrace = 24 * time.Hour
 	// Stuck DELETING are collected too; the seed's own DELETING were last written 26h ago
 	// (the orphan grace + 2h), and are not stuck yet under this grace, the seeded stuck ones
 	// are DELETING for 48h.
-	c.CollectDeleting = true
-	c.DeletingGrace = 36 * time.Hour
+	c.Prober.CollectDeleting = true
+	c.Prober.DeletingGrace = 36 * time.Hour
 	c.Storage.DefaultProbe = storage.ProbeStat
 	c.Workers.Prober = 2
 	// Deletes are the long pole of a round with 10% garbage; a wider window hides the Redis
@@ -371,7 +371,7 @@ func backdateStuck(ctx context.Context, js jetstream.JetStream, cfg config.Confi
 	if err != nil {
 		return fmt.Errorf("open the observed bucket: %w", err)
 	}
-	obs := prober.KVObserver{KV: kv, TTL: prober.ObservationTTL(cfg.DeletingGrace, cfg.RoundPause)}
+	obs := prober.KVObserver{KV: kv, TTL: prober.ObservationTTL(cfg.Prober.DeletingGrace, cfg.Scanner.RoundPause)}
 	for _, l := range m.Locations {
 		if l.Kind != seed.KindStuckDeleting {
 			continue

@@ -30,10 +30,10 @@ func enableSweep(c *config.Config) {
 	o := c.Storage.Overrides[seed.StorageNFS]
 	o.Sweep = true
 	c.Storage.Overrides[seed.StorageNFS] = o
-	c.SweepInterval = time.Millisecond
-	c.SweepRoundPause = 24 * time.Hour
-	c.SweepQuarantine = sweepQuarantine
-	c.SweepBatchSize = 512
+	c.Sweep.Interval = time.Millisecond
+	c.Sweep.RoundPause = 24 * time.Hour
+	c.Sweep.Quarantine = sweepQuarantine
+	c.Sweep.BatchSize = 512
 	c.MaxInflightSweep = 4
 }
 
