@@ -27,7 +27,7 @@ func TestAuditTally(t *testing.T) {
 			{ID: "w", Value: loc("w", 1, 4, "file://nfs_01/r/w?size=100")},   // WRITING
 			{ID: "s", Value: loc("s", 3, 4, "file://nfs_01/r/s?size=01024")}, // SERVING, leading zero as from_chars reads it
 			{ID: "d", Value: loc("d", 4, 5, "vcns://h/r/d?size=7")},          // DELETING, vcns_hf3fs
-			{ID: "t", Value: nil},                                            // tombstone
+			{ID: "t", Value: nil}, // tombstone
 		}},
 		{Instance: "a", BlockKey: 2, Layout: kvcm.LayoutLocation, Locations: []meta.Field{
 			{ID: "u", Value: loc("u", 3, 1, "hf3fs://h/r/u?size=abc")}, // unparsed: KVCM added an unknowable number
