@@ -326,12 +326,10 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			run: func(ctx context.Context) error { defer p.Wait(); return c.Run(ctx) }})
 	}
 	if which.Deleter {
-		var counts jetstream.KeyValue
-		if o.EmptyBlock == meta.EmptyBlockDelete {
-			counts = state
-		}
+		// The deleter keeps kvcm-gc's share of KVCM's counters' drift in the STATE bucket:
+		// deleted keys and removed locations' bytes (DESIGN §13.4).
 		d, err := deleter.New(o.Deleter, deleter.Deps{Names: names, Stores: stores, StorageOptions: so,
-			Events: events, State: counts, Metrics: m.Deleter, Logger: log.With("stage", pipeline.StageDeleter)})
+			Events: events, State: state, Metrics: m.Deleter, Logger: log.With("stage", pipeline.StageDeleter)})
 		if err != nil {
 			return err
 		}

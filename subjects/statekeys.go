@@ -18,7 +18,7 @@ import (
 //	STATE  stores                   the registry's stores as the scanners last read them
 //	STATE  scanner_pause            an operator's pause of every walk
 //	STATE  walker_pause             an operator's pause of every sweep walk
-//	STATE  deleted_keys.<b64 inst>  the deleter's count of an instance's deleted block keys
+//	STATE  deleted_keys.<b64 inst>  the deleter's count of an instance's deleted block keys and removed bytes
 //
 // A bucket key allows only [-/_=.A-Za-z0-9], and a '.' splits it into subject tokens, so the
 // store or holder name is encoded by EncodeKeyPart: bytes of [A-Za-z0-9_-] are kept, a '.'

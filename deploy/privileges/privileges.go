@@ -219,7 +219,7 @@ func NATS(n subjects.Names) []NATSUser {
 				pull(batches, n.ProberConsumer())),
 			Subscribe: []string{inbox(n, pipeline.StageProber), deadLetters(batches, n.ProberConsumer())}},
 		{Stage: pipeline.StageDeleter,
-			Role: "pulls delete requests from its durable consumer and acknowledges them, records the requests the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes its events, and (empty_block: delete) counts the keys it deletes in the STATE bucket",
+			Role: "pulls delete requests from its durable consumer and acknowledges them, records the requests the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes its events, and counts the keys it deletes and the bytes of the locations it removes in the STATE bucket (kvcm-gc's share of the drift of KVCM's counters)",
 			Publish: cat([]string{ev(subjects.EventDelete)}, kvWrite(state, subjects.DeletedKeysFilter()), kvRead(state, subjects.DeletedKeysFilter()),
 				[]string{ev(subjects.EventPoison), ev(subjects.EventDeadLetter)}, pull(deletes, n.DeleterConsumer())),
 			Subscribe: []string{inbox(n, pipeline.StageDeleter), deadLetters(deletes, n.DeleterConsumer())}},

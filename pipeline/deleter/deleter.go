@@ -45,8 +45,9 @@ type Deps struct {
 	Stores         meta.StoreResolver
 	StorageOptions storage.Options // local overrides, dry-run
 	Events         *pipeline.EventLog
-	// State, when set, keeps the count of block keys deleted per instance (DeletedKeysKey),
-	// for status: KVCM's key count still counts each of them.
+	// State, when set, keeps per instance the block keys deleted and the locations removed
+	// with their bytes as KVCM counts them (DeletedKeysKey), for status and the audit: KVCM's
+	// counters still count each of them.
 	State   jetstream.KeyValue
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -93,7 +94,7 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 	// waited once per request (DeleteAll).
 	results, delErr := proto.DeleteAll(ctx, store, set, req.Instance, req.Targets)
 
-	keysDeleted := 0
+	removed := Removed{Bytes: map[string]uint64{}}
 	targets := make([]subjects.EventTarget, len(results))
 	counts := map[string]int64{}
 	for i, r := range results {
@@ -119,9 +120,16 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 				d.metrics.ReclaimedFiles.WithLabelValues(x.Storage, r.Target.Reason).Add(float64(x.Files))
 			}
 		}
+		if r.Outcome == subjects.OutcomeDeleted || r.Outcome == subjects.OutcomePartial {
+			if slot, b, ok := Phantom(r.Target); ok {
+				removed.Locations++
+				removed.Bytes[slot.String()] += b
+				d.metrics.PhantomBytes.WithLabelValues(req.Instance, slot.String()).Add(float64(b))
+			}
+		}
 		if r.KeyDeleted {
 			d.metrics.DeletedKeys.WithLabelValues(req.Instance).Inc()
-			keysDeleted++
+			removed.Keys++
 		}
 		if r.Outcome == subjects.OutcomeError {
 			d.metrics.opError("delete")
@@ -130,9 +138,9 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 		targets[i] = subjects.EventTarget{Key: r.Target.Key, Location: r.Target.Location, Reason: r.Target.Reason,
 			Outcome: r.Outcome, Detail: r.Detail, PhysicalSkips: r.PhysicalSkips, Resumed: r.Resumed, KeyDeleted: r.KeyDeleted}
 	}
-	if keysDeleted > 0 && d.state != nil {
-		if err := AddDeletedKeys(ctx, d.state, req.Instance, keysDeleted); err != nil {
-			d.log.Warn("count deleted keys", "instance", req.Instance, "err", err)
+	if (removed.Keys > 0 || removed.Locations > 0) && d.state != nil {
+		if err := AddRemoved(ctx, d.state, req.Instance, removed); err != nil {
+			d.log.Warn("count removed keys and bytes", "instance", req.Instance, "err", err)
 		}
 	}
 	if d.events != nil {
@@ -198,10 +206,22 @@ func (d *Deleter) track(seq uint64, start bool) {
 	}
 }
 
-// DeletedKeys is the value of DeletedKeysKey(instance) in the state bucket.
+// DeletedKeys is the value of DeletedKeysKey(instance) in the state bucket: kvcm-gc's own
+// share of the drift of KVCM's counters, exactly, since the instance's first delete.
 type DeletedKeys struct {
-	Keys      uint64 `json:"keys"`
-	UpdatedUs int64  `json:"updated_us"`
+	// Keys are the block keys deleted (empty_block: delete).
+	Keys uint64 `json:"keys"`
+	// Locations are the location-layout locations removed, Bytes their bytes by slot name as
+	// KVCM counts them (Phantom): what KVCM's usage still counts of them, until a repair.
+	Locations uint64            `json:"locations,omitempty"`
+	Bytes     map[string]uint64 `json:"bytes,omitempty"`
+	UpdatedUs int64             `json:"updated_us"`
+}
+
+// Removed is what one request's deletes add to DeletedKeys.
+type Removed struct {
+	Keys, Locations uint64
+	Bytes           map[string]uint64
 }
 
 // DeletedKeysKey is the state-bucket key counting the block keys of instance the deleter
@@ -210,9 +230,10 @@ func DeletedKeysKey(instance string) string {
 	return "deleted_keys." + base64.RawURLEncoding.EncodeToString([]byte(instance))
 }
 
-// AddDeletedKeys adds n to the count of instance's deleted keys (by revision, retried with a
-// short random wait against concurrent deleters).
-func AddDeletedKeys(ctx context.Context, kv jetstream.KeyValue, instance string, n int) error {
+// AddRemoved adds n to instance's DeletedKeys (by revision, retried with a short random wait
+// against concurrent deleters). A crash between a request's CAD and this update loses that
+// request's share: its redelivery finds the locations gone (noop_gone) and adds nothing.
+func AddRemoved(ctx context.Context, kv jetstream.KeyValue, instance string, n Removed) error {
 	key := DeletedKeysKey(instance)
 	var err error
 	for attempt := range 50 {
@@ -236,7 +257,17 @@ func AddDeletedKeys(ctx context.Context, kv jetstream.KeyValue, instance string,
 			}
 			rev = e.Revision()
 		}
-		cur.Keys += uint64(n)
+		cur.Keys += n.Keys
+		cur.Locations += n.Locations
+		for slot, b := range n.Bytes {
+			if b == 0 {
+				continue
+			}
+			if cur.Bytes == nil {
+				cur.Bytes = map[string]uint64{}
+			}
+			cur.Bytes[slot] += b
+		}
 		cur.UpdatedUs = time.Now().UnixMicro()
 		val, _ := json.Marshal(cur)
 		if rev == 0 {

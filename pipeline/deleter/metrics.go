@@ -26,8 +26,11 @@ type Metrics struct {
 	InflightOldest  prometheus.Gauge
 	StuckDataLeft   *prometheus.CounterVec
 	DeletedKeys     *prometheus.CounterVec
-	ReclaimedBytes  *prometheus.CounterVec
-	ReclaimedFiles  *prometheus.CounterVec
+	// PhantomBytes counts the bytes of the locations kvcm-gc removed that KVCM's usage still
+	// counts (Phantom), by instance and slot.
+	PhantomBytes   *prometheus.CounterVec
+	ReclaimedBytes *prometheus.CounterVec
+	ReclaimedFiles *prometheus.CounterVec
 	// WouldReclaimBytes counts, in a dry run, what ReclaimedBytes would have counted: the
 	// bytes of the locations judged garbage whose compare held (would_delete).
 	WouldReclaimBytes *prometheus.CounterVec
@@ -50,6 +53,8 @@ func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 			Help: "Spec URIs of collected stuck DELETING locations whose data was left in place (metadata only), by storage type and reason."}, []string{"storage_type", "reason"}),
 		DeletedKeys: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_deleted_keys_total",
 			Help: "Block keys the deleter deleted because their last location went (empty_block: delete); KVCM's key count still counts each."}, []string{"kvcm_instance"}),
+		PhantomBytes: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_phantom_bytes_total",
+			Help: "Bytes of the locations the deleter removed that KVCM's usage still counts (only KVCM's own deletes lower it), as KVCM counts them, by instance and storage type."}, []string{"kvcm_instance", "storage_type"}),
 		ReclaimedBytes: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_bytes_total",
 			Help: "Bytes of the locations the deleter removed (their spec URIs' size=), by storage and reason; what a dry run's report says deletes would free."}, []string{"storage", "reason"}),
 		ReclaimedFiles: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_reclaimed_files_total",

@@ -1,6 +1,8 @@
 package deleter
 
 import (
+	"errors"
+
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -55,4 +57,24 @@ func Frees(outcome string) bool {
 		return true
 	}
 	return false
+}
+
+// Phantom is what KVCM's usage goes on counting of a location-layout location kvcm-gc removed
+// (DESIGN §13): its bytes as KVCM's own accounting reads them (kvcm.UsageOf), in its slot.
+// KVCM subtracts a location's bytes only in its own deletes, so these stay in its count until
+// a repair. ok is false for what KVCM's persisted usage never counted: a legacy (__uri__)
+// location, a slot no KVCM version counts, bytes that are no location.
+func Phantom(t subjects.Target) (slot kvcm.StorageType, bytes uint64, ok bool) {
+	if t.Layout != subjects.LayoutLocation {
+		return 0, 0, false
+	}
+	loc, err := kvcm.DecodeLocation(t.Location, []byte(t.Expected))
+	if err != nil && !errors.Is(err, kvcm.ErrBadLocation) {
+		return 0, 0, false
+	}
+	u := kvcm.UsageOf(&loc)
+	if u.Slot > kvcm.MaxUsageSlot {
+		return 0, 0, false
+	}
+	return u.Slot, u.Bytes, true
 }

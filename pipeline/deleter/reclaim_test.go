@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -46,5 +47,37 @@ func TestFrees(t *testing.T) {
 		subjects.OutcomeNoopGone: false, subjects.OutcomeNoopMismatch: false, subjects.OutcomeError: false,
 	} {
 		require.Equal(t, want, Frees(outcome), outcome)
+	}
+}
+
+// TestPhantom: what KVCM's usage goes on counting of a removed location: its bytes as KVCM
+// reads them, in its base slot; nothing for a legacy location or bytes that are no location.
+func TestPhantom(t *testing.T) {
+	loc := func(typ string, specs string) subjects.RawText {
+		return subjects.RawText(`{"id":"l1","status":3,"type":` + typ + `,"spec_size":2,"create_time":1,"location_specs":[` + specs + `]}`)
+	}
+	for _, tc := range []struct {
+		name   string
+		target subjects.Target
+		slot   kvcm.StorageType
+		bytes  uint64
+		ok     bool
+	}{
+		{"file, two specs", subjects.Target{Location: "l1", Layout: subjects.LayoutLocation,
+			Expected: loc("4", `{"name":"a","uri":"file://nfs_01/a?size=01024"},{"name":"b","uri":"file://nfs_01/b?size=x"}`)}, kvcm.TypeFile, 1024, true},
+		{"vcns_hf3fs counts in hf3fs", subjects.Target{Location: "l1", Layout: subjects.LayoutLocation,
+			Expected: loc("5", `{"name":"a","uri":"vcns://h/a?size=7"}`)}, kvcm.TypeHF3FS, 7, true},
+		{"a KVCM reading of a URI kvcm-gc would not delete by", subjects.Target{Location: "l1", Layout: subjects.LayoutLocation,
+			Expected: loc("4", `{"name":"a","uri":"file:///tmp/x?size=3"}`)}, kvcm.TypeFile, 3, true},
+		{"legacy: never in the persisted usage", subjects.Target{Location: "l1", Layout: subjects.LayoutLegacy,
+			Expected: loc("4", `{"name":"a","uri":"file://nfs_01/a?size=1"}`)}, 0, 0, false},
+		{"a slot no KVCM counts", subjects.Target{Location: "l1", Layout: subjects.LayoutLocation,
+			Expected: loc("42", `{"name":"a","uri":"file://nfs_01/a?size=1"}`)}, 0, 0, false},
+		{"not a location", subjects.Target{Location: "l1", Layout: subjects.LayoutLocation, Expected: subjects.RawText("{bad")}, 0, 0, false},
+	} {
+		slot, b, ok := Phantom(tc.target)
+		require.Equal(t, tc.ok, ok, tc.name)
+		require.Equal(t, tc.slot, slot, tc.name)
+		require.Equal(t, tc.bytes, b, tc.name)
 	}
 }
