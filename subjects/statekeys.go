@@ -18,6 +18,7 @@ import (
 //	STATE  stores                   the registry's stores as the scanners last read them
 //	STATE  scanner_pause            an operator's pause of every walk
 //	STATE  walker_pause             an operator's pause of every sweep walk
+//	STATE  round_start              an operator's requests that stores start their next round now
 //	STATE  deleted_keys.<b64 inst>  the deleter's count of an instance's deleted block keys and removed bytes
 //
 // A bucket key allows only [-/_=.A-Za-z0-9], and a '.' splits it into subject tokens, so the
@@ -37,6 +38,10 @@ const (
 	// WalkerPauseKey is the STATE key of an operator's pause of every walk of the sweep's
 	// walkers, which have no consumer either.
 	WalkerPauseKey = "walker_pause"
+	// RoundStartKey is the STATE key of an operator's requests that the scanners start the
+	// next round of stores now instead of at the end of the round pause (see RoundStartRecord
+	// in pipeline): the admin writes it (kvcm-gc round start), the scanners read it.
+	RoundStartKey = "round_start"
 )
 
 // ErrBadKey: a bucket key is not one this package produces.

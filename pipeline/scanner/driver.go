@@ -120,8 +120,12 @@ func (d *walkDriver) forget() {
 func (d *walkDriver) tick(ctx context.Context) event {
 	stop := ctx.Err() != nil
 	wt := d.s.ctl.Tick(ctx, d.s.now(), d.h.lease, !stop && d.w.phase == pipeline.PhaseReady)
-	return evTick{now: wt.Now, leaseRev: wt.LeaseRev, pausedUntil: wt.PausedUntil, backlogFull: wt.BacklogFull,
+	ev := evTick{now: wt.Now, leaseRev: wt.LeaseRev, pausedUntil: wt.PausedUntil, backlogFull: wt.BacklogFull,
 		controlErr: wt.ControlErr, stop: stop, release: d.h.release.Load(), gone: d.h.gone.Load()}
+	if wt.LeaseRev != 0 && !stop && d.w.phase == pipeline.PhaseReady && !d.w.ckpt.InRound {
+		ev.roundStart = d.s.starts.read(ctx, wt.Now)
+	}
+	return ev
 }
 
 // perform does one action and returns the event it produced, if any.

@@ -66,8 +66,9 @@ type Scanner struct {
 	log        *slog.Logger
 	now        func() time.Time
 
-	ctl *pipeline.Controls
-	reg *registryCache
+	ctl    *pipeline.Controls
+	starts *roundStarts
+	reg    *registryCache
 
 	mu     sync.Mutex
 	walks  map[string]*walkHandle
@@ -148,6 +149,8 @@ func (s *Scanner) Run(ctx context.Context) error {
 		pipeline.ControlsDeps{State: s.state, Backlog: s.backlog.full(s.cfg.HighWater),
 			OpError: func(op string) { s.metrics.opError(op) },
 			Paused:  s.metrics.ScannerPaused, Backpressure: s.metrics.Backpressure, Logger: s.log})
+	s.starts = &roundStarts{state: s.state, opError: s.metrics.opError,
+		log: func(err error) { pipeline.Warn(ctx, s.log, "read round start requests", "err", err) }}
 	s.mu.Lock() // LeaseState (readiness) may already be reading s.reg
 	s.reg = newRegistryCache(s.registry, s.backoff, s.metrics, s.log)
 	s.walks, s.rounds, s.freed = map[string]*walkHandle{}, map[string]pipeline.Checkpoint{}, map[string]time.Time{}

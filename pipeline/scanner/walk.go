@@ -120,6 +120,9 @@ type (
 		release     bool  // hand the store back at the next round boundary (over share)
 		gone        bool  // the store left the registry: stop after the pending page
 		stop        bool  // the scanner shuts down: record the pending page, then stop
+		// roundStart is the operators' requests to start rounds now (kvcm-gc round start),
+		// read only while the walk is between rounds.
+		roundStart pipeline.RoundStartRecord
 	}
 	evCheckpoint struct {
 		ckpt pipeline.Checkpoint
@@ -292,9 +295,11 @@ func (w *walk) tick(t evTick) []action {
 		if t.release {
 			return w.release("over its share of the stores, at a round boundary")
 		}
-		if next := time.UnixMicro(w.ckpt.NextRoundUs); t.now.Before(next) {
+		// An operator's request made after the last round ended cuts the round pause short;
+		// the wait is no longer than RoundStartPoll so that a request is seen.
+		if next := time.UnixMicro(w.ckpt.NextRoundUs); t.now.Before(next) && !t.roundStart.Starts(w.store, w.ckpt) {
 			acts := w.setWaiting(t.now, pipeline.WaitRoundPause)
-			return append(acts, actWait{next.Sub(t.now)})
+			return append(acts, actWait{min(next.Sub(t.now), RoundStartPoll)})
 		}
 		if t.controlErr != nil {
 			return w.hold(t.now, pipeline.WaitError) // no round starts while the pause cannot be read

@@ -166,7 +166,50 @@ func TestWalkStep(t *testing.T) {
 			return loaded(pipeline.Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Minute).UnixMicro(), Waiting: pipeline.WaitRoundPause})
 		}, evTick{now: t0, leaseRev: 7},
 			func(t *testing.T, w *walk, acts []action) {
-				require.Equal(t, []action{actWait{time.Minute}}, acts, "nothing written: the checkpoint says it already")
+				require.Equal(t, []action{actWait{RoundStartPoll}}, acts, "nothing written: the checkpoint says it already; "+
+					"woken within RoundStartPoll to look for a request to start now")
+			}},
+		{"between rounds, pause ending sooner than the poll: wait for its end", func() *walk {
+			return loaded(pipeline.Checkpoint{Round: 2, NextRoundUs: t0.Add(time.Second).UnixMicro(), Waiting: pipeline.WaitRoundPause})
+		}, evTick{now: t0, leaseRev: 7},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actWait{time.Second}}, acts)
+			}},
+		{"round start requested after the last round ended: the next round starts now", func() *walk {
+			return loaded(pipeline.Checkpoint{Store: "s1", Round: 2, LastRoundEndUs: t0.Add(-time.Hour).UnixMicro(),
+				NextRoundUs: t0.Add(23 * time.Hour).UnixMicro(), Waiting: pipeline.WaitRoundPause})
+		}, evTick{now: t0, leaseRev: 7, roundStart: pipeline.RoundStartRecord{Stores: map[string]int64{"s1": t0.Add(-time.Minute).UnixMicro()}}},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actSnapshot{start: true}}, acts)
+			}},
+		{"round start requested for every store: this one too", func() *walk {
+			return loaded(pipeline.Checkpoint{Store: "s1", Round: 2, LastRoundEndUs: t0.Add(-time.Hour).UnixMicro(),
+				NextRoundUs: t0.Add(23 * time.Hour).UnixMicro(), Waiting: pipeline.WaitRoundPause})
+		}, evTick{now: t0, leaseRev: 7, roundStart: pipeline.RoundStartRecord{AllUs: t0.Add(-time.Minute).UnixMicro()}},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actSnapshot{start: true}}, acts)
+			}},
+		{"round start requested before the last round ended: spent, the pause holds", func() *walk {
+			return loaded(pipeline.Checkpoint{Store: "s1", Round: 3, LastRoundEndUs: t0.Add(-time.Minute).UnixMicro(),
+				NextRoundUs: t0.Add(23 * time.Hour).UnixMicro(), Waiting: pipeline.WaitRoundPause})
+		}, evTick{now: t0, leaseRev: 7, roundStart: pipeline.RoundStartRecord{AllUs: t0.Add(-time.Hour).UnixMicro(),
+			Stores: map[string]int64{"s1": t0.Add(-2 * time.Hour).UnixMicro()}}},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actWait{RoundStartPoll}}, acts)
+			}},
+		{"round start requested for another store: the pause holds", func() *walk {
+			return loaded(pipeline.Checkpoint{Store: "s1", Round: 2, LastRoundEndUs: t0.Add(-time.Hour).UnixMicro(),
+				NextRoundUs: t0.Add(23 * time.Hour).UnixMicro(), Waiting: pipeline.WaitRoundPause})
+		}, evTick{now: t0, leaseRev: 7, roundStart: pipeline.RoundStartRecord{Stores: map[string]int64{"s2": t0.UnixMicro()}}},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, []action{actWait{RoundStartPoll}}, acts)
+			}},
+		{"round start requested while paused: the pause wins", func() *walk {
+			return loaded(pipeline.Checkpoint{Store: "s1", Round: 2, LastRoundEndUs: t0.Add(-time.Hour).UnixMicro(),
+				NextRoundUs: t0.Add(23 * time.Hour).UnixMicro(), Waiting: pipeline.WaitRoundPause})
+		}, evTick{now: t0, leaseRev: 7, pausedUntil: t0.Add(time.Hour), roundStart: pipeline.RoundStartRecord{AllUs: t0.UnixMicro()}},
+			func(t *testing.T, w *walk, acts []action) {
+				require.NotContains(t, acts, action(actSnapshot{start: true}))
 			}},
 		{"round pause over: a round starts with a registry snapshot", func() *walk {
 			return loaded(pipeline.Checkpoint{Round: 2, NextRoundUs: t0.UnixMicro()})
