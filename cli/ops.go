@@ -25,9 +25,56 @@ import (
 // arguments before they connect, and reach the all-in-one process's embedded server when
 // nats.url is empty.
 
-// OperatorCommands lists status, replay, dlq, pause, resume, ensure, report and counters.
+// OperatorCommands lists status, replay, dlq, pause, resume, round, ensure, report and
+// counters.
 func OperatorCommands() []*Command {
-	return []*Command{StatusCommand(), ReplayCommand(), DLQCommand(), PauseCommand(), ResumeCommand(), EnsureCommand(), ReportCommand(), CountersCommand()}
+	return []*Command{StatusCommand(), ReplayCommand(), DLQCommand(), PauseCommand(), ResumeCommand(), RoundCommand(), EnsureCommand(),
+		ReportCommand(), CountersCommand()}
+}
+
+// RoundCommand: round start [--store S] [--json].
+func RoundCommand() *Command {
+	return &Command{
+		Name:    "round",
+		Summary: "start the next round of the stores now: round start [--store S]",
+		Help:    "A scanner waits out round_pause between two rounds of a store; round start ends that wait.",
+		Sub:     []*Command{roundStartCommand()},
+	}
+}
+
+func roundStartCommand() *Command {
+	var store string
+	var asJSON bool
+	return &Command{
+		Name:    "start",
+		Summary: "ask the scanners to start the next round of every store (or --store S) now, not at the end of round_pause",
+		Help: "Writes the request in the state bucket; the scanner holding a store's lease starts the store's\n" +
+			"next round within seconds if the store is between rounds. A store in a round goes on with it.\n" +
+			"After a promotion (dryRun false), it makes the deployment collect now rather than up to\n" +
+			"round_pause later. Prints what each store does.",
+		Config: true, Tool: true,
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&store, "store", "", "only this metadata store, as status names it (host:port)")
+			fs.BoolVar(&asJSON, "json", false, "print JSON")
+		},
+		Run: func(ctx context.Context, e *Env) error {
+			js, names, err := e.opsClients(ctx)
+			if err != nil {
+				return err
+			}
+			res, err := ops.RoundStart(ctx, js, names, store, time.Now())
+			if errors.Is(err, ops.ErrUnknownStore) {
+				return UsageError(err)
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(e.Stdout, res)
+			}
+			return res.WriteTable(e.Stdout)
+		},
+	}
 }
 
 // StatusCommand: status [--json].
