@@ -444,6 +444,12 @@ func TestLeastPrivilege(t *testing.T) {
 			{userSweeper, "$JS.API.CONSUMER.PAUSE." + sweep + ".sweeper"}, // nor does it lift its pause
 			// Bucket keys: each stage writes its own keys only.
 			{userScanner, subjects.KVSubjectPrefix(state) + subjects.ScannerPauseKey}, // nor does it lift its pause
+			// Only the admin asks for a round now (kvcm-gc round start); the scanner reads it.
+			{userScanner, subjects.KVSubjectPrefix(state) + subjects.RoundStartKey},
+			{userProber, subjects.KVSubjectPrefix(state) + subjects.RoundStartKey},
+			{userDeleter, subjects.KVSubjectPrefix(state) + subjects.RoundStartKey},
+			{userWalker, subjects.KVSubjectPrefix(state) + subjects.RoundStartKey},
+			{userSweeper, subjects.KVSubjectPrefix(state) + subjects.RoundStartKey},
 			{userScanner, subjects.KVSubjectPrefix(state) + subjects.WalkerPauseKey},
 			{userScanner, subjects.KVSubjectPrefix(state) + sweepKey},
 			{userScanner, subjects.KVSubjectPrefix(state) + "deleted_keys.aW5zdDE"},
@@ -989,6 +995,18 @@ func TestPermissionRefusalsAreFatal(t *testing.T) {
 	c, err := l.js.Consumer(ctx, l.names.DeletesStream(), l.names.DeleterConsumer())
 	require.NoError(t, err)
 	require.False(t, c.CachedInfo().Paused)
+
+	// round start writes the request, which the scanner may read but not write.
+	code, out, stderr, took = runCLI(t, cli.RoundCommand(), append([]string{"start"}, as(userScanner)...)...)
+	require.Equal(t, cli.ExitFailure, code, "out:\n%s\nstderr:\n%s", out, stderr)
+	require.Less(t, took, fast)
+	require.Contains(t, stderr, fmt.Sprintf(`nats permissions violation: user %q may not publish to`, userScanner))
+	state, err := l.js.KeyValue(ctx, l.names.StateBucket())
+	require.NoError(t, err)
+	_, err = state.Get(ctx, subjects.RoundStartKey)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "nothing was asked")
+	code, out, stderr, _ = runCLI(t, cli.RoundCommand(), append([]string{"start"}, as(userAdmin)...)...)
+	require.Equal(t, cli.ExitOK, code, "out:\n%s\nstderr:\n%s", out, stderr)
 
 	// The operator's commands get their replies under the admin's inbox, which the scanner may
 	// not read: run as the scanner with their own inbox, they are refused at the first request.

@@ -201,14 +201,14 @@ func NATS(n subjects.Names) []NATSUser {
 	cat := func(parts ...[]string) []string { return slices.Concat(parts...) }
 	return []NATSUser{
 		{Stage: StageAdmin,
-			Role:    "creates and checks the streams, consumers and buckets (kvcm-gc ensure), and runs the operator's commands (status, replay, report, dlq, pause, resume)",
+			Role:    "creates and checks the streams, consumers and buckets (kvcm-gc ensure), and runs the operator's commands (status, replay, report, dlq, pause, resume, round start)",
 			Publish: []string{">"}, Subscribe: []string{">"}},
 		{Stage: pipeline.StageScanner,
-			Role:   "publishes scan batches and its events, holds the store leases and its presence in the LEASE bucket (store.*, member.* keys; and watches it for released leases), keeps the checkpoints and the stores index and reads its pause in the STATE bucket (checkpoint.*, stores; scanner_pause, which it may not write), reads the prober's and the deleter's backlog, and, only with collect_unregistered_instances, publishes delete requests of the keys of instances the registry no longer lists",
+			Role:   "publishes scan batches and its events, holds the store leases and its presence in the LEASE bucket (store.*, member.* keys; and watches it for released leases), keeps the checkpoints and the stores index and reads its pause and the operators' round start requests in the STATE bucket (checkpoint.*, stores; scanner_pause and round_start, which it may not write), reads the prober's and the deleter's backlog, and, only with collect_unregistered_instances, publishes delete requests of the keys of instances the registry no longer lists",
 			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: []string{n.DeleteFilter()}}},
 			Publish: cat([]string{n.BatchFilter(), ev(subjects.EventRound), ev(subjects.EventSkip)},
 				kvWrite(state, subjects.CheckpointFilter(), subjects.StoresKey), kvWrite(lease, subjects.StoreLeaseFilter(), subjects.MemberFilter()),
-				kvRead(state, subjects.CheckpointFilter(), subjects.StoresKey, subjects.ScannerPauseKey),
+				kvRead(state, subjects.CheckpointFilter(), subjects.StoresKey, subjects.ScannerPauseKey, subjects.RoundStartKey),
 				kvRead(lease, subjects.StoreLeaseFilter(), subjects.MemberFilter()),
 				[]string{consumerInfo(batches, n.ProberConsumer()), consumerInfo(deletes, n.DeleterConsumer())}),
 			Subscribe: []string{inbox(n, pipeline.StageScanner), subjects.KVSubjectPrefix(lease) + ">"}},
