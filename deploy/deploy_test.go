@@ -214,7 +214,9 @@ func TestDashboard(t *testing.T) {
 		// The per-store row: every store's holder, state and progress.
 		"kvcm_gc_store_lease_held", "kvcm_gc_store_walk_state", "kvcm_gc_store_round_progress_ratio",
 		// What the deletes freed.
-		"kvcm_gc_reclaimed_bytes_total", "kvcm_gc_deleted_keys_total"} {
+		"kvcm_gc_reclaimed_bytes_total", "kvcm_gc_deleted_keys_total",
+		// A dry run: whether it is one, and what it would free.
+		"kvcm_gc_dry_run", "kvcm_gc_would_reclaim_bytes_total"} {
 		require.True(t, used[want], "dashboard does not show %s", want)
 	}
 	// Each metadata store and each swept storage on its own: one stuck is never hidden by the
