@@ -114,6 +114,18 @@ func (k KVObserver) Backdate(ctx context.Context, instance string, key int64, id
 	return nil
 }
 
+// stuckDeleting is rule 3 (stuck DELETING, DESIGN §5), on with collect_deleting.
+type stuckDeleting struct{ rules *Rules }
+
+func (stuckDeleting) Reason() string      { return subjects.ReasonStuckDeleting }
+func (stuckDeleting) Status() kvcm.Status { return kvcm.StatusDeleting }
+
+func (d stuckDeleting) Offer(ctx context.Context, j *judging, at located) bool {
+	return d.rules.judgeDeleting(ctx, j.batch, at.be, at.loc, at.layout, j.now, j.v)
+}
+
+func (stuckDeleting) Decide(context.Context, *judging) []located { return nil }
+
 // judgeDeleting is rule 3 (stuck DELETING) for a DELETING location of batch b. Every doubt
 // keeps: an unknown group or one whose read lease is too long for the grace, an age that
 // cannot be told, a first sight in this very round, an observation that cannot be recorded.

@@ -49,7 +49,7 @@ func (v *Verdict) note(key int64, loc, reason, detail string) {
 	v.Notes = append(v.Notes, Note{Key: key, Location: loc, Reason: reason, Detail: detail})
 }
 
-// Rules are the prober's two rules (DESIGN §5) with what they consult.
+// Rules are the prober's three rules (DESIGN §5) with what they consult.
 type Rules struct {
 	Config Config
 	// Storages resolves registered storages (the registry's storage table plus overrides).
@@ -65,12 +65,55 @@ type Rules struct {
 	Observer DeletingObserver
 }
 
+// rule is one of the prober's rules (DESIGN §5), a value of its own as Thanos's metadata
+// filters are: Judge offers it every location of its status that the checks every rule
+// shares (KVMeta, migration pins, a bad location) let through.
+type rule interface {
+	// Reason is the rule's label: the reason of its candidates (subjects.Reason*).
+	Reason() string
+	// Status is the status of the locations the rule judges.
+	Status() kvcm.Status
+	// Offer judges one location, counting what it keeps into j's verdict: true makes it a
+	// candidate now. A rule that judges a batch's locations together holds them, and
+	// decides in Decide.
+	Offer(ctx context.Context, j *judging, at located) bool
+	// Decide returns the held locations that are candidates, once the batch is through.
+	Decide(ctx context.Context, j *judging) []located
+}
+
+// judging is one batch being judged: what the rules read of it, and the verdict they count
+// into.
+type judging struct {
+	batch *subjects.Batch
+	now   time.Time
+	v     *Verdict
+}
+
+// located is one decoded location of a block of the batch, in layout.
+type located struct {
+	be     *subjects.BlockEntry
+	loc    *kvcm.Location
+	layout string
+}
+
+// rules are the rules of r.Config, in the order their candidates enter a request: rule 1,
+// rule 2 (decided after the batch), rule 3 when collect_deleting is on.
+func (r *Rules) rules() []rule {
+	rs := []rule{orphanWriting{grace: r.Config.OrphanWritingGrace, guard: r.Guard},
+		&storageMissing{rules: r, excluded: r.Config.excluded()}}
+	if r.Config.CollectDeleting {
+		rs = append(rs, stuckDeleting{rules: r})
+	}
+	return rs
+}
+
 // Judge applies the rules to a batch at time now. It never fails on data it cannot judge:
 // that is kept and counted.
 func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdict {
-	cfg, storages, g := r.Config, r.Storages, r.Guard
+	cfg := r.Config
 	v := Verdict{Candidates: map[string]int{}, Skips: map[string]int{}, Hosts: map[string]bool{}}
-	excluded := cfg.excluded()
+	j := &judging{batch: &b, now: now, v: &v}
+	rules := r.rules()
 
 	type cand struct {
 		key    int64
@@ -79,7 +122,6 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 		reason string
 	}
 	var cands []cand
-	var serving []servingLoc
 	// KVMeta's objects (open upstream PR #341) are KVMeta's: CLS_NEW and CLS_DELETING are its
 	// own states there, and its create_time no µs.
 	kvmetaInstance := kvcm.IsKVMetaInstanceID(b.Instance)
@@ -111,26 +153,13 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 			v.note(be.Key, loc.ID, SkipBadLocation, "location id is not valid UTF-8")
 			return
 		}
-		switch loc.Status {
-		case kvcm.StatusWriting:
-			age, ok := WritingAge(loc, layout, be.LRUTime, now)
-			if reason, ok := judgeWriting(ctx, cfg, b.Instance, be.Key, loc, age, ok, g, &v); ok {
-				cands = append(cands, cand{be.Key, loc, layout, reason})
-			}
-		case kvcm.StatusServing:
-			if !loc.Type.Probed() || excluded(loc.Type) {
-				// Unknown, dummy and EventReport kinds never enter this rule (kvcm.TypeRule).
-				v.skip(SkipExcludedType, 1)
-				return
-			}
-			if len(loc.Specs) == 0 {
-				v.skip(SkipNoSpec, 1)
-				return
-			}
-			serving = append(serving, servingLoc{key: be.Key, loc: loc, layout: layout})
-		case kvcm.StatusDeleting:
-			if cfg.CollectDeleting && r.judgeDeleting(ctx, &b, be, loc, layout, now, &v) {
-				cands = append(cands, cand{be.Key, loc, layout, subjects.ReasonStuckDeleting})
+		// The one rule that judges the location's status, if any.
+		for _, rl := range rules {
+			if rl.Status() == loc.Status {
+				if rl.Offer(ctx, j, located{be: be, loc: loc, layout: layout}) {
+					cands = append(cands, cand{be.Key, loc, layout, rl.Reason()})
+				}
+				break
 			}
 		}
 	}
@@ -177,8 +206,11 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 		}
 	}
 
-	for _, s := range r.probeServing(ctx, serving, storages, &v) {
-		cands = append(cands, cand{s.key, s.loc, s.layout, subjects.ReasonStorageMissing})
+	// The rules that judge a batch's locations together (rule 2's probes) decide last.
+	for _, rl := range rules {
+		for _, at := range rl.Decide(ctx, j) {
+			cands = append(cands, cand{at.be.Key, at.loc, at.layout, rl.Reason()})
+		}
 	}
 
 	// Keep batch order (blocks, then locations) so a replay gives the same request.
@@ -245,43 +277,80 @@ func KeptReason(loc *kvcm.Location, layout, lruTime string, now time.Time) (reas
 	}
 }
 
-// judgeWriting is rule 1 (orphan WRITING), given the location's age as its layout tells it.
+// orphanWriting is rule 1 (orphan WRITING, DESIGN §5): a WRITING location older than
+// orphan_writing_grace, by the age its layout tells, that no migration copies to.
 // Invariant 2: young, unknown-age or future WRITING is never a candidate; a guard error keeps
 // the location.
-func judgeWriting(ctx context.Context, cfg Config, instance string, key int64, loc *kvcm.Location, age time.Duration, known bool, g guard.Guard, v *Verdict) (string, bool) {
+type orphanWriting struct {
+	grace time.Duration
+	guard guard.Guard
+}
+
+func (orphanWriting) Reason() string      { return subjects.ReasonOrphanWriting }
+func (orphanWriting) Status() kvcm.Status { return kvcm.StatusWriting }
+
+func (w orphanWriting) Offer(ctx context.Context, j *judging, at located) bool {
+	key, loc, v := at.be.Key, at.loc, j.v
 	if loc.ID == "" {
 		v.skip(SkipBadLocation, 1)
-		return "", false
+		return false
 	}
+	age, known := WritingAge(loc, at.layout, at.be.LRUTime, j.now)
 	if !known {
 		v.skip(SkipAgeUnknown, 1)
-		return "", false
+		return false
 	}
-	if age < cfg.OrphanWritingGrace {
-		return "", false
+	if age < w.grace {
+		return false
 	}
-	target, err := g.IsCopyTarget(ctx, instance, key, loc.ID)
+	target, err := w.guard.IsCopyTarget(ctx, j.batch.Instance, key, loc.ID)
 	if err != nil {
 		v.note(key, loc.ID, SkipGuardError, err.Error())
-		return "", false
+		return false
 	}
 	if target {
 		v.skip(SkipCopyTarget, 1)
-		return "", false
+		return false
 	}
-	return subjects.ReasonOrphanWriting, true
+	return true
 }
 
-type servingLoc struct {
-	key    int64
-	loc    *kvcm.Location
-	layout string
+func (orphanWriting) Decide(context.Context, *judging) []located { return nil }
+
+// storageMissing is rule 2 (storage-missing SERVING, DESIGN §5): a SERVING location of a
+// probed storage type some of whose data a probe finds missing. It holds the batch's
+// locations and probes them together in Decide.
+type storageMissing struct {
+	rules    *Rules
+	excluded func(kvcm.StorageType) bool
+	held     []located
+}
+
+func (*storageMissing) Reason() string      { return subjects.ReasonStorageMissing }
+func (*storageMissing) Status() kvcm.Status { return kvcm.StatusServing }
+
+func (m *storageMissing) Offer(_ context.Context, j *judging, at located) bool {
+	if !at.loc.Type.Probed() || m.excluded(at.loc.Type) {
+		// Unknown, dummy and EventReport kinds never enter this rule (kvcm.TypeRule).
+		j.v.skip(SkipExcludedType, 1)
+		return false
+	}
+	if len(at.loc.Specs) == 0 {
+		j.v.skip(SkipNoSpec, 1)
+		return false
+	}
+	m.held = append(m.held, at)
+	return false
+}
+
+func (m *storageMissing) Decide(ctx context.Context, j *judging) []located {
+	return m.rules.probeServing(ctx, m.held, m.rules.Storages, j.v)
 }
 
 // probeServing is rule 2 (storage-missing SERVING). A location is a candidate only when at
 // least one of its specs is definitively Missing (invariant 3); unknown or present alone never
 // is. URIs are grouped by (storage, type) and probed in chunks of at most cfg.ProbeChunkSize.
-func (r Rules) probeServing(ctx context.Context, locs []servingLoc, storages storage.Set, v *Verdict) []servingLoc {
+func (r Rules) probeServing(ctx context.Context, locs []located, storages storage.Set, v *Verdict) []located {
 	cfg := r.Config
 	// A group holds its URIs in the slice MightExist is given, chunk by chunk, so nothing is
 	// copied per chunk; locs[j] is the index in locs of uris[j].
@@ -344,12 +413,12 @@ func (r Rules) probeServing(ctx context.Context, locs []servingLoc, storages sto
 			}
 			if err != nil {
 				// This chunk and the rest of this storage are unknown; other storages go on.
-				v.note(locs[chunk[0]].key, "", SkipProbeError, fmt.Sprintf("probe %s: %v", grp.backend.Name(), err))
+				v.note(locs[chunk[0]].be.Key, "", SkipProbeError, fmt.Sprintf("probe %s: %v", grp.backend.Name(), err))
 				v.skip(SkipProbeError, len(grp.uris)-start-1)
 				break
 			}
 			if len(res) != len(chunk) {
-				v.note(locs[chunk[0]].key, "", SkipProbeShape,
+				v.note(locs[chunk[0]].be.Key, "", SkipProbeShape,
 					fmt.Sprintf("probe %s: %d results for %d uris", grp.backend.Name(), len(res), len(chunk)))
 				continue
 			}
@@ -360,7 +429,7 @@ func (r Rules) probeServing(ctx context.Context, locs []servingLoc, storages sto
 			}
 		}
 	}
-	var out []servingLoc
+	var out []located
 	for i, s := range locs {
 		if missing[i] {
 			out = append(out, s)
