@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -230,32 +229,22 @@ func DeletedKeysKey(instance string) string {
 	return "deleted_keys." + base64.RawURLEncoding.EncodeToString([]byte(instance))
 }
 
-// AddRemoved adds n to instance's DeletedKeys (by revision, retried with a short random wait
-// against concurrent deleters). A crash between a request's CAD and this update loses that
-// request's share: its redelivery finds the locations gone (noop_gone) and adds nothing.
+// AddRemoved adds n to instance's DeletedKeys (by revision: pipeline.WriteCheckpoint's
+// create-or-update, retried on a conflict with a concurrent deleter after a short jittered
+// wait, at most addRemovedAttempts times). A crash between a request's CAD and this update
+// loses that request's share: its redelivery finds the locations gone (noop_gone) and adds
+// nothing.
 func AddRemoved(ctx context.Context, kv jetstream.KeyValue, instance string, n Removed) error {
 	key := DeletedKeysKey(instance)
-	var err error
-	for attempt := range 50 {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("update %s: %w", key, ctx.Err())
-			case <-time.After(time.Duration(rand.Int64N(int64(5 * time.Millisecond)))):
-			}
-		}
+	attempts := 0
+	var readErr error
+	err := addRemovedRetry.Retry(ctx, func(ctx context.Context) error {
+		attempts++
 		var cur DeletedKeys
-		var rev uint64
-		e, gerr := kv.Get(ctx, key)
-		switch {
-		case errors.Is(gerr, jetstream.ErrKeyNotFound):
-		case gerr != nil:
-			return fmt.Errorf("read %s: %w", key, gerr)
-		default:
-			if jerr := json.Unmarshal(e.Value(), &cur); jerr != nil {
-				return fmt.Errorf("decode %s: %w", key, jerr)
-			}
-			rev = e.Revision()
+		rev, err := pipeline.ReadJSON(ctx, kv, key, key, &cur)
+		if err != nil {
+			readErr = err
+			return backoff.Permanent(err)
 		}
 		cur.Keys += n.Keys
 		cur.Locations += n.Locations
@@ -269,21 +258,26 @@ func AddRemoved(ctx context.Context, kv jetstream.KeyValue, instance string, n R
 			cur.Bytes[slot] += b
 		}
 		cur.UpdatedUs = time.Now().UnixMicro()
-		val, _ := json.Marshal(cur)
-		if rev == 0 {
-			_, err = kv.Create(ctx, key, val)
-		} else {
-			_, err = kv.Update(ctx, key, val, rev)
+		_, err = pipeline.WriteCheckpoint(ctx, kv, key, cur, rev)
+		if pipeline.IsConflict(err) && attempts < addRemovedAttempts {
+			return err
 		}
-		if err == nil || !(errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)) {
-			break
-		}
-	}
-	if err != nil {
+		return backoff.Permanent(err)
+	}, nil)
+	switch {
+	case readErr != nil:
+		return readErr
+	case err != nil:
 		return fmt.Errorf("update %s: %w", key, err)
 	}
 	return nil
 }
+
+// addRemovedRetry and addRemovedAttempts bound AddRemoved's retries of a conflict: deleters
+// of one instance write its DeletedKeys at once only briefly, so a few milliseconds apart.
+var addRemovedRetry = backoff.New(time.Millisecond, 5*time.Millisecond)
+
+const addRemovedAttempts = 50
 
 // StorageConfigs turns a delete request's storage table back into registry records.
 func StorageConfigs(infos map[string]subjects.StorageInfo) map[string]kvcm.StorageConfig {
