@@ -24,7 +24,7 @@ import (
 var stages = []string{pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter}
 
 // metric is a metric name a process exports, with its label names and, for a closed label
-// set, the values it pre-initialises (STYLE: every label value pre-initialised).
+// set, the values it pre-initialises (every label value is pre-initialised).
 type metric struct {
 	labels []string
 	values map[string][]string // label -> its values; absent for an open label (store, instance)

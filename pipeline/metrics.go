@@ -38,7 +38,7 @@ var (
 	}
 )
 
-// Metrics are the metrics every stage shares, on one injected registry (STYLE: nothing on
+// Metrics are the metrics every stage shares, on one injected registry (nothing on
 // the global registry): the messages the consume loops disposed of, and the failed
 // operations. Each stage has its own beside them (scanner.Metrics, prober.Metrics,
 // deleter.Metrics, sweep.Metrics); a process registers all of them even when it runs one
