@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,4 +35,13 @@ func TestScannerRequires(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestScannerNilMetrics: a scanner built without metrics counts on a set registered nowhere
+// instead of panicking at its first count.
+func TestScannerNilMetrics(t *testing.T) {
+	s, err := New(DefaultConfig(), Deps{LeaseTTL: time.Second, JS: struct{ jetstream.JetStream }{}})
+	require.NoError(t, err)
+	require.NotNil(t, s.metrics)
+	require.NotPanics(t, func() { s.metrics.opError("publish"); s.metrics.ScanRounds.Inc() })
 }

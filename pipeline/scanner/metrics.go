@@ -223,3 +223,11 @@ func gaugeValue(g prometheus.Gauge) float64 {
 	}
 	return d.Gauge.GetValue()
 }
+
+// orUnregistered returns m, or metrics registered nowhere: they count, nobody scrapes them.
+func orUnregistered(m *Metrics) *Metrics {
+	if m == nil {
+		return NewMetrics(nil, nil)
+	}
+	return m
+}

@@ -116,19 +116,16 @@ type Deps struct {
 
 // New returns the scanner of cfg, wired to deps, with deps' defaults applied.
 func New(cfg Config, deps Deps) (*Scanner, error) {
-	if err := cfg.Validate(); err != nil {
+	refused := pipeline.Refusals{cfg.Validate()}
+	refused.Need(deps.LeaseTTL > 0, "lease TTL must be > 0")
+	refused.Need(deps.JS != nil, "no JetStream context")
+	if err := refused.Err("scanner"); err != nil {
 		return nil, err
-	}
-	if deps.LeaseTTL <= 0 {
-		return nil, errors.New("scanner: lease TTL must be > 0")
-	}
-	if deps.JS == nil {
-		return nil, errors.New("scanner: no JetStream context")
 	}
 	s := &Scanner{cfg: cfg, names: deps.Names, registry: deps.Registry, stores: deps.Stores, js: deps.JS,
 		leases: deps.Leases, leaseTTL: deps.LeaseTTL, state: deps.State, publisher: deps.Publisher, events: deps.Events,
 		backlog: deps.Backlog, sizes: deps.Sizes, backoff: deps.Backoff, maxPayload: deps.MaxPayload,
-		metrics: deps.Metrics, log: pipeline.OrDiscard(deps.Logger), now: deps.Now}
+		metrics: orUnregistered(deps.Metrics), log: pipeline.OrDiscard(deps.Logger), now: deps.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
