@@ -16,9 +16,12 @@ import (
 // takes the walk's state and one event (a tick with the readings it needs, a page read, a
 // page recorded, a checkpoint written, …) and returns the actions to perform (read a page,
 // publish it, write the checkpoint, wait, …); it does no I/O and reads no clock, so every
-// decision is table-tested without servers (walk_test.go). The driver (driver.go) performs
-// the actions and feeds their results back as events; the scanner (scanner.go) holds the
-// leases and starts one walk per store it holds.
+// decision of the walk's course is table-tested without servers (walk_test.go). The driver
+// (driver.go) performs the actions and feeds their results back as events; the scanner
+// (scanner.go) holds the leases and starts one walk per store it holds. One decision is not
+// a row of that table: which keys of unregistered instances a page sends to the deleter,
+// which the driver makes with the page it read (unregistered_collect.go, tested in
+// unregistered_test.go).
 //
 // The read position runs at most one page ahead of the checkpoint: a page's batches are stored
 // by JetStream (and the checkpoint moved past it) while the next page is read from Redis, and
