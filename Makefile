@@ -155,7 +155,7 @@ tools-env:
 define publish
 { mv -T "$$tmp" $(1) 2>/dev/null || rm -rf "$$tmp"; }
 endef
-MKTMP = mkdir -p $(TC) && tmp=$$(mktemp -d $(TC)/.build-XXXXXX)
+MKTMP = mkdir -p $(TC) && tmp=$$(mktemp -d $(TC)/.build-XXXXXX) && trap 'rm -rf "$$tmp"' EXIT
 
 $(STATICCHECK):
 	$(MKTMP) && GOBIN=$$tmp $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && $(call publish,$(@D))
