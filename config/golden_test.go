@@ -46,7 +46,8 @@ func badStages() Config {
 	c := Default()
 	for name, text := range map[string]string{
 		"scan_interval": "0s", "round_pause": "-1s", "scan_batch_size": "0", "max_keys_per_second": "-1",
-		"backpressure_high_water": "0", "scanner.max_stores": "-1", "collect_unregistered_instances": "true",
+		"backpressure_high_water": "0", "scanner.max_stores": "-1",
+		"scanner.duty": "1.5", "scanner.burst_keys": "0", "scanner.redis_cpu_ceiling": "1", "scanner.redis_cpu_every": "1ms", "collect_unregistered_instances": "true",
 		"unregistered_grace": "1h", "unregistered_max_keys_per_round": "0",
 		"orphan_writing_grace": "59m", "probe_chunk_size": "513", "registry_refresh": "0s",
 		"excluded_storage_types": "hf3fs,bogus", "collect_deleting": "true", "deleting_grace": "1m",

@@ -150,7 +150,7 @@ type StoreStatus struct {
 	Unregistered     []pipeline.UnregisteredCount `json:"unregistered_instances,omitempty"`
 	UnregisteredMore int                          `json:"unregistered_instances_more,omitempty"`
 	SavedAt          time.Time                    `json:"checkpoint_saved,omitzero"`
-	// Pace is an adaptive walk's pace and why it is at it, as its last page was read (nil:
+	// Pace is a duty-paced walk's pace and why it is at it, as its last page was read (nil:
 	// paced by scan_interval and max_keys_per_second, or between rounds).
 	Pace *pipeline.PaceRecord `json:"pace,omitempty"`
 }

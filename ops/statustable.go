@@ -163,19 +163,20 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	return ew.err
 }
 
-// paceCell says an adaptive walk's pace and why it is at it ("-": paced by scan_interval and
-// max_keys_per_second): "4000/s ×64 raise (probe 52µs, idle 48µs)".
+// paceCell says a duty-paced walk's pace and why ("-": paced by scan_interval and
+// max_keys_per_second): "duty 0.10 took 0.09, wait 2.1ms (duty), redis cpu 0.35/0.70 ok".
 func paceCell(p *pipeline.PaceRecord) string {
 	if p == nil {
 		return "-"
 	}
-	rate := "hold"
-	if p.Rate > 0 {
-		rate = strconv.FormatFloat(p.Rate, 'f', 0, 64) + "/s"
-	}
-	s := fmt.Sprintf("%s ×%d %s", rate, p.Burst, p.Reason)
-	if p.IdleUs > 0 {
-		s += fmt.Sprintf(" (probe %dµs, idle %dµs)", p.ProbeUs, p.IdleUs)
+	s := fmt.Sprintf("duty %.2f took %.2f, wait %s (%s)", p.Duty, p.Share,
+		time.Duration(p.WaitUs)*time.Microsecond, p.Reason)
+	switch {
+	case p.CPULimit <= 0:
+	case p.CPUShare >= 0:
+		s += fmt.Sprintf(", redis cpu %.2f/%.2f %s", p.CPUShare, p.CPULimit, p.CPU)
+	default:
+		s += fmt.Sprintf(", redis cpu ?/%.2f %s", p.CPULimit, p.CPU)
 	}
 	return s
 }

@@ -77,7 +77,7 @@ type Checkpoint struct {
 	// Waiting says why the walk is not moving (Wait*), since WaitingSinceUs.
 	Waiting        string `json:"waiting,omitempty"`
 	WaitingSinceUs int64  `json:"waiting_since_us,omitempty"`
-	// Pace is an adaptive walk's pace when its last page was read (nil: paced by
+	// Pace is a duty-paced walk's pace when its last page was read (nil: paced by
 	// scan_interval and max_keys_per_second).
 	Pace    *PaceRecord `json:"pace,omitempty"`
 	Holder  string      `json:"holder,omitempty"`
@@ -89,15 +89,26 @@ type Checkpoint struct {
 	Stores int `json:"stores,omitempty"`
 }
 
-// PaceRecord is an adaptive walk's pace (Pace) as the checkpoint keeps it.
+// PaceRecord is a duty-paced walk's pace (scanner.duty) as the checkpoint keeps it.
 type PaceRecord struct {
-	Rate   float64 `json:"keys_per_second"`
-	Burst  int     `json:"burst"`
-	Reason string  `json:"reason"` // Pace* (PaceReasons)
-	Budget float64 `json:"budget"`
-	// ProbeUs and IdleUs are the probe latencies the decision compared, in µs.
-	ProbeUs int64 `json:"probe_us,omitempty"`
-	IdleUs  int64 `json:"idle_us,omitempty"`
+	// Duty is the share of Redis's time the walk may take; Share what it took over its last
+	// window, by the pacer's measure (Redis's clock over each round trip; 0 before the first
+	// window is over).
+	Duty  float64 `json:"duty"`
+	Share float64 `json:"share"`
+	// WaitUs is the wait after the last round trip, Reason what set it (duty.Reasons: duty,
+	// floor, cap, max_keys_per_second, redis_busy).
+	WaitUs int64  `json:"wait_us"`
+	Reason string `json:"reason"`
+	// BurstKeys is the most keys one round trip reads; MaxRate the cap on keys per second.
+	BurstKeys int     `json:"burst_keys"`
+	MaxRate   float64 `json:"max_keys_per_second,omitempty"`
+	// CPULimit is scanner.redis_cpu_ceiling (0: off); CPUShare Redis's main-thread busy share
+	// at its last two readings of INFO cpu (−1: none); CPU the ceiling's state (off, ok,
+	// busy, refused: the server will not tell, the duty alone paces; unread).
+	CPULimit float64 `json:"redis_cpu_ceiling,omitempty"`
+	CPUShare float64 `json:"redis_cpu_share"`
+	CPU      string  `json:"redis_cpu"`
 }
 
 // ReadStoreCheckpoint returns a store's checkpoint (zero value and revision 0 when none).

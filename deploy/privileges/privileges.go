@@ -79,9 +79,10 @@ func Redis(guardPrefix string) []RedisUser {
 			Commands: []string{"ping", "hget", "hgetall", "hmget"},
 			ReadKeys: []string{blockKeys, registryKeys, guardPrefix + "*"}},
 		{Stage: pipeline.StageScanner,
-			Role: "walks the block keys (SCAN, pipelined HGETALL), reads the registry snapshot (HGETALL, HGET), a store's size when its round starts (DBSIZE) and, pacing a walk by scanner.latency_budget, the server's clock (TIME: how long a probe waited in Redis)",
-			// No write command at all: the scanner is read-only. Without +time an adaptive
-			// walk is paced by PING's round trip.
+			Role: "walks the block keys (SCAN, pipelined HGETALL), reads the registry snapshot (HGETALL, HGET), a store's size when its round starts (DBSIZE) and, pacing a walk by scanner.duty, the server's clock (TIME first and last in each pipelined read: how long it held Redis)",
+			// No write command at all: the scanner is read-only. Without +time a duty-paced
+			// walk is timed by its round trip. No +info: scanner.redis_cpu_ceiling, opt-in,
+			// needs it added, and without it the walk is paced by the duty alone.
 			Commands: []string{"ping", "scan", "hget", "hgetall", "dbsize", "time"},
 			ReadKeys: []string{blockKeys, registryKeys}},
 		{Stage: pipeline.StageProber,

@@ -23,6 +23,9 @@ type CeilingConfig struct {
 	// used_cpu_user_main_thread + used_cpu_sys_main_thread), an error wrapping ErrRefused
 	// when the server will not tell it.
 	Read func(ctx context.Context) (time.Duration, error)
+	// OnState, when set, is called with the state after each reading: a walk that holds
+	// within an operation (a page's bursts) reports no pace until the operation ends.
+	OnState func(CeilingState)
 }
 
 // Ceiling state names (CeilingState.State).
@@ -91,6 +94,9 @@ func (c *Ceiling) Busy(ctx context.Context, now time.Time) bool {
 	if due {
 		cpu, err := c.cfg.Read(ctx)
 		c.observe(time.Now(), cpu, err)
+		if c.cfg.OnState != nil {
+			c.cfg.OnState(c.State())
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -11,16 +11,16 @@ import (
 // a field tagged "-" is wiring, set by whoever builds the scanner.
 type Config struct {
 	// ScanInterval is the least time between the end of one tick and the start of the next
-	// (no catch-up after a slow tick). Default 1s.
-	ScanInterval time.Duration `yaml:"scan_interval" help:"least time between two SCAN pages of a store's walk (no catch-up after a slow page)"`
+	// (no catch-up after a slow tick), the pace of a walk without Duty. Default 1s.
+	ScanInterval time.Duration `yaml:"scan_interval" help:"with scanner.duty 0 (the fixed pace), least time between two SCAN pages of a store's walk (no catch-up after a slow page)"`
 	// RoundPause is the cooldown between the end of a round and the start of the next; it is
 	// stored in the state bucket so it survives restarts. Default 24h.
 	RoundPause time.Duration `yaml:"round_pause" help:"pause between the end of a full scan round and the start of the next"`
 	// ScanBatchSize is SCAN's COUNT hint and the most delete targets one batch may produce
 	// (the prober's cap of a delete request too). Default 256.
 	ScanBatchSize int `yaml:"scan_batch_size" help:"SCAN COUNT hint, and the most delete targets one batch may produce"`
-	// MaxKeysPerSecond caps the scan rate (0: no cap beyond ScanInterval).
-	MaxKeysPerSecond float64 `yaml:"max_keys_per_second" help:"cap on a store walk's keys per second, to protect a busy Redis (0: no cap beyond scan_interval)"`
+	// MaxKeysPerSecond caps the scan rate (0: no cap beyond the duty, or ScanInterval).
+	MaxKeysPerSecond float64 `yaml:"max_keys_per_second" help:"cap on a store walk's keys per second, to protect a busy Redis (0: no cap beyond scanner.duty, or scan_interval)"`
 	// HighWater: a tick is skipped while the prober's or the deleter's consumer has more than
 	// this many messages pending + unacknowledged (the sweep's walker reads it for its own
 	// consumer). Default 100.
@@ -54,12 +54,36 @@ type Tuning struct {
 	// to the others) and hands one back at a round boundary while it holds more; a store left
 	// free for a whole lease TTL is taken by anyone with room.
 	MaxStores int `yaml:"max_stores" help:"most metadata stores this replica walks at once (0: all); replicas divide the stores, each walking its share"`
-	// LatencyBudget (scanner.latency_budget; 0: off) paces each store's walk adaptively when
-	// MaxKeysPerSecond is 0: the fastest pace, and the burst size, at which the store's probe
-	// latency stays within this rise over its idle latency (0.1: +10%). The walk then waits
-	// no ScanInterval between pages (adaptive.go).
-	LatencyBudget float64 `yaml:"latency_budget" help:"with max_keys_per_second 0, pace each store's walk adaptively: the fastest pace at which the store's probe latency rises at most this much over its idle latency (0.1: +10%; 0: off, paced by scan_interval)"`
+	// Duty (scanner.duty; 0: off) paces each store's walk by its share of Redis's time: after
+	// a round trip that held Redis for t (TIME first and last in its pipeline, Redis's own
+	// clock), the next waits (1−duty)/duty × t, at least duty.DefaultFloor and at most
+	// duty.DefaultCap (pace.go). Default DefaultDuty. With 0, the walk is paced by
+	// ScanInterval alone (the fixed pace), max_keys_per_second capping both.
+	Duty float64 `yaml:"duty" help:"share of each metadata store's time its walk may take: after a round trip that held Redis for t (Redis's clock), the next waits (1-duty)/duty x t (0: off, the fixed pace of scan_interval; max_keys_per_second caps both)"`
+	// BurstKeys (scanner.burst_keys) is the most keys one round trip of a duty-paced walk
+	// reads: the longest a page holds Redis's event loop at once, and so the longest a
+	// serving request can wait behind it. Default DefaultBurstKeys.
+	BurstKeys int `yaml:"burst_keys" help:"most keys one round trip of a duty-paced walk reads: the longest it holds Redis at once (64 keys: about 0.4 ms)"`
+	// CPUCeiling (scanner.redis_cpu_ceiling; 0: off) holds a duty-paced walk while the
+	// store's main thread is busier than this share of its time, all clients included, by
+	// Redis's own count (INFO cpu, read every CPUEvery). A server that refuses INFO leaves
+	// the duty alone to pace the walk, and status says so.
+	CPUCeiling float64 `yaml:"redis_cpu_ceiling" help:"hold a duty-paced walk while the store's main thread is busier than this share of its time, all clients included, by INFO cpu (0: off; a server refusing INFO is paced by the duty alone)"`
+	// CPUEvery (scanner.redis_cpu_every) is the time between two readings of INFO cpu for
+	// CPUCeiling. Default DefaultCPUEvery.
+	CPUEvery time.Duration `yaml:"redis_cpu_every" help:"time between two readings of INFO cpu for redis_cpu_ceiling"`
 }
+
+// Defaults of the duty pace (pace.go says how they were chosen, BENCHMARKS.md measures them).
+const (
+	// DefaultDuty: a walk keeps Redis's main thread busy at most a tenth of the time.
+	DefaultDuty = 0.1
+	// DefaultBurstKeys: a round trip of 64 HGETALL holds Redis for about 0.4 ms at the
+	// 6.32 µs of Redis CPU per key of the 10M-block keyspace (0.3 ms at 1M blocks).
+	DefaultBurstKeys = 64
+	// DefaultCPUEvery is the time between two readings of INFO cpu.
+	DefaultCPUEvery = 5 * time.Second
+)
 
 // MinUnregisteredGrace is the smallest unregistered_grace the configuration accepts.
 const MinUnregisteredGrace = 24 * time.Hour
@@ -67,6 +91,7 @@ const MinUnregisteredGrace = 24 * time.Hour
 // DefaultConfig returns the scanner's defaults.
 func DefaultConfig() Config {
 	return Config{ScanInterval: time.Second, RoundPause: 24 * time.Hour, ScanBatchSize: 256, HighWater: 100,
+		Tuning:            Tuning{Duty: DefaultDuty, BurstKeys: DefaultBurstKeys, CPUEvery: DefaultCPUEvery},
 		UnregisteredGrace: 7 * 24 * time.Hour, UnregisteredMaxKeys: 10000}
 }
 
@@ -85,8 +110,20 @@ func (c Config) Validate() error {
 	if c.MaxKeysPerSecond < 0 {
 		errs = append(errs, fmt.Errorf("max_keys_per_second: must be >= 0, got %g", c.MaxKeysPerSecond))
 	}
-	if c.LatencyBudget < 0 || c.LatencyBudget > 10 {
-		errs = append(errs, fmt.Errorf("scanner.latency_budget: must be between 0 and 10, got %g", c.LatencyBudget))
+	if !(c.Duty >= 0 && c.Duty <= 1) { // NaN too
+		errs = append(errs, fmt.Errorf("scanner.duty: must be between 0 (off: the fixed pace of scan_interval) and 1, got %g", c.Duty))
+	}
+	if c.Duty > 0 && c.BurstKeys <= 0 {
+		errs = append(errs, fmt.Errorf("scanner.burst_keys: must be > 0 with scanner.duty set, got %d", c.BurstKeys))
+	}
+	if !(c.CPUCeiling >= 0 && c.CPUCeiling < 1) {
+		errs = append(errs, fmt.Errorf("scanner.redis_cpu_ceiling: must be at least 0 (off) and below 1, got %g", c.CPUCeiling))
+	}
+	if c.CPUCeiling > 0 && c.Duty == 0 {
+		errs = append(errs, errors.New("scanner.redis_cpu_ceiling: holds a duty-paced walk only; set scanner.duty too"))
+	}
+	if c.CPUCeiling > 0 && c.CPUEvery < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("scanner.redis_cpu_every: must be at least 100ms, got %s", c.CPUEvery))
 	}
 	if c.HighWater == 0 {
 		errs = append(errs, errors.New("backpressure_high_water: must be > 0"))
@@ -102,6 +139,3 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// adaptive reports whether store walks are paced by the latency budget.
-func (c Config) adaptive() bool { return c.LatencyBudget > 0 && c.MaxKeysPerSecond == 0 }

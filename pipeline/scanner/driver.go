@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/internal/duty"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -57,7 +58,7 @@ type walkDriver struct {
 	// roundInstances are the instances of the round a save starts (audit.go reads their
 	// counters).
 	roundInstances map[string]meta.Instance
-	pace           *adaptive // the walk's pacer (nil: paced by scan_interval)
+	pace           *pace // the walk's duty pace (nil: paced by scan_interval)
 
 	mu   sync.Mutex
 	last pipeline.Checkpoint // the checkpoint last read or written
@@ -101,9 +102,7 @@ func (d *walkDriver) run(ctx context.Context) {
 	d.bctx = context.WithoutCancel(ctx)
 	defer d.forget()
 	d.s.metrics.initStore(d.h.store)
-	pctx, stopProbe := context.WithCancel(ctx)
-	defer stopProbe()
-	d.startAdaptive(pctx)
+	d.startPace()
 	d.loop.Run(ctx)
 }
 
@@ -246,6 +245,27 @@ func (d *walkDriver) dbSize(ctx context.Context) int64 {
 	return n
 }
 
+// startPace sets up the walk's duty pace when the configuration asks for one and the store
+// can be read in bursts; otherwise the walk paces by scan_interval.
+func (d *walkDriver) startPace() {
+	cfg := d.s.cfg
+	if cfg.Duty <= 0 {
+		return
+	}
+	st, err := d.s.stores.Store(d.h.store)
+	if err != nil {
+		return // the walk reports it at its first page
+	}
+	if _, ok := st.(meta.BurstScanner); !ok {
+		d.log.Info("store cannot be read in paced bursts; its walk is paced by scan_interval")
+		return
+	}
+	d.w.cfg.gated = true
+	store, m := d.h.store, d.s.metrics
+	d.pace = newPace(cfg, st, func(cs duty.CeilingState) { m.storeCeiling(store, cs) })
+	m.storePace(store, d.pace.record())
+}
+
 // StoreSizer is a metadata store that can tell its number of keys (Redis DBSIZE).
 type StoreSizer interface {
 	DBSize(ctx context.Context) (int64, error)
@@ -262,8 +282,10 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 	var page meta.Page
 	var pace *pipeline.PaceRecord
 	if bs, ok := store.(meta.BurstScanner); ok && d.pace != nil {
-		page, err = bs.ScanStoreBursts(ctx, a.cursor, a.count, owns, meta.Bursts{Size: d.pace.burst(), Gate: d.pace.gate})
+		page, err = bs.ScanStoreBursts(ctx, a.cursor, a.count, owns, d.pace.bursts())
+		d.pace.trips.End()                   // a read that stopped between two round trips holds no gate
 		now, pace = s.now(), d.pace.record() // the page is read once its last burst is
+		s.metrics.storePace(d.h.store, pace)
 	} else {
 		page, err = store.ScanStore(ctx, a.cursor, a.count, owns)
 	}

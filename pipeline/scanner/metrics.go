@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvcm-gc/kvcm-gc/internal/duty"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 )
 
@@ -56,12 +57,14 @@ type Metrics struct {
 	UnregisteredCollected *prometheus.CounterVec
 	UnregisteredRefusals  *prometheus.CounterVec
 	StoreState            *prometheus.GaugeVec
-	// The pace of an adaptive walk (scanner.latency_budget): rate, burst, reason, and the
-	// probe latencies its last decision compared.
-	StorePaceRate   *prometheus.GaugeVec
-	StorePaceBurst  *prometheus.GaugeVec
-	StorePaceReason *prometheus.GaugeVec
-	StorePaceProbe  *prometheus.GaugeVec
+	// The duty pace of a walk (scanner.duty): the duty, the share of Redis's time the walk
+	// took, the wait after its last round trip and why, and Redis's main-thread share by
+	// INFO cpu under scanner.redis_cpu_ceiling.
+	StorePaceDuty      *prometheus.GaugeVec
+	StorePaceShare     *prometheus.GaugeVec
+	StorePaceWait      *prometheus.GaugeVec
+	StorePaceReason    *prometheus.GaugeVec
+	StoreRedisCPUShare *prometheus.GaugeVec
 
 	// audit is the audit of KVCM's counters (audit.go).
 	audit auditMetrics
@@ -119,11 +122,15 @@ func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 			Help: "Keys of unregistered instances the scanner sent to the deleter (collect_unregistered_instances)."}, []string{"store"}),
 		UnregisteredRefusals: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_unregistered_refusals_total",
 			Help: "Unregistered instances of a scanned page whose keys were left alone, by reason (collect_unregistered_instances)."}, []string{"reason"}),
-		StoreState:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
-		StorePaceRate:   f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_keys_per_second", Help: "Keys per second an adaptive store walk reads at now (0: it holds, measuring the store's idle latency)."}, []string{"store"}),
-		StorePaceBurst:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_burst_keys", Help: "Keys an adaptive store walk reads in one pipelined burst now."}, []string{"store"}),
-		StorePaceReason: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_reason", Help: "1 for why an adaptive store walk is at its pace (baseline, few_samples, raise, hold, lower_depth, lower_rate, ceiling, floor)."}, []string{"store", "reason"}),
-		StorePaceProbe:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_probe_seconds", Help: "The probe latency quantile an adaptive store walk's last pace decision compared: of the last window (window) and of the idle store (idle)."}, []string{"store", "window"}),
+		StoreState:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
+		StorePaceDuty: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_duty_ratio", Help: "The share of Redis's time a duty-paced store walk may take (scanner.duty)."}, []string{"store"}),
+		StorePaceShare: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_share_ratio",
+			Help: "The share of Redis's time a duty-paced store walk took over its last 10 s window, by Redis's clock over each round trip."}, []string{"store"}),
+		StorePaceWait: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_wait_seconds", Help: "The wait of a duty-paced store walk after its last round trip."}, []string{"store"}),
+		StorePaceReason: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_reason",
+			Help: "1 for what set a duty-paced store walk's last wait (duty, floor, cap, max_keys_per_second, redis_busy)."}, []string{"store", "reason"}),
+		StoreRedisCPUShare: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_redis_cpu_share_ratio",
+			Help: "Share of its time the store's main thread was busy between its last two readings of INFO cpu, all clients included (scanner.redis_cpu_ceiling; -1: no reading)."}, []string{"store"}),
 
 		audit: newAuditMetrics(f),
 		ops:   rt.StageOps(pipeline.StageScanner, scannerOps),
@@ -173,25 +180,42 @@ func (m *Metrics) dropStore(store string) {
 	m.StoreState.DeletePartialMatch(prometheus.Labels{"store": store})
 	m.unregistered(store, nil)
 	m.audit.set(store, nil, 0)
-	m.StorePaceRate.DeleteLabelValues(store)
-	m.StorePaceBurst.DeleteLabelValues(store)
+	for _, v := range []*prometheus.GaugeVec{m.StorePaceDuty, m.StorePaceShare, m.StorePaceWait, m.StoreRedisCPUShare} {
+		v.DeleteLabelValues(store)
+	}
 	m.StorePaceReason.DeletePartialMatch(prometheus.Labels{"store": store})
-	m.StorePaceProbe.DeletePartialMatch(prometheus.Labels{"store": store})
 }
 
-// storePace sets the pace gauges of an adaptive store walk.
-func (m *Metrics) storePace(store string, pc Pace) {
-	m.StorePaceRate.WithLabelValues(store).Set(pc.Rate)
-	m.StorePaceBurst.WithLabelValues(store).Set(float64(pc.Depth))
-	for _, r := range PaceReasons {
+// storePace sets the pace gauges of a duty-paced store walk.
+func (m *Metrics) storePace(store string, pc *pipeline.PaceRecord) {
+	m.StorePaceDuty.WithLabelValues(store).Set(pc.Duty)
+	m.StorePaceShare.WithLabelValues(store).Set(pc.Share)
+	m.StorePaceWait.WithLabelValues(store).Set(float64(pc.WaitUs) / 1e6)
+	for _, r := range duty.Reasons {
 		v := 0.0
 		if r == pc.Reason {
 			v = 1
 		}
 		m.StorePaceReason.WithLabelValues(store, r).Set(v)
 	}
-	m.StorePaceProbe.WithLabelValues(store, "window").Set(pc.Signal.Seconds())
-	m.StorePaceProbe.WithLabelValues(store, "idle").Set(pc.Baseline.Seconds())
+	if pc.CPULimit > 0 {
+		m.StoreRedisCPUShare.WithLabelValues(store).Set(pc.CPUShare)
+	}
+}
+
+// storeCeiling sets the gauges of a reading of the store's CPU time: its share and, while
+// the walk holds for it, the reason (the rest of the pace is set once the page is read).
+func (m *Metrics) storeCeiling(store string, cs duty.CeilingState) {
+	m.StoreRedisCPUShare.WithLabelValues(store).Set(cs.Share)
+	if cs.State == duty.CeilingBusy {
+		for _, r := range duty.Reasons {
+			v := 0.0
+			if r == duty.ReasonBusy {
+				v = 1
+			}
+			m.StorePaceReason.WithLabelValues(store, r).Set(v)
+		}
+	}
 }
 
 // unregistered replaces a store's series of unregistered instances with its last count.

@@ -44,9 +44,9 @@ type walkConfig struct {
 	roundPause       time.Duration
 	batchSize        int
 	maxKeysPerSecond float64
-	// adaptive: the driver paces the page's reads (adaptive.go); the walk waits
+	// gated: the driver paces the page's reads by the duty (pace.go); the walk waits
 	// nothing between pages.
-	adaptive bool
+	gated bool
 }
 
 // walk is one store's walk state.
@@ -145,7 +145,7 @@ type (
 		page        meta.Page
 		err         error
 		unavailable bool                 // the store cannot be opened at all: its round is skipped
-		pace        *pipeline.PaceRecord // an adaptive walk's pace as the page was read
+		pace        *pipeline.PaceRecord // a duty-paced walk's pace as the page was read
 	}
 	evRecorded struct {
 		ckpt    pipeline.Checkpoint
@@ -568,7 +568,7 @@ func (w *walk) publish(page meta.Page, now time.Time, pace *pipeline.PaceRecord)
 
 	wait := w.cfg.scanInterval
 	switch {
-	case w.cfg.adaptive:
+	case w.cfg.gated:
 		wait = 0
 	case w.cfg.maxKeysPerSecond > 0 && returned > 0:
 		wait = max(wait, w.capWait(returned, now))

@@ -138,8 +138,9 @@ type Config struct {
 	PaceSmallBatchRates []float64
 	PaceSmallBatch      int
 	PaceReps            int
-	// PaceBudget is the adaptive walk's scanner.latency_budget.
-	PaceBudget float64
+	// PaceDuties are the curve's scanner.duty points (the rounds and the step walk at the
+	// default duty).
+	PaceDuties []float64
 	// PaceStepRate is the read load after the load step (ServingRate before and after it).
 	PaceStepRate int
 	// ScaleBlocks is the larger keyspace of PhaseScale (the smaller is a tenth of it).
@@ -162,12 +163,12 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// UnpacedProfile is kvcm-gc allowed to go as fast as it can: no pause between ticks, no
-// backpressure, the prober and the deleter with a worker per core.
+// UnpacedProfile is kvcm-gc allowed to go as fast as it can: no duty, no pause between
+// ticks, no backpressure, the prober and the deleter with a worker per core.
 func UnpacedProfile() stage.Profile {
 	p := stage.DefaultProfile()
 	p.Name = "unpaced"
-	p.ScanInterval = time.Nanosecond
+	p.Duty, p.ScanInterval = 0, time.Nanosecond
 	p.HighWater = 1 << 62
 	p.ProberWorkers = runtime.NumCPU()
 	return p

@@ -322,7 +322,8 @@ func TestLoadLatencyInWindow(t *testing.T) {
 
 // TestPaceCurve: each point pools the requests of its own windows against every request of
 // every off window of the curve, and its keys/s is the keys of its windows over their length;
-// an adaptive point's pace is the mean of its samples that have one.
+// a point's Redis CPU share is each window's less the off window's before it, averaged, and a
+// duty point's pacer share the mean of its samples that have one.
 func TestPaceCurve(t *testing.T) {
 	us := time.Microsecond
 	lat := func(slow time.Duration) Latency {
@@ -335,19 +336,22 @@ func TestPaceCurve(t *testing.T) {
 		return Latency{N: len(s), P99: slow, Samples: s}
 	}
 	t0 := time.Unix(1000, 0)
+	work := func(share float64) RedisWork {
+		return RedisWork{Wall: time.Second, Main: time.Duration(share * float64(time.Second))}
+	}
 	res := &PaceResults{
-		Points: []PacePoint{{Rate: 2000, Batch: 256}, {Batch: 256, Budget: 0.1}},
+		Points: []PacePoint{{Rate: 2000, Batch: 256}, {Batch: 256, Duty: 0.1}},
 		Windows: []PaceWindow{
-			{Point: -1, Rep: 1, Lat: lat(200 * us)},
-			{Point: 0, Rep: 1, Lat: lat(300 * us), Keys: 6000, Dur: 3 * time.Second},
-			{Point: -1, Rep: 1, Lat: lat(400 * us)},
-			{Point: 1, Rep: 1, Lat: lat(500 * us), Keys: 30_000, Dur: 3 * time.Second,
-				Pace: []PaceSample{{At: t0, Rate: 8000, Burst: 32, Reason: "raise"}, {At: t0, Reason: ""}}},
-			{Point: -1, Rep: 2, Lat: lat(100 * us)},
+			{Point: -1, Rep: 1, Lat: lat(200 * us), Work: work(0.30)},
+			{Point: 0, Rep: 1, Lat: lat(300 * us), Keys: 6000, Dur: 3 * time.Second, Work: work(0.40)},
+			{Point: -1, Rep: 1, Lat: lat(400 * us), Work: work(0.20)},
+			{Point: 1, Rep: 1, Lat: lat(500 * us), Keys: 30_000, Dur: 3 * time.Second, Work: work(0.31),
+				Pace: []PaceSample{{At: t0, Share: 0.08, Reason: "duty"}, {At: t0, Reason: ""}}},
+			{Point: -1, Rep: 2, Lat: lat(100 * us), Work: work(0.25)},
 			{Point: 0, Rep: 2, Lat: lat(600 * us), Keys: 4000, Dur: 2 * time.Second},
-			{Point: -1, Rep: 2, Lat: lat(100 * us)},
-			{Point: 1, Rep: 2, Lat: lat(100 * us), Keys: 0, Dur: time.Second,
-				Pace: []PaceSample{{At: t0, Rate: 4000, Burst: 16, Reason: "lower_rate"}}},
+			{Point: -1, Rep: 2, Lat: lat(100 * us), Work: work(0.20)},
+			{Point: 1, Rep: 2, Lat: lat(100 * us), Keys: 0, Dur: time.Second, Work: work(0.29),
+				Pace: []PaceSample{{At: t0, Share: 0.1, Reason: "floor"}}},
 		},
 	}
 	c := paceCurve(res)
@@ -362,38 +366,40 @@ func TestPaceCurve(t *testing.T) {
 	require.Equal(t, 2, c[0].Windows)
 	require.InDelta(t, 3.0, c[0].Ratio(), 1e-9)
 	require.InDelta(t, 10_000.0/5, c[0].KeysPerSec, 1e-9)
-	require.Zero(t, c[0].Rate)
-	// Point 1: 2 × 500 among 200: 500 µs; 30,000 keys in 4 s; the pace of its two samples.
+	require.Zero(t, c[0].Share)
+	// Point 0's second window has no counters: the first alone, 0.40 − 0.30.
+	require.InDelta(t, 0.10, c[0].CPUShare, 1e-9)
+	// Point 1: 2 × 500 among 200: 500 µs; 30,000 keys in 4 s; the pacer's share of its two
+	// samples; its CPU share (0.31 − 0.20 + 0.29 − 0.20) / 2.
 	require.Equal(t, 500*us, c[1].P99)
 	require.InDelta(t, 7500, c[1].KeysPerSec, 1e-9)
-	require.InDelta(t, 6000, c[1].Rate, 1e-9)
-	require.InDelta(t, 24, c[1].Burst, 1e-9)
+	require.InDelta(t, 0.09, c[1].Share, 1e-9)
+	require.InDelta(t, 0.10, c[1].CPUShare, 1e-9)
 	require.Empty(t, paceCurve(&PaceResults{Points: res.Points}))
 }
 
-// TestStepReaction: the time from a step until the pace first moves below (or above) the
-// pace at the step, sampled; a walk that never moves did not react, and a hold that measures
-// the idle latency is no move.
+// TestStepReaction: the time from a step until the rate first moves below (or above) the
+// rate at the step, sampled; a walk that never moves did not react, and a sample without a
+// rate (a failed reading, the first second) is no move.
 func TestStepReaction(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	s := []PaceSample{
-		{At: at(-200), Rate: 8000, Reason: "raise"},
-		{At: at(-100), Rate: 10_000, Reason: "raise"},
-		{At: at(0), Rate: 10_000, Reason: "hold"},  // the step: the pace at it is 10,000
-		{At: at(100), Reason: ""},                  // a failed scrape says nothing
-		{At: at(700), Rate: 0, Reason: "baseline"}, // nor does a hold measuring the idle latency
-		{At: at(1300), Rate: 10_000, Reason: "lower_depth"},
-		{At: at(2400), Rate: 5000, Reason: "lower_rate"},
-		{At: at(3500), Rate: 2500, Reason: "lower_rate"},
-		{At: at(4600), Rate: 3125, Reason: "raise"},
-		{At: at(9000), Rate: 1, Reason: "floor"}, // after until
+		{At: at(-200), Rate: 8000, Reason: "duty"},
+		{At: at(-100), Rate: 10_000, Reason: "duty"},
+		{At: at(0), Rate: 10_000, Reason: "duty"}, // the step: the rate at it is 10,000
+		{At: at(100), Reason: ""},                 // a failed reading says nothing
+		{At: at(700), Rate: 0, Reason: "duty"},    // nor does one without a rate
+		{At: at(1300), Rate: 10_000, Reason: "duty"},
+		{At: at(2400), Rate: 5000, Reason: "duty"},
+		{At: at(3500), Rate: 2500, Reason: "duty"},
+		{At: at(4600), Rate: 3125, Reason: "floor"},
+		{At: at(9000), Rate: 1, Reason: "cap"}, // after until
 	}
 	r := stepReaction(s, at(0), at(5000), true)
 	require.True(t, r.Reacted)
 	require.Equal(t, 2400*time.Millisecond, r.Took)
 	require.InDelta(t, 10_000, r.At, 0)
-	require.Equal(t, "hold", r.Reason)
 	require.InDelta(t, 5000, r.First, 0)
 	require.InDelta(t, 3125, r.Final, 0)
 	// Rising from the pace at 3.5 s: the first sample above 2,500.
@@ -411,7 +417,7 @@ func TestStepReaction(t *testing.T) {
 	require.Equal(t, 2, paceFalls(s, at(0), at(5000)))
 	require.Equal(t, 0, paceFalls(s, at(-300), at(0)))
 	require.InDelta(t, 10_000, paceAt(s, at(50)), 0)
-	require.InDelta(t, 10_000, paceAt(s, at(800)), 0, "a hold is no pace")
+	require.InDelta(t, 10_000, paceAt(s, at(800)), 0, "a sample without a rate is none")
 }
 
 // TestKeysVisited: progress over rounds back to back counts the rounds before the current
@@ -430,22 +436,23 @@ func TestKeysVisited(t *testing.T) {
 		{At: t0.Add(3 * time.Second), Visited: 6000}}
 	require.InDelta(t, 2500, visitedRate(s, t0.Add(time.Second), t0.Add(3*time.Second)), 1e-9)
 	require.Zero(t, visitedRate(s, t0.Add(3*time.Second), t0.Add(3*time.Second)))
+	// The rate over the second before a sample, from the sample a second before it.
+	require.InDelta(t, 3000, trailingRate(s, s[3], time.Second), 1e-9)
+	require.Zero(t, trailingRate(s[:1], PaceSample{At: t0.Add(300 * time.Millisecond), Visited: 50}, time.Second), "less than a second")
 }
 
 func TestParsePace(t *testing.T) {
-	text := `# HELP kvcm_gc_store_pace_keys_per_second Keys per second
-# TYPE kvcm_gc_store_pace_keys_per_second gauge
-kvcm_gc_store_pace_keys_per_second{store="redis://127.0.0.1:1/0"} 4096
-kvcm_gc_store_pace_burst_keys{store="redis://127.0.0.1:1/0"} 64
-kvcm_gc_store_pace_reason{reason="baseline",store="redis://127.0.0.1:1/0"} 0
-kvcm_gc_store_pace_reason{reason="raise",store="redis://127.0.0.1:1/0"} 1
-kvcm_gc_store_pace_probe_seconds{store="redis://127.0.0.1:1/0",window="idle"} 0.0012
-kvcm_gc_store_pace_probe_seconds{store="redis://127.0.0.1:1/0",window="window"} 0.0015
+	text := `# HELP kvcm_gc_store_pace_share_ratio The share
+# TYPE kvcm_gc_store_pace_share_ratio gauge
+kvcm_gc_store_pace_share_ratio{store="redis://127.0.0.1:1/0"} 0.094
+kvcm_gc_store_pace_wait_seconds{store="redis://127.0.0.1:1/0"} 0.0021
+kvcm_gc_store_pace_reason{reason="duty",store="redis://127.0.0.1:1/0"} 0
+kvcm_gc_store_pace_reason{reason="floor",store="redis://127.0.0.1:1/0"} 1
 kvcm_gc_scanned_keys_total 12
 `
 	p, ok := parsePace(strings.NewReader(text))
 	require.True(t, ok)
-	require.Equal(t, scrapedPace{Rate: 4096, Burst: 64, Reason: "raise", Probe: 1500 * time.Microsecond, Idle: 1200 * time.Microsecond}, p)
+	require.Equal(t, scrapedPace{Share: 0.094, Wait: 2100 * time.Microsecond, Reason: "floor"}, p)
 	_, ok = parsePace(strings.NewReader("kvcm_gc_scanned_keys_total 12\n"))
 	require.False(t, ok, "a walk paced by scan_interval exports no pace")
 }

@@ -22,56 +22,59 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/tools/bench/stage"
 )
 
-// The pace phase measures what a scan rate costs the serving p99, and where the scanner's
-// adaptive pacer (scanner.latency_budget) puts the walk on that curve, in the pinned
+// The pace phase measures what a scan rate costs the serving p99 and Redis's main thread, and
+// what share of Redis's time the scanner's duty pace (scanner.duty) takes, in the pinned
 // placement (Redis and the read load on one core, kvcm-gc and NATS on the other) and in
 // dry-run (every window sees the same keyspace):
 //
 //   - the curve: windows with the scanner at fixed rates (max_keys_per_second), unpaced, at
-//     some rates with a smaller page (scan_batch_size, hence shorter bursts), and adaptive
-//     (latency_budget, no rate) once its walk has settled, each after a kvcm-gc-off window;
-//   - rounds: one whole round of the keyspace unpaced, then adaptive, timed, the read load
-//     running all through each, with kvcm-gc-off windows before, between and after;
-//   - a load step: an adaptive walk while the read load doubles and, later, halves again,
-//     its pace read every 100 ms.
+//     some rates with a smaller page (scan_batch_size, hence shorter bursts), and at each duty
+//     of Config.PaceDuties, each after a kvcm-gc-off window; Redis's main-thread CPU share
+//     (INFO cpu) over each window, less the off window's before it, is the walk's share;
+//   - rounds: one whole round of the keyspace unpaced, then at the default duty, timed, the
+//     read load running all through each, with kvcm-gc-off windows before, between and after;
+//   - a load step: a duty-paced walk while the read load doubles and, later, halves again,
+//     its progress read every 100 ms.
 //
-// The read load runs from before the stages start until after they stop, so the pacer
-// measures its idle baseline under the serving load, as it would in production; a window is
-// the requests sent between two moments.
+// The read load runs from before the stages start until after they stop; a window is the
+// requests sent between two moments.
 
 // PacePoint is a scanner configuration of the curve.
 type PacePoint struct {
-	// Rate is max_keys_per_second (0: unpaced, or adaptive when Budget is set).
+	// Rate is max_keys_per_second (0: unpaced, or paced by Duty alone).
 	Rate float64
 	// Batch is scan_batch_size: a page's keys, read in one pipelined burst at a fixed rate.
 	Batch int
-	// Budget is scanner.latency_budget (adaptive pacing; Rate is then 0).
-	Budget float64
+	// Duty is scanner.duty (0: the fixed pace; the page then read in bursts of
+	// scanner.burst_keys).
+	Duty float64
 }
 
-// Adaptive reports whether the point is the adaptive pacer's.
-func (p PacePoint) Adaptive() bool { return p.Budget > 0 }
+// Paced reports whether the point is the duty pace's.
+func (p PacePoint) Paced() bool { return p.Duty > 0 }
 
 func (p PacePoint) String() string {
 	switch {
-	case p.Adaptive():
-		return fmt.Sprintf("adaptive (latency_budget %g)", p.Budget)
+	case p.Paced():
+		return fmt.Sprintf("duty %g, bursts of %d", p.Duty, scanner.DefaultBurstKeys)
 	case p.Rate == 0:
 		return fmt.Sprintf("unpaced, pages of %d", p.Batch)
 	}
 	return fmt.Sprintf("%s keys/s, pages of %d", num(p.Rate), p.Batch)
 }
 
-// PaceSample is an adaptive walk's pace at one moment, from the scanner's /metrics, and the
+// PaceSample is a duty-paced walk's pace at one moment, from the scanner's /metrics, and the
 // keys its store walk had visited by then, from its checkpoint.
 type PaceSample struct {
-	At     time.Time
-	Rate   float64
-	Burst  int
+	At time.Time
+	// Rate is the keys per second SCAN returned over the second before At (from Visited;
+	// 0 for the first second).
+	Rate float64
+	// Share is the walk's share of Redis's time by the pacer's measure (its last 10 s
+	// window), Wait the wait after its last round trip, Reason what set it.
+	Share  float64
+	Wait   time.Duration
 	Reason string
-	// Probe and Idle are the probe latency quantiles the pace's decision compared: of its
-	// last window, and of the idle store (the baseline).
-	Probe, Idle time.Duration
 	// Visited are the keys SCAN returned since the walk started, every round.
 	Visited int64
 }
@@ -85,8 +88,10 @@ type PaceWindow struct {
 	// Dur is the window's length; Keys the keys SCAN returned meanwhile.
 	Dur  time.Duration
 	Keys int64
-	// Pace is an adaptive walk's pace during the window.
+	// Pace is a duty-paced walk's pace during the window.
 	Pace []PaceSample
+	// Work is Redis's counters over the window (INFO cpu, commandstats).
+	Work RedisWork
 }
 
 // PaceRound is one round of the whole keyspace with the read load running all through it.
@@ -98,6 +103,8 @@ type PaceRound struct {
 	// Lat is what the read load saw from the round's start to its end.
 	Lat  Latency
 	Pace []PaceSample
+	// Work is Redis's counters over the round.
+	Work RedisWork
 	// Partial: the round was not over within the time allowed (Keys and Dur are its
 	// progress then).
 	Partial bool
@@ -106,11 +113,11 @@ type PaceRound struct {
 // Rate is keys per second.
 func (r PaceRound) Rate() float64 { return Rate{Ops: int(r.Keys), Dur: r.Dur}.PerSec() }
 
-// PaceStep is an adaptive walk through a step of the read load: from From requests per
+// PaceStep is a duty-paced walk through a step of the read load: from From requests per
 // second to To at Up, and back to From at Down, until End.
 type PaceStep struct {
 	From, To int
-	Budget   float64
+	Duty     float64
 	// SettledAt is when the walk was at its pace; the load stepped up at Up and back down
 	// at Down, each stepObserve after the last; the walk was watched until End.
 	SettledAt, Up, Down, End time.Time
@@ -124,19 +131,18 @@ type PaceStep struct {
 type PaceResults struct {
 	Points  []PacePoint
 	Windows []PaceWindow
-	// Unpaced and Adaptive are whole rounds; RoundOff the off windows before, between and
-	// after them.
-	Unpaced, Adaptive *PaceRound
-	RoundOff          []Latency
-	Step              *PaceStep
+	// Unpaced and Duty are whole rounds; RoundOff the off windows before, between and
+	// after them, RoundOffWork Redis's counters over those.
+	Unpaced, Duty *PaceRound
+	RoundOff      []Latency
+	RoundOffWork  []RedisWork
+	Step          *PaceStep
 }
 
 // Durations of the pace phase.
 const (
-	// paceSettle is how long an adaptive walk runs after its pace leaves the baseline hold
-	// before it is measured: slow start doubles the rate every second until a window is
-	// over budget.
-	paceSettle = 5 * time.Second
+	// paceSettle is how long a walk runs after its first round began before it is measured.
+	paceSettle = time.Second
 	// pacePoll is how often the pace is read.
 	pacePoll = 100 * time.Millisecond
 	// stepObserve is how long the load step's walk is watched after each step.
@@ -146,7 +152,7 @@ const (
 )
 
 // pacePoints are the curve's points of a run: each fixed rate (0: unpaced) at the unpaced
-// page size, the small-batch rates at PaceSmallBatch, and the adaptive pacer.
+// page size, the small-batch rates at PaceSmallBatch, and each duty.
 func (c Config) pacePoints() []PacePoint {
 	var out []PacePoint
 	for _, r := range c.PaceRates {
@@ -155,7 +161,10 @@ func (c Config) pacePoints() []PacePoint {
 	for _, r := range c.PaceSmallBatchRates {
 		out = append(out, PacePoint{Rate: r, Batch: c.PaceSmallBatch})
 	}
-	return append(out, PacePoint{Batch: c.Unpaced.ScanBatchSize, Budget: c.PaceBudget})
+	for _, d := range c.PaceDuties {
+		out = append(out, PacePoint{Batch: c.Unpaced.ScanBatchSize, Duty: d})
+	}
+	return out
 }
 
 // profile is the stage profile of a point: the unpaced profile (no pause between ticks, no
@@ -164,7 +173,7 @@ func (p PacePoint) profile(unpaced stage.Profile, oneRound bool) stage.Profile {
 	pr := unpaced
 	pr.Name = p.String()
 	pr.DryRun = true
-	pr.MaxKeysPerSecond, pr.ScanBatchSize, pr.LatencyBudget = p.Rate, p.Batch, p.Budget
+	pr.MaxKeysPerSecond, pr.ScanBatchSize, pr.Duty = p.Rate, p.Batch, p.Duty
 	if !oneRound {
 		pr.RoundPause = time.Nanosecond
 	}
@@ -213,14 +222,14 @@ func (h *Harness) pace(ctx context.Context, phase string, k *Keyspace) (res *Pac
 	}
 
 	h.log.Info("pace rounds", "layout", k.Spec.Layout, "blocks", k.Counts.Blocks)
-	for _, pt := range []PacePoint{{Batch: cfg.Unpaced.ScanBatchSize}, {Batch: cfg.Unpaced.ScanBatchSize, Budget: cfg.PaceBudget}} {
+	for _, pt := range []PacePoint{{Batch: cfg.Unpaced.ScanBatchSize}, {Batch: cfg.Unpaced.ScanBatchSize, Duty: scanner.DefaultDuty}} {
 		off, err := pw.window(ctx, -1, PacePoint{}, 0)
 		if err != nil {
 			return res, err
 		}
-		res.RoundOff = append(res.RoundOff, off.Lat)
-		// An adaptive round that takes ten times the unpaced one is far from its target
-		// (a quarter of the unpaced rate): its rate so far is measured, and the run goes on.
+		res.RoundOff, res.RoundOffWork = append(res.RoundOff, off.Lat), append(res.RoundOffWork, off.Work)
+		// A paced round that takes ten times the unpaced one is measured as far as it got
+		// (its rate so far), and the run goes on.
 		limit := pw.h.stageTimeout(k)
 		if res.Unpaced != nil && res.Unpaced.Dur > 0 {
 			limit = max(10*res.Unpaced.Dur, time.Minute)
@@ -231,8 +240,8 @@ func (h *Harness) pace(ctx context.Context, phase string, k *Keyspace) (res *Pac
 		}
 		h.log.Info("pace round", "point", pt.String(), "keys", rd.Keys, "took", rd.Dur.Round(time.Millisecond),
 			"keys_per_second", int(rd.Rate()), "p99", rd.Lat.P99, "partial", rd.Partial)
-		if pt.Adaptive() {
-			res.Adaptive = &rd
+		if pt.Paced() {
+			res.Duty = &rd
 		} else {
 			res.Unpaced = &rd
 		}
@@ -241,10 +250,10 @@ func (h *Harness) pace(ctx context.Context, phase string, k *Keyspace) (res *Pac
 	if err != nil {
 		return res, err
 	}
-	res.RoundOff = append(res.RoundOff, off.Lat)
+	res.RoundOff, res.RoundOffWork = append(res.RoundOff, off.Lat), append(res.RoundOffWork, off.Work)
 
 	h.log.Info("pace load step", "layout", k.Spec.Layout, "from", cfg.ServingRate, "to", cfg.PaceStepRate)
-	st, err := pw.step(ctx, PacePoint{Batch: cfg.Unpaced.ScanBatchSize, Budget: cfg.PaceBudget})
+	st, err := pw.step(ctx, PacePoint{Batch: cfg.Unpaced.ScanBatchSize, Duty: scanner.DefaultDuty})
 	res.Step = st
 	return res, err
 }
@@ -309,8 +318,8 @@ func (pw *paceWork) startStages(ctx context.Context, name string, pt PacePoint, 
 }
 
 // window measures one window of the curve: kvcm-gc off (point -1) or the stages at pt. The
-// read load runs from loadLead before the stages start; a fixed pace is measured a second
-// after the first round began, an adaptive one paceSettle after it left its baseline hold.
+// read load runs from loadLead before the stages start; the walk is measured paceSettle after
+// its first round began, Redis's counters over the window with it.
 func (pw *paceWork) window(ctx context.Context, point int, pt PacePoint, rep int) (PaceWindow, error) {
 	res := PaceWindow{Point: point, Rep: rep}
 	l := pw.startLoad(ctx, pw.h.cfg.ServingRate)
@@ -335,9 +344,13 @@ func (pw *paceWork) window(ctx context.Context, point int, pt PacePoint, rep int
 			return res, err
 		}
 		defer poll.stop()
-		if err := pw.settle(ctx, r, poll, pt); err != nil {
+		if err := pw.settle(ctx, r); err != nil {
 			return res, err
 		}
+	}
+	meter, err := startRedisMeter(ctx, pw.k.rdb)
+	if err != nil {
+		return res, err
 	}
 	from := time.Now()
 	before := poll.visited()
@@ -345,6 +358,9 @@ func (pw *paceWork) window(ctx context.Context, point int, pt PacePoint, rep int
 		return res, err
 	}
 	to := time.Now()
+	if res.Work, err = meter.work(ctx); err != nil {
+		return res, err
+	}
 	res.Keys = poll.visited() - before
 	res.Dur = to.Sub(from)
 	if r != nil {
@@ -361,21 +377,11 @@ func (pw *paceWork) window(ctx context.Context, point int, pt PacePoint, rep int
 	return res, nil
 }
 
-// settle waits until a walk is at its pace: a fixed pace a second after the first round
-// began, an adaptive one paceSettle after it left the baseline hold.
-func (pw *paceWork) settle(ctx context.Context, r *run, poll *pacePoller, pt PacePoint) error {
+// settle waits until a walk is at its pace: paceSettle after its first round began.
+func (pw *paceWork) settle(ctx context.Context, r *run) error {
 	if err := r.until(ctx, time.Minute, "round start", func() (bool, error) {
 		ck, err := r.checkpoint(ctx)
 		return err == nil && ck.Round >= 1, nil
-	}); err != nil {
-		return err
-	}
-	if !pt.Adaptive() {
-		return backoff.Sleep(ctx, time.Second)
-	}
-	if err := r.until(ctx, time.Minute, "the walk's pace to leave its baseline hold", func() (bool, error) {
-		s, ok := poll.last()
-		return ok && s.Reason != "" && s.Reason != scanner.PaceBaseline, nil
 	}); err != nil {
 		return err
 	}
@@ -401,6 +407,10 @@ func (pw *paceWork) round(ctx context.Context, pt PacePoint, limit time.Duration
 		return res, err
 	}
 	defer poll.stop()
+	meter, err := startRedisMeter(ctx, pw.k.rdb)
+	if err != nil {
+		return res, err
+	}
 	var ck pipeline.Checkpoint
 	deadline := time.Now().Add(limit)
 	if err := r.until(ctx, limit+time.Minute, "round", func() (bool, error) {
@@ -420,7 +430,10 @@ func (pw *paceWork) round(ctx context.Context, pt PacePoint, limit time.Duration
 		end, res.Keys = time.Now(), int64(ck.KeysVisited)
 	}
 	res.Dur = end.Sub(start)
-	if pt.Adaptive() {
+	if res.Work, err = meter.work(ctx); err != nil {
+		return res, err
+	}
+	if pt.Paced() {
 		res.Pace = samplesIn(poll.stop(), start, end)
 	}
 	res.Lat = l.finish().latency(start, end)
@@ -428,11 +441,11 @@ func (pw *paceWork) round(ctx context.Context, pt PacePoint, limit time.Duration
 	return res, nil
 }
 
-// step runs an adaptive walk through a step of the read load: settled at the serving rate,
+// step runs a duty-paced walk through a step of the read load: settled at the serving rate,
 // then PaceStepRate for stepObserve, then the serving rate again for stepObserve.
 func (pw *paceWork) step(ctx context.Context, pt PacePoint) (*PaceStep, error) {
 	cfg := pw.h.cfg
-	res := &PaceStep{From: cfg.ServingRate, To: cfg.PaceStepRate, Budget: pt.Budget}
+	res := &PaceStep{From: cfg.ServingRate, To: cfg.PaceStepRate, Duty: pt.Duty}
 	l := pw.startLoad(ctx, res.From)
 	defer l.finish()
 	if err := backoff.Sleep(ctx, loadLead); err != nil {
@@ -448,7 +461,7 @@ func (pw *paceWork) step(ctx context.Context, pt PacePoint) (*PaceStep, error) {
 		return res, err
 	}
 	defer poll.stop()
-	if err := pw.settle(ctx, r, poll, pt); err != nil {
+	if err := pw.settle(ctx, r); err != nil {
 		return res, err
 	}
 	res.SettledAt = time.Now()
@@ -525,12 +538,13 @@ func (r *run) pollPace(ctx context.Context, perRound int64) (*pacePoller, error)
 		for {
 			s := PaceSample{At: time.Now()}
 			if pc, ok := scrapePace(pctx, client, "http://"+addr+"/metrics"); ok {
-				s.Rate, s.Burst, s.Reason, s.Probe, s.Idle = pc.Rate, pc.Burst, pc.Reason, pc.Probe, pc.Idle
+				s.Share, s.Wait, s.Reason = pc.Share, pc.Wait, pc.Reason
 			}
 			if ck, _, err := scanner.ReadCheckpoint(pctx, kv); err == nil {
 				s.Visited = keysVisited(ck, perRound)
 			}
 			p.mu.Lock()
+			s.Rate = trailingRate(p.samples, s, time.Second)
 			p.samples = append(p.samples, s)
 			p.mu.Unlock()
 			select {
@@ -587,12 +601,26 @@ func samplesIn(s []PaceSample, from, to time.Time) []PaceSample {
 	return out
 }
 
+// trailingRate is the keys per second SCAN returned from the earliest of s taken within d
+// before x until x (0 when none is d old).
+func trailingRate(s []PaceSample, x PaceSample, d time.Duration) float64 {
+	for _, y := range s {
+		if y.Visited == 0 || x.At.Sub(y.At) > d+pacePoll/2 {
+			continue
+		}
+		if x.At.Sub(y.At) < d-pacePoll/2 || x.Visited < y.Visited {
+			return 0
+		}
+		return float64(x.Visited-y.Visited) / x.At.Sub(y.At).Seconds()
+	}
+	return 0
+}
+
 // scrapedPace is the pace gauges of a scanner's /metrics.
 type scrapedPace struct {
-	Rate        float64
-	Burst       int
-	Reason      string
-	Probe, Idle time.Duration
+	Share  float64
+	Wait   time.Duration
+	Reason string
 }
 
 func scrapePace(ctx context.Context, client *http.Client, url string) (scrapedPace, bool) {
@@ -608,10 +636,9 @@ func scrapePace(ctx context.Context, client *http.Client, url string) (scrapedPa
 	return parsePace(resp.Body)
 }
 
-// parsePace reads the pace gauges of one store's adaptive walk from the Prometheus text
-// format: kvcm_gc_store_pace_keys_per_second, kvcm_gc_store_pace_burst_keys, the reason
-// whose kvcm_gc_store_pace_reason is 1, and kvcm_gc_store_pace_probe_seconds of the window
-// and of the idle store. ok is false when the walk exports no pace.
+// parsePace reads the pace gauges of one store's duty-paced walk from the Prometheus text
+// format: kvcm_gc_store_pace_share_ratio, kvcm_gc_store_pace_wait_seconds and the reason
+// whose kvcm_gc_store_pace_reason is 1. ok is false when the walk exports no pace.
 func parsePace(r io.Reader) (scrapedPace, bool) {
 	var p scrapedPace
 	var seen bool
@@ -632,18 +659,10 @@ func parsePace(r io.Reader) (scrapedPace, bool) {
 			continue
 		}
 		switch name {
-		case "kvcm_gc_store_pace_keys_per_second":
-			p.Rate, seen = v, true
-		case "kvcm_gc_store_pace_burst_keys":
-			p.Burst = int(v)
-		case "kvcm_gc_store_pace_probe_seconds":
-			d := time.Duration(v * float64(time.Second))
-			switch {
-			case strings.Contains(rest, `window="window"`):
-				p.Probe = d
-			case strings.Contains(rest, `window="idle"`):
-				p.Idle = d
-			}
+		case "kvcm_gc_store_pace_share_ratio":
+			p.Share, seen = v, true
+		case "kvcm_gc_store_pace_wait_seconds":
+			p.Wait = time.Duration(v * float64(time.Second))
 		case "kvcm_gc_store_pace_reason":
 			if v == 1 {
 				if _, after, ok := strings.Cut(rest, `reason="`); ok {
@@ -679,8 +698,11 @@ type PaceCurvePoint struct {
 	// windows; N the requests of the point's windows.
 	P99, OffP99 time.Duration
 	N           int
-	// Rate and Burst are an adaptive walk's mean pace over its samples in the windows.
-	Rate, Burst float64
+	// CPUShare is the walk's share of Redis's main-thread CPU: each window's share (INFO
+	// cpu) less the off window's just before it, averaged over the point's windows.
+	CPUShare float64
+	// Share is a duty-paced walk's mean share by the pacer's own measure, over its samples.
+	Share float64
 }
 
 // Ratio is the point's pooled p99 over the off windows'.
@@ -702,9 +724,9 @@ func paceCurve(r *PaceResults) []PaceCurvePoint {
 		var ls []Latency
 		var keys int64
 		var dur time.Duration
-		var rate, burst float64
-		var paced int
-		for _, w := range r.Windows {
+		var share, cpu float64
+		var paced, metered int
+		for j, w := range r.Windows {
 			if w.Point != i {
 				continue
 			}
@@ -712,11 +734,17 @@ func paceCurve(r *PaceResults) []PaceCurvePoint {
 			ls = append(ls, w.Lat)
 			keys += w.Keys
 			dur += w.Dur
+			if j > 0 && r.Windows[j-1].Point < 0 && w.Work.Wall > 0 && r.Windows[j-1].Work.Wall > 0 {
+				cpu, metered = cpu+w.Work.Share()-r.Windows[j-1].Work.Share(), metered+1
+			}
 			for _, s := range w.Pace {
 				if s.Reason != "" {
-					rate, burst, paced = rate+s.Rate, burst+float64(s.Burst), paced+1
+					share, paced = share+s.Share, paced+1
 				}
 			}
+		}
+		if metered > 0 {
+			c.CPUShare = cpu / float64(metered)
 		}
 		if c.Windows == 0 {
 			continue
@@ -724,14 +752,14 @@ func paceCurve(r *PaceResults) []PaceCurvePoint {
 		c.P99, c.N = pooledP99(ls, func(Latency) bool { return true })
 		c.KeysPerSec = Rate{Ops: int(keys), Dur: dur}.PerSec()
 		if paced > 0 {
-			c.Rate, c.Burst = rate/float64(paced), burst/float64(paced)
+			c.Share = share / float64(paced)
 		}
 		out = append(out, c)
 	}
 	return out
 }
 
-// StepReaction is how an adaptive walk's pace answered a step of the load.
+// StepReaction is how a duty-paced walk's rate answered a step of the load.
 type StepReaction struct {
 	// At is the pace at the step and Reason why the walk was at it; Reacted whether it moved
 	// the expected way by the end, after Took; First is the pace it moved to, Final the pace
@@ -742,9 +770,8 @@ type StepReaction struct {
 	Took             time.Duration
 }
 
-// paced reports whether x says a pace: a failed scrape says nothing, and a hold that measures
-// the idle latency (rate 0, every few seconds) is no change of pace.
-func paced(x PaceSample) bool { return x.Reason != "" && x.Reason != scanner.PaceBaseline }
+// paced reports whether x says a rate: the first second of a poll says none.
+func paced(x PaceSample) bool { return x.Rate > 0 }
 
 // stepReaction is the time from at until the pace first falls below (fall) or rises above
 // (!fall) the pace at at, among the samples up to until. The pace at a moment is the last
@@ -812,18 +839,24 @@ func visitedRate(s []PaceSample, from, to time.Time) float64 {
 	return float64(s[b].Visited-s[a].Visited) / s[b].At.Sub(s[a].At).Seconds()
 }
 
-// paceMean is the mean rate and burst of the samples with a pace.
-func paceMean(s []PaceSample) (rate, burst float64) {
-	var n int
+// paceMean is the mean rate and the pacer's mean share of the samples with a pace.
+func paceMean(s []PaceSample) (rate, share float64) {
+	var n, m int
 	for _, x := range s {
+		if paced(x) {
+			rate, n = rate+x.Rate, n+1
+		}
 		if x.Reason != "" {
-			rate, burst, n = rate+x.Rate, burst+float64(x.Burst), n+1
+			share, m = share+x.Share, m+1
 		}
 	}
-	if n == 0 {
-		return 0, 0
+	if n > 0 {
+		rate /= float64(n)
 	}
-	return rate / float64(n), burst / float64(n)
+	if m > 0 {
+		share /= float64(m)
+	}
+	return rate, share
 }
 
 // pacePooledAgainst is the pooled p99 of l against the pooled p99 of offs.

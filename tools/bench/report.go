@@ -28,11 +28,12 @@ const (
 	TargetStreamBytes = 250
 )
 
-// Targets of issue 24 (the adaptive pacer), pinned placement, each layout.
+// Targets of the duty pace, pinned placement, each layout.
 const (
-	TargetPaceServing   = 0.10            // added to the serving p99 by the settled adaptive walk and its round
-	TargetPaceRoundRate = 0.25            // × an unpaced round's keys/s under the same load
-	TargetPaceReaction  = 5 * time.Second // from a doubling of the load until the walk's rate falls
+	TargetDutyShare    = 0.02            // the walk's share of Redis's main-thread CPU within ± this of its duty
+	TargetRound100M    = 3 * time.Hour   // a 100M-block round at the default duty, extrapolated from the paced round
+	TargetPaceReaction = 5 * time.Second // from a doubling of the load until the walk's rate falls
+	blocks100M         = 100_000_000
 )
 
 // streamKinds are the streams of AloneResults.StreamBytes, in report order.

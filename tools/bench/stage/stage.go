@@ -53,9 +53,11 @@ type Profile struct {
 	RoundPause time.Duration `json:"round_pause"`
 	// MaxKeysPerSecond is max_keys_per_second, the cap on each store walk (0: none).
 	MaxKeysPerSecond float64 `json:"max_keys_per_second,omitempty"`
-	// LatencyBudget is scanner.latency_budget: with MaxKeysPerSecond 0, each store walk is
-	// paced by the store's probe latency (0: off).
-	LatencyBudget float64 `json:"latency_budget,omitempty"`
+	// Duty is scanner.duty (0: off, the fixed pace of ScanInterval), BurstKeys
+	// scanner.burst_keys (0: the default), CPUCeiling scanner.redis_cpu_ceiling (0: off).
+	Duty       float64 `json:"duty"`
+	BurstKeys  int     `json:"burst_keys,omitempty"`
+	CPUCeiling float64 `json:"redis_cpu_ceiling,omitempty"`
 	// HighWater is the scanner's backpressure mark; a huge value turns backpressure off.
 	HighWater uint64 `json:"high_water"`
 	// ProberWorkers and DeleterWorkers are each process's concurrent handlers.
@@ -74,12 +76,12 @@ type Profile struct {
 	DryRun bool `json:"dry_run"`
 }
 
-// DefaultProfile is kvcm-gc as shipped: scan_interval 1s, batch 256, high-water 100,
+// DefaultProfile is kvcm-gc as shipped: the duty pace (scanner.duty 0.1, bursts of 64), batch 256, high-water 100,
 // max_inflight_delete_requests 2; with the stat probe, so storage-missing garbage is found.
 func DefaultProfile() Profile {
 	sc := scanner.DefaultConfig()
 	js := subjects.DefaultSettings()
-	return Profile{Name: "default", ScanInterval: sc.ScanInterval, ScanBatchSize: sc.ScanBatchSize, HighWater: sc.HighWater,
+	return Profile{Name: "default", Duty: sc.Duty, ScanInterval: sc.ScanInterval, ScanBatchSize: sc.ScanBatchSize, HighWater: sc.HighWater,
 		ProberWorkers: 1, DeleterWorkers: js.DeleterMaxAckPending, ProberMaxAckPending: js.ProberMaxAckPending,
 		DeleterMaxAckPending: js.DeleterMaxAckPending, ProbeStat: true}
 }
@@ -152,7 +154,10 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 		sc.RoundPause = p.RoundPause
 	}
 	sc.MaxKeysPerSecond = p.MaxKeysPerSecond
-	sc.LatencyBudget = p.LatencyBudget
+	sc.Duty, sc.CPUCeiling = p.Duty, p.CPUCeiling
+	if p.BurstKeys > 0 {
+		sc.BurstKeys = p.BurstKeys
+	}
 	pc := prober.DefaultConfig()
 	pc.MaxTargets = sc.ScanBatchSize
 	dc := deleter.DefaultConfig()

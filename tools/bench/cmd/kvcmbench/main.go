@@ -78,7 +78,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	paceSmall := fs.String("pace-small-batch-rates", "8000,32000", "rates of the pace phase's curve also run with -pace-small-batch keys per page")
 	fs.IntVar(&cfg.PaceSmallBatch, "pace-small-batch", 32, "scan_batch_size of -pace-small-batch-rates (shorter bursts)")
 	fs.IntVar(&cfg.PaceReps, "pace-reps", 2, "repetitions of the pace phase's curve (each point after a kvcm-gc-off window)")
-	fs.Float64Var(&cfg.PaceBudget, "pace-budget", 0.1, "scanner.latency_budget of the pace phase's adaptive walk")
+	paceDuties := fs.String("pace-duties", "0.05,0.1,0.2", "scanner.duty points of the pace phase's curve")
 	fs.IntVar(&cfg.ScaleBlocks, "scale-blocks", 10_000_000, "blocks of the scale phase's larger metadata-only keyspace (the smaller: a tenth)")
 	fs.IntVar(&cfg.PaceStepRate, "pace-step-rate", 0, "read load after the pace phase's load step, requests per second (default: twice -serving-rate)")
 	costPoints := fs.String("cost-points", "", "configurations of the cost phase: walk:COUNT (pages of one pipeline), walk:COUNT/DEPTH, scan:COUNT, read:DEPTH, comma-separated (default: pages of 16 to 1,024 keys, COUNT 256 and 1,024 in pipelines of 64, SCAN and HGETALL alone)")
@@ -101,6 +101,9 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	if cfg.PaceSmallBatchRates, err = parseRates(*paceSmall); err != nil {
 		return fmt.Errorf("-pace-small-batch-rates: %w", err)
+	}
+	if cfg.PaceDuties, err = parseRates(*paceDuties); err != nil {
+		return fmt.Errorf("-pace-duties: %w", err)
 	}
 	if cfg.Duties, err = parseRates(*duties); err != nil {
 		return fmt.Errorf("-duties: %w", err)
