@@ -39,7 +39,8 @@ type Config struct {
 	// the deleter. Default 10000.
 	UnregisteredMaxKeys int `yaml:"unregistered_max_keys_per_round" help:"most keys of unregistered instances one round of a store deletes"`
 
-	// LeaseRenew is how often the leader renews its lease (default a third of the lease TTL).
+	// LeaseRenew is how often a replica renews the store leases it holds (default a third of
+	// the lease TTL): each store has a lease holder, no replica leads the others.
 	LeaseRenew time.Duration `yaml:"-"`
 	// Holder identifies this replica in the leases (default host name + pid).
 	Holder string `yaml:"-"`
