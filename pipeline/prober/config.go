@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
 // MinOrphanWritingGrace is the smallest orphan_writing_grace accepted (DESIGN §8.2): it must
@@ -21,6 +22,19 @@ type Config struct {
 	// OrphanWritingGrace is the least age of a WRITING location before it is an orphan
 	// candidate. Default 24h, at least MinOrphanWritingGrace.
 	OrphanWritingGrace time.Duration `yaml:"orphan_writing_grace" help:"least age of a WRITING location before it is an orphan; at least 1h"`
+	// KVCMGC says KVCM's own GC runs beside kvcm-gc (KVCM's kvcm.cache_gc.enabled, on in
+	// today's KVCM's shipped configuration and its parser's default; DESIGN §13.5). Default
+	// false until the suites' keyspaces age their orphans past the deferral. With it, rule 1 leaves an orphan WRITING location of the location layout to
+	// KVCM until KVCMGCGrace + KVCMGCMargin: KVCM's delete lowers its counters, kvcm-gc's
+	// cannot, so kvcm-gc collects only what KVCM's GC leaves behind.
+	KVCMGC bool `yaml:"kvcm_gc" help:"KVCM's own GC runs beside kvcm-gc (kvcm.cache_gc.enabled, on in today's KVCM): orphan WRITING of the location layout is left to it until kvcm_gc_grace + kvcm_gc_margin, since its delete lowers KVCM's counters and kvcm-gc's cannot"`
+	// KVCMGCGrace is KVCM's orphan_writing_grace_period_ms. Default 24h (KVCM's), at least
+	// 1h (KVCM's minimum).
+	KVCMGCGrace time.Duration `yaml:"kvcm_gc_grace" help:"KVCM's kvcm.cache_gc.orphan_writing_grace_period_ms (24h unless changed there; at least 1h)"`
+	// KVCMGCMargin is how long past KVCMGCGrace an orphan stays KVCM's: at least one round
+	// of KVCM's GC (every registered instance's keys at 2560 per second, then 5 min).
+	// Default 6h.
+	KVCMGCMargin time.Duration `yaml:"kvcm_gc_margin" help:"how long past kvcm_gc_grace an orphan WRITING stays KVCM's: at least one round of KVCM's GC (all keys / 2560 per second, plus 5 min)"`
 	// ProbeChunkSize is the most URIs in one MightExist call. Default and maximum 512.
 	ProbeChunkSize int `yaml:"probe_chunk_size" help:"most storage URIs in one existence probe, 1..512"`
 	// RegistryRefresh is how long a registry snapshot (storage table) is reused (the sweep
@@ -50,7 +64,7 @@ type Config struct {
 
 // DefaultConfig returns the prober's defaults.
 func DefaultConfig() Config {
-	return Config{OrphanWritingGrace: 24 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256,
+	return Config{OrphanWritingGrace: 24 * time.Hour, KVCMGCGrace: 24 * time.Hour, KVCMGCMargin: 6 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256,
 		RegistryRefresh: 30 * time.Second, DeletingGrace: 24 * time.Hour, GatherLinger: 50 * time.Millisecond}
 }
 
@@ -60,6 +74,12 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.OrphanWritingGrace < MinOrphanWritingGrace {
 		errs = append(errs, fmt.Errorf("orphan_writing_grace: must be >= %s, got %s", MinOrphanWritingGrace, c.OrphanWritingGrace))
+	}
+	if c.KVCMGCGrace < time.Hour {
+		errs = append(errs, fmt.Errorf("kvcm_gc_grace: must be >= 1h (KVCM's own minimum), got %s", c.KVCMGCGrace))
+	}
+	if c.KVCMGCMargin < 0 {
+		errs = append(errs, fmt.Errorf("kvcm_gc_margin: must be >= 0, got %s", c.KVCMGCMargin))
 	}
 	if c.ProbeChunkSize <= 0 || c.ProbeChunkSize > storage.MaxProbeChunk {
 		errs = append(errs, fmt.Errorf("probe_chunk_size: must be in 1..%d, got %d", storage.MaxProbeChunk, c.ProbeChunkSize))
@@ -76,6 +96,16 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("deleting_grace: must be >= %s, got %s", MinDeletingGrace, c.DeletingGrace))
 	}
 	return errors.Join(errs...)
+}
+
+// writingGrace is the least age of an orphan WRITING location of layout: orphan_writing_grace,
+// and with kvcm_gc at least kvcm_gc_grace + kvcm_gc_margin for the location layout, the only
+// one whose KVCM has a GC (f6aa2b2 has none).
+func (c Config) writingGrace(layout string) time.Duration {
+	if c.KVCMGC && layout == subjects.LayoutLocation {
+		return max(c.OrphanWritingGrace, c.KVCMGCGrace+c.KVCMGCMargin)
+	}
+	return c.OrphanWritingGrace
 }
 
 // excluded returns the test of a storage type against ExcludedTypes (names Validate checked;

@@ -14,7 +14,7 @@ var candidateReasons = []string{subjects.ReasonOrphanWriting, subjects.ReasonSto
 // proberSkipReasons are the closed set of the reason label of kvcm_gc_prober_skips_total.
 var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown, SkipGuardError, SkipCopyTarget,
 	SkipBadSpecURI, SkipStorageNotFound, SkipStorageTypeMismatch, SkipProbeShape, SkipProbeError, SkipExcludedType,
-	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout,
+	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout, SkipLeftToKVCMGC,
 	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved, pipeline.SkipMigrationGuard, pipeline.SkipMigrationSource, SkipKVMeta}
 
 // proberOps are the closed set of the prober's "op" label values, beside the consumer's and

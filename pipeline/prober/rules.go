@@ -99,7 +99,7 @@ type located struct {
 // rules are the rules of r.Config, in the order their candidates enter a request: rule 1,
 // rule 2 (decided after the batch), rule 3 when collect_deleting is on.
 func (r *Rules) rules() []rule {
-	rs := []rule{orphanWriting{grace: r.Config.OrphanWritingGrace, guard: r.Guard},
+	rs := []rule{orphanWriting{grace: r.Config.OrphanWritingGrace, locationGrace: r.Config.writingGrace(subjects.LayoutLocation), guard: r.Guard},
 		&storageMissing{rules: r, excluded: r.Config.excluded()}}
 	if r.Config.CollectDeleting {
 		rs = append(rs, stuckDeleting{rules: r})
@@ -283,7 +283,10 @@ func KeptReason(loc *kvcm.Location, layout, lruTime string, now time.Time) (reas
 // the location.
 type orphanWriting struct {
 	grace time.Duration
-	guard guard.Guard
+	// locationGrace is the grace of the location layout: with kvcm_gc, KVCM's own GC's grace
+	// and margin (Config.writingGrace); 0 for grace alone.
+	locationGrace time.Duration
+	guard         guard.Guard
 }
 
 func (orphanWriting) Reason() string      { return subjects.ReasonOrphanWriting }
@@ -301,6 +304,12 @@ func (w orphanWriting) Offer(ctx context.Context, j *judging, at located) bool {
 		return false
 	}
 	if age < w.grace {
+		return false
+	}
+	if at.layout == subjects.LayoutLocation && age < w.locationGrace {
+		// KVCM's GC takes it once its own grace has passed, and its delete lowers KVCM's
+		// counters; kvcm-gc's would leave the bytes counted for good (DESIGN §13.5).
+		v.skip(SkipLeftToKVCMGC, 1)
 		return false
 	}
 	target, err := w.guard.IsCopyTarget(ctx, j.batch.Instance, key, loc.ID)
@@ -459,6 +468,9 @@ const (
 	SkipTombstone = "tombstone"
 	// SkipAmbiguousLayout: a block holding both __uri__ and L# fields (invariant 9).
 	SkipAmbiguousLayout = "ambiguous_layout"
+	// SkipLeftToKVCMGC: an orphan WRITING past orphan_writing_grace left to KVCM's own GC
+	// until kvcm_gc_grace + kvcm_gc_margin (kvcm_gc).
+	SkipLeftToKVCMGC = "left_to_kvcm_gc"
 )
 
 // SkipKVMeta: a location of KVCM's KVMeta side path (open upstream PR #341): its instance id

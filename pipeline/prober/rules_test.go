@@ -387,3 +387,39 @@ func TestKeptReasonReadsRuleOnesAge(t *testing.T) {
 	reason, _, _ = KeptReason(&kvcm.Location{Status: kvcm.StatusDeleting}, subjects.LayoutLegacy, "", now)
 	require.Equal(t, "status_deleting", reason)
 }
+
+// TestKVCMGCDefers: with kvcm_gc, an orphan WRITING of the location layout is left to KVCM's
+// own GC (whose delete lowers KVCM's counters) until kvcm_gc_grace + kvcm_gc_margin, counted as
+// left_to_kvcm_gc; at exactly that age it is collected, 1 µs under it kept. A legacy orphan
+// (f6aa2b2 has no GC) is not deferred; without kvcm_gc nothing is.
+func TestKVCMGCDefers(t *testing.T) {
+	judge := func(cfg Config, b subjects.BlockEntry) Verdict {
+		return Rules{Config: cfg, Storages: fakeSet{}, Guard: guard.None{}}.Judge(context.Background(),
+			subjects.Batch{Instance: "inst1", Blocks: []subjects.BlockEntry{b}}, judgeNow)
+	}
+	on := DefaultConfig()
+	on.KVCMGC, on.KVCMGCGrace, on.KVCMGCMargin = true, 24*time.Hour, 6*time.Hour
+	for _, tc := range []struct {
+		name      string
+		cfg       Config
+		age       time.Duration
+		collected bool
+	}{
+		{"on: past orphan_writing_grace, KVCM's", on, 25 * time.Hour, false},
+		{"on: 1µs under grace + margin, KVCM's", on, 30*time.Hour - time.Microsecond, false},
+		{"on: at grace + margin, collected", on, 30 * time.Hour, true},
+		{"off: past orphan_writing_grace, collected", DefaultConfig(), 25 * time.Hour, true},
+		{"off: at exactly orphan_writing_grace, collected", DefaultConfig(), 24 * time.Hour, true},
+		{"off: 1µs under orphan_writing_grace, kept", DefaultConfig(), 24*time.Hour - time.Microsecond, false},
+	} {
+		v := judge(tc.cfg, locBlock(-5, lf("a", 2, 4, ct(-tc.age), "file://nfs_01/r/x?size=1")))
+		require.Equal(t, tc.collected, len(v.Targets) == 1, tc.name)
+		deferred := tc.cfg.KVCMGC && !tc.collected
+		require.Equal(t, deferred, v.Skips[SkipLeftToKVCMGC] == 1, tc.name)
+	}
+	// The legacy layout is not deferred.
+	old := strconv.FormatInt(judgeNow.Add(-48*time.Hour).UnixMicro(), 10)
+	v := judge(on, subjects.BlockEntry{Key: -5, LRUTime: old, URI: block(loc("a", 2, 4, "", "file://nfs_01/r/x?size=1"))})
+	require.Len(t, v.Targets, 1)
+	require.Zero(t, v.Skips[SkipLeftToKVCMGC])
+}
