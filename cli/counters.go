@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
-	"github.com/kvcm-gc/kvcm-gc/config"
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
+	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/ops"
 )

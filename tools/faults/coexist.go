@@ -48,7 +48,7 @@ func besideUpstream(ctx context.Context, e *env) (string, *Expect, error) {
 		// finishing KVCM's) and over locations gone (kvcm-gc losing to KVCM), not only over
 		// judgements.
 		DeleteDelay: 0, DeleteDelayMax: 200 * time.Millisecond,
-		Writes:      WritesKVCM, WriteWindow: 30 * time.Millisecond, Seed: e.rng.Uint64(),
+		Writes: WritesKVCM, WriteWindow: 30 * time.Millisecond, Seed: e.rng.Uint64(),
 		Counters: true, PersistInterval: time.Second})
 	if err != nil {
 		return "", nil, err
