@@ -40,6 +40,8 @@ const DefaultGuardPrefix = "kvcm_gc:copy:"
 const (
 	blockKeys    = kvcm.StoreScanPattern + ":cache_*" // kvcache:instance_*:cache_*
 	registryKeys = "kvcache_registry:*"
+	// metadataKeys are KVCM's per-instance counters, which the scanner's audit reads.
+	metadataKeys = kvcm.StoreScanPattern + ":metadata" // kvcache:instance_*:metadata
 )
 
 // RedisUser is the ACL of one stage's Redis user.
@@ -79,12 +81,12 @@ func Redis(guardPrefix string) []RedisUser {
 			Commands: []string{"ping", "hget", "hgetall", "hmget"},
 			ReadKeys: []string{blockKeys, registryKeys, guardPrefix + "*"}},
 		{Stage: pipeline.StageScanner,
-			Role: "walks the block keys (SCAN, pipelined HGETALL), reads the registry snapshot (HGETALL, HGET), a store's size when its round starts (DBSIZE) and, pacing a walk by scanner.duty, the server's clock (TIME first and last in each pipelined read: how long it held Redis)",
+			Role: "walks the block keys (SCAN, pipelined HGETALL), reads the registry snapshot (HGETALL, HGET), a store's size when its round starts (DBSIZE), each instance's KVCM counters for the audit (HGETALL of its metadata hash) and, pacing a walk by scanner.duty, the server's clock (TIME first and last in each pipelined read: how long it held Redis)",
 			// No write command at all: the scanner is read-only. Without +time a duty-paced
 			// walk is timed by its round trip. No +info: scanner.redis_cpu_ceiling, opt-in,
 			// needs it added, and without it the walk is paced by the duty alone.
 			Commands: []string{"ping", "scan", "hget", "hgetall", "dbsize", "time"},
-			ReadKeys: []string{blockKeys, registryKeys}},
+			ReadKeys: []string{blockKeys, registryKeys, metadataKeys}},
 		{Stage: pipeline.StageProber,
 			Role:     "reads the registry's storage table, and the copy-target guard's hashes (HMGET) when guard.kind is redis; it never reads a block: the batch carries the bytes",
 			Commands: []string{"ping", "hget", "hgetall", "hmget"},
