@@ -728,6 +728,7 @@ func TestInvariant7FullWindowStopsScanning(t *testing.T) {
 	o := e.options(reg)
 	o.Scanner.ScanBatchSize = 16
 	o.Scanner.HighWater = 5
+	o.Scanner.Duty = 0                                // the fixed pace of scan_interval: a skip every tick while the window is full
 	e.run(o, app.Stages{Scanner: true, Prober: true}) // no deleter: the DELETES backlog only grows
 	require.Eventually(t, func() bool { return metricValue(t, reg, "kvcm_gc_backpressure_skips_total") > 20 }, time.Minute, 20*time.Millisecond)
 	k1 := metricValue(t, reg, "kvcm_gc_scanned_keys_total")
