@@ -121,7 +121,11 @@ func mergeAudit(round []pipeline.AuditCount, page map[string]*kvcm.Recount) []pi
 
 // auditStart is the round's audit as it starts: every instance of the round (at most
 // maxAudit, by id), its group's quota, and its persisted counters read now.
-func (d *walkDriver) auditStart(ctx context.Context, instances map[string]meta.Instance, now time.Time) []pipeline.AuditCount {
+func (d *walkDriver) auditStart(
+	ctx context.Context,
+	instances map[string]meta.Instance,
+	now time.Time,
+) []pipeline.AuditCount {
 	ids := slices.Sorted(maps.Keys(instances))
 	if len(ids) > maxAudit {
 		ids = ids[:maxAudit]
@@ -159,7 +163,12 @@ func (d *walkDriver) metadataReader() meta.MetadataReader {
 
 // readCounters reads an instance's persisted counters. An absent hash is no reading, not
 // zeros: KVCM persists with DEL then HSET (no MULTI), and a read between the two finds none.
-func readCounters(ctx context.Context, r meta.MetadataReader, instance string, now time.Time) *pipeline.PersistedCounters {
+func readCounters(
+	ctx context.Context,
+	r meta.MetadataReader,
+	instance string,
+	now time.Time,
+) *pipeline.PersistedCounters {
 	p := &pipeline.PersistedCounters{AtUs: now.UnixMicro()}
 	if r == nil {
 		p.Err = "the metadata store cannot read the metadata hash"
@@ -223,15 +232,18 @@ func newAuditMetrics(f promauto.Factory) auditMetrics {
 	sit := []string{"store", "kvcm_instance", "storage_type"}
 	return auditMetrics{
 		KeyDrift: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_kvcm_key_count_drift",
-			Help: "KVCM's persisted key count minus the scanner's recount of the instance's keys, at the store's last round, as a range (bound low, high)."},
+			Help: "KVCM's persisted key count minus the scanner's recount of the instance's " +
+				"keys, at the store's last round, as a range (bound low, high)."},
 			append(si, "bound")),
 		UsageDrift: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_kvcm_usage_drift_bytes",
-			Help: "KVCM's persisted usage minus the scanner's recount, by storage type, at the store's last round, as a range (bound low, high); positive: phantom bytes KVCM counts."},
+			Help: "KVCM's persisted usage minus the scanner's recount, by storage type, at the " +
+				"store's last round, as a range (bound low, high); positive: phantom bytes KVCM counts."},
 			append(sit, "bound")),
 		RecountKeys: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_kvcm_recount_keys",
 			Help: "Block keys of the instance KVCM counts, recounted by the store's last round."}, si),
 		RecountBytes: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_kvcm_recount_bytes",
-			Help: "Bytes of the instance's locations by storage type as KVCM counts them, recounted by the store's last round."}, sit),
+			Help: "Bytes of the instance's locations by storage type as KVCM counts them, " +
+				"recounted by the store's last round."}, sit),
 		PersistedKeys: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_kvcm_persisted_keys",
 			Help: "KVCM's persisted key count of the instance, read at the end of the store's last round."}, si),
 		PersistedBytes: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_kvcm_persisted_bytes",
@@ -239,14 +251,25 @@ func newAuditMetrics(f promauto.Factory) auditMetrics {
 		Quota: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_kvcm_quota_bytes",
 			Help: "quota.capacity of the instance's group in KVCM's registry (shared by the group's instances; 0: none)."}, si),
 		Inexact: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_kvcm_recount_inexact",
-			Help: "Specs and locations of the instance whose bytes in KVCM's count cannot be known (the drift range does not bound them)."}, si),
+			Help: "Specs and locations of the instance whose bytes in KVCM's count cannot be " +
+				"known (the drift range does not bound them)."}, si),
 		End: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_kvcm_audit_timestamp_seconds",
 			Help: "Unix time the store's last audited round ended."}, si),
 	}
 }
 
 func (m auditMetrics) vecs() []*prometheus.GaugeVec {
-	return []*prometheus.GaugeVec{m.KeyDrift, m.UsageDrift, m.RecountKeys, m.RecountBytes, m.PersistedKeys, m.PersistedBytes, m.Quota, m.Inexact, m.End}
+	return []*prometheus.GaugeVec{
+		m.KeyDrift,
+		m.UsageDrift,
+		m.RecountKeys,
+		m.RecountBytes,
+		m.PersistedKeys,
+		m.PersistedBytes,
+		m.Quota,
+		m.Inexact,
+		m.End,
+	}
 }
 
 // set replaces the store's series with its last audit.

@@ -15,7 +15,14 @@ import (
 )
 
 // walkStates is the closed set of the state label (WaitNone is "scanning").
-var walkStates = []string{"scanning", pipeline.WaitPaused, pipeline.WaitBackpressure, pipeline.WaitRoundPause, pipeline.WaitRegistryBackoff, pipeline.WaitError}
+var walkStates = []string{
+	"scanning",
+	pipeline.WaitPaused,
+	pipeline.WaitBackpressure,
+	pipeline.WaitRoundPause,
+	pipeline.WaitRegistryBackoff,
+	pipeline.WaitError,
+}
 
 func stateLabel(waiting string) string {
 	if waiting == pipeline.WaitNone {

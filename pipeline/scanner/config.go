@@ -112,13 +112,17 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max_keys_per_second: must be >= 0, got %g", c.MaxKeysPerSecond))
 	}
 	if !(c.Duty >= 0 && c.Duty <= 1) { // NaN too
-		errs = append(errs, fmt.Errorf("scanner.duty: must be between 0 (off: the fixed pace of scan_interval) and 1, got %g", c.Duty))
+		errs = append(errs, fmt.Errorf("scanner.duty: must be between 0 (off: the fixed pace of "+
+			"scan_interval) and 1, got %g", c.Duty))
 	}
 	if c.Duty > 0 && c.BurstKeys <= 0 {
 		errs = append(errs, fmt.Errorf("scanner.burst_keys: must be > 0 with scanner.duty set, got %d", c.BurstKeys))
 	}
 	if !(c.CPUCeiling >= 0 && c.CPUCeiling < 1) {
-		errs = append(errs, fmt.Errorf("scanner.redis_cpu_ceiling: must be at least 0 (off) and below 1, got %g", c.CPUCeiling))
+		errs = append(
+			errs,
+			fmt.Errorf("scanner.redis_cpu_ceiling: must be at least 0 (off) and below 1, got %g", c.CPUCeiling),
+		)
 	}
 	if c.CPUCeiling > 0 && c.Duty == 0 {
 		errs = append(errs, errors.New("scanner.redis_cpu_ceiling: holds a duty-paced walk only; set scanner.duty too"))

@@ -176,12 +176,14 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 	case actSave:
 		d.roundInstances = a.instances
 		c, rev, err := d.write(ctx, a.ckpt, a.rev, a.now, a.why)
-		return evSaved{now: a.now, why: a.why, ckpt: c, rev: rev, instances: a.instances, err: err, conflict: pipeline.IsConflict(err)}
+		return evSaved{now: a.now, why: a.why, ckpt: c, rev: rev, instances: a.instances,
+			err: err, conflict: pipeline.IsConflict(err)}
 	case actEvent:
 		e := a.ev
 		e.Store = d.h.store
 		if a.ckptRev != 0 {
-			e.Source = &subjects.Source{Stream: subjects.KVStream(s.names.StateBucket()), Seq: a.ckptRev, MsgID: subjects.CheckpointKey(d.h.store)}
+			e.Source = &subjects.Source{Stream: subjects.KVStream(s.names.StateBucket()),
+				Seq: a.ckptRev, MsgID: subjects.CheckpointKey(d.h.store)}
 		}
 		s.event(ctx, e)
 	case actLog:
@@ -310,7 +312,8 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 		// db=): never published, counted and recorded once per page.
 		s.metrics.ScanWrongDBKeys.Add(float64(page.WrongDB))
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Store: d.h.store, Reason: "legacy_outside_db0",
-			Detail: fmt.Sprintf("store %s: %d legacy-layout keys in a database other than 0, where no KVCM of that layout keeps its blocks; not collected", d.h.store, page.WrongDB)})
+			Detail: fmt.Sprintf("store %s: %d legacy-layout keys in a database other than 0, "+
+				"where no KVCM of that layout keeps its blocks; not collected", d.h.store, page.WrongDB)})
 	}
 	return evPage{now: now, page: page, pace: pace}
 }
@@ -409,7 +412,13 @@ func (d *walkDriver) record(ctx context.Context, rec *recording) {
 // rev (0: the first one), for why ("" for a page's record); it returns what it stored and the
 // new revision. The count of unregistered instances' keys joins it here, the one place every
 // checkpoint passes (unregistered.go).
-func (d *walkDriver) write(ctx context.Context, c pipeline.Checkpoint, rev uint64, now time.Time, why string) (pipeline.Checkpoint, uint64, error) {
+func (d *walkDriver) write(
+	ctx context.Context,
+	c pipeline.Checkpoint,
+	rev uint64,
+	now time.Time,
+	why string,
+) (pipeline.Checkpoint, uint64, error) {
 	c.Store = d.h.store
 	c.Holder = d.s.cfg.Holder
 	c.SavedUs = now.UnixMicro()
@@ -528,7 +537,8 @@ func (s *Scanner) publish(ctx context.Context, b subjects.Batch) ([]pipeline.Ack
 		key := o.Key
 		field, size := o.LargestField()
 		s.event(ctx, subjects.Event{Kind: subjects.EventSkip, Instance: b.Instance, Round: b.Round, Key: &key,
-			Reason: "oversized", Detail: fmt.Sprintf("block does not fit in a message of %d bytes: its field %s holds %d bytes", maxBytes, field, size)})
+			Reason: "oversized", Detail: fmt.Sprintf("block does not fit in a message of %d "+
+				"bytes: its field %s holds %d bytes", maxBytes, field, size)})
 	}
 	var acks []pipeline.AckWait
 	for _, p := range parts {

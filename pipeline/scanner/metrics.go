@@ -82,55 +82,95 @@ var scannerOps = []string{"lease", "checkpoint", "pause", "registry", "backlog",
 func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{
-		ScanRounds:        f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_rounds_total", Help: "Completed full scan rounds."}),
-		ScannedKeys:       f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scanned_keys_total", Help: "Block keys read by the maintenance scan."}),
-		ScanBadKeys:       f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_bad_keys_total", Help: "Keys matching an instance pattern that are not canonical block keys (skipped)."}),
-		ScanPages:         f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_pages_total", Help: "SCAN pages read."}),
-		PublishedBatches:  f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_published_batches_total", Help: "Batch messages stored in the BATCHES stream."}),
-		OversizedBlocks:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_oversized_blocks_total", Help: "Blocks whose metadata exceeds the NATS max payload (not judged)."}),
-		RoundDuration:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_duration_seconds", Help: "Duration of the last completed round."}),
-		RoundStore:        f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_store_index", Help: "0-based position of the metadata store being walked in the current round."}),
-		RoundStores:       f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_stores", Help: "Metadata stores in the current round's registry snapshot."}),
-		ScanUnownedKeys:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_unowned_keys_total", Help: "Keys a store-wide SCAN returned that belong to no instance registered in that store; not read."}),
-		ScanWrongDBKeys:   f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_wrong_db_keys_total", Help: "Legacy-layout keys read from a database other than 0, where no KVCM of that layout keeps its blocks; not collected."}),
-		RoundInstances:    f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_instances", Help: "Instances in the current round's registry snapshot."}),
-		RoundID:           f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_id", Help: "Id of the current (or last) round."}),
-		BackpressureSkips: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_backpressure_skips_total", Help: "Scanner ticks skipped because a downstream consumer was above the high-water mark."}),
-		LeaseHeld:         f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_lease_held", Help: "Metadata store leases this scanner holds (one per store it walks)."}),
-		ScannerPaused:     f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_paused", Help: "1 while an operator pause stops this scanner's walks."}),
-		LastRoundEnd:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_last_round_end_timestamp_seconds", Help: "Unix time a round of a store this scanner walks last completed (0: none yet in this process)."}),
-		Backpressure:      f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_backpressure", Help: "1 while the prober's or the deleter's backlog is above the high-water mark and walks wait."}),
-		ScannerMembers:    f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_replicas", Help: "Scanner replicas sharing the stores, as this one last counted them."}),
+		ScanRounds: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_rounds_total",
+			Help: "Completed full scan rounds."}),
+		ScannedKeys: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scanned_keys_total",
+			Help: "Block keys read by the maintenance scan."}),
+		ScanBadKeys: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_bad_keys_total",
+			Help: "Keys matching an instance pattern that are not canonical block keys (skipped)."}),
+		ScanPages: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_pages_total", Help: "SCAN pages read."}),
+		PublishedBatches: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_published_batches_total",
+			Help: "Batch messages stored in the BATCHES stream."}),
+		OversizedBlocks: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_oversized_blocks_total",
+			Help: "Blocks whose metadata exceeds the NATS max payload (not judged)."}),
+		RoundDuration: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_duration_seconds",
+			Help: "Duration of the last completed round."}),
+		RoundStore: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_store_index",
+			Help: "0-based position of the metadata store being walked in the current round."}),
+		RoundStores: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_stores",
+			Help: "Metadata stores in the current round's registry snapshot."}),
+		ScanUnownedKeys: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_unowned_keys_total",
+			Help: "Keys a store-wide SCAN returned that belong to no instance registered in that store; not read."}),
+		ScanWrongDBKeys: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_scan_wrong_db_keys_total",
+			Help: "Legacy-layout keys read from a database other than 0, where no KVCM of that " +
+				"layout keeps its blocks; not collected."}),
+		RoundInstances: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_instances",
+			Help: "Instances in the current round's registry snapshot."}),
+		RoundID: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_round_id",
+			Help: "Id of the current (or last) round."}),
+		BackpressureSkips: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_backpressure_skips_total",
+			Help: "Scanner ticks skipped because a downstream consumer was above the high-water mark."}),
+		LeaseHeld: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_lease_held",
+			Help: "Metadata store leases this scanner holds (one per store it walks)."}),
+		ScannerPaused: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_paused",
+			Help: "1 while an operator pause stops this scanner's walks."}),
+		LastRoundEnd: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_last_round_end_timestamp_seconds",
+			Help: "Unix time a round of a store this scanner walks last completed (0: none yet in this process)."}),
+		Backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_backpressure",
+			Help: "1 while the prober's or the deleter's backlog is above the high-water mark and walks wait."}),
+		ScannerMembers: f.NewGauge(prometheus.GaugeOpts{Name: "kvcm_gc_scanner_replicas",
+			Help: "Scanner replicas sharing the stores, as this one last counted them."}),
 
 		StoreRegistered: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_registered",
-			Help: "1 for each metadata store of KVCM's registry, as this scanner last read it, whether or not a scanner holds its lease."}, []string{"store"}),
-		StoreLeaseHeld:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_lease_held", Help: "1 while this scanner holds the store's lease."}, []string{"store"}),
-		StoreRound:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round", Help: "Id of the store's current (or last) round."}, []string{"store"}),
-		StoreScannedKeys:   f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_store_scanned_keys_total", Help: "Block keys of the store read by this scanner."}, []string{"store"}),
-		StoreKeysPerSecond: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_keys_per_second", Help: "Recent rate of the store's walk, in keys SCAN returned per second."}, []string{"store"}),
-		StoreProgress:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_progress_ratio", Help: "Share of the store's keys (DBSIZE at the round's start, else the last round's) visited this round."}, []string{"store"}),
-		StoreETA:           f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_eta_timestamp_seconds", Help: "Estimated Unix time the store's round ends (0: unknown, or the walk is not moving)."}, []string{"store"}),
+			Help: "1 for each metadata store of KVCM's registry, as this scanner last read it, " +
+				"whether or not a scanner holds its lease."}, []string{"store"}),
+		StoreLeaseHeld: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_lease_held",
+			Help: "1 while this scanner holds the store's lease."}, []string{"store"}),
+		StoreRound: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round",
+			Help: "Id of the store's current (or last) round."}, []string{"store"}),
+		StoreScannedKeys: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_store_scanned_keys_total",
+			Help: "Block keys of the store read by this scanner."}, []string{"store"}),
+		StoreKeysPerSecond: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_keys_per_second",
+			Help: "Recent rate of the store's walk, in keys SCAN returned per second."}, []string{"store"}),
+		StoreProgress: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_progress_ratio",
+			Help: "Share of the store's keys (DBSIZE at the round's start, else the last " +
+				"round's) visited this round."}, []string{"store"}),
+		StoreETA: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_eta_timestamp_seconds",
+			Help: "Estimated Unix time the store's round ends (0: unknown, or the walk is not moving)."}, []string{"store"}),
 		UnregisteredKeys: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_keys",
-			Help: "Block keys the store held, at its last round, of an instance the registry does not list (a failed instance removal leaves them)."}, []string{"store", "kvcm_instance"}),
+			Help: "Block keys the store held, at its last round, of an instance the registry " +
+				"does not list (a failed instance removal leaves them)."}, []string{"store", "kvcm_instance"}),
 		UnregisteredLocations: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_locations",
 			Help: "Locations in those keys."}, []string{"store", "kvcm_instance"}),
 		UnregisteredBytes: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_bytes",
 			Help: "Bytes those locations account (their spec URIs' size parameters)."}, []string{"store", "kvcm_instance"}),
-		UnregisteredSince: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_first_seen_timestamp_seconds",
-			Help: "Unix time kvcm-gc first counted the instance unregistered in the store."}, []string{"store", "kvcm_instance"}),
+		UnregisteredSince: f.NewGaugeVec(
+			prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_first_seen_timestamp_seconds",
+				Help: "Unix time kvcm-gc first counted the instance unregistered in the store."},
+			[]string{"store", "kvcm_instance"},
+		),
 		UnregisteredCollected: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_unregistered_collected_keys_total",
-			Help: "Keys of unregistered instances the scanner sent to the deleter (collect_unregistered_instances)."}, []string{"store"}),
+			Help: "Keys of unregistered instances the scanner sent to the deleter " +
+				"(collect_unregistered_instances)."}, []string{"store"}),
 		UnregisteredRefusals: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_unregistered_refusals_total",
-			Help: "Unregistered instances of a scanned page whose keys were left alone, by reason (collect_unregistered_instances)."}, []string{"reason"}),
-		StoreState:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state", Help: "1 for the store walk's state: scanning, or why it is not moving (paused, backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
-		StorePaceDuty: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_duty_ratio", Help: "The share of Redis's time a duty-paced store walk may take (scanner.duty)."}, []string{"store"}),
+			Help: "Unregistered instances of a scanned page whose keys were left alone, by " +
+				"reason (collect_unregistered_instances)."}, []string{"reason"}),
+		StoreState: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_walk_state",
+			Help: "1 for the store walk's state: scanning, or why it is not moving (paused, " +
+				"backpressure, round_pause, registry_backoff, error)."}, []string{"store", "state"}),
+		StorePaceDuty: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_duty_ratio",
+			Help: "The share of Redis's time a duty-paced store walk may take (scanner.duty)."}, []string{"store"}),
 		StorePaceShare: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_share_ratio",
-			Help: "The share of Redis's time a duty-paced store walk took over its last 10 s window, by Redis's clock over each round trip."}, []string{"store"}),
-		StorePaceWait: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_wait_seconds", Help: "The wait of a duty-paced store walk after its last round trip."}, []string{"store"}),
+			Help: "The share of Redis's time a duty-paced store walk took over its last 10 s " +
+				"window, by Redis's clock over each round trip."}, []string{"store"}),
+		StorePaceWait: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_wait_seconds",
+			Help: "The wait of a duty-paced store walk after its last round trip."}, []string{"store"}),
 		StorePaceReason: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_pace_reason",
-			Help: "1 for what set a duty-paced store walk's last wait (duty, floor, cap, max_keys_per_second, redis_busy)."}, []string{"store", "reason"}),
+			Help: "1 for what set a duty-paced store walk's last wait (duty, floor, cap, " +
+				"max_keys_per_second, redis_busy)."}, []string{"store", "reason"}),
 		StoreRedisCPUShare: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_redis_cpu_share_ratio",
-			Help: "Share of its time the store's main thread was busy between its last two readings of INFO cpu, all clients included (scanner.redis_cpu_ceiling; -1: no reading)."}, []string{"store"}),
+			Help: "Share of its time the store's main thread was busy between its last two " +
+				"readings of INFO cpu, all clients included (scanner.redis_cpu_ceiling; -1: no reading)."}, []string{"store"}),
 
 		audit: newAuditMetrics(f),
 		ops:   rt.StageOps(pipeline.StageScanner, scannerOps),
@@ -173,7 +213,10 @@ func (m *Metrics) initStore(store string) {
 
 // dropStore removes the series of a store this process no longer walks.
 func (m *Metrics) dropStore(store string) {
-	for _, v := range []*prometheus.GaugeVec{m.StoreLeaseHeld, m.StoreRound, m.StoreKeysPerSecond, m.StoreProgress, m.StoreETA} {
+	perStore := []*prometheus.GaugeVec{
+		m.StoreLeaseHeld, m.StoreRound, m.StoreKeysPerSecond, m.StoreProgress, m.StoreETA,
+	}
+	for _, v := range perStore {
 		v.DeleteLabelValues(store)
 	}
 	m.StoreScannedKeys.DeleteLabelValues(store)
@@ -220,7 +263,10 @@ func (m *Metrics) storeCeiling(store string, cs duty.CeilingState) {
 
 // unregistered replaces a store's series of unregistered instances with its last count.
 func (m *Metrics) unregistered(store string, counts []pipeline.UnregisteredCount) {
-	for _, g := range []*prometheus.GaugeVec{m.UnregisteredKeys, m.UnregisteredLocations, m.UnregisteredBytes, m.UnregisteredSince} {
+	perInstance := []*prometheus.GaugeVec{
+		m.UnregisteredKeys, m.UnregisteredLocations, m.UnregisteredBytes, m.UnregisteredSince,
+	}
+	for _, g := range perInstance {
 		g.DeletePartialMatch(prometheus.Labels{"store": store})
 	}
 	for _, c := range counts {

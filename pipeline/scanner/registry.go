@@ -51,7 +51,12 @@ type scanSnapshot struct {
 
 // newRegistryCache returns the scanner's registry cache over r, retrying a failed read after
 // backoff(attempt).
-func newRegistryCache(r meta.RegistryReader, backoff func(attempt int) time.Duration, m *Metrics, log *slog.Logger) *registryCache {
+func newRegistryCache(
+	r meta.RegistryReader,
+	backoff func(attempt int) time.Duration,
+	m *Metrics,
+	log *slog.Logger,
+) *registryCache {
 	return &registryCache{m: m, log: log, rc: pipeline.NewRegistryCache(pipeline.RegistryCacheConfig[scanSnapshot]{
 		Reader: r, Build: buildScanSnapshot, Refresh: registryReuse, Backoff: backoff})}
 }
@@ -94,7 +99,13 @@ func (c *registryCache) view(ctx context.Context, now time.Time) pipeline.RegVie
 	if err != nil {
 		return pipeline.RegView{Err: err}
 	}
-	rv := pipeline.RegView{At: v.view.At, Known: v.view.Known, Groups: v.view.Groups, Partial: v.view.Partial, Instance: map[string]meta.Instance{}}
+	rv := pipeline.RegView{
+		At:       v.view.At,
+		Known:    v.view.Known,
+		Groups:   v.view.Groups,
+		Partial:  v.view.Partial,
+		Instance: map[string]meta.Instance{},
+	}
 	for _, in := range v.instances {
 		rv.Instance[in.ID] = in
 	}
@@ -124,7 +135,8 @@ func (c *registryCache) snapshot(ctx context.Context, now time.Time) (scanSnapsh
 	switch {
 	case err != nil && info.Read:
 		c.m.opError("registry")
-		pipeline.Warn(ctx, c.log, "read registry; backing off", "attempt", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
+		pipeline.Warn(ctx, c.log, "read registry; backing off",
+			"attempt", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
 	case err == nil && info.Read:
 		c.readLogs(info, v)
 	}
@@ -140,7 +152,8 @@ func (c *registryCache) readLogs(info pipeline.RegistryRead, v scanSnapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(v.skipped) > 0 && (!c.logged || len(v.skipped) != c.skipped) {
-		c.log.Info("registry entries not collected", "count", len(v.skipped), "first", v.skipped[0].Instance, "reason", v.skipped[0].Reason)
+		c.log.Info("registry entries not collected",
+			"count", len(v.skipped), "first", v.skipped[0].Instance, "reason", v.skipped[0].Reason)
 	}
 	c.skipped, c.logged = len(v.skipped), true
 }

@@ -142,10 +142,16 @@ func (s *Scanner) renewEvery() time.Duration {
 // Run walks the stores it can hold until ctx is done; then every walk records its last page,
 // the renewals stop, and the leases are released so other replicas take over at once.
 func (s *Scanner) Run(ctx context.Context) error {
-	s.ctl = pipeline.NewControls(pipeline.ControlsConfig{Stage: pipeline.StageScanner, PauseKey: subjects.ScannerPauseKey, Refresh: pipeline.ControlRefresh},
+	s.ctl = pipeline.NewControls(
+		pipeline.ControlsConfig{
+			Stage:    pipeline.StageScanner,
+			PauseKey: subjects.ScannerPauseKey,
+			Refresh:  pipeline.ControlRefresh,
+		},
 		pipeline.ControlsDeps{State: s.state, Backlog: s.backlog.full(s.cfg.HighWater),
 			OpError: func(op string) { s.metrics.opError(op) },
-			Paused:  s.metrics.ScannerPaused, Backpressure: s.metrics.Backpressure, Logger: s.log})
+			Paused:  s.metrics.ScannerPaused, Backpressure: s.metrics.Backpressure, Logger: s.log},
+	)
 	s.starts = &roundStarts{state: s.state, opError: s.metrics.opError,
 		log: func(err error) { pipeline.Warn(ctx, s.log, "read round start requests", "err", err) }}
 	s.mu.Lock() // LeaseState (readiness) may already be reading s.reg
@@ -383,7 +389,8 @@ func (s *Scanner) releaseLease(h *walkHandle) {
 func (s *Scanner) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	if err := s.leases.Delete(ctx, subjects.MemberKey(s.cfg.Holder)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := s.leases.Delete(ctx, subjects.MemberKey(s.cfg.Holder)); err != nil &&
+		!errors.Is(err, jetstream.ErrKeyNotFound) {
 		s.log.Warn("remove scanner member key", "err", err)
 	}
 	s.mu.Lock()
@@ -717,7 +724,11 @@ func (s *Scanner) LeaseState(ctx context.Context) (string, error) {
 		}
 		return fmt.Sprintf("waiting for the lease (%d stores, none leased)", len(stores)), nil
 	}
-	return fmt.Sprintf("waiting for the lease (%d stores, held by %s)", len(stores), strings.Join(slices.Sorted(maps.Keys(holders)), ", ")), nil
+	return fmt.Sprintf(
+		"waiting for the lease (%d stores, held by %s)",
+		len(stores),
+		strings.Join(slices.Sorted(maps.Keys(holders)), ", "),
+	), nil
 }
 
 // ReadMembers lists the scanner replicas whose member key is live, sorted.

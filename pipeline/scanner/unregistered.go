@@ -45,7 +45,12 @@ type unregPage struct {
 
 // add remembers the tally of the page scanned from cursor from (next: the cursor after it);
 // a page scanned again from the same cursor replaces the earlier tally.
-func (u *unregTally) add(from, next uint64, counts map[string]*pipeline.UnregisteredCount, sent int64, listed map[string]pipeline.SeenInstance) {
+func (u *unregTally) add(
+	from, next uint64,
+	counts map[string]*pipeline.UnregisteredCount,
+	sent int64,
+	listed map[string]pipeline.SeenInstance,
+) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var earlier int64
@@ -115,7 +120,11 @@ const seenSlack = time.Hour
 
 // pruneSeen forgets, at a round's end, the instances no snapshot of the round listed and of
 // which the round counted no key: nothing is left of them to collect.
-func pruneSeen(seen map[string]pipeline.SeenInstance, counted []pipeline.UnregisteredCount, roundStartUs int64) map[string]pipeline.SeenInstance {
+func pruneSeen(
+	seen map[string]pipeline.SeenInstance,
+	counted []pipeline.UnregisteredCount,
+	roundStartUs int64,
+) map[string]pipeline.SeenInstance {
 	left := map[string]bool{}
 	for _, u := range counted {
 		left[u.Instance] = true
@@ -133,7 +142,10 @@ func pruneSeen(seen map[string]pipeline.SeenInstance, counted []pipeline.Unregis
 }
 
 // mergeUnregistered adds a page's counts to a round's (a fresh slice).
-func mergeUnregistered(round []pipeline.UnregisteredCount, page map[string]*pipeline.UnregisteredCount) []pipeline.UnregisteredCount {
+func mergeUnregistered(
+	round []pipeline.UnregisteredCount,
+	page map[string]*pipeline.UnregisteredCount,
+) []pipeline.UnregisteredCount {
 	if len(page) == 0 {
 		return round
 	}
@@ -199,7 +211,12 @@ func toMap(round []pipeline.UnregisteredCount) map[string]*pipeline.Unregistered
 // countUnregistered tallies the page's keys of instances the registry does not list: read
 // whole, their locations and bytes counted. registered says whether the registry lists an
 // instance id (ok false: no snapshot yet, nothing counted).
-func countUnregistered(ctx context.Context, store meta.Store, keys []string, registered func(id string) (known, ok bool)) (map[string]*pipeline.UnregisteredCount, map[string][]meta.BlockRead) {
+func countUnregistered(
+	ctx context.Context,
+	store meta.Store,
+	keys []string,
+	registered func(id string) (known, ok bool),
+) (map[string]*pipeline.UnregisteredCount, map[string][]meta.BlockRead) {
 	byInst := map[string][]int64{}
 	var order []string
 	for _, k := range keys {

@@ -37,8 +37,17 @@ import (
 // A target the deleter finds changed (a KVCM writing there again, a migration guard) is a
 // no-op, as for any target.
 
-var unregRefusals = []string{pipeline.UnregNeverRegistered, pipeline.UnregWithinGrace, pipeline.UnregNotCounted, pipeline.UnregRegistryUnread,
-	pipeline.UnregRegistryPartial, pipeline.UnregRegistered, pipeline.UnregGroupAbsent, pipeline.UnregStoreEmpty, pipeline.UnregCap}
+var unregRefusals = []string{
+	pipeline.UnregNeverRegistered,
+	pipeline.UnregWithinGrace,
+	pipeline.UnregNotCounted,
+	pipeline.UnregRegistryUnread,
+	pipeline.UnregRegistryPartial,
+	pipeline.UnregRegistered,
+	pipeline.UnregGroupAbsent,
+	pipeline.UnregStoreEmpty,
+	pipeline.UnregCap,
+}
 
 // unregDecision is the verdict on one unregistered instance of a page: collect, or why not.
 func unregDecision(id, store string, ck pipeline.Checkpoint, v pipeline.RegView, cfg Config, now time.Time) string {
@@ -88,7 +97,12 @@ func unregTargets(reads []meta.BlockRead) (targets []subjects.Target, keys int) 
 // collectUnregistered sends the deleter the locations of the page's unregistered instances
 // that may go (unregDecision), within the round's cap, and returns the keys sent. Every
 // refusal is counted by reason; a failure leaves the keys for a later round.
-func (d *walkDriver) collectUnregistered(ctx context.Context, store meta.Store, cursor uint64, reads map[string][]meta.BlockRead) int64 {
+func (d *walkDriver) collectUnregistered(
+	ctx context.Context,
+	store meta.Store,
+	cursor uint64,
+	reads map[string][]meta.BlockRead,
+) int64 {
 	s := d.s
 	if !s.cfg.CollectUnregistered || len(reads) == 0 {
 		return 0
@@ -132,7 +146,8 @@ func (d *walkDriver) collectUnregistered(ctx context.Context, store meta.Store, 
 		sent += int64(keys)
 		ck.UnregisteredCollected += int64(keys)
 		s.metrics.UnregisteredCollected.WithLabelValues(d.h.store).Add(float64(keys))
-		d.log.Info("keys of an unregistered instance sent to the deleter", "instance", id, "keys", keys, "locations", len(targets),
+		d.log.Info("keys of an unregistered instance sent to the deleter",
+			"instance", id, "keys", keys, "locations", len(targets),
 			"last_registered", time.UnixMicro(ck.Seen[id].LastRegisteredUs).UTC())
 	}
 	return sent

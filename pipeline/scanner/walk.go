@@ -359,7 +359,9 @@ func (w *walk) setWaiting(now time.Time, reason string) []action {
 }
 
 func (w *walk) lost() []action {
-	acts := []action{actLog{slog.LevelWarn, "store lease lost; walk stopped", []any{"round", w.ckpt.Round, "cursor", w.ckpt.Cursor}}}
+	acts := []action{
+		actLog{slog.LevelWarn, "store lease lost; walk stopped", []any{"round", w.ckpt.Round, "cursor", w.ckpt.Cursor}},
+	}
 	if w.pending != nil {
 		// Its recording checks the lease before writing (fencing) and writes nothing; the
 		// next holder reads the page again.
@@ -417,8 +419,14 @@ func (w *walk) loaded(e evCheckpoint) []action {
 	w.ckpt, w.rev, w.phase, w.instances = c, e.rev, pipeline.PhaseReady, nil
 	w.waiting, w.waitingSince = c.Waiting, time.UnixMicro(c.WaitingSinceUs)
 	w.rewind()
-	return []action{actLog{slog.LevelInfo, "store lease acquired", []any{"round", c.Round, "in_round", c.InRound, "cursor", c.Cursor, "keys", c.KeysScanned}},
-		actWait{0}}
+	return []action{
+		actLog{
+			slog.LevelInfo,
+			"store lease acquired",
+			[]any{"round", c.Round, "in_round", c.InRound, "cursor", c.Cursor, "keys", c.KeysScanned},
+		},
+		actWait{0},
+	}
 }
 
 func (w *walk) snapshot(e evSnapshot) []action {
@@ -432,8 +440,14 @@ func (w *walk) snapshot(e evSnapshot) []action {
 	if !e.start {
 		w.instances = e.instances
 		w.ckpt.Instances = len(e.instances)
-		return []action{actLog{slog.LevelInfo, "round resumed", []any{"round", w.ckpt.Round, "cursor", w.ckpt.Cursor, "keys", w.ckpt.KeysScanned}},
-			actWait{0}}
+		return []action{
+			actLog{
+				slog.LevelInfo,
+				"round resumed",
+				[]any{"round", w.ckpt.Round, "cursor", w.ckpt.Cursor, "keys", w.ckpt.KeysScanned},
+			},
+			actWait{0},
+		}
 	}
 	c := w.ckpt
 	c.Round++
@@ -451,8 +465,11 @@ func (w *walk) saved(e evSaved) []action {
 		if e.conflict {
 			return w.stepDown()
 		}
-		return []action{actOpError{"checkpoint"}, actLog{slog.LevelWarn, "save checkpoint", []any{"why", e.why, "err", e.err}},
-			actWait{w.idle()}}
+		return []action{
+			actOpError{"checkpoint"},
+			actLog{slog.LevelWarn, "save checkpoint", []any{"why", e.why, "err", e.err}},
+			actWait{w.idle()},
+		}
 	}
 	w.ckpt, w.rev = e.ckpt, e.rev
 	switch e.why {
@@ -484,10 +501,16 @@ func (w *walk) saved(e evSaved) []action {
 			for l, n := range c.LastRoundLayouts {
 				counts[l] = int64(n)
 			}
-			acts = append(acts,
-				actLog{slog.LevelWarn, "store holds keys of more than one layout", []any{"round", c.Round, "layouts", c.LastRoundLayouts}},
+			acts = append(
+				acts,
+				actLog{
+					slog.LevelWarn,
+					"store holds keys of more than one layout",
+					[]any{"round", c.Round, "layouts", c.LastRoundLayouts},
+				},
 				actEvent{ev: subjects.Event{Kind: subjects.EventRound, Round: c.Round, Reason: "mixed_layouts",
-					Detail: "store " + w.store, Counts: counts}, ckptRev: e.rev})
+					Detail: "store " + w.store, Counts: counts}, ckptRev: e.rev},
+			)
 		}
 		return append(acts, actWait{0})
 	}
@@ -521,7 +544,11 @@ func (w *walk) pageRead(e evPage) []action {
 		// A store that cannot even be opened (a bad URI): its instances are skipped this
 		// round, and the round ends.
 		acts := []action{actOpError{"store"},
-			actLog{slog.LevelWarn, "open metadata store; its instances skipped this round", []any{"instances", len(w.instances), "err", e.err}}}
+			actLog{
+				slog.LevelWarn,
+				"open metadata store; its instances skipped this round",
+				[]any{"instances", len(w.instances), "err", e.err},
+			}}
 		for _, id := range slices.Sorted(maps.Keys(w.instances)) {
 			acts = append(acts, actEvent{ev: subjects.Event{Kind: subjects.EventSkip, Instance: id, Round: w.ckpt.Round,
 				Reason: "store_unavailable", Detail: e.err.Error()}})
@@ -529,7 +556,10 @@ func (w *walk) pageRead(e evPage) []action {
 		w.walked = true
 		return append(acts, actWait{0})
 	case e.err != nil:
-		acts := []action{actOpError{"scan"}, actLog{slog.LevelWarn, "scan page; cursor kept", []any{"cursor", w.cursor, "err", e.err}}}
+		acts := []action{
+			actOpError{"scan"},
+			actLog{slog.LevelWarn, "scan page; cursor kept", []any{"cursor", w.cursor, "err", e.err}},
+		}
 		if w.pending != nil {
 			return append(acts, actAwait{}, actWait{w.idle()})
 		}
@@ -620,8 +650,11 @@ func (w *walk) recorded(e evRecorded) []action {
 			if w.stopping {
 				return w.finish()
 			}
-			return []action{actOpError{"publish"}, actLog{slog.LevelWarn, "publish batch; cursor kept", []any{"cursor", w.ckpt.Cursor, "err", e.err}},
-				actWait{w.idle()}}
+			return []action{
+				actOpError{"publish"},
+				actLog{slog.LevelWarn, "publish batch; cursor kept", []any{"cursor", w.ckpt.Cursor, "err", e.err}},
+				actWait{w.idle()},
+			}
 		default:
 			if w.stopping {
 				return w.finish()
@@ -629,8 +662,11 @@ func (w *walk) recorded(e evRecorded) []action {
 			// The write may have reached the server: read the checkpoint again before
 			// going on (a later write by the old revision would conflict anyway).
 			w.phase = pipeline.PhaseLoad
-			return []action{actOpError{"checkpoint"}, actLog{slog.LevelWarn, "save checkpoint; read it again", []any{"err", e.err}},
-				actWait{w.idle()}}
+			return []action{
+				actOpError{"checkpoint"},
+				actLog{slog.LevelWarn, "save checkpoint; read it again", []any{"err", e.err}},
+				actWait{w.idle()},
+			}
 		}
 	}
 	w.ckpt, w.rev = e.ckpt, e.rev
