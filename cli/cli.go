@@ -317,7 +317,8 @@ func runParent(prog string, c *Command, args []string, stdout, stderr io.Writer)
 	}
 	sub := find(c.Sub, args[0])
 	if strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "%s: the subcommand (%s) comes first, before %s\n(run '%s --help' for usage)\n", prog, subNames(c), args[0], prog)
+		fmt.Fprintf(stderr, "%s: the subcommand (%s) comes first, before %s\n(run '%s --help' for usage)\n",
+			prog, subNames(c), args[0], prog)
 		return ExitUsage
 	}
 	if sub == nil {
@@ -418,7 +419,8 @@ func writeUsage(w io.Writer, prog string, c *Command, fs *flag.FlagSet, own map[
 		mine.PrintDefaults()
 	}
 	if c.Config {
-		fmt.Fprintf(w, "\n  --config file\n      YAML configuration file (env %s)\n  --print-config\n      print the effective configuration, secrets hidden, and exit\n\n", config.FileEnv)
+		fmt.Fprintf(w, "\n  --config file\n      YAML configuration file (env %s)\n  "+
+			"--print-config\n      print the effective configuration, secrets hidden, and exit\n\n", config.FileEnv)
 		config.WriteHelp(w)
 	}
 }

@@ -52,11 +52,14 @@ func (f *countersFlags) register(fs *flag.FlagSet) {
 	*f = countersFlags{}
 	fs.StringVar(&f.instance, "instance", "", "the KVCM instance id (required)")
 	fs.BoolVar(&f.apply, "apply", false, "write; without it nothing is written (every KVCM replica must be stopped)")
-	fs.DurationVar(&f.settle, "settle", 15*time.Second, "how long the metadata hash must stay unwritten, with no leader lock, right before the write "+
+	fs.DurationVar(&f.settle, "settle", 15*time.Second, "how long the metadata hash must stay "+
+		"unwritten, with no leader lock, right before the write "+
 		"(a stopping KVCM leader persists once more after it releases its lock)")
-	fs.Var(&f.lockURIs, "lock-uri", "another Redis where KVCM's leader lock may be (KVCM's kvcm.coordination.uri); repeatable. "+
+	fs.Var(&f.lockURIs, "lock-uri", "another Redis where KVCM's leader lock may be (KVCM's "+
+		"kvcm.coordination.uri); repeatable. "+
 		"The registry's Redis and the metadata store are always checked")
-	fs.Var(&f.lockKeys, "lock-key", "another key of KVCM's leader lock (when its coordination URI names another cluster_name); repeatable")
+	fs.Var(&f.lockKeys, "lock-key", "another key of KVCM's leader lock (when its coordination "+
+		"URI names another cluster_name); repeatable")
 	fs.BoolVar(&f.json, "json", false, "print JSON")
 }
 
@@ -83,7 +86,8 @@ func countersRepairCommand() *Command {
 		Config: true, Tool: true,
 		Flags: func(fs *flag.FlagSet) {
 			f.register(fs)
-			fs.BoolVar(&f.allowInexact, "allow-inexact", false, "apply even when the recount is not exact (URIs KVCM's versions read differently, locations decoded best effort)")
+			fs.BoolVar(&f.allowInexact, "allow-inexact", false, "apply even when the recount is "+
+				"not exact (URIs KVCM's versions read differently, locations decoded best effort)")
 		},
 		Check: func(*Env) error { return f.check("repair") },
 		Run: func(ctx context.Context, e *Env) error {
@@ -181,7 +185,10 @@ func countersLogCommand() *Command {
 // countersClients opens what a repair or an undo needs: the instance's metadata store (found
 // in the registry, writable only with --apply), the lock checks outside it, and with --apply
 // the event publisher. done closes them.
-func (e *Env) countersClients(ctx context.Context, f countersFlags) (ops.CountersConfig, ops.CountersDeps, func(), error) {
+func (e *Env) countersClients(
+	ctx context.Context,
+	f countersFlags,
+) (ops.CountersConfig, ops.CountersDeps, func(), error) {
 	c := e.Config
 	cfg := ops.CountersConfig{Cluster: c.Cluster, Instance: f.instance, Apply: f.apply, Settle: f.settle,
 		LockKeys: append(kvcm.LeaderLockKeys(c.Cluster), f.lockKeys...)}

@@ -28,7 +28,8 @@ func EnsureCommand() *Command {
 			"Exit 0: everything exists as configured.",
 		Config: true, Tool: true,
 		Flags: func(fs *flag.FlagSet) {
-			fs.BoolVar(&update, "update", false, "update existing objects in the fields the server updates in place (all or nothing)")
+			fs.BoolVar(&update, "update", false, "update existing objects in the fields the "+
+				"server updates in place (all or nothing)")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 		},
 		Run: func(ctx context.Context, e *Env) error {

@@ -104,7 +104,8 @@ func EmbeddedURL(c config.EmbeddedJS) (string, error) {
 		return "", fmt.Errorf("nats.url: required, and nats.embedded.listen %q is not host:port: %w", c.Listen, err)
 	}
 	if port == "0" {
-		return "", fmt.Errorf("nats.url: required (nats.embedded.listen %q lets the embedded server choose its port)", c.Listen)
+		return "", fmt.Errorf("nats.url: required (nats.embedded.listen %q lets the embedded "+
+			"server choose its port)", c.Listen)
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
@@ -113,7 +114,12 @@ func EmbeddedURL(c config.EmbeddedJS) (string, error) {
 }
 
 // ConnectNATS connects to url with the settings of c (see Env.ConnectNATS).
-func ConnectNATS(ctx context.Context, c config.NATSConfig, url, defaultName string, log *slog.Logger) (*nats.Conn, error) {
+func ConnectNATS(
+	ctx context.Context,
+	c config.NATSConfig,
+	url, defaultName string,
+	log *slog.Logger,
+) (*nats.Conn, error) {
 	if url == "" {
 		return nil, errors.New("nats.url: required")
 	}

@@ -28,8 +28,17 @@ import (
 // OperatorCommands lists status, replay, dlq, pause, resume, round, ensure, report and
 // counters.
 func OperatorCommands() []*Command {
-	return []*Command{StatusCommand(), ReplayCommand(), DLQCommand(), PauseCommand(), ResumeCommand(), RoundCommand(), EnsureCommand(),
-		ReportCommand(), CountersCommand()}
+	return []*Command{
+		StatusCommand(),
+		ReplayCommand(),
+		DLQCommand(),
+		PauseCommand(),
+		ResumeCommand(),
+		RoundCommand(),
+		EnsureCommand(),
+		ReportCommand(),
+		CountersCommand(),
+	}
 }
 
 // RoundCommand: round start [--store S] [--json].
@@ -96,8 +105,12 @@ func StatusCommand() *Command {
 			if err != nil {
 				return err
 			}
-			opts := []ops.StatusOption{ops.WithCallTimeout(e.Config.JS.APITimeout), ops.WithHighWater(e.Config.Scanner.HighWater),
-				ops.WithPermissions(e.Permissions()), ops.WithDryRun(e.Config.DryRun)}
+			opts := []ops.StatusOption{
+				ops.WithCallTimeout(e.Config.JS.APITimeout),
+				ops.WithHighWater(e.Config.Scanner.HighWater),
+				ops.WithPermissions(e.Permissions()),
+				ops.WithDryRun(e.Config.DryRun),
+			}
 			if e.Config.Prober.CollectDeleting {
 				// The stuck DELETING of the last day, from the delete events.
 				opts = append(opts, ops.WithStuckDeleting(24*time.Hour))
@@ -213,8 +226,9 @@ func ResumeCommand() *Command {
 		Name:    "resume",
 		Summary: "resume a paused stage: resume <scanner|prober|deleter|walker|sweeper|all>",
 		Usage:   "<scanner|prober|deleter|walker|sweeper|all>",
-		Help:    "Lifts a pause at once: the consumer pause of the prober, the deleter and the sweeper, the pause value of the scanner and the walker.",
-		Config:  true, Tool: true, Args: true,
+		Help: "Lifts a pause at once: the consumer pause of the prober, the deleter and the " +
+			"sweeper, the pause value of the scanner and the walker.",
+		Config: true, Tool: true, Args: true,
 		Check: func(e *Env) error { return stageArg("resume", e.Args) },
 		Run: func(ctx context.Context, e *Env) error {
 			return e.onStage(ctx, func(js jetstream.JetStream, names subjects.Names, stage string) ([]ops.PauseState, error) {
@@ -242,7 +256,8 @@ func dlqListCommand() *Command {
 		Summary: "list the dead letters recorded in the EVENTS stream: stage, stream, sequence, reason",
 		Config:  true, Tool: true,
 		Flags: func(fs *flag.FlagSet) {
-			fs.DurationVar(&since, "since", 0, "only dead letters recorded within this long before now (0: all the EVENTS stream holds)")
+			fs.DurationVar(&since, "since", 0, "only dead letters recorded within this long "+
+				"before now (0: all the EVENTS stream holds)")
 			fs.BoolVar(&asJSON, "json", false, "print JSON")
 		},
 		Check: func(e *Env) error {
@@ -287,7 +302,8 @@ func dlqRetryCommand() *Command {
 			"--force re-publishes it anyway.",
 		Config: true, Tool: true,
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&stream, "stream", "", "the stream holding the message: BATCHES, DELETES or the full stream name (required)")
+			fs.StringVar(&stream, "stream", "", "the stream holding the message: BATCHES, "+
+				"DELETES or the full stream name (required)")
 			fs.Uint64Var(&seq, "seq", 0, "the message's stream sequence, the SEQ column of dlq list (required)")
 			fs.BoolVar(&asJSON, "json", false, "print JSON")
 			fs.BoolVar(&force, "force", false, "re-publish even a message terminated as poison, or a copy dead-lettered again")
@@ -317,7 +333,8 @@ func dlqRetryCommand() *Command {
 			if asJSON {
 				return jsonLine(e.Stdout, res)
 			}
-			_, err = fmt.Fprintf(e.Stdout, "re-published %s #%d (%s) as #%d with msg id %s\n", res.Stream, res.Seq, res.Subject, res.NewSeq, res.NewMsgID)
+			_, err = fmt.Fprintf(e.Stdout, "re-published %s #%d (%s) as #%d with msg id %s\n",
+				res.Stream, res.Seq, res.Subject, res.NewSeq, res.NewMsgID)
 			return err
 		},
 	}
@@ -341,7 +358,8 @@ func ReplayCommand() *Command {
 			"what a sweeper would do now. Nothing is written. The stage may also be given as the one argument.",
 		Config: true, Tool: true, Args: true,
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&stage, "stage", "", "stage whose input to replay: prober (BATCHES), deleter (DELETES) or sweeper (SWEEP)")
+			fs.StringVar(&stage, "stage", "", "stage whose input to replay: prober (BATCHES), "+
+				"deleter (DELETES) or sweeper (SWEEP)")
 			fs.Uint64Var(&fromSeq, "from-seq", 0, "first stream sequence (inclusive)")
 			fs.Uint64Var(&toSeq, "to-seq", 0, "last stream sequence (inclusive)")
 			fs.DurationVar(&since, "since", 0, "only messages stored within this long before now (e.g. 1h)")
@@ -435,8 +453,11 @@ func ReplayCommand() *Command {
 }
 
 // onStage runs pause or resume on the stage argument and prints a line per stage it reached.
-func (e *Env) onStage(ctx context.Context, do func(jetstream.JetStream, subjects.Names, string) ([]ops.PauseState, error),
-	line func(ops.PauseState) string) error {
+func (e *Env) onStage(
+	ctx context.Context,
+	do func(jetstream.JetStream, subjects.Names, string) ([]ops.PauseState, error),
+	line func(ops.PauseState) string,
+) error {
 	js, names, err := e.opsClients(ctx)
 	if err != nil {
 		return err

@@ -147,14 +147,18 @@ func PlanCounters(fields map[string]string, rec *kvcm.Recount) CountersPlan {
 	var p CountersPlan
 	write := map[string]string{}
 	if len(fields) == 0 {
-		p.Warnings = append(p.Warnings, "the instance has no metadata hash: KVCM starts from 0 and writes one within a second of leading")
+		p.Warnings = append(p.Warnings, "the instance has no metadata hash: KVCM starts from 0 "+
+			"and writes one within a second of leading")
 	}
 
 	// Keys.
 	keys := CounterRow{Counter: "keys", Recounted: u64(uint64(rec.Keys))}
 	switch raw, ok := fields[kvcm.FieldKeyCount]; {
 	case !ok && len(fields) > 0:
-		p.Problems = append(p.Problems, kvcm.FieldKeyCount+" is absent: KVCM's recovery fails on such a hash (MetaIndexer::Init)")
+		p.Problems = append(
+			p.Problems,
+			kvcm.FieldKeyCount+" is absent: KVCM's recovery fails on such a hash (MetaIndexer::Init)",
+		)
 	case !ok:
 	default:
 		v, err := kvcm.ParseKeyCount(raw)
@@ -163,7 +167,8 @@ func PlanCounters(fields map[string]string, rec *kvcm.Recount) CountersPlan {
 			p.Problems = append(p.Problems, err.Error())
 			keys.Note = "unreadable: " + strconv.Quote(raw)
 		case v < 0:
-			p.Problems = append(p.Problems, fmt.Sprintf("%s is negative (%d): KVCM reads it as a huge count and refuses every new key", kvcm.FieldKeyCount, v))
+			p.Problems = append(p.Problems, fmt.Sprintf("%s is negative (%d): KVCM reads it as a "+
+				"huge count and refuses every new key", kvcm.FieldKeyCount, v))
 			keys.Note = "negative: " + raw
 		default:
 			keys.Persisted = u64(uint64(v))
@@ -186,7 +191,8 @@ func PlanCounters(fields map[string]string, rec *kvcm.Recount) CountersPlan {
 			p.Problems = append(p.Problems, err.Error())
 		}
 	} else if len(fields) > 0 {
-		p.Warnings = append(p.Warnings, kvcm.FieldStorageUsage+" is absent: KVCM starts its usage at 0 (a legacy KVCM, or one that never wrote it); a repair adds none")
+		p.Warnings = append(p.Warnings, kvcm.FieldStorageUsage+" is absent: KVCM starts its "+
+			"usage at 0 (a legacy KVCM, or one that never wrote it); a repair adds none")
 	}
 	values := map[string]uint64{}
 	if usage != nil {
@@ -194,7 +200,8 @@ func PlanCounters(fields map[string]string, rec *kvcm.Recount) CountersPlan {
 			row := CounterRow{Counter: m.Name, Persisted: u64(m.Value)}
 			if !m.Known {
 				row.Note = "a storage type kvcm-gc does not know: left as it is"
-				p.Warnings = append(p.Warnings, fmt.Sprintf("member %q is no storage type kvcm-gc knows: a KVCM that does not know it either fails its recovery", m.Name))
+				p.Warnings = append(p.Warnings, fmt.Sprintf("member %q is no storage type "+
+					"kvcm-gc knows: a KVCM that does not know it either fails its recovery", m.Name))
 				p.Rows = append(p.Rows, row)
 				continue
 			}
@@ -230,7 +237,8 @@ func PlanCounters(fields map[string]string, rec *kvcm.Recount) CountersPlan {
 
 	// How far the recount is KVCM's own.
 	if rec.VersionDependent > 0 {
-		p.Inexact = append(p.Inexact, fmt.Sprintf("%d spec URIs KVCM's two URI parsers read differently (counted as the newer reads them)", rec.VersionDependent))
+		p.Inexact = append(p.Inexact, fmt.Sprintf("%d spec URIs KVCM's two URI parsers read "+
+			"differently (counted as the newer reads them)", rec.VersionDependent))
 	}
 	if rec.Bad > 0 {
 		p.Inexact = append(p.Inexact, fmt.Sprintf("%d locations decoded best effort (KVCM may read them otherwise)", rec.Bad))
@@ -240,14 +248,18 @@ func PlanCounters(fields map[string]string, rec *kvcm.Recount) CountersPlan {
 		unparsed += n
 	}
 	if unparsed > 0 {
-		p.Warnings = append(p.Warnings, fmt.Sprintf("%d spec URIs without a size KVCM can read: KVCM added an unknowable number for each when it wrote it, "+
-			"and subtracts 0 when it deletes it; the recount counts 0, so the repaired value stays right as KVCM deletes them", unparsed))
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d spec URIs without a size KVCM can read: "+
+			"KVCM added an unknowable number for each when it wrote it, "+
+			"and subtracts 0 when it deletes it; the recount counts 0, so the repaired value "+
+			"stays right as KVCM deletes them", unparsed))
 	}
 	if rec.Corrupt > 0 {
-		p.Warnings = append(p.Warnings, fmt.Sprintf("%d location values KVCM cannot read (counted 0: KVCM's own deletes cannot subtract them)", rec.Corrupt))
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d location values KVCM cannot read "+
+			"(counted 0: KVCM's own deletes cannot subtract them)", rec.Corrupt))
 	}
 	if rec.Legacy > 0 {
-		p.Warnings = append(p.Warnings, fmt.Sprintf("%d legacy-layout locations: never in a KVCM's persisted usage, counted 0", rec.Legacy))
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d legacy-layout locations: never in a "+
+			"KVCM's persisted usage, counted 0", rec.Legacy))
 	}
 	if len(p.Problems) == 0 && len(write) > 0 {
 		p.Write = write
@@ -275,7 +287,12 @@ func drift(a, b uint64) *int64 {
 
 // RecountInstance recounts instance from every block key of the store (one full SCAN of
 // kvcache:instance_*, reading the instance's keys whole).
-func RecountInstance(ctx context.Context, sc meta.Scanner, instance string, count int) (*kvcm.Recount, RecountSummary, error) {
+func RecountInstance(
+	ctx context.Context,
+	sc meta.Scanner,
+	instance string,
+	count int,
+) (*kvcm.Recount, RecountSummary, error) {
 	if count <= 0 {
 		count = 1000
 	}
@@ -330,7 +347,7 @@ func RepairCounters(ctx context.Context, cfg CountersConfig, deps CountersDeps) 
 	}
 	rep := &CountersReport{Instance: cfg.Instance, Key: kvcm.MetadataKey(cfg.Instance)}
 	var intent *subjects.Event
-	written, err := deps.Store.WatchMetadata(ctx, cfg.Instance, cfg.LockKeys, func(ctx context.Context, tx meta.MetadataTx) (map[string]string, error) {
+	repair := func(ctx context.Context, tx meta.MetadataTx) (map[string]string, error) {
 		rep.Exists = len(tx.Fields) > 0
 		rec, sum, err := RecountInstance(ctx, deps.Store, cfg.Instance, cfg.ScanCount)
 		if err != nil {
@@ -343,9 +360,11 @@ func RepairCounters(ctx context.Context, cfg CountersConfig, deps CountersDeps) 
 		case !cfg.Apply || plan.Write == nil && len(plan.Problems) == 0:
 			return nil, nil
 		case len(plan.Problems) > 0:
-			return nil, fmt.Errorf("repair counters of %s: %w: %s", cfg.Instance, ErrCountersUnreadable, strings.Join(plan.Problems, "; "))
+			return nil, fmt.Errorf("repair counters of %s: %w: %s", cfg.Instance,
+				ErrCountersUnreadable, strings.Join(plan.Problems, "; "))
 		case len(plan.Inexact) > 0 && !cfg.AllowInexact:
-			return nil, fmt.Errorf("repair counters of %s: %w: %s (give --allow-inexact to write it anyway)", cfg.Instance, ErrCountersInexact, strings.Join(plan.Inexact, "; "))
+			return nil, fmt.Errorf("repair counters of %s: %w: %s (give --allow-inexact to write it anyway)",
+				cfg.Instance, ErrCountersInexact, strings.Join(plan.Inexact, "; "))
 		}
 		if err := settle(ctx, cfg.Settle, tx, deps.OtherLocks); err != nil {
 			return nil, err
@@ -356,13 +375,22 @@ func RepairCounters(ctx context.Context, cfg CountersConfig, deps CountersDeps) 
 		}
 		intent = &ev
 		return plan.Write, nil
-	})
+	}
+	written, err := deps.Store.WatchMetadata(ctx, cfg.Instance, cfg.LockKeys, repair)
 	return finishCounters(ctx, rep, intent, written, err, deps.Publish, now, log)
 }
 
 // finishCounters records how a write that was about to be made ended.
-func finishCounters(ctx context.Context, rep *CountersReport, intent *subjects.Event, written map[string]string, err error,
-	publish func(context.Context, subjects.Event) error, now func() time.Time, log *slog.Logger) (*CountersReport, error) {
+func finishCounters(
+	ctx context.Context,
+	rep *CountersReport,
+	intent *subjects.Event,
+	written map[string]string,
+	err error,
+	publish func(context.Context, subjects.Event) error,
+	now func() time.Time,
+	log *slog.Logger,
+) (*CountersReport, error) {
 	if intent != nil {
 		ev := *intent
 		ev.At = now().UnixMicro()
@@ -431,11 +459,27 @@ func settle(ctx context.Context, d time.Duration, tx meta.MetadataTx, others []f
 }
 
 // countersEvent is the event of a write of set over fields.
-func countersEvent(cfg CountersConfig, key string, fields, set map[string]string, outcome string, at time.Time) subjects.Event {
-	ev := subjects.Event{V: subjects.EventSchemaVersion, Kind: subjects.EventCounters, Stage: CountersStage, Cluster: cfg.Cluster,
-		Instance: cfg.Instance, Outcome: outcome, At: at.UnixMicro()}
+func countersEvent(
+	cfg CountersConfig,
+	key string,
+	fields, set map[string]string,
+	outcome string,
+	at time.Time,
+) subjects.Event {
+	ev := subjects.Event{
+		V:        subjects.EventSchemaVersion,
+		Kind:     subjects.EventCounters,
+		Stage:    CountersStage,
+		Cluster:  cfg.Cluster,
+		Instance: cfg.Instance,
+		Outcome:  outcome,
+		At:       at.UnixMicro(),
+	}
 	for _, f := range slices.Sorted(maps.Keys(set)) {
-		ev.Metadata = append(ev.Metadata, subjects.MetadataField{Key: key, Field: f, Old: subjects.RawText(fields[f]), New: subjects.RawText(set[f])})
+		ev.Metadata = append(
+			ev.Metadata,
+			subjects.MetadataField{Key: key, Field: f, Old: subjects.RawText(fields[f]), New: subjects.RawText(set[f])},
+		)
 	}
 	return ev
 }
@@ -446,12 +490,19 @@ const CountersStage = "admin"
 // UndoCounters writes back what an applied counters event changed: each field's old bytes,
 // only where the hash still holds the event's new bytes (else ErrCountersChanged and nothing
 // is written), under the same lock checks, settle and events as a repair.
-func UndoCounters(ctx context.Context, cfg CountersConfig, deps CountersDeps, applied subjects.Event) (*CountersReport, error) {
+func UndoCounters(
+	ctx context.Context,
+	cfg CountersConfig,
+	deps CountersDeps,
+	applied subjects.Event,
+) (*CountersReport, error) {
 	switch {
 	case applied.Kind != subjects.EventCounters || applied.Outcome != subjects.OutcomeCountersApplied:
-		return nil, fmt.Errorf("undo counters: the event is %s %s, not an applied counters repair", applied.Kind, applied.Outcome)
+		return nil, fmt.Errorf("undo counters: the event is %s %s, not an applied counters repair",
+			applied.Kind, applied.Outcome)
 	case applied.Instance != cfg.Instance || applied.Cluster != cfg.Cluster:
-		return nil, fmt.Errorf("undo counters: the event is about instance %q of cluster %q", applied.Instance, applied.Cluster)
+		return nil, fmt.Errorf("undo counters: the event is about instance %q of cluster %q",
+			applied.Instance, applied.Cluster)
 	case len(applied.Metadata) == 0:
 		return nil, errors.New("undo counters: the event changed no field")
 	case deps.Publish == nil:
@@ -470,7 +521,7 @@ func UndoCounters(ctx context.Context, cfg CountersConfig, deps CountersDeps, ap
 	}
 	rep := &CountersReport{Instance: cfg.Instance, Key: kvcm.MetadataKey(cfg.Instance)}
 	var intent *subjects.Event
-	written, err := deps.Store.WatchMetadata(ctx, cfg.Instance, cfg.LockKeys, func(ctx context.Context, tx meta.MetadataTx) (map[string]string, error) {
+	undo := func(ctx context.Context, tx meta.MetadataTx) (map[string]string, error) {
 		rep.Exists = len(tx.Fields) > 0
 		set := map[string]string{}
 		for _, f := range applied.Metadata {
@@ -478,7 +529,8 @@ func UndoCounters(ctx context.Context, cfg CountersConfig, deps CountersDeps, ap
 				return nil, fmt.Errorf("undo counters: the event names key %q, not %q", f.Key, tx.Key)
 			}
 			if cur, ok := tx.Fields[f.Field]; !ok || cur != string(f.New) {
-				return nil, fmt.Errorf("undo counters of %s: %w: %s holds %q, the repair wrote %q", cfg.Instance, ErrCountersChanged, f.Field, cur, string(f.New))
+				return nil, fmt.Errorf("undo counters of %s: %w: %s holds %q, the repair wrote %q",
+					cfg.Instance, ErrCountersChanged, f.Field, cur, string(f.New))
 			}
 			set[f.Field] = string(f.Old)
 		}
@@ -495,7 +547,8 @@ func UndoCounters(ctx context.Context, cfg CountersConfig, deps CountersDeps, ap
 		}
 		intent = &ev
 		return set, nil
-	})
+	}
+	written, err := deps.Store.WatchMetadata(ctx, cfg.Instance, cfg.LockKeys, undo)
 	return finishCounters(ctx, rep, intent, written, err, deps.Publish, now, log)
 }
 
@@ -531,8 +584,10 @@ func (r *CountersReport) WriteTable(w io.Writer) error {
 		return err
 	}
 	s := r.Recount
-	fmt.Fprintf(w, "recount: %d keys, %d locations; %d specs without a readable size, %d read differently by KVCM's versions, "+
-		"%d locations decoded best effort, %d unreadable, %d of types no KVCM counts, %d legacy; %d bad keys, %d keys in the wrong database\n",
+	fmt.Fprintf(w, "recount: %d keys, %d locations; %d specs without a readable size, %d read "+
+		"differently by KVCM's versions, "+
+		"%d locations decoded best effort, %d unreadable, %d of types no KVCM counts, %d legacy; "+
+		"%d bad keys, %d keys in the wrong database\n",
 		s.Keys, s.Locations, s.Unparsed, s.VersionDependent, s.Bad, s.Corrupt, s.Uncounted, s.Legacy, s.BadKeys, s.WrongDB)
 	for _, l := range r.Inexact {
 		fmt.Fprintf(w, "inexact: %s\n", l)
@@ -574,7 +629,8 @@ func CountersPublisher(js jetstream.JetStream, names subjects.Names) func(ctx co
 		if err != nil {
 			return fmt.Errorf("encode counters event: %w", err)
 		}
-		if _, err := js.Publish(ctx, names.EventSubject(e.Kind, e.Instance), data, jetstream.WithMsgID(subjects.EventMsgID(e))); err != nil {
+		subject, id := names.EventSubject(e.Kind, e.Instance), jetstream.WithMsgID(subjects.EventMsgID(e))
+		if _, err := js.Publish(ctx, subject, data, id); err != nil {
 			return fmt.Errorf("publish counters event: %w", err)
 		}
 		return nil
@@ -590,7 +646,13 @@ type CountersEntry struct {
 
 // CountersLog lists the counters events the EVENTS stream holds, oldest first, from since
 // (zero: all), of instance ("" for every instance).
-func CountersLog(ctx context.Context, js jetstream.JetStream, names subjects.Names, instance string, since time.Time) ([]CountersEntry, error) {
+func CountersLog(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	instance string,
+	since time.Time,
+) ([]CountersEntry, error) {
 	filter := names.EventKindFilter(subjects.EventCounters)
 	if instance != "" {
 		filter = names.EventSubject(subjects.EventCounters, instance)
@@ -609,7 +671,12 @@ func CountersLog(ctx context.Context, js jetstream.JetStream, names subjects.Nam
 }
 
 // CountersEventAt reads the counters event at sequence seq of the EVENTS stream.
-func CountersEventAt(ctx context.Context, js jetstream.JetStream, names subjects.Names, seq uint64) (subjects.Event, error) {
+func CountersEventAt(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	seq uint64,
+) (subjects.Event, error) {
 	s, err := js.Stream(ctx, names.EventsStream())
 	if err != nil {
 		return subjects.Event{}, fmt.Errorf("open stream %s: %w", names.EventsStream(), err)
@@ -638,8 +705,9 @@ func WriteCountersLog(w io.Writer, es []CountersEntry) error {
 			outcome += " (" + e.Event.Reason + ")"
 		}
 		for _, f := range e.Event.Metadata {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.Format(time.RFC3339), e.Event.Instance, outcome, f.Field,
-				strconv.Quote(string(f.Old)), strconv.Quote(string(f.New)))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.Format(time.RFC3339),
+				e.Event.Instance, outcome, f.Field, strconv.Quote(string(f.Old)),
+				strconv.Quote(string(f.New)))
 		}
 	}
 	return tw.Flush()

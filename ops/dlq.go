@@ -46,8 +46,10 @@ func DLQList(ctx context.Context, js jetstream.JetStream, names subjects.Names, 
 		seq           uint64
 	}
 	first := map[msgKey]int{}
-	rng := readRange{Filters: []string{names.EventKindFilter(subjects.EventPoison), names.EventKindFilter(subjects.EventDeadLetter)},
-		StartTime: since}
+	rng := readRange{
+		Filters:   []string{names.EventKindFilter(subjects.EventPoison), names.EventKindFilter(subjects.EventDeadLetter)},
+		StartTime: since,
+	}
 	err := readStream(ctx, js, names.EventsStream(), rng, nil, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
 		d := DeadLetter{EventSeq: md.Sequence.Stream, Time: md.Timestamp.UTC()}
 		ev, err := subjects.DecodeEvent(m.Data())
@@ -146,7 +148,8 @@ type PoisonError struct {
 func (e *PoisonError) Error() string {
 	if e.Copy {
 		return fmt.Sprintf("%s #%d is a re-published copy (of %s) that the %s dead-lettered again: %s; the cause seems "+
-			"not fixed, and another copy would likely fail the same way", e.Stream, e.Seq, e.Record.MsgID, e.Record.Stage, e.Record.Reason)
+			"not fixed, and another copy would likely fail the same way",
+			e.Stream, e.Seq, e.Record.MsgID, e.Record.Stage, e.Record.Reason)
 	}
 	return fmt.Sprintf("%s #%d was terminated as poison by the %s: %s; a copy is the same bytes and will be terminated "+
 		"again (the next round judges its blocks anew)", e.Stream, e.Seq, e.Record.Stage, e.Record.Reason)
@@ -188,7 +191,14 @@ const maxRetryIDs = 1000
 // re-published (a *PoisonError says why) unless force is true: a copy of it would only fail
 // again, add a poison event, and fire the dead-letter alert once more. With force the result's
 // Warning says it.
-func DLQRetry(ctx context.Context, js jetstream.JetStream, names subjects.Names, stream string, seq uint64, force bool) (RetryResult, error) {
+func DLQRetry(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	stream string,
+	seq uint64,
+	force bool,
+) (RetryResult, error) {
 	switch strings.ToLower(stream) {
 	case "batches", strings.ToLower(names.BatchesStream()):
 		stream = names.BatchesStream()

@@ -30,7 +30,14 @@ type EnsureResult struct {
 // It changes nothing that exists unless update is true: then the objects whose differing
 // fields the server updates in place are updated, all of them or, when one differs in a field
 // the server cannot update, none.
-func Ensure(ctx context.Context, js jetstream.JetStream, names subjects.Names, s subjects.Settings, update bool, opts ...subjects.EnsureOption) (EnsureResult, error) {
+func Ensure(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	s subjects.Settings,
+	update bool,
+	opts ...subjects.EnsureOption,
+) (EnsureResult, error) {
 	if update {
 		opts = append(opts, subjects.WithUpdate())
 	}

@@ -86,7 +86,9 @@ func idCell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 || s == "-" {
+	if !utf8.ValidString(s) ||
+		strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 ||
+		s == "-" {
 		return strconv.Quote(s)
 	}
 	return s

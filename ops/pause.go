@@ -51,7 +51,13 @@ func expandStage(stage string) ([]string, error) {
 // A paused deleter lets the DELETES backlog grow; once it passes the scanner's high-water
 // mark the scanner stops scanning by itself (backpressure), which is the intended effect of
 // pausing deletions.
-func Pause(ctx context.Context, js jetstream.JetStream, names subjects.Names, stage string, until time.Time) ([]PauseState, error) {
+func Pause(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	stage string,
+	until time.Time,
+) ([]PauseState, error) {
 	stages, err := expandStage(stage)
 	if err != nil {
 		return nil, err

@@ -54,7 +54,8 @@ func (q ReplayQuery) Validate() error {
 		return fmt.Errorf("replay: sequence range %d..%d is empty", q.SeqFrom, q.SeqTo)
 	}
 	if !q.TimeFrom.IsZero() && !q.TimeTo.IsZero() && q.TimeTo.Before(q.TimeFrom) {
-		return fmt.Errorf("replay: time range %s..%s is empty", q.TimeFrom.Format(time.RFC3339), q.TimeTo.Format(time.RFC3339))
+		return fmt.Errorf("replay: time range %s..%s is empty", q.TimeFrom.Format(time.RFC3339),
+			q.TimeTo.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -261,7 +262,12 @@ func Replay(ctx context.Context, js jetstream.JetStream, names subjects.Names, q
 }
 
 // firstMessage returns the first message of the range, or nil when it is empty.
-func firstMessage(ctx context.Context, js jetstream.JetStream, stream string, rng readRange) (*jetstream.RawStreamMsg, error) {
+func firstMessage(
+	ctx context.Context,
+	js jetstream.JetStream,
+	stream string,
+	rng readRange,
+) (*jetstream.RawStreamMsg, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", stream, err)
@@ -315,7 +321,14 @@ type indexedEvent struct {
 // indexEvents reads the events that can explain the replayed messages: for the prober its
 // candidates and skips plus the deleter's outcomes, for the deleter its outcomes; restricted
 // to the instance (subject filter) and block key of the query.
-func indexEvents(ctx context.Context, js jetstream.JetStream, names subjects.Names, q ReplayQuery, from time.Time, w io.Writer) (*eventIndex, error) {
+func indexEvents(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	q ReplayQuery,
+	from time.Time,
+	w io.Writer,
+) (*eventIndex, error) {
 	kinds := []string{subjects.EventDelete}
 	if q.Stage == pipeline.StageProber {
 		kinds = append(kinds, subjects.EventCandidate, subjects.EventSkip)
@@ -525,8 +538,16 @@ func (r *replayer) current(cur *meta.Entry, exists bool, readErr error, layout k
 
 // part explains one part of a batch's block: what the prober decided then, what the rules
 // decide on it now from the batch, and what they decide on the block as it is now.
-func (r *replayer) part(ctx context.Context, events map[eventKey][]indexedEvent, b subjects.Batch, be *subjects.BlockEntry,
-	p kvcm.Part, pins pipeline.MigrationPins, at, now time.Time, cur current) LocationReplay {
+func (r *replayer) part(
+	ctx context.Context,
+	events map[eventKey][]indexedEvent,
+	b subjects.Batch,
+	be *subjects.BlockEntry,
+	p kvcm.Part,
+	pins pipeline.MigrationPins,
+	at, now time.Time,
+	cur current,
+) LocationReplay {
 	lr := LocationReplay{Key: be.Key, Location: p.ID, Status: "-"}
 	if p.Kind == kvcm.PartLocation {
 		lr.Status = p.Loc.Status.String()
@@ -555,7 +576,8 @@ func (r *replayer) part(ctx context.Context, events map[eventKey][]indexedEvent,
 	lr.Changed = !bytes.Equal(cp.Raw, p.Raw)
 	lr.Now = r.judgeIn(ctx, b, onePart(be.Key, cp, cur.lru), &cp.Loc, cur.pins, now)
 	if lr.Changed && cp.Kind == kvcm.PartLocation {
-		lr.Now.Detail = subjects.JoinDetail("bytes changed since the scan (status now "+cp.Loc.Status.String()+")", lr.Now.Detail)
+		lr.Now.Detail = subjects.JoinDetail("bytes changed since the scan (status now "+cp.Loc.Status.String()+")",
+			lr.Now.Detail)
 	}
 	return lr
 }
@@ -579,9 +601,17 @@ func (r *replayer) nowLayout(cur *meta.Entry, exists bool, readErr error, was kv
 	case !exists || cur.Layout == kvcm.LayoutNone:
 		return Verdict{Decision: DecisionGone, Detail: "block no longer holds a location"}
 	case cur.Layout == kvcm.LayoutAmbiguous:
-		return Verdict{Decision: DecisionSkip, Reason: prober.SkipAmbiguousLayout, Detail: "the block holds both __uri__ and L# fields"}
+		return Verdict{
+			Decision: DecisionSkip,
+			Reason:   prober.SkipAmbiguousLayout,
+			Detail:   "the block holds both __uri__ and L# fields",
+		}
 	case cur.Layout != was:
-		return Verdict{Decision: DecisionSkip, Reason: "layout_changed", Detail: fmt.Sprintf("the block is in the %s layout now", cur.Layout)}
+		return Verdict{
+			Decision: DecisionSkip,
+			Reason:   "layout_changed",
+			Detail:   fmt.Sprintf("the block is in the %s layout now", cur.Layout),
+		}
 	case was == kvcm.LayoutLegacy:
 		if _, err := kvcm.DecodeBlock(cur.URI); err != nil {
 			return Verdict{Decision: DecisionSkip, Reason: prober.SkipCorruptURI, Detail: err.Error()}
@@ -613,7 +643,12 @@ func (r *replayer) thenProber(events map[eventKey][]indexedEvent, b subjects.Bat
 	if loc != "" {
 		for _, ie := range events[eventKey{b.Instance, key, ""}] {
 			if ie.ev.Kind == subjects.EventSkip {
-				return Verdict{Decision: DecisionSkip, Reason: ie.ev.Reason, Detail: "whole block: " + ie.ev.Detail, EventSeq: ie.seq}
+				return Verdict{
+					Decision: DecisionSkip,
+					Reason:   ie.ev.Reason,
+					Detail:   "whole block: " + ie.ev.Detail,
+					EventSeq: ie.seq,
+				}
 			}
 		}
 	}
@@ -635,7 +670,13 @@ func lastDelete(evs []indexedEvent, round uint64) *indexedEvent {
 // its layout, so the verdict's single candidate or skip is this location's. Locations are
 // judged independently by both rules, so judging one alone decides it as the prober did
 // within the whole batch (only the per-batch target cap is left out).
-func (r *replayer) judgeOne(ctx context.Context, b subjects.Batch, one subjects.BlockEntry, loc *kvcm.Location, at time.Time) Verdict {
+func (r *replayer) judgeOne(
+	ctx context.Context,
+	b subjects.Batch,
+	one subjects.BlockEntry,
+	loc *kvcm.Location,
+	at time.Time,
+) Verdict {
 	v := r.judge(ctx, b, one, at)
 	if v.Decision == DecisionKept && v.Reason == "" {
 		layout := subjects.LayoutLegacy

@@ -61,7 +61,8 @@ func replaySweep(ctx context.Context, js jetstream.JetStream, names subjects.Nam
 		efilter = names.EventSubject(subjects.EventSweep, q.Instance)
 	}
 	var bar *progress
-	err = readStream(ctx, js, names.EventsStream(), readRange{Filters: []string{efilter}, StartTime: first.Time.Add(-time.Minute)},
+	err = readStream(ctx, js, names.EventsStream(),
+		readRange{Filters: []string{efilter}, StartTime: first.Time.Add(-time.Minute)},
 		func(total uint64) { bar = newProgress(deps.Progress, "read events", total) },
 		func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
 			bar.Add(1)
@@ -90,7 +91,8 @@ func replaySweep(ctx context.Context, js jetstream.JetStream, names subjects.Nam
 	verdict := func(st step) Verdict {
 		return Verdict{Decision: st.ev.Outcome, Reason: st.ev.Reason, Detail: st.ev.Detail, EventSeq: st.seq}
 	}
-	err = readStream(ctx, js, stream, rng, func(total uint64) { bar = newProgress(deps.Progress, "replay sweeper", total) },
+	err = readStream(ctx, js, stream, rng,
+		func(total uint64) { bar = newProgress(deps.Progress, "replay sweeper", total) },
 		func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
 			bar.Add(1)
 			if q.SeqTo > 0 && md.Sequence.Stream > q.SeqTo || !q.TimeTo.IsZero() && md.Timestamp.After(q.TimeTo) {
@@ -176,7 +178,12 @@ func writeReplayFiles(w io.Writer, files []FileReplay) {
 
 // replaySweeper is the sweeper a replay consults: the pipeline's own, in dry-run (the storage
 // refuses every rename and unlink, DESIGN §8.8), on the replay's registry and stores.
-func replaySweeper(s ReplaySetup, reg meta.RegistryReader, stores meta.StoreResolver, so storage.Options) (*sweep.Sweeper, error) {
+func replaySweeper(
+	s ReplaySetup,
+	reg meta.RegistryReader,
+	stores meta.StoreResolver,
+	so storage.Options,
+) (*sweep.Sweeper, error) {
 	cfg := s.Sweep
 	if cfg.Grace == 0 && len(cfg.Storages) == 0 {
 		cfg = sweep.DefaultConfig()

@@ -179,7 +179,11 @@ func Report(ctx context.Context, js jetstream.JetStream, names subjects.Names, q
 	if q.Instance != "" {
 		evFilter = names.EventSubject(subjects.EventDelete, q.Instance)
 	}
-	err = readStream(ctx, js, names.EventsStream(), readRange{Filters: []string{evFilter}, StartTime: first.Add(-time.Minute)},
+	err = readStream(
+		ctx,
+		js,
+		names.EventsStream(),
+		readRange{Filters: []string{evFilter}, StartTime: first.Add(-time.Minute)},
 		func(total uint64) { bar = newProgress(q.Progress, "read delete events", total) },
 		func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
 			bar.Add(1)
@@ -206,7 +210,8 @@ func Report(ctx context.Context, js jetstream.JetStream, names subjects.Names, q
 				}
 			}
 			return nil
-		})
+		},
+	)
 	bar.Done()
 	if err != nil {
 		return r, fmt.Errorf("report: %w", err)

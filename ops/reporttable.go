@@ -39,7 +39,8 @@ func (r DeleteReport) WriteTable(w io.Writer) error {
 		total += r.Targets[o]
 		outcomes = append(outcomes, fmt.Sprintf("%d %s", r.Targets[o], o))
 	}
-	fmt.Fprintf(ew, "\n%d delete %s in %d %s", total, plural(total, "target", "targets"), r.Requests, plural(r.Requests, "request", "requests"))
+	fmt.Fprintf(ew, "\n%d delete %s in %d %s", total, plural(total, "target", "targets"),
+		r.Requests, plural(r.Requests, "request", "requests"))
 	if len(outcomes) > 0 {
 		fmt.Fprintf(ew, ": %s", strings.Join(outcomes, ", "))
 	}
@@ -48,7 +49,8 @@ func (r DeleteReport) WriteTable(w io.Writer) error {
 		fmt.Fprintf(ew, "(%d pending: the deleter has not handled them yet, or is paused)\n", n)
 	}
 	if r.Undecoded > 0 {
-		fmt.Fprintf(ew, "(%d freed %s not counted: the judged bytes are not a location)\n", r.Undecoded, plural(r.Undecoded, "target", "targets"))
+		fmt.Fprintf(ew, "(%d freed %s not counted: the judged bytes are not a location)\n",
+			r.Undecoded, plural(r.Undecoded, "target", "targets"))
 	}
 	for _, dry := range []bool{true, false} {
 		rows, totals := pick(r.Rows, dry), pick(r.Totals, dry)
@@ -63,7 +65,8 @@ func (r DeleteReport) WriteTable(w io.Writer) error {
 		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "INSTANCE\tSTORAGE\tREASON\tLOCATIONS\tFILES\tBYTES\tSIZE")
 		for _, row := range rows {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", row.Instance, row.Storage, row.Reason, row.Locations, row.Files, row.Bytes, humanBytes(row.Bytes))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", row.Instance, row.Storage, row.Reason,
+				row.Locations, row.Files, row.Bytes, humanBytes(row.Bytes))
 		}
 		_ = tw.Flush()
 		fmt.Fprintln(ew, "\nBY STORAGE AND REASON")
@@ -71,7 +74,8 @@ func (r DeleteReport) WriteTable(w io.Writer) error {
 		fmt.Fprintln(tw, "STORAGE\tREASON\tLOCATIONS\tFILES\tBYTES\tSIZE")
 		var all ReportRow
 		for _, row := range totals {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", row.Storage, row.Reason, row.Locations, row.Files, row.Bytes, humanBytes(row.Bytes))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", row.Storage, row.Reason, row.Locations,
+				row.Files, row.Bytes, humanBytes(row.Bytes))
 			all.Files += row.Files
 			all.Bytes += row.Bytes
 		}

@@ -47,7 +47,13 @@ type RoundStartResult struct {
 // lease reads while the store waits out its round pause. A store in a round goes on with it;
 // a paused scanner or a held-back walk starts the round once it may move. It changes nothing
 // else: the round is an ordinary one, its deletes as safe as any (dry run included).
-func RoundStart(ctx context.Context, js jetstream.JetStream, names subjects.Names, store string, now time.Time) (RoundStartResult, error) {
+func RoundStart(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	store string,
+	now time.Time,
+) (RoundStartResult, error) {
 	res := RoundStartResult{At: now.UTC()}
 	state, err := js.KeyValue(ctx, names.StateBucket())
 	if err != nil {
@@ -121,7 +127,8 @@ func RoundStart(ctx context.Context, js jetstream.JetStream, names subjects.Name
 		case !c.InRegistry:
 			rs.Note = "not in the registry: no scanner walks it"
 		case ck.InRound:
-			rs.Note = fmt.Sprintf("in round %d since %s: it goes on; the request starts no other", ck.Round, usTime(ck.RoundStartedUs).Format(time.RFC3339))
+			rs.Note = fmt.Sprintf("in round %d since %s: it goes on; the request starts no other",
+				ck.Round, usTime(ck.RoundStartedUs).Format(time.RFC3339))
 		case ck.Round == 0:
 			rs.Note = "no round yet: its first starts as soon as a scanner holds its lease"
 		case req.Starts(ck.Store, ck):
@@ -153,7 +160,8 @@ func (r RoundStartResult) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", s.Store, s.Round, next)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(ew, "\nstarting now: %d of %d %s; the scanner holding a store's lease starts its round within %s (kvcm-gc status shows it).\n",
+	fmt.Fprintf(ew, "\nstarting now: %d of %d %s; the scanner holding a store's lease starts its "+
+		"round within %s (kvcm-gc status shows it).\n",
 		starts, len(r.Stores), plural(len(r.Stores), "store", "stores"), scanner.RoundStartPoll)
 	return ew.err
 }

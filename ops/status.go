@@ -309,7 +309,12 @@ func WithHighWater(n uint64) StatusOption { return func(o *statusOptions) { o.hi
 // consumer keeps its row, saying what failed): a refusal of the server for lack of permission
 // (WithPermissions) as such, naming the subject and the identity. The rest is still reported.
 // An error is returned only when ctx ends.
-func Status(ctx context.Context, js jetstream.JetStream, names subjects.Names, opts ...StatusOption) (StatusReport, error) {
+func Status(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	opts ...StatusOption,
+) (StatusReport, error) {
 	o := statusOptions{callTimeout: DefaultStatusCallTimeout}
 	for _, opt := range opts {
 		opt(&o)
@@ -498,7 +503,9 @@ func scannerStatus(ctx context.Context, rows statusRows, names subjects.Names, t
 	var st ScannerStatus
 	var leases []pipeline.StoreLease
 	// Each bucket's reads are a part of their own: an identity refused one reads the other.
-	lctx, lrows, ldone := rows.part(ctx, kvAPI(names.LeaseBucket(), subjects.StoreLeaseFilter(), subjects.MemberFilter())...)
+	lctx, lrows, ldone := rows.part(
+		ctx,
+		kvAPI(names.LeaseBucket(), subjects.StoreLeaseFilter(), subjects.MemberFilter())...)
 	defer ldone()
 	if lease, err := js.KeyValue(lctx, names.LeaseBucket()); err != nil {
 		lrows.problem("lease bucket %s: %v", names.LeaseBucket(), err)
@@ -516,7 +523,9 @@ func scannerStatus(ctx context.Context, rows statusRows, names subjects.Names, t
 			lrows.problem("scanner replicas: %v", err)
 		}
 	}
-	ctx, rows, done := rows.part(ctx, kvAPI(names.StateBucket(), subjects.ScannerPauseKey, subjects.StoresKey, subjects.CheckpointFilter())...)
+	ctx, rows, done := rows.part(
+		ctx,
+		kvAPI(names.StateBucket(), subjects.ScannerPauseKey, subjects.StoresKey, subjects.CheckpointFilter())...)
 	defer done()
 	problem := rows.problem
 	state, err := js.KeyValue(ctx, names.StateBucket())
@@ -562,9 +571,18 @@ func scannerStatus(ctx context.Context, rows statusRows, names subjects.Names, t
 	if ck.Round == 0 {
 		return st
 	}
-	rs := &RoundStatus{ID: ck.Round, InProgress: ck.InRound, Store: min(ck.Index+1, ck.Stores), Stores: ck.Stores, StoresDone: ck.Index,
-		StoreName: ck.Store, Instances: ck.Instances, Cursor: ck.Cursor,
-		Keys: ck.KeysScanned, Started: usTime(ck.RoundStartedUs)}
+	rs := &RoundStatus{
+		ID:         ck.Round,
+		InProgress: ck.InRound,
+		Store:      min(ck.Index+1, ck.Stores),
+		Stores:     ck.Stores,
+		StoresDone: ck.Index,
+		StoreName:  ck.Store,
+		Instances:  ck.Instances,
+		Cursor:     ck.Cursor,
+		Keys:       ck.KeysScanned,
+		Started:    usTime(ck.RoundStartedUs),
+	}
 	if !ck.InRound && ck.LastRoundEndUs > 0 {
 		// The last round is over: report its final numbers, not a rate diluted by the pause.
 		rs.Store = ck.Stores
@@ -630,7 +648,12 @@ func estimate(ck pipeline.Checkpoint, now time.Time) (rate float64, eta time.Tim
 }
 
 // storeStatuses describes every store's walk from its checkpoint and its lease.
-func storeStatuses(cks []scanner.StoreCheckpoint, leases []pipeline.StoreLease, paused bool, now time.Time) []StoreStatus {
+func storeStatuses(
+	cks []scanner.StoreCheckpoint,
+	leases []pipeline.StoreLease,
+	paused bool,
+	now time.Time,
+) []StoreStatus {
 	byStore := map[string]pipeline.StoreLease{}
 	for _, l := range leases {
 		byStore[l.Store] = l
@@ -691,7 +714,13 @@ func storeStatuses(cks []scanner.StoreCheckpoint, leases []pipeline.StoreLease, 
 
 // lastEvents reads the newest message of each event kind with a direct "last by subject"
 // get on the kind's wildcard subject: one request per kind, however long the stream.
-func lastEvents(ctx context.Context, js jetstream.JetStream, names subjects.Names, timeout time.Duration, problem func(string, ...any)) []LastEvent {
+func lastEvents(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	timeout time.Duration,
+	problem func(string, ...any),
+) []LastEvent {
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	s, err := js.Stream(sctx, names.EventsStream())
 	cancel()

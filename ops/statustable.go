@@ -59,7 +59,8 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	sc := r.Scanner
 	if held, holders := leaseHolders(sc.Stores); len(sc.Stores) > 1 && held > 0 {
-		fmt.Fprintf(tw, "leases\t%d of %d stores held by %d %s (STORES below)\n", held, len(sc.Stores), holders, plural(holders, "replica", "replicas"))
+		fmt.Fprintf(tw, "leases\t%d of %d stores held by %d %s (STORES below)\n", held,
+			len(sc.Stores), holders, plural(holders, "replica", "replicas"))
 	} else if l := sc.Leader; l != nil {
 		// One store (or one held): its lease. Replicas divide the stores, each with a lease.
 		of := ""
@@ -75,7 +76,8 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 		switch {
 		case rd.InProgress && rd.Stores > 1:
 			// Stores are walked at once, each by its lease holder: the count done, not a position.
-			fmt.Fprintf(tw, "round\t%d in progress: %d of %d stores done, %d instances\n", rd.ID, rd.StoresDone, rd.Stores, rd.Instances)
+			fmt.Fprintf(tw, "round\t%d in progress: %d of %d stores done, %d instances\n", rd.ID,
+				rd.StoresDone, rd.Stores, rd.Instances)
 		case rd.InProgress:
 			fmt.Fprintf(tw, "round\t%d in progress: store %d of %d (%s), %d instances, cursor %d\n", rd.ID, rd.Store,
 				rd.Stores, orDash(rd.StoreName), rd.Instances, rd.Cursor)
@@ -95,13 +97,15 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 				fmt.Fprintln(tw, "\testimated end unknown")
 			}
 		} else {
-			fmt.Fprintf(tw, "round\t%d done: %d stores, %d instances, %d keys, %.0f keys/s\n", rd.ID, rd.Stores, rd.Instances, rd.Keys, rd.KeysPerSecond)
+			fmt.Fprintf(tw, "round\t%d done: %d stores, %d instances, %d keys, %.0f keys/s\n",
+				rd.ID, rd.Stores, rd.Instances, rd.Keys, rd.KeysPerSecond)
 		}
 	} else {
 		fmt.Fprintln(tw, "round\tnone yet")
 	}
 	if lr := sc.LastRound; lr != nil {
-		fmt.Fprintf(tw, "last round\tended %s, %d keys in %s\n", stamp(lr.Ended, now), lr.Keys, humanDuration(secs(lr.DurationSeconds)))
+		fmt.Fprintf(tw, "last round\tended %s, %d keys in %s\n", stamp(lr.Ended, now), lr.Keys,
+			humanDuration(secs(lr.DurationSeconds)))
 	}
 	if !sc.NextRound.IsZero() {
 		fmt.Fprintf(tw, "next round\t%s\n", stamp(sc.NextRound, now))
@@ -260,7 +264,10 @@ func (d DryRunStatus) write(w io.Writer, now time.Time) {
 		if s.DryRun {
 			mode = "dry run"
 		}
-		parts = append(parts, fmt.Sprintf("%s: %s (its %s event %s ago)", s.Stage, mode, s.Kind, humanDuration(now.Sub(s.Time))))
+		parts = append(
+			parts,
+			fmt.Sprintf("%s: %s (its %s event %s ago)", s.Stage, mode, s.Kind, humanDuration(now.Sub(s.Time))),
+		)
 	}
 	switch {
 	case d.Any():

@@ -34,8 +34,14 @@ func WithStuckDeleting(window time.Duration) StatusOption {
 }
 
 // stuckDeletingStatus reads the delete events stored since now − window.
-func stuckDeletingStatus(ctx context.Context, js jetstream.JetStream, names subjects.Names, now time.Time, window time.Duration,
-	problem func(string, ...any)) *StuckDeletingStatus {
+func stuckDeletingStatus(
+	ctx context.Context,
+	js jetstream.JetStream,
+	names subjects.Names,
+	now time.Time,
+	window time.Duration,
+	problem func(string, ...any),
+) *StuckDeletingStatus {
 	st := &StuckDeletingStatus{WindowSeconds: window.Seconds(), Outcomes: map[string]int{}, DataLeft: map[string]int{}}
 	err := readStream(ctx, js, names.EventsStream(),
 		readRange{Filters: []string{names.EventKindFilter(subjects.EventDelete)}, StartTime: now.Add(-window)}, nil,

@@ -58,7 +58,15 @@ type QuarantineStatus struct {
 // sweepStatus reads the sweep's part of the status; what cannot be read goes to the problems.
 func sweepStatus(ctx context.Context, rows statusRows, names subjects.Names) *SweepStatus {
 	js, now := rows.js, rows.now
-	stream, consumer := rows.stream(ctx, names.SweepStream()), rows.consumer(ctx, pipeline.StageSweeper, names.SweepStream(), names.SweeperConsumer())
+	stream, consumer := rows.stream(
+		ctx,
+		names.SweepStream(),
+	), rows.consumer(
+		ctx,
+		pipeline.StageSweeper,
+		names.SweepStream(),
+		names.SweeperConsumer(),
+	)
 	st := &SweepStatus{Stream: &stream, Consumer: &consumer}
 	cctx, cancel := rows.call(ctx)
 	defer cancel()
@@ -104,7 +112,11 @@ func sweepStatus(ctx context.Context, rows statusRows, names subjects.Names) *Sw
 			Quarantine: QuarantineStatus{Files: ck.QLast.Files, Bytes: ck.QLast.Bytes, Conflicts: ck.QLast.Conflicts,
 				Foreign: ck.QLast.Foreign, Oldest: usTime(ck.QLast.OldestUs), LookedAt: usTime(ck.QLast.EndedUs)}}
 		if ck.InRound {
-			ss.Walked, ss.Candidates, ss.Kept, ss.Started = ck.Walked, ck.Candidates, maps.Clone(ck.Kept), usTime(ck.RoundStartedUs)
+			ss.Walked, ss.Candidates, ss.Kept, ss.Started = ck.Walked, ck.Candidates, maps.Clone(
+				ck.Kept,
+			), usTime(
+				ck.RoundStartedUs,
+			)
 		} else {
 			ss.Walked, ss.Candidates, ss.Kept = ck.LastWalked, ck.LastCandidates, maps.Clone(ck.LastKept)
 			ss.NextRound = usTime(ck.NextRoundUs)
@@ -144,14 +156,16 @@ func (s *SweepStatus) writeSweep(w io.Writer, now time.Time) {
 	for _, ss := range s.Storages {
 		leader := "no walker holds the lease"
 		if l := ss.Leader; l != nil {
-			leader = fmt.Sprintf("walker %s since %s, renewed %s ago", l.Holder, timeOnly(l.Since), humanDuration(secs(l.RenewedAgoSecs)))
+			leader = fmt.Sprintf("walker %s since %s, renewed %s ago", l.Holder, timeOnly(l.Since),
+				humanDuration(secs(l.RenewedAgoSecs)))
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", ss.Storage, leader)
 		switch {
 		case ss.Round == 0:
 			fmt.Fprintln(tw, "\tno walk yet")
 		case ss.InRound:
-			fmt.Fprintf(tw, "\twalk %d in progress since %s: %d files, %d candidates\n", ss.Round, stamp(ss.Started, now), ss.Walked, ss.Candidates)
+			fmt.Fprintf(tw, "\twalk %d in progress since %s: %d files, %d candidates\n", ss.Round,
+				stamp(ss.Started, now), ss.Walked, ss.Candidates)
 		default:
 			fmt.Fprintf(tw, "\twalk %d done %s in %s: %d files, %d candidates; next %s\n", ss.Round, stamp(ss.LastEnded, now),
 				humanDuration(secs(ss.LastSecs)), ss.Walked, ss.Candidates, stamp(ss.NextRound, now))
