@@ -98,10 +98,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// writingGrace is the least age of an orphan WRITING location of layout: orphan_writing_grace,
+// WritingGrace is the least age of an orphan WRITING location of layout: orphan_writing_grace,
 // and with kvcm_gc at least kvcm_gc_grace + kvcm_gc_margin for the location layout, the only
 // one whose KVCM has a GC (f6aa2b2 has none).
-func (c Config) writingGrace(layout string) time.Duration {
+func (c Config) WritingGrace(layout string) time.Duration {
 	if c.KVCMGC && layout == subjects.LayoutLocation {
 		return max(c.OrphanWritingGrace, c.KVCMGCGrace+c.KVCMGCMargin)
 	}

@@ -99,7 +99,7 @@ type located struct {
 // rules are the rules of r.Config, in the order their candidates enter a request: rule 1,
 // rule 2 (decided after the batch), rule 3 when collect_deleting is on.
 func (r *Rules) rules() []rule {
-	rs := []rule{orphanWriting{grace: r.Config.OrphanWritingGrace, locationGrace: r.Config.writingGrace(subjects.LayoutLocation), guard: r.Guard},
+	rs := []rule{orphanWriting{grace: r.Config.OrphanWritingGrace, locationGrace: r.Config.WritingGrace(subjects.LayoutLocation), guard: r.Guard},
 		&storageMissing{rules: r, excluded: r.Config.excluded()}}
 	if r.Config.CollectDeleting {
 		rs = append(rs, stuckDeleting{rules: r})
@@ -284,7 +284,7 @@ func KeptReason(loc *kvcm.Location, layout, lruTime string, now time.Time) (reas
 type orphanWriting struct {
 	grace time.Duration
 	// locationGrace is the grace of the location layout: with kvcm_gc, KVCM's own GC's grace
-	// and margin (Config.writingGrace); 0 for grace alone.
+	// and margin (Config.WritingGrace); 0 for grace alone.
 	locationGrace time.Duration
 	guard         guard.Guard
 }
