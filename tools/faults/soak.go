@@ -391,13 +391,17 @@ func (s *soak) loop(ctx context.Context) error {
 	if err := e.snapshot(ctx); err != nil {
 		return err
 	}
-	var err error
+	// The model judges WRITING locations by the graces the stages run with.
+	g, err := stageGraces(e.args())
+	if err != nil {
+		return fmt.Errorf("set up: %w", err)
+	}
 	// Upstream's GC, as the coexistence scenario runs it: today's KVCM in the location layout,
 	// the same collector over KVCM f6aa2b2's writes in the legacy one.
 	if s.cfg.Upstream {
-		s.up = newSoakUpstream(e.redis.Client(), e.layout, e.manifest.Instances, orphanGrace, s.cfg.RoundPause)
+		s.up = newSoakUpstream(e.redis.Client(), e.layout, e.manifest.Instances, g.upstream, s.cfg.RoundPause)
 	}
-	if s.sm, err = newSoakModel(e.before, e.base, e.manifest, seed.EmptyKeep, s.up); err != nil {
+	if s.sm, err = newSoakModel(e.before, e.base, e.manifest, seed.EmptyKeep, s.up, g); err != nil {
 		return err
 	}
 	_, fates := s.sm.counts()
@@ -501,9 +505,6 @@ func (s *soak) quiet(r uint64) bool {
 	done := time.Since(s.rounds.started(1))
 	return done+done/time.Duration(max(r-1, 1))*quietRounds >= s.cfg.Duration
 }
-
-// orphanGrace is orphan_writing_grace, the stages' (their default) and upstream's.
-const orphanGrace = 24 * time.Hour
 
 // maxProblems stops a run that is going wrong.
 const maxProblems = 50

@@ -61,7 +61,6 @@ type kvcmWorkload struct {
 	rng      *rand.Rand
 	sessions []pending
 	deletes  []pending
-	ripens   []pending // crashed sessions about to be orphans
 	problems boundedLog
 	// crashAge bounds how long after its crash a crashed session is an orphan (drawn in
 	// between).
@@ -96,7 +95,7 @@ var workloadOps = []struct {
 func newKVCMWorkload(sm *soakModel, rdb redis.UniversalClient, layout kvcm.Layout, root string, insts []string,
 	period time.Duration, crashAge [2]time.Duration, seedValue uint64) *kvcmWorkload {
 	_, fates := sm.counts()
-	return &kvcmWorkload{sm: sm, rdb: rdb, layout: layout, root: root, grace: orphanGrace, insts: insts, period: period,
+	return &kvcmWorkload{sm: sm, rdb: rdb, layout: layout, root: root, grace: sm.grace.of(layout), insts: insts, period: period,
 		crashAge: crashAge, target: fates[Keep], rng: rand.New(rand.NewPCG(seedValue, seedValue^0x2545f4914f6cdd1d))}
 }
 
@@ -217,9 +216,7 @@ func (w *kvcmWorkload) due(ctx context.Context) {
 	for _, p := range take(&w.deletes) {
 		w.execute(ctx, p.key, p.id)
 	}
-	for _, p := range take(&w.ripens) {
-		w.ripen(ctx, p.key, p.id)
-	}
+	w.ripen(ctx, now)
 }
 
 func (w *kvcmWorkload) later(list *[]pending, key, id string, lo, hi time.Duration) {
@@ -901,21 +898,17 @@ func (w *kvcmWorkload) crash(ctx context.Context) bool {
 			return w.layout == kvcm.LayoutLocation && layoutOf(cur.Fields) == kvcm.LayoutLocation
 		}
 	}, func(mk *mkey, l *mloc, _ *Value) {
-		l.fate, l.kind, l.orphanAt = Keep, "crashed", created.Add(w.grace)
+		l.fate, l.kind = Keep, "crashed"
 		if w.layout == kvcm.LayoutLegacy {
 			mk.writable = false
 			w.sm.dropWritable(key)
 		}
+		w.sm.watchAging(key, mk, l, time.Now())
 	})
-	if ok {
-		w.mu.Lock()
-		w.ripens = append(w.ripens, pending{key: key, id: id, at: created.Add(w.grace - ripenEarly)})
-		w.mu.Unlock()
-	}
 	return ok
 }
 
-// ripenEarly is how long before a crashed session is an orphan the model reads it a last
+// ripenEarly is how long before a WRITING location is an orphan the model reads it a last
 // time while kvcm-gc must keep it, and ripenLate how close to that moment the read may be:
 // after, a removal seen could be a rightful one, and the read is skipped.
 const (
@@ -923,30 +916,43 @@ const (
 	ripenLate  = 200 * time.Millisecond
 )
 
-// ripen makes crashed session id of key garbage, a moment before it is an orphan: a last
-// read of the key (KVCM's) finds whether a collector took or marked it while it was live.
-func (w *kvcmWorkload) ripen(ctx context.Context, key, id string) {
+// ripen makes the aging WRITING locations (crashed sessions, seeded young ones) garbage a
+// moment before they are orphans: a last read of their keys (KVCM's) finds whether a collector
+// took or marked one while it was live. A key that cannot be read now is tried again shortly.
+func (w *kvcmWorkload) ripen(ctx context.Context, now time.Time) {
 	w.sm.mu.Lock()
 	defer w.sm.mu.Unlock()
-	mk := w.sm.keys[key]
-	if mk == nil || mk.locs[id] == nil || mk.locs[id].fate != Keep {
-		return // gone already: a check has said so (a live location gone)
+	refs := w.sm.ripening(now)
+	if len(refs) == 0 {
+		return
 	}
-	l := mk.locs[id]
-	if time.Until(l.orphanAt) > ripenLate {
-		fields, err := w.rdb.HGetAll(ctx, key).Result()
-		if err != nil {
-			w.mu.Lock()
-			w.ripens = append(w.ripens, pending{key: key, id: id, at: time.Now().Add(50 * time.Millisecond)})
-			w.mu.Unlock()
-			return
-		}
-		if mk = w.absorb(key, fields); mk == nil || mk.locs[id] == nil {
-			return
+	var read []string
+	for _, ref := range refs {
+		if l := w.sm.keys[ref.key].locs[ref.id]; l.orphanAt.Sub(now) > ripenLate && !slices.Contains(read, ref.key) {
+			read = append(read, ref.key)
 		}
 	}
-	w.sm.garbage(l)
-	w.garbageMade.Add(1)
+	p := w.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(read))
+	for i, k := range read {
+		cmds[i] = p.HGetAll(ctx, k)
+	}
+	if len(read) > 0 {
+		if _, err := p.Exec(ctx); err != nil {
+			w.sm.aging = append(w.sm.aging, refs...)
+			w.sm.agingNext = now.Add(50 * time.Millisecond)
+			return
+		}
+	}
+	for i, k := range read {
+		w.absorb(k, cmds[i].Val())
+	}
+	for _, ref := range refs {
+		if mk := w.sm.keys[ref.key]; mk != nil && mk.locs[ref.id] != nil && mk.locs[ref.id].fate != Go {
+			w.sm.garbage(mk.locs[ref.id])
+			w.garbageMade.Add(1)
+		}
+	}
 }
 
 // emptyLegacy reports whether cur is a legacy block in KVCM's "exists, no location" form last

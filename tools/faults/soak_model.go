@@ -3,7 +3,9 @@ package faults
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
@@ -14,7 +16,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kvcm-gc/kvcm-gc/config"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline/prober"
+	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
@@ -52,8 +57,10 @@ type mloc struct {
 	// refreshedAt, of WRITING garbage whose legacy block KVCM wrote again while it was intact,
 	// is when: kvcm-gc's deletes of it (judged before) are counted.
 	refreshedAt time.Time
-	// orphanAt, of a crashed session, is when it becomes an orphan: live until then.
-	orphanAt time.Time
+	// orphanAt, of a WRITING location that is not garbage yet (seeded young, or a crashed
+	// session), is when kvcm-gc's prober takes it as an orphan: live until then. upstreamAt,
+	// when earlier, is when upstream's GC may take it (fate Either from then on).
+	orphanAt, upstreamAt time.Time
 }
 
 // mkey is one key as the soak knows it.
@@ -104,6 +111,12 @@ type soakModel struct {
 	afterRefresh   int
 	// undue are the garbage locations no round has started on yet.
 	undue []*mloc
+	// grace is when an orphan WRITING location is garbage, to kvcm-gc and to upstream's GC.
+	grace graces
+	// aging are the WRITING locations that become orphans by the run's clock (seeded young
+	// ones, crashed sessions); agingNext is the earliest moment one of them changes fate.
+	aging     []locRef
+	agingNext time.Time
 	// up is upstream's GC when it runs beside kvcm-gc. It reads only the fields of its layout,
 	// in any key: it may take a location out of an upgraded (ambiguous) block, and then delete
 	// the whole key when it holds no location it reads (its empty-key recycle); it deletes
@@ -121,9 +134,9 @@ type soakModel struct {
 
 // newSoakModel builds the model from the seeded keyspace: the snapshot before collection and
 // the manifest's expectations.
-func newSoakModel(before Snapshot, base []Loc, m *seed.Manifest, empty string, up *soakUpstream) (*soakModel, error) {
+func newSoakModel(before Snapshot, base []Loc, m *seed.Manifest, empty string, up *soakUpstream, g graces) (*soakModel, error) {
 	sm := &soakModel{keys: map[string]*mkey{}, empty: empty, marks: map[locRef]uint64{}, collected: map[string]bool{}, up: up,
-		upstreamChanged: map[string]bool{}, writes: map[string]uint64{}, lost: map[locRef]lostLoc{}}
+		upstreamChanged: map[string]bool{}, writes: map[string]uint64{}, lost: map[locRef]lostLoc{}, grace: g}
 	start := time.Now()
 	collected := map[string]bool{}
 	for _, inst := range m.Instances {
@@ -162,6 +175,8 @@ func newSoakModel(before Snapshot, base []Loc, m *seed.Manifest, empty string, u
 		}
 		if ml.fate == Go {
 			sm.undue = append(sm.undue, ml)
+		} else {
+			sm.watchAging(l.Key, mk, ml, start)
 		}
 	}
 	// The blocks the sweep's seeded files are judged by stay as seeded, so each file's fate
@@ -656,11 +671,12 @@ func (sm *soakModel) garbage(l *mloc) {
 }
 
 // takeUndue returns the garbage locations no round has been given yet: those garbage by now
-// (a crashed session ripened a moment before it is an orphan waits for that moment).
-func (sm *soakModel) takeUndue() []*mloc {
+// (a WRITING location ripened a moment before it is an orphan waits for that moment).
+func (sm *soakModel) takeUndue() []*mloc { return sm.takeUndueAt(time.Now()) }
+
+func (sm *soakModel) takeUndueAt(now time.Time) []*mloc {
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	now := time.Now()
 	var out, later []*mloc
 	for _, l := range sm.undue {
 		if l.orphanAt.After(now) {
@@ -943,4 +959,146 @@ func scanRetrying(ctx context.Context, rdb redis.UniversalClient) ([]string, err
 			return nil, err
 		}
 	}
+}
+
+// graces are the ages at which a WRITING location is an orphan, as the run's collectors read
+// them: kvcm-gc's prober by block layout (prober.Config.WritingGrace: orphan_writing_grace,
+// or with kvcm_gc kvcm_gc_grace + kvcm_gc_margin in the location layout), and upstream's GC
+// (KVCM's own, kvcm_gc_grace).
+type graces struct {
+	location, legacy, upstream time.Duration
+}
+
+// of is kvcm-gc's grace for a block of layout.
+func (g graces) of(layout kvcm.Layout) time.Duration {
+	if layout == kvcm.LayoutLegacy {
+		return g.legacy
+	}
+	return g.location
+}
+
+// stageGraces reads the graces from the flags every stage process runs with and the
+// environment it inherits, as a stage's own configuration loads them: the model then judges
+// by the settings the stages run with, whatever the defaults become.
+func stageGraces(args []string) (graces, error) {
+	fs := flag.NewFlagSet("stage", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f := config.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return graces{}, fmt.Errorf("read the stages' flags: %w", err)
+	}
+	c, err := f.Load(os.LookupEnv)
+	if err != nil {
+		return graces{}, fmt.Errorf("read the stages' configuration: %w", err)
+	}
+	_, pc, _ := c.StageConfigs()
+	return graces{location: pc.WritingGrace(subjects.LayoutLocation), legacy: pc.WritingGrace(subjects.LayoutLegacy),
+		upstream: pc.KVCMGCGrace}, nil
+}
+
+// orphanAt is when kvcm-gc's prober takes WRITING location l of mk as an orphan: its age as
+// the prober reads it (prober.WritingAge: create_time, and in the legacy layout the block's
+// __lru_time__ too, so a write of the block moves the moment) past the grace of the block's
+// layout. false: never (not WRITING, an age unknown or in the future, a block of both layouts
+// kvcm-gc does not judge).
+func (sm *soakModel) orphanAt(mk *mkey, l *mloc, now time.Time) (time.Time, bool) {
+	layout := layoutOf(mk.val.Fields)
+	name := subjects.LayoutLocation
+	switch {
+	case l.status != kvcm.StatusWriting:
+		return time.Time{}, false
+	case layout == kvcm.LayoutLegacy:
+		name = subjects.LayoutLegacy
+	case layout != kvcm.LayoutLocation:
+		return time.Time{}, false
+	}
+	loc, err := kvcm.DecodeLocation(l.id, l.raw)
+	if err != nil || loc.Err != nil {
+		return time.Time{}, false
+	}
+	now = time.UnixMicro(now.UnixMicro()) // ages are whole µs: the moment stays put
+	age, ok := prober.WritingAge(&loc, name, mk.val.Fields[kvcm.FieldLRUTime], now)
+	if !ok {
+		return time.Time{}, false
+	}
+	return now.Add(sm.grace.of(layout) - age), true
+}
+
+// watchAging follows live (or Either) WRITING location l of key k (the model is held) until
+// it is an orphan: its orphanAt, and its upstreamAt when upstream's GC, reading create_time
+// alone against its own grace, may take it earlier (then it is Either from that moment: a
+// delete of kvcm-gc's is still a violation). Only a location kvcm-gc keeps for its age alone
+// ages: one of a collected instance's block, within the grace now. One past it already is
+// kept for another reason (a copy target, an instance whose store is cached), and stays so.
+func (sm *soakModel) watchAging(k string, mk *mkey, l *mloc, now time.Time) {
+	at, ok := sm.orphanAt(mk, l, now)
+	if !ok || l.fate == Go || mk.inst == "" || !at.After(now) {
+		return
+	}
+	l.orphanAt, l.upstreamAt = at, time.Time{}
+	if loc, err := kvcm.DecodeLocation(l.id, l.raw); err == nil && l.fate == Keep && sm.up.inLayout(l.field) &&
+		loc.HasCreateTime && loc.CreateTimeUs > 0 {
+		if up := time.UnixMicro(loc.CreateTimeUs).Add(sm.grace.upstream); up.Before(at) {
+			l.upstreamAt = up
+		}
+	}
+	sm.upstreamMay(l, now)
+	sm.aging = append(sm.aging, locRef{k, l.id})
+	sm.agingNext = earliest(sm.agingNext, sm.nextAging(l))
+}
+
+// upstreamMay makes l Either once upstream's GC may take it.
+func (sm *soakModel) upstreamMay(l *mloc, now time.Time) {
+	if l.fate == Keep && !l.upstreamAt.IsZero() && !now.Before(l.upstreamAt) {
+		l.fate, l.keepSince = Either, now
+	}
+}
+
+// nextAging is the next moment aging location l changes fate: Either when upstream's GC may
+// take it, garbage ripenEarly before it is an orphan.
+func (sm *soakModel) nextAging(l *mloc) time.Time {
+	next := l.orphanAt.Add(-ripenEarly)
+	if l.fate == Keep && !l.upstreamAt.IsZero() {
+		next = earliest(next, l.upstreamAt)
+	}
+	return next
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// ripening takes the aging locations that are orphans in ripenEarly or less at now (the model
+// is held), each with its orphanAt computed again (a write of its legacy block delays it),
+// and makes those upstream's GC may take Either; the others stay.
+func (sm *soakModel) ripening(now time.Time) []locRef {
+	if len(sm.aging) == 0 || now.Before(sm.agingNext) {
+		return nil
+	}
+	var out, keep []locRef
+	sm.agingNext = time.Time{}
+	for _, ref := range sm.aging {
+		mk := sm.keys[ref.key]
+		if mk == nil || mk.locs[ref.id] == nil {
+			continue // gone: a check or KVCM's read judged it
+		}
+		l := mk.locs[ref.id]
+		at, ok := sm.orphanAt(mk, l, now)
+		if !ok || l.fate == Go {
+			continue // KVCM rewrote it, or it is garbage already
+		}
+		l.orphanAt = at
+		sm.upstreamMay(l, now)
+		if now.Before(at.Add(-ripenEarly)) {
+			keep = append(keep, ref)
+			sm.agingNext = earliest(sm.agingNext, sm.nextAging(l))
+			continue
+		}
+		out = append(out, ref)
+	}
+	sm.aging = keep
+	return out
 }
