@@ -42,7 +42,8 @@ func TestSoakModelAging(t *testing.T) {
 		require.NoError(t, rdb.HSet(ctx, key, fields).Err())
 		return Snapshot{key: {Type: "hash", Fields: fields}}, []Loc{{Key: key, ID: id, Field: field, Fate: Keep}}
 	}
-	model := func(layout kvcm.Layout, g graces, up *soakUpstream, snap Snapshot, base []Loc) (*soakModel, *kvcmWorkload, *mloc) {
+	model := func(layout kvcm.Layout, g graces, up *soakUpstream, snap Snapshot,
+		base []Loc) (*soakModel, *kvcmWorkload, *mloc) {
 		sm, err := newSoakModel(snap, base, &seed.Manifest{Instances: []string{inst}}, seed.EmptyKeep, up, g)
 		require.NoError(t, err)
 		w := newKVCMWorkload(sm, rdb, layout, t.TempDir(), []string{inst}, time.Millisecond, [2]time.Duration{}, 1)

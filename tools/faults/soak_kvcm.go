@@ -95,8 +95,9 @@ var workloadOps = []struct {
 func newKVCMWorkload(sm *soakModel, rdb redis.UniversalClient, layout kvcm.Layout, root string, insts []string,
 	period time.Duration, crashAge [2]time.Duration, seedValue uint64) *kvcmWorkload {
 	_, fates := sm.counts()
-	return &kvcmWorkload{sm: sm, rdb: rdb, layout: layout, root: root, grace: sm.grace.of(layout), insts: insts, period: period,
-		crashAge: crashAge, target: fates[Keep], rng: rand.New(rand.NewPCG(seedValue, seedValue^0x2545f4914f6cdd1d))}
+	return &kvcmWorkload{sm: sm, rdb: rdb, layout: layout, root: root, grace: sm.grace.of(layout), insts: insts,
+		period: period, crashAge: crashAge, target: fates[Keep],
+		rng: rand.New(rand.NewPCG(seedValue, seedValue^0x2545f4914f6cdd1d))}
 }
 
 // live is the number of live locations, counted again every liveEvery operations.

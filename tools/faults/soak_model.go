@@ -134,7 +134,8 @@ type soakModel struct {
 
 // newSoakModel builds the model from the seeded keyspace: the snapshot before collection and
 // the manifest's expectations.
-func newSoakModel(before Snapshot, base []Loc, m *seed.Manifest, empty string, up *soakUpstream, g graces) (*soakModel, error) {
+func newSoakModel(before Snapshot, base []Loc, m *seed.Manifest, empty string, up *soakUpstream,
+	g graces) (*soakModel, error) {
 	sm := &soakModel{keys: map[string]*mkey{}, empty: empty, marks: map[locRef]uint64{}, collected: map[string]bool{}, up: up,
 		upstreamChanged: map[string]bool{}, writes: map[string]uint64{}, lost: map[locRef]lostLoc{}, grace: g}
 	start := time.Now()
