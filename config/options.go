@@ -158,6 +158,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("orphan_writing_grace", c.Prober.OrphanWritingGrace),
 		slog.Int("max_inflight_delete_requests", c.MaxInflightDeletes),
 		slog.Duration("delete_delay", c.Deleter.DeleteDelay),
+		slog.Float64("delete_duty", c.Deleter.Duty),
 		slog.String("empty_block", c.EmptyBlock),
 		slog.Bool("collect_deleting", c.Prober.CollectDeleting),
 		slog.Duration("deleting_grace", c.Prober.DeletingGrace),

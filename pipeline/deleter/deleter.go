@@ -14,6 +14,7 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
+	"github.com/kvcm-gc/kvcm-gc/internal/duty"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
@@ -34,6 +35,7 @@ type Deleter struct {
 	mu       sync.Mutex
 	sets     map[string]*storage.StaticSet // by the request's storage table
 	inflight map[uint64]time.Time          // by stream sequence
+	gates    map[string]*duty.Gate         // delete_duty's, by store name (pace.go)
 }
 
 // Deps are what the deleter is wired to. Stores is required; nil Events records no
@@ -63,7 +65,7 @@ func New(cfg Config, deps Deps) (*Deleter, error) {
 	}
 	return &Deleter{cfg: cfg, names: deps.Names, stores: deps.Stores, storageOp: deps.StorageOptions, events: deps.Events,
 		state: deps.State, metrics: orUnregistered(deps.Metrics), log: pipeline.OrDiscard(deps.Logger),
-		sets: map[string]*storage.StaticSet{}, inflight: map[uint64]time.Time{}}, nil
+		sets: map[string]*storage.StaticSet{}, inflight: map[uint64]time.Time{}, gates: map[string]*duty.Gate{}}, nil
 }
 
 // Handle processes one delete request message (a Handler).
@@ -82,6 +84,7 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 		d.metrics.opError("store")
 		return fmt.Errorf("open metadata store %q: %w", req.Store, err)
 	}
+	store, gate := d.paced(req.Store, store)
 
 	seq := src.Seq
 	d.track(seq, true)
@@ -92,6 +95,9 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 	// Each step runs for all blocks of the request in one round trip, and delete_delay is
 	// waited once per request (DeleteAll).
 	results, delErr := proto.DeleteAll(ctx, store, set, req.Instance, req.Targets)
+	if gate != nil {
+		d.metrics.recordPace(req.Store, gate)
+	}
 
 	removed := Removed{Bytes: map[string]uint64{}}
 	targets := make([]subjects.EventTarget, len(results))

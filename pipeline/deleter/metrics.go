@@ -35,6 +35,13 @@ type Metrics struct {
 	// bytes of the locations judged garbage whose compare held (would_delete).
 	WouldReclaimBytes *prometheus.CounterVec
 
+	// The pace of the deleter's pipelines on each store (delete_duty, pace.go): the duty, the
+	// share of Redis's time they took over the last 10 s window by their round trips, and
+	// the wait after the last one.
+	PaceDuty  *prometheus.GaugeVec
+	PaceShare *prometheus.GaugeVec
+	PaceWait  *prometheus.GaugeVec
+
 	// ops counts the deleter's failed operations: kvcm_gc_operation_errors_total{stage="deleter"}.
 	ops *prometheus.CounterVec
 }
@@ -61,6 +68,12 @@ func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 			Help: "Data objects (spec URIs) of the locations the deleter removed, by storage and reason."}, []string{"storage", "reason"}),
 		WouldReclaimBytes: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_would_reclaim_bytes_total",
 			Help: "In a dry run, bytes of the locations the deleter would have removed (would_delete: judged garbage, its compare held), by storage and reason; kvcm_gc_reclaimed_bytes_total once live."}, []string{"storage", "reason"}),
+		PaceDuty: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_deleter_pace_duty_ratio",
+			Help: "The share of a metadata store's time this deleter's reads and conditional writes may take (delete_duty)."}, []string{"store"}),
+		PaceShare: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_deleter_pace_share_ratio",
+			Help: "The share of a metadata store's time this deleter's pipelines took over their last 10 s window, by their round trips."}, []string{"store"}),
+		PaceWait: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_deleter_pace_wait_seconds",
+			Help: "The wait of this deleter's pipelines on a metadata store after the last one (delete_duty)."}, []string{"store"}),
 
 		ops: rt.StageOps(pipeline.StageDeleter, deleterOps),
 	}

@@ -163,12 +163,12 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// UnpacedProfile is kvcm-gc allowed to go as fast as it can: no duty, no pause between
+// UnpacedProfile is kvcm-gc allowed to go as fast as it can: no duty (scanner or deleter), no pause between
 // ticks, no backpressure, the prober and the deleter with a worker per core.
 func UnpacedProfile() stage.Profile {
 	p := stage.DefaultProfile()
 	p.Name = "unpaced"
-	p.Duty, p.ScanInterval = 0, time.Nanosecond
+	p.Duty, p.DeleteDuty, p.ScanInterval = 0, 0, time.Nanosecond
 	p.HighWater = 1 << 62
 	p.ProberWorkers = runtime.NumCPU()
 	return p

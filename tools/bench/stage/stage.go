@@ -58,6 +58,8 @@ type Profile struct {
 	Duty       float64 `json:"duty"`
 	BurstKeys  int     `json:"burst_keys,omitempty"`
 	CPUCeiling float64 `json:"redis_cpu_ceiling,omitempty"`
+	// DeleteDuty is delete_duty (0: off, the deleter bound by its in-flight cap alone).
+	DeleteDuty float64 `json:"delete_duty,omitempty"`
 	// HighWater is the scanner's backpressure mark; a huge value turns backpressure off.
 	HighWater uint64 `json:"high_water"`
 	// ProberWorkers and DeleterWorkers are each process's concurrent handlers.
@@ -77,11 +79,11 @@ type Profile struct {
 }
 
 // DefaultProfile is kvcm-gc as shipped: the duty pace (scanner.duty 0.1, bursts of 64), batch 256, high-water 100,
-// max_inflight_delete_requests 2; with the stat probe, so storage-missing garbage is found.
+// max_inflight_delete_requests 2, delete_duty 0.1; with the stat probe, so storage-missing garbage is found.
 func DefaultProfile() Profile {
 	sc := scanner.DefaultConfig()
 	js := subjects.DefaultSettings()
-	return Profile{Name: "default", Duty: sc.Duty, ScanInterval: sc.ScanInterval, ScanBatchSize: sc.ScanBatchSize, HighWater: sc.HighWater,
+	return Profile{Name: "default", Duty: sc.Duty, DeleteDuty: deleter.DefaultConfig().Duty, ScanInterval: sc.ScanInterval, ScanBatchSize: sc.ScanBatchSize, HighWater: sc.HighWater,
 		ProberWorkers: 1, DeleterWorkers: js.DeleterMaxAckPending, ProberMaxAckPending: js.ProberMaxAckPending,
 		DeleterMaxAckPending: js.DeleterMaxAckPending, ProbeStat: true}
 }
@@ -162,6 +164,7 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 	pc.MaxTargets = sc.ScanBatchSize
 	dc := deleter.DefaultConfig()
 	dc.AckWait = js.DeleterAckWait
+	dc.Duty = p.DeleteDuty
 	so := storage.Options{DefaultProbe: storage.ProbeNone}
 	if p.ProbeStat {
 		so.DefaultProbe = storage.ProbeStat
