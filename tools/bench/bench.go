@@ -52,6 +52,9 @@ const (
 	// PhaseDuty is the raw duty walk: the store read paced by the duty with nothing of the
 	// pipeline around it (duty.go).
 	PhaseDuty = "duty"
+	// PhaseDeleterDuty runs each stage alone on the main keyspace once per delete_duty of
+	// Config.DeleterDuties: the deleter's share of Redis's main thread (deleterduty.go).
+	PhaseDeleterDuty = "deleterduty"
 	// PhaseScale runs each stage alone on a metadata-only keyspace at a tenth of
 	// Config.ScaleBlocks and at ScaleBlocks, location layout only (scale.go).
 	PhaseScale = "scale"
@@ -66,7 +69,7 @@ const (
 
 // AllPhases in the order they run (for each layout; PhaseSmall first, on a keyspace of its
 // own).
-var AllPhases = []string{PhaseRaw, PhaseCost, PhaseAlone, PhaseSmall, PhaseServing, PhasePace, PhaseE2E, PhaseScale}
+var AllPhases = []string{PhaseRaw, PhaseCost, PhaseAlone, PhaseDeleterDuty, PhaseSmall, PhaseServing, PhasePace, PhaseE2E, PhaseScale}
 
 // keyspaceDB holds the keyspace under measurement, one at a time. The legacy layout allows
 // no other database than 0: a KVCM of that layout ignores db= and keeps its blocks in DB 0, so
@@ -158,6 +161,10 @@ type Config struct {
 	DutyDepths []int
 	DutyWindow time.Duration
 	DutyReps   int
+	// DeleterDuties are PhaseDeleterDuty's delete_duty values (0: off), each run
+	// DeleterDutyReps times, alternated.
+	DeleterDuties   []float64
+	DeleterDutyReps int
 	// Keep leaves the working directory (logs, data) in place.
 	Keep   bool
 	Logger *slog.Logger
@@ -256,6 +263,8 @@ type LayoutResults struct {
 	CostPair *CostPair
 	// Duty is PhaseDuty.
 	Duty []DutyRun
+	// DeleterDuty is PhaseDeleterDuty.
+	DeleterDuty []DeleterDutyRun
 }
 
 func (c Config) wants(phase string) bool {
@@ -271,7 +280,7 @@ func (c Config) wantsMain() bool {
 // probe, the deleter's unlinks, the raw file baselines); without one it is seeded metadata
 // only.
 func (c Config) needsFiles() bool {
-	for _, p := range []string{PhaseRaw, PhaseAlone, PhaseAB, PhaseServing, PhasePace, PhaseE2E} {
+	for _, p := range []string{PhaseRaw, PhaseAlone, PhaseDeleterDuty, PhaseAB, PhaseServing, PhasePace, PhaseE2E} {
 		if c.wants(p) {
 			return true
 		}
@@ -487,7 +496,7 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 		h.timed(layout, "raw duty walk", started)
 	}
 	collected := false
-	if cfg.wants(PhaseAlone) || cfg.wants(PhaseAB) {
+	if cfg.wants(PhaseAlone) || cfg.wants(PhaseAB) || cfg.wants(PhaseDeleterDuty) {
 		started := time.Now()
 		if err := main.Snapshot(ctx); err != nil {
 			return err
@@ -525,6 +534,21 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 		}
 		lr.Alone, collected = &a, true
 		h.timed(layout, "each stage alone, main", started)
+	}
+	if cfg.wants(PhaseDeleterDuty) && len(cfg.DeleterDuties) > 0 {
+		started := time.Now()
+		d, err := h.deleterDuty(ctx, phase, main, func() error {
+			if !collected {
+				collected = true
+				return nil
+			}
+			return main.Restore(ctx)
+		})
+		if err != nil {
+			phaseErr(PhaseDeleterDuty, err)
+		}
+		lr.DeleterDuty = d
+		h.timed(layout, "the deleter under delete_duty", started)
 	}
 	if collected && (cfg.wants(PhaseServing) || cfg.wants(PhasePace) || cfg.wants(PhaseE2E)) {
 		log.Info("restore main keyspace", "layout", layout)

@@ -46,3 +46,21 @@ func TestRawDutyWalk(t *testing.T) {
 	dutyReport(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, kvcm.LayoutLocation, []DutyRun{{Duty: 0.1, Depth: 64}})
 	require.NotContains(t, b.String(), "%!")
 }
+
+// TestDeleterDutyReport: the deleter-duty section renders every run, its share against the
+// duty and a failed verification.
+func TestDeleterDutyReport(t *testing.T) {
+	var b strings.Builder
+	runs := []DeleterDutyRun{
+		{Duty: 0, Rep: 1, Deleter: StageRun{Items: 1000, Dur: time.Second, CPU: CPUShare{Wall: time.Second, RedisMain: 300 * time.Millisecond}}},
+		{Duty: 0.1, Rep: 1, Deleter: StageRun{Items: 1000, Dur: 4 * time.Second, CPU: CPUShare{Wall: 4 * time.Second, RedisMain: 320 * time.Millisecond}},
+			Verification: Verification{GarbageLeft: 2}},
+	}
+	require.InDelta(t, 0.08, runs[1].MainShare(), 1e-9)
+	deleterDutyReport(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, Config{Unpaced: UnpacedProfile()}, kvcm.LayoutLocation, runs)
+	out := b.String()
+	require.NotContains(t, out, "%!")
+	require.Contains(t, out, "| 0 (off) | 1 | 1,000 | 1s | 1,000 | 0.300 |")
+	require.Contains(t, out, "| 0.10 | 1 | 1,000 | 4s | 250 | 0.080 |")
+	require.Contains(t, out, "**failed**: 2 garbage left")
+}

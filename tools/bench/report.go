@@ -372,6 +372,8 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 		}
 	}
 
+	deleterDutyReport(w, c, lay, lr.DeleterDuty)
+
 	if e := lr.E2E; e != nil && len(e.Runs) > 0 {
 		w("### End to end, %s layout, main keyspace\n\n%.1f s from starting the three stage processes until the round was over and both consumers drained; %s locations deleted.\n\n",
 			lay, e.Dur.Seconds(), num(float64(e.Deleted)))

@@ -87,6 +87,8 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.IntVar(&cfg.CostGrow, "cost-grow", 0, "after the cost phase, seed the main keyspace again on a second redis-server, grow it this many times (at most 16), and measure both alternately")
 	duties := fs.String("duties", "0.05,0.1,0.2", "duties of the raw duty walk (phase duty)")
 	dutyDepths := fs.String("duty-depths", "64", "keys per pipeline of the raw duty walk")
+	deleterDuties := fs.String("deleter-duties", "0,0.1", "delete_duty values of the deleter-duty phase (0: off)")
+	fs.IntVar(&cfg.DeleterDutyReps, "deleter-duty-reps", 1, "repetitions of the deleter-duty phase's runs, alternated")
 	fs.DurationVar(&cfg.DutyWindow, "duty-window", 5*time.Second, "length of each window of the raw duty walk")
 	fs.IntVar(&cfg.DutyReps, "duty-reps", 1, "repetitions of the raw duty walk's windows")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (data, logs)")
@@ -107,6 +109,9 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	if cfg.Duties, err = parseRates(*duties); err != nil {
 		return fmt.Errorf("-duties: %w", err)
+	}
+	if cfg.DeleterDuties, err = parseRates(*deleterDuties); err != nil {
+		return fmt.Errorf("-deleter-duties: %w", err)
 	}
 	depths, err := parseRates(*dutyDepths)
 	if err != nil {
