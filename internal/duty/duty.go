@@ -91,6 +91,21 @@ type Pacer struct {
 	winStart time.Time
 	winBusy  time.Duration
 	last     Pace
+	tot      Totals
+}
+
+// Totals are a pacer's sums since it was made: what held its pace, for benchmarks and
+// diagnosis. Where Late and the round trips (Trips) add up to more than held/duty per
+// operation, the operations cannot keep the duty whatever the waits.
+type Totals struct {
+	// Ops are the operations done; Held their time on the server.
+	Ops  int
+	Held time.Duration
+	// Late is how much later than due the operations started (a wake-up that waited for a
+	// core, a caller busy elsewhere): time the server had to itself beyond the duty's.
+	Late time.Duration
+	// Floor and Cap count the waits the floor or the cap set.
+	Floor, Cap int
 }
 
 // New returns a pacer; zero Floor, Cap and Window take their defaults.
@@ -124,6 +139,7 @@ func (p *Pacer) Start(now time.Time, keys int) {
 	p.credit = 0
 	if !p.due.IsZero() && now.After(p.due) {
 		p.credit = now.Sub(p.due)
+		p.tot.Late += p.credit
 	}
 	p.start, p.keys = now, keys
 	if p.winStart.IsZero() {
@@ -156,6 +172,14 @@ func (p *Pacer) Done(end time.Time, held time.Duration) {
 	}
 	p.due, p.credit = due, 0
 	p.last.Wait, p.last.Reason = due.Sub(end), reason
+	p.tot.Ops++
+	p.tot.Held += held
+	switch reason {
+	case ReasonFloor:
+		p.tot.Floor++
+	case ReasonCap:
+		p.tot.Cap++
+	}
 	p.winBusy += held
 	if span := end.Sub(p.winStart); span >= p.cfg.Window {
 		p.last.Share = p.winBusy.Seconds() / span.Seconds()
@@ -171,3 +195,6 @@ func (p *Pacer) Idle() {
 
 // Pace is where the pacer stands.
 func (p *Pacer) Pace() Pace { return p.last }
+
+// Totals are the pacer's sums so far.
+func (p *Pacer) Totals() Totals { return p.tot }

@@ -113,3 +113,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Totals are the gate's pacer's sums so far.
+func (g *Gate) Totals() Totals {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.p.Totals()
+}

@@ -20,6 +20,8 @@ type Trips struct {
 	op   *Op
 	held time.Duration
 	n    int
+	// rt is the round trips ended by Took, from their start at the gate to Took.
+	rt time.Duration
 }
 
 // NewTrips returns the round trips of g.
@@ -52,6 +54,7 @@ func (t *Trips) Took(_ int, held time.Duration) {
 	}
 	t.held += held
 	t.n++
+	t.rt += time.Since(t.op.start)
 	if t.RoundTrip {
 		held = -1
 	}
@@ -74,6 +77,14 @@ func (t *Trips) Held() (time.Duration, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.held, t.n
+}
+
+// RoundTrips is the time the round trips ended by Took took, from their start at the gate to
+// Took: what the server's time (Held) is a part of.
+func (t *Trips) RoundTrips() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rt
 }
 
 // Gate is the gate the round trips wait at.

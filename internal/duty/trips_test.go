@@ -48,3 +48,25 @@ func TestTrips(t *testing.T) {
 		})
 	}
 }
+
+// TestTotals: the pacer's sums tell a walk bound by its round trips (each longer than
+// held/duty less the floor: every wait the floor's) and a caller that starts late.
+func TestTotals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tr := NewTrips(NewGate(New(Config{Duty: 0.2}), nil))
+		for range 10 {
+			require.NoError(t, tr.Begin(ctx, 64))
+			time.Sleep(4900 * time.Microsecond) // held/duty is 5 ms: the floor after it is later
+			tr.Took(64, time.Millisecond)
+		}
+		tot := tr.Gate().Totals()
+		require.Equal(t, Totals{Ops: 10, Held: 10 * time.Millisecond, Floor: 10}, tot)
+		require.Equal(t, 49*time.Millisecond, tr.RoundTrips())
+
+		time.Sleep(3 * time.Millisecond) // due 200µs after the last reply: 2.8 ms late
+		require.NoError(t, tr.Begin(ctx, 64))
+		tr.Took(64, time.Millisecond)
+		require.Equal(t, 2800*time.Microsecond, tr.Gate().Totals().Late)
+	})
+}
