@@ -32,6 +32,12 @@ type DutyRun struct {
 	Keys, Trips, Rounds int
 	// Held is the pacer's measure of the round trips' time (Redis's clock or the round trip).
 	Held time.Duration
+	// RoundTrips are the round trips' time as the client saw it, from the gate to the reply;
+	// Late how much later than due they started, in all; Floor how many waits the floor set.
+	// Together they show what bounds a walk that falls short of its duty: a round trip plus
+	// the floor plus the late start longer than held/duty.
+	RoundTrips, Late time.Duration
+	Floor            int
 	// Work is Redis's counters over the window; Idle over a window of the same length
 	// without the walk just before it.
 	Work, Idle RedisWork
@@ -56,6 +62,16 @@ func (d DutyRun) HeldShare() float64 {
 
 // Rate is the walk's keys per second.
 func (d DutyRun) Rate() float64 { return Rate{Ops: d.Keys, Dur: d.Work.Wall}.PerSec() }
+
+// PerTrip is the mean per round trip of the time it held Redis, its round trip, its late
+// start, and the cycle from one round trip's start to the next's (the window over them).
+func (d DutyRun) PerTrip() (held, roundTrip, late, cycle time.Duration) {
+	if d.Trips == 0 {
+		return 0, 0, 0, 0
+	}
+	n := time.Duration(d.Trips)
+	return d.Held / n, d.RoundTrips / n, d.Late / n, d.Work.Wall / n
+}
 
 // rawDutyWalk walks k's store for window at duty in pipelines of depth keys.
 func rawDutyWalk(ctx context.Context, k *Keyspace, st meta.BurstScanner, duty_ float64, depth int, roundTrip bool, window time.Duration) (DutyRun, error) {
@@ -85,6 +101,8 @@ func rawDutyWalk(ctx context.Context, k *Keyspace, st meta.BurstScanner, duty_ f
 		return res, err
 	}
 	res.Held, res.Trips = trips.Held()
+	tot := trips.Gate().Totals()
+	res.RoundTrips, res.Late, res.Floor = trips.RoundTrips(), tot.Late, tot.Floor
 	return res, nil
 }
 
@@ -130,7 +148,9 @@ func (h *Harness) dutyPhase(ctx context.Context, k *Keyspace) ([]DutyRun, error)
 							out = append(out, r)
 							h.log.Info("raw duty walk", "duty", d, "depth", depth, "round_trip", rt, "load", withLoad,
 								"share", fmt.Sprintf("%.3f", r.Share()), "held_share", fmt.Sprintf("%.3f", r.HeldShare()),
-								"keys_per_second", int(r.Rate()), "idle_share", fmt.Sprintf("%.4f", idle.Share()))
+								"keys_per_second", int(r.Rate()), "idle_share", fmt.Sprintf("%.4f", idle.Share()),
+								"trips", r.Trips, "floor", r.Floor, "held_us", us1(r.Held, r.Trips), "round_trip_us", us1(r.RoundTrips, r.Trips),
+								"late_us", us1(r.Late, r.Trips), "cycle_us", us1(r.Work.Wall, r.Trips))
 						}
 						if l != nil {
 							l.finish()
@@ -175,7 +195,8 @@ func dutyReport(w func(string, ...any), lay fmt.Stringer, runs []DutyRun) {
 	}
 	w("### The raw duty walk, %s layout\n\n", lay)
 	w("kvcm-gc's store read driven by the harness with nothing of the pipeline around it (SCAN COUNT 256, pipelines of the depth named), each round trip gated by the duty pacer (internal/duty): the next no sooner than its time on Redis divided by the duty after its start. The pacer takes each round trip's time on Redis's clock (TIME first and last in the pipeline) or, in the rows so marked, its round trip as the client sees it. Redis's main-thread share is the window's less the idle window's just before it (the read load running in both when named); the pacer's share is the round trips' time on Redis's clock over the window.\n\n")
-	w("| duty | pipeline | timed by | read load | Redis main-thread share | the pacer's share | keys/s | 100M blocks at that rate |\n|---|---|---|---|---|---|---|---|\n")
+	w("Per round trip (means): the time it held Redis by the pacer's measure, its round trip as the client saw it (from the gate to the reply), how late it started after it was due, and the cycle from one start to the next; the duty asks for a cycle of held/duty, and no wait can make it shorter than round trip + floor (200 µs) + late start: where that is longer, the walk falls short of its duty (the floor-bound column counts the waits the floor set).\n\n")
+	w("| duty | pipeline | timed by | read load | Redis main-thread share | the pacer's share | keys/s | 100M blocks at that rate | held | round trip | late | cycle (held/duty) | floor-bound |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		by := "Redis's clock"
 		if r.RoundTrip {
@@ -189,7 +210,21 @@ func dutyReport(w func(string, ...any), lay fmt.Stringer, runs []DutyRun) {
 		if r.Rate() > 0 {
 			round = fmt.Sprintf("%.1f h", 1e8/r.Rate()/3600)
 		}
-		w("| %.2f | %d keys | %s | %s | %.3f | %.3f | %s | %s |\n", r.Duty, r.Depth, by, load, r.Share(), r.HeldShare(), num(r.Rate()), round)
+		held, rt, late, cycle := r.PerTrip()
+		floor := "–"
+		if r.Trips > 0 {
+			floor = fmt.Sprintf("%.0f%%", 100*float64(r.Floor)/float64(r.Trips))
+		}
+		w("| %.2f | %d keys | %s | %s | %.3f | %.3f | %s | %s | %s | %s | %s | %s (%s) | %s |\n", r.Duty, r.Depth, by, load, r.Share(), r.HeldShare(), num(r.Rate()), round,
+			us(held), us(rt), us(late), us(cycle), us(time.Duration(float64(held)/r.Duty)), floor)
 	}
 	w("\n")
+}
+
+// us1 is d over n in whole microseconds, for the log.
+func us1(d time.Duration, n int) int64 {
+	if n == 0 {
+		return 0
+	}
+	return (d / time.Duration(n)).Microseconds()
 }

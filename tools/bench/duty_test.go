@@ -39,12 +39,18 @@ func TestRawDutyWalk(t *testing.T) {
 		require.Positive(t, r.Work.Main)
 		require.Greater(t, r.HeldShare(), 0.0)
 		require.LessOrEqual(t, r.HeldShare(), 0.25*1.05, "round trip %v", rt)
+		held, roundTrip, _, cycle := r.PerTrip()
+		require.Positive(t, held)
+		require.GreaterOrEqual(t, roundTrip, held, "Redis's time is a part of the round trip")
+		require.Greater(t, cycle, roundTrip, "the cycle holds the round trip and its wait")
 		// TIME before and after every pipeline of reads; each round's first SCAN goes alone.
 		require.Equal(t, int64(2*(r.Trips-r.Rounds)), after["time"]-before["time"], "round trip %v", rt)
 	}
 	var b strings.Builder
-	dutyReport(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, kvcm.LayoutLocation, []DutyRun{{Duty: 0.1, Depth: 64}})
+	dutyReport(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, kvcm.LayoutLocation, []DutyRun{{Duty: 0.1, Depth: 64},
+		{Duty: 0.2, Depth: 64, Trips: 4, Floor: 2, Held: 800 * time.Microsecond, RoundTrips: 2400 * time.Microsecond, Work: RedisWork{Wall: 8 * time.Millisecond}}})
 	require.NotContains(t, b.String(), "%!")
+	require.Contains(t, b.String(), "| 200 µs | 600 µs | 0 µs | 2000 µs (1000 µs) | 50% |")
 }
 
 // TestDeleterDutyReport: the deleter-duty section renders every run, its share against the
