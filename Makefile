@@ -53,7 +53,7 @@ build:
 # the Helm chart and the alerting rules. The deploy tests render the chart and run promtool:
 # REQUIRE_DEPLOY_TOOLS makes them fail, not skip, without the tools.
 test: lint deploy-check
-	$(TOOLS_ENV) REQUIRE_DEPLOY_TOOLS=1 $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(TOOLS_ENV) REQUIRE_DEPLOY_TOOLS=1 $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # helm lint and helm template of the chart on its default values and on a values file that
 # turns every part on, and promtool's check and unit tests of the alerting rules.
