@@ -51,6 +51,9 @@ type DeleteReport struct {
 	// Undecoded counts freed targets whose judged bytes are not a location (none are
 	// expected: the prober judges only locations it decoded).
 	Undecoded int `json:"undecoded,omitempty"`
+	// Counters is the audit of KVCM's counters by instance, as each store's last audited
+	// round left it (kvcmcounters.go): what the deletes leave counted in KVCM.
+	Counters []InstanceCounters `json:"kvcm_counters"`
 }
 
 // ReportRound is one store's round in the report.
@@ -105,6 +108,9 @@ func Report(ctx context.Context, js jetstream.JetStream, names subjects.Names, q
 	}
 	cks, err := scanner.ReadCheckpoints(ctx, state)
 	if err != nil {
+		return r, fmt.Errorf("report: %w", err)
+	}
+	if r.Counters, err = KVCMCounters(ctx, state, cks, q.Instance); err != nil {
 		return r, fmt.Errorf("report: %w", err)
 	}
 	// The round of each store, and the earliest time their requests can have been stored:

@@ -89,6 +89,7 @@ func (r DeleteReport) WriteTable(w io.Writer) error {
 	if len(r.Rows) == 0 {
 		fmt.Fprintln(ew, "\nnothing freed, and nothing a dry run would free")
 	}
+	writeCountersTable(ew, r.Counters)
 	return ew.err
 }
 

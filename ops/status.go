@@ -30,6 +30,9 @@ type StatusReport struct {
 	Sweep     *SweepStatus     `json:"sweep,omitempty"` // the sweep of orphan data files
 	// StuckDeleting counts the stuck DELETING handled recently (WithStuckDeleting only).
 	StuckDeleting *StuckDeletingStatus `json:"stuck_deleting,omitempty"`
+	// KVCMCounters is the audit of KVCM's counters by instance: persisted, recounted, the
+	// drift, and kvcm-gc's own share of it (kvcmcounters.go).
+	KVCMCounters []InstanceCounters `json:"kvcm_counters,omitempty"`
 	// LastEvents holds the newest event of each kind, in the order of EventKinds; kinds never
 	// recorded are absent.
 	LastEvents []LastEvent `json:"last_events"`
@@ -350,6 +353,7 @@ func Status(
 	}
 	wg.Go(func() { r.Scanner = scannerStatus(ctx, rows, names, o.callTimeout) })
 	wg.Go(func() { r.Sweep = sweepStatus(ctx, rows, names) })
+	wg.Go(func() { r.KVCMCounters = countersStatus(ctx, rows, names) })
 	wg.Go(func() {
 		ctx, rows, done := rows.part(ctx, events...)
 		defer done()

@@ -132,6 +132,9 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	writeUnregistered(ew, sc.Stores, now)
 	r.Sweep.writeSweep(ew, now)
 	r.StuckDeleting.writeStuck(ew)
+	if len(r.KVCMCounters) > 0 {
+		writeCountersTable(ew, r.KVCMCounters)
+	}
 
 	fmt.Fprintln(ew, "\nLAST EVENTS")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)

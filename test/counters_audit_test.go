@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/app"
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/ops"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/deleter"
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
@@ -110,8 +111,62 @@ func TestPhantomBytesAndAudit(t *testing.T) {
 						map[string]string{"kvcm_instance": a.Instance, "storage_type": slot, "bound": "high"}))
 				}
 			}
+			checkCountersShown(t, e, instances, want, layout)
 		})
 	}
+}
+
+// checkCountersShown: status and report show each instance's audit (read back after the
+// round above, so the checkpoint may be a later round's: every round audits the same quiet
+// keyspace) with the drift exact and all of it explained by kvcm-gc's deletes, in JSON and
+// in text.
+func checkCountersShown(t *testing.T, e *env, instances []string, want map[string]map[string]uint64, layout kvcm.Layout) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := ops.Status(ctx, e.js, e.names)
+	require.NoError(t, err)
+	rep, err := ops.Report(ctx, e.js, e.names, ops.ReportQuery{})
+	require.NoError(t, err)
+	one, err := ops.Report(ctx, e.js, e.names, ops.ReportQuery{Instance: instances[1]})
+	require.NoError(t, err)
+	require.Len(t, one.Counters, 1)
+	require.Equal(t, instances[1], one.Counters[0].Instance)
+	for _, cs := range [][]ops.InstanceCounters{st.KVCMCounters, rep.Counters} {
+		require.Len(t, cs, len(instances))
+		for i, c := range cs {
+			require.Equal(t, instances[i], c.Instance)
+			require.NotNil(t, c.Keys.Persisted)
+			require.Equal(t, &ops.Drift{Exact: true}, c.Keys.Drift, "%s: keys", c.Instance)
+			if layout == kvcm.LayoutLegacy {
+				require.Contains(t, c.Problem, "absent", "a legacy KVCM keeps no usage")
+				continue
+			}
+			require.Empty(t, c.Problem)
+			w := want[c.Instance]
+			for _, u := range c.Usage {
+				require.NotNil(t, u.Persisted, "%s %s", c.Instance, u.StorageType)
+				require.Equal(t, *u.Persisted-u.Recount, w[u.StorageType], "%s %s: persisted - recount", c.Instance, u.StorageType)
+				d := int64(w[u.StorageType])
+				require.Equal(t, &ops.Drift{Low: d, High: d, Exact: true}, u.Drift, "%s %s", c.Instance, u.StorageType)
+				require.Equal(t, w[u.StorageType], u.KvcmGC, "%s %s: kvcm-gc's share", c.Instance, u.StorageType)
+				require.Equal(t, &ops.Drift{Exact: true}, u.Other, "%s %s: nothing else drifted", c.Instance, u.StorageType)
+			}
+		}
+	}
+	var text strings.Builder
+	require.NoError(t, st.WriteTable(&text))
+	require.NoError(t, rep.WriteTable(&text))
+	t.Log(text.String())
+	require.Equal(t, 2, strings.Count(text.String(), "KVCM COUNTERS"))
+	for inst, slots := range want {
+		for slot, b := range slots {
+			// instance, store, counter, persisted, recount, then the drift: exact, one value.
+			require.Regexp(t, inst+` +\S+ +`+slot+` bytes +\d+ B +\d+ B +`+fmt.Sprint(b)+` B +`+fmt.Sprint(b)+` B +0 B`, text.String())
+		}
+	}
+	js, err := json.Marshal(st)
+	require.NoError(t, err)
+	require.Contains(t, string(js), `"kvcm_counters":[{"store":`)
 }
 
 // wentBytes is what KVCM's usage still counts of the location-layout locations of before that
