@@ -276,6 +276,31 @@ var alertCases = []alertCase{
 		{at: "27h", alert: "KvcmGcUnregisteredInstanceKeys", want: []map[string]string{lbl("store", "meta-a", "kvcm_instance", "gone")}},
 		{at: "31h", alert: "KvcmGcUnregisteredInstanceKeys", want: []map[string]string{lbl("store", "meta-a", "kvcm_instance", "gone")}},
 	}},
+	{name: "one instance whose counters drift past the share of its group's quota, beside smaller or passing drifts", interval: "1m", input: []series{
+		// Quotas of 1 TiB (d: none). a: from 5h on, KVCM counts at least 60 GB of file and
+		// 10 GB of hf3fs more than the recount (6.4%), its lease moving from scanner-0 to
+		// scanner-1 at 20h. b: 20 GB of file (1.8%), and EventReport bytes the reclaimer does
+		// not compare with the quota. c: 100 GB for ten hours, then repaired. d: no quota.
+		{`kvcm_gc_kvcm_quota_bytes{` + ns + `, pod="scanner-0", store="meta-a", kvcm_instance="a"}`, "1099511627776x1199 stale"},
+		{`kvcm_gc_kvcm_quota_bytes{` + ns + `, pod="scanner-1", store="meta-a", kvcm_instance="a"}`, "_x1200 1099511627776x2400"},
+		{`kvcm_gc_kvcm_usage_drift_bytes{` + ns + `, pod="scanner-0", store="meta-a", kvcm_instance="a", storage_type="file", bound="low"}`, "0x299 60000000000x899 stale"},
+		{`kvcm_gc_kvcm_usage_drift_bytes{` + ns + `, pod="scanner-0", store="meta-a", kvcm_instance="a", storage_type="file", bound="high"}`, "0x299 90000000000x899 stale"},
+		{`kvcm_gc_kvcm_usage_drift_bytes{` + ns + `, pod="scanner-0", store="meta-a", kvcm_instance="a", storage_type="hf3fs", bound="low"}`, "0x299 10000000000x899 stale"},
+		{`kvcm_gc_kvcm_usage_drift_bytes{` + ns + `, pod="scanner-1", store="meta-a", kvcm_instance="a", storage_type="file", bound="low"}`, "_x1200 60000000000x2400"},
+		{`kvcm_gc_kvcm_usage_drift_bytes{` + ns + `, pod="scanner-1", store="meta-a", kvcm_instance="a", storage_type="hf3fs", bound="low"}`, "_x1200 10000000000x2400"},
+		{`kvcm_gc_kvcm_quota_bytes{` + ns + `, pod="scanner-0", store="meta-a", kvcm_instance="b"}`, "1099511627776x3600"},
+		{`kvcm_gc_kvcm_usage_drift_bytes{` + ns + `, pod="scanner-0", store="meta-a", kvcm_instance="b", storage_type="file", bound="low"}`, "20000000000x3600"},
+		{`kvcm_gc_kvcm_usage_drift_bytes{` + ns + `, pod="scanner-0", store="meta-a", kvcm_instance="b", storage_type="event_report_l1p5", bound="low"}`, "500000000000x3600"},
+		{`kvcm_gc_kvcm_quota_bytes{` + ns + `, pod="scanner-1", store="meta-b", kvcm_instance="c"}`, "1099511627776x3600"},
+		{`kvcm_gc_kvcm_usage_drift_bytes{` + ns + `, pod="scanner-1", store="meta-b", kvcm_instance="c", storage_type="file", bound="low"}`, "100000000000x599 0x3000"},
+		{`kvcm_gc_kvcm_quota_bytes{` + ns + `, pod="scanner-1", store="meta-b", kvcm_instance="d"}`, "0x3600"},
+		{`kvcm_gc_kvcm_usage_drift_bytes{` + ns + `, pod="scanner-1", store="meta-b", kvcm_instance="d", storage_type="file", bound="low"}`, "100000000000x3600"},
+	}, checks: []alertCheck{
+		{at: "10h", alert: "KvcmGcKvcmCountersDrift"},
+		{at: "30h", alert: "KvcmGcKvcmCountersDrift"}, // a: pending since 5h, for 26h
+		{at: "32h", alert: "KvcmGcKvcmCountersDrift", want: []map[string]string{lbl("store", "meta-a", "kvcm_instance", "a")}},
+		{at: "50h", alert: "KvcmGcKvcmCountersDrift", want: []map[string]string{lbl("store", "meta-a", "kvcm_instance", "a")}},
+	}},
 	{name: "scanners that hold no lease", interval: "1m", input: []series{
 		{`kvcm_gc_scanner_lease_held{` + ns + `, pod="scanner-0"}`, "0x30"},
 		{`kvcm_gc_scanner_lease_held{` + ns + `, pod="scanner-1"}`, "0x30"},

@@ -78,6 +78,7 @@ In the rules below [[ and ]] stand for Prometheus' own template delimiters.
     "KvcmGcStoreWalkStuck" (dict "for" "15m" "severity" "warning" "threshold" 1800 "duration" true)
     "KvcmGcStoreWalkHeldBack" (dict "for" "15m" "severity" "warning" "threshold" $sec.round "duration" true)
     "KvcmGcUnregisteredInstanceKeys" (dict "for" "1h" "severity" "info" "threshold" 86400 "duration" true)
+    "KvcmGcKvcmCountersDrift" (dict "for" $sec.period "severity" "warning" "threshold" 0.05)
     "KvcmGcScannersHoldNoLease" (dict "for" "10m" "severity" "critical")
     "KvcmGcScannerMetricsAbsent" (dict "for" "15m" "severity" "warning")
     "KvcmGcDeleterStuckAtCap" (dict "for" "15m" "severity" "warning")
@@ -98,7 +99,7 @@ In the rules below [[ and ]] stand for Prometheus' own template delimiters.
     "KvcmGcSweepErrors" (dict "for" "15m" "severity" "warning" "threshold" 0.05)
 -}}
 {{- $groups := list
-    (dict "name" "kvcm-gc-stores" "alerts" (list "KvcmGcNoRoundCompleted" "KvcmGcStoreNoLease" "KvcmGcStoreWalkErrors" "KvcmGcStoreWalkStuck" "KvcmGcStoreWalkHeldBack" "KvcmGcUnregisteredInstanceKeys"))
+    (dict "name" "kvcm-gc-stores" "alerts" (list "KvcmGcNoRoundCompleted" "KvcmGcStoreNoLease" "KvcmGcStoreWalkErrors" "KvcmGcStoreWalkStuck" "KvcmGcStoreWalkHeldBack" "KvcmGcUnregisteredInstanceKeys" "KvcmGcKvcmCountersDrift"))
     (dict "name" "kvcm-gc" "alerts" (list "KvcmGcScannersHoldNoLease" "KvcmGcScannerMetricsAbsent" "KvcmGcDeleterStuckAtCap" "KvcmGcDeadLetters" "KvcmGcDeliveriesUnanswered" "KvcmGcOperationErrors" "KvcmGcJetStreamStatsUnavailable" "KvcmGcStreamDiscarding" "KvcmGcStagePausedLong"))
     (dict "name" "kvcm-gc-stuck-deleting" "alerts" (list "KvcmGcStuckDeletingLeaseTooLong" "KvcmGcStuckDeletingUnobserved" "KvcmGcStuckDeletingDataLeft" "KvcmGcAmbiguousLayoutKeys"))
     (dict "name" "kvcm-gc-sweep" "alerts" (list "KvcmGcSweepNoWalkCompleted" "KvcmGcSweepQuarantineStranded" "KvcmGcSweepConflicts" "KvcmGcSweepRestores" "KvcmGcSweepErrors"))
@@ -272,6 +273,34 @@ labels:
       with them. `kvcm-gc status` lists them under UNREGISTERED INSTANCES with their
       locations and bytes; collect_unregistered_instances removes them after
       unregistered_grace.
+    runbook_url: {{ include "kvcm-gc.runbookURL" . }}
+{{- end -}}
+
+{{- define "kvcm-gc.alert.KvcmGcKvcmCountersDrift" -}}
+- alert: KvcmGcKvcmCountersDrift
+  # KVCM's persisted usage of an instance exceeds what the scanner recounted by more than
+  # {{ .t }} of its group's quota.capacity, at the drift range's low bound (what the round
+  # shows at least), summed over the storage types KVCM's reclaimer compares with its quota
+  # (not unknown, not EventReport's). KVCM has no quota per instance: each instance is
+  # compared with its group's whole quota, so several drifting instances of one group can
+  # together pass the share unseen. The for of a round's period (round_pause + a round) asks
+  # the next round's audit to agree. The series are set at a round's end and move with the
+  # store's lease (max over the replicas that exported them).
+  expr: |
+    max by (namespace, store, kvcm_instance) (
+      sum by (namespace, pod, store, kvcm_instance) (kvcm_gc_kvcm_usage_drift_bytes{bound="low", storage_type!~"unknown|event_report_.*"})
+    )
+      > {{ .t }} * max by (namespace, store, kvcm_instance) (kvcm_gc_kvcm_quota_bytes > 0)
+  {{- include "kvcm-gc.alertFor" . | nindent 2 }}
+  annotations:
+    summary: KVCM counts more bytes for instance [[ $labels.kvcm_instance ]] than metadata store [[ $labels.store ]] holds, past the alert's share of its group's quota.
+    description: >-
+      KVCM's persisted usage of the instance has stayed above the scanner's recount by more
+      than {{ .t }} of its group's quota for a round's period. KVCM's reclaimer counts these
+      bytes against the quota and evicts live cache to make room for them. `kvcm-gc status`
+      shows the drift per storage type and how much of it kvcm-gc's own deletes explain;
+      `kvcm-gc counters repair`, during a stop of every KVCM replica, rewrites the counters
+      to the recount.
     runbook_url: {{ include "kvcm-gc.runbookURL" . }}
 {{- end -}}
 
