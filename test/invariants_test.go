@@ -249,7 +249,9 @@ func TestInvariant2YoungAndFutureWritingKept(t *testing.T) {
 				1: {ct: us(-23 * time.Hour), kept: true}, // young
 				2: {ct: us(time.Hour), kept: true},       // future
 				3: {ct: 0, kept: true},                   // KVCM's data from before create_time
-				4: {ct: us(-25 * time.Hour)},             // old: collected
+				4: {ct: us(-31 * time.Hour)},             // old: collected
+				// Past the grace, inside kvcm_gc's deferral (on by default): KVCM's GC's.
+				7: {ct: us(-30*time.Hour + time.Minute), kept: true},
 			}
 		} else {
 			blocks = map[int64]block{

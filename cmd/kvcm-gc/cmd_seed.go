@@ -27,6 +27,7 @@ type seedOptions struct {
 	root, manifest          string
 	seed                    uint64
 	grace                   time.Duration
+	kvcmGC                  bool
 	noFiles                 bool
 	layout                  string
 	ambiguous               bool
@@ -46,6 +47,7 @@ func (o *seedOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.manifest, "manifest", "manifest.json", "file the manifest (what is garbage) is written to")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed: the same seed writes the same keyspace")
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "orphan_writing_grace the collector will use (orphans are made older)")
+	fs.BoolVar(&o.kvcmGC, "kvcm-gc", true, "kvcm_gc the collector will use (on: location-layout orphans are made older than kvcm_gc_grace + kvcm_gc_margin, 30h)")
 	fs.BoolVar(&o.noFiles, "no-files", false, "write metadata only, no data files")
 	fs.StringVar(&o.layout, "layout", "location", "block layout: location (today's KVCM: one L#<id> field per location) or legacy (KVCM f6aa2b2: one __uri__ map)")
 	fs.BoolVar(&o.ambiguous, "ambiguous", false, "legacy layout: also upgrade a few blocks to hold both layouts, as a KVCM upgrade leaves them (the location layout always has some)")
@@ -96,7 +98,7 @@ func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 		return fmt.Errorf("ping %s: %w", conn, err)
 	}
 	sp := seed.Spec{Cluster: o.cluster, Layout: layout, Ambiguous: o.ambiguous, Blocks: o.blocks, LocationsPerBlock: o.locations, GarbageFraction: o.garbage,
-		TrickyFraction: o.tricky, Root: root, MetaURI: o.metaURI, Grace: o.grace, Seed: o.seed, NoFiles: o.noFiles}
+		TrickyFraction: o.tricky, Root: root, MetaURI: o.metaURI, Grace: o.grace, NoKVCMGC: !o.kvcmGC, Seed: o.seed, NoFiles: o.noFiles}
 	if sp.MetaURI == "" {
 		sp.MetaURI = o.redis
 	}

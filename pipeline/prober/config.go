@@ -22,11 +22,13 @@ type Config struct {
 	// OrphanWritingGrace is the least age of a WRITING location before it is an orphan
 	// candidate. Default 24h, at least MinOrphanWritingGrace.
 	OrphanWritingGrace time.Duration `yaml:"orphan_writing_grace" help:"least age of a WRITING location before it is an orphan; at least 1h"`
-	// KVCMGC says KVCM's own GC runs beside kvcm-gc (KVCM's kvcm.cache_gc.enabled, on in
-	// today's KVCM's shipped configuration and its parser's default; DESIGN §13.5). Default
-	// false until the suites' keyspaces age their orphans past the deferral. With it, rule 1 leaves an orphan WRITING location of the location layout to
-	// KVCM until KVCMGCGrace + KVCMGCMargin: KVCM's delete lowers its counters, kvcm-gc's
-	// cannot, so kvcm-gc collects only what KVCM's GC leaves behind.
+	// KVCMGC says KVCM's own GC runs beside kvcm-gc (KVCM's kvcm.cache_gc.enabled). Default
+	// true: it is on in today's KVCM's shipped configuration and in its parser's default, so
+	// a deployment that says nothing most likely runs it (DESIGN §13.5). With it, rule 1
+	// leaves an orphan WRITING location of the location layout to KVCM until KVCMGCGrace +
+	// KVCMGCMargin: KVCM's delete lowers its counters, kvcm-gc's cannot, so kvcm-gc collects
+	// only what KVCM's GC leaves behind. Where KVCM has no GC (before its #244, or disabled),
+	// on costs only time: orphans wait 30h instead of 24h; set it false there.
 	KVCMGC bool `yaml:"kvcm_gc" help:"KVCM's own GC runs beside kvcm-gc (kvcm.cache_gc.enabled, on in today's KVCM): orphan WRITING of the location layout is left to it until kvcm_gc_grace + kvcm_gc_margin, since its delete lowers KVCM's counters and kvcm-gc's cannot"`
 	// KVCMGCGrace is KVCM's orphan_writing_grace_period_ms. Default 24h (KVCM's), at least
 	// 1h (KVCM's minimum).
@@ -64,7 +66,7 @@ type Config struct {
 
 // DefaultConfig returns the prober's defaults.
 func DefaultConfig() Config {
-	return Config{OrphanWritingGrace: 24 * time.Hour, KVCMGCGrace: 24 * time.Hour, KVCMGCMargin: 6 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256,
+	return Config{OrphanWritingGrace: 24 * time.Hour, KVCMGC: true, KVCMGCGrace: 24 * time.Hour, KVCMGCMargin: 6 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256,
 		RegistryRefresh: 30 * time.Second, DeletingGrace: 24 * time.Hour, GatherLinger: 50 * time.Millisecond}
 }
 

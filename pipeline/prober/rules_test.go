@@ -206,8 +206,10 @@ func TestJudgeRules(t *testing.T) {
 			skips: map[string]int{SkipExcludedType: 3}},
 
 		// The location layout: one field per location, ages from create_time only.
-		{name: "location: orphan writing past grace", blocks: []subjects.BlockEntry{locBlock(-5, lf("a", 2, 4, ct(-25*time.Hour), nfsURI("x")))},
+		{name: "location: orphan writing past grace and kvcm_gc's deferral", blocks: []subjects.BlockEntry{locBlock(-5, lf("a", 2, 4, ct(-31*time.Hour), nfsURI("x")))},
 			want: []string{"-5/a/orphan_writing"}},
+		{name: "location: orphan writing past grace left to KVCM's own GC", blocks: []subjects.BlockEntry{locBlock(-5, lf("a", 2, 4, ct(-25*time.Hour), nfsURI("x")))},
+			skips: map[string]int{SkipLeftToKVCMGC: 1}},
 		{name: "location: writing just under grace kept", blocks: []subjects.BlockEntry{locBlock(1, lf("a", 2, 4, ct(-24*time.Hour+time.Second)))}},
 		{name: "location: create_time 0 is pre-create_time data, kept", blocks: []subjects.BlockEntry{locBlock(1, lf("a", 2, 4, `,"create_time":0`))},
 			skips: map[string]int{SkipAgeUnknown: 1}},
@@ -398,7 +400,10 @@ func TestKVCMGCDefers(t *testing.T) {
 			subjects.Batch{Instance: "inst1", Blocks: []subjects.BlockEntry{b}}, judgeNow)
 	}
 	on := DefaultConfig()
-	on.KVCMGC, on.KVCMGCGrace, on.KVCMGCMargin = true, 24*time.Hour, 6*time.Hour
+	require.True(t, on.KVCMGC, "kvcm_gc is on by default, as in today's KVCM")
+	on.KVCMGCGrace, on.KVCMGCMargin = 24*time.Hour, 6*time.Hour
+	off := DefaultConfig()
+	off.KVCMGC = false
 	for _, tc := range []struct {
 		name      string
 		cfg       Config
@@ -408,9 +413,9 @@ func TestKVCMGCDefers(t *testing.T) {
 		{"on: past orphan_writing_grace, KVCM's", on, 25 * time.Hour, false},
 		{"on: 1µs under grace + margin, KVCM's", on, 30*time.Hour - time.Microsecond, false},
 		{"on: at grace + margin, collected", on, 30 * time.Hour, true},
-		{"off: past orphan_writing_grace, collected", DefaultConfig(), 25 * time.Hour, true},
-		{"off: at exactly orphan_writing_grace, collected", DefaultConfig(), 24 * time.Hour, true},
-		{"off: 1µs under orphan_writing_grace, kept", DefaultConfig(), 24*time.Hour - time.Microsecond, false},
+		{"off: past orphan_writing_grace, collected", off, 25 * time.Hour, true},
+		{"off: at exactly orphan_writing_grace, collected", off, 24 * time.Hour, true},
+		{"off: 1µs under orphan_writing_grace, kept", off, 24*time.Hour - time.Microsecond, false},
 	} {
 		v := judge(tc.cfg, locBlock(-5, lf("a", 2, 4, ct(-tc.age), "file://nfs_01/r/x?size=1")))
 		require.Equal(t, tc.collected, len(v.Targets) == 1, tc.name)

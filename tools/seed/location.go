@@ -321,9 +321,15 @@ func (g *gen) locationOf(inst string, key int64, id, kind string, rng *rand.Rand
 	past := func(atLeast, spread time.Duration) int64 {
 		return now.Add(-atLeast - time.Duration(rng.Int64N(int64(spread)))).UnixMicro()
 	}
+	// orphan is the least age of an orphan WRITING: past the grace, and past the age until
+	// which a collector with kvcm_gc leaves it to KVCM's own GC.
+	orphan := g.sp.Grace + 3*time.Hour
+	if !g.sp.NoKVCMGC {
+		orphan = max(orphan, KVCMGCAge+time.Hour)
+	}
 	switch kind {
 	case KindOrphanWriting:
-		l.Status, l.CreateTime = 2, past(g.sp.Grace+3*time.Hour, 48*time.Hour)
+		l.Status, l.CreateTime = 2, past(orphan, 48*time.Hour)
 		nfs()
 	case KindMissingServing:
 		l.Status, l.CreateTime = 3, past(time.Hour, 7*24*time.Hour)
@@ -333,6 +339,11 @@ func (g *gen) locationOf(inst string, key int64, id, kind string, rng *rand.Rand
 		nfs()
 	case KindYoungWriting:
 		l.Status, l.CreateTime = 2, now.Add(-g.sp.Grace+time.Hour).UnixMicro()
+		if !g.sp.NoKVCMGC && g.sp.Grace < KVCMGCAge-time.Hour && g.young%2 == 0 {
+			// Past the grace, an hour inside kvcm_gc's deferral: KVCM's own GC's to take.
+			l.CreateTime = now.Add(-KVCMGCAge + time.Hour).UnixMicro()
+		}
+		g.young++
 		nfs()
 	case KindFutureWriting:
 		l.Status, l.CreateTime = 2, now.Add(48*time.Hour).UnixMicro()
@@ -351,7 +362,7 @@ func (g *gen) locationOf(inst string, key int64, id, kind string, rng *rand.Rand
 		nfs(0, 1)
 	case KindCopyTarget:
 		// Written by a copy still open: WRITING past the orphan grace, its data present.
-		l.Status, l.CreateTime = 2, past(g.sp.Grace+3*time.Hour, 48*time.Hour)
+		l.Status, l.CreateTime = 2, past(orphan, 48*time.Hour)
 		nfs()
 	case KindCopySource:
 		l.Status, l.CreateTime = 3, past(g.sp.Grace+6*time.Hour, 7*24*time.Hour)
@@ -359,7 +370,7 @@ func (g *gen) locationOf(inst string, key int64, id, kind string, rng *rand.Rand
 	case KindSharedServing, KindSharedOrphan:
 		l.Status, l.CreateTime = 3, past(time.Minute, 7*24*time.Hour)
 		if kind == KindSharedOrphan {
-			l.Status, l.CreateTime = 2, past(g.sp.Grace+3*time.Hour, 48*time.Hour)
+			l.Status, l.CreateTime = 2, past(orphan, 48*time.Hour)
 		}
 		path := fmt.Sprintf("%s%s/tp0/%s_%016x", g.sharedRoot, inst, hex, rng.Uint64())
 		l.Specs = []kvcm.Spec{{Name: "tp0", URI: fmt.Sprintf("file://%s%s?blkid=%d&size=1024", StorageShared, path, rng.IntN(8))}}

@@ -78,6 +78,11 @@ type Spec struct {
 	MetaURI string
 	// Grace is the orphan-WRITING grace the collector will use.
 	Grace time.Duration
+	// NoKVCMGC says the collector runs with kvcm_gc off. By default it is on, as kvcm-gc's
+	// is, and leaves orphan WRITING of the location layout to KVCM's own GC until
+	// KVCMGCAge: the seed's orphans there are older than that, and half its young writings
+	// are past Grace but inside KVCMGCAge, live to a collector that defers to KVCM.
+	NoKVCMGC bool
 	// Now is the reference time (default time.Now()).
 	Now time.Time
 	// Seed makes the keyspace reproducible.
@@ -102,12 +107,17 @@ type Spec struct {
 	DeletingGrace time.Duration
 }
 
+// KVCMGCAge is the age until which kvcm-gc, with its defaults (kvcm_gc on, kvcm_gc_grace
+// 24h, kvcm_gc_margin 6h), leaves an orphan WRITING location of the location layout to
+// KVCM's own GC.
+const KVCMGCAge = 30 * time.Hour
+
 // Kinds of generated locations (manifest).
 const (
 	KindOrphanWriting  = "orphan_writing"   // garbage
 	KindMissingServing = "storage_missing"  // garbage
 	KindLiveServing    = "live_serving"     // live, files exist
-	KindYoungWriting   = "young_writing"    // live: WRITING just under the grace
+	KindYoungWriting   = "young_writing"    // live: WRITING just under the grace (or KVCMGCAge)
 	KindFutureWriting  = "future_writing"   // live: create_time in the future
 	KindSharedServing  = "shared_serving"   // live: shared file exists
 	KindUnknownType    = "unknown_type"     // live: SERVING of a storage type kvcm-gc does not know, file missing
@@ -335,6 +345,7 @@ type gen struct {
 	pipe        redis.Pipeliner
 	done, total int
 	extraBlocks int // blocks stuckSetup and sweepSetup added
+	young       int // KindYoungWriting locations of the location layout made so far
 }
 
 // hset queues one block's fields and flushes every 512 blocks.
