@@ -428,3 +428,69 @@ func TestKVCMGCDefers(t *testing.T) {
 	require.Len(t, v.Targets, 1)
 	require.Zero(t, v.Skips[SkipLeftToKVCMGC])
 }
+
+// TestJudgeSpecsAcrossStorages: one SERVING location whose two specs live on two storages of
+// its type, one probe failing and one answering a definitive missing. The missing spec decides
+// (DESIGN §5.2: one missing spec makes the whole location a candidate; the error only makes
+// its own spec unknown), as upstream's GC decides it; the failed probe is counted. With the
+// missing storage's answer unknown instead, nothing is left to decide on and it is kept.
+func TestJudgeSpecsAcrossStorages(t *testing.T) {
+	nfsA := func() *fakeBackend {
+		return &fakeBackend{name: "nfs_a", typ: kvcm.TypeFile, err: errors.New("eio")}
+	}
+	for _, tc := range []struct {
+		name  string
+		b     *fakeBackend
+		want  []string
+		probe int
+	}{
+		{"b missing", &fakeBackend{name: "nfs_b", typ: kvcm.TypeFile, missing: map[string]bool{"/d/x": true}}, []string{"7/s/storage_missing"}, 1},
+		{"b unknown", &fakeBackend{name: "nfs_b", typ: kvcm.TypeFile, unknown: map[string]bool{"/d/x": true}}, nil, 1},
+		{"b present", &fakeBackend{name: "nfs_b", typ: kvcm.TypeFile}, nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := nfsA()
+			blk := locBlock(7, lf("s", 3, 4, ct(-time.Hour), "file://nfs_a/d/x?size=1024", "file://nfs_b/d/x?size=1024"))
+			v := Rules{Config: DefaultConfig(), Storages: fakeSet{"nfs_a": a, "nfs_b": tc.b}, Guard: guard.None{}}.Judge(context.Background(),
+				subjects.Batch{Instance: "inst1", Blocks: []subjects.BlockEntry{blk}}, judgeNow)
+			var got []string
+			for _, tg := range v.Targets {
+				got = append(got, fmt.Sprintf("%d/%s/%s", tg.Key, tg.Location, tg.Reason))
+			}
+			require.Equal(t, tc.want, got)
+			require.Equal(t, tc.probe, v.Skips[SkipProbeError], "the failed probe is counted: %v", v.Skips)
+			// Each storage was asked once, for its own spec only.
+			require.Len(t, a.calls, 1)
+			require.Len(t, tc.b.calls, 1)
+			require.Equal(t, "/d/x", a.calls[0][0].Path)
+			require.Len(t, tc.b.calls[0], 1)
+		})
+	}
+}
+
+// TestJudgeNoProbeForUnregisteredOrMismatch: a spec on a storage the registry does not list,
+// and a spec whose storage is of another type than its location, are never probed (no
+// MightExist call carries them) and keep their locations; a storage-missing location of the
+// same batch, on a healthy storage, is still collected.
+func TestJudgeNoProbeForUnregisteredOrMismatch(t *testing.T) {
+	nfs := &fakeBackend{name: "nfs_01", typ: kvcm.TypeFile, missing: map[string]bool{"/d/gone": true, "/d/gone2": true, "/d/gone3": true}}
+	hf := &fakeBackend{name: "hf_01", typ: kvcm.TypeHF3FS, missing: map[string]bool{"/d/gone": true}}
+	blocks := []subjects.BlockEntry{
+		locBlock(1, lf("u", 3, 4, ct(-time.Hour), "file://nfs_99/d/gone?size=1")),  // unregistered storage
+		locBlock(2, lf("m", 3, 1, ct(-time.Hour), "file://nfs_01/d/gone2?size=1")), // hf3fs location on a file storage
+		locBlock(3, lf("h", 3, 4, ct(-time.Hour), "hf3fs://hf_01/d/gone?size=1")),  // file location on an hf3fs storage
+		locBlock(4, lf("ok", 3, 4, ct(-time.Hour), "file://nfs_01/d/gone3?size=1")),
+	}
+	v := Rules{Config: DefaultConfig(), Storages: fakeSet{"nfs_01": nfs, "hf_01": hf}, Guard: guard.None{}}.Judge(context.Background(),
+		subjects.Batch{Instance: "inst1", Blocks: blocks}, judgeNow)
+	require.Len(t, v.Targets, 1)
+	require.Equal(t, int64(4), v.Targets[0].Key)
+	require.Equal(t, "ok", v.Targets[0].Location)
+	require.Equal(t, subjects.ReasonStorageMissing, v.Targets[0].Reason)
+	require.Equal(t, 1, v.Skips[SkipStorageNotFound], "%v", v.Skips)
+	require.Equal(t, 2, v.Skips[SkipStorageTypeMismatch], "%v", v.Skips)
+	require.Empty(t, hf.calls, "no probe for a spec of another type")
+	require.Len(t, nfs.calls, 1)
+	require.Len(t, nfs.calls[0], 1, "only the healthy location's spec is probed")
+	require.Equal(t, "/d/gone3", nfs.calls[0][0].Path)
+}
