@@ -104,6 +104,7 @@ func (e *env) upstreamExpect(ctx context.Context, u *UpstreamGC) (Expect, error)
 		return Expect{}, err
 	}
 	removed, touched, back := u.Removed(), u.Touched(), u.Resurrected()
+	e.kvcmOwn = map[UpstreamRef]bool{}
 	// A location KVCM's blind write brought back DELETING (its own mark, or kvcm-gc's, whose
 	// data kvcm-gc had already deleted) is KVCM's to finish: its key is compared for strands
 	// from the state the emulator left, and its files may be gone.
@@ -114,6 +115,17 @@ func (e *env) upstreamExpect(ctx context.Context, u *UpstreamGC) (Expect, error)
 		ref := UpstreamRef{Key: base.Key, ID: base.ID}
 		was, _ := locationIn(e.before[base.Key].Fields, base.Field, base.ID)
 		cur, _ := locationIn(now[base.Key].Fields, base.Field, base.ID)
+		if base.Fate == Keep && was != nil && e.layout == kvcm.LayoutLocation && leftToKVCM(was, u.cfg) {
+			// Garbage to KVCM's GC, left to it by kvcm-gc's kvcm_gc: either may find it
+			// there, only KVCM may remove it (besideUpstreamAfter).
+			e.kvcmOwn[ref] = true
+			loc.Fate = Either
+			if removed[ref] > 0 && !u.DeletesFiles() {
+				loc.Files = nil // KVCM's NFS Delete does nothing: the sweep's to reclaim
+			}
+			locs = append(locs, loc)
+			continue
+		}
 		switch {
 		case removed[ref] > 0 && base.Fate != Go:
 			return Expect{}, fmt.Errorf("%w: KVCM's GC removed %s/%s, which is not garbage", errViolation, base.Key, base.ID)
@@ -134,6 +146,17 @@ func (e *env) upstreamExpect(ctx context.Context, u *UpstreamGC) (Expect, error)
 		locs = append(locs, loc)
 	}
 	return Expect{Before: now, Orig: orig, Locs: locs, Present: e.present}, nil
+}
+
+// leftToKVCM reports whether l is an orphan WRITING to KVCM's GC (past its grace, no
+// migration guard) that kvcm-gc, with kvcm_gc on as by default, leaves to it: younger than
+// kvcm_gc_grace + kvcm_gc_margin (the seed's young writings inside the deferral).
+func leftToKVCM(l *kvcm.Location, cfg UpstreamConfig) bool {
+	if l.Status != kvcm.StatusWriting || !l.HasCreateTime || l.CreateTimeUs <= 0 || l.Guard != nil {
+		return false
+	}
+	age := cfg.Now().Sub(time.UnixMicro(l.CreateTimeUs))
+	return age >= cfg.OrphanGrace && age < seed.KVCMGCAge
 }
 
 // sameMeaning reports whether a live location still says what it said: byte for byte, but
@@ -190,6 +213,8 @@ func besideUpstreamAfter(ctx context.Context, e *env) (string, error) {
 		switch {
 		case l.Fate == Keep && n > 0:
 			return "", fmt.Errorf("%w: live location %s/%s removed %d times", errViolation, l.Key, l.ID, n)
+		case e.kvcmOwn[ref] && byUs[ref] > 0:
+			return "", fmt.Errorf("%w: kvcm-gc removed %s/%s, an orphan WRITING kvcm_gc leaves to KVCM's GC", errViolation, l.Key, l.ID)
 		case l.Fate == Go && (n < 1 || n > most), l.Fate == Either && n > most:
 			return "", fmt.Errorf("%w: garbage location %s/%s removed %d times (kvcm-gc %d, KVCM's GC %d, brought back %d times), want once and once per return",
 				errViolation, l.Key, l.ID, n, byUs[ref], byThem[ref], back[ref])
@@ -225,9 +250,17 @@ func besideUpstreamAfter(ctx context.Context, e *env) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	taken := 0
+	for ref := range e.kvcmOwn {
+		if byThem[ref] > 0 {
+			taken++
+		}
+	}
 	return fmt.Sprintf("%d garbage locations removed: %d by kvcm-gc, %d by KVCM's GC (%d brought back by KVCM's blind writes); kvcm-gc lost %d races as no-ops "+
-		"(%d noop_gone, %d noop_mismatch) and finished %d of KVCM's DELETING marks; 0 errors, 0 failed unlinks; %s%s",
-		garbage, ours, theirs, st.Resurrected, lost, outcomes[subjects.OutcomeNoopGone], outcomes[subjects.OutcomeNoopMismatch], resumed, phantom, unraced), nil
+		"(%d noop_gone, %d noop_mismatch) and finished %d of KVCM's DELETING marks; %d orphan WRITING left to KVCM by kvcm_gc, %d taken by it; "+
+		"0 errors, 0 failed unlinks; %s%s",
+		garbage, ours, theirs, st.Resurrected, lost, outcomes[subjects.OutcomeNoopGone], outcomes[subjects.OutcomeNoopMismatch], resumed,
+		len(e.kvcmOwn), taken, phantom, unraced), nil
 }
 
 // upstreamAccounting compares KVCM's counters, as the emulator kept them, with the recount of

@@ -74,6 +74,9 @@ type env struct {
 	// the location expectations the scenario's run returned.
 	upstream *UpstreamGC
 	expected []Loc
+	// kvcmOwn are the live locations that are KVCM's GC's garbage and not kvcm-gc's: orphan
+	// WRITING past KVCM's grace that kvcm_gc leaves to KVCM (beside-upstream).
+	kvcmOwn map[UpstreamRef]bool
 }
 
 // newEnv starts the servers (a JetStream cluster of three nodes when sc.cluster is set),
