@@ -138,6 +138,32 @@ type UpstreamConfig struct {
 	// PersistInterval is how often the counters are persisted
 	// (persist_metadata_interval_time_ms, 1 s).
 	PersistInterval time.Duration
+	// Hook, when set, is called at each point of a delete where KVCM leaves other processes
+	// a window (UpstreamPoint), with the block key, and the emulator waits for it to return:
+	// a test stages a race there, deterministically, by acting on the key meanwhile.
+	Hook func(ctx context.Context, at UpstreamPoint, key string)
+}
+
+// UpstreamPoint is a point of the emulator's delete where a Hook runs.
+type UpstreamPoint uint8
+
+const (
+	// BeforeCASWrite (WritesKVCM): the targets of the key read and judged unchanged, their
+	// DELETING copy not yet written (KVCM's read → re-serialize → blind HSET window).
+	BeforeCASWrite UpstreamPoint = iota + 1
+	// AfterCAS: the targets marked DELETING, their data not yet deleted (the executor's
+	// delay before the physical delete).
+	AfterCAS
+	// BeforeCADWrite (WritesKVCM): the targets read DELETING for the CAD, their HDEL (legacy:
+	// the map without them) not yet sent.
+	BeforeCADWrite
+)
+
+// hook runs cfg.Hook at point at of key, if set.
+func (u *UpstreamGC) hook(ctx context.Context, at UpstreamPoint, key string) {
+	if u.cfg.Hook != nil {
+		u.cfg.Hook(ctx, at, key)
+	}
 }
 
 // UpstreamWrites says how the emulator writes Redis.
@@ -825,6 +851,7 @@ func (u *UpstreamGC) execute(ctx context.Context, req []upstreamTarget) {
 		if len(marked) == 0 {
 			continue
 		}
+		u.hook(ctx, AfterCAS, k)
 		if d := u.deleteDelay(); d > 0 {
 			pause(ctx, d) // ended early by the request's own deadline only
 		}
@@ -1125,6 +1152,7 @@ func (u *UpstreamGC) casKVCM(ctx context.Context, key string, ts []upstreamTarge
 		return nil
 	}
 	u.window(ctx)
+	u.hook(ctx, BeforeCASWrite, key)
 	var set []any
 	if legacy {
 		u.touching(key)
@@ -1314,6 +1342,7 @@ func (u *UpstreamGC) cadKVCM(ctx context.Context, key string, ts []markedTarget)
 		return
 	}
 	u.window(ctx)
+	u.hook(ctx, BeforeCADWrite, key)
 	var w writeEffect
 	var del []string
 	emptied := false
