@@ -370,7 +370,10 @@ func (s *soak) flags() []string {
 		"--scan_interval", "10ms", "--scan_batch_size", "256", "--backpressure_high_water", "2000",
 		"--workers.prober", "4", "--workers.deleter", "4",
 		"--sweep_batch_size", "64", "--sweep_interval", "20ms", "--sweep_round_pause", s.cfg.RoundPause.String(),
-		"--jetstream.max_bytes", strconv.FormatInt(s.cfg.MaxStreamBytes, 10))
+		"--jetstream.max_bytes", strconv.FormatInt(s.cfg.MaxStreamBytes, 10),
+		// Its writer's orphans are just past orphan_writing_grace, and its model has kvcm-gc
+		// take them: not left to KVCM's GC until 30h, as kvcm_gc (on by default) would.
+		"--kvcm_gc=false")
 	return f
 }
 
