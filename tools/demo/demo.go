@@ -200,6 +200,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	rep.SeedTime, rep.CollectTime, rep.Total = collectStart.Sub(seedStart), collectTime, time.Since(started)
 	rep.Write(o.Out)
+	if o.Layout == kvcm.LayoutLocation {
+		// A legacy KVCM keeps no usage in its hash: nothing drifts there but keys.
+		if err := countersRepair(context.WithoutCancel(ctx), o.Out, rs.URI(), instances); err != nil {
+			return err
+		}
+	}
 	if !vr.OK() {
 		return fmt.Errorf("%w: %d mismatches", ErrMismatch, vr.Mismatch)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,13 @@ func TestRunLocation(t *testing.T) {
 			require.Contains(t, out, "verification (empty_block: "+mode+")")
 			require.Contains(t, out, "result              OK")
 			requireStuckCollected(t, out)
+			// The deletes left KVCM's usage counting what went; the repair brings it to the
+			// recount.
+			_, counters, ok := strings.Cut(out, "counters repair --apply:\n")
+			require.True(t, ok, "the demo shows KVCM's counters")
+			for _, inst := range []string{"inst0", "inst1"} {
+				require.Regexp(t, `(?m)^  `+inst+` +before .*file \+[1-9]\d* B; after none$`, counters)
+			}
 		})
 	}
 }
