@@ -45,6 +45,10 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Cluster, when set, makes the server one node of a JetStream cluster.
 	Cluster *Cluster
+	// MaxStore caps what the streams may reserve in the file store, in bytes. 0 keeps the
+	// server's default: three quarters of the disk free when it starts, so the same streams
+	// are refused (insufficient storage resources) on a fuller disk.
+	MaxStore int64
 }
 
 // Cluster is a server's place in a JetStream cluster: the name every node shares, the address
@@ -164,6 +168,9 @@ func Options(cfg Config) (*server.Options, error) {
 	opts.StoreDir = cfg.StoreDir
 	opts.SyncAlways = cfg.SyncAlways
 	opts.MaxPayload = cfg.MaxPayload
+	if cfg.MaxStore > 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
+	}
 	opts.NoSigs = true // the embedding process owns its signals
 	opts.NoLog = cfg.Logger == nil
 	opts.DisableJetStreamBanner = true

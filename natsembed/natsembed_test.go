@@ -180,6 +180,32 @@ func TestLogger(t *testing.T) {
 	require.NotEmpty(t, lines)
 }
 
+// TestMaxStore: the streams' reservations are counted against MaxStore, not against the disk
+// free: a 2 MiB stream is refused under a 1 MiB limit, and a 512 GiB one (more than this disk
+// holds) is taken under a 1 TiB limit. Nothing is allocated by a reservation.
+func TestMaxStore(t *testing.T) {
+	for _, c := range []struct {
+		limit, stream int64
+		ok            bool
+	}{{1 << 20, 2 << 20, false}, {1 << 40, 512 << 30, true}} {
+		s, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir(), MaxStore: c.limit})
+		require.NoError(t, err)
+		nc, err := nats.Connect(s.ClientURL())
+		require.NoError(t, err)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		_, err = js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, MaxBytes: c.stream})
+		if c.ok {
+			require.NoError(t, err, "limit %d, stream %d", c.limit, c.stream)
+		} else {
+			require.ErrorContains(t, err, "insufficient storage", "limit %d, stream %d", c.limit, c.stream)
+		}
+		nc.Close()
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
 func TestOptions(t *testing.T) {
 	opts, err := natsembed.Options(natsembed.Config{StoreDir: "/x"})
 	require.NoError(t, err)

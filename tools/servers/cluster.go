@@ -68,7 +68,7 @@ func startCluster(dir string, size int) (*NATSCluster, error) {
 			return nil, fmt.Errorf("create store of %s: %w", name, err)
 		}
 		c.nodes = append(c.nodes, &clusterNode{cfg: natsembed.Config{
-			StoreDir: store, Host: "127.0.0.1", Port: ports[i], ServerName: name,
+			StoreDir: store, Host: "127.0.0.1", Port: ports[i], ServerName: name, MaxStore: TestMaxStore,
 			Cluster: &natsembed.Cluster{Name: "testenv", Host: "127.0.0.1", Port: ports[size+i], Routes: routes},
 		}})
 	}

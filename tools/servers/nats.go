@@ -54,6 +54,13 @@ type NATS struct {
 	caPool *x509.CertPool
 }
 
+// TestMaxStore is the file store limit of the servers started here: 1 TiB, which the streams'
+// reservations are counted against, whatever the disk holds. With the server's default (three
+// quarters of the disk free at its start) a test that raises the streams' max_bytes to 2 GiB
+// was refused with "insufficient storage resources" on a disk with 11 GiB free. The streams
+// write little; a reservation is not an allocation.
+const TestMaxStore = 1 << 40
+
 // StartNATS starts a JetStream server listening on a free loopback port, with its file store
 // in dir (or WithNATSDir); with WithNATSTLS the CA's ca.pem goes into dir/tls. The caller
 // shuts the server down; dir is left as it is.
@@ -64,6 +71,9 @@ func StartNATS(dir string, opts ...NATSOption) (*NATS, error) {
 	}
 	if c.embed.StoreDir == "" {
 		c.embed.StoreDir = dir
+	}
+	if c.embed.MaxStore == 0 {
+		c.embed.MaxStore = TestMaxStore
 	}
 	n := &NATS{cfg: c.embed}
 	if c.tls {
