@@ -43,11 +43,14 @@ func TestFullRound(t *testing.T) {
 	require.Zero(t, r.StrandedDeleting)
 	require.Greater(t, r.GarbageLocations, 500)
 
-	// Every key scanned: the seeded blocks (bad keys are counted apart).
+	// Every key scanned: the seeded blocks (bad keys are counted apart). The round's own count
+	// is exact; the counters count every read, and a page whose batch could not be published
+	// (NATS slow under load) is read again from the same cursor: at least, not exactly (one
+	// loaded run read 4,628 keys for 4,500).
 	require.Equal(t, uint64(len(instances)*1500), ck.LastRoundKeys)
 	scanned := metricValue(t, reg, "kvcm_gc_scanned_keys_total")
-	require.Equal(t, float64(len(instances)*1500), scanned)
-	require.Equal(t, float64(len(instances)*3), metricValue(t, reg, "kvcm_gc_scan_bad_keys_total"))
+	require.GreaterOrEqual(t, scanned, float64(len(instances)*1500))
+	require.GreaterOrEqual(t, metricValue(t, reg, "kvcm_gc_scan_bad_keys_total"), float64(len(instances)*3))
 
 	// Outcomes from the audit trail match the manifest exactly.
 	byOutcome := map[string]int{}
