@@ -128,7 +128,13 @@ const (
 // counted unregistered (cks, the stores' checkpoints), by the registry snapshot reg read at
 // now (regErr: the read failed). It returns the instances whose keys may go, and why each
 // other one may not. The sweep reclaims the files of the former, once their keys are gone.
-func CollectableUnregistered(reg *meta.Registry, regErr error, cks []Checkpoint, grace time.Duration, now time.Time) (map[string]UnregisteredInstance, map[string]string) {
+func CollectableUnregistered(
+	reg *meta.Registry,
+	regErr error,
+	cks []Checkpoint,
+	grace time.Duration,
+	now time.Time,
+) (map[string]UnregisteredInstance, map[string]string) {
 	v := RegView{Err: regErr}
 	if regErr == nil && reg == nil {
 		v.Err = errors.New("no registry snapshot")

@@ -88,7 +88,8 @@ func NewConsumer(cfg ConsumerConfig, deps ConsumerDeps) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{stage: cfg.Stage, consumer: deps.Consumer, workers: max(cfg.Workers, 1), maxDeliver: cfg.MaxDeliver,
-		drain: cfg.Drain, fetchWait: cfg.FetchWait, keepEvery: cfg.AckWait / 3, keepFor: cfg.KeepFor, handle: deps.Handle, events: deps.Events,
+		drain: cfg.Drain, fetchWait: cfg.FetchWait, keepEvery: cfg.AckWait / 3, keepFor: cfg.KeepFor,
+		handle: deps.Handle, events: deps.Events,
 		metrics: orUnregistered(deps.Metrics), log: OrDiscard(deps.Logger)}
 	if c.drain <= 0 {
 		c.drain = 10 * time.Second
@@ -163,7 +164,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		for range free - got {
 			<-slots
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
+		if err := batch.Error(); err != nil && !errors.Is(err, context.Canceled) &&
+			!errors.Is(err, context.DeadlineExceeded) &&
+			!errors.Is(err, jetstream.ErrNoMessages) {
 			c.log.Debug("fetch ended", "stage", c.stage, "err", err)
 		}
 	}

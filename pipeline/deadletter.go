@@ -159,7 +159,8 @@ func (d *DeadLetters) receive(m *nats.Msg) {
 	}
 	stored, err := d.store(ctx, e)
 	if err != nil {
-		d.log.Warn("record dead letter from advisory", "stage", d.stage, "stream", adv.Stream, "seq", adv.StreamSeq, "err", err)
+		d.log.Warn("record dead letter from advisory",
+			"stage", d.stage, "stream", adv.Stream, "seq", adv.StreamSeq, "err", err)
 	}
 	// Counted by the replica whose event the server stored first, and by every replica that
 	// could not store it: a dead letter nobody could record must still raise the alert.

@@ -61,7 +61,11 @@ func (l *EventLog) Emit(ctx context.Context, e subjects.Event) jetstream.PubAckF
 	data, err := subjects.Encode(e)
 	if err == nil {
 		var f jetstream.PubAckFuture
-		f, err = l.js.PublishAsync(l.names.EventSubject(e.Kind, e.Instance), data, jetstream.WithMsgID(subjects.EventMsgID(e)))
+		f, err = l.js.PublishAsync(
+			l.names.EventSubject(e.Kind, e.Instance),
+			data,
+			jetstream.WithMsgID(subjects.EventMsgID(e)),
+		)
 		if err == nil {
 			return f
 		}

@@ -43,12 +43,13 @@ var ErrLeaseLost = errors.New("lease lost")
 var ErrNotHeld = fmt.Errorf("%w: not held", ErrLeaseLost)
 
 // Lease is a walk's lease: a scanner's on one metadata store, a sweep walker's on one storage.
-// It is a key in a KV bucket whose bucket-wide TTL is the lease TTL. Acquire creates the key, Renew updates it by revision (never get-then-put),
-// Release deletes it by revision. A renewal that fails for a transient reason (a timeout, a
-// NATS node changing leader) leaves the lease held until its TTL would pass, counted from the
-// start of the last successful renewal, so the caller retries meanwhile; a renewal the server
-// refuses (the revision moved on: someone else holds it) loses it at once. Held turns false
-// in both cases, so a stalled process stops acting on its own.
+// It is a key in a KV bucket whose bucket-wide TTL is the lease TTL. Acquire creates the key,
+// Renew updates it by revision (never get-then-put), Release deletes it by revision. A
+// renewal that fails for a transient reason (a timeout, a NATS node changing leader) leaves
+// the lease held until its TTL would pass, counted from the start of the last successful
+// renewal, so the caller retries meanwhile; a renewal the server refuses (the revision moved
+// on: someone else holds it) loses it at once. Held turns false in both cases, so a stalled
+// process stops acting on its own.
 type Lease struct {
 	kv  jetstream.KeyValue
 	key string

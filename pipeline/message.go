@@ -24,7 +24,8 @@ func Receive[T any](names subjects.Names, msg jetstream.Msg, what string, decode
 		return body, subjects.Source{}, fmt.Errorf("%w: subject %q: %v", subjects.ErrPoison, msg.Subject(), err)
 	}
 	if bi, bc := owner(body); inst != bi || bc != names.Cluster {
-		return body, subjects.Source{}, fmt.Errorf("%w: %s for instance %q of cluster %q on subject %q", subjects.ErrPoison, what, bi, bc, msg.Subject())
+		return body, subjects.Source{}, fmt.Errorf("%w: %s for instance %q of cluster %q on subject %q",
+			subjects.ErrPoison, what, bi, bc, msg.Subject())
 	}
 	return body, SourceOf(msg), nil
 }

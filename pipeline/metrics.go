@@ -55,10 +55,14 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{
-		OperationErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_operation_errors_total", Help: "Failed operations, by stage and operation."}, []string{"stage", "op"}),
-		Messages:        f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total", Help: "Consumed messages by stage and disposition (ack, nak, term; max_deliveries: the server gave up on the last delivery, unanswered)."}, []string{"stage", "result"}),
+		OperationErrors: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_operation_errors_total",
+			Help: "Failed operations, by stage and operation."}, []string{"stage", "op"}),
+		Messages: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_messages_total",
+			Help: "Consumed messages by stage and disposition (ack, nak, term; max_deliveries: " +
+				"the server gave up on the last delivery, unanswered)."}, []string{"stage", "result"}),
 		DryRun: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_dry_run",
-			Help: "1 while the stage runs dry (dry_run: it records what it would do and writes nothing), 0 while it runs live; only the stages the process runs."}, []string{"stage"}),
+			Help: "1 while the stage runs dry (dry_run: it records what it would do and writes " +
+				"nothing), 0 while it runs live; only the stages the process runs."}, []string{"stage"}),
 	}
 	for _, s := range messageStages {
 		for _, r := range []string{MsgAck, MsgNak, MsgTerm, MsgMaxDeliveries} {

@@ -71,7 +71,8 @@ func pinsOfParts(ps kvcm.Parts) MigrationPins {
 func (p MigrationPins) Kept(loc *kvcm.Location) (reason, detail string) {
 	switch g := loc.Guard; {
 	case g != nil && g.Valid:
-		return SkipMigrationGuard, fmt.Sprintf("migration_copy_guard state %d, operation %q, source %q", g.State, g.OperationID, g.SourceID)
+		return SkipMigrationGuard, fmt.Sprintf("migration_copy_guard state %d, operation %q, source %q",
+			g.State, g.OperationID, g.SourceID)
 	case g != nil:
 		return SkipMigrationGuard, fmt.Sprintf("invalid migration_copy_guard (%s): KVCM cannot read this location", g.Problem)
 	case p.sources[loc.ID]:

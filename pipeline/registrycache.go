@@ -75,7 +75,10 @@ func (c *RegistryCache[T]) Get(ctx context.Context, now time.Time) (T, RegistryR
 	}
 	if c.err != nil && now.Before(c.retryAt) {
 		info := RegistryRead{Failures: c.failures, RetryAt: c.retryAt, Err: c.err}
-		return c.failed(info, fmt.Errorf("%w until %s: %w", ErrRegistryBackoff, c.retryAt.UTC().Format(time.RFC3339Nano), c.err))
+		return c.failed(
+			info,
+			fmt.Errorf("%w until %s: %w", ErrRegistryBackoff, c.retryAt.UTC().Format(time.RFC3339Nano), c.err),
+		)
 	}
 	reg, err := c.cfg.Reader.ReadRegistry(ctx)
 	if err != nil {

@@ -155,8 +155,11 @@ func (d *Deleter) Handle(ctx context.Context, msg jetstream.Msg) error {
 		if len(counts) == 1 {
 			outcome = results[0].Outcome
 		}
-		f := d.events.Emit(ctx, subjects.Event{Kind: subjects.EventDelete, Stage: pipeline.StageDeleter, Instance: req.Instance,
-			Round: req.Round, Outcome: outcome, Counts: counts, Targets: targets, Source: &src})
+		f := d.events.Emit(
+			ctx,
+			subjects.Event{Kind: subjects.EventDelete, Stage: pipeline.StageDeleter, Instance: req.Instance,
+				Round: req.Round, Outcome: outcome, Counts: counts, Targets: targets, Source: &src},
+		)
 		if err := d.events.Wait(ctx, []jetstream.PubAckFuture{f}); err != nil {
 			d.log.Warn("store deleter events", "instance", req.Instance, "err", err)
 		}

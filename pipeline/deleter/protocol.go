@@ -241,7 +241,8 @@ func (p Protocol) newRequest(store meta.Store, instance string, targets []subjec
 		if t.deleting, err = kvcm.LocationWithStatus(t.expected, kvcm.StatusDeleting); err != nil {
 			t.finish(subjects.OutcomeNoopMismatch, fmt.Sprintf("expected bytes unusable: %v", err))
 		}
-		if t.stuck = tg.Reason == subjects.ReasonStuckDeleting; t.stuck && t.state == stateOpen && !bytes.Equal(t.deleting, t.expected) {
+		if t.stuck = tg.Reason == subjects.ReasonStuckDeleting; t.stuck && t.state == stateOpen &&
+			!bytes.Equal(t.deleting, t.expected) {
 			t.finish(subjects.OutcomeNoopMismatch, "a stuck_deleting target whose judged bytes are not DELETING")
 		}
 	}
@@ -252,7 +253,13 @@ func (p Protocol) newRequest(store meta.Store, instance string, targets []subjec
 // cells, and waits delete_delay once. It returns one result per target, in order. The error
 // joins the transient failures (their targets have OutcomeError): the request must be
 // redelivered, and the next delivery resumes where this one stopped (invariant 6).
-func (p Protocol) DeleteAll(ctx context.Context, store meta.Store, storages storage.Set, instance string, targets []subjects.Target) ([]TargetResult, error) {
+func (p Protocol) DeleteAll(
+	ctx context.Context,
+	store meta.Store,
+	storages storage.Set,
+	instance string,
+	targets []subjects.Target,
+) ([]TargetResult, error) {
 	r := p.newRequest(store, instance, targets)
 	r.mark(ctx)
 	var waitErr error
@@ -466,7 +473,10 @@ func (c *reqCell) judge() []byte {
 		c.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopGone, "before CAS") })
 		return nil
 	case cellChanged:
-		c.each(stateOpen, func(t *reqTarget) { t.finish(subjects.OutcomeNoopMismatch, "key layout changed since it was judged") })
+		c.each(
+			stateOpen,
+			func(t *reqTarget) { t.finish(subjects.OutcomeNoopMismatch, "key layout changed since it was judged") },
+		)
 		return nil
 	case cellDecoded:
 	default: // unread, corrupt, or written and not read since: nothing in it is ours to change
@@ -634,7 +644,12 @@ func blockRefs(e *meta.Entry, skip map[string]bool) (map[dataRef]bool, bool) {
 // unlink is step 4 for the cleared targets: the physical delete of every spec, best effort
 // ("already absent" is success; shared files, and data another location of the block names,
 // are never unlinked), grouped by storage.
-func (r *request) unlink(ctx context.Context, storages storage.Set, cleared []*reqTarget, refs map[int64]map[dataRef]bool) {
+func (r *request) unlink(
+	ctx context.Context,
+	storages storage.Set,
+	cleared []*reqTarget,
+	refs map[int64]map[dataRef]bool,
+) {
 	type job struct {
 		t      *reqTarget
 		u      kvcm.DataURI
@@ -778,7 +793,10 @@ func (r *request) cad(ctx context.Context, cells []*reqCell) {
 			case errors.Is(werr, meta.ErrDryRun):
 				// A stuck DELETING has no CAS: in dry-run its CAD is the first write refused
 				// (the storage refused its unlink too, DESIGN §8.8).
-				c.each(stateCleared, func(t *reqTarget) { t.finish(subjects.OutcomeWouldDelete, "dry-run: CAD refused by the store") })
+				c.each(
+					stateCleared,
+					func(t *reqTarget) { t.finish(subjects.OutcomeWouldDelete, "dry-run: CAD refused by the store") },
+				)
 			default:
 				// A conflict storm, a changed layout or an outage: our DELETING stays, and
 				// the redelivery (or the next round) resumes from it.

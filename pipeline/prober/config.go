@@ -66,8 +66,17 @@ type Config struct {
 
 // DefaultConfig returns the prober's defaults.
 func DefaultConfig() Config {
-	return Config{OrphanWritingGrace: 24 * time.Hour, KVCMGC: true, KVCMGCGrace: 24 * time.Hour, KVCMGCMargin: 6 * time.Hour, ProbeChunkSize: storage.MaxProbeChunk, MaxTargets: 256,
-		RegistryRefresh: 30 * time.Second, DeletingGrace: 24 * time.Hour, GatherLinger: 50 * time.Millisecond}
+	return Config{
+		OrphanWritingGrace: 24 * time.Hour,
+		KVCMGC:             true,
+		KVCMGCGrace:        24 * time.Hour,
+		KVCMGCMargin:       6 * time.Hour,
+		ProbeChunkSize:     storage.MaxProbeChunk,
+		MaxTargets:         256,
+		RegistryRefresh:    30 * time.Second,
+		DeletingGrace:      24 * time.Hour,
+		GatherLinger:       50 * time.Millisecond,
+	}
 }
 
 // Validate checks the prober's keys, each error naming its key; New refuses wiring fields
@@ -75,7 +84,10 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	if c.OrphanWritingGrace < MinOrphanWritingGrace {
-		errs = append(errs, fmt.Errorf("orphan_writing_grace: must be >= %s, got %s", MinOrphanWritingGrace, c.OrphanWritingGrace))
+		errs = append(
+			errs,
+			fmt.Errorf("orphan_writing_grace: must be >= %s, got %s", MinOrphanWritingGrace, c.OrphanWritingGrace),
+		)
 	}
 	if c.KVCMGCGrace < time.Hour {
 		errs = append(errs, fmt.Errorf("kvcm_gc_grace: must be >= 1h (KVCM's own minimum), got %s", c.KVCMGCGrace))
@@ -91,7 +103,8 @@ func (c Config) Validate() error {
 	}
 	for _, t := range c.ExcludedTypes {
 		if _, ok := kvcm.ParseStorageType(t); !ok {
-			errs = append(errs, fmt.Errorf("excluded_storage_types: unknown storage type %q (hf3fs, mooncake, pace, file, vcns_hf3fs)", t))
+			errs = append(errs, fmt.Errorf("excluded_storage_types: unknown storage type %q "+
+				"(hf3fs, mooncake, pace, file, vcns_hf3fs)", t))
 		}
 	}
 	if c.DeletingGrace < MinDeletingGrace {

@@ -75,7 +75,14 @@ func observationKey(instance string, key int64, id string, raw []byte) string {
 }
 
 // Observe implements DeletingObserver: Create (only when absent), else the stored first sight.
-func (k KVObserver) Observe(ctx context.Context, instance string, key int64, id string, raw []byte, o Observation) (Observation, error) {
+func (k KVObserver) Observe(
+	ctx context.Context,
+	instance string,
+	key int64,
+	id string,
+	raw []byte,
+	o Observation,
+) (Observation, error) {
 	name := observationKey(instance, key, id, raw)
 	val, err := json.Marshal(o)
 	if err != nil {
@@ -103,8 +110,22 @@ func (k KVObserver) Observe(ctx context.Context, instance string, key int64, id 
 // firstUs, as if a round before round 1 had seen it: for a location known to have been
 // DELETING since then (a seeded keyspace, a test). The prober keeps the first sight it finds,
 // so one recorded already is an error.
-func (k KVObserver) Backdate(ctx context.Context, instance string, key int64, id string, raw []byte, firstUs int64) error {
-	got, err := k.Observe(ctx, instance, key, id, raw, Observation{FirstUs: firstUs, Round: 0, Instance: instance, Key: key, Location: id})
+func (k KVObserver) Backdate(
+	ctx context.Context,
+	instance string,
+	key int64,
+	id string,
+	raw []byte,
+	firstUs int64,
+) error {
+	got, err := k.Observe(
+		ctx,
+		instance,
+		key,
+		id,
+		raw,
+		Observation{FirstUs: firstUs, Round: 0, Instance: instance, Key: key, Location: id},
+	)
 	if err != nil {
 		return err
 	}
@@ -129,7 +150,15 @@ func (stuckDeleting) Decide(context.Context, *judging) []located { return nil }
 // judgeDeleting is rule 3 (stuck DELETING) for a DELETING location of batch b. Every doubt
 // keeps: an unknown group or one whose read lease is too long for the grace, an age that
 // cannot be told, a first sight in this very round, an observation that cannot be recorded.
-func (r Rules) judgeDeleting(ctx context.Context, b *subjects.Batch, be *subjects.BlockEntry, loc *kvcm.Location, layout string, now time.Time, v *Verdict) bool {
+func (r Rules) judgeDeleting(
+	ctx context.Context,
+	b *subjects.Batch,
+	be *subjects.BlockEntry,
+	loc *kvcm.Location,
+	layout string,
+	now time.Time,
+	v *Verdict,
+) bool {
 	cfg := r.Config
 	delay, ok := time.Duration(0), false
 	if r.GroupDelay != nil {

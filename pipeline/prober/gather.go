@@ -71,7 +71,13 @@ type gatherer struct {
 }
 
 func newGatherer(max int, linger time.Duration, publish func(context.Context, subjects.DeleteRequest) error) *gatherer {
-	return &gatherer{max: max, linger: linger, publish: publish, open: map[gatherKey]*gathering{}, judging: map[gatherKey]int{}}
+	return &gatherer{
+		max:     max,
+		linger:  linger,
+		publish: publish,
+		open:    map[gatherKey]*gathering{},
+		judging: map[gatherKey]int{},
+	}
 }
 
 // flushLater publishes r in the background, under ctx.

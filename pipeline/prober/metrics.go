@@ -9,13 +9,18 @@ import (
 )
 
 // candidateReasons are the closed set of the reason label of kvcm_gc_candidates_total.
-var candidateReasons = []string{subjects.ReasonOrphanWriting, subjects.ReasonStorageMissing, subjects.ReasonStuckDeleting}
+var candidateReasons = []string{
+	subjects.ReasonOrphanWriting,
+	subjects.ReasonStorageMissing,
+	subjects.ReasonStuckDeleting,
+}
 
 // proberSkipReasons are the closed set of the reason label of kvcm_gc_prober_skips_total.
 var proberSkipReasons = []string{SkipCorruptURI, SkipBadLocation, SkipAgeUnknown, SkipGuardError, SkipCopyTarget,
 	SkipBadSpecURI, SkipStorageNotFound, SkipStorageTypeMismatch, SkipProbeShape, SkipProbeError, SkipExcludedType,
 	SkipNoSpec, SkipOverCap, SkipCorruptLocation, SkipTombstone, SkipAmbiguousLayout, SkipLeftToKVCMGC,
-	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved, pipeline.SkipMigrationGuard, pipeline.SkipMigrationSource, SkipKVMeta}
+	SkipDeletingGroup, SkipDeletingLease, SkipDeletingFirstSeen, SkipDeletingUnobserved,
+	pipeline.SkipMigrationGuard, pipeline.SkipMigrationSource, SkipKVMeta}
 
 // proberOps are the closed set of the prober's "op" label values, beside the consumer's and
 // the event log's (NewMetrics).
@@ -37,10 +42,15 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{
-		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total", Help: "Locations judged by the prober."}),
-		Candidates:      f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_candidates_total", Help: "Locations judged garbage, by reason."}, []string{"reason"}),
-		ProberSkips:     f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_prober_skips_total", Help: "Locations or blocks not judged (kept), by reason."}, []string{"reason"}),
-		ProbeDuration:   f.NewHistogramVec(prometheus.HistogramOpts{Name: "kvcm_gc_probe_duration_seconds", Help: "Latency of one MightExist chunk, by storage type.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"storage_type"}),
+		ProbedLocations: f.NewCounter(prometheus.CounterOpts{Name: "kvcm_gc_judged_locations_total",
+			Help: "Locations judged by the prober."}),
+		Candidates: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_candidates_total",
+			Help: "Locations judged garbage, by reason."}, []string{"reason"}),
+		ProberSkips: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_prober_skips_total",
+			Help: "Locations or blocks not judged (kept), by reason."}, []string{"reason"}),
+		ProbeDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "kvcm_gc_probe_duration_seconds",
+			Help:    "Latency of one MightExist chunk, by storage type.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"storage_type"}),
 
 		ops: rt.StageOps(pipeline.StageProber, proberOps),
 	}

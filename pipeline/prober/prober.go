@@ -74,8 +74,10 @@ func New(cfg Config, deps Deps) (*Prober, error) {
 	p := &Prober{cfg: cfg, names: deps.Names, registry: deps.Registry, storageOp: deps.StorageOptions,
 		guard: deps.Guard, observer: deps.Observer, publisher: deps.Publisher, events: deps.Events,
 		metrics: orUnregistered(deps.Metrics), log: pipeline.OrDiscard(deps.Logger), now: pipeline.OrNow(deps.Now)}
-	p.registryCache = pipeline.NewRegistryCache(pipeline.RegistryCacheConfig[registrySnapshot]{Reader: deps.Registry, Build: p.buildSnapshot,
-		Refresh: cfg.RegistryRefresh, Backoff: backoff.New(RegistryRetryInitial, RegistryRetryMax).Delay, ServeStale: true})
+	p.registryCache = pipeline.NewRegistryCache(
+		pipeline.RegistryCacheConfig[registrySnapshot]{Reader: deps.Registry, Build: p.buildSnapshot,
+			Refresh: cfg.RegistryRefresh, Backoff: backoff.New(RegistryRetryInitial, RegistryRetryMax).Delay, ServeStale: true},
+	)
 	p.gather = newGatherer(cfg.MaxTargets, cfg.GatherLinger, p.publish)
 	p.judging = make(chan struct{}, max(cfg.Workers, 1))
 	return p, nil
@@ -127,7 +129,8 @@ func (p *Prober) storages(ctx context.Context) (registrySnapshot, error) {
 	snap, info, err := p.registryCache.Get(ctx, now)
 	switch {
 	case info.Read && info.Stale:
-		p.log.Warn("refresh registry; using the previous storage table", "failures", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
+		p.log.Warn("refresh registry; using the previous storage table",
+			"failures", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
 	case info.Read && err != nil:
 		p.log.Warn("read registry", "failures", info.Failures, "retry_in", info.RetryAt.Sub(now), "err", info.Err)
 	}
@@ -171,9 +174,16 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	now := p.now
-	rules := Rules{Config: p.cfg, Storages: snap.set, Guard: p.guard, ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
-		p.metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
-	}, GroupDelay: snap.groupDelay, Observer: p.observer}
+	rules := Rules{
+		Config:   p.cfg,
+		Storages: snap.set,
+		Guard:    p.guard,
+		ObserveProbe: func(t kvcm.StorageType, d time.Duration) {
+			p.metrics.ProbeDuration.WithLabelValues(t.String()).Observe(d.Seconds())
+		},
+		GroupDelay: snap.groupDelay,
+		Observer:   p.observer,
+	}
 	// Batches of the instance held at the same time, being judged or waiting to be, go into
 	// one delete request (gather.go); cfg.Workers of them are judged at once.
 	tk := p.gather.start(gatherKey{instance: b.Instance, group: b.Group, store: b.Store, round: b.Round})
@@ -210,8 +220,11 @@ func (p *Prober) Handle(ctx context.Context, msg jetstream.Msg) error {
 	}
 	for _, n := range v.Notes {
 		key := n.Key
-		fs = append(fs, p.events.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: pipeline.StageProber, Instance: b.Instance,
-			Round: b.Round, Key: &key, Location: n.Location, Reason: n.Reason, Detail: n.Detail, Source: &src}))
+		fs = append(
+			fs,
+			p.events.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: pipeline.StageProber, Instance: b.Instance,
+				Round: b.Round, Key: &key, Location: n.Location, Reason: n.Reason, Detail: n.Detail, Source: &src}),
+		)
 	}
 	if err := p.events.Wait(ctx, fs); err != nil {
 		p.log.Warn("store prober events", "instance", b.Instance, "err", err)

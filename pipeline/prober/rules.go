@@ -99,8 +99,14 @@ type located struct {
 // rules are the rules of r.Config, in the order their candidates enter a request: rule 1,
 // rule 2 (decided after the batch), rule 3 when collect_deleting is on.
 func (r *Rules) rules() []rule {
-	rs := []rule{orphanWriting{grace: r.Config.OrphanWritingGrace, locationGrace: r.Config.WritingGrace(subjects.LayoutLocation), guard: r.Guard},
-		&storageMissing{rules: r, excluded: r.Config.excluded()}}
+	rs := []rule{
+		orphanWriting{
+			grace:         r.Config.OrphanWritingGrace,
+			locationGrace: r.Config.WritingGrace(subjects.LayoutLocation),
+			guard:         r.Guard,
+		},
+		&storageMissing{rules: r, excluded: r.Config.excluded()},
+	}
 	if r.Config.CollectDeleting {
 		rs = append(rs, stuckDeleting{rules: r})
 	}
@@ -176,7 +182,12 @@ func (r Rules) Judge(ctx context.Context, b subjects.Batch, now time.Time) Verdi
 			// Both layouts in one key (a block touched before and after an upgrade): which
 			// locations KVCM reads depends on its version. Judged by nothing (invariant 9).
 			v.Ambiguous++
-			v.note(be.Key, "", SkipAmbiguousLayout, fmt.Sprintf("layout %q: both __uri__ and L# fields; nothing judged", be.Layout))
+			v.note(
+				be.Key,
+				"",
+				SkipAmbiguousLayout,
+				fmt.Sprintf("layout %q: both __uri__ and L# fields; nothing judged", be.Layout),
+			)
 			continue
 		}
 		// Every location is decoded first: a guard pins its source, another location. The
@@ -265,7 +276,11 @@ const (
 // when no skip names it and it is no candidate: a WRITING one is within the grace (its age
 // as rule 1 reads it, when known: aged), a SERVING one has its data, any other status is
 // not one a rule collects ("status_<name>").
-func KeptReason(loc *kvcm.Location, layout, lruTime string, now time.Time) (reason string, age time.Duration, aged bool) {
+func KeptReason(
+	loc *kvcm.Location,
+	layout, lruTime string,
+	now time.Time,
+) (reason string, age time.Duration, aged bool) {
 	switch loc.Status {
 	case kvcm.StatusWriting:
 		age, aged = WritingAge(loc, layout, lruTime, now)

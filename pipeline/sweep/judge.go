@@ -125,7 +125,10 @@ func (v *View) ResolveName(object string) (n Name, reason, detail string) {
 			return Name{}, KeptGroupSkipped, fmt.Sprintf("instance %q: %s", s.Instance, why)
 		}
 		if u, ok := v.unreg[s.Instance]; ok {
-			unreg = append(unreg, Name{Instance: meta.Instance{ID: u.ID, Group: u.Group, Store: u.Store}, Spec: s.Spec, Key: bf.Key})
+			unreg = append(
+				unreg,
+				Name{Instance: meta.Instance{ID: u.ID, Group: u.Group, Store: u.Store}, Spec: s.Spec, Key: bf.Key},
+			)
 			continue
 		}
 		if why, ok := v.unregRefused[s.Instance]; ok && detail == "" {
@@ -145,7 +148,8 @@ func (v *View) ResolveName(object string) (n Name, reason, detail string) {
 	case len(all) > 1:
 		return Name{}, KeptAmbiguousName, fmt.Sprintf("blocks of instances %q and %q", all[0].Instance.ID, all[1].Instance.ID)
 	case known && len(unreg) > 0:
-		return Name{}, KeptAmbiguousName, fmt.Sprintf("a block of unregistered instance %q, or of a registered one", unreg[0].Instance.ID)
+		return Name{}, KeptAmbiguousName, fmt.Sprintf("a block of unregistered instance %q, or of a registered one",
+			unreg[0].Instance.ID)
 	case len(all) == 1:
 		return all[0], "", ""
 	case known:
@@ -287,7 +291,13 @@ type cachedView struct {
 	err   error // why it is stale
 }
 
-func (c *viewCache) get(ctx context.Context, reg meta.RegistryReader, opts storage.Options, refresh time.Duration, now time.Time) (cachedView, error) {
+func (c *viewCache) get(
+	ctx context.Context,
+	reg meta.RegistryReader,
+	opts storage.Options,
+	refresh time.Duration,
+	now time.Time,
+) (cachedView, error) {
 	c.mu.Lock()
 	if c.rc == nil {
 		c.rc = pipeline.NewRegistryCache(pipeline.RegistryCacheConfig[*View]{Reader: reg, Refresh: refresh, ServeStale: true,

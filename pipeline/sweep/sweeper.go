@@ -80,8 +80,17 @@ func NewSweeper(cfg Config, deps SweeperDeps) (*Sweeper, error) {
 	if err := refused.Err("sweeper"); err != nil {
 		return nil, err
 	}
-	s := &Sweeper{cfg: cfg, names: deps.Names, registry: deps.Registry, stores: deps.Stores, storageOp: deps.StorageOptions,
-		events: deps.Events, metrics: orUnregistered(deps.Metrics), log: pipeline.OrDiscard(deps.Logger), now: pipeline.OrNow(deps.Now)}
+	s := &Sweeper{
+		cfg:       cfg,
+		names:     deps.Names,
+		registry:  deps.Registry,
+		stores:    deps.Stores,
+		storageOp: deps.StorageOptions,
+		events:    deps.Events,
+		metrics:   orUnregistered(deps.Metrics),
+		log:       pipeline.OrDiscard(deps.Logger),
+		now:       pipeline.OrNow(deps.Now),
+	}
 	u, err := newUnregReader(cfg, pipeline.StageSweeper, deps.State, s.metrics, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("sweeper: %w", err)
@@ -377,7 +386,8 @@ func (h *batchSweep) walked(ctx context.Context, results []Result) {
 			// The rename moved whatever was at the path: if that was not the file judged (it
 			// changed in between), it goes back at once.
 			qst, err := h.root.QuarantinedStat(qrel)
-			if err != nil || !qst.Regular() || qst.Ino != sf.st.Ino || qst.Size != sf.st.Size || !qst.ModTime.Equal(sf.st.ModTime) {
+			if err != nil || !qst.Regular() || qst.Ino != sf.st.Ino || qst.Size != sf.st.Size ||
+				!qst.ModTime.Equal(sf.st.ModTime) {
 				r.Detail = "back from quarantine as " + qrel + ": not the file judged"
 				h.restore(r, sf, KeptChanged)
 				continue
@@ -548,7 +558,8 @@ func (h *batchSweep) sameFile(f subjects.SweepFile, st storage.FileStat) (reason
 	case !st.Regular():
 		return KeptNotRegular, ""
 	case st.Ino != f.Ino || st.Size != f.Size || st.ModTime.UnixMicro() != f.MtimeUs:
-		return KeptChanged, fmt.Sprintf("inode %d size %d mtime %d, walked %d %d %d", st.Ino, st.Size, st.ModTime.UnixMicro(), f.Ino, f.Size, f.MtimeUs)
+		return KeptChanged, fmt.Sprintf("inode %d size %d mtime %d, walked %d %d %d", st.Ino,
+			st.Size, st.ModTime.UnixMicro(), f.Ino, f.Size, f.MtimeUs)
 	case h.now.Sub(st.ModTime) < h.s.cfg.Grace:
 		return KeptYoung, ""
 	}

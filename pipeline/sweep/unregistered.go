@@ -27,7 +27,13 @@ import (
 
 // newUnregReader returns the reader of stage when cfg collects unregistered instances (nil
 // when it does not), or an error without the STATE bucket it reads.
-func newUnregReader(cfg Config, stage string, state jetstream.KeyValue, m *Metrics, log *slog.Logger) (*unregReader, error) {
+func newUnregReader(
+	cfg Config,
+	stage string,
+	state jetstream.KeyValue,
+	m *Metrics,
+	log *slog.Logger,
+) (*unregReader, error) {
 	if !cfg.CollectUnregistered {
 		return nil, nil
 	}

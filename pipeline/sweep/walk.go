@@ -320,7 +320,11 @@ func (w *walk) loaded(e evLoaded) []action {
 	c.QNextUs = 0
 	w.ck, w.rev, w.phase = c, e.rev, pipeline.PhaseReady
 	return []action{actClose{},
-		actLog{slog.LevelInfo, "sweep walk leader", []any{"round", c.Round, "in_round", c.InRound, "quarantine_look", c.QPass}},
+		actLog{
+			slog.LevelInfo,
+			"sweep walk leader",
+			[]any{"round", c.Round, "in_round", c.InRound, "quarantine_look", c.QPass},
+		},
 		actWait{0}}
 }
 
@@ -353,7 +357,10 @@ func (w *walk) pageRead(e evPage) []action {
 		round, page = w.ck.QPass, w.ck.QPage
 	}
 	w.plan = p
-	return append(acts, actPublish{now: e.now, kind: e.kind, round: round, page: page, leaseRev: w.leaseRev, files: e.read.files})
+	return append(
+		acts,
+		actPublish{now: e.now, kind: e.kind, round: round, page: page, leaseRev: w.leaseRev, files: e.read.files},
+	)
 }
 
 // nextData is the checkpoint past a data page read at now; the round ends with the last page.
@@ -433,7 +440,12 @@ func (w *walk) saved(e evSaved) []action {
 	case e.err != nil:
 		// The write may have reached the server: the checkpoint is read again first.
 		w.phase = pipeline.PhaseLoad
-		return []action{actOpError{"checkpoint"}, actWarn{"save sweep checkpoint", []any{"err", e.err}}, actClose{}, w.wait(false)}
+		return []action{
+			actOpError{"checkpoint"},
+			actWarn{"save sweep checkpoint", []any{"err", e.err}},
+			actClose{},
+			w.wait(false),
+		}
 	}
 	c := e.ck
 	w.ck, w.rev = c, e.rev

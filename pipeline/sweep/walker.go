@@ -166,8 +166,13 @@ type walkDriver struct {
 
 func (w *Walker) newDriver(name string) *walkDriver {
 	d := &walkDriver{w: w, storage: name, log: w.log.With("storage", name),
-		lease: pipeline.NewLease(w.leases, subjects.SweepKey(name), pipeline.LeaseRecord{Holder: w.cfg.Holder, Storage: name}, w.leaseTTL),
-		walk:  newWalk(newWalkConfig(w.cfg), name)}
+		lease: pipeline.NewLease(
+			w.leases,
+			subjects.SweepKey(name),
+			pipeline.LeaseRecord{Holder: w.cfg.Holder, Storage: name},
+			w.leaseTTL,
+		),
+		walk: newWalk(newWalkConfig(w.cfg), name)}
 	d.loop = pipeline.Loop[event, action]{Walk: d.walk, Tick: d.tick, Perform: d.perform}
 	return d
 }
@@ -338,7 +343,8 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 			m.quarantineSeen(d.storage, seen)
 		}
 		if seen.Files+seen.Conflicts+seen.Foreign > 0 {
-			d.log.Info("looked into the quarantine", "files", seen.Files, "bytes", seen.Bytes, "conflicts", seen.Conflicts, "foreign", seen.Foreign)
+			d.log.Info("looked into the quarantine", "files", seen.Files, "bytes", seen.Bytes,
+				"conflicts", seen.Conflicts, "foreign", seen.Foreign)
 		}
 	default:
 		// Sealed: TestWalkSealed fails on an action without a case. Were one to slip through,
@@ -456,7 +462,13 @@ type candidate struct {
 // classifyWalked decides whether a walked file is a candidate: a regular file, KVCM's
 // per-block name of a registered instance and spec (ResolveName), older than grace by its
 // mtime, and whose data path maps back to the very file walked. Else reason says why it stays.
-func classifyWalked(fs *storage.SweepFS, view *View, e storage.WalkEntry, now time.Time, grace time.Duration) (candidate, string) {
+func classifyWalked(
+	fs *storage.SweepFS,
+	view *View,
+	e storage.WalkEntry,
+	now time.Time,
+	grace time.Duration,
+) (candidate, string) {
 	if !e.Stat.Regular() {
 		return candidate{}, KeptNotRegular
 	}
@@ -494,7 +506,8 @@ func quarantined(fs *storage.SweepFS, view *View, e storage.WalkEntry) (candidat
 		return candidate{}, false
 	}
 	c := candidate{file: subjects.SweepFile{Path: subjects.RawText(fs.DataPath(object)), Size: e.Stat.Size,
-		MtimeUs: e.Stat.ModTime.UnixMicro(), Ino: e.Stat.Ino, Quarantine: subjects.RawText(e.Rel), QuarantinedUs: at.UnixMicro()}}
+		MtimeUs: e.Stat.ModTime.UnixMicro(), Ino: e.Stat.Ino,
+		Quarantine: subjects.RawText(e.Rel), QuarantinedUs: at.UnixMicro()}}
 	if name, reason, _ := view.ResolveName(object); reason == "" {
 		c.instance, c.group, c.store = name.Instance.ID, name.Instance.Group, name.Instance.Store
 		c.file.Spec, c.file.Key = name.Spec, name.Key
