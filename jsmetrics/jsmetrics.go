@@ -100,31 +100,41 @@ func New(js jetstream.JetStream, names subjects.Names, stages []string, opts ...
 	c := &Collector{
 		js: js, names: names, timeout: DefaultTimeout, log: slog.New(slog.DiscardHandler),
 		pending: prometheus.NewDesc(MetricPending,
-			"Messages of the stage's input stream not yet delivered to its consumer (backlog), from consumer info.", consumerLabels, nil),
+			"Messages of the stage's input stream not yet delivered to its consumer (backlog), "+
+				"from consumer info.", consumerLabels, nil),
 		ackPending: prometheus.NewDesc(MetricAckPending,
-			"Messages delivered to the stage's consumer and not yet acknowledged (in flight), from consumer info.", consumerLabels, nil),
+			"Messages delivered to the stage's consumer and not yet acknowledged (in flight), "+
+				"from consumer info.", consumerLabels, nil),
 		maxAckPending: prometheus.NewDesc(MetricMaxAckPending,
 			"The consumer's MaxAckPending: the cap on messages in flight across all replicas.", consumerLabels, nil),
 		redelivered: prometheus.NewDesc(MetricRedelivered,
 			"Messages redelivered at least once and not yet acknowledged, from consumer info.", consumerLabels, nil),
 		waiting: prometheus.NewDesc(MetricWaiting,
 			"Pull requests of the stage's replicas waiting at the server, from consumer info.", consumerLabels, nil),
-		paused: prometheus.NewDesc(MetricPaused,
-			"1 while the stage is paused by an operator (consumer pause; a walk's pause in the state bucket).", []string{"stage"}, nil),
+		paused: prometheus.NewDesc(
+			MetricPaused,
+			"1 while the stage is paused by an operator (consumer pause; a walk's pause in the state bucket).",
+			[]string{"stage"},
+			nil,
+		),
 		pauseEnd: prometheus.NewDesc(MetricPauseEnd,
 			"Unix time the stage's pause ends (0 when not paused).", []string{"stage"}, nil),
 		up: prometheus.NewDesc(MetricUp,
-			"1 when the stage's JetStream statistics were read at this scrape, 0 when the read failed (the other series then hold the last values read).", []string{"stage"}, nil),
+			"1 when the stage's JetStream statistics were read at this scrape, 0 when the read "+
+				"failed (the other series then hold the last values read).", []string{"stage"}, nil),
 		infoAge: prometheus.NewDesc(MetricInfoAge,
-			"Seconds since the consumer numbers were read from the server: about 0 when this scrape read them, growing while reads fail.", consumerLabels, nil),
+			"Seconds since the consumer numbers were read from the server: about 0 when this "+
+				"scrape read them, growing while reads fail.", consumerLabels, nil),
 		streamBytes: prometheus.NewDesc(MetricStreamBytes,
 			"Bytes the stream holds (what its max_bytes counts), from stream info.", []string{"stream"}, nil),
 		streamMaxBytes: prometheus.NewDesc(MetricStreamMaxBytes,
 			"The stream's max_bytes (-1: unlimited).", []string{"stream"}, nil),
 		streamDiscarding: prometheus.NewDesc(MetricStreamDiscarding,
-			"1 while the stream is within one message of its max_bytes: every message stored discards the oldest.", []string{"stream"}, nil),
+			"1 while the stream is within one message of its max_bytes: every message stored "+
+				"discards the oldest.", []string{"stream"}, nil),
 		streamLost: prometheus.NewDesc(MetricStreamLost,
-			"Messages the stream discarded before the stage's consumer acknowledged them (work not done this round).", []string{"stream"}, nil),
+			"Messages the stream discarded before the stage's consumer acknowledged them (work "+
+				"not done this round).", []string{"stream"}, nil),
 		last: map[string]reading{},
 	}
 	for _, s := range stages {
@@ -143,7 +153,13 @@ func New(js jetstream.JetStream, names subjects.Names, stages []string, opts ...
 
 // Register registers a collector for the stages a process runs on reg; a nil reg or no stage
 // registers nothing.
-func Register(reg prometheus.Registerer, js jetstream.JetStream, names subjects.Names, stages []string, opts ...Option) error {
+func Register(
+	reg prometheus.Registerer,
+	js jetstream.JetStream,
+	names subjects.Names,
+	stages []string,
+	opts ...Option,
+) error {
 	if reg == nil || len(stages) == 0 {
 		return nil
 	}

@@ -87,10 +87,12 @@ func ParseDataURI(s string) (DataURI, error) {
 	// two versions read differently is refused: kvcm-gc could not tell which storage and
 	// file it names, nor whether it is shared.
 	if strings.IndexByte(s[schemeEnd+3+authEnd:], '@') >= 0 || strings.Count(authority, "@") > 1 {
-		return DataURI{}, fmt.Errorf("parse data uri %q: '@' after the host (KVCM versions disagree on the host): %w", s, ErrBadDataURI)
+		return DataURI{}, fmt.Errorf("parse data uri %q: '@' after the host (KVCM versions "+
+			"disagree on the host): %w", s, ErrBadDataURI)
 	}
 	if u.Path == "" && strings.IndexByte(query, '/') >= 0 {
-		return DataURI{}, fmt.Errorf("parse data uri %q: '/' in a query without a path (KVCM versions disagree on the path): %w", s, ErrBadDataURI)
+		return DataURI{}, fmt.Errorf("parse data uri %q: '/' in a query without a path (KVCM "+
+			"versions disagree on the path): %w", s, ErrBadDataURI)
 	}
 	if hasQuery {
 		u.Query = query

@@ -61,7 +61,8 @@ func ParseBlockFileName(name string) (BlockFileName, error) {
 	}
 	dir, base := name[:slash], name[slash+1:]
 	if strings.IndexByte(dir, '/') <= 0 {
-		return BlockFileName{}, fmt.Errorf("parse file name %s: want <instance>/<spec>/<key>: %w", excerpt(name), ErrBadFileName)
+		return BlockFileName{}, fmt.Errorf("parse file name %s: want <instance>/<spec>/<key>: %w",
+			excerpt(name), ErrBadFileName)
 	}
 	for c := range strings.SplitSeq(dir, "/") {
 		if c == "" || c == "." || c == ".." {
@@ -74,7 +75,8 @@ func ParseBlockFileName(name string) (BlockFileName, error) {
 	first, hash, shared := strings.Cut(base, "_")
 	key, ok := parseUint64Hex(first)
 	if !ok || shared && !canonicalHex(hash) {
-		return BlockFileName{}, fmt.Errorf("parse file name %s: %s is not a block key as KVCM writes it: %w", excerpt(name), excerpt(base), ErrBadFileName)
+		return BlockFileName{}, fmt.Errorf("parse file name %s: %s is not a block key as KVCM writes it: %w",
+			excerpt(name), excerpt(base), ErrBadFileName)
 	}
 	return BlockFileName{Dir: dir, Key: int64(key), Shared: shared}, nil
 }

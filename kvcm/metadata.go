@@ -184,7 +184,8 @@ func (u *StorageUsage) WithValues(values map[string]uint64) ([]byte, error) {
 			found = found || m.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("set %s member %q: not in the stored value (a member is never added): %w", FieldStorageUsage, name, ErrBadMetadata)
+			return nil, fmt.Errorf("set %s member %q: not in the stored value (a member is never added): %w",
+				FieldStorageUsage, name, ErrBadMetadata)
 		}
 	}
 	out := make([]byte, 0, len(u.doc)+16)
@@ -203,7 +204,17 @@ func (u *StorageUsage) WithValues(values map[string]uint64) ([]byte, error) {
 
 // UsageMembersCurrent are the members today's KVCM writes, in its order (every slot of
 // DataStorageType below COUNT, storage_usage_data.cc@3b43b62 ToRapidWriter).
-var UsageMembersCurrent = []string{"unknown", "hf3fs", "mooncake", "pace", "file", "vcns_hf3fs", "dummy", "event_report_l1p5", "event_report_l2"}
+var UsageMembersCurrent = []string{
+	"unknown",
+	"hf3fs",
+	"mooncake",
+	"pace",
+	"file",
+	"vcns_hf3fs",
+	"dummy",
+	"event_report_l1p5",
+	"event_report_l2",
+}
 
 // FormatStorageUsage writes __storage_usage_data__ as KVCM writes it: the named members in
 // the given order, compact, each valued its slot's usage (0 when absent).

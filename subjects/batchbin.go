@@ -188,7 +188,8 @@ func encodeBinaryParts(b Batch, maxBytes int) (parts []EncodedBatch, oversized [
 	limit := maxBytes - batchPrefix
 	head := b.binHeaderSize() + binary.MaxVarintLen64 // the header and the block count
 	if head > limit {
-		return nil, nil, fmt.Errorf("split batch: an empty part needs %d bytes, more than the limit %d", head+batchPrefix, maxBytes)
+		return nil, nil, fmt.Errorf("split batch: an empty part needs %d bytes, more than the limit %d",
+			head+batchPrefix, maxBytes)
 	}
 	var starts []int
 	kept := b.Blocks // the page's blocks, until one of them is oversized
@@ -240,7 +241,8 @@ func encodeBinaryParts(b Batch, maxBytes int) (parts []EncodedBatch, oversized [
 		data := sealBatch(body, scratch)
 		if len(data) > maxBytes {
 			// The bound's arithmetic is wrong: refuse rather than publish what the server rejects.
-			return nil, nil, fmt.Errorf("split batch: part %d encodes to %d bytes, more than the limit %d", i, len(data), maxBytes)
+			return nil, nil, fmt.Errorf("split batch: part %d encodes to %d bytes, more than the limit %d",
+				i, len(data), maxBytes)
 		}
 		parts[i] = EncodedBatch{Batch: p, Data: data}
 	}

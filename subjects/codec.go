@@ -141,7 +141,8 @@ func decode(data []byte, v any, what string) error {
 	var ver struct {
 		V *json.RawMessage `json:"v"`
 	}
-	if json.Unmarshal(data, &ver) == nil && ver.V != nil && string(*ver.V) != "1" && (what != "event" || string(*ver.V) != "2") {
+	if json.Unmarshal(data, &ver) == nil && ver.V != nil && string(*ver.V) != "1" &&
+		(what != "event" || string(*ver.V) != "2") {
 		return fmt.Errorf("%w: decode %s: unsupported schema version %s (this build reads %d)",
 			ErrPoison, what, *ver.V, SchemaVersion)
 	}
@@ -159,7 +160,8 @@ func checkVersion(v int) error {
 // publishing; DecodeBatch calls it on every message.
 func (b *Batch) Validate() error {
 	if b.V != SchemaVersion && b.V != BatchSchemaVersion {
-		return fmt.Errorf("batch: unsupported schema version %d (this build reads %d and %d)", b.V, SchemaVersion, BatchSchemaVersion)
+		return fmt.Errorf("batch: unsupported schema version %d (this build reads %d and %d)", b.V,
+			SchemaVersion, BatchSchemaVersion)
 	}
 	switch {
 	case b.Cluster == "":
@@ -226,11 +228,13 @@ func (r *DeleteRequest) Validate() error {
 			return fmt.Errorf("delete request: target %d (key %d): location is empty", i, t.Key)
 		case t.Reason != ReasonOrphanWriting && t.Reason != ReasonStorageMissing && t.Reason != ReasonStuckDeleting &&
 			t.Reason != ReasonUnregisteredInstance:
-			return fmt.Errorf("delete request: target %d (key %d, location %q): unknown reason %q", i, t.Key, t.Location, t.Reason)
+			return fmt.Errorf("delete request: target %d (key %d, location %q): unknown reason %q",
+				i, t.Key, t.Location, t.Reason)
 		case len(t.Expected) == 0:
 			return fmt.Errorf("delete request: target %d (key %d, location %q): expected bytes are empty", i, t.Key, t.Location)
 		case t.Layout != "" && t.Layout != LayoutLegacy && t.Layout != LayoutLocation:
-			return fmt.Errorf("delete request: target %d (key %d, location %q): unknown layout %q", i, t.Key, t.Location, t.Layout)
+			return fmt.Errorf("delete request: target %d (key %d, location %q): unknown layout %q",
+				i, t.Key, t.Location, t.Layout)
 		}
 		k := loc{t.Key, t.Location}
 		if _, dup := seen[k]; dup {

@@ -163,7 +163,13 @@ func (d FieldDiff) String() string {
 // buckets): created, identical, or differing field by field. It retries what heals by itself
 // as Ensure does; an object it cannot create is an error (a *ConflictError when the server
 // refuses it, e.g. for subjects another stream holds).
-func EnsureReport(ctx context.Context, js jetstream.JetStream, n Names, s Settings, opts ...EnsureOption) ([]ObjectState, error) {
+func EnsureReport(
+	ctx context.Context,
+	js jetstream.JetStream,
+	n Names,
+	s Settings,
+	opts ...EnsureOption,
+) ([]ObjectState, error) {
 	if err := n.Validate(); err != nil {
 		return nil, fmt.Errorf("ensure topology: %w", err)
 	}
@@ -209,7 +215,9 @@ func EnsureReport(ctx context.Context, js jetstream.JetStream, n Names, s Settin
 			}
 			return err
 		}, func(err error, failures int, wait time.Duration) {
-			o.log.Warn("update jetstream object; retrying", "kind", obj.Kind, "name", obj.Name, "failures", failures, "retry_in", wait, "err", err)
+			o.log.Warn("update jetstream object; retrying",
+				"kind", obj.Kind, "name", obj.Name, "failures", failures, "retry_in", wait,
+				"err", err)
 		})
 		if err != nil {
 			return r.objects, err
@@ -313,8 +321,10 @@ func replicasFit(js jetstream.JetStream, s Settings) error {
 	if s.Replicas <= 1 || nc == nil || !nc.IsConnected() || nc.ConnectedClusterName() != "" {
 		return nil
 	}
-	return fmt.Errorf("jetstream.replicas is %d, but the NATS server %s is not part of a cluster (a cluster of 1 server): "+
-		"a stream has at most one replica per server; set jetstream.replicas to 1, or run JetStream as a cluster of at least %d servers",
+	return fmt.Errorf("jetstream.replicas is %d, but the NATS server %s is not part of a cluster "+
+		"(a cluster of 1 server): "+
+		"a stream has at most one replica per server; set jetstream.replicas to 1, or run "+
+		"JetStream as a cluster of at least %d servers",
 		s.Replicas, nc.ConnectedServerName(), s.Replicas)
 }
 
@@ -429,8 +439,10 @@ func (e ensurer) stream(ctx context.Context, want jetstream.StreamConfig) error 
 			return nil // created by another process
 		}
 	}
-	if _, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.UpdateStream(ctx, want) }); err != nil {
-		return refused("stream", want.Name, "update", err, append(texts(streamDiff(*have, want)), e.overlapping(ctx, want)...))
+	update := func(ctx context.Context) (jetstream.Stream, error) { return e.js.UpdateStream(ctx, want) }
+	if _, err := call(ctx, e, update); err != nil {
+		return refused("stream", want.Name, "update", err,
+			append(texts(streamDiff(*have, want)), e.overlapping(ctx, want)...))
 	}
 	return nil
 }
@@ -456,7 +468,9 @@ func (e ensurer) overlapping(ctx context.Context, want jetstream.StreamConfig) [
 func (e ensurer) consumer(ctx context.Context, stream string, want jetstream.ConsumerConfig) error {
 	name := stream + "/" + want.Durable
 	var have *jetstream.ConsumerConfig
-	c, err := call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) { return e.js.Consumer(ctx, stream, want.Durable) })
+	c, err := call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) {
+		return e.js.Consumer(ctx, stream, want.Durable)
+	})
 	switch {
 	case err == nil:
 		cfg := c.CachedInfo().Config
@@ -471,7 +485,9 @@ func (e ensurer) consumer(ctx context.Context, stream string, want jetstream.Con
 	if e.report != nil {
 		// Create only: one created otherwise by another process in the meantime is compared
 		// on the next attempt, not changed.
-		_, err = call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) { return e.js.CreateConsumer(ctx, stream, want) })
+		_, err = call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) {
+			return e.js.CreateConsumer(ctx, stream, want)
+		})
 		switch {
 		case err == nil:
 			e.made("consumer", name)
@@ -524,7 +540,9 @@ func (e ensurer) bucket(ctx context.Context, want jetstream.KeyValueConfig) erro
 		}
 		return refused("bucket", want.Bucket, "create", err, nil)
 	}
-	_, err = call(ctx, e, func(ctx context.Context) (jetstream.KeyValue, error) { return e.js.CreateOrUpdateKeyValue(ctx, want) })
+	_, err = call(ctx, e, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return e.js.CreateOrUpdateKeyValue(ctx, want)
+	})
 	if err != nil {
 		var fields []string
 		if have != nil {
@@ -637,7 +655,8 @@ func bucketDiff(have jetstream.StreamConfig, want jetstream.KeyValueConfig) []Fi
 	}
 	return describe([]field{
 		{"storage", true, have.Storage.String(), want.Storage.String()},
-		{"subjects", false, fmt.Sprintf("%q", have.Subjects), fmt.Sprintf("%q", []string{KVSubjectPrefix(want.Bucket) + ">"})},
+		{"subjects", false, fmt.Sprintf("%q", have.Subjects),
+			fmt.Sprintf("%q", []string{KVSubjectPrefix(want.Bucket) + ">"})},
 		{"history", false, str(have.MaxMsgsPerSubject), str(history)},
 		{"ttl", false, have.MaxAge.String(), want.TTL.String()},
 		{"num_replicas", false, str(have.Replicas), str(want.Replicas)},
@@ -683,7 +702,8 @@ func checkUpdatable(kind, name string, diff []FieldDiff) error {
 		return nil
 	}
 	return &ConflictError{Kind: kind, Name: name, Fields: texts(diff),
-		Err: errors.New("the server cannot update these fields in place: drain, delete and create the object again, or keep its value")}
+		Err: errors.New("the server cannot update these fields in place: drain, delete and " +
+			"create the object again, or keep its value")}
 }
 
 // kept reports the fields an update left other than wanted.
@@ -691,7 +711,12 @@ func kept(kind, name string, left []FieldDiff) error {
 	if len(left) == 0 {
 		return nil
 	}
-	return &ConflictError{Kind: kind, Name: name, Fields: texts(left), Err: errors.New("the server accepted the update but kept these values")}
+	return &ConflictError{
+		Kind:   kind,
+		Name:   name,
+		Fields: texts(left),
+		Err:    errors.New("the server accepted the update but kept these values"),
+	}
 }
 
 func (e ensurer) updateStream(ctx context.Context, want jetstream.StreamConfig) ([]FieldDiff, error) {
@@ -708,8 +733,10 @@ func (e ensurer) updateStream(ctx context.Context, want jetstream.StreamConfig) 
 		return nil, err
 	}
 	cfg := have
-	cfg.Subjects, cfg.Discard, cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = want.Subjects, want.Discard, want.MaxAge, want.MaxBytes, want.MaxMsgs
-	cfg.Duplicates, cfg.Replicas, cfg.AllowDirect, cfg.Description = want.Duplicates, want.Replicas, want.AllowDirect, want.Description
+	cfg.Subjects, cfg.Discard = want.Subjects, want.Discard
+	cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = want.MaxAge, want.MaxBytes, want.MaxMsgs
+	cfg.Duplicates, cfg.Replicas = want.Duplicates, want.Replicas
+	cfg.AllowDirect, cfg.Description = want.AllowDirect, want.Description
 	got, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.UpdateStream(ctx, cfg) })
 	if err != nil {
 		return nil, refused("stream", want.Name, "update", err, texts(diff))
@@ -717,9 +744,15 @@ func (e ensurer) updateStream(ctx context.Context, want jetstream.StreamConfig) 
 	return diff, kept("stream", want.Name, streamDiff(got.CachedInfo().Config, want))
 }
 
-func (e ensurer) updateConsumer(ctx context.Context, stream string, want jetstream.ConsumerConfig) ([]FieldDiff, error) {
+func (e ensurer) updateConsumer(
+	ctx context.Context,
+	stream string,
+	want jetstream.ConsumerConfig,
+) ([]FieldDiff, error) {
 	name := stream + "/" + want.Durable
-	c, err := call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) { return e.js.Consumer(ctx, stream, want.Durable) })
+	c, err := call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) {
+		return e.js.Consumer(ctx, stream, want.Durable)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("update consumer %q: read info: %w", name, err)
 	}
@@ -736,8 +769,11 @@ func (e ensurer) updateConsumer(ctx context.Context, stream string, want jetstre
 	// paused deleter deletes nothing until the operator resumes it or the pause ends (§8.7).
 	cfg := have
 	cfg.FilterSubject, cfg.FilterSubjects = want.FilterSubject, want.FilterSubjects
-	cfg.AckWait, cfg.MaxDeliver, cfg.MaxAckPending, cfg.BackOff, cfg.Description = want.AckWait, want.MaxDeliver, want.MaxAckPending, want.BackOff, want.Description
-	got, err := call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) { return e.js.UpdateConsumer(ctx, stream, cfg) })
+	cfg.AckWait, cfg.MaxDeliver, cfg.MaxAckPending = want.AckWait, want.MaxDeliver, want.MaxAckPending
+	cfg.BackOff, cfg.Description = want.BackOff, want.Description
+	got, err := call(ctx, e, func(ctx context.Context) (jetstream.Consumer, error) {
+		return e.js.UpdateConsumer(ctx, stream, cfg)
+	})
 	if err != nil {
 		return nil, refused("consumer", name, "update", err, texts(diff))
 	}
@@ -745,7 +781,9 @@ func (e ensurer) updateConsumer(ctx context.Context, stream string, want jetstre
 }
 
 func (e ensurer) updateBucket(ctx context.Context, want jetstream.KeyValueConfig) ([]FieldDiff, error) {
-	st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.Stream(ctx, KVStream(want.Bucket)) })
+	st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) {
+		return e.js.Stream(ctx, KVStream(want.Bucket))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("update bucket %q: read info: %w", want.Bucket, err)
 	}

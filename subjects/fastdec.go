@@ -456,7 +456,8 @@ func (d *fastDecoder) target(t *Target) bool {
 		case "location":
 			return m.first(1) && d.string(&t.Location)
 		case "reason":
-			return m.first(2) && d.string(&t.Reason, ReasonOrphanWriting, ReasonStorageMissing, ReasonStuckDeleting, ReasonUnregisteredInstance)
+			return m.first(2) &&
+				d.string(&t.Reason, ReasonOrphanWriting, ReasonStorageMissing, ReasonStuckDeleting, ReasonUnregisteredInstance)
 		case "expected":
 			return m.first(3) && d.rawText(&t.Expected)
 		case "layout":

@@ -210,14 +210,24 @@ func JoinDetail(a, b string) string {
 
 // Event kinds (the <kind> token of the event subject).
 const (
-	EventCandidate  = "candidate"  // prober: a location judged garbage (Reason)
-	EventSkip       = "skip"       // prober/scanner: something not judged (corrupt __uri__, bad key, bad location, probe unknown …)
-	EventDelete     = "delete"     // deleter: the outcome of a delete request, every target's (Targets)
-	EventRound      = "round"      // scanner: round started / finished (Outcome "start"|"end", Counts)
-	EventPoison     = "poison"     // any stage: a message terminated as undecodable or invalid
-	EventDeadLetter = "deadletter" // a message that reached MaxDeliver
-	EventSweep      = "sweep"      // walker/sweeper: a step of the sweep of one file (Outcome, File), or a walk round's start or end
-	EventCounters   = "counters"   // admin: a repair of an instance's KVCM counters (Outcome, Metadata)
+	// EventCandidate, by the prober: a location judged garbage (Reason).
+	EventCandidate = "candidate"
+	// EventSkip, by the prober or the scanner: something not judged (corrupt __uri__, bad
+	// key, bad location, probe unknown …).
+	EventSkip = "skip"
+	// EventDelete, by the deleter: the outcome of a delete request, every target's (Targets).
+	EventDelete = "delete"
+	// EventRound, by the scanner: round started / finished (Outcome "start"|"end", Counts).
+	EventRound = "round"
+	// EventPoison, by any stage: a message terminated as undecodable or invalid.
+	EventPoison = "poison"
+	// EventDeadLetter: a message that reached MaxDeliver.
+	EventDeadLetter = "deadletter"
+	// EventSweep, by the walker or the sweeper: a step of the sweep of one file (Outcome,
+	// File), or a walk round's start or end.
+	EventSweep = "sweep"
+	// EventCounters, by admin: a repair of an instance's KVCM counters (Outcome, Metadata).
+	EventCounters = "counters"
 )
 
 // Outcomes of a counters event: the write was about to be made, was made, or was not (the

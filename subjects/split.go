@@ -113,7 +113,11 @@ type encodedBlocks struct {
 // splitBatch is SplitBatch; sizes holds each part's encoded length (an upper bound for a
 // page without blocks).
 // With keep set, the blocks' encodings are kept there for EncodeBatchParts.
-func splitBatch(b Batch, maxBytes int, keep *encodedBlocks) (parts []Batch, sizes []int, oversized []BlockEntry, err error) {
+func splitBatch(
+	b Batch,
+	maxBytes int,
+	keep *encodedBlocks,
+) (parts []Batch, sizes []int, oversized []BlockEntry, err error) {
 	// A part is its header, which ends in "blocks":[], filled with the blocks' encodings and
 	// a comma between two blocks. Headers differ only in the digits of Part and Parts and in
 	// bad_keys (part 0 only).
@@ -132,7 +136,8 @@ func splitBatch(b Batch, maxBytes int, keep *encodedBlocks) (parts []Batch, size
 		return h + digits(part) - 1 + digits(parts) - 1
 	}
 	if header(0, 1) > maxBytes {
-		return nil, nil, nil, fmt.Errorf("split batch: an empty part needs %d bytes, more than the limit %d", header(0, 1), maxBytes)
+		return nil, nil, nil, fmt.Errorf("split batch: an empty part needs %d bytes, more than the limit %d",
+			header(0, 1), maxBytes)
 	}
 	if len(b.Blocks) == 0 {
 		b.Part, b.Parts = 0, 1

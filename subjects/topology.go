@@ -114,7 +114,11 @@ func (s Settings) Validate() error {
 		bad("max ack pending must be at least 1 (prober %d, deleter %d)", s.ProberMaxAckPending, s.DeleterMaxAckPending)
 	}
 	if s.SweeperAckWait <= 0 || s.SweeperMaxAckPending < 1 {
-		bad("sweeper ack wait %v must be positive and max ack pending %d at least 1", s.SweeperAckWait, s.SweeperMaxAckPending)
+		bad(
+			"sweeper ack wait %v must be positive and max ack pending %d at least 1",
+			s.SweeperAckWait,
+			s.SweeperMaxAckPending,
+		)
 	}
 	if s.MaxDeliver < 1 {
 		bad("max deliver %d must be at least 1", s.MaxDeliver)
@@ -204,9 +208,10 @@ func (n Names) Topology(s Settings) Topology {
 				Replicas:    s.Replicas,
 			},
 			{
-				Bucket:      n.ObservedBucket(),
-				Description: fmt.Sprintf("kvcm-gc prober observations (first sight of a DELETING location) of KVCM cluster %q", n.Cluster),
-				History:     1,
+				Bucket: n.ObservedBucket(),
+				Description: fmt.Sprintf("kvcm-gc prober observations (first sight of a DELETING "+
+					"location) of KVCM cluster %q", n.Cluster),
+				History: 1,
 				// Every key is written with its own TTL; expired keys leave no marker for long.
 				LimitMarkerTTL: time.Minute,
 				Storage:        s.Storage,

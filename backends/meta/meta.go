@@ -119,7 +119,13 @@ type Bursts struct {
 // for the whole burst, so shorter ones let other clients' requests in between.
 type BurstScanner interface {
 	// ScanStoreBursts is ScanStore with the page's blocks read as b says.
-	ScanStoreBursts(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool, b Bursts) (Page, error)
+	ScanStoreBursts(
+		ctx context.Context,
+		cursor uint64,
+		count int,
+		owns func(instanceID string) bool,
+		b Bursts,
+	) (Page, error)
 }
 
 // Pinger is a store whose round-trip time can be probed with a command that does nothing

@@ -335,7 +335,8 @@ func ParseQuarantined(qrel string) (rel string, at time.Time, err error) {
 		return "", time.Time{}, fmt.Errorf("%q: %w", qrel, ErrNotQuarantined)
 	}
 	digits := qrel[i+1:]
-	if digits == "" || len(digits) > 19 || digits[0] == '0' || strings.IndexFunc(digits, func(c rune) bool { return c < '0' || c > '9' }) >= 0 {
+	if digits == "" || len(digits) > 19 || digits[0] == '0' ||
+		strings.IndexFunc(digits, func(c rune) bool { return c < '0' || c > '9' }) >= 0 {
 		return "", time.Time{}, fmt.Errorf("%q: %w", qrel, ErrNotQuarantined)
 	}
 	us, perr := strconv.ParseInt(digits, 10, 64)

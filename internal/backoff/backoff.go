@@ -144,7 +144,11 @@ func IsPermanent(err error) bool {
 // policy's delays in between. notify, when set, is told every failure that will be retried,
 // with the number of failures so far and the wait before the next call. When ctx ends, the
 // last failure is returned together with ctx's error.
-func (p Policy) Retry(ctx context.Context, op func(ctx context.Context) error, notify func(err error, failures int, wait time.Duration)) error {
+func (p Policy) Retry(
+	ctx context.Context,
+	op func(ctx context.Context) error,
+	notify func(err error, failures int, wait time.Duration),
+) error {
 	b := p.Start()
 	for {
 		err := op(ctx)

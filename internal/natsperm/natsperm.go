@@ -44,7 +44,9 @@ func (v *Violation) Is(target error) bool { return target == nats.ErrPermissionV
 
 // violationRe reads the server's text: `Permissions Violation for Publish to "s"`,
 // `... for Subscription to "s"` (maybe `using queue "q"`), `... for Publish with Reply of "s"`.
-var violationRe = regexp.MustCompile(`Permissions Violation for (Publish to|Subscription to|Publish with Reply of) "([^"]*)"`)
+var violationRe = regexp.MustCompile(
+	`Permissions Violation for (Publish to|Subscription to|Publish with Reply of) "([^"]*)"`,
+)
 
 // Parse reads the refusal err reports (an asynchronous error of the connection), for identity;
 // ok is false for any other error.
@@ -56,7 +58,8 @@ func Parse(err error, identity string) (v *Violation, ok bool) {
 	if m == nil {
 		return &Violation{Identity: identity, Op: OpPublish, Subject: "(unknown: " + err.Error() + ")"}, true
 	}
-	op := map[string]string{"Publish to": OpPublish, "Subscription to": OpSubscribe, "Publish with Reply of": OpReply}[m[1]]
+	ops := map[string]string{"Publish to": OpPublish, "Subscription to": OpSubscribe, "Publish with Reply of": OpReply}
+	op := ops[m[1]]
 	return &Violation{Identity: identity, Op: op, Subject: m[2]}, true
 }
 

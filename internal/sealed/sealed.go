@@ -91,7 +91,14 @@ func Enum(t testing.TB, dir, typ string, handlers ...string) {
 // check fails t unless each function named in handlers has a case for every name of want
 // (but "_"), in the order of want; addCases adds to cases the cases of a node of a handler's
 // body. what says what want holds, for the message.
-func check(t testing.TB, files []*ast.File, want []string, what string, handlers []string, addCases func(n ast.Node, cases map[string]bool)) {
+func check(
+	t testing.TB,
+	files []*ast.File,
+	want []string,
+	what string,
+	handlers []string,
+	addCases func(n ast.Node, cases map[string]bool),
+) {
 	t.Helper()
 	for _, h := range handlers {
 		cases := map[string]bool{}

@@ -113,7 +113,8 @@ func (i Info) LogValue() slog.Value {
 // Write prints what `version` and `--version` show: prog and the version, then the revision,
 // build time and Go version, one per line.
 func (i Info) Write(w io.Writer, prog string) {
-	fmt.Fprintf(w, "%s %s\nrevision:   %s\nbuild time: %s\ngo version: %s\n", prog, i.Version, i.Revision, i.BuildTime, i.GoVersion)
+	fmt.Fprintf(w, "%s %s\nrevision:   %s\nbuild time: %s\ngo version: %s\n", prog, i.Version,
+		i.Revision, i.BuildTime, i.GoVersion)
 }
 
 // NewCollector returns the kvcm_gc_build_info gauge: 1, labelled with the build's version,

@@ -71,7 +71,8 @@ func (s *Store) script(op string, w meta.CondWrite) (*redis.Script, []any, error
 	switch w.Layout {
 	case kvcm.LayoutLegacy:
 		if s.db != 0 {
-			return nil, nil, fmt.Errorf("a legacy-layout key in db %d, where no KVCM of that layout keeps its blocks: %w", s.db, meta.ErrLayout)
+			return nil, nil, fmt.Errorf("a legacy-layout key in db %d, where no KVCM of that "+
+				"layout keeps its blocks: %w", s.db, meta.ErrLayout)
 		}
 		if op == "cas" {
 			if len(w.Next) == 0 {

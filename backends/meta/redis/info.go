@@ -49,7 +49,8 @@ func parseMainThreadCPU(info string) (time.Duration, error) {
 		seen++
 	}
 	if seen != 2 {
-		return 0, fmt.Errorf("%w: INFO cpu has no used_cpu_user_main_thread and used_cpu_sys_main_thread", meta.ErrInfoRefused)
+		return 0, fmt.Errorf("%w: INFO cpu has no used_cpu_user_main_thread and "+
+			"used_cpu_sys_main_thread", meta.ErrInfoRefused)
 	}
 	return cpu, nil
 }

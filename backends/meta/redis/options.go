@@ -110,7 +110,8 @@ func ParseURI(uri string) (ConnOptions, error) {
 // ApplyURI returns o changed by one of kvcm-gc's own URIs (registry.uri, meta.store_uris,
 // meta.group_store_uris), read strictly, in KVCM's style:
 //
-//	redis[s]://[userinfo@]host[:port][/ignored][?timeout_ms=&retry_count=&client_max_pool_size=&client_min_pool_size=&db=]
+//	redis[s]://[userinfo@]host[:port][/ignored]
+//	    [?timeout_ms=&retry_count=&client_max_pool_size=&client_min_pool_size=&db=]
 //
 // There is no percent-decoding. userinfo, when present and not empty, becomes UserInfo (KVCM-
 // style AUTH) and clears o's Username and Password; without userinfo o's credentials stay, so
@@ -275,7 +276,8 @@ func (o ConnOptions) ApplyKVCMURI(uri string) (ConnOptions, error) {
 	o.DB = 0
 	if n, ok := u.ParamInt64("db"); ok && n >= 0 {
 		if n > math.MaxInt32 {
-			return o, fmt.Errorf("parse %q as KVCM does: db %d: no Redis has that database, KVCM's SELECT would fail: %w", red, n, ErrBadURI)
+			return o, fmt.Errorf("parse %q as KVCM does: db %d: no Redis has that database, "+
+				"KVCM's SELECT would fail: %w", red, n, ErrBadURI)
 		}
 		o.DB = int(n)
 	}
@@ -291,7 +293,8 @@ func (o ConnOptions) ApplyKVCMURI(uri string) (ConnOptions, error) {
 	}{{"client_max_pool_size", &o.MaxPoolSize}, {"client_min_pool_size", &o.MinPoolSize}} {
 		if n, ok := u.ParamInt64(p.name); ok && n > 0 {
 			if n > MaxPoolSizeLimit {
-				return o, fmt.Errorf("parse %q as KVCM does: %s %d above kvcm-gc's limit %d: %w", red, p.name, n, MaxPoolSizeLimit, ErrBadURI)
+				return o, fmt.Errorf("parse %q as KVCM does: %s %d above kvcm-gc's limit %d: %w",
+					red, p.name, n, MaxPoolSizeLimit, ErrBadURI)
 			}
 			*p.dst = int(n)
 		}

@@ -182,7 +182,13 @@ func (r *RegistryReader) ReadRegistry(ctx context.Context) (*meta.Registry, erro
 	return reg, nil
 }
 
-func (r *RegistryReader) addInstance(ctx context.Context, reg *meta.Registry, id string, raw []byte, stores map[string]string) {
+func (r *RegistryReader) addInstance(
+	ctx context.Context,
+	reg *meta.Registry,
+	id string,
+	raw []byte,
+	stores map[string]string,
+) {
 	info, err := kvcm.DecodeInstanceInfo(raw)
 	if err != nil {
 		r.skip(ctx, reg, meta.Skip{Instance: id, Reason: fmt.Sprintf("%s: %v", SkipBadInfo, err)})
@@ -226,7 +232,8 @@ func (r *RegistryReader) groupStore(name string, g kvcm.InstanceGroup) (store, r
 	case kvcm.MetaStoreDummy:
 		return "", SkipDummyStore + ": KVCM keeps no metadata"
 	case kvcm.MetaStoreCached:
-		return "", fmt.Sprintf("%s: Redis is a write-behind copy of KVCM's memory, not the truth (persistent_type=%s, cache_type=%s)",
+		return "", fmt.Sprintf("%s: Redis is a write-behind copy of KVCM's memory, not the truth "+
+			"(persistent_type=%s, cache_type=%s)",
 			SkipCachedStore, g.MetaPersistentType, g.MetaCacheType)
 	default:
 		return "", fmt.Sprintf("%s: %q", SkipUnknownStoreType, g.MetaStorageType)

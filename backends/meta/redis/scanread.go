@@ -49,7 +49,12 @@ type blockRead struct {
 // (meta.Bursts.Took): with timed, the server's own clock from the pipeline's first command to
 // its last where it answers TIME, else the round trip of every pipeline sent (a raw read
 // that fell back to the general decoder sent two).
-func (s *Store) readPage(ctx context.Context, reads []pendingRead, ahead *scanAhead, timed bool) (out []blockRead, held time.Duration, err error) {
+func (s *Store) readPage(
+	ctx context.Context,
+	reads []pendingRead,
+	ahead *scanAhead,
+	timed bool,
+) (out []blockRead, held time.Duration, err error) {
 	if rc, ok := s.c.(*redis.Client); ok && !s.generalOnly {
 		out, held, ok := s.readPageRaw(ctx, rc, reads, ahead, timed && !s.timeRefused.Load())
 		if ok {
@@ -91,7 +96,13 @@ func (s *Store) readPageGeneral(ctx context.Context, reads []pendingRead) ([]blo
 // is the server's time between them when both answered and it lies within the round trip
 // (a proxy could answer them from two servers' clocks), else the round trip. A server that
 // refuses TIME is not sent it again.
-func (s *Store) readPageRaw(ctx context.Context, rc *redis.Client, reads []pendingRead, ahead *scanAhead, timed bool) (out []blockRead, held time.Duration, ok bool) {
+func (s *Store) readPageRaw(
+	ctx context.Context,
+	rc *redis.Client,
+	reads []pendingRead,
+	ahead *scanAhead,
+	timed bool,
+) (out []blockRead, held time.Duration, ok bool) {
 	// Sized from the last page, per key: the buffer is allocated once, not grown to size.
 	var buf bytes.Buffer
 	buf.Grow(len(reads) * int(max(s.replyBytes.Load(), 256)) * 9 / 8)

@@ -217,14 +217,25 @@ func (s *Store) Close() error { return s.c.Close() }
 // A SCAN failure or a network failure of the pipeline returns the error, and the caller keeps
 // its cursor. Read commands only: SCAN and HGETALL never write, and KVCM's Redis backends
 // never write read-time fields either.
-func (s *Store) ScanStore(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool) (meta.Page, error) {
+func (s *Store) ScanStore(
+	ctx context.Context,
+	cursor uint64,
+	count int,
+	owns func(instanceID string) bool,
+) (meta.Page, error) {
 	return s.ScanStoreBursts(ctx, cursor, count, owns, meta.Bursts{})
 }
 
 // ScanStoreBursts implements meta.BurstScanner: ScanStore with the page's HGETALLs sent as one
 // pipeline per burst of b.Size keys, b.Gate waited for before each (the next page's SCAN goes
 // with the last burst).
-func (s *Store) ScanStoreBursts(ctx context.Context, cursor uint64, count int, owns func(instanceID string) bool, b meta.Bursts) (meta.Page, error) {
+func (s *Store) ScanStoreBursts(
+	ctx context.Context,
+	cursor uint64,
+	count int,
+	owns func(instanceID string) bool,
+	b meta.Bursts,
+) (meta.Page, error) {
 	if count <= 0 {
 		return meta.Page{}, fmt.Errorf("scan store: count %d is not positive", count)
 	}
@@ -305,7 +316,12 @@ func (s *Store) ScanStoreBursts(ctx context.Context, cursor uint64, count int, o
 }
 
 // readBursts is readPage in bursts as b says.
-func (s *Store) readBursts(ctx context.Context, reads []pendingRead, ahead *scanAhead, b meta.Bursts) ([]blockRead, error) {
+func (s *Store) readBursts(
+	ctx context.Context,
+	reads []pendingRead,
+	ahead *scanAhead,
+	b meta.Bursts,
+) ([]blockRead, error) {
 	size := b.Size
 	if size <= 0 || size > len(reads) {
 		size = len(reads)
