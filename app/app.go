@@ -157,7 +157,8 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 	defer o.Health.stopped()
 	if !o.SkipEnsure {
 		if err := subjects.Ensure(ctx, js, names, o.JetStream, subjects.WithCallTimeout(apiTimeout),
-			subjects.WithEnsureLogger(log), subjects.WithEnsureRetry(backoff.New(StartupRetryInitial, StartupRetryMax))); err != nil {
+			subjects.WithEnsureLogger(log),
+			subjects.WithEnsureRetry(backoff.New(StartupRetryInitial, StartupRetryMax))); err != nil {
 			return err
 		}
 	}

@@ -222,8 +222,14 @@ func (r *readiness) registryAndStores(ctx context.Context) []checkLine {
 		case err != nil:
 			out = append(out, checkLine{name: "registry", err: err})
 		case len(reg.Groups) == 0:
-			out = append(out, checkLine{name: "registry", err: fmt.Errorf("cluster %q: %w (kvcache_registry:%s:instance_group is empty): is the cluster name right?",
-				r.o.Cluster, ErrNoGroups, r.o.Cluster)})
+			out = append(
+				out,
+				checkLine{
+					name: "registry",
+					err: fmt.Errorf("cluster %q: %w (kvcache_registry:%s:instance_group is empty): is the cluster name right?",
+						r.o.Cluster, ErrNoGroups, r.o.Cluster),
+				},
+			)
 		default:
 			known := map[string]bool{}
 			for _, in := range reg.Instances {
@@ -232,8 +238,20 @@ func (r *readiness) registryAndStores(ctx context.Context) []checkLine {
 			r.mu.Lock()
 			r.known = slices.Sorted(maps.Keys(known))
 			r.mu.Unlock()
-			out = append(out, checkLine{name: "registry", detail: fmt.Sprintf("cluster %q: %d instance groups, %d instances collected, %d entries skipped, %d metadata stores",
-				r.o.Cluster, len(reg.Groups), len(reg.Instances), len(reg.Skipped), len(known))})
+			out = append(
+				out,
+				checkLine{
+					name: "registry",
+					detail: fmt.Sprintf(
+						"cluster %q: %d instance groups, %d instances collected, %d entries skipped, %d metadata stores",
+						r.o.Cluster,
+						len(reg.Groups),
+						len(reg.Instances),
+						len(reg.Skipped),
+						len(known),
+					),
+				},
+			)
 		}
 	}
 	if !r.which.Scanner && !r.which.Deleter && !r.which.Sweeper {

@@ -14,5 +14,6 @@ import (
 )
 
 func main() {
-	cli.StageMain("deleter", "Runs the deleter: executes delete requests with exact-value compare-and-swap deletes.", app.Stages{Deleter: true})
+	cli.StageMain("deleter", "Runs the deleter: executes delete requests with exact-value "+
+		"compare-and-swap deletes.", app.Stages{Deleter: true})
 }

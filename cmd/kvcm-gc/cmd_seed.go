@@ -34,23 +34,32 @@ type seedOptions struct {
 }
 
 func (o *seedOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.redis, "redis", "redis://127.0.0.1:6379", "Redis to write the registry and the blocks into (KVCM-style URI)")
+	fs.StringVar(
+		&o.redis,
+		"redis",
+		"redis://127.0.0.1:6379",
+		"Redis to write the registry and the blocks into (KVCM-style URI)",
+	)
 	fs.StringVar(&o.metaURI, "meta-uri", "", "metadata store URI written into the instance group (default: --redis)")
 	fs.StringVar(&o.cluster, "cluster", "demo", "KVCM cluster name")
 	fs.IntVar(&o.instances, "instances", 3, "number of instances (inst0, inst1, …)")
 	fs.StringVar(&o.ids, "instance-ids", "", "comma-separated instance ids, instead of --instances")
 	fs.IntVar(&o.blocks, "blocks", 20000, "blocks per instance")
 	fs.IntVar(&o.locations, "locations", 2, "locations per block (1 or 2)")
-	fs.Float64Var(&o.garbage, "garbage", 0.1, "fraction of locations that are garbage (half orphan WRITING, half storage-missing SERVING)")
+	fs.Float64Var(&o.garbage, "garbage", 0.1, "fraction of locations that are garbage (half "+
+		"orphan WRITING, half storage-missing SERVING)")
 	fs.Float64Var(&o.tricky, "tricky", 0.1, "fraction of locations that are live but look like garbage")
 	fs.StringVar(&o.root, "root", "kvcm-gc-seed", "directory of the storages' data files (an NFS-like root)")
 	fs.StringVar(&o.manifest, "manifest", "manifest.json", "file the manifest (what is garbage) is written to")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed: the same seed writes the same keyspace")
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "orphan_writing_grace the collector will use (orphans are made older)")
-	fs.BoolVar(&o.kvcmGC, "kvcm-gc", true, "kvcm_gc the collector will use (on: location-layout orphans are made older than kvcm_gc_grace + kvcm_gc_margin, 30h)")
+	fs.BoolVar(&o.kvcmGC, "kvcm-gc", true, "kvcm_gc the collector will use (on: location-layout "+
+		"orphans are made older than kvcm_gc_grace + kvcm_gc_margin, 30h)")
 	fs.BoolVar(&o.noFiles, "no-files", false, "write metadata only, no data files")
-	fs.StringVar(&o.layout, "layout", "location", "block layout: location (today's KVCM: one L#<id> field per location) or legacy (KVCM f6aa2b2: one __uri__ map)")
-	fs.BoolVar(&o.ambiguous, "ambiguous", false, "legacy layout: also upgrade a few blocks to hold both layouts, as a KVCM upgrade leaves them (the location layout always has some)")
+	fs.StringVar(&o.layout, "layout", "location", "block layout: location (today's KVCM: one "+
+		"L#<id> field per location) or legacy (KVCM f6aa2b2: one __uri__ map)")
+	fs.BoolVar(&o.ambiguous, "ambiguous", false, "legacy layout: also upgrade a few blocks to "+
+		"hold both layouts, as a KVCM upgrade leaves them (the location layout always has some)")
 }
 
 // layoutOf is --layout as a kvcm.Layout.
@@ -97,8 +106,21 @@ func (o *seedOptions) run(ctx context.Context, e *cli.Env) error {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("ping %s: %w", conn, err)
 	}
-	sp := seed.Spec{Cluster: o.cluster, Layout: layout, Ambiguous: o.ambiguous, Blocks: o.blocks, LocationsPerBlock: o.locations, GarbageFraction: o.garbage,
-		TrickyFraction: o.tricky, Root: root, MetaURI: o.metaURI, Grace: o.grace, NoKVCMGC: !o.kvcmGC, Seed: o.seed, NoFiles: o.noFiles}
+	sp := seed.Spec{
+		Cluster:           o.cluster,
+		Layout:            layout,
+		Ambiguous:         o.ambiguous,
+		Blocks:            o.blocks,
+		LocationsPerBlock: o.locations,
+		GarbageFraction:   o.garbage,
+		TrickyFraction:    o.tricky,
+		Root:              root,
+		MetaURI:           o.metaURI,
+		Grace:             o.grace,
+		NoKVCMGC:          !o.kvcmGC,
+		Seed:              o.seed,
+		NoFiles:           o.noFiles,
+	}
 	if sp.MetaURI == "" {
 		sp.MetaURI = o.redis
 	}

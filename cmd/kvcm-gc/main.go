@@ -18,11 +18,18 @@ import (
 // commands is the command table, in the order the command list shows it.
 func commands() []*cli.Command {
 	table := []*cli.Command{
-		cli.StageCommand("scanner", "run the scanner (any number of replicas: they divide the metadata stores, a lease each)", app.Stages{Scanner: true}),
+		cli.StageCommand("scanner", "run the scanner (any number of replicas: they divide the "+
+			"metadata stores, a lease each)", app.Stages{Scanner: true}),
 		cli.StageCommand("prober", "run the prober: judge scan batches, publish delete requests", app.Stages{Prober: true}),
-		cli.StageCommand("deleter", "run the deleter: execute delete requests with compare-and-swap deletes", app.Stages{Deleter: true}),
-		cli.StageCommand("walker", "run the walker: walk swept storages, publish candidate orphan files (one walker per storage)", app.Stages{Walker: true}),
-		cli.StageCommand("sweeper", "run the sweeper: quarantine orphan data files, check them again, unlink them", app.Stages{Sweeper: true}),
+		cli.StageCommand("deleter", "run the deleter: execute delete requests with "+
+			"compare-and-swap deletes", app.Stages{Deleter: true}),
+		cli.StageCommand("walker", "run the walker: walk swept storages, publish candidate "+
+			"orphan files (one walker per storage)", app.Stages{Walker: true}),
+		cli.StageCommand(
+			"sweeper",
+			"run the sweeper: quarantine orphan data files, check them again, unlink them",
+			app.Stages{Sweeper: true},
+		),
 		cli.AllInOneCommand(),
 	}
 	table = append(table, cli.OperatorCommands()...)

@@ -13,5 +13,9 @@ import (
 )
 
 func main() {
-	cli.StageMain("prober", "Runs the prober: judges scan batches and publishes delete requests.", app.Stages{Prober: true})
+	cli.StageMain(
+		"prober",
+		"Runs the prober: judges scan batches and publishes delete requests.",
+		app.Stages{Prober: true},
+	)
 }

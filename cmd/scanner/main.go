@@ -13,5 +13,6 @@ import (
 )
 
 func main() {
-	cli.StageMain("scanner", "Runs the scanner: walks the metadata stores whose leases it holds (replicas divide the stores) and publishes scan batches.", app.Stages{Scanner: true})
+	cli.StageMain("scanner", "Runs the scanner: walks the metadata stores whose leases it holds "+
+		"(replicas divide the stores) and publishes scan batches.", app.Stages{Scanner: true})
 }

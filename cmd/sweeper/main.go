@@ -16,5 +16,6 @@ import (
 )
 
 func main() {
-	cli.StageMain("sweeper", "Runs the sweeper: moves orphan data files into quarantine, checks them again, unlinks them.", app.Stages{Sweeper: true})
+	cli.StageMain("sweeper", "Runs the sweeper: moves orphan data files into quarantine, checks "+
+		"them again, unlinks them.", app.Stages{Sweeper: true})
 }

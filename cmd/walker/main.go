@@ -16,5 +16,9 @@ import (
 )
 
 func main() {
-	cli.StageMain("walker", "Runs the walker: walks swept storages and publishes their candidate orphan files.", app.Stages{Walker: true})
+	cli.StageMain(
+		"walker",
+		"Runs the walker: walks swept storages and publishes their candidate orphan files.",
+		app.Stages{Walker: true},
+	)
 }

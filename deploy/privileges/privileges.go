@@ -27,7 +27,13 @@ import (
 const StageAdmin = subjects.IdentityAdmin
 
 // Stages are the stages with their own identities, in pipeline order.
-var Stages = []string{pipeline.StageScanner, pipeline.StageProber, pipeline.StageDeleter, pipeline.StageWalker, pipeline.StageSweeper}
+var Stages = []string{
+	pipeline.StageScanner,
+	pipeline.StageProber,
+	pipeline.StageDeleter,
+	pipeline.StageWalker,
+	pipeline.StageSweeper,
+}
 
 // DefaultUser is the user name of a stage's Redis and NATS users: kvcm-gc-<stage>.
 func DefaultUser(stage string) string { return "kvcm-gc-" + stage }
@@ -75,32 +81,43 @@ func (u RedisUser) Rules() string {
 func Redis(guardPrefix string) []RedisUser {
 	return []RedisUser{
 		{Stage: StageAdmin,
-			Role: "runs the operator's commands that read the metadata: replay reads the registry (HGETALL, HGET), the blocks it replays (pipelined HGETALL) and the copy-target guard's hashes (HMGET); it writes nothing and walks nothing (no SCAN)",
+			Role: "runs the operator's commands that read the metadata: replay reads the " +
+				"registry (HGETALL, HGET), the blocks it replays (pipelined HGETALL) and the " +
+				"copy-target guard's hashes (HMGET); it writes nothing and walks nothing (no SCAN)",
 			// Read-only: an operator's command never writes in Redis; the deletes are the
 			// deleter's alone, under its own user.
 			Commands: []string{"ping", "hget", "hgetall", "hmget"},
 			ReadKeys: []string{blockKeys, registryKeys, guardPrefix + "*"}},
 		{Stage: pipeline.StageScanner,
-			Role: "walks the block keys (SCAN, pipelined HGETALL), reads the registry snapshot (HGETALL, HGET), a store's size when its round starts (DBSIZE), each instance's KVCM counters for the audit (HGETALL of its metadata hash) and, pacing a walk by scanner.duty, the server's clock (TIME first and last in each pipelined read: how long it held Redis)",
+			Role: "walks the block keys (SCAN, pipelined HGETALL), reads the registry snapshot " +
+				"(HGETALL, HGET), a store's size when its round starts (DBSIZE), each instance's " +
+				"KVCM counters for the audit (HGETALL of its metadata hash) and, pacing a " +
+				"walk by scanner.duty, the server's clock (TIME first and last in each pipelined read: how long it held Redis)",
 			// No write command at all: the scanner is read-only. Without +time a duty-paced
 			// walk is timed by its round trip. No +info: scanner.redis_cpu_ceiling, opt-in,
 			// needs it added, and without it the walk is paced by the duty alone.
 			Commands: []string{"ping", "scan", "hget", "hgetall", "dbsize", "time"},
 			ReadKeys: []string{blockKeys, registryKeys, metadataKeys}},
 		{Stage: pipeline.StageProber,
-			Role:     "reads the registry's storage table, and the copy-target guard's hashes (HMGET) when guard.kind is redis; it never reads a block: the batch carries the bytes",
+			Role: "reads the registry's storage table, and the copy-target guard's hashes " +
+				"(HMGET) when guard.kind is redis; it never reads a block: the batch carries the bytes",
 			Commands: []string{"ping", "hget", "hgetall", "hmget"},
 			ReadKeys: []string{registryKeys, guardPrefix + "*"}},
 		{Stage: pipeline.StageDeleter,
-			Role:      "reads a target block whole (HGETALL) and runs the compare-and-swap and compare-and-delete scripts, which call HGET, HKEYS, HLEN, HGETALL, HSET, HDEL and DEL on that one key (Redis 7 checks a script's commands against the caller's ACL); no registry access",
-			Commands:  []string{"ping", "hgetall", "hget", "hkeys", "hlen", "evalsha", "eval", "script|load", "hset", "hdel", "del"},
+			Role: "reads a target block whole (HGETALL) and runs the compare-and-swap and " +
+				"compare-and-delete scripts, which call HGET, HKEYS, HLEN, HGETALL, HSET, HDEL " +
+				"and DEL on that one key (Redis 7 checks a script's commands against the caller's ACL); no registry access",
+			Commands: []string{"ping", "hgetall", "hget", "hkeys", "hlen", "evalsha", "eval",
+				"script|load", "hset", "hdel", "del"},
 			WriteKeys: []string{blockKeys}},
 		{Stage: pipeline.StageWalker,
-			Role:     "reads the registry (HGETALL, HGET) to name the instances and specs of the files it walks; it reads no block",
+			Role: "reads the registry (HGETALL, HGET) to name the instances and specs of the " +
+				"files it walks; it reads no block",
 			Commands: []string{"ping", "hget", "hgetall"},
 			ReadKeys: []string{registryKeys}},
 		{Stage: pipeline.StageSweeper,
-			Role:     "reads the registry and, before and after quarantining a file, the file's block (pipelined HGETALL) to see whether a location names it; it writes nothing in Redis",
+			Role: "reads the registry and, before and after quarantining a file, the file's " +
+				"block (pipelined HGETALL) to see whether a location names it; it writes nothing in Redis",
 			Commands: []string{"ping", "hget", "hgetall"},
 			ReadKeys: []string{blockKeys, registryKeys}},
 	}
@@ -176,8 +193,12 @@ func kvWrite(bucket string, filters ...string) []string {
 // and read a message of the stream by sequence: the one the server gave up on, which a
 // max-deliveries advisory names (deadLetters), becomes a deadletter event.
 func pull(stream, consumer string) []string {
-	return []string{consumerInfo(stream, consumer), api + "CONSUMER.MSG.NEXT." + stream + "." + consumer, "$JS.ACK." + stream + "." + consumer + ".>",
-		api + "STREAM.MSG.GET." + stream}
+	return []string{
+		consumerInfo(stream, consumer),
+		api + "CONSUMER.MSG.NEXT." + stream + "." + consumer,
+		"$JS.ACK." + stream + "." + consumer + ".>",
+		api + "STREAM.MSG.GET." + stream,
+	}
 }
 
 // deadLetters is the subscription to a consumer's max-deliveries advisories: a message whose
@@ -204,37 +225,75 @@ func NATS(n subjects.Names) []NATSUser {
 	cat := func(parts ...[]string) []string { return slices.Concat(parts...) }
 	return []NATSUser{
 		{Stage: StageAdmin,
-			Role:    "creates and checks the streams, consumers and buckets (kvcm-gc ensure), and runs the operator's commands (status, replay, report, dlq, pause, resume, round start)",
+			Role: "creates and checks the streams, consumers and buckets (kvcm-gc ensure), " +
+				"and runs the operator's commands (status, replay, report, dlq, pause, resume, round start)",
 			Publish: []string{">"}, Subscribe: []string{">"}},
 		{Stage: pipeline.StageScanner,
-			Role:   "publishes scan batches and its events, holds the store leases and its presence in the LEASE bucket (store.*, member.* keys; and watches it for released leases), keeps the checkpoints and the stores index and reads its pause and the operators' round start requests in the STATE bucket (checkpoint.*, stores; scanner_pause and round_start, which it may not write), reads the prober's and the deleter's backlog, and, only with collect_unregistered_instances, publishes delete requests of the keys of instances the registry no longer lists",
+			Role: "publishes scan batches and its events, holds the store leases and its " +
+				"presence in the LEASE bucket (store.*, member.* keys; and watches it for " +
+				"released leases), keeps the checkpoints and the stores index and reads its " +
+				"pause and the operators' round start requests in the STATE bucket " +
+				"(checkpoint.*, stores; scanner_pause and round_start, which it may " +
+				"not write), reads the prober's and the deleter's backlog, and, " +
+				"only with collect_unregistered_instances, publishes delete " +
+				"requests of the keys of instances the registry no longer lists",
 			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: []string{n.DeleteFilter()}}},
-			Publish: cat([]string{n.BatchFilter(), ev(subjects.EventRound), ev(subjects.EventSkip)},
-				kvWrite(state, subjects.CheckpointFilter(), subjects.StoresKey), kvWrite(lease, subjects.StoreLeaseFilter(), subjects.MemberFilter()),
+			Publish: cat(
+				[]string{n.BatchFilter(), ev(subjects.EventRound), ev(subjects.EventSkip)},
+				kvWrite(state, subjects.CheckpointFilter(), subjects.StoresKey),
+				kvWrite(lease, subjects.StoreLeaseFilter(), subjects.MemberFilter()),
 				kvRead(state, subjects.CheckpointFilter(), subjects.StoresKey, subjects.ScannerPauseKey, subjects.RoundStartKey),
 				kvRead(lease, subjects.StoreLeaseFilter(), subjects.MemberFilter()),
-				[]string{consumerInfo(batches, n.ProberConsumer()), consumerInfo(deletes, n.DeleterConsumer())}),
+				[]string{consumerInfo(batches, n.ProberConsumer()), consumerInfo(deletes, n.DeleterConsumer())},
+			),
 			Subscribe: []string{inbox(n, pipeline.StageScanner), subjects.KVSubjectPrefix(lease) + ">"}},
 		{Stage: pipeline.StageProber,
-			Role: "pulls scan batches from its durable consumer and acknowledges them, records the batches the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes delete requests and its events, and (collect_deleting) records first sights of DELETING locations in the OBSERVED bucket",
-			Publish: cat([]string{n.DeleteFilter()}, kvWrite(observed, ">"), kvRead(observed, ">"),
-				[]string{ev(subjects.EventCandidate), ev(subjects.EventSkip), ev(subjects.EventPoison), ev(subjects.EventDeadLetter)},
-				pull(batches, n.ProberConsumer())),
+			Role: "pulls scan batches from its durable consumer and acknowledges them, records " +
+				"the batches the server gave up on (its max-deliveries advisories, and the " +
+				"message read by sequence), publishes delete requests and its events, and " +
+				"(collect_deleting) records first sights of DELETING locations in the OBSERVED bucket",
+			Publish: cat(
+				[]string{n.DeleteFilter()},
+				kvWrite(observed, ">"),
+				kvRead(observed, ">"),
+				[]string{
+					ev(subjects.EventCandidate),
+					ev(subjects.EventSkip),
+					ev(subjects.EventPoison),
+					ev(subjects.EventDeadLetter),
+				},
+				pull(batches, n.ProberConsumer()),
+			),
 			Subscribe: []string{inbox(n, pipeline.StageProber), deadLetters(batches, n.ProberConsumer())}},
 		{Stage: pipeline.StageDeleter,
-			Role: "pulls delete requests from its durable consumer and acknowledges them, records the requests the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes its events, and counts the keys it deletes and the bytes of the locations it removes in the STATE bucket (kvcm-gc's share of the drift of KVCM's counters)",
-			Publish: cat([]string{ev(subjects.EventDelete)}, kvWrite(state, subjects.DeletedKeysFilter()), kvRead(state, subjects.DeletedKeysFilter()),
-				[]string{ev(subjects.EventPoison), ev(subjects.EventDeadLetter)}, pull(deletes, n.DeleterConsumer())),
+			Role: "pulls delete requests from its durable consumer and acknowledges them, " +
+				"records the requests the server gave up on (its max-deliveries advisories, and " +
+				"the message read by sequence), publishes its events, and counts the keys it " +
+				"deletes and the bytes of the locations it removes in the STATE bucket " +
+				"(kvcm-gc's share of the drift of KVCM's counters)",
+			Publish: cat(
+				[]string{ev(subjects.EventDelete)},
+				kvWrite(state, subjects.DeletedKeysFilter()),
+				kvRead(state, subjects.DeletedKeysFilter()),
+				[]string{ev(subjects.EventPoison), ev(subjects.EventDeadLetter)},
+				pull(deletes, n.DeleterConsumer()),
+			),
 			Subscribe: []string{inbox(n, pipeline.StageDeleter), deadLetters(deletes, n.DeleterConsumer())}},
 		{Stage: pipeline.StageWalker,
-			Role:   "publishes sweep batches and its walk events, holds the swept storages' leases (LEASE bucket) and walk checkpoints (STATE bucket) under sweep.* keys, reads its pause (walker_pause in STATE) and the sweepers' backlog, and, only with collect_unregistered_instances, reads the scanners' checkpoints",
+			Role: "publishes sweep batches and its walk events, holds the swept storages' " +
+				"leases (LEASE bucket) and walk checkpoints (STATE bucket) under sweep.* keys, " +
+				"reads its pause (walker_pause in STATE) and the sweepers' backlog, and, " +
+				"only with collect_unregistered_instances, reads the scanners' checkpoints",
 			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: kvRead(state, subjects.CheckpointFilter())}},
 			Publish: cat([]string{n.SweepFilter(), ev(subjects.EventSweep)},
 				kvWrite(lease, sweepKeys), kvWrite(state, sweepKeys), kvRead(lease, sweepKeys), kvRead(state, sweepKeys),
 				[]string{kvGet(state, subjects.WalkerPauseKey), consumerInfo(sweep, n.SweeperConsumer())}),
 			Subscribe: []string{inbox(n, pipeline.StageWalker)}},
 		{Stage: pipeline.StageSweeper,
-			Role:   "pulls sweep batches from its durable consumer and acknowledges them, records the batches the server gave up on (its max-deliveries advisories, and the message read by sequence), publishes its events, and, only with collect_unregistered_instances, reads the scanners' checkpoints (STATE bucket)",
+			Role: "pulls sweep batches from its durable consumer and acknowledges them, " +
+				"records the batches the server gave up on (its max-deliveries advisories, and " +
+				"the message read by sequence), publishes its events, and, only with " +
+				"collect_unregistered_instances, reads the scanners' checkpoints (STATE bucket)",
 			OptIns: []OptIn{{Key: OptInCollectUnregistered, Publish: kvRead(state, subjects.CheckpointFilter())}},
 			Publish: cat([]string{ev(subjects.EventSweep), ev(subjects.EventPoison), ev(subjects.EventDeadLetter)},
 				pull(sweep, n.SweeperConsumer())),
@@ -283,8 +342,10 @@ func AccountConfig(ns []NATSUser, users map[string]string) string {
 		return strings.Join(q, ", ")
 	}
 	for _, u := range ns {
-		fmt.Fprintf(&b, "      {\n        # %s\n        user: %q\n        password: $%s\n", u.Role, userOf(users, u.Stage), PasswordEnv(u.Stage))
-		fmt.Fprintf(&b, "        permissions: {\n          publish: {allow: [%s]}\n          subscribe: {allow: [%s]}\n        }\n      }\n",
+		fmt.Fprintf(&b, "      {\n        # %s\n        user: %q\n        password: $%s\n", u.Role,
+			userOf(users, u.Stage), PasswordEnv(u.Stage))
+		fmt.Fprintf(&b, "        permissions: {\n          publish: {allow: [%s]}\n          "+
+			"subscribe: {allow: [%s]}\n        }\n      }\n",
 			list(u.Publish), list(u.Subscribe))
 	}
 	b.WriteString("    ]\n  }\n}\n")
@@ -322,8 +383,8 @@ func Template() ([]byte, error) {
 		return nil, err
 	}
 	objects := strings.TrimSuffix(n.BatchesStream(), "_BATCHES")
-	r := strings.NewReplacer(objects, PlaceholderObjects, standInPrefix, PlaceholderPrefix, standInCluster, PlaceholderCluster,
-		standInGuard, PlaceholderGuardPrefix)
+	r := strings.NewReplacer(objects, PlaceholderObjects, standInPrefix, PlaceholderPrefix,
+		standInCluster, PlaceholderCluster, standInGuard, PlaceholderGuardPrefix)
 	type redisUser struct {
 		Stage string `json:"stage"`
 		User  string `json:"user"`
@@ -350,13 +411,17 @@ func Template() ([]byte, error) {
 	}
 	out.Comment = "Generated from deploy/privileges by `go generate ./deploy`; do not edit."
 	out.Placeholders = map[string]string{
-		PlaceholderPrefix:      "subject_prefix",
-		PlaceholderCluster:     "the cluster as one subject token (unchanged when made of [A-Za-z0-9_-])",
-		PlaceholderObjects:     "KVCMGC_<prefix>_<cluster>, the start of every stream and bucket name, as `kvcm-gc status` prints it",
+		PlaceholderPrefix:  "subject_prefix",
+		PlaceholderCluster: "the cluster as one subject token (unchanged when made of [A-Za-z0-9_-])",
+		PlaceholderObjects: "KVCMGC_<prefix>_<cluster>, the start of every stream and bucket name, " +
+			"as `kvcm-gc status` prints it",
 		PlaceholderGuardPrefix: "guard.prefix",
 	}
 	for _, u := range Redis(standInGuard) {
-		out.Redis = append(out.Redis, redisUser{Stage: u.Stage, User: DefaultUser(u.Stage), Role: u.Role, Rules: r.Replace(u.Rules())})
+		out.Redis = append(
+			out.Redis,
+			redisUser{Stage: u.Stage, User: DefaultUser(u.Stage), Role: u.Role, Rules: r.Replace(u.Rules())},
+		)
 	}
 	fill := func(in []string) []string {
 		o := make([]string, len(in))
