@@ -23,14 +23,10 @@ import (
 
 func setup(t *testing.T) (jetstream.JetStream, subjects.Names) {
 	t.Helper()
-	js := testenv.StartNATS(t).JetStream(t)
-	names, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
 	s := subjects.DefaultSettings()
 	s.Storage = jetstream.MemoryStorage
 	s.DeleterMaxAckPending = 3
-	require.NoError(t, subjects.Ensure(context.Background(), js, names, s))
-	return js, names
+	return testenv.Topology(t, s)
 }
 
 // waitPending waits until the deleter consumer counts n pending messages: the count follows
@@ -208,13 +204,10 @@ func TestCollectorKeepsLastReading(t *testing.T) {
 // it discarded before its consumer acknowledged them as lost.
 func TestCollectorReportsDiscards(t *testing.T) {
 	ctx := context.Background()
-	js := testenv.StartNATS(t).JetStream(t)
-	names, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
 	s := subjects.DefaultSettings()
 	s.Storage = jetstream.MemoryStorage
 	s.MaxBytes = 64 << 10
-	require.NoError(t, subjects.Ensure(ctx, js, names, s))
+	js, names := testenv.Topology(t, s)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, jsmetrics.Register(reg, js, names, []string{pipeline.StageDeleter}))
 

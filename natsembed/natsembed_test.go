@@ -1,11 +1,9 @@
 package natsembed_test
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,12 +14,6 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/natsembed"
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func TestStart(t *testing.T) {
 	dir := t.TempDir()
@@ -39,7 +31,7 @@ func TestStart(t *testing.T) {
 	require.Equal(t, int64(4096), nc.MaxPayload())
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	_, err = js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}})
+	_, err = js.CreateStream(testenv.Context(t), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}})
 	require.NoError(t, err)
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
@@ -64,7 +56,7 @@ func TestStartErrors(t *testing.T) {
 }
 
 func TestRestartKeepsData(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	srv := testenv.StartNATS(t)
 	url := srv.URL()
 	js := srv.JetStream(t)
@@ -94,7 +86,7 @@ func TestRestartKeepsData(t *testing.T) {
 }
 
 func TestAccountsAndPermissions(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	srv := testenv.StartNATS(t, testenv.WithNATSAccounts(
 		natsembed.Account{Name: "GC", JetStream: true, Users: []natsembed.User{
 			{Name: "admin", Password: "a"},
@@ -146,7 +138,7 @@ func TestAccountsAndPermissions(t *testing.T) {
 }
 
 func TestTLS(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	srv := testenv.StartNATS(t, testenv.WithNATSTLS())
 	require.Regexp(t, `^tls://127\.0\.0\.1:\d+$`, srv.URL())
 	require.FileExists(t, srv.CAFile())
@@ -169,15 +161,12 @@ func TestTLS(t *testing.T) {
 }
 
 func TestLogger(t *testing.T) {
-	var lines []string
-	h := &captureHandler{lines: &lines}
-	s, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir(), Logger: newLogger(h)})
+	h := &testenv.Messages{}
+	s, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir(), Logger: slog.New(h)})
 	require.NoError(t, err)
 	s.Shutdown()
 	s.WaitForShutdown()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	require.NotEmpty(t, lines)
+	require.NotEmpty(t, h.All())
 }
 
 // TestMaxStore: the streams' reservations are counted against MaxStore, not against the disk
@@ -194,7 +183,7 @@ func TestMaxStore(t *testing.T) {
 		require.NoError(t, err)
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
-		_, err = js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, MaxBytes: c.stream})
+		_, err = js.CreateStream(testenv.Context(t), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, MaxBytes: c.stream})
 		if c.ok {
 			require.NoError(t, err, "limit %d, stream %d", c.limit, c.stream)
 		} else {
@@ -217,20 +206,3 @@ func TestOptions(t *testing.T) {
 	_, err = natsembed.Options(natsembed.Config{StoreDir: "/x", Accounts: []natsembed.Account{{Name: "A"}, {Name: "A"}}})
 	require.ErrorContains(t, err, `account "A" twice`)
 }
-
-type captureHandler struct {
-	mu    sync.Mutex
-	lines *[]string
-}
-
-func (h *captureHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	*h.lines = append(*h.lines, r.Message)
-	return nil
-}
-func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
-
-func newLogger(h slog.Handler) *slog.Logger { return slog.New(h) }

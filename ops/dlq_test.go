@@ -23,14 +23,9 @@ import (
 // entry per message, the first event recorded for it, with the number of records.
 func TestDLQListOneEntryPerMessage(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartNATS(t)
-	js, err := jetstream.New(srv.Conn(t))
-	require.NoError(t, err)
-	names, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
 	s := subjects.DefaultSettings()
 	s.Storage = jetstream.MemoryStorage
-	require.NoError(t, subjects.Ensure(ctx, js, names, s))
+	js, names := testenv.Topology(t, s)
 	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names}, pipeline.EventLogDeps{JS: js})
 	require.NoError(t, err)
 	deletes := names.DeletesStream()
@@ -70,14 +65,9 @@ func TestDLQListOneEntryPerMessage(t *testing.T) {
 // re-published at once.
 func TestDLQRetryRefusesPoison(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartNATS(t)
-	js, err := jetstream.New(srv.Conn(t))
-	require.NoError(t, err)
-	names, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
 	s := subjects.DefaultSettings()
 	s.Storage = jetstream.MemoryStorage
-	require.NoError(t, subjects.Ensure(ctx, js, names, s))
+	js, names := testenv.Topology(t, s)
 	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names}, pipeline.EventLogDeps{JS: js})
 	require.NoError(t, err)
 	deletes := names.DeletesStream()

@@ -16,24 +16,13 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
-// topology starts a JetStream server holding kvcm-gc's streams, consumers and buckets for
-// cluster c1, made with settings st.
-func topology(t *testing.T, st subjects.Settings) (jetstream.JetStream, subjects.Names) {
-	t.Helper()
-	js := testenv.StartNATS(t).JetStream(t)
-	names, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
-	require.NoError(t, subjects.Ensure(context.Background(), js, names, st))
-	return js, names
-}
-
 // A poison message is terminated, a panicking one dead-lettered at MaxDeliver, and neither
 // blocks the messages behind it; both are recorded as events with their stream sequence.
 func TestConsumerDisposition(t *testing.T) {
 	ctx := context.Background()
 	st := subjects.DefaultSettings()
 	st.MaxDeliver = 2
-	js, names := topology(t, st)
+	js, names := testenv.Topology(t, st)
 	for _, body := range []string{"poison", "panic", "ok1", "ok2"} {
 		_, err := js.Publish(ctx, names.DeleteSubject("inst1"), []byte(body))
 		require.NoError(t, err)

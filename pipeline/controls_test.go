@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,35 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
-
-// records keeps the log records' messages.
-type records struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, rec.Message)
-	return nil
-}
-func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *records) WithGroup(string) slog.Handler      { return r }
-
-func (r *records) count(msg string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, m := range r.msgs {
-		if m == msg {
-			n++
-		}
-	}
-	return n
-}
 
 // pauseKV is a state bucket holding only a pause (or an error reading it).
 type pauseKV struct {
@@ -75,7 +47,7 @@ func (e pauseEntry) Operation() jetstream.KeyValueOp { return jetstream.KeyValue
 // once, whatever the number of ticks (and of walks) that read it.
 func TestControlsLogEachChangeOnce(t *testing.T) {
 	ctx := context.Background()
-	logs := &records{}
+	logs := &testenv.Messages{}
 	kv := &pauseKV{}
 	var deleter uint64
 	paused := prometheus.NewGauge(prometheus.GaugeOpts{Name: "paused"})
@@ -99,7 +71,7 @@ func TestControlsLogEachChangeOnce(t *testing.T) {
 	_, full, err := read(3)
 	require.NoError(t, err)
 	require.False(t, full)
-	require.Empty(t, logs.msgs, "nothing to say while scanning")
+	require.Empty(t, logs.All(), "nothing to say while scanning")
 
 	kv.until = now.Add(time.Hour)
 	until, _, _ := read(5)
@@ -113,18 +85,18 @@ func TestControlsLogEachChangeOnce(t *testing.T) {
 	deleter = 3
 	_, full, _ = read(5)
 	require.False(t, full)
-	require.Equal(t, 1, logs.count("stage paused"))
-	require.Equal(t, 1, logs.count("stage resumed"))
-	require.Equal(t, 1, logs.count("backpressure: walks held back"))
-	require.Equal(t, 1, logs.count("backpressure over: walking again"))
+	require.Equal(t, 1, logs.Count("stage paused"))
+	require.Equal(t, 1, logs.Count("stage resumed"))
+	require.Equal(t, 1, logs.Count("backpressure: walks held back"))
+	require.Equal(t, 1, logs.Count("backpressure over: walking again"))
 
 	// A pause that ends between two readings is over at once, the gauge with it.
 	kv.until = now.Add(ControlRefresh + ControlRefresh/2)
 	_, _, _ = read(1)
 	until, _, _ = c.Read(ctx, now.Add(ControlRefresh*3/4)) // the reading is reused, the pause is over
 	require.True(t, until.IsZero())
-	require.Equal(t, 2, logs.count("stage resumed"))
-	require.Zero(t, gaugeOf(t, paused))
+	require.Equal(t, 2, logs.Count("stage resumed"))
+	require.Zero(t, testenv.GaugeValue(t, paused))
 	kv.until = time.Time{}
 
 	// A pause that cannot be read fails closed, said once too.
@@ -134,8 +106,8 @@ func TestControlsLogEachChangeOnce(t *testing.T) {
 	kv.err = nil
 	_, _, err = read(5)
 	require.NoError(t, err)
-	require.Equal(t, 1, logs.count("read stage pause; walks held until it can be read"))
-	require.Equal(t, 1, logs.count("stage pause readable again"))
+	require.Equal(t, 1, logs.Count("read stage pause; walks held until it can be read"))
+	require.Equal(t, 1, logs.Count("stage pause readable again"))
 
 	// Readings are reused for ControlRefresh: a burst of ticks reads once.
 	reads := 0

@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // Stand-ins for collaborators a constructor requires but the call under test never reaches
@@ -45,13 +44,7 @@ func TestConstructorsRequire(t *testing.T) {
 			return err
 		}, []string{"consumer of prober", "no JetStream consumer", "no handler"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.new()
-			require.Error(t, err)
-			for _, w := range tc.want {
-				require.ErrorContains(t, err, w)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { testenv.RequireRefused(t, tc.new(), tc.want...) })
 	}
 }
 
@@ -68,7 +61,7 @@ func TestNilMetrics(t *testing.T) {
 			l, err := NewEventLog(EventLogConfig{Names: names}, EventLogDeps{JS: failingJS{}})
 			require.NoError(t, err)
 			require.Nil(t, l.Emit(ctx, subjects.Event{Kind: subjects.EventSkip, Stage: StageProber, Instance: "i"}))
-			require.Equal(t, 1.0, counterOf(t, l.metrics.OperationErrors.WithLabelValues(StageProber, "event")))
+			require.Equal(t, 1.0, testenv.CounterValue(t, l.metrics.OperationErrors.WithLabelValues(StageProber, "event")))
 			return l.metrics
 		}},
 		{"consumer: a failed message", func(t *testing.T) any {
@@ -76,7 +69,7 @@ func TestNilMetrics(t *testing.T) {
 				Handle: func(context.Context, jetstream.Msg) error { return errDown }})
 			require.NoError(t, err)
 			c.process(ctx, ctx, &delayMsg{delivered: 1})
-			require.Equal(t, 1.0, counterOf(t, c.metrics.Messages.WithLabelValues(StageDeleter, MsgNak)))
+			require.Equal(t, 1.0, testenv.CounterValue(t, c.metrics.Messages.WithLabelValues(StageDeleter, MsgNak)))
 			return c.metrics
 		}},
 	} {
@@ -84,18 +77,4 @@ func TestNilMetrics(t *testing.T) {
 			require.NotNil(t, tc.record(t))
 		})
 	}
-}
-
-func counterOf(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	require.NoError(t, c.Write(&m))
-	return m.GetCounter().GetValue()
-}
-
-func gaugeOf(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	require.NoError(t, g.Write(&m))
-	return m.GetGauge().GetValue()
 }

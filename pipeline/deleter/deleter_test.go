@@ -10,13 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestAddRemoved: concurrent deleters' counts of deleted keys, removed locations and their
 // bytes add up, per instance.
 func TestAddRemoved(t *testing.T) {
 	ctx := context.Background()
-	js, n := topology(t, subjects.DefaultSettings())
+	js, n := testenv.Topology(t, subjects.DefaultSettings())
 	kv, err := js.KeyValue(ctx, n.StateBucket())
 	require.NoError(t, err)
 	var wg sync.WaitGroup

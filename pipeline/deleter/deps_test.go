@@ -1,12 +1,8 @@
 package deleter
 
 import (
-	"context"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
@@ -30,13 +26,7 @@ func TestDeleterRequires(t *testing.T) {
 		{"deleter", func() error { _, err := New(DefaultConfig(), Deps{}); return err },
 			[]string{"deleter: no metadata store resolver"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.new()
-			require.Error(t, err)
-			for _, w := range tc.want {
-				require.ErrorContains(t, err, w)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { testenv.RequireRefused(t, tc.new(), tc.want...) })
 	}
 	_, err := New(DefaultConfig(), Deps{Stores: oneStore{}})
 	require.NoError(t, err, "the rest is optional")
@@ -54,7 +44,7 @@ func TestDeleterNilMetrics(t *testing.T) {
 			d, err := New(DefaultConfig(), Deps{Names: names, Stores: oneStore{}})
 			require.NoError(t, err)
 			d.track(7, true)
-			require.Equal(t, 1.0, gaugeOf(t, d.metrics.InflightDeletes))
+			require.Equal(t, 1.0, testenv.GaugeValue(t, d.metrics.InflightDeletes))
 			d.track(7, false)
 			return d.metrics
 		}},
@@ -63,22 +53,4 @@ func TestDeleterNilMetrics(t *testing.T) {
 			require.NotNil(t, tc.record(t))
 		})
 	}
-}
-
-func gaugeOf(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	require.NoError(t, g.Write(&m))
-	return m.GetGauge().GetValue()
-}
-
-// topology starts a JetStream server holding kvcm-gc's streams, consumers and buckets for
-// cluster c1, made with settings st.
-func topology(t *testing.T, st subjects.Settings) (jetstream.JetStream, subjects.Names) {
-	t.Helper()
-	js := testenv.StartNATS(t).JetStream(t)
-	names, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
-	require.NoError(t, subjects.Ensure(context.Background(), js, names, st))
-	return js, names
 }

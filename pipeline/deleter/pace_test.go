@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/internal/duty"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // timedStore is a metadata store whose reads and conditional writes each take took (on the
@@ -119,8 +120,8 @@ func TestDeleterPaceKeepsDuty(t *testing.T) {
 			share := st.busy.Seconds() / time.Since(start).Seconds()
 			require.InDelta(t, dutyRatio, share, 0.002, "the store's busy share")
 			require.Equal(t, 1, st.most, "one pipeline at a time on a store")
-			require.InDelta(t, dutyRatio, gaugeOf(t, del.metrics.PaceShare.WithLabelValues("redis-a:6379")), 0.002)
-			require.Equal(t, dutyRatio, gaugeOf(t, del.metrics.PaceDuty.WithLabelValues("redis-a:6379")))
+			require.InDelta(t, dutyRatio, testenv.GaugeValue(t, del.metrics.PaceShare.WithLabelValues("redis-a:6379")), 0.002)
+			require.Equal(t, dutyRatio, testenv.GaugeValue(t, del.metrics.PaceDuty.WithLabelValues("redis-a:6379")))
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // memObserver is a DeletingObserver in memory.
@@ -115,7 +116,7 @@ func TestDeletingGraceValidated(t *testing.T) {
 // it back; other bytes are another key.
 func TestObserverOnJetStream(t *testing.T) {
 	ctx := context.Background()
-	js, n := topology(t, subjects.DefaultSettings())
+	js, n := testenv.Topology(t, subjects.DefaultSettings())
 	kv, err := js.KeyValue(ctx, n.ObservedBucket())
 	require.NoError(t, err)
 	o := KVObserver{KV: kv, TTL: time.Hour}

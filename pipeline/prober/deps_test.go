@@ -5,9 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/guard"
@@ -40,13 +37,7 @@ func TestProberRequires(t *testing.T) {
 			return err
 		}, []string{"prober: no copy-target guard"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.new()
-			require.Error(t, err)
-			for _, w := range tc.want {
-				require.ErrorContains(t, err, w)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { testenv.RequireRefused(t, tc.new(), tc.want...) })
 	}
 }
 
@@ -64,7 +55,7 @@ func TestProberNilMetrics(t *testing.T) {
 				Guard: guard.None{}, Publisher: noPublisher{}})
 			require.NoError(t, err)
 			require.ErrorIs(t, p.publish(ctx, subjects.DeleteRequest{Instance: "i"}), errDown)
-			require.Equal(t, 1.0, counterOf(t, p.metrics.ops.WithLabelValues("publish")))
+			require.Equal(t, 1.0, testenv.CounterValue(t, p.metrics.ops.WithLabelValues("publish")))
 			return p.metrics
 		}},
 	} {
@@ -75,21 +66,3 @@ func TestProberNilMetrics(t *testing.T) {
 }
 
 var errDown = errors.New("connection refused")
-
-func counterOf(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	require.NoError(t, c.Write(&m))
-	return m.GetCounter().GetValue()
-}
-
-// topology starts a JetStream server holding kvcm-gc's streams, consumers and buckets for
-// cluster c1, made with settings st.
-func topology(t *testing.T, st subjects.Settings) (jetstream.JetStream, subjects.Names) {
-	t.Helper()
-	js := testenv.StartNATS(t).JetStream(t)
-	names, err := subjects.NewNames("kvcmgc", "c1")
-	require.NoError(t, err)
-	require.NoError(t, subjects.Ensure(context.Background(), js, names, st))
-	return js, names
-}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // TestScannerRequires: a scanner missing a collaborator it cannot run without, or given a bad
@@ -27,13 +29,7 @@ func TestScannerRequires(t *testing.T) {
 			return err
 		}, []string{"scan_batch_size"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.new()
-			require.Error(t, err)
-			for _, w := range tc.want {
-				require.ErrorContains(t, err, w)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { testenv.RequireRefused(t, tc.new(), tc.want...) })
 	}
 }
 

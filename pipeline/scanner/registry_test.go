@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 type failingRegistry struct {
@@ -33,7 +33,7 @@ func (f *failingRegistry) ReadRegistry(context.Context) (*meta.Registry, error) 
 // A failed read is not retried before the backoff delay, whoever asks, and the delay grows.
 func TestRegistryCacheBacksOff(t *testing.T) {
 	ctx := context.Background()
-	logs := &records{}
+	logs := &testenv.Messages{}
 	r := &failingRegistry{err: errors.New("connection refused")}
 	var attempts []int
 	c := newRegistryCache(r, func(n int) time.Duration { attempts = append(attempts, n); return time.Duration(n) * time.Second },
@@ -52,14 +52,14 @@ func TestRegistryCacheBacksOff(t *testing.T) {
 	_, retry, _ = c.get(ctx, now)
 	require.Equal(t, now.Add(2*time.Second), retry, "the delay grows")
 	require.Equal(t, []int{1, 2}, attempts)
-	require.Equal(t, 2, logs.count("read registry; backing off"), "one line per read, not per tick")
+	require.Equal(t, 2, logs.Count("read registry; backing off"), "one line per read, not per tick")
 
 	r.err = nil
 	r.reg = &meta.Registry{Instances: []meta.Instance{{ID: "b", Group: "g", Store: "s2"}, {ID: "a", Group: "g", Store: "s1"}}}
 	snap, _, err := c.get(ctx, retry)
 	require.NoError(t, err)
 	require.Equal(t, []string{"s1", "s2"}, storesOf(snap))
-	require.Equal(t, 1, logs.count("registry readable again"))
+	require.Equal(t, 1, logs.Count("registry readable again"))
 	_, _, err = c.get(ctx, retry.Add(registryReuse/2))
 	require.NoError(t, err)
 	require.Equal(t, 3, r.calls, "a fresh snapshot serves every walk")
@@ -141,32 +141,4 @@ func TestRegistryBackoff(t *testing.T) {
 		seen[RegistryBackoff(5)] = true
 	}
 	require.Greater(t, len(seen), 1)
-}
-
-// records keeps the log records' messages.
-type records struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, rec.Message)
-	return nil
-}
-func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *records) WithGroup(string) slog.Handler      { return r }
-
-func (r *records) count(msg string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, m := range r.msgs {
-		if m == msg {
-			n++
-		}
-	}
-	return n
 }

@@ -6,13 +6,12 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
 // Stand-ins for collaborators a constructor requires but the call under test never reaches
@@ -51,13 +50,7 @@ func TestConstructorsRequire(t *testing.T) {
 			return err
 		}, []string{"walker: sweep_batch_size: must be > 0"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.new()
-			require.Error(t, err)
-			for _, w := range tc.want {
-				require.ErrorContains(t, err, w)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { testenv.RequireRefused(t, tc.new(), tc.want...) })
 	}
 	_, err := NewSweeper(cfg, SweeperDeps{Registry: reg, Stores: oneStore{}})
 	require.NoError(t, err, "the rest is optional")
@@ -73,20 +66,13 @@ func TestNilMetrics(t *testing.T) {
 		s, err := NewSweeper(cfg, SweeperDeps{Names: names, Registry: downRegistry{}, Stores: oneStore{}})
 		require.NoError(t, err)
 		s.track(3)
-		require.Equal(t, 3.0, gaugeOf(t, s.metrics.InflightFiles))
+		require.Equal(t, 3.0, testenv.GaugeValue(t, s.metrics.InflightFiles))
 	})
 	t.Run("walker: a failed registry read", func(t *testing.T) {
 		w, err := NewWalker(cfg, WalkerDeps{Names: names, Registry: downRegistry{}, Leases: noKV{}, State: noKV{}, Publisher: noPublisher{}})
 		require.NoError(t, err)
 		_, err = w.snapshot(ctx)
 		require.ErrorContains(t, err, "connection refused")
-		require.Equal(t, 1.0, counterOf(t, w.metrics.Errors.WithLabelValues(pipeline.StageWalker, "registry")))
+		require.Equal(t, 1.0, testenv.CounterValue(t, w.metrics.Errors.WithLabelValues(pipeline.StageWalker, "registry")))
 	})
-}
-
-func counterOf(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	require.NoError(t, c.Write(&m))
-	return m.GetCounter().GetValue()
 }

@@ -229,7 +229,7 @@ func TestWalkerOneLeader(t *testing.T) {
 	c := e.waitRound(1)
 	held := 0
 	for _, w := range []*Walker{a, b} {
-		held += int(gaugeOf(t, w.metrics.LeasesHeld))
+		held += int(testenv.GaugeValue(t, w.metrics.LeasesHeld))
 	}
 	require.Equal(t, 1, held)
 	require.Len(t, filesOf(e.published(), subjects.SweepWalk), 10)
@@ -352,13 +352,6 @@ func TestWalkerMetricsPerStorage(t *testing.T) {
 	require.Equal(t, float64(atB.Unix()), got["kvcm_gc_sweep_quarantine_oldest_timestamp_seconds{nfs2}"])
 }
 
-func gaugeOf(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	require.NoError(t, g.Write(&m))
-	return m.GetGauge().GetValue()
-}
-
 // TestWalkerPaused: an operator's pause of the walker (its key in the state bucket) holds
 // every walk: the lease is held, no round starts and nothing is published; once the pause is
 // lifted the round runs.
@@ -375,7 +368,7 @@ func TestWalkerPaused(t *testing.T) {
 
 	w := e.walker("w1", 4)
 	e.run(w)
-	require.Eventually(t, func() bool { return gaugeOf(t, w.metrics.WalkerPaused) == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return testenv.GaugeValue(t, w.metrics.WalkerPaused) == 1 }, 10*time.Second, 5*time.Millisecond)
 	// Held for several renewals of its lease (every 100ms): still no round.
 	leases, err := e.js.KeyValue(ctx, e.names.LeaseBucket())
 	require.NoError(t, err)
@@ -393,5 +386,5 @@ func TestWalkerPaused(t *testing.T) {
 	require.NoError(t, state.Delete(ctx, subjects.WalkerPauseKey))
 	e.waitRound(1)
 	require.Len(t, filesOf(e.published(), subjects.SweepWalk), 1)
-	require.Zero(t, gaugeOf(t, w.metrics.WalkerPaused))
+	require.Zero(t, testenv.GaugeValue(t, w.metrics.WalkerPaused))
 }

@@ -2,8 +2,10 @@ package testenv
 
 import (
 	"context"
+	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 	"github.com/kvcm-gc/kvcm-gc/tools/servers"
@@ -25,4 +27,15 @@ func StagesDrained(ctx context.Context, js jetstream.JetStream, names subjects.N
 // servers.EachMessage.
 func EachMessage(ctx context.Context, js jetstream.JetStream, stream string, filters []string, visit func(jetstream.Msg)) error {
 	return servers.EachMessage(ctx, js, stream, filters, visit)
+}
+
+// Topology starts a JetStream server holding kvcm-gc's streams, consumers and buckets for
+// cluster c1 under the prefix kvcmgc, made with settings st.
+func Topology(t testing.TB, st subjects.Settings) (jetstream.JetStream, subjects.Names) {
+	t.Helper()
+	js := StartNATS(t).JetStream(t)
+	names, err := subjects.NewNames("kvcmgc", "c1")
+	require.NoError(t, err)
+	require.NoError(t, subjects.Ensure(context.Background(), js, names, st))
+	return js, names
 }

@@ -21,15 +21,15 @@ func useStore(t *testing.T, base redismeta.ConnOptions, uri string) error {
 	if err != nil {
 		return err
 	}
-	st, err := redismeta.OpenStore(testCtx(t), conn, redismeta.StoreOptions{})
+	st, err := redismeta.OpenStore(testenv.Context(t), conn, redismeta.StoreOptions{})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if _, err := metatest.ScanInstance(testCtx(t), st, "i", 0, 10); err != nil {
+	if _, err := metatest.ScanInstance(testenv.Context(t), st, "i", 0, 10); err != nil {
 		return err
 	}
-	_, _, err = metatest.GetURI(testCtx(t), st, "i", 1)
+	_, _, err = metatest.GetURI(testenv.Context(t), st, "i", 1)
 	return err
 }
 
@@ -37,7 +37,7 @@ func useStore(t *testing.T, base redismeta.ConnOptions, uri string) error {
 // kvcm-gc must get in with the same URI, and fail clearly, without echoing secrets, otherwise.
 func TestKVCMAuth(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v", "__lru_time__", "1").Err())
 	srv.RequirePass(t, "kvcm-user:Pw0rd-42")
 
@@ -88,10 +88,10 @@ func TestACLAuth(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	srv.AddUser(t, "gc-scan", "Sc4nPass", scannerRules...)
 	srv.AddUser(t, "gc-off", "0ffPass", "~*", "+@all")
-	require.NoError(t, srv.Client().Do(testCtx(t), "ACL", "SETUSER", "gc-off", "off").Err())
+	require.NoError(t, srv.Client().Do(testenv.Context(t), "ACL", "SETUSER", "gc-off", "off").Err())
 	// With the default user disabled, nothing gets in without credentials. (The admin client's
 	// open connection stays authenticated; it is not used afterwards.)
-	require.NoError(t, srv.Client().Do(testCtx(t), "ACL", "SETUSER", "default", "off").Err())
+	require.NoError(t, srv.Client().Do(testenv.Context(t), "ACL", "SETUSER", "default", "off").Err())
 
 	tests := []struct {
 		name    string
@@ -122,7 +122,7 @@ func TestACLAuth(t *testing.T) {
 // protected server needs, and the scan sees that database only.
 func TestKVCMAuthWithDB(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 0), "__uri__", "db0").Err())
 	db2 := redis.NewClient(&redis.Options{Addr: srv.Addr(), DB: 2, Protocol: 2, DisableIdentity: true})
 	t.Cleanup(func() { require.NoError(t, db2.Close()) })
@@ -169,7 +169,7 @@ func TestKVCMAuthWithDB(t *testing.T) {
 // acknowledge, and so lose, its request.
 func TestRefusedConnectionFailsEveryCall(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v").Err())
 	srv.RequirePass(t, "right")
 	conn, err := redismeta.ParseURI("redis://wrong@" + srv.Addr())

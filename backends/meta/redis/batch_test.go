@@ -16,7 +16,7 @@ import (
 // other items of the batch run.
 func TestBatchWrongType(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	require.NoError(t, srv.Client().Set(ctx, kvcm.BlockKey("i", 1), "s", 0).Err())
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 2), "__uri__", "v0").Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
@@ -52,7 +52,7 @@ func TestBatchWrongType(t *testing.T) {
 // also empties the script cache) the same store works again.
 func TestBatchServerDown(t *testing.T) {
 	srv := testenv.StartRedis(t, testenv.WithRedisPersistence())
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v0").Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
 	w := []meta.CondWrite{{Layout: kvcm.LayoutLegacy, BlockKey: 1, Expected: []byte("v0"), Next: []byte("v1")}}

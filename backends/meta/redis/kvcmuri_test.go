@@ -160,7 +160,7 @@ func TestKVCMURINames(t *testing.T) {
 // its trailing-slash form is refused as KVCM refuses it, and db=3 reads database 3 only.
 func TestKVCMURIConnects(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	const userInfo = "user:pa/ss"
 	db3 := redis.NewClient(&redis.Options{Addr: srv.Addr(), DB: 3, Protocol: 2, DisableIdentity: true})
 	t.Cleanup(func() { require.NoError(t, db3.Close()) })

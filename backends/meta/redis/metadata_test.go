@@ -15,7 +15,7 @@ import (
 func openStore(t *testing.T, srv *testenv.Redis, dryRun bool) *redismeta.Store {
 	c, err := redismeta.ParseURI(srv.URI())
 	require.NoError(t, err)
-	st, err := redismeta.OpenStore(testCtx(t), c, redismeta.StoreOptions{DryRun: dryRun})
+	st, err := redismeta.OpenStore(testenv.Context(t), c, redismeta.StoreOptions{DryRun: dryRun})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	return st
@@ -24,7 +24,7 @@ func openStore(t *testing.T, srv *testenv.Redis, dryRun bool) *redismeta.Store {
 // TestWatchMetadata: the metadata hash is written only as read, only while no leader lock
 // exists, and only the fields returned.
 func TestWatchMetadata(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	srv := testenv.StartRedis(t)
 	rdb := srv.Client()
 	st := openStore(t, srv, false)
@@ -118,7 +118,7 @@ func TestWatchMetadata(t *testing.T) {
 
 // TestReadMetadata: the hash as stored, an absent one as no field, from a dry-run store too.
 func TestReadMetadata(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	srv := testenv.StartRedis(t)
 	rdb := srv.Client()
 	st := openStore(t, srv, true)

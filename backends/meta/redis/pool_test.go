@@ -89,7 +89,7 @@ func TestPoolResolution(t *testing.T) {
 // signs in with KVCM's and warns.
 func TestPoolKeepsItsOwnUser(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	srv.AddUser(t, "gc-ro", "Ro-Pw", "~*", "+@read", "+ping", "+acl|whoami")
 	srv.RequirePass(t, "kvcm:Kvcm-Pw")
 	uri := redismeta.KVCMURIPrefix + "redis://kvcm:Kvcm-Pw@" + srv.Addr()
@@ -124,7 +124,7 @@ func TestPoolKeepsItsOwnUser(t *testing.T) {
 func TestPoolOpensOncePerName(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	srv.AddUser(t, "gc", "Gc-Pw", "~*", "+@all")
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v", "__lru_time__", "1").Err())
 	p := redismeta.NewPool(redismeta.PoolOptions{Defaults: redismeta.ConnOptions{Username: "gc", Password: "Gc-Pw"}})
 
@@ -156,7 +156,7 @@ func TestPoolOpensOncePerName(t *testing.T) {
 
 func TestPoolDryRun(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	key := kvcm.BlockKey("i", 1)
 	require.NoError(t, srv.Client().HSet(ctx, key, "__uri__", "v").Err())
 	p := redismeta.NewPool(redismeta.PoolOptions{Store: redismeta.StoreOptions{DryRun: true}})

@@ -69,7 +69,7 @@ func startRegistry(t *testing.T) *registryEnv {
 	env.meta2.RequirePass(t, "kvcm:Meta-Pw2")
 	env.meta3.RequirePass(t, slashUserInfo)
 	env.reg.AddUser(t, "gc-registry", "Reg-Pw", registryRules...)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	c := env.reg.Client()
 	p := "kvcache_registry:c1:"
 	require.NoError(t, c.HSet(ctx, p+"storage",
@@ -156,7 +156,7 @@ func TestRegistryReader(t *testing.T) {
 	r := env.reader(t, redismeta.RegistryOptions{Cluster: "c1", GroupStoreURIs: map[string]string{"g-redis2": override}})
 
 	before := env.reg.CommandStats(t)
-	reg, err := r.ReadRegistry(testCtx(t))
+	reg, err := r.ReadRegistry(testenv.Context(t))
 	require.NoError(t, err)
 	sent := make(map[string]int64)
 	for cmd, n := range env.reg.CommandStats(t) {
@@ -281,7 +281,7 @@ func requireNoSecret(t *testing.T, s string) {
 // instances' blocks, each in the database its KVCM uses.
 func TestRegistryToStores(t *testing.T) {
 	env := startRegistry(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	for _, tc := range []struct {
 		srv  *testenv.Redis
 		inst string
@@ -338,7 +338,7 @@ func TestRegistryReaderErrors(t *testing.T) {
 	})
 	t.Run("empty cluster reads empty", func(t *testing.T) {
 		r := env.reader(t, redismeta.RegistryOptions{Cluster: "other"})
-		reg, err := r.ReadRegistry(testCtx(t))
+		reg, err := r.ReadRegistry(testenv.Context(t))
 		require.NoError(t, err)
 		require.Empty(t, reg.Instances)
 		require.Empty(t, reg.Skipped)
@@ -346,7 +346,7 @@ func TestRegistryReaderErrors(t *testing.T) {
 		require.Empty(t, reg.SkippedGroupSummary())
 	})
 	t.Run("groups, all skipped", func(t *testing.T) {
-		ctx := testCtx(t)
+		ctx := testenv.Context(t)
 		c := env.reg.Client()
 		require.NoError(t, c.HSet(ctx, "kvcache_registry:c2:instance_group", "g", groupJSON("g", backend("cached", "redis://h:1"))).Err())
 		require.NoError(t, c.HSet(ctx, "kvcache_registry:c2:instance", "i", "i").Err())
@@ -366,13 +366,13 @@ func TestRegistryReaderErrors(t *testing.T) {
 			redismeta.RegistryOptions{Cluster: "c1"})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, r.Close()) })
-		_, err = r.ReadRegistry(testCtx(t))
+		_, err = r.ReadRegistry(testenv.Context(t))
 		require.ErrorContains(t, err, "NOPERM")
 	})
 	t.Run("server down fails the snapshot", func(t *testing.T) {
 		r := env.reader(t, redismeta.RegistryOptions{Cluster: "c1"})
 		env.reg.Stop()
-		_, err := r.ReadRegistry(testCtx(t))
+		_, err := r.ReadRegistry(testenv.Context(t))
 		require.Error(t, err)
 		require.NotContains(t, err.Error(), "Reg-Pw")
 	})

@@ -298,7 +298,7 @@ func BenchmarkScanStorePaths(b *testing.B) {
 // by the round trip, and is not sent TIME again.
 func TestScanBurstsTook(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := tctx(t)
+	ctx := testenv.Context(t)
 	for i := range 300 {
 		require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", int64(i)), "__uri__", fmt.Sprintf(`{"n":%d}`, i), "__lru_time__", "1").Err())
 	}
@@ -356,12 +356,6 @@ func TestScanBurstsTook(t *testing.T) {
 			}
 		})
 	}
-}
-
-func tctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func TestParseMainThreadCPU(t *testing.T) {

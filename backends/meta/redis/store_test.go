@@ -22,24 +22,18 @@ import (
 // The scanner's least privilege: what a read-only ACL user for kvcm-gc's scan needs.
 var scannerRules = []string{"~*", "+scan", "+hgetall", "+ping"}
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // harness runs the conformance suite against srv, with stores built by conn from the
 // server's address (the admin client writes the fixtures).
 func harness(srv *testenv.Redis, conn func(t *testing.T) redismeta.ConnOptions, readOnly func(t *testing.T) redismeta.ConnOptions) metatest.Harness {
 	open := func(t *testing.T, c redismeta.ConnOptions, o redismeta.StoreOptions) meta.Store {
-		st, err := redismeta.OpenStore(testCtx(t), c, o)
+		st, err := redismeta.OpenStore(testenv.Context(t), c, o)
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, st.Close()) })
 		return st
 	}
 	h := metatest.Harness{
 		NewStore: func(t *testing.T, o metatest.Options) meta.Store {
-			require.NoError(t, srv.Client().FlushAll(testCtx(t)).Err())
+			require.NoError(t, srv.Client().FlushAll(testenv.Context(t)).Err())
 			return open(t, conn(t), redismeta.StoreOptions{DryRun: o.DryRun, EmptyBlock: o.EmptyBlock})
 		},
 		HSet: func(t *testing.T, key string, kv ...string) {
@@ -47,27 +41,27 @@ func harness(srv *testenv.Redis, conn func(t *testing.T) redismeta.ConnOptions, 
 			for i, v := range kv {
 				args[i] = v
 			}
-			require.NoError(t, srv.Client().HSet(testCtx(t), key, args...).Err())
+			require.NoError(t, srv.Client().HSet(testenv.Context(t), key, args...).Err())
 		},
 		SetString: func(t *testing.T, key, value string) {
-			require.NoError(t, srv.Client().Set(testCtx(t), key, value, 0).Err())
+			require.NoError(t, srv.Client().Set(testenv.Context(t), key, value, 0).Err())
 		},
 		HGetAll: func(t *testing.T, key string) map[string]string {
-			m, err := srv.Client().HGetAll(testCtx(t), key).Result()
+			m, err := srv.Client().HGetAll(testenv.Context(t), key).Result()
 			require.NoError(t, err)
 			if len(m) == 0 {
 				return nil
 			}
 			return m
 		},
-		Del: func(t *testing.T, key string) { require.NoError(t, srv.Client().Del(testCtx(t), key).Err()) },
+		Del: func(t *testing.T, key string) { require.NoError(t, srv.Client().Del(testenv.Context(t), key).Err()) },
 		Keys: func(t *testing.T) []string {
-			keys, err := srv.Client().Keys(testCtx(t), "*").Result()
+			keys, err := srv.Client().Keys(testenv.Context(t), "*").Result()
 			require.NoError(t, err)
 			return keys
 		},
 		CommandCalls: func(t *testing.T) map[string]int64 { return srv.CommandStats(t) },
-		FlushScripts: func(t *testing.T) { require.NoError(t, srv.Client().ScriptFlush(testCtx(t)).Err()) },
+		FlushScripts: func(t *testing.T) { require.NoError(t, srv.Client().ScriptFlush(testenv.Context(t)).Err()) },
 	}
 	if readOnly != nil {
 		h.ReadOnlyStore = func(t *testing.T) meta.Store { return open(t, readOnly(t), redismeta.StoreOptions{}) }
@@ -111,7 +105,7 @@ func newStore(t *testing.T, srv *testenv.Redis, o redismeta.StoreOptions) *redis
 	t.Helper()
 	c, err := redismeta.ParseURI(srv.URI())
 	require.NoError(t, err)
-	st, err := redismeta.OpenStore(testCtx(t), c, o)
+	st, err := redismeta.OpenStore(testenv.Context(t), c, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	return st
@@ -121,7 +115,7 @@ func TestScanPageArguments(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	st := newStore(t, srv, redismeta.StoreOptions{})
 	for _, count := range []int{0, -1} {
-		_, err := metatest.ScanInstance(testCtx(t), st, "inst1", 0, count)
+		_, err := metatest.ScanInstance(testenv.Context(t), st, "inst1", 0, count)
 		require.Error(t, err)
 	}
 }
@@ -134,7 +128,7 @@ func TestScanPageArguments(t *testing.T) {
 func TestScanErrorKeepsCursor(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	srv.AddUser(t, "scanner", "scan-pw", scannerRules...)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	for i := range 50 {
 		require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", int64(i)), "__uri__", `{}`, "__lru_time__", "1").Err())
 	}
@@ -193,7 +187,7 @@ func TestScanErrorKeepsCursor(t *testing.T) {
 // the page is read normally.
 func TestScanPerKeyError(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", `{"a":{}}`).Err())
 	require.NoError(t, srv.Client().RPush(ctx, kvcm.BlockKey("i", 2), "x").Err())
 	require.NoError(t, srv.Client().SAdd(ctx, kvcm.BlockKey("i", 3), "x").Err())
@@ -209,7 +203,7 @@ func TestScanPerKeyError(t *testing.T) {
 // construction are gone; EVALSHA's NOSCRIPT falls back to EVAL.
 func TestCASAfterScriptCacheLoss(t *testing.T) {
 	srv := testenv.StartRedis(t, testenv.WithRedisPersistence())
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	key := kvcm.BlockKey("i", 7)
 	require.NoError(t, srv.Client().HSet(ctx, key, "__uri__", "v0", "__lru_time__", "5").Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
@@ -230,7 +224,7 @@ func TestCASAfterScriptCacheLoss(t *testing.T) {
 
 func TestConditionalWriteArguments(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	key := kvcm.BlockKey("i", 1)
 	require.NoError(t, srv.Client().HSet(ctx, key, "__uri__", "", "__lru_time__", "5").Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
@@ -258,7 +252,7 @@ func TestConditionalWriteArguments(t *testing.T) {
 // conflict, and changes nothing.
 func TestStoreWrongType(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	key := kvcm.BlockKey("i", 1)
 	require.NoError(t, srv.Client().Set(ctx, key, "s", 0).Err())
 	st := newStore(t, srv, redismeta.StoreOptions{})
@@ -275,7 +269,7 @@ func TestStoreWrongType(t *testing.T) {
 func TestScanReadRefused(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	srv.AddUser(t, "noread", "pw", "~*", "+scan", "+ping")
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", 1), "__uri__", "v").Err())
 	st, err := redismeta.OpenStore(ctx, redismeta.ConnOptions{Addr: srv.Addr(), Username: "noread", Password: "pw"}, redismeta.StoreOptions{})
 	require.NoError(t, err)
@@ -289,7 +283,7 @@ func TestScanReadRefused(t *testing.T) {
 // at most the size asked and gated before it is sent; a gate's error fails the page.
 func TestScanBursts(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	for i := range 300 {
 		require.NoError(t, srv.Client().HSet(ctx, kvcm.BlockKey("i", int64(i)), "__uri__", fmt.Sprintf(`{"n":%d}`, i), "__lru_time__", "1").Err())
 	}
@@ -345,7 +339,7 @@ func TestScanBursts(t *testing.T) {
 // the kernel has counted enough, however long that takes.
 func TestMainThreadCPU(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	ctx := testCtx(t)
+	ctx := testenv.Context(t)
 	st := newStore(t, srv, redismeta.StoreOptions{DryRun: true})
 	pid := srv.Pid()
 	require.Positive(t, pid)

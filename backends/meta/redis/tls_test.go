@@ -62,10 +62,10 @@ func TestTLSOptions(t *testing.T) {
 			}
 			conn, err := redismeta.ConnOptions{TLS: tc.tls, RetryCount: 1}.ApplyURI(uri)
 			require.NoError(t, err)
-			st, err := redismeta.OpenStore(testCtx(t), conn, redismeta.StoreOptions{})
+			st, err := redismeta.OpenStore(testenv.Context(t), conn, redismeta.StoreOptions{})
 			require.NoError(t, err)
 			defer st.Close()
-			_, err = metatest.ScanInstance(testCtx(t), st, "i", 0, 10)
+			_, err = metatest.ScanInstance(testenv.Context(t), st, "i", 0, 10)
 			if tc.wantErr == "" {
 				require.NoError(t, err)
 				return
