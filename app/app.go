@@ -128,23 +128,6 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 	if err != nil {
 		return err
 	}
-	// Invalid settings stop the process before it touches anything (DESIGN §8.2: grace < 1h).
-	var verrs []error
-	if which.Scanner {
-		verrs = append(verrs, o.Scanner.Validate())
-	}
-	if which.Prober {
-		verrs = append(verrs, o.Prober.Validate())
-	}
-	if which.Deleter {
-		verrs = append(verrs, o.Deleter.Validate())
-	}
-	if which.Walker || which.Sweeper {
-		verrs = append(verrs, o.sweepConfig().Validate())
-	}
-	if err := errors.Join(verrs...); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
-	}
 	apiTimeout := o.APITimeout
 	if apiTimeout <= 0 {
 		apiTimeout = DefaultAPITimeout

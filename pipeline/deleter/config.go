@@ -46,8 +46,8 @@ func DefaultConfig() Config {
 	return Config{CASRetries: 3, Duty: DefaultDuty, AckWait: 60 * time.Second, UnlinkWorkers: 16}
 }
 
-// Validate checks the deleter's keys, each error naming its key; New refuses wiring fields
-// out of bounds.
+// Validate checks the deleter's keys, each error naming its key. New refuses a Config that
+// fails it, and wiring fields out of bounds.
 func (c Config) Validate() error {
 	var errs []error
 	if c.DeleteDelay < 0 {

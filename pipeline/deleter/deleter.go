@@ -56,7 +56,7 @@ type Deps struct {
 
 // New returns the deleter stage of cfg.
 func New(cfg Config, deps Deps) (*Deleter, error) {
-	var refused pipeline.Refusals
+	refused := pipeline.Refusals{cfg.Validate()}
 	refused.Need(cfg.AckWait > 0, "ack wait must be > 0")
 	refused.Need(cfg.UnlinkWorkers >= 1, "unlink workers must be >= 1")
 	refused.Need(deps.Stores != nil, "no metadata store resolver")

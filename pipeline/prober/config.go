@@ -79,8 +79,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks the prober's keys, each error naming its key; New refuses wiring fields
-// out of bounds.
+// Validate checks the prober's keys, each error naming its key. New refuses a Config that
+// fails it, and wiring fields out of bounds.
 func (c Config) Validate() error {
 	var errs []error
 	if c.OrphanWritingGrace < MinOrphanWritingGrace {

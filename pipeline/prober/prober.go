@@ -61,7 +61,7 @@ type Deps struct {
 
 // New returns the prober stage of cfg.
 func New(cfg Config, deps Deps) (*Prober, error) {
-	var refused pipeline.Refusals
+	refused := pipeline.Refusals{cfg.Validate()}
 	refused.Need(cfg.MaxTargets > 0, "max targets must be > 0")
 	refused.Need(cfg.GatherLinger >= 0 && cfg.GatherLinger <= maxGatherLinger,
 		fmt.Sprintf("gather linger must be in 0..%s", maxGatherLinger))

@@ -66,8 +66,8 @@ func DefaultConfig() Config {
 		BatchSize: 256, HighWater: 100, RegistryRefresh: 30 * time.Second, AckWait: 60 * time.Second}
 }
 
-// Validate checks the sweep's keys, each error naming its key; NewWalker and NewSweeper
-// refuse wiring fields out of bounds.
+// Validate checks the sweep's keys, each error naming its key. NewWalker and NewSweeper
+// refuse a Config that fails it, and wiring fields out of bounds.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Grace < MinGrace {

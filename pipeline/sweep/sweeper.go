@@ -73,7 +73,7 @@ type SweeperDeps struct {
 
 // NewSweeper returns the sweeper stage of cfg.
 func NewSweeper(cfg Config, deps SweeperDeps) (*Sweeper, error) {
-	var refused pipeline.Refusals
+	refused := pipeline.Refusals{cfg.Validate()}
 	cfg.refuse(&refused)
 	refused.Need(deps.Registry != nil, "no registry reader")
 	refused.Need(deps.Stores != nil, "no metadata store resolver")
