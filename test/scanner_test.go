@@ -217,6 +217,13 @@ func TestScannerWalksEachStoreOnce(t *testing.T) {
 // TestScannerIdleDoesNotSpin: an unpaced scanner (scan_interval 1ns) between rounds, with its
 // backlog check failing closed or its lease held, waits between ticks instead of spinning: the
 // process's CPU while idle stays far below a core (invariant 7).
+//
+// The window starts once the round's work has drained (waitRoundDone), so it holds no work
+// but the idle one, and it is long, so that a wakeup delayed by a loaded machine weighs
+// little. The bound, a tenth of the window, is the CPU a busy loop takes on an idle machine
+// divided by ten; the stages with their NATS server, under -race at a load of 50 on 2 cores,
+// used 70 ms of it (1.4%): the CPU a wait uses does not grow with the load, only the delay
+// before it runs. A spinning walk takes the whole window wherever it gets a core.
 func TestScannerIdleDoesNotSpin(t *testing.T) {
 	e := newEnv(t)
 	e.seed(seed.Spec{Blocks: 100, Seed: 24, NoFiles: true})
@@ -230,11 +237,12 @@ func TestScannerIdleDoesNotSpin(t *testing.T) {
 		require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	before := cpu()
-	time.Sleep(2 * time.Second)
-	used := cpu() - before
-	t.Logf("CPU while idle between rounds: %s in 2s", used)
-	require.Less(t, used, 700*time.Millisecond, "the idle scanner spins")
+	const window = 5 * time.Second
+	before, start := cpu(), time.Now()
+	time.Sleep(window) // the measured window: there is nothing to await in it
+	used, took := cpu()-before, time.Since(start)
+	t.Logf("CPU while idle between rounds: %s in %s", used, took.Round(time.Millisecond))
+	require.Less(t, used, took/10, "the idle scanner spins")
 }
 
 // A block too large for a message is left out whole and reported by the field that holds its
