@@ -207,6 +207,7 @@ func EnsureReport(
 			continue
 		}
 		var changed []FieldDiff
+		lost := false // an attempt failed on a lost answer: the server may have applied it
 		err := o.retry.Retry(ctx, func(ctx context.Context) error {
 			var err error
 			changed, err = e.update(ctx, top, obj)
@@ -215,6 +216,7 @@ func EnsureReport(
 			}
 			return err
 		}, func(err error, failures int, wait time.Duration) {
+			lost = true
 			o.log.Warn("update jetstream object; retrying",
 				"kind", obj.Kind, "name", obj.Name, "failures", failures, "retry_in", wait,
 				"err", err)
@@ -223,7 +225,12 @@ func EnsureReport(
 			return r.objects, err
 		}
 		r.objects[i].State, r.objects[i].Fields = StateUpdated, changed
-		if len(changed) == 0 {
+		switch {
+		case len(changed) == 0 && lost:
+			// An earlier attempt's update was applied and its answer lost (a timeout under
+			// load): this run updated it, with the fields it found differing.
+			r.objects[i].Fields = obj.Fields
+		case len(changed) == 0:
 			// Someone else made it as wanted meanwhile.
 			r.objects[i].State, r.objects[i].Fields = StateIdentical, nil
 		}

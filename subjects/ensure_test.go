@@ -851,3 +851,51 @@ func TestEnsureReplicasAboveServers(t *testing.T) {
 	s.Replicas = 1
 	require.NoError(t, subjects.Ensure(ctx, js, n, s))
 }
+
+// lostAnswerJS applies the first stream update and answers it with a timeout: the answer lost
+// on a loaded server.
+type lostAnswerJS struct {
+	jetstream.JetStream
+	mu   sync.Mutex
+	lost bool
+}
+
+func (l *lostAnswerJS) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := l.JetStream.UpdateStream(ctx, cfg)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && !l.lost {
+		l.lost = true
+		return nil, nats.ErrTimeout
+	}
+	return st, err
+}
+
+// TestEnsureReportUpdateLostAnswer: an update the server applied but whose answer was lost is
+// retried, finds nothing left to change, and is still reported as this run's update, with the
+// fields it changed (a loaded cluster reported such objects "identical").
+func TestEnsureReportUpdateLostAnswer(t *testing.T) {
+	ctx := testCtx(t)
+	n := mustNames(t, "kvcmgc", "c1")
+	srv := testenv.StartNATS(t)
+	s := subjects.DefaultSettings()
+	_, err := subjects.EnsureReport(ctx, srv.JetStream(t), n, s)
+	require.NoError(t, err)
+	s.EventsMaxAge = time.Hour
+	js := &lostAnswerJS{JetStream: srv.JetStream(t)}
+	log := &logLines{}
+	objs, err := subjects.EnsureReport(ctx, js, n, s, subjects.WithUpdate(),
+		subjects.WithEnsureRetry(backoff.New(time.Millisecond, 10*time.Millisecond)),
+		subjects.WithEnsureLogger(slog.New(log)))
+	require.NoError(t, err)
+	require.True(t, js.lost, "the update's answer was lost")
+	require.Equal(t, 1, log.count(), "the lost answer was retried once")
+	o := byName(objs)["stream "+n.EventsStream()]
+	require.Equal(t, subjects.StateUpdated, o.State)
+	require.Equal(t, []subjects.FieldDiff{{Field: "max_age", Have: "168h0m0s", Want: "1h0m0s", Updatable: true}}, o.Fields)
+	for _, o := range objs {
+		if o.Name != n.EventsStream() {
+			require.Equal(t, subjects.StateIdentical, o.State, o.Name)
+		}
+	}
+}
