@@ -34,8 +34,12 @@ type scenario struct {
 	sweepFiles bool
 	// noUpgraded seeds no upgraded (ambiguous) blocks (seed.Spec.NoUpgraded).
 	noUpgraded bool
-	setup      func(ctx context.Context, e *env) error
-	run        func(ctx context.Context, e *env) (string, *Expect, error)
+	// noKVCMGC: its stages run with kvcm_gc off, and the seed ages its WRITING locations for
+	// that (seed.Spec.NoKVCMGC); else a location the seed keeps as inside kvcm_gc's deferral
+	// is past the stages' grace, and its rightful delete reads as a violation.
+	noKVCMGC bool
+	setup    func(ctx context.Context, e *env) error
+	run      func(ctx context.Context, e *env) (string, *Expect, error)
 	// after, when set, checks more once everything converged, and returns notes for the table.
 	after func(ctx context.Context, e *env) (string, error)
 }
