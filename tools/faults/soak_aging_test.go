@@ -99,6 +99,21 @@ func TestSoakModelAging(t *testing.T) {
 		require.Equal(t, Go, l.fate)
 	})
 
+	t.Run("legacy ripened then rewritten", func(t *testing.T) {
+		// Ripened garbage whose block KVCM then writes again is young again: kvcm-gc may have
+		// judged it before the write, and its delete of it is no violation, whatever moment
+		// the seeded location was kept from (a legacy soak hour failed on that).
+		g := graces{location: day, legacy: day, upstream: day}
+		snap, base := seeded(kvcm.LayoutLegacy, start.Add(-30*time.Hour), start.Add(-day+time.Hour))
+		sm, w, l := model(kvcm.LayoutLegacy, g, nil, snap, base)
+		w.ripen(ctx, l.orphanAt.Add(-ripenEarly))
+		require.Equal(t, Go, l.fate)
+		l.keepSince = start
+		refreshed(sm.keys[base[0].Key], nil)
+		require.Equal(t, Either, l.fate)
+		require.True(t, collectedRight(l), "kvcm-gc's delete judged before the write is rightful")
+	})
+
 	t.Run("kvcm_gc", func(t *testing.T) {
 		// kvcm_gc_grace 24h + kvcm_gc_margin 6h: upstream's GC (KVCM's) may take it at 24h,
 		// kvcm-gc only at 30h.

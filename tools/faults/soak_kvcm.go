@@ -677,7 +677,9 @@ func refreshed(mk *mkey, cur *Value) {
 		if l.fate != Go || l.status != kvcm.StatusWriting {
 			continue
 		}
-		l.fate, l.due = Either, 0
+		// Garbage that ripened from a seeded young location kept its keepSince: cleared, since
+		// kvcm-gc need not keep it (a delete it judged before the write is no violation).
+		l.fate, l.due, l.keepSince = Either, 0, time.Time{}
 		if cur == nil {
 			continue
 		}
