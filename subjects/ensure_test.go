@@ -411,28 +411,6 @@ func (f *flakyJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyV
 	return f.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
 }
 
-// logLines collects the messages of a logger.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logLines) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, r.Message)
-	return nil
-}
-func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logLines) WithGroup(string) slog.Handler      { return l }
-
-func (l *logLines) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.lines)
-}
-
 // TestEnsureRetriesTransient: requests that time out, get no answer, or are told the system
 // is temporarily unavailable are retried until the topology is there, each retry logged.
 func TestEnsureRetriesTransient(t *testing.T) {
@@ -449,11 +427,11 @@ func TestEnsureRetriesTransient(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := testCtx(t)
 			js := &flakyJS{JetStream: testenv.StartNATS(t).JetStream(t), fails: 4, err: err}
-			log := &logLines{}
+			log := &testenv.Messages{}
 			require.NoError(t, subjects.Ensure(ctx, js, n, subjects.DefaultSettings(), fast,
 				subjects.WithCallTimeout(300*time.Millisecond), subjects.WithEnsureLogger(slog.New(log))))
 			// One line per retried attempt (a slow real request may add one).
-			require.GreaterOrEqual(t, log.count(), 4)
+			require.GreaterOrEqual(t, len(log.All()), 4)
 			for _, stream := range []string{n.BatchesStream(), n.DeletesStream(), n.EventsStream(), subjects.KVStream(n.LeaseBucket())} {
 				_, err := js.JetStream.Stream(ctx, stream)
 				require.NoError(t, err, stream)
@@ -883,13 +861,13 @@ func TestEnsureReportUpdateLostAnswer(t *testing.T) {
 	require.NoError(t, err)
 	s.EventsMaxAge = time.Hour
 	js := &lostAnswerJS{JetStream: srv.JetStream(t)}
-	log := &logLines{}
+	log := &testenv.Messages{}
 	objs, err := subjects.EnsureReport(ctx, js, n, s, subjects.WithUpdate(),
 		subjects.WithEnsureRetry(backoff.New(time.Millisecond, 10*time.Millisecond)),
 		subjects.WithEnsureLogger(slog.New(log)))
 	require.NoError(t, err)
 	require.True(t, js.lost, "the update's answer was lost")
-	require.Equal(t, 1, log.count(), "the lost answer was retried once")
+	require.Equal(t, 1, len(log.All()), "the lost answer was retried once")
 	o := byName(objs)["stream "+n.EventsStream()]
 	require.Equal(t, subjects.StateUpdated, o.State)
 	require.Equal(t, []subjects.FieldDiff{{Field: "max_age", Have: "168h0m0s", Want: "1h0m0s", Updatable: true}}, o.Fields)
