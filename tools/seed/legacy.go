@@ -20,7 +20,6 @@ var legacyTricky = []string{KindYoungWriting, KindFutureWriting, KindSharedServi
 func (g *gen) legacyInstance(ctx context.Context, inst string) error {
 	used := map[int64]bool{}
 	upgradedOrphan := false
-	rec := kvcm.NewRecount()
 	for i := 0; i < g.sp.Blocks; i++ {
 		key := g.blockKey(used)
 		k := kvcm.BlockKey(inst, key)
@@ -43,14 +42,11 @@ func (g *gen) legacyInstance(ctx context.Context, inst string) error {
 		if err := g.record(g.m.Layouts, class, locs); err != nil {
 			return err
 		}
-		if err := g.hset(ctx, k, fields); err != nil {
+		if err := g.block(ctx, inst, key, fields); err != nil {
 			return err
 		}
-		recountFields(rec, fields)
 	}
-	// The metadata hash as KVCM f6aa2b2 persists it (its key count only: it kept usage in
-	// memory), and keys that are not canonical block keys: never touched.
-	g.pipe.HSet(ctx, kvcm.MetadataKey(inst), kvcm.FieldKeyCount, strconv.FormatInt(rec.Keys, 10))
+	// Keys that are not canonical block keys: never touched.
 	for _, bad := range []string{"abc", "05", "+7"} {
 		k := kvcm.KeyPrefix(inst) + bad
 		g.pipe.HSet(ctx, k, kvcm.FieldURI, "{}", kvcm.FieldLRUTime, "1")

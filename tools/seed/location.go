@@ -3,7 +3,9 @@ package seed
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -118,7 +120,6 @@ func (g *gen) randomForm() blockForm {
 func (g *gen) locationInstance(ctx context.Context, inst string) error {
 	used := map[int64]bool{}
 	forced := g.forcedForms()
-	rec := kvcm.NewRecount()
 	var chain requestChain
 	for i := 0; i < g.sp.Blocks; i++ {
 		key := g.blockKey(used)
@@ -127,12 +128,10 @@ func (g *gen) locationInstance(ctx context.Context, inst string) error {
 		if err := g.record(g.m.Layouts, class, locs); err != nil {
 			return err
 		}
-		if err := g.hset(ctx, kvcm.BlockKey(inst, key), fields); err != nil {
+		if err := g.block(ctx, inst, key, fields); err != nil {
 			return err
 		}
-		recountFields(rec, fields)
 	}
-	g.metadata(ctx, inst, rec)
 	// Keys that are not canonical block keys: never touched.
 	for _, bad := range []string{"abc", "05", "+7"} {
 		k := kvcm.KeyPrefix(inst) + bad
@@ -167,14 +166,36 @@ func (c *requestChain) next(rng *rand.Rand, key int64) string {
 	return prev
 }
 
-// metadata writes the instance's metadata hash as MetaIndexer::PersistMetaData does, with
+// block queues one block key of inst, written as KVCM writes it, and counts it in the
+// instance's recount: every block KVCM writes, it counts.
+func (g *gen) block(ctx context.Context, inst string, key int64, fields []any) error {
+	rec, ok := g.recounts[inst]
+	if !ok {
+		rec = kvcm.NewRecount()
+		g.recounts[inst] = rec
+	}
+	recountFields(rec, fields)
+	return g.hset(ctx, kvcm.BlockKey(inst, key), fields)
+}
+
+// metadata writes each instance's metadata hash as MetaIndexer::PersistMetaData does, with
 // the counters a KVCM that wrote the seeded blocks itself would hold: their recount by KVCM's
 // rules (kvcm.Recount; a spec without a readable size counted 0, where KVCM added whatever
-// its uninitialised variable held). Before kvcm-gc deletes anything, the persisted counters
-// and the keyspace agree, so every drift after a round is the round's.
-func (g *gen) metadata(ctx context.Context, inst string, rec *kvcm.Recount) {
-	usage := kvcm.FormatStorageUsage(kvcm.UsageMembersCurrent, rec.Usage)
-	g.pipe.HSet(ctx, kvcm.MetadataKey(inst), kvcm.FieldKeyCount, strconv.FormatInt(rec.Keys, 10), kvcm.FieldStorageUsage, string(usage))
+// its uninitialised variable held). It runs once every block is written, the stuck and
+// sweep setups' included, so that before kvcm-gc deletes anything the persisted counters
+// and the keyspace agree, and every drift after a round is the round's. A KVCM of the
+// legacy layout (f6aa2b2) persisted its key count only: it kept usage in memory.
+func (g *gen) metadata(ctx context.Context) {
+	for _, inst := range slices.Sorted(maps.Keys(g.recounts)) {
+		rec := g.recounts[inst]
+		if g.sp.Layout != kvcm.LayoutLocation {
+			g.pipe.HSet(ctx, kvcm.MetadataKey(inst), kvcm.FieldKeyCount, strconv.FormatInt(rec.Keys, 10))
+			continue
+		}
+		usage := kvcm.FormatStorageUsage(kvcm.UsageMembersCurrent, rec.Usage)
+		g.pipe.HSet(ctx, kvcm.MetadataKey(inst), kvcm.FieldKeyCount, strconv.FormatInt(rec.Keys, 10),
+			kvcm.FieldStorageUsage, string(usage))
+	}
 }
 
 // recountFields adds a block's fields (name, value pairs as HSET takes them) to rec.
@@ -277,7 +298,6 @@ func (g *gen) cachedInstance(ctx context.Context) error {
 	blocks := (g.sp.Blocks + 49) / 50
 	g.total += blocks
 	used := map[int64]bool{}
-	rec := kvcm.NewRecount()
 	g.m.Skipped = map[string]LayoutCount{}
 	for i := 0; i < blocks; i++ {
 		key := g.blockKey(used)
@@ -289,12 +309,10 @@ func (g *gen) cachedInstance(ctx context.Context) error {
 		if err := g.record(g.m.Skipped, GroupCached, locs); err != nil {
 			return err
 		}
-		if err := g.hset(ctx, kvcm.BlockKey(InstanceCached, key), fields); err != nil {
+		if err := g.block(ctx, InstanceCached, key, fields); err != nil {
 			return err
 		}
-		recountFields(rec, fields)
 	}
-	g.metadata(ctx, InstanceCached, rec)
 	return nil
 }
 

@@ -277,7 +277,7 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 			}
 		}
 	}
-	g := &gen{sp: sp, rng: rand.New(rand.NewPCG(sp.Seed, sp.Seed^0x9e3779b97f4a7c15)),
+	g := &gen{sp: sp, recounts: map[string]*kvcm.Recount{}, rng: rand.New(rand.NewPCG(sp.Seed, sp.Seed^0x9e3779b97f4a7c15)),
 		// The draws of the options come from a stream of their own, so that a legacy
 		// keyspace without them stays what it was for the same seed.
 		extra:   rand.New(rand.NewPCG(sp.Seed^0x5bd1e9955bd1e995, sp.Seed)),
@@ -318,6 +318,7 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 			return nil, err
 		}
 	}
+	g.metadata(ctx)
 	if err := g.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -344,8 +345,9 @@ type gen struct {
 
 	pipe        redis.Pipeliner
 	done, total int
-	extraBlocks int // blocks stuckSetup and sweepSetup added
-	young       int // KindYoungWriting locations of the location layout made so far
+	extraBlocks int                      // blocks stuckSetup and sweepSetup added
+	recounts    map[string]*kvcm.Recount // each instance's blocks, for its metadata hash
+	young       int                      // KindYoungWriting locations of the location layout made so far
 }
 
 // hset queues one block's fields and flushes every 512 blocks.

@@ -368,3 +368,39 @@ func TestVerifyCatchesDamage(t *testing.T) {
 		require.ErrorContains(t, err, `empty_block "drop"`)
 	})
 }
+
+// TestMetadataCountsEveryBlock: each instance's persisted counters are the recount of all its
+// block keys, the stuck and sweep setups' blocks included (they are written after the
+// instance's own), so that before a round the persisted counters and the keyspace agree.
+func TestMetadataCountsEveryBlock(t *testing.T) {
+	for _, layout := range []kvcm.Layout{kvcm.LayoutLegacy, kvcm.LayoutLocation} {
+		t.Run(layout.String(), func(t *testing.T) {
+			s := generate(t, Spec{Layout: layout, Blocks: 300, LocationsPerBlock: 2, GarbageFraction: 0.2, TrickyFraction: 0.3,
+				Seed: 4, SweepFiles: true, DeletingGrace: 36 * time.Hour})
+			// The setups' blocks are what the check is about: there must be some.
+			require.Greater(t, s.m.Blocks, 300*len(s.m.Instances))
+			instances := slices.Clone(s.m.Instances)
+			if layout == kvcm.LayoutLocation {
+				instances = append(instances, InstanceCached)
+			}
+			for _, inst := range instances {
+				rec := kvcm.NewRecount()
+				blocks := 0
+				for k, fields := range s.before {
+					if _, err := kvcm.ParseBlockKey(inst, k); err == nil {
+						rec.AddFields(fields)
+						blocks++
+					}
+				}
+				require.NotZero(t, blocks, inst)
+				meta := s.before[kvcm.MetadataKey(inst)]
+				require.Equal(t, strconv.FormatInt(rec.Keys, 10), meta[kvcm.FieldKeyCount], "%s: %d block keys", inst, blocks)
+				if layout == kvcm.LayoutLocation {
+					require.Equal(t, string(kvcm.FormatStorageUsage(kvcm.UsageMembersCurrent, rec.Usage)), meta[kvcm.FieldStorageUsage], inst)
+				} else {
+					require.NotContains(t, meta, kvcm.FieldStorageUsage, "%s: a legacy KVCM kept usage in memory", inst)
+				}
+			}
+		})
+	}
+}

@@ -127,7 +127,7 @@ func (g *gen) stuckSetup(ctx context.Context) error {
 				if err := g.record(g.m.Layouts, class, locs); err != nil {
 					return err
 				}
-				if err := g.hset(ctx, kvcm.BlockKey(inst, key), fields); err != nil {
+				if err := g.block(ctx, inst, key, fields); err != nil {
 					return err
 				}
 				g.extraBlocks++

@@ -154,7 +154,7 @@ func (g *gen) sweepSetup(ctx context.Context) error {
 					return err
 				}
 				g.m.Locations[len(g.m.Locations)-1].Files = files // written above, dated
-				if err := g.hset(ctx, kvcm.BlockKey(inst, key), fields); err != nil {
+				if err := g.block(ctx, inst, key, fields); err != nil {
 					return err
 				}
 				g.extraBlocks++
