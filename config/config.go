@@ -6,9 +6,9 @@
 //
 // Each component owns its keys: the stages' config structs (scanner.Config, prober.Config,
 // deleter.Config, sweep.Config) carry their yaml and help tags, defaults and Validate, and
-// Config takes them inline. Config keeps the keys of the process (connections, JetStream,
-// workers, HTTP, log) and wires the few values one stage reads from another's keys
-// (StageConfigs, SweepConfig).
+// Config takes them inline; the topology's subjects.Settings are the keys under jetstream:.
+// Config keeps the keys of the process (connections, workers, HTTP, log) and wires the few
+// values one component reads from another's keys (Settings, StageConfigs, SweepConfig).
 package config
 
 import (
@@ -45,15 +45,15 @@ type Config struct {
 	Sweep            sweep.Config `yaml:",inline"`
 	MaxInflightSweep int          `yaml:"max_inflight_sweep_batches" help:"sweep batches in flight across all sweepers (the sweeper consumer's MaxAckPending)"`
 
-	Workers  Workers       `yaml:"workers"`
-	Registry RedisConn     `yaml:"registry"`
-	Meta     MetaConn      `yaml:"meta"`
-	Storage  StorageConfig `yaml:"storage"`
-	Guard    GuardConfig   `yaml:"guard"`
-	NATS     NATSConfig    `yaml:"nats"`
-	JS       JetStream     `yaml:"jetstream"`
-	HTTP     HTTPConfig    `yaml:"http"`
-	Log      LogConfig     `yaml:"log"`
+	Workers  Workers           `yaml:"workers"`
+	Registry RedisConn         `yaml:"registry"`
+	Meta     MetaConn          `yaml:"meta"`
+	Storage  StorageConfig     `yaml:"storage"`
+	Guard    GuardConfig       `yaml:"guard"`
+	NATS     NATSConfig        `yaml:"nats"`
+	JS       subjects.Settings `yaml:"jetstream"`
+	HTTP     HTTPConfig        `yaml:"http"`
+	Log      LogConfig         `yaml:"log"`
 }
 
 // Workers are the concurrent message handlers of a process.
@@ -159,23 +159,6 @@ type EmbeddedJS struct {
 	Listen   string `yaml:"listen" help:"host:port the embedded server listens on, for other processes and the nats CLI (run; port 0: any)"`
 }
 
-// JetStream are the stream, consumer and bucket settings.
-type JetStream struct {
-	Replicas            int           `yaml:"replicas" help:"replicas of every stream and bucket (1 on a single server, 3 or 5 in a cluster)"`
-	MaxAge              time.Duration `yaml:"max_age" help:"how long BATCHES and DELETES keep messages, acked or not: the replay horizon"`
-	EventsMaxAge        time.Duration `yaml:"events_max_age" help:"how long the EVENTS audit stream keeps events"`
-	MaxBytes            int64         `yaml:"max_bytes" help:"cap on each stream's size in bytes, oldest discarded first (-1: none)"`
-	Duplicates          time.Duration `yaml:"duplicate_window" help:"window in which a re-published message (same Nats-Msg-Id) is dropped"`
-	ProberAckWait       time.Duration `yaml:"prober_ack_wait" help:"time a batch may stay unacknowledged before it is redelivered"`
-	ProberMaxAckPending int           `yaml:"prober_max_ack_pending" help:"batches delivered and not yet acknowledged, across all probers"`
-	DeleterAckWait      time.Duration `yaml:"deleter_ack_wait" help:"time a delete request may stay unacknowledged before it is redelivered (kept alive during delete_delay)"`
-	MaxDeliver          int           `yaml:"max_deliver" help:"deliveries of one message before it is dead-lettered"`
-	LeaseTTL            time.Duration `yaml:"lease_ttl" help:"scanner store lease TTL: a scanner that cannot renew a store's lease within it stops walking the store, and another takes it over"`
-	APITimeout          time.Duration `yaml:"api_timeout" help:"longest wait for the answer to one JetStream request before it is retried (a leader change leaves requests unanswered)"`
-	SweeperAckWait      time.Duration `yaml:"sweeper_ack_wait" help:"time a sweep batch may stay unacknowledged before it is redelivered (kept alive while a sweeper works)"`
-	SkipEnsure          bool          `yaml:"skip_ensure" help:"do not create or update streams, consumers and buckets (for users without those permissions)"`
-}
-
 // HTTPConfig is the process's HTTP endpoint.
 type HTTPConfig struct {
 	Listen string `yaml:"listen" help:"host:port of /metrics, /healthz and /readyz (empty: no HTTP server; port 0: any)"`
@@ -207,20 +190,7 @@ func Default() Config {
 			ConnectTimeout: 10 * time.Second,
 			Embedded:       EmbeddedJS{StoreDir: "kvcm-gc-jetstream", Listen: "127.0.0.1:4222"},
 		},
-		JS: JetStream{
-			Replicas:            js.Replicas,
-			MaxAge:              js.MaxAge,
-			EventsMaxAge:        js.EventsMaxAge,
-			MaxBytes:            js.MaxBytes,
-			Duplicates:          js.Duplicates,
-			ProberAckWait:       js.ProberAckWait,
-			ProberMaxAckPending: js.ProberMaxAckPending,
-			DeleterAckWait:      js.DeleterAckWait,
-			MaxDeliver:          js.MaxDeliver,
-			LeaseTTL:            js.LeaseTTL,
-			APITimeout:          subjects.DefaultCallTimeout,
-			SweeperAckWait:      js.SweeperAckWait,
-		},
+		JS:   js,
 		HTTP: HTTPConfig{Listen: ":9090"},
 		Log:  LogConfig{Level: "info", Format: "text"},
 	}

@@ -68,22 +68,12 @@ func (c Config) StorageOptions() storage.Options {
 	return o
 }
 
-// Settings returns the JetStream settings.
+// Settings returns the JetStream settings: the jetstream: keys, with the consumers' caps
+// of in-flight messages, whose keys are max_inflight_delete_requests and
+// max_inflight_sweep_batches.
 func (c Config) Settings() subjects.Settings {
-	s := subjects.DefaultSettings()
-	s.Replicas = c.JS.Replicas
-	s.MaxAge = c.JS.MaxAge
-	s.EventsMaxAge = c.JS.EventsMaxAge
-	s.MaxBytes = c.JS.MaxBytes
-	s.Duplicates = c.JS.Duplicates
-	s.ProberAckWait = c.JS.ProberAckWait
-	s.ProberMaxAckPending = c.JS.ProberMaxAckPending
-	s.DeleterAckWait = c.JS.DeleterAckWait
-	s.DeleterMaxAckPending = c.MaxInflightDeletes
-	s.MaxDeliver = c.JS.MaxDeliver
-	s.LeaseTTL = c.JS.LeaseTTL
-	s.SweeperAckWait = c.JS.SweeperAckWait
-	s.SweeperMaxAckPending = c.MaxInflightSweep
+	s := c.JS
+	s.DeleterMaxAckPending, s.SweeperMaxAckPending = c.MaxInflightDeletes, c.MaxInflightSweep
 	return s
 }
 

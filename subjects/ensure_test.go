@@ -41,6 +41,7 @@ func TestDefaultSettings(t *testing.T) {
 		DeleterMaxAckPending: 2,
 		MaxDeliver:           10,
 		LeaseTTL:             15 * time.Second,
+		APITimeout:           2 * time.Second,
 		SweeperAckWait:       60 * time.Second,
 		SweeperMaxAckPending: 2,
 	}, s)

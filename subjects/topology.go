@@ -8,47 +8,56 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Settings are the JetStream knobs of the topology (defaults from DefaultSettings).
+// Settings are the JetStream knobs of the topology (defaults from DefaultSettings). Their
+// yaml and help tags are the keys under jetstream: that the topology owns (config assembles
+// them into the file, the flags and the environment); a field tagged "-" is wiring, set by
+// whoever builds the topology.
 type Settings struct {
 	// Replicas of every stream and bucket (1 on a single server; 3 or 5 in a cluster).
-	Replicas int
+	Replicas int `yaml:"replicas" help:"replicas of every stream and bucket (1 on a single server, 3 or 5 in a cluster)"`
 	// MaxAge bounds how long BATCHES and DELETES keep a message, acked or not: the replay
 	// horizon for debugging a decision. 0 keeps messages until MaxBytes discards them.
-	MaxAge time.Duration
+	MaxAge time.Duration `yaml:"max_age" help:"how long BATCHES and DELETES keep messages, acked or not: the replay horizon"`
 	// EventsMaxAge is MaxAge for the EVENTS audit trail, usually longer.
-	EventsMaxAge time.Duration
+	EventsMaxAge time.Duration `yaml:"events_max_age" help:"how long the EVENTS audit stream keeps events"`
 	// MaxBytes caps each stream's size (DefaultMaxBytes); the oldest messages are discarded
 	// first. -1: unlimited. It caps what is retained, not the backlog: backpressure comes from
 	// consumer info. A stream at its cap discards (StreamFillOf): batches or requests nobody
 	// consumed yet are then lost work (never a deletion), the audit trail shorter.
-	MaxBytes int64
+	MaxBytes int64 `yaml:"max_bytes" help:"cap on each stream's size in bytes, oldest discarded first (-1: none)"`
 	// Duplicates is the Nats-Msg-Id window within which a re-published message is dropped by
 	// the server (a re-publish after a crash or failover). At most MaxAge and EventsMaxAge.
-	Duplicates time.Duration
+	Duplicates time.Duration `yaml:"duplicate_window" help:"window in which a re-published message (same Nats-Msg-Id) is dropped"`
 	// Storage of every stream and bucket; FileStorage survives a server restart.
-	Storage jetstream.StorageType
+	Storage jetstream.StorageType `yaml:"-"`
 	// ProberAckWait is how long a delivered batch may stay unacknowledged before it is
 	// redelivered to another prober; a prober working on a slow probe sends InProgress.
-	ProberAckWait time.Duration
+	ProberAckWait time.Duration `yaml:"prober_ack_wait" help:"time a batch may stay unacknowledged before it is redelivered"`
 	// ProberMaxAckPending caps batches delivered and not yet acked across all probers.
-	ProberMaxAckPending int
+	ProberMaxAckPending int `yaml:"prober_max_ack_pending" help:"batches delivered and not yet acknowledged, across all probers"`
 	// DeleterAckWait is the AckWait of delete requests; a deleter waiting out delete_delay
 	// sends InProgress.
-	DeleterAckWait time.Duration
+	DeleterAckWait time.Duration `yaml:"deleter_ack_wait" help:"time a delete request may stay unacknowledged before it is redelivered (kept alive during delete_delay)"`
 	// DeleterMaxAckPending = max_inflight_delete_requests: the global cap on delete requests in
 	// flight, whatever the number of deleter processes (DESIGN §8.7).
-	DeleterMaxAckPending int
+	DeleterMaxAckPending int `yaml:"-"`
 	// MaxDeliver bounds deliveries of one message on both consumers; the server then stops
 	// redelivering it and publishes a max-deliveries advisory (recorded as a deadletter event).
-	MaxDeliver int
+	MaxDeliver int `yaml:"max_deliver" help:"deliveries of one message before it is dead-lettered"`
 	// LeaseTTL is the LEASE bucket's TTL: a leader that does not renew within it loses the lease.
-	LeaseTTL time.Duration
+	LeaseTTL time.Duration `yaml:"lease_ttl" help:"scanner store lease TTL: a scanner that cannot renew a store's lease within it stops walking the store, and another takes it over"`
+	// APITimeout bounds one JetStream request of a process (WithCallTimeout for Ensure): a
+	// request sent while the stream's leader changes gets no answer, and is sent again.
+	APITimeout time.Duration `yaml:"api_timeout" help:"longest wait for the answer to one JetStream request before it is retried (a leader change leaves requests unanswered)"`
 	// SweeperAckWait is the AckWait of sweep batches; a sweeper working on a slow file system
 	// sends InProgress.
-	SweeperAckWait time.Duration
+	SweeperAckWait time.Duration `yaml:"sweeper_ack_wait" help:"time a sweep batch may stay unacknowledged before it is redelivered (kept alive while a sweeper works)"`
 	// SweeperMaxAckPending = max_inflight_sweep_batches: the cap on sweep batches in flight
 	// across all sweepers.
-	SweeperMaxAckPending int
+	SweeperMaxAckPending int `yaml:"-"`
+	// SkipEnsure leaves the topology to someone else: a process then neither creates nor
+	// updates it (users without those permissions).
+	SkipEnsure bool `yaml:"skip_ensure" help:"do not create or update streams, consumers and buckets (for users without those permissions)"`
 }
 
 // DefaultMaxBytes is the default cap of each stream: a round of a store of a million blocks
@@ -72,6 +81,7 @@ func DefaultSettings() Settings {
 		DeleterMaxAckPending: 2,
 		MaxDeliver:           10,
 		LeaseTTL:             15 * time.Second,
+		APITimeout:           DefaultCallTimeout,
 		SweeperAckWait:       60 * time.Second,
 		SweeperMaxAckPending: 2,
 	}
