@@ -420,6 +420,46 @@ func TestStepReaction(t *testing.T) {
 	require.InDelta(t, 10_000, paceAt(s, at(800)), 0, "a sample without a rate is none")
 }
 
+// TestStepShares: the load step's walk takes, in each period, the period's share of Redis's
+// main thread less the read load's own at that period's rate, and the report prints it
+// beside the duty, failing a period over duty + 2 points.
+func TestStepShares(t *testing.T) {
+	work := func(wall, main time.Duration) RedisWork { return RedisWork{Wall: wall, Main: main} }
+	ms := time.Millisecond
+	t0 := time.Unix(1000, 0)
+	st := &PaceStep{From: 2000, To: 4000, Duty: 0.1,
+		SettledAt: t0, Up: t0.Add(10 * time.Second), Down: t0.Add(20 * time.Second), End: t0.Add(30 * time.Second),
+		IdleFrom: work(5*time.Second, 1000*ms), IdleTo: work(5*time.Second, 2000*ms), // 0.20 and 0.40 alone
+		IdleFromLat: Latency{N: 10_000}, IdleToLat: Latency{N: 19_500}, During: Latency{N: 39_000},
+		WorkBefore: work(10*time.Second, 2900*ms), WorkDuring: work(10*time.Second, 5300*ms), WorkAfter: work(10*time.Second, 2800*ms)}
+	b, d, a := st.StepShares()
+	require.InDelta(t, 0.09, b, 1e-9)
+	require.InDelta(t, 0.13, d, 1e-9, "the period at 4,000/s less the read load's share at 4,000/s")
+	require.InDelta(t, 0.08, a, 1e-9)
+	require.Zero(t, walkShare(work(time.Second, ms), RedisWork{}), "no idle window: no share")
+	require.Zero(t, (&PaceStep{}).WorkDuring.Share())
+
+	var rows []string
+	row := func(m, gc, base, ratio, target, met string) {
+		rows = append(rows, strings.Join([]string{m, gc, base, ratio, target, met}, " | "))
+	}
+	p := &PaceResults{Step: st}
+	paceSummaryRows(row, &LayoutResults{Layout: kvcm.LayoutLocation, Pace: p}, p)
+	all := strings.Join(rows, "\n")
+	require.Contains(t, all, "0.090, 0.130, 0.080 (read load alone: 0.200 at 2,000/s, 0.400 at 3,900/s) | duty 0.1 | +3.0 points during the step | ≤ duty + 2 points in each period | **no**")
+	var out strings.Builder
+	paceReport(func(f string, args ...any) { fmt.Fprintf(&out, f, args...) }, Config{ServingRate: 2000, ServingWindow: 3 * time.Second},
+		&LayoutResults{Layout: kvcm.LayoutLocation, Pace: p})
+	require.NotContains(t, out.String(), "%!")
+	require.Contains(t, out.String(), "| after the step up | 4,000/s | 3,900 | 0 → 0 keys/s | 0 | 0 | 0.530 | 0.130 | 0.1 |")
+	require.Contains(t, out.String(), "| 0.280 | 0.080 | 0.1 |")
+
+	st.WorkDuring = work(10*time.Second, 5100*ms)
+	rows = nil
+	paceSummaryRows(row, &LayoutResults{Layout: kvcm.LayoutLocation, Pace: p}, p)
+	require.Contains(t, strings.Join(rows, "\n"), "| ≤ duty + 2 points in each period | yes")
+}
+
 // TestKeysVisited: progress over rounds back to back counts the rounds before the current
 // one at the last round's count (the estimate before the first round ends), and rates are
 // taken between the samples at the ends of an interval.

@@ -45,12 +45,7 @@ type DutyRun struct {
 
 // Share is the walk's share of Redis's main-thread CPU: the window's CPU share less the idle
 // window's.
-func (d DutyRun) Share() float64 {
-	if d.Work.Wall <= 0 || d.Idle.Wall <= 0 {
-		return 0
-	}
-	return d.Work.Share() - d.Idle.Share()
-}
+func (d DutyRun) Share() float64 { return walkShare(d.Work, d.Idle) }
 
 // HeldShare is the pacer's measure of the walk's share of Redis's time.
 func (d DutyRun) HeldShare() float64 {

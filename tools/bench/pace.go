@@ -34,7 +34,8 @@ import (
 //   - rounds: one whole round of the keyspace unpaced, then at the default duty, timed, the
 //     read load running all through each, with kvcm-gc-off windows before, between and after;
 //   - a load step: a duty-paced walk while the read load doubles and, later, halves again,
-//     its progress read every 100 ms.
+//     its progress read every 100 ms, Redis's main-thread CPU at each change of the load, less
+//     the read load's own share at each rate read without the walk before it starts.
 //
 // The read load runs from before the stages start until after they stop; a window is the
 // requests sent between two moments.
@@ -125,6 +126,30 @@ type PaceStep struct {
 	// Before, During and After are the read load's latency from SettledAt to Up, from Up to
 	// Down, and from Down to End.
 	Before, During, After Latency
+	// IdleFrom and IdleTo are Redis's counters over stepIdle at From and at To requests per
+	// second before the walk started: the read load's own work at each rate.
+	IdleFrom, IdleTo RedisWork
+	// IdleFromLat and IdleToLat are what the read load saw in those windows (its requests
+	// done there show whether it reached its rate).
+	IdleFromLat, IdleToLat Latency
+	// WorkBefore, WorkDuring and WorkAfter are Redis's counters over the three periods.
+	WorkBefore, WorkDuring, WorkAfter RedisWork
+}
+
+// StepShares are the walk's share of Redis's main-thread CPU in each period of a load step:
+// the period's share less the read load's own at that period's rate (0 where either is
+// missing).
+func (s *PaceStep) StepShares() (before, during, after float64) {
+	return walkShare(s.WorkBefore, s.IdleFrom), walkShare(s.WorkDuring, s.IdleTo), walkShare(s.WorkAfter, s.IdleFrom)
+}
+
+// walkShare is a walk's share of Redis's main-thread CPU: the share over work less the share
+// over idle, a window of the same load without the walk (0 if either has no time).
+func walkShare(work, idle RedisWork) float64 {
+	if work.Wall <= 0 || idle.Wall <= 0 {
+		return 0
+	}
+	return work.Share() - idle.Share()
 }
 
 // PaceResults are the pace phase of one layout.
@@ -147,6 +172,9 @@ const (
 	pacePoll = 100 * time.Millisecond
 	// stepObserve is how long the load step's walk is watched after each step.
 	stepObserve = 10 * time.Second
+	// stepIdle is how long the read load's own share is read at each of the step's rates,
+	// stepSwitch how long after a change of rate.
+	stepIdle, stepSwitch = 5 * time.Second, time.Second / 2
 	// loadLead is how long the read load runs before the stages start.
 	loadLead = time.Second
 )
@@ -451,6 +479,27 @@ func (pw *paceWork) step(ctx context.Context, pt PacePoint) (*PaceStep, error) {
 	if err := backoff.Sleep(ctx, loadLead); err != nil {
 		return res, err
 	}
+	// The read load's own share of Redis's main thread at each rate, without the walk: a
+	// period's share less its rate's is the walk's.
+	var err error
+	idleFrom := time.Now()
+	if res.IdleFrom, err = idleWork(ctx, pw.k.rdb, stepIdle); err != nil {
+		return res, err
+	}
+	idleFromEnd := time.Now()
+	l.rate.Store(int64(res.To))
+	if err := backoff.Sleep(ctx, stepSwitch); err != nil {
+		return res, err
+	}
+	idleTo := time.Now()
+	if res.IdleTo, err = idleWork(ctx, pw.k.rdb, stepIdle); err != nil {
+		return res, err
+	}
+	idleToEnd := time.Now()
+	l.rate.Store(int64(res.From))
+	if err := backoff.Sleep(ctx, stepSwitch); err != nil {
+		return res, err
+	}
 	r, err := pw.startStages(ctx, "step", pt, false)
 	if err != nil {
 		return res, err
@@ -464,10 +513,18 @@ func (pw *paceWork) step(ctx context.Context, pt PacePoint) (*PaceStep, error) {
 	if err := pw.settle(ctx, r); err != nil {
 		return res, err
 	}
+	// Redis's counters at each boundary, read just before the load changes.
+	var at [4]redisCounters
+	if at[0], err = readRedisCounters(ctx, pw.k.rdb); err != nil {
+		return res, err
+	}
 	res.SettledAt = time.Now()
 	// Watched as long before the step as after it, so the report can say how often the pace
 	// fell with nothing changed.
 	if err := backoff.Sleep(ctx, stepObserve); err != nil {
+		return res, err
+	}
+	if at[1], err = readRedisCounters(ctx, pw.k.rdb); err != nil {
 		return res, err
 	}
 	res.Up = time.Now()
@@ -475,18 +532,26 @@ func (pw *paceWork) step(ctx context.Context, pt PacePoint) (*PaceStep, error) {
 	if err := backoff.Sleep(ctx, stepObserve); err != nil {
 		return res, err
 	}
+	if at[2], err = readRedisCounters(ctx, pw.k.rdb); err != nil {
+		return res, err
+	}
 	res.Down = time.Now()
 	l.rate.Store(int64(res.From))
 	if err := backoff.Sleep(ctx, stepObserve); err != nil {
 		return res, err
 	}
+	if at[3], err = readRedisCounters(ctx, pw.k.rdb); err != nil {
+		return res, err
+	}
 	res.End = time.Now()
+	res.WorkBefore, res.WorkDuring, res.WorkAfter = at[1].since(at[0]), at[2].since(at[1]), at[3].since(at[2])
 	if err := r.checkAlive(); err != nil {
 		return res, err
 	}
 	res.Samples = poll.stop()
 	lr := l.finish()
 	res.Before, res.During, res.After = lr.latency(res.SettledAt, res.Up), lr.latency(res.Up, res.Down), lr.latency(res.Down, res.End)
+	res.IdleFromLat, res.IdleToLat = lr.latency(idleFrom, idleFromEnd), lr.latency(idleTo, idleToEnd)
 	return res, nil
 }
 

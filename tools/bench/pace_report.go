@@ -89,7 +89,24 @@ func paceSummaryRows(row func(measurement, gc, base, ratio, target, met string),
 		down := stepReaction(st.Samples, st.Down, st.End, false)
 		row(fmt.Sprintf("load back %s → %s requests/s: time until its rate rises", num(float64(st.To)), num(float64(st.From))),
 			reactionText(down, "rose", st.End.Sub(st.Down)), "", "", "", "")
+		if st.IdleFrom.Wall > 0 && st.IdleTo.Wall > 0 && st.WorkDuring.Wall > 0 {
+			b, d, a := st.StepShares()
+			row("the load step's walk: its share of Redis's main-thread CPU before, during and after the step (INFO cpu, less the read load's own at each rate without the walk)",
+				fmt.Sprintf("%.3f, %.3f, %.3f (read load alone: %.3f at %s/s, %.3f at %s/s)", b, d, a,
+					st.IdleFrom.Share(), num(perSec(st.IdleFromLat.N, st.IdleFrom.Wall)), st.IdleTo.Share(), num(perSec(st.IdleToLat.N, st.IdleTo.Wall))),
+				fmt.Sprintf("duty %g", st.Duty), fmt.Sprintf("%+.1f points during the step", 100*(d-st.Duty)),
+				fmt.Sprintf("≤ duty + %.0f points in each period", 100*TargetDutyShare),
+				yes(max(b, d, a) <= st.Duty+TargetDutyShare))
+		}
 	}
+}
+
+// perSec is n over d, per second (0 without time).
+func perSec(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
 }
 
 // offSpread is the off windows' spread against themselves, for beside a p99 ratio.
@@ -198,17 +215,29 @@ func paceReport(w func(string, ...any), c Config, lr *LayoutResults) {
 		w("\n**Load step.** A walk at duty %g (rounds back to back) under %s requests/s, %s after its first round began watched for %s, then the load raised to %s requests/s for %s, then back to %s for %s; its progress read from its checkpoint and its pace from the scanner's /metrics every %s, its rate over the second before each reading.\n\n",
 			st.Duty, num(float64(st.From)), paceSettle, st.Up.Sub(st.SettledAt).Round(time.Second), num(float64(st.To)), st.Down.Sub(st.Up).Round(time.Second),
 			num(float64(st.From)), st.End.Sub(st.Down).Round(time.Second), pacePoll)
-		w("| period | load | rate at its start → end | times the rate fell | keys/s measured | p99 |\n|---|---|---|---|---|---|\n")
+		w("Redis CPU is the main thread's share over each period (INFO cpu read at its start and end); the read load's own share at each rate was read over %s without the walk before it started (%s/s asked, %s done: %.3f; %s/s asked, %s done: %.3f), and the walk's share is the period's less its rate's.\n\n",
+			stepIdle, num(float64(st.From)), num(perSec(st.IdleFromLat.N, st.IdleFrom.Wall)), st.IdleFrom.Share(),
+			num(float64(st.To)), num(perSec(st.IdleToLat.N, st.IdleTo.Wall)), st.IdleTo.Share())
+		w("| period | load asked | requests/s done | rate at its start → end | times the rate fell | keys/s measured | Redis CPU share | walk's share | duty | p99 |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, per := range []struct {
-			name     string
-			load     int
-			from, to time.Time
-			lat      Latency
-		}{{"before the step", st.From, st.SettledAt, st.Up, st.Before}, {"after the step up", st.To, st.Up, st.Down, st.During},
-			{"after the step down", st.From, st.Down, st.End, st.After}} {
+			name       string
+			load       int
+			from, to   time.Time
+			lat        Latency
+			work, idle RedisWork
+		}{{"before the step", st.From, st.SettledAt, st.Up, st.Before, st.WorkBefore, st.IdleFrom},
+			{"after the step up", st.To, st.Up, st.Down, st.During, st.WorkDuring, st.IdleTo},
+			{"after the step down", st.From, st.Down, st.End, st.After, st.WorkAfter, st.IdleFrom}} {
 			a, b := paceAt(st.Samples, per.from), paceAt(st.Samples, per.to)
-			w("| %s | %s/s | %s → %s keys/s | %d | %s | %s |\n", per.name, num(float64(per.load)), num(a), num(b),
-				paceFalls(st.Samples, per.from, per.to), num(visitedRate(st.Samples, per.from, per.to)), us(per.lat.P99))
+			cpu, walk := "–", "–"
+			if per.work.Wall > 0 {
+				cpu = fmt.Sprintf("%.3f", per.work.Share())
+				if per.idle.Wall > 0 {
+					walk = fmt.Sprintf("%.3f", walkShare(per.work, per.idle))
+				}
+			}
+			w("| %s | %s/s | %s | %s → %s keys/s | %d | %s | %s | %s | %g | %s |\n", per.name, num(float64(per.load)), num(perSec(per.lat.N, per.to.Sub(per.from))), num(a), num(b),
+				paceFalls(st.Samples, per.from, per.to), num(visitedRate(st.Samples, per.from, per.to)), cpu, walk, st.Duty, us(per.lat.P99))
 		}
 	}
 	w("\n")
