@@ -334,21 +334,7 @@ func RepairCounters(ctx context.Context, cfg CountersConfig, deps CountersDeps) 
 	if cfg.Apply && deps.Publish == nil {
 		return nil, errors.New("repair counters: applying needs an event publisher")
 	}
-	now := deps.Now
-	if now == nil {
-		now = time.Now
-	}
-	log := deps.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if err := otherLocks(ctx, deps.OtherLocks); err != nil {
-		return nil, err
-	}
-	rep := &CountersReport{Instance: cfg.Instance, Key: kvcm.MetadataKey(cfg.Instance)}
-	var intent *subjects.Event
-	repair := func(ctx context.Context, tx meta.MetadataTx) (map[string]string, error) {
-		rep.Exists = len(tx.Fields) > 0
+	recount := func(ctx context.Context, tx meta.MetadataTx, rep *CountersReport) (map[string]string, error) {
 		rec, sum, err := RecountInstance(ctx, deps.Store, cfg.Instance, cfg.ScanCount)
 		if err != nil {
 			return nil, err
@@ -366,17 +352,55 @@ func RepairCounters(ctx context.Context, cfg CountersConfig, deps CountersDeps) 
 			return nil, fmt.Errorf("repair counters of %s: %w: %s (give --allow-inexact to write it anyway)",
 				cfg.Instance, ErrCountersInexact, strings.Join(plan.Inexact, "; "))
 		}
+		return plan.Write, nil
+	}
+	return writeCounters(ctx, cfg, deps, "repair counters", "", recount)
+}
+
+// writeCounters is the write both a repair and an undo make, once the leader locks checked
+// clear: within one watched transaction of cfg.Instance's metadata hash, plan reads the
+// hash into rep and returns the fields to write (nil: none); the locks are checked again
+// after cfg.Settle, the intent event is recorded, and only then is the write made.
+// finishCounters records how it ended. op names the operation in errors, reason the
+// events' reason.
+func writeCounters(
+	ctx context.Context,
+	cfg CountersConfig,
+	deps CountersDeps,
+	op, reason string,
+	plan func(ctx context.Context, tx meta.MetadataTx, rep *CountersReport) (map[string]string, error),
+) (*CountersReport, error) {
+	now := deps.Now
+	if now == nil {
+		now = time.Now
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := otherLocks(ctx, deps.OtherLocks); err != nil {
+		return nil, err
+	}
+	rep := &CountersReport{Instance: cfg.Instance, Key: kvcm.MetadataKey(cfg.Instance)}
+	var intent *subjects.Event
+	write := func(ctx context.Context, tx meta.MetadataTx) (map[string]string, error) {
+		rep.Exists = len(tx.Fields) > 0
+		set, err := plan(ctx, tx, rep)
+		if err != nil || set == nil {
+			return nil, err
+		}
 		if err := settle(ctx, cfg.Settle, tx, deps.OtherLocks); err != nil {
 			return nil, err
 		}
-		ev := countersEvent(cfg, tx.Key, tx.Fields, plan.Write, subjects.OutcomeCountersIntent, now())
+		ev := countersEvent(cfg, tx.Key, tx.Fields, set, subjects.OutcomeCountersIntent, now())
+		ev.Reason = reason
 		if err := deps.Publish(ctx, ev); err != nil {
-			return nil, fmt.Errorf("repair counters of %s: record the intent before writing: %w", cfg.Instance, err)
+			return nil, fmt.Errorf("%s of %s: record the intent before writing: %w", op, cfg.Instance, err)
 		}
 		intent = &ev
-		return plan.Write, nil
+		return set, nil
 	}
-	written, err := deps.Store.WatchMetadata(ctx, cfg.Instance, cfg.LockKeys, repair)
+	written, err := deps.Store.WatchMetadata(ctx, cfg.Instance, cfg.LockKeys, write)
 	return finishCounters(ctx, rep, intent, written, err, deps.Publish, now, log)
 }
 
@@ -508,21 +532,7 @@ func UndoCounters(
 	case deps.Publish == nil:
 		return nil, errors.New("undo counters: needs an event publisher")
 	}
-	now := deps.Now
-	if now == nil {
-		now = time.Now
-	}
-	log := deps.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if err := otherLocks(ctx, deps.OtherLocks); err != nil {
-		return nil, err
-	}
-	rep := &CountersReport{Instance: cfg.Instance, Key: kvcm.MetadataKey(cfg.Instance)}
-	var intent *subjects.Event
-	undo := func(ctx context.Context, tx meta.MetadataTx) (map[string]string, error) {
-		rep.Exists = len(tx.Fields) > 0
+	undo := func(_ context.Context, tx meta.MetadataTx, _ *CountersReport) (map[string]string, error) {
 		set := map[string]string{}
 		for _, f := range applied.Metadata {
 			if f.Key != tx.Key {
@@ -537,19 +547,9 @@ func UndoCounters(
 		if !cfg.Apply {
 			return nil, nil
 		}
-		if err := settle(ctx, cfg.Settle, tx, deps.OtherLocks); err != nil {
-			return nil, err
-		}
-		ev := countersEvent(cfg, tx.Key, tx.Fields, set, subjects.OutcomeCountersIntent, now())
-		ev.Reason = "undo"
-		if err := deps.Publish(ctx, ev); err != nil {
-			return nil, fmt.Errorf("undo counters of %s: record the intent before writing: %w", cfg.Instance, err)
-		}
-		intent = &ev
 		return set, nil
 	}
-	written, err := deps.Store.WatchMetadata(ctx, cfg.Instance, cfg.LockKeys, undo)
-	return finishCounters(ctx, rep, intent, written, err, deps.Publish, now, log)
+	return writeCounters(ctx, cfg, deps, "undo counters", "undo", undo)
 }
 
 // WriteTable prints the report: the counters side by side, then what it found and did.
