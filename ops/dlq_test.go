@@ -23,11 +23,7 @@ import (
 // entry per message, the first event recorded for it, with the number of records.
 func TestDLQListOneEntryPerMessage(t *testing.T) {
 	ctx := context.Background()
-	s := subjects.DefaultSettings()
-	s.Storage = jetstream.MemoryStorage
-	js, names := testenv.Topology(t, s)
-	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names}, pipeline.EventLogDeps{JS: js})
-	require.NoError(t, err)
+	js, names, events := dlqTopology(t)
 	deletes := names.DeletesStream()
 	for _, e := range []subjects.Event{
 		{Kind: subjects.EventDeadLetter, Stage: pipeline.StageDeleter, Reason: pipeline.AdvisoryReason,
@@ -65,11 +61,7 @@ func TestDLQListOneEntryPerMessage(t *testing.T) {
 // re-published at once.
 func TestDLQRetryRefusesPoison(t *testing.T) {
 	ctx := context.Background()
-	s := subjects.DefaultSettings()
-	s.Storage = jetstream.MemoryStorage
-	js, names := testenv.Topology(t, s)
-	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names}, pipeline.EventLogDeps{JS: js})
-	require.NoError(t, err)
+	js, names, events := dlqTopology(t)
 	deletes := names.DeletesStream()
 	// No deleter consumes them: their fates are recorded by hand.
 	publish := func(data string, hdr nats.Header) uint64 {
@@ -119,4 +111,15 @@ func TestDLQRetryRefusesPoison(t *testing.T) {
 	res, err := ops.DLQRetry(ctx, js, names, "deletes", dead, false)
 	require.NoError(t, err, "a dead letter's first retry")
 	require.Empty(t, res.Warning)
+}
+
+// dlqTopology is the in-memory topology of a dead-letter test, with its event log.
+func dlqTopology(t *testing.T) (jetstream.JetStream, subjects.Names, *pipeline.EventLog) {
+	t.Helper()
+	s := subjects.DefaultSettings()
+	s.Storage = jetstream.MemoryStorage
+	js, names := testenv.Topology(t, s)
+	events, err := pipeline.NewEventLog(pipeline.EventLogConfig{Names: names}, pipeline.EventLogDeps{JS: js})
+	require.NoError(t, err)
+	return js, names, events
 }
