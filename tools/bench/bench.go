@@ -69,7 +69,7 @@ const (
 
 // AllPhases in the order they run (for each layout; PhaseSmall first, on a keyspace of its
 // own).
-var AllPhases = []string{PhaseRaw, PhaseCost, PhaseAlone, PhaseDeleterDuty, PhaseSmall, PhaseServing, PhasePace, PhaseE2E, PhaseScale}
+var AllPhases = []string{PhaseRaw, PhaseCost, PhaseDuty, PhaseAlone, PhaseDeleterDuty, PhaseSmall, PhaseServing, PhasePace, PhaseE2E, PhaseScale}
 
 // keyspaceDB holds the keyspace under measurement, one at a time. The legacy layout allows
 // no other database than 0: a KVCM of that layout ignores db= and keeps its blocks in DB 0, so
