@@ -9,16 +9,12 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"time"
 
 	redismeta "github.com/kvcm-gc/kvcm-gc/backends/meta/redis"
 	"github.com/kvcm-gc/kvcm-gc/backends/storage"
 	"github.com/kvcm-gc/kvcm-gc/pipeline/scanner"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
-
-// minJetStreamWindow is the shortest max age, duplicate window and lease TTL the server takes.
-const minJetStreamWindow = 100 * time.Millisecond
 
 // unjoin lists the errors errors.Join made err of (err itself when it is not joined).
 func unjoin(err error) []error {
@@ -57,14 +53,8 @@ func (c Config) Validate() error {
 		// scanner itself takes less (a test's seconds).
 		bad("unregistered_grace", "must be >= %s, got %s", scanner.MinUnregisteredGrace, c.Scanner.UnregisteredGrace)
 	}
-	if c.MaxInflightDeletes < 1 {
-		bad("max_inflight_delete_requests", "must be >= 1, got %d", c.MaxInflightDeletes)
-	}
 	if c.EmptyBlock != "keep" && c.EmptyBlock != "delete" {
 		bad("empty_block", "must be keep or delete, got %q", c.EmptyBlock)
-	}
-	if c.MaxInflightSweep < 1 {
-		bad("max_inflight_sweep_batches", "must be >= 1, got %d", c.MaxInflightSweep)
 	}
 	if c.Workers.Sweeper < 0 {
 		bad("workers.sweeper", "must be >= 0, got %d", c.Workers.Sweeper)
@@ -133,7 +123,8 @@ func (c Config) Validate() error {
 	}
 
 	errs = append(errs, c.checkNATS()...)
-	errs = append(errs, c.checkJetStream()...)
+	// The jetstream: keys and the consumers' caps (max_inflight_*), checked by the topology.
+	errs = append(errs, unjoin(c.Settings().Validate())...)
 
 	if c.HTTP.Listen != "" {
 		if err := checkListen(c.HTTP.Listen); err != nil {
@@ -186,56 +177,6 @@ func (c Config) checkNATS() []error {
 	}
 	if err := checkListen(n.Embedded.Listen); err != nil {
 		bad("nats.embedded.listen", "%v", err)
-	}
-	return errs
-}
-
-func (c Config) checkJetStream() []error {
-	var errs []error
-	bad := func(key, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("jetstream.%s: %s", key, fmt.Sprintf(format, a...)))
-	}
-	j := c.JS
-	if j.Replicas < 1 || j.Replicas > 5 {
-		bad("replicas", "must be in 1..5, got %d", j.Replicas)
-	}
-	for _, a := range []struct {
-		key string
-		v   time.Duration
-	}{{"max_age", j.MaxAge}, {"events_max_age", j.EventsMaxAge}} {
-		if a.v < 0 || (a.v != 0 && a.v < minJetStreamWindow) {
-			bad(a.key, "must be 0 (unlimited) or at least %s, got %s", minJetStreamWindow, a.v)
-		}
-		if a.v != 0 && j.Duplicates > a.v {
-			bad("duplicate_window", "%s is longer than jetstream.%s %s", j.Duplicates, a.key, a.v)
-		}
-	}
-	if j.MaxBytes != -1 && j.MaxBytes <= 0 {
-		bad("max_bytes", "must be -1 (unlimited) or > 0, got %d", j.MaxBytes)
-	}
-	if j.Duplicates < minJetStreamWindow {
-		bad("duplicate_window", "must be at least %s, got %s", minJetStreamWindow, j.Duplicates)
-	}
-	if j.DeleterAckWait <= 0 {
-		bad("deleter_ack_wait", "must be > 0, got %s", j.DeleterAckWait)
-	}
-	if j.SweeperAckWait <= 0 {
-		bad("sweeper_ack_wait", "must be > 0, got %s", j.SweeperAckWait)
-	}
-	if j.ProberAckWait <= 0 {
-		bad("prober_ack_wait", "must be > 0, got %s", j.ProberAckWait)
-	}
-	if j.ProberMaxAckPending < 1 {
-		bad("prober_max_ack_pending", "must be >= 1, got %d", j.ProberMaxAckPending)
-	}
-	if j.MaxDeliver < 1 {
-		bad("max_deliver", "must be >= 1, got %d", j.MaxDeliver)
-	}
-	if j.LeaseTTL < minJetStreamWindow {
-		bad("lease_ttl", "must be at least %s, got %s", minJetStreamWindow, j.LeaseTTL)
-	}
-	if j.APITimeout < minJetStreamWindow {
-		bad("api_timeout", "must be at least %s, got %s", minJetStreamWindow, j.APITimeout)
 	}
 	return errs
 }

@@ -48,25 +48,30 @@ func TestDefaultSettings(t *testing.T) {
 }
 
 func TestSettingsValidate(t *testing.T) {
-	for name, mut := range map[string]func(*subjects.Settings){
-		"replicas 0":          func(s *subjects.Settings) { s.Replicas = 0 },
-		"replicas 6":          func(s *subjects.Settings) { s.Replicas = 6 },
-		"max age tiny":        func(s *subjects.Settings) { s.MaxAge = time.Millisecond },
-		"dup over max age":    func(s *subjects.Settings) { s.MaxAge = time.Minute },
-		"dup over events age": func(s *subjects.Settings) { s.EventsMaxAge = time.Minute },
-		"max bytes 0":         func(s *subjects.Settings) { s.MaxBytes = 0 },
-		"dup 0":               func(s *subjects.Settings) { s.Duplicates = 0 },
-		"storage":             func(s *subjects.Settings) { s.Storage = 7 },
-		"ack wait":            func(s *subjects.Settings) { s.DeleterAckWait = 0 },
-		"max ack pending":     func(s *subjects.Settings) { s.DeleterMaxAckPending = 0 },
-		"max deliver":         func(s *subjects.Settings) { s.MaxDeliver = 0 },
-		"lease ttl":           func(s *subjects.Settings) { s.LeaseTTL = 0 },
-		"sweeper ack wait":    func(s *subjects.Settings) { s.SweeperAckWait = 0 },
-		"sweeper max pending": func(s *subjects.Settings) { s.SweeperMaxAckPending = 0 },
+	// Each mistake is refused under the key at fault, as the configuration names it.
+	for _, tt := range []struct {
+		key string
+		mut func(*subjects.Settings)
+	}{
+		{"jetstream.replicas", func(s *subjects.Settings) { s.Replicas = 0 }},
+		{"jetstream.replicas", func(s *subjects.Settings) { s.Replicas = 6 }},
+		{"jetstream.max_age", func(s *subjects.Settings) { s.MaxAge = time.Millisecond }},
+		{"jetstream.duplicate_window", func(s *subjects.Settings) { s.MaxAge = time.Minute }},
+		{"jetstream.duplicate_window", func(s *subjects.Settings) { s.EventsMaxAge = time.Minute }},
+		{"jetstream.max_bytes", func(s *subjects.Settings) { s.MaxBytes = 0 }},
+		{"jetstream.duplicate_window", func(s *subjects.Settings) { s.Duplicates = 0 }},
+		{"storage type", func(s *subjects.Settings) { s.Storage = 7 }},
+		{"jetstream.deleter_ack_wait", func(s *subjects.Settings) { s.DeleterAckWait = 0 }},
+		{"max_inflight_delete_requests", func(s *subjects.Settings) { s.DeleterMaxAckPending = 0 }},
+		{"jetstream.max_deliver", func(s *subjects.Settings) { s.MaxDeliver = 0 }},
+		{"jetstream.lease_ttl", func(s *subjects.Settings) { s.LeaseTTL = 0 }},
+		{"jetstream.api_timeout", func(s *subjects.Settings) { s.APITimeout = 0 }},
+		{"jetstream.sweeper_ack_wait", func(s *subjects.Settings) { s.SweeperAckWait = 0 }},
+		{"max_inflight_sweep_batches", func(s *subjects.Settings) { s.SweeperMaxAckPending = 0 }},
 	} {
 		s := subjects.DefaultSettings()
-		mut(&s)
-		require.Error(t, s.Validate(), name)
+		tt.mut(&s)
+		require.ErrorContains(t, s.Validate(), tt.key)
 	}
 	s := subjects.DefaultSettings()
 	s.MaxAge, s.EventsMaxAge = 0, 0 // unlimited
@@ -307,7 +312,7 @@ func TestEnsureRejectsBadInput(t *testing.T) {
 	require.ErrorIs(t, subjects.Ensure(ctx, js, subjects.Names{Prefix: "a b", Cluster: "c"}, subjects.DefaultSettings()), subjects.ErrBadNames)
 	s := subjects.DefaultSettings()
 	s.MaxDeliver = 0
-	require.ErrorContains(t, subjects.Ensure(ctx, js, mustNames(t, "a", "c"), s), "max deliver")
+	require.ErrorContains(t, subjects.Ensure(ctx, js, mustNames(t, "a", "c"), s), "jetstream.max_deliver")
 }
 
 // TestEnsureSurvivesRestart checks the topology is kept by the file store and a second Ensure

@@ -87,59 +87,68 @@ func DefaultSettings() Settings {
 	}
 }
 
-// minWindow is the smallest MaxAge and duplicate window the server accepts.
+// minWindow is the shortest max age, duplicate window, lease TTL and request timeout the
+// server takes.
 const minWindow = 100 * time.Millisecond
 
-// Validate checks s against what the server accepts, naming the offending setting.
+// Validate checks s against what the server accepts. Every error starts with the key at
+// fault: jetstream.<key>, or the key of a consumer's cap of in-flight messages.
 func (s Settings) Validate() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+	}
 	if s.Replicas < 1 || s.Replicas > 5 {
-		bad("replicas %d not in [1, 5]", s.Replicas)
+		bad("jetstream.replicas", "must be in 1..5, got %d", s.Replicas)
 	}
 	for _, a := range []struct {
-		name string
-		v    time.Duration
-	}{{"max age", s.MaxAge}, {"events max age", s.EventsMaxAge}} {
-		if a.v != 0 && a.v < minWindow {
-			bad("%s %v must be 0 (unlimited) or at least %v", a.name, a.v, minWindow)
+		key string
+		v   time.Duration
+	}{{"max_age", s.MaxAge}, {"events_max_age", s.EventsMaxAge}} {
+		if a.v < 0 || (a.v != 0 && a.v < minWindow) {
+			bad("jetstream."+a.key, "must be 0 (unlimited) or at least %s, got %s", minWindow, a.v)
 		}
 		if a.v != 0 && s.Duplicates > a.v {
-			bad("duplicates window %v is longer than %s %v", s.Duplicates, a.name, a.v)
+			bad("jetstream.duplicate_window", "%s is longer than jetstream.%s %s", s.Duplicates, a.key, a.v)
 		}
 	}
 	if s.MaxBytes != -1 && s.MaxBytes <= 0 {
-		bad("max bytes %d must be -1 (unlimited) or positive", s.MaxBytes)
+		bad("jetstream.max_bytes", "must be -1 (unlimited) or > 0, got %d", s.MaxBytes)
 	}
 	if s.Duplicates < minWindow {
-		bad("duplicates window %v is shorter than %v", s.Duplicates, minWindow)
+		bad("jetstream.duplicate_window", "must be at least %s, got %s", minWindow, s.Duplicates)
 	}
 	if s.Storage != jetstream.FileStorage && s.Storage != jetstream.MemoryStorage {
-		bad("unknown storage type %d", s.Storage)
+		errs = append(errs, fmt.Errorf("unknown storage type %d", s.Storage))
 	}
-	if s.ProberAckWait <= 0 || s.DeleterAckWait <= 0 {
-		bad("ack waits must be positive (prober %v, deleter %v)", s.ProberAckWait, s.DeleterAckWait)
+	if s.DeleterAckWait <= 0 {
+		bad("jetstream.deleter_ack_wait", "must be > 0, got %s", s.DeleterAckWait)
 	}
-	if s.ProberMaxAckPending < 1 || s.DeleterMaxAckPending < 1 {
-		bad("max ack pending must be at least 1 (prober %d, deleter %d)", s.ProberMaxAckPending, s.DeleterMaxAckPending)
+	if s.SweeperAckWait <= 0 {
+		bad("jetstream.sweeper_ack_wait", "must be > 0, got %s", s.SweeperAckWait)
 	}
-	if s.SweeperAckWait <= 0 || s.SweeperMaxAckPending < 1 {
-		bad(
-			"sweeper ack wait %v must be positive and max ack pending %d at least 1",
-			s.SweeperAckWait,
-			s.SweeperMaxAckPending,
-		)
+	if s.ProberAckWait <= 0 {
+		bad("jetstream.prober_ack_wait", "must be > 0, got %s", s.ProberAckWait)
+	}
+	if s.ProberMaxAckPending < 1 {
+		bad("jetstream.prober_max_ack_pending", "must be >= 1, got %d", s.ProberMaxAckPending)
+	}
+	if s.DeleterMaxAckPending < 1 {
+		bad("max_inflight_delete_requests", "must be >= 1, got %d", s.DeleterMaxAckPending)
+	}
+	if s.SweeperMaxAckPending < 1 {
+		bad("max_inflight_sweep_batches", "must be >= 1, got %d", s.SweeperMaxAckPending)
 	}
 	if s.MaxDeliver < 1 {
-		bad("max deliver %d must be at least 1", s.MaxDeliver)
+		bad("jetstream.max_deliver", "must be >= 1, got %d", s.MaxDeliver)
 	}
 	if s.LeaseTTL < minWindow {
-		bad("lease ttl %v is shorter than %v", s.LeaseTTL, minWindow)
+		bad("jetstream.lease_ttl", "must be at least %s, got %s", minWindow, s.LeaseTTL)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("jetstream settings: %w", err)
+	if s.APITimeout < minWindow {
+		bad("jetstream.api_timeout", "must be at least %s, got %s", minWindow, s.APITimeout)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Topology is everything Ensure creates.
