@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
@@ -103,26 +101,11 @@ func (h *Harness) scale(ctx context.Context, layout kvcm.Layout) (*ScaleResults,
 
 // scaleRun is each stage alone on k at its size now.
 func (h *Harness) scaleRun(ctx context.Context, phase string, k *Keyspace, p stage.Profile, made time.Duration) (ScaleSize, error) {
-	s := ScaleSize{Counts: k.Counts, Made: made, RedisMemory: h.redisMemory(ctx)}
+	s := ScaleSize{Counts: k.Counts, Made: made, RedisMemory: redisUsedMemory(ctx, h.redis.Client())}
 	h.log.Info("scale", "phase", phase, "blocks", k.Counts.Blocks, "redis_memory_mb", s.RedisMemory>>20)
 	a, err := h.runAlone(ctx, phase, k, p)
 	s.Alone = &a
 	return s, err
-}
-
-// redisMemory is Redis's used_memory, in bytes (0 when it cannot be read).
-func (h *Harness) redisMemory(ctx context.Context) int64 {
-	info, err := h.redis.Client().Info(ctx, "memory").Result()
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // scaleChange is b against a, as a relative change.
