@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -75,11 +74,7 @@ func TestParseCostPoints(t *testing.T) {
 func TestCostRun(t *testing.T) {
 	srv := testenv.StartRedis(t, servers.WithRedisArgs("--enable-debug-command", "local"))
 	ctx := context.Background()
-	k, err := SeedKeyspace(ctx, srv.Client(), srv.URI(), KeyspaceSpec{Cluster: "t", Layout: kvcm.LayoutLocation, DB: keyspaceDB,
-		Instances: 2, Blocks: 2000, Locations: 2, Garbage: 0.1, Seed: 5, Root: filepath.Join(t.TempDir(), "data"), NoFiles: true},
-		slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	defer k.Close()
+	k := seedMetadataKeyspace(t, srv, kvcm.LayoutLocation, 2000)
 	h := &Harness{cfg: Config{CostKeys: 1500, CostReps: 2, CostPoints: []CostPoint{{Kind: CostWalk, Count: 64},
 		{Kind: CostWalk, Count: 256, Depth: 32}, {Kind: CostScan, Count: 128}, {Kind: CostRead, Depth: 50}}}, log: slog.New(slog.DiscardHandler)}
 	res, err := h.cost(ctx, k)
@@ -122,11 +117,7 @@ func TestCostRun(t *testing.T) {
 func TestCostGrown(t *testing.T) {
 	srv := testenv.StartRedis(t, servers.WithRedisArgs("--enable-debug-command", "local"))
 	ctx := context.Background()
-	k, err := SeedKeyspace(ctx, srv.Client(), srv.URI(), KeyspaceSpec{Cluster: "t", Layout: kvcm.LayoutLegacy, DB: keyspaceDB,
-		Instances: 2, Blocks: 600, Locations: 2, Garbage: 0.1, Seed: 5, Root: filepath.Join(t.TempDir(), "data"), NoFiles: true},
-		slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	defer k.Close()
+	k := seedMetadataKeyspace(t, srv, kvcm.LayoutLegacy, 600)
 	before, err := k.rdb.DBSize(ctx).Result()
 	require.NoError(t, err)
 	h := &Harness{cfg: Config{CostKeys: 500, CostReps: 1, CostGrow: 3, CostPoints: []CostPoint{{Kind: CostWalk, Count: 64}, {Kind: CostRead, Depth: 16}}},

@@ -21,11 +21,7 @@ import (
 func TestRawDutyWalk(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	ctx := context.Background()
-	k, err := SeedKeyspace(ctx, srv.Client(), srv.URI(), KeyspaceSpec{Cluster: "t", Layout: kvcm.LayoutLocation, DB: keyspaceDB,
-		Instances: 2, Blocks: 3000, Locations: 2, Garbage: 0.1, Seed: 5, Root: filepath.Join(t.TempDir(), "data"), NoFiles: true},
-		slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	defer k.Close()
+	k := seedMetadataKeyspace(t, srv, kvcm.LayoutLocation, 3000)
 	st, err := k.openStore(ctx, true)
 	require.NoError(t, err)
 	defer st.Close()
@@ -69,4 +65,16 @@ func TestDeleterDutyReport(t *testing.T) {
 	require.Contains(t, out, "| 0 (off) | 1 | 1,000 | 1s | 1,000 | 0.300 |")
 	require.Contains(t, out, "| 0.10 | 1 | 1,000 | 4s | 250 | 0.080 |")
 	require.Contains(t, out, "**failed**: 2 garbage left")
+}
+
+// seedMetadataKeyspace seeds on srv a metadata-only keyspace (no data files) of two
+// instances, two locations a block and a tenth of them garbage, closed when the test ends.
+func seedMetadataKeyspace(t *testing.T, srv *testenv.Redis, layout kvcm.Layout, blocks int) *Keyspace {
+	t.Helper()
+	k, err := SeedKeyspace(context.Background(), srv.Client(), srv.URI(), KeyspaceSpec{Cluster: "t", Layout: layout,
+		DB: keyspaceDB, Instances: 2, Blocks: blocks, Locations: 2, Garbage: 0.1, Seed: 5,
+		Root: filepath.Join(t.TempDir(), "data"), NoFiles: true}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = k.Close() })
+	return k
 }
