@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
 )
 
 // TestRegistryCache: one read serves for Refresh; a failed read (or a failed build) is
@@ -17,7 +18,7 @@ import (
 func TestRegistryCache(t *testing.T) {
 	ctx := context.Background()
 	for _, stale := range []bool{false, true} {
-		r := &failingRegistry{reg: &meta.Registry{Instances: []meta.Instance{{ID: "a"}}}}
+		r := &metatest.Registry{Reg: &meta.Registry{Instances: []meta.Instance{{ID: "a"}}}}
 		builds := 0
 		var attempts []int
 		c := NewRegistryCache(RegistryCacheConfig[int]{Reader: r, Refresh: time.Minute, ServeStale: stale,
@@ -44,7 +45,7 @@ func TestRegistryCache(t *testing.T) {
 		require.True(t, info.Read, "a clock that went back reads again")
 
 		now := t0.Add(2 * time.Minute)
-		r.err = errors.New("connection refused")
+		r.Err = errors.New("connection refused")
 		v, info, err = c.Get(ctx, now)
 		require.True(t, info.Read)
 		require.Equal(t, 1, info.Failures)
@@ -66,15 +67,15 @@ func TestRegistryCache(t *testing.T) {
 		_, _, _, failing := c.Last()
 		require.True(t, failing)
 
-		r.err = nil
-		r.reg = &meta.Registry{Instances: []meta.Instance{{ID: "bad"}}}
+		r.Err = nil
+		r.Reg = &meta.Registry{Instances: []meta.Instance{{ID: "bad"}}}
 		_, info, err = c.Get(ctx, now.Add(time.Second))
 		require.True(t, info.Read)
 		require.Equal(t, 2, info.Failures, "a snapshot that does not build is a failed read")
 		require.Equal(t, stale, err == nil)
 		require.Equal(t, []int{1, 2}, attempts)
 
-		r.reg = &meta.Registry{Instances: []meta.Instance{{ID: "b"}}}
+		r.Reg = &meta.Registry{Instances: []meta.Instance{{ID: "b"}}}
 		v, info, err = c.Get(ctx, now.Add(3*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, RegistryRead{Read: true, Recovered: 2}, info)
@@ -85,24 +86,9 @@ func TestRegistryCache(t *testing.T) {
 		require.True(t, ok)
 		require.False(t, failing)
 
-		r.err = errors.New("down again")
+		r.Err = errors.New("down again")
 		_, _, _ = c.Get(ctx, now.Add(5*time.Minute))
 		require.Equal(t, []int{1, 2, 1}, attempts, "a success starts the backoff over")
-		require.Equal(t, 6, r.calls, "one read per Get that read: none within Refresh or the backoff")
+		require.Equal(t, 6, r.Reads, "one read per Get that read: none within Refresh or the backoff")
 	}
-}
-
-// failingRegistry reads reg, or fails with err, and counts its reads.
-type failingRegistry struct {
-	calls int
-	err   error
-	reg   *meta.Registry
-}
-
-func (f *failingRegistry) ReadRegistry(context.Context) (*meta.Registry, error) {
-	f.calls++
-	if f.err != nil {
-		return nil, f.err
-	}
-	return f.reg, nil
 }

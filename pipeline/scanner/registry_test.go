@@ -12,29 +12,16 @@ import (
 
 	"github.com/kvcm-gc/kvcm-gc/backends/meta"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
-
-type failingRegistry struct {
-	calls int
-	err   error
-	reg   *meta.Registry
-}
-
-func (f *failingRegistry) ReadRegistry(context.Context) (*meta.Registry, error) {
-	f.calls++
-	if f.err != nil {
-		return nil, f.err
-	}
-	return f.reg, nil
-}
 
 // Issue: registry errors were retried at every scan_interval (482 warnings a minute at 1ms).
 // A failed read is not retried before the backoff delay, whoever asks, and the delay grows.
 func TestRegistryCacheBacksOff(t *testing.T) {
 	ctx := context.Background()
 	logs := &testenv.Messages{}
-	r := &failingRegistry{err: errors.New("connection refused")}
+	r := &metatest.Registry{Err: errors.New("connection refused")}
 	var attempts []int
 	c := newRegistryCache(r, func(n int) time.Duration { attempts = append(attempts, n); return time.Duration(n) * time.Second },
 		NewMetrics(prometheus.NewRegistry(), nil), slog.New(logs))
@@ -47,23 +34,23 @@ func TestRegistryCacheBacksOff(t *testing.T) {
 		require.ErrorIs(t, err, pipeline.ErrRegistryBackoff)
 		require.Equal(t, retry, retry2)
 	}
-	require.Equal(t, 1, r.calls)
+	require.Equal(t, 1, r.Reads)
 	now = retry
 	_, retry, _ = c.get(ctx, now)
 	require.Equal(t, now.Add(2*time.Second), retry, "the delay grows")
 	require.Equal(t, []int{1, 2}, attempts)
 	require.Equal(t, 2, logs.Count("read registry; backing off"), "one line per read, not per tick")
 
-	r.err = nil
-	r.reg = &meta.Registry{Instances: []meta.Instance{{ID: "b", Group: "g", Store: "s2"}, {ID: "a", Group: "g", Store: "s1"}}}
+	r.Err = nil
+	r.Reg = &meta.Registry{Instances: []meta.Instance{{ID: "b", Group: "g", Store: "s2"}, {ID: "a", Group: "g", Store: "s1"}}}
 	snap, _, err := c.get(ctx, retry)
 	require.NoError(t, err)
 	require.Equal(t, []string{"s1", "s2"}, storesOf(snap))
 	require.Equal(t, 1, logs.Count("registry readable again"))
 	_, _, err = c.get(ctx, retry.Add(registryReuse/2))
 	require.NoError(t, err)
-	require.Equal(t, 3, r.calls, "a fresh snapshot serves every walk")
-	r.err = errors.New("down again")
+	require.Equal(t, 3, r.Reads, "a fresh snapshot serves every walk")
+	r.Err = errors.New("down again")
 	_, retry, _ = c.get(ctx, retry.Add(registryReuse))
 	require.Equal(t, []int{1, 2, 1}, attempts, "a success starts the backoff over")
 	_ = retry

@@ -15,16 +15,9 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
+	"github.com/kvcm-gc/kvcm-gc/tools/conformance/metatest"
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
-
-// flakyRegistry serves reg, or fails with err.
-type flakyRegistry struct {
-	reg *meta.Registry
-	err error
-}
-
-func (f *flakyRegistry) ReadRegistry(context.Context) (*meta.Registry, error) { return f.reg, f.err }
 
 // TestSweepUnregisteredInstances: with collect_unregistered_instances the sweep judges the
 // files of an instance the registry no longer lists exactly when the scanner may collect its
@@ -98,11 +91,11 @@ func TestSweepUnregisteredInstances(t *testing.T) {
 			u.log = pipeline.OrDiscard(nil)
 		}
 		c := viewCache{unreg: u}
-		r := &flakyRegistry{reg: s.reg}
+		r := &metatest.Registry{Reg: s.reg}
 		cv, err := c.get(ctx, r, storage.Options{}, time.Minute, now)
 		require.NoError(t, err)
 		if s.failed {
-			r.err = errors.New("NOPERM this user has no permissions to access one of the keys")
+			r.Err = errors.New("NOPERM this user has no permissions to access one of the keys")
 			cv, err = c.get(ctx, r, storage.Options{}, time.Minute, now.Add(2*time.Minute))
 			require.NoError(t, err)
 			require.True(t, cv.stale)
@@ -177,6 +170,6 @@ func TestSweepUnregisteredInstances(t *testing.T) {
 	// A configuration that collects needs the STATE bucket.
 	cfg := DefaultConfig()
 	cfg.CollectUnregistered, cfg.UnregisteredGrace = true, grace
-	_, err = NewSweeper(cfg, SweeperDeps{Registry: &flakyRegistry{reg: registry()}, Stores: oneStore{}})
+	_, err = NewSweeper(cfg, SweeperDeps{Registry: &metatest.Registry{Reg: registry()}, Stores: oneStore{}})
 	require.ErrorContains(t, err, "state bucket")
 }
