@@ -168,7 +168,8 @@ func (g *gen) legacyBlock(inst string, key int64) ([]any, []Loc) {
 		if youngBlock && (kind == KindOrphanWriting || kind == KindSharedOrphan) {
 			// Its create_time is past the grace, but a legacy location is as young as its
 			// block's last write when that is later (kvcm.LegacyAge): live.
-			loc.Kind, loc.Garbage = KindRecentBlockWriting, false
+			// A shared orphan's file stays shared: when it ripens and goes, its file stays.
+			loc.Kind, loc.Garbage, loc.SharedFile = KindRecentBlockWriting, false, kind == KindSharedOrphan
 		}
 		if i > 0 {
 			b.WriteByte(',')

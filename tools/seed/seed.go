@@ -159,6 +159,9 @@ type Loc struct {
 	// Field is the hash field holding it: __uri__ or L#<location>.
 	Field string   `json:"field,omitempty"`
 	Files []string `json:"files,omitempty"` // local paths of its data
+	// SharedFile: its data is a file other blocks share, never unlinked, where its kind does
+	// not say so (a shared orphan that a young legacy block makes recent_block_writing).
+	SharedFile bool `json:"shared_file,omitempty"`
 	// DataLeft (stuck DELETING): why its files must stay when the collector removes it (a
 	// DataLeft* reason); "" when they go with it.
 	DataLeft string `json:"data_left,omitempty"`
@@ -175,7 +178,9 @@ func (l Loc) FieldName() string {
 }
 
 // Shared reports whether the location's files are shared with other blocks (never unlinked).
-func (l Loc) Shared() bool { return l.Kind == KindSharedOrphan || l.Kind == KindSharedServing }
+func (l Loc) Shared() bool {
+	return l.SharedFile || l.Kind == KindSharedOrphan || l.Kind == KindSharedServing
+}
 
 // KeepsFiles reports whether the location's files must stay even when it is garbage: shared,
 // or the data of a stuck DELETING that may be another block's now.
