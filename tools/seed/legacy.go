@@ -97,8 +97,11 @@ func (g *gen) legacyBlock(inst string, key int64) ([]any, []Loc) {
 	youngBlock := false
 	for _, k := range kinds {
 		if k == KindYoungWriting {
-			lru, youngBlock = now.Add(-g.sp.Grace+time.Hour), true
+			youngBlock = true
 		}
+	}
+	if youngBlock {
+		lru = now.Add(-g.youngAge(0, g.sp.Grace))
 	}
 	var b strings.Builder
 	b.WriteByte('{')

@@ -356,10 +356,10 @@ func (g *gen) locationOf(inst string, key int64, id, kind string, rng *rand.Rand
 		l.Status, l.CreateTime = 3, past(time.Minute, 7*24*time.Hour)
 		nfs()
 	case KindYoungWriting:
-		l.Status, l.CreateTime = 2, now.Add(-g.sp.Grace+time.Hour).UnixMicro()
+		l.Status, l.CreateTime = 2, now.Add(-g.youngAge(0, g.sp.Grace)).UnixMicro()
 		if !g.sp.NoKVCMGC && g.sp.Grace < KVCMGCAge-time.Hour && g.young%2 == 0 {
-			// Past the grace, an hour inside kvcm_gc's deferral: KVCM's own GC's to take.
-			l.CreateTime = now.Add(-KVCMGCAge + time.Hour).UnixMicro()
+			// Past the grace, inside kvcm_gc's deferral: KVCM's own GC's to take.
+			l.CreateTime = now.Add(-g.youngAge(g.sp.Grace+time.Minute, KVCMGCAge)).UnixMicro()
 		}
 		g.young++
 		nfs()

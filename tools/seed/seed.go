@@ -83,6 +83,11 @@ type Spec struct {
 	// KVCMGCAge: the seed's orphans there are older than that, and half its young writings
 	// are past Grace but inside KVCMGCAge, live to a collector that defers to KVCM.
 	NoKVCMGC bool
+	// SpreadYoung spreads the ages of the young WRITING locations (and of the legacy blocks
+	// that make theirs young) over the window in which they are live, from youngMargin to the
+	// grace they ripen at, so that a run longer than youngMargin sees them ripen a few at a
+	// time. By default each is an hour short of it, so all ripen together an hour after Now.
+	SpreadYoung bool
 	// Now is the reference time (default time.Now()).
 	Now time.Time
 	// Seed makes the keyspace reproducible.
@@ -286,6 +291,7 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 		// The draws of the options come from a stream of their own, so that a legacy
 		// keyspace without them stays what it was for the same seed.
 		extra:   rand.New(rand.NewPCG(sp.Seed^0x5bd1e9955bd1e995, sp.Seed)),
+		spread:  rand.New(rand.NewPCG(sp.Seed^0x2545f4914f6cdd1d, sp.Seed+1)),
 		nfsRoot: nfsRoot, sharedRoot: sharedRoot,
 		m: &Manifest{Cluster: sp.Cluster, Layout: sp.Layout.String(), Instances: sp.Instances, Counts: map[string]int{},
 			Layouts: map[string]LayoutCount{}}}
@@ -344,6 +350,7 @@ func Generate(ctx context.Context, rdb redis.UniversalClient, sp Spec) (*Manifes
 type gen struct {
 	sp                  Spec
 	rng, extra          *rand.Rand
+	spread              *rand.Rand // Spec.SpreadYoung's draws
 	nfsRoot, sharedRoot string
 	m                   *Manifest
 	files               *fileWriter
@@ -353,6 +360,20 @@ type gen struct {
 	extraBlocks int                      // blocks stuckSetup and sweepSetup added
 	recounts    map[string]*kvcm.Recount // each instance's blocks, for its metadata hash
 	young       int                      // KindYoungWriting locations of the location layout made so far
+}
+
+// youngMargin is, with Spec.SpreadYoung, how long after Now the first young WRITING ripens:
+// the time to seed, snapshot and start a run.
+const youngMargin = 15 * time.Minute
+
+// youngAge returns the age of a young WRITING location (or legacy block) that stays live until
+// it is ripe old and is at least from old: an hour short of ripe, or with Spec.SpreadYoung a
+// draw between from and ripe - youngMargin.
+func (g *gen) youngAge(from, ripe time.Duration) time.Duration {
+	if !g.sp.SpreadYoung {
+		return ripe - time.Hour
+	}
+	return from + time.Duration(g.spread.Int64N(max(int64(ripe-youngMargin-from), 1)))
 }
 
 // hset queues one block's fields and flushes every 512 blocks.
