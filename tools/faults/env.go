@@ -126,7 +126,8 @@ func newEnv(ctx context.Context, cfg Config, sc scenario, layout kvcm.Layout, se
 	}
 	e.manifest, err = seed.Generate(ctx, e.redis.Client(), seed.Spec{Cluster: suiteCluster, Layout: layout, Instances: instances,
 		Blocks: cfg.Blocks, GarbageFraction: 0.3, TrickyFraction: 0.1, Root: filepath.Join(dir, "data"), MetaURI: e.redis.URI(),
-		Seed: seedValue, SweepFiles: sweepFiles, NoUpgraded: sc.noUpgraded, NoKVCMGC: sc.noKVCMGC})
+		Seed: seedValue, SweepFiles: sweepFiles, NoUpgraded: sc.noUpgraded, NoKVCMGC: sc.noKVCMGC,
+		SpreadYoung: sc.spreadYoung})
 	if err != nil {
 		e.close()
 		return nil, err

@@ -38,8 +38,11 @@ type scenario struct {
 	// that (seed.Spec.NoKVCMGC); else a location the seed keeps as inside kvcm_gc's deferral
 	// is past the stages' grace, and its rightful delete reads as a violation.
 	noKVCMGC bool
-	setup    func(ctx context.Context, e *env) error
-	run      func(ctx context.Context, e *env) (string, *Expect, error)
+	// spreadYoung spreads the seeded young WRITING locations' ripening over the grace
+	// (seed.Spec.SpreadYoung): a run of hours sees a few ripen each round, not all at once.
+	spreadYoung bool
+	setup       func(ctx context.Context, e *env) error
+	run         func(ctx context.Context, e *env) (string, *Expect, error)
 	// after, when set, checks more once everything converged, and returns notes for the table.
 	after func(ctx context.Context, e *env) (string, error)
 }

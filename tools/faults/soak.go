@@ -302,7 +302,9 @@ func runSoak(parent context.Context, cfg SoakConfig, run SoakRun, seedValue uint
 
 	fc := Config{Seed: seedValue, Instances: cfg.Instances, Blocks: cfg.Blocks, RoundPause: cfg.RoundPause, Bins: cfg.Bins,
 		WorkDir: cfg.WorkDir, Out: cfg.Out}
-	sc := scenario{name: "soak", cluster: run.Cluster, sweepFiles: true, noKVCMGC: true} // as flags() runs the stages
+	// noKVCMGC as flags() runs the stages. spreadYoung: the seeded young WRITING ripen a few a
+	// round, so no round's drain (and the check after it) swells with thousands at once.
+	sc := scenario{name: "soak", cluster: run.Cluster, sweepFiles: true, noKVCMGC: true, spreadYoung: true}
 	e, err := newEnv(ctx, fc, sc, run.Layout, seedValue, logf)
 	if err != nil {
 		res.Err = fmt.Errorf("set up: %w", err)
