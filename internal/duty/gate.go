@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/internal/backoff"
 )
 
 // Gate makes operations wait for their pace and the ceiling, one at a time: Begin waits,
@@ -44,7 +46,7 @@ func (g *Gate) Begin(ctx context.Context, keys int) (*Op, error) {
 		now := time.Now()
 		if c := g.ceiling; c != nil && c.Busy(ctx, now) {
 			g.setHolding(true)
-			if err := sleep(ctx, c.Every()); err != nil {
+			if err := backoff.Sleep(ctx, c.Every()); err != nil {
 				<-g.slot
 				return nil, err
 			}
@@ -62,7 +64,7 @@ func (g *Gate) Begin(ctx context.Context, keys int) (*Op, error) {
 			return &Op{g: g, start: now}, nil
 		}
 		g.mu.Unlock()
-		if err := sleep(ctx, w); err != nil {
+		if err := backoff.Sleep(ctx, w); err != nil {
 			<-g.slot
 			return nil, err
 		}
@@ -100,18 +102,6 @@ func (g *Gate) Pace() Pace {
 		pc.Reason = ReasonBusy
 	}
 	return pc
-}
-
-// sleep waits for d or ctx.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Totals are the gate's pacer's sums so far.
