@@ -212,15 +212,9 @@ func strToInt64(s string) (int64, bool) {
 	for i < len(s) && strings.IndexByte(" \t\n\v\f\r", s[i]) >= 0 {
 		i++
 	}
-	s = s[i:]
-	digits := s
-	if digits != "" && (digits[0] == '+' || digits[0] == '-') {
-		digits = digits[1:]
-	}
-	if digits == "" || strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
+	// strconv.ParseInt in base 10 takes exactly what is left: an optional sign, then one or
+	// more digits, and nothing after them.
+	v, err := strconv.ParseInt(s[i:], 10, 64)
 	if err != nil {
 		return 0, false
 	}
@@ -228,10 +222,9 @@ func strToInt64(s string) (int64, bool) {
 }
 
 // fromCharsInt64 is std::from_chars into an int64 that must take the whole, non-empty string:
-// an optional '-', then digits only.
+// an optional '-', then digits only (from_chars, unlike strtoll, takes no '+').
 func fromCharsInt64(s string) (int64, bool) {
-	digits := strings.TrimPrefix(s, "-")
-	if digits == "" || strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
+	if strings.HasPrefix(s, "+") {
 		return 0, false
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
