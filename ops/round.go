@@ -78,7 +78,7 @@ func RoundStart(
 	at := now.UnixMicro()
 	for _, c := range cks {
 		if store == "" || c.Checkpoint.Store == store {
-			at = max(at, c.Checkpoint.LastRoundEndUs+1)
+			at = max(at, c.Checkpoint.LastRoundEnd()+1)
 		}
 	}
 	// By revision: another operator's request meanwhile is kept, not overwritten.

@@ -147,7 +147,10 @@ type StoreStatus struct {
 	StateSince time.Time         `json:"state_since,omitzero"`
 	NextRound  time.Time         `json:"next_round,omitzero"`
 	LastRound  *LastRound        `json:"last_round,omitempty"`
-	Layouts    map[string]uint64 `json:"layouts,omitempty"`
+	// FailedRound is the store's last round when it ended failed (its SCAN kept failing for
+	// scan_failure_budget, or the store could not be opened); nil once a round completes.
+	FailedRound *pipeline.RoundFailure `json:"failed_round,omitempty"`
+	Layouts     map[string]uint64      `json:"layouts,omitempty"`
 	// Unregistered are the store's keys of instances the registry does not list, as its last
 	// round counted them (the largest first; UnregisteredMore left out).
 	Unregistered     []pipeline.UnregisteredCount `json:"unregistered_instances,omitempty"`
@@ -668,7 +671,7 @@ func storeStatuses(
 		ss := StoreStatus{Store: ck.Store, InRegistry: c.InRegistry, Round: ck.Round, InRound: ck.InRound,
 			Cursor: ck.Cursor, Instances: ck.Instances, Keys: ck.KeysScanned, Visited: ck.KeysVisited,
 			DBSize: ck.DBSize, Started: usTime(ck.RoundStartedUs), Layouts: ck.Layouts, SavedAt: usTime(ck.SavedUs),
-			Unregistered: ck.Unregistered, UnregisteredMore: ck.UnregisteredTruncated}
+			Unregistered: ck.Unregistered, UnregisteredMore: ck.UnregisteredTruncated, FailedRound: ck.FailedRound}
 		if l, ok := byStore[ck.Store]; ok {
 			ss.Holder, ss.Revision = l.Record.Holder, l.Revision
 			ss.RenewedAgoSecs = now.Sub(time.UnixMicro(l.Record.RenewedUs)).Seconds()

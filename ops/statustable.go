@@ -128,6 +128,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 				layoutsCell(st.Layouts))
 		}
 		_ = tw.Flush()
+		writeFailedRounds(ew, sc.Stores, now)
 	}
 	writeUnregistered(ew, sc.Stores, now)
 	r.Sweep.writeSweep(ew, now)
@@ -233,8 +234,29 @@ func etaCell(st StoreStatus, now time.Time) string {
 	return humanDuration(now.Sub(st.ETA)) + " ago"
 }
 
+// writeFailedRounds says, under the stores, which store's last round ended failed, and why.
+func writeFailedRounds(w io.Writer, stores []StoreStatus, now time.Time) {
+	for _, st := range stores {
+		f := st.FailedRound
+		if f == nil {
+			continue
+		}
+		since := ""
+		if f.FailingSinceUs > 0 {
+			since = fmt.Sprintf(" after %d failed reads over %s", f.Attempts,
+				humanDuration(time.Duration(f.AtUs-f.FailingSinceUs)*time.Microsecond))
+		}
+		fmt.Fprintf(w, "store %s: round %d FAILED %s ago (%s)%s, at cursor %d with %d keys read; "+
+			"the next round starts over: %s\n", st.Store, f.Round, humanDuration(now.Sub(time.UnixMicro(f.AtUs))), f.Reason,
+			since, f.Cursor, f.KeysScanned, f.Error)
+	}
+}
+
 func stateCell(st StoreStatus, now time.Time) string {
 	s := strings.ReplaceAll(st.State, "_", " ")
+	if st.State == "round_pause" && st.FailedRound != nil && st.FailedRound.Round == st.Round {
+		s = "round failed"
+	}
 	if st.State == "round_pause" && !st.NextRound.IsZero() {
 		if d := st.NextRound.Sub(now); d > 0 {
 			return s + ", next in " + humanDuration(d)

@@ -59,6 +59,10 @@ type Checkpoint struct {
 	LastRoundVisited  uint64            `json:"last_round_visited,omitempty"`
 	LastRoundDuration int64             `json:"last_round_duration_ms,omitempty"`
 	LastRoundLayouts  map[string]uint64 `json:"last_round_layouts,omitempty"`
+	// FailedRound is the last round of the store when it ended failed (nil once a round
+	// completes): its SCAN kept failing past scan_failure_budget, or the store could not be
+	// opened. Nothing a round's end decides was decided by it (scanner/walk.go).
+	FailedRound *RoundFailure `json:"failed_round,omitempty"`
 	// Keys of instances the registry does not list (scanner/unregistered.go): the current round's
 	// running count, and the last completed round's, with how many instances it left out.
 	UnregisteredRound     []UnregisteredCount `json:"unregistered_round,omitempty"`
@@ -120,6 +124,38 @@ func ReadStoreCheckpoint(ctx context.Context, kv jetstream.KeyValue, store strin
 	}
 	c.Store = store
 	return c, rev, nil
+}
+
+// RoundFailure is a store's round that ended failed.
+type RoundFailure struct {
+	Round uint64 `json:"round"`
+	// Reason is what failed (RoundFailedScan, RoundFailedUnavailable), Error the last error.
+	Reason string `json:"reason"`
+	Error  string `json:"error"`
+	// AtUs is when the round ended failed, FailingSinceUs when its SCAN began failing without
+	// a page read since, Attempts how many reads failed in that run.
+	AtUs           int64 `json:"at_us"`
+	FailingSinceUs int64 `json:"failing_since_us,omitempty"`
+	Attempts       int   `json:"attempts,omitempty"`
+	// Cursor and KeysScanned are where the walk stood: the next round starts over from the
+	// keyspace's beginning all the same.
+	Cursor      uint64 `json:"cursor"`
+	KeysScanned uint64 `json:"keys_scanned"`
+}
+
+// Why a store's round ended failed (RoundFailure.Reason).
+const (
+	RoundFailedScan        = "scan"        // SCAN kept failing for scan_failure_budget
+	RoundFailedUnavailable = "unavailable" // the store could not be opened at all
+)
+
+// LastRoundEnd is when the store's last round ended, completed or failed (µs; 0: none): a
+// request to start a round made before it is spent.
+func (c Checkpoint) LastRoundEnd() int64 {
+	if c.FailedRound != nil {
+		return max(c.LastRoundEndUs, c.FailedRound.AtUs)
+	}
+	return c.LastRoundEndUs
 }
 
 // UnregisteredCount is what one store holds of one instance the registry does not list.

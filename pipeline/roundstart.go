@@ -37,10 +37,10 @@ func (r RoundStartRecord) For(store string) time.Time {
 
 // Starts reports whether the request covering a store starts the next round of the store,
 // whose checkpoint is ck, now: the store is between rounds, and the request came after its
-// last round ended (a store that never ran a round starts at once anyway).
+// last round ended, completed or failed (a store that never ran a round starts at once anyway).
 func (r RoundStartRecord) Starts(store string, ck Checkpoint) bool {
 	req := r.For(store)
-	return !ck.InRound && ck.Round > 0 && !req.IsZero() && req.UnixMicro() > ck.LastRoundEndUs
+	return !ck.InRound && ck.Round > 0 && !req.IsZero() && req.UnixMicro() > ck.LastRoundEnd()
 }
 
 // DecodeRoundStart decodes a RoundStartRecord; empty data (a deleted key) is none.

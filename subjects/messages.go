@@ -217,7 +217,7 @@ const (
 	EventSkip = "skip"
 	// EventDelete, by the deleter: the outcome of a delete request, every target's (Targets).
 	EventDelete = "delete"
-	// EventRound, by the scanner: round started / finished (Outcome "start"|"end", Counts).
+	// EventRound, by the scanner: round started / finished / failed (Outcome "start"|"end"|"failed", Counts).
 	EventRound = "round"
 	// EventPoison, by any stage: a message terminated as undecodable or invalid.
 	EventPoison = "poison"

@@ -16,6 +16,17 @@ type Config struct {
 	// RoundPause is the cooldown between the end of a round and the start of the next; it is
 	// stored in the state bucket so it survives restarts. Default 24h.
 	RoundPause time.Duration `yaml:"round_pause" help:"pause between the end of a full scan round and the start of the next"`
+	// ScanFailureBudget bounds the retries of a store's SCAN: once reads of the store have
+	// failed for this long with no page read in between, retried with the scanner's backoff
+	// (RegistryBackoff), the store's round ends failed (walk.go). Default 10m: a Redis
+	// failover or restart (seconds to a minute or two) is ridden out, a store refusing SCAN
+	// (an ACL, a broken proxy) does not hold its round open for ever.
+	ScanFailureBudget time.Duration `yaml:"scan_failure_budget" help:"how long a store's SCAN may keep failing, retried with backoff and no page read in between, before the store's round ends failed (the other stores' rounds go on)"`
+	// FailedRoundPause is the pause after a round that ended failed, before the store's next
+	// round starts over from the beginning of its keyspace; never longer than RoundPause.
+	// Default 1h: a store that recovers is walked again within the hour rather than a
+	// round_pause later, and one that keeps failing tries a round an hour (and alerts).
+	FailedRoundPause time.Duration `yaml:"failed_round_pause" help:"pause after a store's round ended failed before its next round starts over (at most round_pause)"`
 	// ScanBatchSize is SCAN's COUNT hint and the most delete targets one batch may produce
 	// (the prober's cap of a delete request too). Default 256.
 	ScanBatchSize int `yaml:"scan_batch_size" help:"SCAN COUNT hint, and the most delete targets one batch may produce"`
@@ -92,6 +103,7 @@ const MinUnregisteredGrace = 24 * time.Hour
 // DefaultConfig returns the scanner's defaults.
 func DefaultConfig() Config {
 	return Config{ScanInterval: time.Second, RoundPause: 24 * time.Hour, ScanBatchSize: 256, HighWater: 100,
+		ScanFailureBudget: 10 * time.Minute, FailedRoundPause: time.Hour,
 		Tuning:            Tuning{Duty: DefaultDuty, BurstKeys: DefaultBurstKeys, CPUEvery: DefaultCPUEvery},
 		UnregisteredGrace: 7 * 24 * time.Hour, UnregisteredMaxKeys: 10000}
 }
@@ -104,6 +116,13 @@ func (c Config) Validate() error {
 	}
 	if c.RoundPause < 0 {
 		errs = append(errs, fmt.Errorf("round_pause: must be >= 0, got %s", c.RoundPause))
+	}
+	if c.ScanFailureBudget <= 0 {
+		errs = append(errs, fmt.Errorf("scan_failure_budget: must be > 0 (a store's SCAN is not retried for ever), got %s",
+			c.ScanFailureBudget))
+	}
+	if c.FailedRoundPause < 0 {
+		errs = append(errs, fmt.Errorf("failed_round_pause: must be >= 0, got %s", c.FailedRoundPause))
 	}
 	if c.ScanBatchSize <= 0 {
 		errs = append(errs, fmt.Errorf("scan_batch_size: must be > 0, got %d", c.ScanBatchSize))

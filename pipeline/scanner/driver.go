@@ -90,7 +90,8 @@ type recording struct {
 
 func (s *Scanner) newDriver(h *walkHandle) *walkDriver {
 	cfg := walkConfig{scanInterval: s.cfg.ScanInterval, roundPause: s.cfg.RoundPause,
-		batchSize: s.cfg.ScanBatchSize, maxKeysPerSecond: s.cfg.MaxKeysPerSecond}
+		batchSize: s.cfg.ScanBatchSize, maxKeysPerSecond: s.cfg.MaxKeysPerSecond,
+		failBudget: s.cfg.ScanFailureBudget, failedPause: s.cfg.FailedRoundPause, backoff: s.backoff}
 	d := &walkDriver{s: s, h: h, w: newWalk(cfg, h.store), log: s.log.With("store", h.store)}
 	d.loop = pipeline.Loop[event, action]{Walk: d.w, Tick: d.tick, Perform: d.perform, Observe: d.observe, Wake: h.wake}
 	return d
@@ -148,6 +149,7 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 			// The store's last count moves with its lease: alerts on it must not wait a round.
 			s.metrics.unregistered(d.h.store, c.Unregistered)
 			s.metrics.audit.set(d.h.store, c.Audit, c.LastRoundEndUs)
+			s.metrics.roundFailed(d.h.store, c.FailedRound)
 			d.setLast(c)
 		}
 		return evCheckpoint{ckpt: c, rev: rev, err: err}
@@ -200,6 +202,10 @@ func (d *walkDriver) do(ctx context.Context, a action) event {
 		s.metrics.ScanRounds.Inc()
 		s.metrics.RoundDuration.Set(float64(c.LastRoundDuration) / 1e3)
 		s.metrics.lastRoundEnd(c.LastRoundEndUs)
+		s.metrics.roundFailed(d.h.store, nil)
+	case actRoundFailed:
+		s.metrics.StoreFailedRounds.WithLabelValues(d.h.store).Inc()
+		s.metrics.roundFailed(d.h.store, a.ckpt.FailedRound)
 	case actStepDown:
 		d.h.lease.Drop()
 	case actRelease:
@@ -431,6 +437,11 @@ func (d *walkDriver) write(
 	case saveRoundEnd:
 		d.audit.reset()
 		c.Audit, c.AuditRound = d.auditEnd(ctx, c.AuditRound, now), nil
+	case saveFailed:
+		// A part of a walk recounts part of each instance: the last completed round's audit
+		// stands, and KVCM's counters are not read against this one.
+		d.audit.reset()
+		c.AuditRound = nil
 	case "":
 		c = d.audit.apply(c)
 	}

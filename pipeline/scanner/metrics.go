@@ -45,6 +45,11 @@ type Metrics struct {
 	StoreKeysPerSecond *prometheus.GaugeVec
 	StoreProgress      *prometheus.GaugeVec
 	StoreETA           *prometheus.GaugeVec
+	// StoreFailedRounds counts the store's rounds that ended failed (walk.go: failRound);
+	// StoreRoundFailed is 1 while its last round ended failed, from the checkpoint, so that
+	// it survives a restart or a move of the lease.
+	StoreFailedRounds *prometheus.CounterVec
+	StoreRoundFailed  *prometheus.GaugeVec
 
 	// Keys a store holds of instances the registry does not list (unregistered.go), by store
 	// and instance, as the store's last round counted them.
@@ -137,6 +142,11 @@ func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {
 				"round's) visited this round."}, []string{"store"}),
 		StoreETA: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_eta_timestamp_seconds",
 			Help: "Estimated Unix time the store's round ends (0: unknown, or the walk is not moving)."}, []string{"store"}),
+		StoreFailedRounds: f.NewCounterVec(prometheus.CounterOpts{Name: "kvcm_gc_store_failed_rounds_total",
+			Help: "Rounds of the store that ended failed: its SCAN kept failing for " +
+				"scan_failure_budget, or the store could not be opened."}, []string{"store"}),
+		StoreRoundFailed: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_store_round_failed",
+			Help: "1 while the store's last round ended failed (until a round completes)."}, []string{"store"}),
 		UnregisteredKeys: f.NewGaugeVec(prometheus.GaugeOpts{Name: "kvcm_gc_unregistered_instance_keys",
 			Help: "Block keys the store held, at its last round, of an instance the registry " +
 				"does not list (a failed instance removal leaves them)."}, []string{"store", "kvcm_instance"}),
@@ -206,6 +216,8 @@ func (m *Metrics) initStore(store string) {
 	m.StoreKeysPerSecond.WithLabelValues(store)
 	m.StoreProgress.WithLabelValues(store)
 	m.StoreETA.WithLabelValues(store)
+	m.StoreFailedRounds.WithLabelValues(store)
+	m.StoreRoundFailed.WithLabelValues(store)
 	for _, st := range walkStates {
 		m.StoreState.WithLabelValues(store, st)
 	}
@@ -214,12 +226,13 @@ func (m *Metrics) initStore(store string) {
 // dropStore removes the series of a store this process no longer walks.
 func (m *Metrics) dropStore(store string) {
 	perStore := []*prometheus.GaugeVec{
-		m.StoreLeaseHeld, m.StoreRound, m.StoreKeysPerSecond, m.StoreProgress, m.StoreETA,
+		m.StoreLeaseHeld, m.StoreRound, m.StoreKeysPerSecond, m.StoreProgress, m.StoreETA, m.StoreRoundFailed,
 	}
 	for _, v := range perStore {
 		v.DeleteLabelValues(store)
 	}
 	m.StoreScannedKeys.DeleteLabelValues(store)
+	m.StoreFailedRounds.DeleteLabelValues(store)
 	m.StoreState.DeletePartialMatch(prometheus.Labels{"store": store})
 	m.unregistered(store, nil)
 	m.audit.set(store, nil, 0)
@@ -277,6 +290,16 @@ func (m *Metrics) unregistered(store string, counts []pipeline.UnregisteredCount
 		m.UnregisteredBytes.WithLabelValues(store, id).Set(float64(c.Bytes))
 		m.UnregisteredSince.WithLabelValues(store, id).Set(float64(c.FirstSeenUs) / 1e6)
 	}
+}
+
+// roundFailed sets kvcm_gc_store_round_failed from the store's last failed round (nil: its
+// last round completed, or none ended yet).
+func (m *Metrics) roundFailed(store string, f *pipeline.RoundFailure) {
+	v := 0.0
+	if f != nil {
+		v = 1
+	}
+	m.StoreRoundFailed.WithLabelValues(store).Set(v)
 }
 
 // lastRoundEnd raises kvcm_gc_last_round_end_timestamp_seconds to a round's end (µs).

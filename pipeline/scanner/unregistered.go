@@ -66,7 +66,8 @@ func (u *unregTally) add(
 // apply brings checkpoint c, about to be written for why ("" for a page's record), up to
 // date: a round's start clears the running count; the page c records (its cursor is the
 // page's next, or the walk is done) joins it; a round's end makes it the store's last count
-// at now, and ended says so.
+// at now, and ended says so; a round that ended failed drops its running count, and the last
+// completed round's stays the store's (nor are the instances it did not reach forgotten).
 func (u *unregTally) apply(c pipeline.Checkpoint, why string, now time.Time) (_ pipeline.Checkpoint, ended bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -80,6 +81,9 @@ func (u *unregTally) apply(c pipeline.Checkpoint, why string, now time.Time) (_ 
 		c.UnregisteredRound, u.pending = nil, nil
 		c.Seen = pruneSeen(c.Seen, c.Unregistered, c.RoundStartedUs)
 		return c, true
+	case saveFailed:
+		c.UnregisteredRound, u.pending = nil, nil
+		return c, false
 	}
 	if !c.InRound {
 		return c, false

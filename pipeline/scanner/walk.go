@@ -29,6 +29,19 @@ import (
 // either puts the read position back on the checkpoint, so that page is read and published
 // again (the server drops the batches it already has). Every path that makes no progress
 // waits at least IdleWait, whatever scan_interval (invariant 7: nothing spins).
+//
+// A failed SCAN is retried from the same cursor with the scanner's backoff; once the store's
+// reads have failed for scan_failure_budget with no page read in between (or the store cannot
+// be opened at all), the store's round ends failed (failRound). A failed round decides
+// nothing a round's end decides from a whole walk: its partial recount of KVCM's counters is
+// dropped (the last completed round's audit stands), its count of unregistered instances'
+// keys does not become the store's last count (the collection of those keys and the sweep
+// act only on a completed round's), and it is no completed round to the metrics and alerts.
+// The batches it published stand on their own, as every page's do. Its next round comes
+// failed_round_pause later (at most round_pause) and starts over from cursor 0: a SCAN
+// cursor means something only to the server process that gave it (its hash seed orders the
+// table), and a failure that long is often a restart or a failover, after which resuming
+// would skip keys; and the round's audit and unregistered count need one whole walk.
 
 // overlapBelow: only when the next tick is due sooner than this does a page stay unrecorded
 // while the next one is read; a slower walk records every page at once (a successor then
@@ -47,6 +60,11 @@ type walkConfig struct {
 	// gated: the driver paces the page's reads by the duty (pace.go); the walk waits
 	// nothing between pages.
 	gated bool
+	// failBudget is scan_failure_budget, failedPause failed_round_pause; backoff the wait
+	// before the attempt-th retry (1-based) of a failed read.
+	failBudget  time.Duration
+	failedPause time.Duration
+	backoff     func(attempt int) time.Duration
 }
 
 // walk is one store's walk state.
@@ -83,6 +101,10 @@ type walk struct {
 	// when stopReason says why.
 	stopping   bool
 	stopReason string
+	// failures counts the reads of the store that failed since its last page was read, the
+	// first of them at failingSince.
+	failures     int
+	failingSince time.Time
 }
 
 type pendingPage struct {
@@ -176,6 +198,7 @@ const (
 const (
 	saveRoundStart = "round_start"
 	saveRoundEnd   = "round_end"
+	saveFailed     = "round_failed"
 	saveWaiting    = "waiting"
 )
 
@@ -195,6 +218,7 @@ func (actLog) isAction()            {}
 func (actOpError) isAction()        {}
 func (actSkipTick) isAction()       {}
 func (actRoundEnded) isAction()     {}
+func (actRoundFailed) isAction()    {}
 func (actStepDown) isAction()       {}
 func (actRelease) isAction()        {}
 func (actWait) isAction()           {}
@@ -245,6 +269,8 @@ type (
 	actOpError    struct{ op string }
 	actSkipTick   struct{} // a tick skipped by backpressure (kvcm_gc_backpressure_skips_total)
 	actRoundEnded struct{ ckpt pipeline.Checkpoint }
+	// actRoundFailed: the round ended failed (kvcm_gc_store_failed_rounds_total).
+	actRoundFailed struct{ ckpt pipeline.Checkpoint }
 	actStepDown   struct{} // another scanner wrote the checkpoint: forget the lease
 	actRelease    struct{ reason string }
 	// actWait: the next tick comes after d (the last actWait of a step wins).
@@ -513,6 +539,20 @@ func (w *walk) saved(e evSaved) []action {
 			)
 		}
 		return append(acts, actWait{0})
+	case saveFailed:
+		w.instances, w.failures, w.failingSince = nil, 0, time.Time{}
+		w.waiting, w.waitingSince = pipeline.WaitRoundPause, e.now
+		c, f := w.ckpt, w.ckpt.FailedRound
+		return []action{
+			actRoundFailed{ckpt: c},
+			actLog{slog.LevelWarn, "round failed; the next starts over", []any{"round", c.Round, "reason", f.Reason,
+				"attempts", f.Attempts, "cursor", f.Cursor, "keys", f.KeysScanned, "err", f.Error,
+				"next_round", time.UnixMicro(c.NextRoundUs).UTC()}},
+			actEvent{ev: subjects.Event{Kind: subjects.EventRound, Round: c.Round, Outcome: "failed", Reason: f.Reason,
+				Detail: "store " + w.store + ": " + f.Error, Counts: map[string]int64{"keys": int64(f.KeysScanned),
+					"attempts": int64(f.Attempts), "stores": 1}}, ckptRev: e.rev},
+			actWait{0},
+		}
 	}
 	return nil
 }
@@ -531,8 +571,35 @@ func (w *walk) endRound(now time.Time) []action {
 	c.LastRoundKeys, c.LastRoundVisited = c.KeysScanned, c.KeysVisited
 	c.LastRoundDuration = now.Sub(started).Milliseconds()
 	c.LastRoundLayouts = maps.Clone(c.Layouts)
+	c.FailedRound = nil
 	c.Waiting, c.WaitingSinceUs = pipeline.WaitRoundPause, now.UnixMicro()
 	return []action{actSave{now: now, why: saveRoundEnd, ckpt: c, rev: w.rev}}
+}
+
+// failRound ends the round failed (no page pending): the next starts over from cursor 0,
+// failed_round_pause from now but never later than a completed round's would.
+func (w *walk) failRound(now time.Time, reason string, err error) []action {
+	c := w.ckpt
+	f := &pipeline.RoundFailure{Round: c.Round, Reason: reason, Error: err.Error(), AtUs: now.UnixMicro(),
+		Attempts: w.failures, Cursor: c.Cursor, KeysScanned: c.KeysScanned}
+	if !w.failingSince.IsZero() {
+		f.FailingSinceUs = w.failingSince.UnixMicro()
+	}
+	c.InRound, c.Walked, c.Cursor, c.FailedRound = false, false, 0, f
+	c.NextRoundUs = now.Add(min(w.cfg.failedPause, w.cfg.roundPause)).UnixMicro()
+	c.Waiting, c.WaitingSinceUs = pipeline.WaitRoundPause, now.UnixMicro()
+	w.held = nil
+	return []action{actSave{now: now, why: saveFailed, ckpt: c, rev: w.rev}}
+}
+
+// retryWait is the wait before the next read after the walk's failures-th failed one: the
+// scanner's backoff, never less than the walk's idle wait.
+func (w *walk) retryWait() time.Duration {
+	d := w.idle()
+	if w.cfg.backoff != nil {
+		d = max(d, w.cfg.backoff(w.failures))
+	}
+	return d
 }
 
 func (w *walk) pageRead(e evPage) []action {
@@ -542,7 +609,7 @@ func (w *walk) pageRead(e evPage) []action {
 			return []action{actAwait{}, actWait{0}}
 		}
 		// A store that cannot even be opened (a bad URI): its instances are skipped this
-		// round, and the round ends.
+		// round, and the round ends failed (a whole walk it is not).
 		acts := []action{actOpError{"store"},
 			actLog{
 				slog.LevelWarn,
@@ -553,19 +620,28 @@ func (w *walk) pageRead(e evPage) []action {
 			acts = append(acts, actEvent{ev: subjects.Event{Kind: subjects.EventSkip, Instance: id, Round: w.ckpt.Round,
 				Reason: "store_unavailable", Detail: e.err.Error()}})
 		}
-		w.walked = true
-		return append(acts, actWait{0})
+		w.failures++
+		return append(acts, w.failRound(e.now, pipeline.RoundFailedUnavailable, e.err)...)
 	case e.err != nil:
+		if w.failures == 0 {
+			w.failingSince = e.now
+		}
+		w.failures++
 		acts := []action{
 			actOpError{"scan"},
-			actLog{slog.LevelWarn, "scan page; cursor kept", []any{"cursor", w.cursor, "err", e.err}},
+			actLog{slog.LevelWarn, "scan page; cursor kept", []any{"cursor", w.cursor, "attempt", w.failures, "err", e.err}},
 		}
 		if w.pending != nil {
 			return append(acts, actAwait{}, actWait{w.idle()})
 		}
+		if e.now.Sub(w.failingSince) >= w.cfg.failBudget {
+			return append(acts, w.failRound(e.now, pipeline.RoundFailedScan, e.err)...)
+		}
 		acts = append(acts, w.setWaiting(e.now, pipeline.WaitError)...)
-		return append(acts, actWait{w.idle()})
-	case w.pending != nil:
+		return append(acts, actWait{w.retryWait()})
+	}
+	w.failures, w.failingSince = 0, time.Time{}
+	if w.pending != nil {
 		// Only once the previous page is recorded is this one published (batches stay in
 		// order, and the checkpoint never passes a page whose batches are not stored).
 		w.held = &heldPage{page: e.page, at: e.now, pace: e.pace}

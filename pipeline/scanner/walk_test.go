@@ -28,7 +28,24 @@ var (
 )
 
 func testCfg() walkConfig {
-	return walkConfig{scanInterval: time.Millisecond, roundPause: time.Hour, batchSize: 10}
+	return walkConfig{scanInterval: time.Millisecond, roundPause: time.Hour, batchSize: 10,
+		failBudget: time.Minute, failedPause: 10 * time.Minute, backoff: testBackoff}
+}
+
+// testBackoff is a backoff without jitter: 1s, 2s, 4s, … up to 16s.
+func testBackoff(attempt int) time.Duration { return min(time.Second<<(attempt-1), 16*time.Second) }
+
+// failingWalk is walking() whose SCAN has failed at t0 and every backoff after it up to at
+// (exclusive), at cursor 100; it returns the walk and the last failure's actions.
+func failingWalk(at time.Time) (*walk, []action) {
+	w := walking()
+	now := t0
+	var acts []action
+	for now.Before(at) {
+		acts = w.step(evPage{now: now, err: errBoom})
+		now = now.Add(w.retryWait())
+	}
+	return w, acts
 }
 
 // loaded is a walk whose lease (revision 7) is held and whose checkpoint c (revision 3) is read.
@@ -343,16 +360,118 @@ func TestWalkStep(t *testing.T) {
 				noSpin(t, acts)
 				require.Equal(t, uint64(200), w.cursor)
 			}},
-		{"§6 store cannot be opened: its instances skipped this round", walking, evPage{now: t0, err: errBoom, unavailable: true},
+		{"§6 store cannot be opened: its instances skipped, the round ends failed", walking,
+			evPage{now: t0, err: errBoom, unavailable: true},
 			func(t *testing.T, w *walk, acts []action) {
 				evs := steptest.OfType[actEvent](acts)
 				require.Len(t, evs, 2)
 				for _, e := range evs {
 					require.Equal(t, "store_unavailable", e.ev.Reason)
 				}
-				require.True(t, w.walked)
-				acts = w.step(evTick{now: t0, leaseRev: 7})
-				require.Equal(t, saveRoundEnd, steptest.Only[actSave](t, acts).why, "the round ends")
+				sv := steptest.Only[actSave](t, acts)
+				require.Equal(t, saveFailed, sv.why, "a round that read nothing is no completed round")
+				require.Equal(t, pipeline.RoundFailedUnavailable, sv.ckpt.FailedRound.Reason)
+				require.Zero(t, sv.ckpt.LastRoundEndUs)
+			}},
+		{"scan keeps failing: retried with the backoff until the budget is spent", func() *walk {
+			w, _ := failingWalk(t0.Add(30 * time.Second))
+			return w
+		}, evPage{now: t0.Add(31 * time.Second), err: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				// 0, 1, 3, 7, 15 and 31 s: the sixth failure, 31 s into a 1 min budget.
+				require.Equal(t, 6, w.failures)
+				require.Equal(t, 16*time.Second, lastWait(t, acts), "the backoff, not scan_interval")
+				for _, sv := range steptest.OfType[actSave](acts) {
+					require.Equal(t, saveWaiting, sv.why, "the round goes on")
+				}
+				require.True(t, w.ckpt.InRound)
+				require.Equal(t, uint64(100), w.cursor, "the cursor is kept while retrying")
+			}},
+		{"a page read resets the failures", func() *walk {
+			w, _ := failingWalk(t0.Add(30 * time.Second))
+			return w
+		}, evPage{now: t0.Add(31 * time.Second), page: page(200, 1)},
+			func(t *testing.T, w *walk, acts []action) {
+				steptest.Only[actPublish](t, acts)
+				require.Zero(t, w.failures)
+				require.True(t, w.failingSince.IsZero())
+			}},
+		{"scan failing past the budget: the round ends failed, the next starts over after failed_round_pause",
+			func() *walk {
+				w, _ := failingWalk(t0.Add(time.Minute))
+				return w
+			}, evPage{now: t0.Add(61 * time.Second), err: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				sv := steptest.Only[actSave](t, acts)
+				require.Equal(t, saveFailed, sv.why)
+				c := sv.ckpt
+				require.False(t, c.InRound)
+				require.Zero(t, c.Cursor, "the next round starts from the keyspace's beginning")
+				require.Zero(t, c.LastRoundEndUs, "no completed round")
+				f := c.FailedRound
+				require.Equal(t, pipeline.RoundFailure{Round: 4, Reason: pipeline.RoundFailedScan, Error: "boom",
+					AtUs: t0.Add(61 * time.Second).UnixMicro(), FailingSinceUs: t0.UnixMicro(), Attempts: 8, Cursor: 100,
+					KeysScanned: 50}, *f)
+				require.Equal(t, t0.Add(61*time.Second+10*time.Minute).UnixMicro(), c.NextRoundUs)
+				steptest.None[actRoundEnded](t, acts)
+
+				acts = w.step(evSaved{now: t0.Add(61 * time.Second), why: saveFailed, ckpt: c, rev: 9})
+				steptest.Only[actRoundFailed](t, acts)
+				steptest.None[actRoundEnded](t, acts)
+				ev := steptest.Only[actEvent](t, acts).ev
+				require.Equal(t, "failed", ev.Outcome)
+				require.Equal(t, pipeline.RoundFailedScan, ev.Reason)
+				require.Zero(t, w.failures)
+
+				// The pause, then a new round from cursor 0.
+				acts = w.step(evTick{now: t0.Add(5 * time.Minute), leaseRev: 7})
+				steptest.None[actSnapshot](t, acts)
+				require.Equal(t, pipeline.WaitRoundPause, w.waiting)
+				acts = w.step(evTick{now: t0.Add(12 * time.Minute), leaseRev: 7})
+				require.True(t, steptest.Only[actSnapshot](t, acts).start)
+				acts = w.step(evSnapshot{now: t0.Add(12 * time.Minute), start: true, instances: insts})
+				sv = steptest.Only[actSave](t, acts)
+				require.Equal(t, uint64(5), sv.ckpt.Round)
+				require.Zero(t, sv.ckpt.Cursor)
+				require.NotNil(t, sv.ckpt.FailedRound, "status shows the failure until a round completes")
+				w.step(evSaved{now: t0.Add(12 * time.Minute), why: saveRoundStart, ckpt: sv.ckpt, rev: 10, instances: insts})
+				require.Equal(t, uint64(0), steptest.Only[actScan](t, w.step(evTick{now: t0.Add(12 * time.Minute), leaseRev: 7})).cursor)
+				w.step(evPage{now: t0.Add(12 * time.Minute), page: page(0, 1)})
+				w.step(evRecorded{ckpt: pipeline.Checkpoint{Round: 5, InRound: true, Walked: true, FailedRound: sv.ckpt.FailedRound}, rev: 11})
+				sv = steptest.Only[actSave](t, w.step(evTick{now: t0.Add(13 * time.Minute), leaseRev: 7}))
+				require.Equal(t, saveRoundEnd, sv.why)
+				require.Nil(t, sv.ckpt.FailedRound, "a completed round clears it")
+			}},
+		{"a failed round's pause is never longer than round_pause", func() *walk {
+			w, _ := failingWalk(t0.Add(time.Minute))
+			w.cfg.roundPause = time.Minute
+			return w
+		}, evPage{now: t0.Add(61 * time.Second), err: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				require.Equal(t, t0.Add(2*time.Minute+time.Second).UnixMicro(), steptest.Only[actSave](t, acts).ckpt.NextRoundUs)
+			}},
+		{"an operator's request made before the failure does not start the next round", func() *walk {
+			w, _ := failingWalk(t0.Add(time.Minute))
+			acts := w.step(evPage{now: t0.Add(61 * time.Second), err: errBoom})
+			sv := steptest.Only[actSave](t, acts)
+			w.step(evSaved{now: t0.Add(61 * time.Second), why: saveFailed, ckpt: sv.ckpt, rev: 9})
+			return w
+		}, evTick{now: t0.Add(2 * time.Minute), leaseRev: 7, roundStart: pipeline.RoundStartRecord{AllUs: t0.Add(time.Second).UnixMicro()}},
+			func(t *testing.T, w *walk, acts []action) {
+				steptest.None[actSnapshot](t, acts)
+				acts = w.step(evTick{now: t0.Add(2 * time.Minute), leaseRev: 7,
+					roundStart: pipeline.RoundStartRecord{AllUs: t0.Add(90 * time.Second).UnixMicro()}})
+				require.True(t, steptest.Only[actSnapshot](t, acts).start, "one made after it does")
+			}},
+		{"scan failing past the budget with a page pending: it is recorded first", func() *walk {
+			w, _ := failingWalk(t0.Add(time.Minute))
+			w.step(evPage{now: t0.Add(61 * time.Second), page: page(200, 1)})
+			w.failures, w.failingSince = 3, t0
+			return w
+		}, evPage{now: t0.Add(62 * time.Second), err: errBoom},
+			func(t *testing.T, w *walk, acts []action) {
+				steptest.Only[actAwait](t, acts)
+				steptest.None[actSave](t, acts)
 			}},
 		{"publish fails: back to the checkpoint, the page read again later", pendingWalk,
 			evRecorded{err: errBoom, failure: failPublish},
