@@ -142,6 +142,7 @@ func TestAlertRules(t *testing.T) {
 	require.Len(t, slices.Compact(slices.Sorted(slices.Values(names))), len(names), "an alert name repeats")
 	// The alerts the operations contract asks for.
 	for _, want := range []string{"KvcmGcNoRoundCompleted", "KvcmGcStoreNoLease", "KvcmGcStoreWalkErrors",
+		"KvcmGcStoreRoundFailed",
 		"KvcmGcStoreWalkStuck", "KvcmGcStoreWalkHeldBack", "KvcmGcScannersHoldNoLease", "KvcmGcDeleterStuckAtCap",
 		"KvcmGcDeadLetters", "KvcmGcOperationErrors",
 		// Stuck DELETING (collect_deleting): a group never collected, first sights not recorded,
@@ -241,6 +242,19 @@ var alertCases = []alertCase{
 	}, checks: []alertCheck{
 		{at: "10m", alert: "KvcmGcStoreWalkErrors"},
 		{at: "50m", alert: "KvcmGcStoreWalkErrors", want: []map[string]string{lbl("store", "meta-b")}},
+	}},
+	{name: "one store whose last round failed among a healthy one and one that recovered", interval: "1m", input: []series{
+		// meta-a: healthy. meta-b: its round fails at 10m; its lease moves from scanner-0 to
+		// scanner-1 at 30m, which reads the failure from the checkpoint. meta-c: fails at 10m,
+		// its next round completes at 13m.
+		{`kvcm_gc_store_round_failed{` + ns + `, pod="scanner-0", store="meta-a"}`, "0x60"},
+		{`kvcm_gc_store_round_failed{` + ns + `, pod="scanner-0", store="meta-b"}`, "0x9 1x20 stale"},
+		{`kvcm_gc_store_round_failed{` + ns + `, pod="scanner-1", store="meta-b"}`, "_x31 1x29"},
+		{`kvcm_gc_store_round_failed{` + ns + `, pod="scanner-1", store="meta-c"}`, "0x9 1x3 0x47"},
+	}, checks: []alertCheck{
+		{at: "12m", alert: "KvcmGcStoreRoundFailed"},
+		{at: "16m", alert: "KvcmGcStoreRoundFailed", want: []map[string]string{lbl("store", "meta-b")}},
+		{at: "45m", alert: "KvcmGcStoreRoundFailed", want: []map[string]string{lbl("store", "meta-b")}},
 	}},
 	{name: "one store scanning without reading keys among moving and resting ones", interval: "1m", input: []series{
 		{`kvcm_gc_store_walk_state{` + ns + `, pod="scanner-0", store="meta-a", state="scanning"}`, "1x90"},

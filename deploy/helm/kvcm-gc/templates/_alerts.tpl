@@ -75,6 +75,7 @@ In the rules below [[ and ]] stand for Prometheus' own template delimiters.
     "KvcmGcNoRoundCompleted" (dict "for" "30m" "severity" "warning" "threshold" $sec.period "duration" true)
     "KvcmGcStoreNoLease" (dict "for" "15m" "severity" "warning")
     "KvcmGcStoreWalkErrors" (dict "for" "15m" "severity" "warning" "threshold" 0.5)
+    "KvcmGcStoreRoundFailed" (dict "for" "5m" "severity" "warning")
     "KvcmGcStoreWalkStuck" (dict "for" "15m" "severity" "warning" "threshold" 1800 "duration" true)
     "KvcmGcStoreWalkHeldBack" (dict "for" "15m" "severity" "warning" "threshold" $sec.round "duration" true)
     "KvcmGcUnregisteredInstanceKeys" (dict "for" "1h" "severity" "info" "threshold" 86400 "duration" true)
@@ -99,7 +100,7 @@ In the rules below [[ and ]] stand for Prometheus' own template delimiters.
     "KvcmGcSweepErrors" (dict "for" "15m" "severity" "warning" "threshold" 0.05)
 -}}
 {{- $groups := list
-    (dict "name" "kvcm-gc-stores" "alerts" (list "KvcmGcNoRoundCompleted" "KvcmGcStoreNoLease" "KvcmGcStoreWalkErrors" "KvcmGcStoreWalkStuck" "KvcmGcStoreWalkHeldBack" "KvcmGcUnregisteredInstanceKeys" "KvcmGcKvcmCountersDrift"))
+    (dict "name" "kvcm-gc-stores" "alerts" (list "KvcmGcNoRoundCompleted" "KvcmGcStoreNoLease" "KvcmGcStoreWalkErrors" "KvcmGcStoreRoundFailed" "KvcmGcStoreWalkStuck" "KvcmGcStoreWalkHeldBack" "KvcmGcUnregisteredInstanceKeys" "KvcmGcKvcmCountersDrift"))
     (dict "name" "kvcm-gc" "alerts" (list "KvcmGcScannersHoldNoLease" "KvcmGcScannerMetricsAbsent" "KvcmGcDeleterStuckAtCap" "KvcmGcDeadLetters" "KvcmGcDeliveriesUnanswered" "KvcmGcOperationErrors" "KvcmGcJetStreamStatsUnavailable" "KvcmGcStreamDiscarding" "KvcmGcStagePausedLong"))
     (dict "name" "kvcm-gc-stuck-deleting" "alerts" (list "KvcmGcStuckDeletingLeaseTooLong" "KvcmGcStuckDeletingUnobserved" "KvcmGcStuckDeletingDataLeft" "KvcmGcAmbiguousLayoutKeys"))
     (dict "name" "kvcm-gc-sweep" "alerts" (list "KvcmGcSweepNoWalkCompleted" "KvcmGcSweepQuarantineStranded" "KvcmGcSweepConflicts" "KvcmGcSweepRestores" "KvcmGcSweepErrors"))
@@ -218,6 +219,24 @@ labels:
     description: >-
       The store's walk spent more than {{ .t }} of the last 30 minutes waiting after errors. The
       scanner's log names the failing operation; `kvcm-gc status` shows the walk.
+    runbook_url: {{ include "kvcm-gc.runbookURL" . }}
+{{- end -}}
+
+{{- define "kvcm-gc.alert.KvcmGcStoreRoundFailed" -}}
+- alert: KvcmGcStoreRoundFailed
+  # The store's last round ended failed: its SCAN kept failing for scan_failure_budget, or the
+  # store could not be opened. Set from the store's checkpoint, so it survives a restart or a
+  # move of the lease; it clears when a round of the store completes. Failed rounds move the
+  # round id, so KvcmGcNoRoundCompleted does not see them.
+  expr: |
+    max by (namespace, store) (kvcm_gc_store_round_failed) > 0
+  {{- include "kvcm-gc.alertFor" . | nindent 2 }}
+  annotations:
+    summary: The last scan round of metadata store [[ $labels.store ]] failed.
+    description: >-
+      The store's SCAN kept failing until its round gave up (scan_failure_budget), or the store
+      could not be opened; its next round starts over after failed_round_pause. The other
+      stores' rounds go on. `kvcm-gc status` shows the failed round and its last error.
     runbook_url: {{ include "kvcm-gc.runbookURL" . }}
 {{- end -}}
 
