@@ -437,18 +437,25 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 		return k, err
 	}
 	phase := func(p string) string { return layout.String() + "-" + p }
+	// measure runs phase p, timed under name; a failure is recorded with phaseErr and the
+	// next phase runs.
+	measure := func(p, name string, run func() error) {
+		started := time.Now()
+		if err := run(); err != nil {
+			phaseErr(p, err)
+		}
+		h.timed(layout, name, started)
+	}
 	if cfg.wants(PhaseSmall) && slices.Contains(cfg.SmallLayouts, layout) {
 		if lr.Small, err = ks("small", cfg.SmallBlocks); err != nil {
 			return err
 		}
 		defer lr.Small.Close()
-		started := time.Now()
-		a, err := h.runAlone(ctx, phase("alone-small"), lr.Small, cfg.Unpaced)
-		if err != nil {
-			phaseErr(PhaseSmall, err)
-		}
-		lr.AloneSmall = &a
-		h.timed(layout, "each stage alone, small", started)
+		measure(PhaseSmall, "each stage alone, small", func() error {
+			a, err := h.runAlone(ctx, phase("alone-small"), lr.Small, cfg.Unpaced)
+			lr.AloneSmall = &a
+			return err
+		})
 	}
 	if cfg.wantsMain() {
 		if lr.Main, err = ks("main", cfg.Blocks); err != nil {
@@ -460,40 +467,32 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 
 	if cfg.wants(PhaseRaw) {
 		log.Info("raw baselines", "layout", layout)
-		started := time.Now()
-		if raw, err := h.raw(ctx, main); err != nil {
-			phaseErr(PhaseRaw, err)
-		} else {
-			lr.Raw = raw
-		}
-		h.timed(layout, "raw baselines", started)
+		measure(PhaseRaw, "raw baselines", func() error {
+			raw, err := h.raw(ctx, main)
+			if err == nil {
+				lr.Raw = raw
+			}
+			return err
+		})
 	}
 	if cfg.wants(PhaseCost) {
-		started := time.Now()
-		c, err := h.cost(ctx, main)
-		if err != nil {
-			phaseErr(PhaseCost, err)
-		}
-		lr.Cost = append(lr.Cost, c)
-		h.timed(layout, "walk cost", started)
+		measure(PhaseCost, "walk cost", func() error {
+			c, err := h.cost(ctx, main)
+			lr.Cost = append(lr.Cost, c)
+			return err
+		})
 	}
 	if cfg.wants(PhaseCost) && cfg.CostGrow > 1 {
-		started := time.Now()
-		pair, err := h.costGrown(ctx, main)
-		if err != nil {
-			phaseErr(PhaseCost, err)
-		}
-		lr.CostPair = pair
-		h.timed(layout, fmt.Sprintf("walk cost against a keyspace %d times as large", cfg.CostGrow), started)
+		measure(PhaseCost, fmt.Sprintf("walk cost against a keyspace %d times as large", cfg.CostGrow), func() (err error) {
+			lr.CostPair, err = h.costGrown(ctx, main)
+			return err
+		})
 	}
 	if cfg.wants(PhaseDuty) {
-		started := time.Now()
-		d, err := h.dutyPhase(ctx, main)
-		if err != nil {
-			phaseErr(PhaseDuty, err)
-		}
-		lr.Duty = d
-		h.timed(layout, "raw duty walk", started)
+		measure(PhaseDuty, "raw duty walk", func() (err error) {
+			lr.Duty, err = h.dutyPhase(ctx, main)
+			return err
+		})
 	}
 	collected := false
 	if cfg.wants(PhaseAlone) || cfg.wants(PhaseAB) || cfg.wants(PhaseDeleterDuty) {
@@ -527,28 +526,24 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 				return err
 			}
 		}
-		started := time.Now()
-		a, err := h.runAlone(ctx, phase("alone-main"), main, cfg.Unpaced)
-		if err != nil {
-			phaseErr(PhaseAlone, err)
-		}
-		lr.Alone, collected = &a, true
-		h.timed(layout, "each stage alone, main", started)
+		measure(PhaseAlone, "each stage alone, main", func() error {
+			a, err := h.runAlone(ctx, phase("alone-main"), main, cfg.Unpaced)
+			lr.Alone, collected = &a, true
+			return err
+		})
 	}
 	if cfg.wants(PhaseDeleterDuty) && len(cfg.DeleterDuties) > 0 {
-		started := time.Now()
-		d, err := h.deleterDuty(ctx, phase, main, func() error {
+		restore := func() error {
 			if !collected {
 				collected = true
 				return nil
 			}
 			return main.Restore(ctx)
-		})
-		if err != nil {
-			phaseErr(PhaseDeleterDuty, err)
 		}
-		lr.DeleterDuty = d
-		h.timed(layout, "the deleter under delete_duty", started)
+		measure(PhaseDeleterDuty, "the deleter under delete_duty", func() (err error) {
+			lr.DeleterDuty, err = h.deleterDuty(ctx, phase, main, restore)
+			return err
+		})
 	}
 	if collected && (cfg.wants(PhaseServing) || cfg.wants(PhasePace) || cfg.wants(PhaseE2E)) {
 		log.Info("restore main keyspace", "layout", layout)
@@ -559,50 +554,36 @@ func (h *Harness) runLayout(ctx context.Context, lr *LayoutResults, phaseErr fun
 		h.timed(layout, "restore", started)
 	}
 	if cfg.wants(PhaseServing) {
-		started := time.Now()
-		l, err := h.serving(ctx, phase("serving"), main, cfg.Unpaced)
-		if err != nil {
-			phaseErr(PhaseServing, err)
-		}
-		lr.Serving = l
-		h.timed(layout, "serving", started)
+		measure(PhaseServing, "serving", func() (err error) {
+			lr.Serving, err = h.serving(ctx, phase("serving"), main, cfg.Unpaced)
+			return err
+		})
 	}
 	if cfg.wants(PhasePace) {
-		started := time.Now()
-		p, err := h.pace(ctx, phase("pace"), main)
-		if err != nil {
-			phaseErr(PhasePace, err)
-		}
-		lr.Pace = p
-		h.timed(layout, "pace", started)
+		measure(PhasePace, "pace", func() (err error) {
+			lr.Pace, err = h.pace(ctx, phase("pace"), main)
+			return err
+		})
 	}
 	if cfg.wants(PhaseE2E) {
-		started := time.Now()
-		e, err := h.runE2E(ctx, phase("e2e-main"), main, cfg.Unpaced)
-		if err != nil {
-			phaseErr(PhaseE2E, err)
-		}
-		lr.E2E = &e
-		h.timed(layout, "end to end", started)
+		measure(PhaseE2E, "end to end", func() error {
+			e, err := h.runE2E(ctx, phase("e2e-main"), main, cfg.Unpaced)
+			lr.E2E = &e
+			return err
+		})
 	}
 	if cfg.wants(PhaseStores) {
-		started := time.Now()
-		st, err := h.runStores(ctx, layout, cfg.Unpaced)
-		if err != nil {
-			phaseErr(PhaseStores, err)
-		}
-		lr.Stores = st
-		h.timed(layout, "stores", started)
+		measure(PhaseStores, "stores", func() (err error) {
+			lr.Stores, err = h.runStores(ctx, layout, cfg.Unpaced)
+			return err
+		})
 	}
 	// Last: its keyspace replaces the main one in keyspaceDB.
 	if cfg.wants(PhaseScale) && layout == kvcm.LayoutLocation {
-		started := time.Now()
-		sc, err := h.scale(ctx, layout)
-		if err != nil {
-			phaseErr(PhaseScale, err)
-		}
-		lr.Scale = sc
-		h.timed(layout, "scale", started)
+		measure(PhaseScale, "scale", func() (err error) {
+			lr.Scale, err = h.scale(ctx, layout)
+			return err
+		})
 	}
 	return nil
 }
