@@ -26,6 +26,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // KwokNodeAnnotation marks the nodes kwok plays; it manages no other.
@@ -85,7 +87,7 @@ func Start(ctx context.Context, tools Tools, opts Options) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context, opts Options) error {
-	ports, err := freePorts(4)
+	ports, err := servers.FreePorts(4)
 	if err != nil {
 		return err
 	}
@@ -419,24 +421,4 @@ current-context: kube
 		return fmt.Errorf("write %s kubeconfig: %w", id.name, err)
 	}
 	return nil
-}
-
-// freePorts returns n distinct loopback ports free at the time of the call.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
