@@ -12,7 +12,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"time"
+
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // pki is the control plane's certificates: one self-signed CA that signs the API server's
@@ -45,29 +46,12 @@ var (
 
 // newPKI creates the CA and the service-account key pair under dir.
 func newPKI(dir string) (*pki, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := servers.NewCA("kvcm-gc-test-ca")
 	if err != nil {
-		return nil, fmt.Errorf("generate ca key: %w", err)
+		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "kvcm-gc-test-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, fmt.Errorf("create ca certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("parse ca certificate: %w", err)
-	}
-	p := &pki{dir: dir, caCert: cert, caKey: key}
-	if err := p.write("ca.crt", "CERTIFICATE", der); err != nil {
+	p := &pki{dir: dir, caCert: ca.Cert, caKey: ca.Key}
+	if err := p.write("ca.crt", "CERTIFICATE", ca.DER); err != nil {
 		return nil, err
 	}
 

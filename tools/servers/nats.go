@@ -178,7 +178,7 @@ func (n *NATS) shutdownLocked() {
 // natsTLS writes a fresh CA to dir/ca.pem and returns a server config with a certificate it
 // signed for 127.0.0.1 and localhost, and a pool trusting the CA.
 func natsTLS(dir string) (*tls.Config, *x509.CertPool, error) {
-	ca, err := newTestCA("testenv nats ca")
+	ca, err := NewCA("testenv nats ca")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -186,11 +186,11 @@ func natsTLS(dir string) (*tls.Config, *x509.CertPool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writePEM(filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.der); err != nil {
+	if err := writePEM(filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.DER); err != nil {
 		return nil, nil, err
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	cfg := &tls.Config{
 		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
 		MinVersion:   tls.VersionTLS12,

@@ -542,11 +542,11 @@ func GenerateRedisTLSFiles(dir string) (RedisTLSFiles, error) {
 		ClientCertFile: filepath.Join(dir, "client.pem"),
 		ClientKeyFile:  filepath.Join(dir, "client-key.pem"),
 	}
-	ca, err := newTestCA("test redis CA")
+	ca, err := NewCA("test redis CA")
 	if err != nil {
 		return f, err
 	}
-	if err := writePEM(f.CAFile, "CERTIFICATE", ca.der); err != nil {
+	if err := writePEM(f.CAFile, "CERTIFICATE", ca.DER); err != nil {
 		return f, err
 	}
 	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, certFile, keyFile string) error {
@@ -572,16 +572,16 @@ func GenerateRedisTLSFiles(dir string) (RedisTLSFiles, error) {
 	return f, nil
 }
 
-// testCA is a throw-away certificate authority of the redis and NATS servers' TLS, valid
-// from an hour ago for one day.
-type testCA struct {
-	cert *x509.Certificate
-	der  []byte
-	key  *ecdsa.PrivateKey
+// CA is a throw-away certificate authority of the test servers' TLS (redis, NATS, the
+// Kubernetes API server), valid from an hour ago for one day.
+type CA struct {
+	Cert *x509.Certificate
+	DER  []byte // Cert, encoded
+	Key  *ecdsa.PrivateKey
 }
 
-// newTestCA generates a CA named cn.
-func newTestCA(cn string) (*testCA, error) {
+// NewCA generates a CA named cn.
+func NewCA(cn string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate CA key: %w", err)
@@ -604,12 +604,12 @@ func newTestCA(cn string) (*testCA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse CA certificate: %w", err)
 	}
-	return &testCA{cert: cert, der: der, key: key}, nil
+	return &CA{Cert: cert, DER: der, Key: key}, nil
 }
 
 // sign issues a certificate named cn for localhost, 127.0.0.1 and ::1 with usage, valid as
 // long as the CA, and returns it (DER) with its key.
-func (ca *testCA) sign(serial int64, cn string, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey, error) {
+func (ca *CA) sign(serial int64, cn string, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate %s key: %w", cn, err)
@@ -617,14 +617,14 @@ func (ca *testCA) sign(serial int64, cn string, usage x509.ExtKeyUsage) ([]byte,
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial),
 		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    ca.cert.NotBefore,
-		NotAfter:     ca.cert.NotAfter,
+		NotBefore:    ca.Cert.NotBefore,
+		NotAfter:     ca.Cert.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create %s certificate: %w", cn, err)
 	}
