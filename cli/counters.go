@@ -163,21 +163,11 @@ func countersLogCommand() *Command {
 			if err != nil {
 				return err
 			}
-			var from time.Time
-			if since > 0 {
-				from = time.Now().Add(-since)
-			}
-			es, err := ops.CountersLog(ctx, js, names, instance, from)
+			es, err := ops.CountersLog(ctx, js, names, instance, sinceTime(since))
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if es == nil {
-					es = []ops.CountersEntry{}
-				}
-				return writeJSON(e.Stdout, es)
-			}
-			return ops.WriteCountersLog(e.Stdout, es)
+			return writeList(e.Stdout, asJSON, es, ops.WriteCountersLog)
 		},
 	}
 }

@@ -271,21 +271,11 @@ func dlqListCommand() *Command {
 			if err != nil {
 				return err
 			}
-			var from time.Time
-			if since > 0 {
-				from = time.Now().Add(-since)
-			}
-			dls, err := ops.DLQList(ctx, js, names, from)
+			dls, err := ops.DLQList(ctx, js, names, sinceTime(since))
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if dls == nil {
-					dls = []ops.DeadLetter{}
-				}
-				return writeJSON(e.Stdout, dls)
-			}
-			return ops.WriteDeadLetters(e.Stdout, dls)
+			return writeList(e.Stdout, asJSON, dls, ops.WriteDeadLetters)
 		},
 	}
 }
@@ -382,10 +372,8 @@ func ReplayCommand() *Command {
 			if since < 0 {
 				return fmt.Errorf("replay: --since %s: must not be negative", since)
 			}
-			q = ops.ReplayQuery{Stage: stage, SeqFrom: fromSeq, SeqTo: toSeq, Instance: instance, Dump: dump, File: file}
-			if since > 0 {
-				q.TimeFrom = time.Now().Add(-since)
-			}
+			q = ops.ReplayQuery{Stage: stage, SeqFrom: fromSeq, SeqTo: toSeq, Instance: instance, Dump: dump, File: file,
+				TimeFrom: sinceTime(since)}
 			for _, t := range []struct {
 				flag string
 				val  string
@@ -477,6 +465,25 @@ func (e *Env) opsClients(ctx context.Context) (jetstream.JetStream, subjects.Nam
 	}
 	js, err := e.JetStream(ctx)
 	return js, names, err
+}
+
+// sinceTime is where a --since window starts: the zero time, everything, for 0.
+func sinceTime(since time.Duration) time.Time {
+	if since <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(-since)
+}
+
+// writeList prints list as JSON (an empty list as [], not null) or as text by write.
+func writeList[T any](w io.Writer, asJSON bool, list []T, write func(io.Writer, []T) error) error {
+	if !asJSON {
+		return write(w, list)
+	}
+	if list == nil {
+		list = []T{}
+	}
+	return writeJSON(w, list)
 }
 
 // writeJSON prints v indented, without HTML escaping.
