@@ -12,22 +12,13 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/tools/testenv"
 )
 
-func openStore(t *testing.T, srv *testenv.Redis, dryRun bool) *redismeta.Store {
-	c, err := redismeta.ParseURI(srv.URI())
-	require.NoError(t, err)
-	st, err := redismeta.OpenStore(testenv.Context(t), c, redismeta.StoreOptions{DryRun: dryRun})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	return st
-}
-
 // TestWatchMetadata: the metadata hash is written only as read, only while no leader lock
 // exists, and only the fields returned.
 func TestWatchMetadata(t *testing.T) {
 	ctx := testenv.Context(t)
 	srv := testenv.StartRedis(t)
 	rdb := srv.Client()
-	st := openStore(t, srv, false)
+	st := newStore(t, srv, redismeta.StoreOptions{})
 	key := kvcm.MetadataKey("inst0")
 	locks := kvcm.LeaderLockKeys("c1")
 	reset := func() {
@@ -102,7 +93,7 @@ func TestWatchMetadata(t *testing.T) {
 
 	t.Run("dry-run refuses the write", func(t *testing.T) {
 		reset()
-		dry := openStore(t, srv, true)
+		dry := newStore(t, srv, redismeta.StoreOptions{DryRun: true})
 		_, err := dry.WatchMetadata(ctx, "inst0", locks, func(context.Context, meta.MetadataTx) (map[string]string, error) {
 			return map[string]string{kvcm.FieldKeyCount: "1"}, nil
 		})
@@ -121,7 +112,7 @@ func TestReadMetadata(t *testing.T) {
 	ctx := testenv.Context(t)
 	srv := testenv.StartRedis(t)
 	rdb := srv.Client()
-	st := openStore(t, srv, true)
+	st := newStore(t, srv, redismeta.StoreOptions{DryRun: true})
 	var _ meta.MetadataReader = st
 	got, err := st.ReadMetadata(ctx, "inst0")
 	require.NoError(t, err)
