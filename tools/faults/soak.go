@@ -270,8 +270,10 @@ type soak struct {
 	// excusedIn is the round in which the last excused lagging check ended: a check after it
 	// starts that late, the rounds' checks running one after another.
 	excusedIn uint64
-	rng       *rand.Rand
-	logf      func(format string, a ...any)
+	// seedDrained is when round 1's drain, the seed's garbage, was over.
+	seedDrained time.Time
+	rng         *rand.Rand
+	logf        func(format string, a ...any)
 
 	// ends are the run's figures at the end of each round (0: the start).
 	ends map[uint64]roundEnd

@@ -160,14 +160,10 @@ func (e *env) inputs() []consumerOf {
 // one is left behind (a backlog that grows from round to round would be). Round 1's backlog
 // is the seed's garbage, some 120,000 locations in `make soak`, which the deleter takes at its
 // paced rate (2 requests in flight, delete_delay between two): it gets firstDrainFactor times
-// DrainTimeout.
+// DrainTimeout (drainTimeout).
 func (s *soak) drain(ctx context.Context, r uint64) (time.Duration, error) {
 	started := time.Now()
-	timeout := s.cfg.DrainTimeout
-	if r == 1 {
-		timeout *= firstDrainFactor
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.drainTimeout(r))
 	defer cancel()
 	for _, c := range s.e.inputs() {
 		var last uint64
@@ -188,10 +184,27 @@ func (s *soak) drain(ctx context.Context, r uint64) (time.Duration, error) {
 			return 0, fmt.Errorf("backlog: %w", err)
 		}
 	}
+	if s.seedDrained.IsZero() {
+		s.seedDrained = time.Now()
+	}
 	return time.Since(started), nil
 }
 
-// firstDrainFactor is how many times DrainTimeout round 1's drain may take (see drain).
+// drainTimeout bounds round r's drain: DrainTimeout, or firstDrainFactor times it for the
+// seed's garbage. That is the first drain's backlog, and also that of every round that started
+// before the first drain was over: its scan found the seed's garbage the deleter had not reached yet
+// and published it again. On a small keyspace round 1 lasts seconds, its drain minutes, so a
+// few rounds do (4×10,000 blocks on a three-node cluster at load 35: round 2's drain ran out
+// of 5 minutes).
+func (s *soak) drainTimeout(r uint64) time.Duration {
+	start := s.rounds.started(r)
+	if r == 1 || s.seedDrained.IsZero() || !start.IsZero() && start.Before(s.seedDrained) {
+		return s.cfg.DrainTimeout * firstDrainFactor
+	}
+	return s.cfg.DrainTimeout
+}
+
+// firstDrainFactor is how many times DrainTimeout the seed's drain may take (drainTimeout).
 const firstDrainFactor = 4
 
 // eventTally is where the reading of the EVENTS stream is.
