@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -98,22 +97,22 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		cfg.Phases = strings.Split(*phases, ",")
 	}
 	var err error
-	if cfg.PaceRates, err = parseRates(*paceRates); err != nil {
+	if cfg.PaceRates, err = bench.ParseRates(*paceRates); err != nil {
 		return fmt.Errorf("-pace-rates: %w", err)
 	}
-	if cfg.PaceSmallBatchRates, err = parseRates(*paceSmall); err != nil {
+	if cfg.PaceSmallBatchRates, err = bench.ParseRates(*paceSmall); err != nil {
 		return fmt.Errorf("-pace-small-batch-rates: %w", err)
 	}
-	if cfg.PaceDuties, err = parseRates(*paceDuties); err != nil {
+	if cfg.PaceDuties, err = bench.ParseRates(*paceDuties); err != nil {
 		return fmt.Errorf("-pace-duties: %w", err)
 	}
-	if cfg.Duties, err = parseRates(*duties); err != nil {
+	if cfg.Duties, err = bench.ParseRates(*duties); err != nil {
 		return fmt.Errorf("-duties: %w", err)
 	}
-	if cfg.DeleterDuties, err = parseRates(*deleterDuties); err != nil {
+	if cfg.DeleterDuties, err = bench.ParseRates(*deleterDuties); err != nil {
 		return fmt.Errorf("-deleter-duties: %w", err)
 	}
-	depths, err := parseRates(*dutyDepths)
+	depths, err := bench.ParseRates(*dutyDepths)
 	if err != nil {
 		return fmt.Errorf("-duty-depths: %w", err)
 	}
@@ -173,22 +172,6 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		err = bench.ErrFailed
 	}
 	return err
-}
-
-// parseRates reads a comma-separated list of keys per second.
-func parseRates(s string) ([]float64, error) {
-	var out []float64
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		v, err := strconv.ParseFloat(f, 64)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("rate %q: not a number of keys per second", f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
 
 // orNone names an empty selection.
