@@ -65,11 +65,7 @@ func (p CostPoint) String() string {
 // ParseCostPoints reads -cost-points: "walk:64", "walk:1024/64" (COUNT/depth), "scan:256",
 // "read:64", comma-separated.
 func ParseCostPoints(s string) ([]CostPoint, error) {
-	var out []CostPoint
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
+	return parseList(s, func(f string) (CostPoint, error) {
 		kind, arg, ok := strings.Cut(f, ":")
 		a, b, two := strings.Cut(arg, "/")
 		x, err := strconv.Atoi(a)
@@ -78,20 +74,18 @@ func ParseCostPoints(s string) ([]CostPoint, error) {
 			y, err = strconv.Atoi(b)
 		}
 		if !ok || err != nil || x <= 0 || y < 0 || (two && kind != CostWalk) {
-			return nil, fmt.Errorf("cost point %q: not walk:COUNT[/DEPTH], scan:COUNT or read:DEPTH", f)
+			return CostPoint{}, fmt.Errorf("cost point %q: not walk:COUNT[/DEPTH], scan:COUNT or read:DEPTH", f)
 		}
 		switch kind {
 		case CostWalk:
-			out = append(out, CostPoint{Kind: kind, Count: x, Depth: y})
+			return CostPoint{Kind: kind, Count: x, Depth: y}, nil
 		case CostScan:
-			out = append(out, CostPoint{Kind: kind, Count: x})
+			return CostPoint{Kind: kind, Count: x}, nil
 		case CostRead:
-			out = append(out, CostPoint{Kind: kind, Depth: x})
-		default:
-			return nil, fmt.Errorf("cost point %q: kind %q is not walk, scan or read", f, kind)
+			return CostPoint{Kind: kind, Depth: x}, nil
 		}
-	}
-	return out, nil
+		return CostPoint{}, fmt.Errorf("cost point %q: kind %q is not walk, scan or read", f, kind)
+	})
 }
 
 // CostRun is one measurement of a point.

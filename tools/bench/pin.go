@@ -37,11 +37,7 @@ func allowedCPUs() []int {
 
 // parseCPUList reads a kernel CPU list such as "0-3,6".
 func parseCPUList(s string) ([]int, error) {
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			continue
-		}
+	ranges, err := parseList(s, func(part string) ([]int, error) {
 		lo, hi, isRange := strings.Cut(part, "-")
 		a, err := strconv.Atoi(lo)
 		if err != nil {
@@ -56,10 +52,16 @@ func parseCPUList(s string) ([]int, error) {
 		if b < a {
 			return nil, fmt.Errorf("cpu list %q: descending range %q", s, part)
 		}
+		cpus := make([]int, 0, b-a+1)
 		for c := a; c <= b; c++ {
-			out = append(out, c)
+			cpus = append(cpus, c)
 		}
+		return cpus, nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	out := slices.Concat(ranges...)
 	slices.Sort(out)
 	return slices.Compact(out), nil
 }
