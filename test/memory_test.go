@@ -209,17 +209,10 @@ func runMemoryStage(cfg memConfig) error {
 		if js, err := jetstream.New(nc); err == nil && cfg.Mode == "rows" {
 			state, _ = js.KeyValue(ctx, names.StateBucket())
 		}
-		tk := time.NewTicker(200 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tk.C:
-			}
+		every(ctx, 200*time.Millisecond, func() {
 			mfs, _ := reg.Gather()
 			if cfg.Mode != "rows" {
-				continue
+				return
 			}
 			s := scraped(mfs)
 			if cfg.Stage == "walker" && state != nil {
@@ -234,7 +227,7 @@ func runMemoryStage(cfg memConfig) error {
 			if s.T >= cfg.Seconds {
 				cancel()
 			}
-		}
+		})
 	})
 	defer scrapes.Wait()
 
@@ -547,10 +540,9 @@ func (e *memEnv) run(stage, mode string, rounds, leak int, seconds float64, keep
 	return r
 }
 
-// drain empties the streams the stage publishes to, so nothing holds it back and the
-// server's memory stays flat.
-func (e *memEnv) drain(ctx context.Context) {
-	tk := time.NewTicker(500 * time.Millisecond)
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	tk := time.NewTicker(d)
 	defer tk.Stop()
 	for {
 		select {
@@ -558,12 +550,20 @@ func (e *memEnv) drain(ctx context.Context) {
 			return
 		case <-tk.C:
 		}
+		f()
+	}
+}
+
+// drain empties the streams the stage publishes to, so nothing holds it back and the
+// server's memory stays flat.
+func (e *memEnv) drain(ctx context.Context) {
+	every(ctx, 500*time.Millisecond, func() {
 		for _, name := range []string{e.names.SweepStream(), e.names.BatchesStream(), e.names.DeletesStream(), e.names.EventsStream()} {
 			if s, err := e.js.Stream(ctx, name); err == nil {
 				_ = s.Purge(ctx)
 			}
 		}
-	}
+	})
 }
 
 // churnFiles replaces the files of the swept storage all the time: every 10ms a file of a new
@@ -580,14 +580,8 @@ func (e *memEnv) churnFiles(ctx context.Context) {
 			_ = os.Chtimes(p, old, old)
 		}
 	}
-	tk := time.NewTicker(10 * time.Millisecond)
-	defer tk.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		}
+	i := 0
+	every(ctx, 10*time.Millisecond, func() {
 		inst := e.m.Instances[rng.IntN(len(e.m.Instances))]
 		key := int64(rng.Uint64() >> 1)
 		var p string
@@ -609,7 +603,8 @@ func (e *memEnv) churnFiles(ctx context.Context) {
 				quarantined = quarantined[1:]
 			}
 		}
-	}
+		i++
+	})
 }
 
 // churnKeys adds and removes block keys all the time: every 10ms a copy of a seeded block
@@ -633,26 +628,19 @@ func (e *memEnv) churnKeys(ctx context.Context) {
 		return
 	}
 	var keys []string
-	tk := time.NewTicker(10 * time.Millisecond)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		}
+	every(ctx, 10*time.Millisecond, func() {
 		tp := templates[rng.IntN(len(templates))]
 		k := kvcm.BlockKey(tp.inst, int64(rng.Uint64()>>1))
 		if rdb.HSet(ctx, k, tp.fields).Err() != nil {
-			continue
+			return
 		}
 		if keys = append(keys, k); len(keys) > 300 {
 			if err := rdb.Del(ctx, keys[0]).Err(); err != nil && !errors.Is(err, redis.Nil) {
-				continue
+				return
 			}
 			keys = keys[1:]
 		}
-	}
+	})
 }
 
 // TestStageMemory runs each stage alone for many rounds and judges the slopes of its figures
