@@ -165,10 +165,8 @@ func TestEnsure(t *testing.T) {
 // consumer keeps its delivered position and the streams their messages.
 func TestEnsureIdempotent(t *testing.T) {
 	ctx := testCtx(t)
-	js := testenv.StartNATS(t).JetStream(t)
-	n := mustNames(t, "kvcmgc", "c1")
 	s := subjects.DefaultSettings()
-	require.NoError(t, subjects.Ensure(ctx, js, n, s))
+	js, n := testenv.Topology(t, s)
 
 	_, err := js.Publish(ctx, n.BatchSubject("i"), []byte("x"))
 	require.NoError(t, err)
@@ -622,13 +620,10 @@ func TestEnsureReport(t *testing.T) {
 // identical. When one object differs in a field the server cannot update, nothing is updated.
 func TestEnsureReportUpdate(t *testing.T) {
 	ctx := testCtx(t)
-	js := testenv.StartNATS(t).JetStream(t)
-	n := mustNames(t, "kvcmgc", "c1")
 	s := subjects.DefaultSettings()
-	_, err := subjects.EnsureReport(ctx, js, n, s)
-	require.NoError(t, err)
+	js, n := testenv.Topology(t, s)
 	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	_, err = js.PauseConsumer(ctx, n.DeletesStream(), n.DeleterConsumer(), until)
+	_, err := js.PauseConsumer(ctx, n.DeletesStream(), n.DeleterConsumer(), until)
 	require.NoError(t, err, "an operator paused the deleter")
 	// A field Ensure does not manage, set by hand.
 	bst, err := js.Stream(ctx, n.BatchesStream())
@@ -727,14 +722,11 @@ func TestEnsureReportUpdate(t *testing.T) {
 // storage than the server has) is an error naming the object and the field, not a retry.
 func TestEnsureReportUpdateRefused(t *testing.T) {
 	ctx := testCtx(t)
-	js := testenv.StartNATS(t).JetStream(t)
-	n := mustNames(t, "kvcmgc", "c1")
 	s := subjects.DefaultSettings()
-	_, err := subjects.EnsureReport(ctx, js, n, s)
-	require.NoError(t, err)
+	js, n := testenv.Topology(t, s)
 	s.MaxBytes = 1 << 60
 	start := time.Now()
-	_, err = subjects.EnsureReport(ctx, js, n, s, subjects.WithUpdate())
+	_, err := subjects.EnsureReport(ctx, js, n, s, subjects.WithUpdate())
 	var ce *subjects.ConflictError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "stream", ce.Kind)
