@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,7 +86,7 @@ func TestDisabledProcess(t *testing.T) {
 	cfg := config.Default()
 	cfg.Enabled = false
 	cfg.HTTP.Listen = "127.0.0.1:0"
-	var logged syncBuffer
+	var logged testenv.Buffer
 	base, stop := startProcessLog(t, &Process{Stages: app.All}, cfg, slog.New(slog.NewTextHandler(&logged, nil)))
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "disabled", "/metrics": "go_goroutines"} {
 		code, body := get(t, base+path)
@@ -103,24 +101,6 @@ func TestDisabledProcess(t *testing.T) {
 	require.NoError(t, stop())
 	first, _, _ := strings.Cut(logged.String(), "\n")
 	require.Contains(t, first, fmt.Sprintf("msg=kvcm-gc version.version=%s version.revision=%s", v.Version, v.Revision))
-}
-
-// syncBuffer is a bytes.Buffer that a process's goroutines may log to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestProcessRequires(t *testing.T) {

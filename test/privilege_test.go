@@ -90,24 +90,6 @@ func startRedisWithACL(t *testing.T, passwords map[string]string) *testenv.Redis
 	return r
 }
 
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // runStageProcess runs stages the way a stage binary does: it connects with the binaries'
 // NATS code (credentials, TLS) and runs app.Run until the test ends or stop is called.
 func runStageProcess(t *testing.T, nc config.NATSConfig, url string, o app.Options, which app.Stages, log *slog.Logger) (stop func()) {
@@ -234,13 +216,13 @@ func TestLeastPrivilege(t *testing.T) {
 	require.NoError(t, subjects.Ensure(ctx, l.js, l.names, l.options(nil).JetStream), "the admin creates the topology")
 	require.NoError(t, l.redis.Client().ACLLogReset(ctx).Err())
 
-	logs := map[string]*syncBuffer{}
+	logs := map[string]*testenv.Buffer{}
 	for _, st := range []struct {
 		user  string
 		which app.Stages
 	}{{userScanner, app.Stages{Scanner: true}}, {userProber, app.Stages{Prober: true}}, {userDeleter, app.Stages{Deleter: true}},
 		{userWalker, app.Stages{Walker: true}}, {userSweeper, app.Stages{Sweeper: true}}} {
-		logs[st.user] = &syncBuffer{}
+		logs[st.user] = &testenv.Buffer{}
 		log := slog.New(slog.NewTextHandler(logs[st.user], &slog.HandlerOptions{Level: slog.LevelDebug}))
 		runStageProcess(t, l.natsConfig(st.user), l.nats.URL(), l.stageOptions(st.user), st.which, log)
 	}
@@ -584,7 +566,7 @@ func checkStageAuth(t *testing.T, url string, admin, c config.NATSConfig, names 
 	require.NoError(t, err)
 	require.NoError(t, subjects.Ensure(ctx, ajs, names, subjects.DefaultSettings()))
 
-	var log syncBuffer
+	var log testenv.Buffer
 	c = cli.WithInbox(c, names, pipeline.StageScanner)
 	nc, err := cli.ConnectNATS(ctx, c, url, "scanner", slog.New(slog.NewTextHandler(&log, nil)))
 	require.NoError(t, err)
@@ -728,7 +710,7 @@ func TestCredentialsNeverLeak(t *testing.T) {
 	before, err := seed.Take(ctx, r.Client(), "*")
 	require.NoError(t, err)
 
-	var logs syncBuffer
+	var logs testenv.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var outputs []string // errors and reports to check besides the log
 	o := e.options(prometheus.NewRegistry())
@@ -941,7 +923,7 @@ func runCLI(t *testing.T, c *cli.Command, args ...string) (code int, stdout, std
 		t.Setenv(k.Env, "")
 	}
 	t.Setenv(config.FileEnv, "")
-	var out, errOut syncBuffer
+	var out, errOut testenv.Buffer
 	start := time.Now()
 	code = cli.RunCommand("kvcm-gc "+c.Name, c, args, &out, &errOut)
 	// The log quotes its values: unquote them for the reader of a failure and the assertions.

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"slices"
@@ -57,4 +58,25 @@ func (m *Messages) Count(msg string) int {
 		}
 	}
 	return n
+}
+
+// Buffer is a bytes.Buffer that several goroutines may write to: the log or the output of a
+// process run in the test.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what has been written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
