@@ -95,14 +95,7 @@ func parseStandardURIf6aa2b2(s string) (u StandardURI, why string) {
 		u.UserInfo = s[authStart:at]
 		hostStart = at + 1
 	}
-	pathStart, queryStart := indexFrom(s, authStart, '/'), indexFrom(s, authStart, '?')
-	hostEnd := len(s)
-	if pathStart >= 0 {
-		hostEnd = pathStart
-	}
-	if queryStart >= 0 && queryStart < hostEnd {
-		hostEnd = queryStart
-	}
+	pathStart, queryStart, hostEnd := authorityEnd(s, authStart)
 	hostPort := s[hostStart:]
 	if hostEnd >= hostStart {
 		hostPort = s[hostStart:hostEnd]
@@ -142,14 +135,7 @@ func parseStandardURINewer(s string) (u StandardURI, ok bool) {
 	}
 	u.Scheme = s[:schemeEnd]
 	authStart := schemeEnd + 3
-	pathStart, queryStart := indexFrom(s, authStart, '/'), indexFrom(s, authStart, '?')
-	hostEnd := len(s)
-	if pathStart >= 0 {
-		hostEnd = pathStart
-	}
-	if queryStart >= 0 && queryStart < hostEnd {
-		hostEnd = queryStart
-	}
+	pathStart, queryStart, hostEnd := authorityEnd(s, authStart)
 	hostStart := authStart
 	if at := indexFrom(s, authStart, '@'); at >= 0 && at < hostEnd {
 		u.UserInfo = s[authStart:at]
@@ -192,6 +178,20 @@ func parseStandardParams(q string) map[string]string {
 		params[k] = v
 	}
 	return params
+}
+
+// authorityEnd finds, from authStart on, the first '/' and the first '?' (-1 for none), and
+// where the host part ends: at the earlier of the two, or at the end of s.
+func authorityEnd(s string, authStart int) (pathStart, queryStart, hostEnd int) {
+	pathStart, queryStart = indexFrom(s, authStart, '/'), indexFrom(s, authStart, '?')
+	hostEnd = len(s)
+	if pathStart >= 0 {
+		hostEnd = pathStart
+	}
+	if queryStart >= 0 && queryStart < hostEnd {
+		hostEnd = queryStart
+	}
+	return pathStart, queryStart, hostEnd
 }
 
 func indexFrom(s string, from int, c byte) int {
