@@ -263,12 +263,7 @@ func (e *Env) countersClients(
 // countersResult prints what a repair or an undo found, also when it failed after the recount.
 func (e *Env) countersResult(rep *ops.CountersReport, err error, asJSON bool) error {
 	if rep != nil {
-		var perr error
-		if asJSON {
-			perr = writeJSON(e.Stdout, rep)
-		} else {
-			perr = rep.WriteTable(e.Stdout)
-		}
+		perr := writeTable(e.Stdout, asJSON, rep)
 		if err == nil {
 			err = perr
 		}

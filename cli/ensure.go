@@ -42,11 +42,7 @@ func EnsureCommand() *Command {
 			if err != nil {
 				return fmt.Errorf("ensure: %w", err)
 			}
-			if asJSON {
-				err = writeJSON(e.Stdout, r)
-			} else {
-				err = r.WriteTable(e.Stdout)
-			}
+			err = writeTable(e.Stdout, asJSON, r)
 			if err != nil {
 				return err
 			}

@@ -78,10 +78,7 @@ func roundStartCommand() *Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(e.Stdout, res)
-			}
-			return res.WriteTable(e.Stdout)
+			return writeTable(e.Stdout, asJSON, res)
 		},
 	}
 }
@@ -119,11 +116,7 @@ func StatusCommand() *Command {
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
-			if asJSON {
-				err = writeJSON(e.Stdout, rep)
-			} else {
-				err = rep.WriteTable(e.Stdout)
-			}
+			err = writeTable(e.Stdout, asJSON, rep)
 			if err == nil && len(rep.Problems) > 0 {
 				// Printed with the rest; a script must still see that the report is partial.
 				err = ErrReported
@@ -473,6 +466,14 @@ func sinceTime(since time.Duration) time.Time {
 		return time.Time{}
 	}
 	return time.Now().Add(-since)
+}
+
+// writeTable prints r as JSON or as its table.
+func writeTable(w io.Writer, asJSON bool, r interface{ WriteTable(io.Writer) error }) error {
+	if asJSON {
+		return writeJSON(w, r)
+	}
+	return r.WriteTable(w)
 }
 
 // writeList prints list as JSON (an empty list as [], not null) or as text by write.

@@ -39,10 +39,7 @@ func ReportCommand() *Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(e.Stdout, r)
-			}
-			return r.WriteTable(e.Stdout)
+			return writeTable(e.Stdout, asJSON, r)
 		},
 	}
 }
