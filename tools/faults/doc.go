@@ -54,7 +54,10 @@
 //     the same time, its nfs_01 storage able to stat and delete files; no upgraded keys. Once
 //     both converged, every garbage location must have been removed exactly once, by kvcm-gc's
 //     CAD or KVCM's; the races kvcm-gc lost must be no-ops, no delete of either an error, and
-//     no unlink of a file the other deleted first a failure;
+//     no unlink of a file the other deleted first a failure; the races each way (a DELETING
+//     mark of KVCM's finished by kvcm-gc, a location KVCM marked or removed lost by kvcm-gc
+//     as a no-op) are counted by location and reported, with the phantom bytes each side
+//     left in KVCM's usage;
 //   - sweep-kills: the sweep of orphan data files (walker and sweepers beside the other
 //     stages) under kill -9 of the walker and of sweepers mid-batch; a whole walk after the
 //     kills must leave exactly the orphans gone, every other file byte-identical and nothing

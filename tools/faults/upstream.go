@@ -79,6 +79,8 @@ type UpstreamGC struct {
 	mu      sync.Mutex
 	stats   UpstreamStats
 	removed map[UpstreamRef]int
+	// marked counts, per location, the CAS writes that set it DELETING.
+	marked  map[UpstreamRef]int
 	touched map[string]bool
 	pending map[UpstreamRef]bool
 	errs    []error
@@ -288,7 +290,7 @@ func NewUpstreamGC(cfg UpstreamConfig) (*UpstreamGC, error) {
 	}
 	cfg.Instances = slices.Clone(cfg.Instances)
 	slices.Sort(cfg.Instances) // KVCM sorts its snapshot by (group, instance)
-	return &UpstreamGC{cfg: cfg, removed: map[UpstreamRef]int{}, touched: map[string]bool{}, pending: map[UpstreamRef]bool{},
+	return &UpstreamGC{cfg: cfg, removed: map[UpstreamRef]int{}, marked: map[UpstreamRef]int{}, touched: map[string]bool{}, pending: map[UpstreamRef]bool{},
 		resurrected: map[UpstreamRef]int{}, stats: UpstreamStats{Candidates: map[string]int{}}, slots: make(chan struct{}, cfg.MaxInflight),
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x6b76636d))}, nil
 }
@@ -390,6 +392,20 @@ func (u *UpstreamGC) Removed() map[UpstreamRef]int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return maps.Clone(u.removed)
+}
+
+// Marked returns how many times each location was set DELETING by the emulator's CAS.
+func (u *UpstreamGC) Marked() map[UpstreamRef]int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.marked)
+}
+
+// mark records the locations a CAS set DELETING; u.mu held.
+func (u *UpstreamGC) mark(ts []markedTarget) {
+	for _, m := range ts {
+		u.marked[m.ref]++
+	}
 }
 
 // Touched returns the legacy keys whose __lru_time__ the emulator rewrote, or sent a rewrite
@@ -948,6 +964,7 @@ func (u *UpstreamGC) cas(ctx context.Context, key string, ts []upstreamTarget) [
 	}
 	u.stats.CAS += len(marked)
 	u.stats.CASLost += lost
+	u.mark(marked)
 	return marked
 }
 
@@ -1171,6 +1188,9 @@ func (u *UpstreamGC) casKVCM(ctx context.Context, key string, ts []upstreamTarge
 		return nil
 	}
 	u.count(func(st *UpstreamStats) { st.CAS += len(marked) })
+	u.mu.Lock()
+	u.mark(marked)
+	u.mu.Unlock()
 	u.brought(key, back)
 	return marked
 }
