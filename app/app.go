@@ -243,18 +243,25 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 			stopWatchers(watchers)
 		}
 	}()
-	// watch subscribes to the max-deliveries advisories of a consuming stage before its
-	// consumer starts, so none is missed: the messages whose last delivery the stage never
-	// answered (it hung past AckWait, or its process died) become deadletter events that
-	// `dlq list` shows.
-	watch := func(stage string) error {
-		d, err := pipeline.WatchDeadLetters(stage, pipeline.DeadLettersDeps{Conn: nc, Names: names, Events: events,
-			Metrics: m.Pipeline, Logger: log.With("stage", stage)})
+	// consume builds the consume loop of a consuming stage, handing cons's messages to handle,
+	// and subscribes to the stage's max-deliveries advisories before the loop starts, so none
+	// is missed: the messages whose last delivery the stage never answered (it hung past
+	// AckWait, or its process died) become deadletter events that `dlq list` shows.
+	consume := func(
+		cfg pipeline.ConsumerConfig, cons jetstream.Consumer, handle pipeline.Handler,
+	) (*pipeline.Consumer, error) {
+		c, err := pipeline.NewConsumer(cfg, pipeline.ConsumerDeps{Consumer: cons, Handle: handle, Events: events,
+			Metrics: m.Pipeline, Logger: log})
 		if err != nil {
-			return err
+			return nil, err
+		}
+		d, err := pipeline.WatchDeadLetters(cfg.Stage, pipeline.DeadLettersDeps{Conn: nc, Names: names, Events: events,
+			Metrics: m.Pipeline, Logger: log.With("stage", cfg.Stage)})
+		if err != nil {
+			return nil, err
 		}
 		watchers = append(watchers, d)
-		return nil
+		return c, nil
 	}
 	if which.Scanner {
 		cfg := o.Scanner
@@ -295,13 +302,10 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		// The consumer holds every batch the server lets through (its max ack pending): while
 		// ProberWorkers are judged, the others of their instance wait to join their delete
 		// request, so a backlog makes requests of up to scan_batch_size targets.
-		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageProber,
+		c, err := consume(pipeline.ConsumerConfig{Stage: pipeline.StageProber,
 			Workers: max(o.ProberWorkers, o.JetStream.ProberMaxAckPending), MaxDeliver: o.JetStream.MaxDeliver},
-			pipeline.ConsumerDeps{Consumer: proberCons, Handle: p.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
+			proberCons, p.Handle)
 		if err != nil {
-			return err
-		}
-		if err := watch(pipeline.StageProber); err != nil {
 			return err
 		}
 		// Run ends the handlers' context once they have returned; the requests the prober
@@ -317,13 +321,10 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		if err != nil {
 			return err
 		}
-		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageDeleter, Workers: o.DeleterWorkers,
+		c, err := consume(pipeline.ConsumerConfig{Stage: pipeline.StageDeleter, Workers: o.DeleterWorkers,
 			MaxDeliver: o.JetStream.MaxDeliver, AckWait: o.Deleter.AckWait, KeepFor: o.Deleter.KeepFor()},
-			pipeline.ConsumerDeps{Consumer: deleterCons, Handle: d.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
+			deleterCons, d.Handle)
 		if err != nil {
-			return err
-		}
-		if err := watch(pipeline.StageDeleter); err != nil {
 			return err
 		}
 		stages = append(stages, built{stage: pipeline.StageDeleter, run: c.Run})
@@ -347,13 +348,10 @@ func Run(ctx context.Context, nc *nats.Conn, o Options, which Stages) (err error
 		if err != nil {
 			return err
 		}
-		c, err := pipeline.NewConsumer(pipeline.ConsumerConfig{Stage: pipeline.StageSweeper, Workers: o.SweeperWorkers,
+		c, err := consume(pipeline.ConsumerConfig{Stage: pipeline.StageSweeper, Workers: o.SweeperWorkers,
 			MaxDeliver: o.JetStream.MaxDeliver, AckWait: sweepCfg.AckWait},
-			pipeline.ConsumerDeps{Consumer: sweeperCons, Handle: sw.Handle, Events: events, Metrics: m.Pipeline, Logger: log})
+			sweeperCons, sw.Handle)
 		if err != nil {
-			return err
-		}
-		if err := watch(pipeline.StageSweeper); err != nil {
 			return err
 		}
 		stages = append(stages, built{stage: pipeline.StageSweeper, run: c.Run})
