@@ -52,3 +52,9 @@ type MetadataWriter interface {
 type MetadataReader interface {
 	ReadMetadata(ctx context.Context, instance string) (map[string]string, error)
 }
+
+// MetadataBatchReader reads several instances' metadata hashes in one round trip (the audit
+// reads them at every page of a walk); out[i] and errs[i] are instances[i]'s.
+type MetadataBatchReader interface {
+	ReadMetadataMany(ctx context.Context, instances []string) (out []map[string]string, errs []error)
+}

@@ -79,6 +79,27 @@ func (s *Store) ReadMetadata(ctx context.Context, instance string) (map[string]s
 	return fields, nil
 }
 
+// ReadMetadataMany implements meta.MetadataBatchReader: one HGETALL per instance, pipelined
+// in one round trip.
+func (s *Store) ReadMetadataMany(ctx context.Context, instances []string) ([]map[string]string, []error) {
+	cmds := make([]*redis.MapStringStringCmd, len(instances))
+	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, inst := range instances {
+			cmds[i] = p.HGetAll(ctx, kvcm.MetadataKey(inst))
+		}
+		return nil
+	})
+	out, errs := make([]map[string]string, len(instances)), make([]error, len(instances))
+	for i, c := range cmds {
+		if fields, err := c.Result(); err != nil {
+			errs[i] = fmt.Errorf("read %s: %w", kvcm.MetadataKey(instances[i]), err)
+		} else {
+			out[i] = fields
+		}
+	}
+	return out, errs
+}
+
 // LeaderLock reports a KVCM leader lock key that exists among keys, as a *meta.LeaderLockError
 // (nil when none does): for a lock kept on another Redis than the metadata store (KVCM's
 // coordination URI may name any), which no transaction here can WATCH.

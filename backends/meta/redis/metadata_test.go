@@ -122,3 +122,21 @@ func TestReadMetadata(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{kvcm.FieldKeyCount: "3", kvcm.FieldStorageUsage: `{"file":9}`}, got)
 }
+
+// TestReadMetadataMany: every instance's hash in one round trip, an absent one empty, a key of
+// another type an error for that instance alone.
+func TestReadMetadataMany(t *testing.T) {
+	ctx := testenv.Context(t)
+	srv := testenv.StartRedis(t)
+	rdb := srv.Client()
+	st := openStore(t, srv, true)
+	var _ meta.MetadataBatchReader = st
+	require.NoError(t, rdb.HSet(ctx, kvcm.MetadataKey("a"), kvcm.FieldKeyCount, "3").Err())
+	require.NoError(t, rdb.Set(ctx, kvcm.MetadataKey("bad"), "x", 0).Err())
+	got, errs := st.ReadMetadataMany(ctx, []string{"a", "none", "bad"})
+	require.Equal(t, []map[string]string{{kvcm.FieldKeyCount: "3"}, {}, nil}, got)
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.ErrorContains(t, errs[2], "WRONGTYPE")
+	require.ErrorContains(t, errs[2], kvcm.MetadataKey("bad"))
+}
