@@ -84,6 +84,12 @@ type Tuning struct {
 	// CPUEvery (scanner.redis_cpu_every) is the time between two readings of INFO cpu for
 	// CPUCeiling. Default DefaultCPUEvery.
 	CPUEvery time.Duration `yaml:"redis_cpu_every" help:"time between two readings of INFO cpu for redis_cpu_ceiling"`
+	// KVCMPersistGap (scanner.kvcm_persist_gap) is the longest time between two persists of
+	// an instance's counters by KVCM's leader: its metrics recorder persists every 5s,
+	// gated by persist_metadata_interval_time_ms (1s by default). The audit's last reading of
+	// a round comes this long after the walk's last page, so that it holds every change KVCM
+	// made during the walk (pipeline/audit.go). Default DefaultKVCMPersistGap.
+	KVCMPersistGap time.Duration `yaml:"kvcm_persist_gap" help:"longest time between two persists of an instance's counters by KVCM's leader (its recorder persists every 5s, gated by persist_metadata_interval_time_ms): the audit of KVCM's counters reads them a last time this long after a round's walk"`
 }
 
 // Defaults of the duty pace (pace.go says how they were chosen, BENCHMARKS.md measures them).
@@ -95,6 +101,8 @@ const (
 	DefaultBurstKeys = 64
 	// DefaultCPUEvery is the time between two readings of INFO cpu.
 	DefaultCPUEvery = 5 * time.Second
+	// DefaultKVCMPersistGap: KVCM's recorder loop persists every 5s, plus a second of margin.
+	DefaultKVCMPersistGap = 6 * time.Second
 )
 
 // MinUnregisteredGrace is the smallest unregistered_grace the configuration accepts.
@@ -104,7 +112,8 @@ const MinUnregisteredGrace = 24 * time.Hour
 func DefaultConfig() Config {
 	return Config{ScanInterval: time.Second, RoundPause: 24 * time.Hour, ScanBatchSize: 256, HighWater: 100,
 		ScanFailureBudget: 10 * time.Minute, FailedRoundPause: time.Hour,
-		Tuning:            Tuning{Duty: DefaultDuty, BurstKeys: DefaultBurstKeys, CPUEvery: DefaultCPUEvery},
+		Tuning: Tuning{Duty: DefaultDuty, BurstKeys: DefaultBurstKeys, CPUEvery: DefaultCPUEvery,
+			KVCMPersistGap: DefaultKVCMPersistGap},
 		UnregisteredGrace: 7 * 24 * time.Hour, UnregisteredMaxKeys: 10000}
 }
 
@@ -148,6 +157,9 @@ func (c Config) Validate() error {
 	}
 	if c.CPUCeiling > 0 && c.CPUEvery < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("scanner.redis_cpu_every: must be at least 100ms, got %s", c.CPUEvery))
+	}
+	if c.KVCMPersistGap <= 0 {
+		errs = append(errs, fmt.Errorf("scanner.kvcm_persist_gap: must be > 0, got %s", c.KVCMPersistGap))
 	}
 	if c.HighWater == 0 {
 		errs = append(errs, errors.New("backpressure_high_water: must be > 0"))

@@ -125,6 +125,9 @@ func (d *walkDriver) tick(ctx context.Context) event {
 	if wt.LeaseRev != 0 && !stop && d.w.phase == pipeline.PhaseReady && !d.w.ckpt.InRound {
 		ev.roundStart = d.s.starts.read(ctx, wt.Now)
 	}
+	if wt.LeaseRev != 0 && !stop && d.w.phase == pipeline.PhaseReady {
+		d.auditRead(ctx, wt.Now) // audit.go
+	}
 	return ev
 }
 
@@ -307,7 +310,7 @@ func (d *walkDriver) scan(ctx context.Context, a actScan) event {
 		sent := d.collectUnregistered(ctx, store, a.cursor, reads)
 		d.unreg.add(a.cursor, page.Next, counts, sent, s.reg.listed(d.h.store))
 	}
-	d.audit.add(a.cursor, page.Next, recountPage(page.Entries))
+	d.auditPage(ctx, a.cursor, page)
 	s.metrics.ScanPages.Inc()
 	s.metrics.ScannedKeys.Add(float64(len(page.Entries)))
 	s.metrics.ScanBadKeys.Add(float64(len(page.BadKeys)))
