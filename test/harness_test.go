@@ -73,6 +73,8 @@ func (e *env) options(reg prometheus.Registerer) app.Options {
 	sc.RoundPause = time.Hour
 	sc.ScanBatchSize = 128
 	sc.LeaseRenew = 200 * time.Millisecond
+	// No KVCM persists its counters beside these tests (a test that runs one sets its own).
+	sc.KVCMPersistGap = 50 * time.Millisecond
 	pc := prober.DefaultConfig()
 	pc.MaxTargets = 128
 	dc := deleter.DefaultConfig()

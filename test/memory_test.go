@@ -295,6 +295,7 @@ func memOptions(cfg memConfig, conn redismeta.ConnOptions) app.Options {
 	sc := scanner.DefaultConfig()
 	sc.ScanInterval, sc.RoundPause, sc.ScanBatchSize = time.Millisecond, time.Millisecond, 256
 	sc.HighWater, sc.LeaseRenew = 1<<40, 200*time.Millisecond
+	sc.KVCMPersistGap = time.Millisecond // no KVCM persists its counters here
 	sw := sweep.DefaultConfig()
 	sw.Storages = []string{seed.StorageNFS}
 	sw.Interval, sw.RoundPause, sw.BatchSize, sw.Quarantine = time.Millisecond, time.Millisecond, 64, time.Second

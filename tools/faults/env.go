@@ -178,6 +178,7 @@ func (e *env) args() []string {
 		"--jetstream.replicas", strconv.Itoa(s.Replicas),
 		"--scan_interval", "20ms", "--round_pause", e.cfg.RoundPause.String(), "--scan_batch_size", "32",
 		"--backpressure_high_water", "1000", "--storage.default_probe", "stat",
+		"--scanner.kvcm_persist_gap", "100ms", // no KVCM persists its counters in the scenarios
 		"--max_inflight_delete_requests", "2", "--delete_delay", "100ms",
 		"--workers.prober", "2", "--workers.deleter", "2",
 		"--jetstream.lease_ttl", s.LeaseTTL.String(), "--jetstream.deleter_ack_wait", s.DeleterAckWait.String(),

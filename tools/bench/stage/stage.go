@@ -156,6 +156,7 @@ func (s Spec) Options(reg prometheus.Registerer, log *slog.Logger) (app.Options,
 		sc.RoundPause = p.RoundPause
 	}
 	sc.MaxKeysPerSecond = p.MaxKeysPerSecond
+	sc.KVCMPersistGap = 100 * time.Millisecond // no KVCM persists its counters in the bench
 	sc.Duty, sc.CPUCeiling = p.Duty, p.CPUCeiling
 	if p.BurstKeys > 0 {
 		sc.BurstKeys = p.BurstKeys
