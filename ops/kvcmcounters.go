@@ -24,7 +24,8 @@ import (
 // of it kvcm-gc's own deletes explain. The recount and the readings are the last audited round
 // of the instance's store (its checkpoint's Audit); kvcm-gc's share is the deleter's exact
 // count in the STATE bucket. KVCM writes while a round walks, so the drift is a range
-// (pipeline.DriftRange), shown as one value only when it is one.
+// (pipeline.DriftRange: the first reading, with the rises and falls between the round's
+// readings), shown as one value only when it is one.
 
 // InstanceCounters is one instance's KVCM counters as the last audited round of its store
 // left them.
@@ -49,7 +50,11 @@ type InstanceCounters struct {
 	// KvcmGC is kvcm-gc's own share: what its deletes removed since the instance's first,
 	// which KVCM's counters still count unless a repair rewrote them since (nil: none).
 	KvcmGC *deleter.DeletedKeys `json:"kvcm_gc_deletes,omitempty"`
-	// Problem says why a reading is missing (the hash absent or unreadable at a reading).
+	// Readings is how many times the round read the persisted counters (0: an audit read at
+	// the round's ends only, before kvcm-gc read them at every page).
+	Readings int `json:"readings,omitempty"`
+	// Problem says why a reading is missing (the hash absent or unreadable at a reading), or
+	// that the last came too early to bound the drift.
 	Problem string `json:"problem,omitempty"`
 }
 
@@ -151,6 +156,12 @@ func countersOf(store string, a *pipeline.AuditCount) InstanceCounters {
 		} else if p.Err != "" && ic.Problem == "" {
 			ic.Problem = p.Err
 		}
+	}
+	if a.Moves != nil {
+		ic.Readings = a.Moves.Readings
+	}
+	if a.Early && ic.Problem == "" {
+		ic.Problem = "the round's last reading came before scanner.kvcm_persist_gap had passed (the scanner stopped): no drift range"
 	}
 	for _, slot := range a.Slots() {
 		u := UsageCounters{StorageType: slot, Recount: a.Usage[slot], Drift: driftOf(a.UsageDrift(slot))}
