@@ -143,10 +143,10 @@ type StoreStatus struct {
 	ETABasis string    `json:"eta_basis,omitempty"` // "dbsize" | "last_round" | "walked"
 	// State is "scanning" or why the walk is not moving: paused, backpressure, round_pause,
 	// registry_backoff, error, no_lease, not_in_registry; since StateSince when known.
-	State      string            `json:"state"`
-	StateSince time.Time         `json:"state_since,omitzero"`
-	NextRound  time.Time         `json:"next_round,omitzero"`
-	LastRound  *LastRound        `json:"last_round,omitempty"`
+	State      string     `json:"state"`
+	StateSince time.Time  `json:"state_since,omitzero"`
+	NextRound  time.Time  `json:"next_round,omitzero"`
+	LastRound  *LastRound `json:"last_round,omitempty"`
 	// FailedRound is the store's last round when it ended failed (its SCAN kept failing for
 	// scan_failure_budget, or the store could not be opened); nil once a round completes.
 	FailedRound *pipeline.RoundFailure `json:"failed_round,omitempty"`

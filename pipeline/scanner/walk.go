@@ -271,8 +271,8 @@ type (
 	actRoundEnded struct{ ckpt pipeline.Checkpoint }
 	// actRoundFailed: the round ended failed (kvcm_gc_store_failed_rounds_total).
 	actRoundFailed struct{ ckpt pipeline.Checkpoint }
-	actStepDown   struct{} // another scanner wrote the checkpoint: forget the lease
-	actRelease    struct{ reason string }
+	actStepDown    struct{} // another scanner wrote the checkpoint: forget the lease
+	actRelease     struct{ reason string }
 	// actWait: the next tick comes after d (the last actWait of a step wins).
 	actWait struct{ d time.Duration }
 )
