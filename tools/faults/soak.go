@@ -61,7 +61,11 @@ type SoakConfig struct {
 	// FaultEvery is the number of rounds between two faults (0: no faults), FaultCycles the
 	// least number of whole cycles of every fault kind a run holds (it runs on until then).
 	FaultEvery, FaultCycles int
-	// WritePeriod is the pause between two of KVCM's operations.
+	// WritePeriod is the pause between two of KVCM's operations. `make soak`'s 20ms, at most
+	// 50 a second, make some 7 garbage locations a second, within the pace of the deleter the
+	// soak runs (2 requests in flight, delete_delay 100ms); at 5ms the workload, on a machine
+	// that let it near its rate (170 a second), made 25 a second, more than the deleter and
+	// upstream's GC took, and every round's drain grew longer than the round.
 	WritePeriod time.Duration
 	// CrashAge bounds how long after its writer's crash a crashed write session becomes an
 	// orphan (0: no crashed sessions).
@@ -102,7 +106,7 @@ type SoakConfig struct {
 func DefaultSoakConfig() SoakConfig {
 	return SoakConfig{Runs: []SoakRun{{Layout: kvcm.LayoutLocation}, {Layout: kvcm.LayoutLegacy, Cluster: true}},
 		Instances: 4, Blocks: 50_000, Rounds: 20, Duration: 30 * time.Minute, RoundPause: 2 * time.Second,
-		FaultEvery: 3, FaultCycles: 1, WritePeriod: 5 * time.Millisecond, CrashAge: [2]time.Duration{20 * time.Second, time.Minute},
+		FaultEvery: 3, FaultCycles: 1, WritePeriod: 20 * time.Millisecond, CrashAge: [2]time.Duration{20 * time.Second, time.Minute},
 		CheckEvery: 10, LagFails: true, Upstream: true, MaxStreamBytes: 1 << 30, Steady: defaultSteady, DrainTimeout: 5 * time.Minute}
 }
 
