@@ -129,7 +129,7 @@ func TestReadMetadataMany(t *testing.T) {
 	ctx := testenv.Context(t)
 	srv := testenv.StartRedis(t)
 	rdb := srv.Client()
-	st := openStore(t, srv, true)
+	st := newStore(t, srv, redismeta.StoreOptions{DryRun: true})
 	var _ meta.MetadataBatchReader = st
 	require.NoError(t, rdb.HSet(ctx, kvcm.MetadataKey("a"), kvcm.FieldKeyCount, "3").Err())
 	require.NoError(t, rdb.Set(ctx, kvcm.MetadataKey("bad"), "x", 0).Err())
