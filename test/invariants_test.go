@@ -806,6 +806,10 @@ func TestInvariant7FullWindowStopsScanning(t *testing.T) {
 			o.Scanner.ScanBatchSize = 16
 			o.Scanner.HighWater = 5
 			o.Scanner.Duty = duty
+			// A walk capped to about 20 pages a second: at the duty alone, an idle machine walks
+			// the 2,000 keys in a fraction of a second, and the round ends before the prober has
+			// filled the window; the cap keeps pages coming while the backlog grows.
+			o.Scanner.MaxKeysPerSecond = 320
 			e.run(o, app.Stages{Scanner: true, Prober: true}) // no deleter: the DELETES backlog only grows
 			require.Eventually(t, func() bool { return metricValue(t, reg, "kvcm_gc_backpressure_skips_total") > 20 }, time.Minute, 20*time.Millisecond)
 			k1 := metricValue(t, reg, "kvcm_gc_scanned_keys_total")
