@@ -92,7 +92,7 @@ func TestAuditRangeWithKVCMWriters(t *testing.T) {
 	wctx, stopWriters := context.WithCancel(ctx)
 	writing := time.Now()
 	var wg sync.WaitGroup
-	wg.Go(func() { k.persistLoop(wctx, persistEvery) })
+	wg.Go(func() { every(wctx, persistEvery, k.persist) })
 	wg.Go(func() { k.phases(wctx, instances, ckpt) })
 
 	// The rounds that started after the writers did, each as the checkpoint holds it once
@@ -337,19 +337,6 @@ func (k *kvcmEmu) persisted() map[string][2]int64 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.last
-}
-
-func (k *kvcmEmu) persistLoop(ctx context.Context, every time.Duration) {
-	tk := time.NewTicker(every)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-			k.persist()
-		}
-	}
 }
 
 // longestGap is the longest time between two persists (or from one to a bound) from fromUs to
