@@ -175,7 +175,8 @@ func (c *NATSCluster) Shutdown() {
 }
 
 // WaitJetStream waits until the running nodes have one JetStream meta leader that knows every
-// node, and each of them is current with it, so JetStream requests are answered.
+// node, each of them is current with it, and every node has all its routes to every other, so
+// JetStream requests are answered and their replies reach the client.
 func (c *NATSCluster) WaitJetStream(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -194,13 +195,18 @@ func (c *NATSCluster) WaitJetStream(ctx context.Context) error {
 func (c *NATSCluster) jetStreamReady() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	leaders, running := 0, 0
+	var names []string
+	for _, n := range c.nodes {
+		if n.srv != nil {
+			names = append(names, n.cfg.ServerName)
+		}
+	}
+	leaders := 0
 	for _, n := range c.nodes {
 		if n.srv == nil {
 			continue
 		}
-		running++
-		if !n.srv.JetStreamIsCurrent() {
+		if !n.srv.JetStreamIsCurrent() || !meshed(n.srv, names) {
 			return false
 		}
 		// Only the meta leader answers who the peers are.
@@ -211,5 +217,30 @@ func (c *NATSCluster) jetStreamReady() bool {
 			}
 		}
 	}
-	return running > 0 && leaders == 1
+	return len(names) > 0 && leaders == 1
+}
+
+// routesPerPeer is how many route connections a node keeps to each other node: the default
+// pool, plus the one pinned to the system account, which the server adds by default.
+const routesPerPeer = server.DEFAULT_ROUTE_POOL_SIZE + 1
+
+// meshed reports whether s has every route to every other running node. A meta leader can be
+// elected over a partial mesh (n0–n1 and n1–n2 up, n0–n2 not yet), and routes do not relay:
+// then a reply published on n2 to a client of n0 is lost, and the client's request waits for
+// its deadline.
+func meshed(s *server.Server, names []string) bool {
+	rz, err := s.Routez(nil)
+	if err != nil {
+		return false
+	}
+	routes := map[string]int{}
+	for _, r := range rz.Routes {
+		routes[r.RemoteName]++
+	}
+	for _, name := range names {
+		if name != s.Name() && routes[name] < routesPerPeer {
+			return false
+		}
+	}
+	return true
 }
