@@ -328,8 +328,23 @@ func (l *load) finish() *loadResult {
 }
 
 // startStages starts the three stages of a point, pinned to kvcm-gc's cores, the scanner
-// serving its metrics; the caller closes the run.
-func (pw *paceWork) startStages(ctx context.Context, name string, pt PacePoint, oneRound bool) (*run, error) {
+// serving its metrics, and polls the scanner's pace; the caller stops the poll, then closes
+// the run.
+func (pw *paceWork) startStages(ctx context.Context, name string, pt PacePoint, oneRound bool) (*run, *pacePoller, error) {
+	r, err := pw.startRun(ctx, name, pt, oneRound)
+	if err != nil {
+		return nil, nil, err
+	}
+	poll, err := r.pollPace(ctx, pw.visitedPerRound())
+	if err != nil {
+		r.close(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
+	return r, poll, nil
+}
+
+// startRun starts the three stages of a point for startStages.
+func (pw *paceWork) startRun(ctx context.Context, name string, pt PacePoint, oneRound bool) (*run, error) {
 	pw.seq++
 	r, err := pw.h.newRun(ctx, fmt.Sprintf("%s-%s-%d", pw.phase, name, pw.seq), pw.k, pt.profile(pw.h.cfg.Unpaced, oneRound))
 	if err != nil {
@@ -364,13 +379,10 @@ func (pw *paceWork) window(ctx context.Context, point int, pt PacePoint, rep int
 	var poll *pacePoller
 	if point >= 0 {
 		var err error
-		if r, err = pw.startStages(ctx, "curve", pt, false); err != nil {
+		if r, poll, err = pw.startStages(ctx, "curve", pt, false); err != nil {
 			return res, err
 		}
 		defer r.close(context.WithoutCancel(ctx))
-		if poll, err = r.pollPace(ctx, pw.visitedPerRound()); err != nil {
-			return res, err
-		}
 		defer poll.stop()
 		if err := pw.settle(ctx, r); err != nil {
 			return res, err
@@ -425,15 +437,11 @@ func (pw *paceWork) round(ctx context.Context, pt PacePoint, limit time.Duration
 	if err := backoff.Sleep(ctx, loadLead); err != nil {
 		return res, err
 	}
-	r, err := pw.startStages(ctx, "round", pt, true)
+	r, poll, err := pw.startStages(ctx, "round", pt, true)
 	if err != nil {
 		return res, err
 	}
 	defer r.close(context.WithoutCancel(ctx))
-	poll, err := r.pollPace(ctx, pw.visitedPerRound())
-	if err != nil {
-		return res, err
-	}
 	defer poll.stop()
 	meter, err := startRedisMeter(ctx, pw.k.rdb)
 	if err != nil {
@@ -500,15 +508,11 @@ func (pw *paceWork) step(ctx context.Context, pt PacePoint) (*PaceStep, error) {
 	if err := backoff.Sleep(ctx, stepSwitch); err != nil {
 		return res, err
 	}
-	r, err := pw.startStages(ctx, "step", pt, false)
+	r, poll, err := pw.startStages(ctx, "step", pt, false)
 	if err != nil {
 		return res, err
 	}
 	defer r.close(context.WithoutCancel(ctx))
-	poll, err := r.pollPace(ctx, pw.visitedPerRound())
-	if err != nil {
-		return res, err
-	}
 	defer poll.stop()
 	if err := pw.settle(ctx, r); err != nil {
 		return res, err
@@ -518,29 +522,29 @@ func (pw *paceWork) step(ctx context.Context, pt PacePoint) (*PaceStep, error) {
 	if at[0], err = readRedisCounters(ctx, pw.k.rdb); err != nil {
 		return res, err
 	}
+	// observe watches the walk for stepObserve, then reads the counters at boundary i.
+	observe := func(i int) error {
+		if err := backoff.Sleep(ctx, stepObserve); err != nil {
+			return err
+		}
+		var err error
+		at[i], err = readRedisCounters(ctx, pw.k.rdb)
+		return err
+	}
 	res.SettledAt = time.Now()
 	// Watched as long before the step as after it, so the report can say how often the pace
 	// fell with nothing changed.
-	if err := backoff.Sleep(ctx, stepObserve); err != nil {
-		return res, err
-	}
-	if at[1], err = readRedisCounters(ctx, pw.k.rdb); err != nil {
+	if err := observe(1); err != nil {
 		return res, err
 	}
 	res.Up = time.Now()
 	l.rate.Store(int64(res.To))
-	if err := backoff.Sleep(ctx, stepObserve); err != nil {
-		return res, err
-	}
-	if at[2], err = readRedisCounters(ctx, pw.k.rdb); err != nil {
+	if err := observe(2); err != nil {
 		return res, err
 	}
 	res.Down = time.Now()
 	l.rate.Store(int64(res.From))
-	if err := backoff.Sleep(ctx, stepObserve); err != nil {
-		return res, err
-	}
-	if at[3], err = readRedisCounters(ctx, pw.k.rdb); err != nil {
+	if err := observe(3); err != nil {
 		return res, err
 	}
 	res.End = time.Now()
