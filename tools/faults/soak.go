@@ -182,33 +182,19 @@ func RunSoak(ctx context.Context, cfg SoakConfig) ([]SoakResult, error) {
 	if len(cfg.Runs) == 0 {
 		cfg.Runs = def.Runs
 	}
-	if cfg.Instances <= 0 {
-		cfg.Instances = def.Instances
-	}
-	if cfg.Blocks <= 0 {
-		cfg.Blocks = def.Blocks
-	}
-	if cfg.Rounds <= 0 {
-		cfg.Rounds = def.Rounds
-	}
+	orDefault(&cfg.Instances, def.Instances)
+	orDefault(&cfg.Blocks, def.Blocks)
+	orDefault(&cfg.Rounds, def.Rounds)
 	if cfg.Steady.Window <= 0 {
 		cfg.Steady = def.Steady
 	}
-	if cfg.CheckEvery <= 0 {
-		cfg.CheckEvery = def.CheckEvery
-	}
-	if cfg.RoundPause <= 0 {
-		cfg.RoundPause = def.RoundPause
-	}
-	if cfg.WritePeriod <= 0 {
-		cfg.WritePeriod = def.WritePeriod
-	}
+	orDefault(&cfg.CheckEvery, def.CheckEvery)
+	orDefault(&cfg.RoundPause, def.RoundPause)
+	orDefault(&cfg.WritePeriod, def.WritePeriod)
 	if cfg.MaxStreamBytes == 0 {
 		cfg.MaxStreamBytes = def.MaxStreamBytes
 	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = def.DrainTimeout
-	}
+	orDefault(&cfg.DrainTimeout, def.DrainTimeout)
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}

@@ -101,33 +101,15 @@ func (r Result) OK() bool { return r.Err == nil }
 // scenario, no binaries); a scenario that fails is a Result with Err.
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	def := DefaultConfig()
-	if cfg.Kills <= 0 {
-		cfg.Kills = def.Kills
-	}
-	if cfg.Instances <= 0 {
-		cfg.Instances = def.Instances
-	}
-	if cfg.Blocks <= 0 {
-		cfg.Blocks = def.Blocks
-	}
-	if cfg.RoundPause <= 0 {
-		cfg.RoundPause = def.RoundPause
-	}
-	if cfg.Outage <= 0 {
-		cfg.Outage = def.Outage
-	}
-	if cfg.WriterFor <= 0 {
-		cfg.WriterFor = def.WriterFor
-	}
-	if cfg.RSSLimit <= 0 {
-		cfg.RSSLimit = def.RSSLimit
-	}
-	if cfg.GoroutineLimit <= 0 {
-		cfg.GoroutineLimit = def.GoroutineLimit
-	}
-	if cfg.ScenarioTimeout <= 0 {
-		cfg.ScenarioTimeout = def.ScenarioTimeout
-	}
+	orDefault(&cfg.Kills, def.Kills)
+	orDefault(&cfg.Instances, def.Instances)
+	orDefault(&cfg.Blocks, def.Blocks)
+	orDefault(&cfg.RoundPause, def.RoundPause)
+	orDefault(&cfg.Outage, def.Outage)
+	orDefault(&cfg.WriterFor, def.WriterFor)
+	orDefault(&cfg.RSSLimit, def.RSSLimit)
+	orDefault(&cfg.GoroutineLimit, def.GoroutineLimit)
+	orDefault(&cfg.ScenarioTimeout, def.ScenarioTimeout)
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}
@@ -155,6 +137,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		out = append(out, r)
 	}
 	return out, ctx.Err()
+}
+
+// orDefault sets *v to def when it is not set: zero, or negative.
+func orDefault[T ~int | ~int64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // planned is one scenario in one layout.
