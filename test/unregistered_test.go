@@ -236,7 +236,9 @@ func TestCollectUnregisteredInstances(t *testing.T) {
 	}, time.Minute, 20*time.Millisecond)
 	require.LessOrEqual(t, most.Load(), int64(10), "the round's cap")
 	require.GreaterOrEqual(t, ckpt().Round, r0+2, "25 keys at most 10 a round take three rounds")
-	require.Equal(t, float64(25), metricValue(t, pr, "kvcm_gc_unregistered_collected_keys_total"))
+	// The counter counts keys sent: a round that walks a key before the deleter took the
+	// last round's request sends it again, so only every key at least once is certain.
+	require.GreaterOrEqual(t, metricValue(t, pr, "kvcm_gc_unregistered_collected_keys_total"), float64(25))
 	require.Positive(t, refusals(pipeline.UnregNeverRegistered), "ghost")
 	require.Positive(t, metricByLabel(t, pr, "kvcm_gc_physical_delete_skips_total", "reason")[deleter.PhysSkipSweep])
 
