@@ -84,6 +84,19 @@ func LayoutOf(hasURI bool, locationFields int, interim bool) Layout {
 	return LayoutNone
 }
 
+// LayoutOfFields is LayoutOf for a key read whole, its fields by name.
+func LayoutOfFields(fields map[string]string) Layout {
+	_, hasURI := fields[FieldURI]
+	n, interim := 0, false
+	for f := range fields {
+		if _, ok := LocationID(f); ok {
+			n++
+		}
+		interim = interim || strings.HasPrefix(f, InterimLocationPrefix)
+	}
+	return LayoutOf(hasURI, n, interim)
+}
+
 // LocationField returns the name of location id's field, L#<id>.
 func LocationField(id string) string { return LocationFieldPrefix + id }
 

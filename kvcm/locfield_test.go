@@ -34,6 +34,27 @@ func TestLocationIDForms(t *testing.T) {
 	require.False(t, ok)
 }
 
+// TestLayoutOfFields: field names decide, never values; an interim field, or __uri__ beside an
+// L# field (even empty ones), makes a key ambiguous.
+func TestLayoutOfFields(t *testing.T) {
+	for _, c := range []struct {
+		fields map[string]string
+		want   Layout
+	}{
+		{nil, LayoutNone},
+		{map[string]string{FieldPrevKey: "", FieldLRUTime: "1"}, LayoutNone},
+		{map[string]string{FieldURI: "{}", FieldLRUTime: "1"}, LayoutLegacy},
+		{map[string]string{FieldURI: ""}, LayoutLegacy},
+		{map[string]string{"L#a": "{}", "L#b": "", FieldPrevKey: "7"}, LayoutLocation},
+		{map[string]string{"L#a": ""}, LayoutLocation},
+		{map[string]string{FieldURI: "", "L#a": ""}, LayoutAmbiguous},
+		{map[string]string{InterimLocationPrefix + "a": "{}"}, LayoutAmbiguous},
+		{map[string]string{"L#a": "{}", InterimLocationPrefix + "a": "{}"}, LayoutAmbiguous},
+	} {
+		require.Equal(t, c.want, LayoutOfFields(c.fields), "%v", c.fields)
+	}
+}
+
 // quoteJSON writes s as rapidjson does (only '"', '\' and control bytes escaped).
 func quoteJSON(s string) string {
 	var b strings.Builder

@@ -437,7 +437,7 @@ func (w *kvcmWorkload) instOf(key string) string {
 // marked is a violation), anything else changed or new is a violation; KVCM's other fields
 // (__lru_time__, BP#prev_key, tier marks) must be as it wrote them.
 func (w *kvcmWorkload) learn(key string, mk *mkey, cur Value, exists bool) {
-	if !exists && w.sm.up != nil && layoutOf(mk.val.Fields) == kvcm.LayoutAmbiguous {
+	if !exists && w.sm.up != nil && kvcm.LayoutOfFields(mk.val.Fields) == kvcm.LayoutAmbiguous {
 		w.sm.upstreamDropped++
 		w.sm.upstreamDroppedLocs += len(mk.locs)
 		w.sm.upstreamChanged[key] = true
@@ -477,7 +477,7 @@ func (w *kvcmWorkload) learn(key string, mk *mkey, cur Value, exists bool) {
 	}
 	for f, v := range cur.Fields {
 		if id, ok := kvcm.LocationID(f); ok {
-			if mk.locs[id] == nil && v != "" && layoutOf(mk.val.Fields) == kvcm.LayoutLocation {
+			if mk.locs[id] == nil && v != "" && kvcm.LayoutOfFields(mk.val.Fields) == kvcm.LayoutLocation {
 				if _, was := mk.val.Fields[f]; !was {
 					w.problem("%s: location %s appeared, KVCM never wrote it", key, id)
 				}
@@ -597,7 +597,7 @@ func (w *kvcmWorkload) start(ctx context.Context, layout kvcm.Layout) bool {
 	}
 	id := w.newID()
 	ok := w.addWriting(ctx, key, id, layout, time.Now(), func(cur Value, exists bool, mk *mkey) bool {
-		l := layoutOf(cur.Fields)
+		l := kvcm.LayoutOfFields(cur.Fields)
 		return !exists || (l == kvcm.LayoutLocation || l == kvcm.LayoutLegacy) && (mk == nil || mk.writable)
 	}, func(mk *mkey, l *mloc, cur *Value) {
 		if l.field == kvcm.FieldURI {
@@ -625,7 +625,7 @@ func (w *kvcmWorkload) addWriting(ctx context.Context, key, id string, layout kv
 		}
 		l := layout
 		if exists {
-			l = layoutOf(cur.Fields)
+			l = kvcm.LayoutOfFields(cur.Fields)
 		}
 		if _, taken := cur.Fields[kvcm.LocationField(id)]; taken {
 			return nil, nil
@@ -847,7 +847,7 @@ func (w *kvcmWorkload) orphan(ctx context.Context) bool {
 		key = w.newKey()
 	}
 	ok := w.addWriting(ctx, key, id, w.layout, at, func(cur Value, exists bool, mk *mkey) bool {
-		switch l := layoutOf(cur.Fields); {
+		switch l := kvcm.LayoutOfFields(cur.Fields); {
 		case !exists:
 			return true
 		case mk != nil && !mk.writable:
@@ -898,7 +898,7 @@ func (w *kvcmWorkload) crash(ctx context.Context) bool {
 		case mk != nil && !mk.writable:
 			return false
 		default:
-			return w.layout == kvcm.LayoutLocation && layoutOf(cur.Fields) == kvcm.LayoutLocation
+			return w.layout == kvcm.LayoutLocation && kvcm.LayoutOfFields(cur.Fields) == kvcm.LayoutLocation
 		}
 	}, func(mk *mkey, l *mloc, _ *Value) {
 		l.fate, l.kind = Keep, "crashed"
@@ -961,7 +961,7 @@ func (w *kvcmWorkload) ripen(ctx context.Context, now time.Time) {
 // emptyLegacy reports whether cur is a legacy block in KVCM's "exists, no location" form last
 // written before at: a crashed session of at could have been its last write.
 func emptyLegacy(cur Value, at time.Time) bool {
-	if layoutOf(cur.Fields) != kvcm.LayoutLegacy {
+	if kvcm.LayoutOfFields(cur.Fields) != kvcm.LayoutLegacy {
 		return false
 	}
 	blk, err := kvcm.DecodeBlock([]byte(cur.Fields[kvcm.FieldURI]))
@@ -1026,7 +1026,7 @@ func (w *kvcmWorkload) upgrade(ctx context.Context) bool {
 	}
 	id := w.newID()
 	return w.write(ctx, key, func(cur Value, exists bool, mk *mkey) (*change, error) {
-		if !exists || mk == nil || !mk.writable || layoutOf(cur.Fields) != kvcm.LayoutLegacy {
+		if !exists || mk == nil || !mk.writable || kvcm.LayoutOfFields(cur.Fields) != kvcm.LayoutLegacy {
 			return nil, nil
 		}
 		raw := locationBytes(kvcm.LayoutLocation, id, kvcm.StatusServing, time.Now().UnixMicro(), "")

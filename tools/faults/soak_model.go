@@ -220,7 +220,7 @@ func writableValue(v Value) bool {
 	if v.Type != "hash" {
 		return false
 	}
-	switch layoutOf(v.Fields) {
+	switch kvcm.LayoutOfFields(v.Fields) {
 	case kvcm.LayoutLegacy:
 		blk, err := kvcm.DecodeBlock([]byte(v.Fields[kvcm.FieldURI]))
 		if err != nil {
@@ -410,7 +410,7 @@ func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, sl
 	if exists && sm.acceptLRU(k, mk, cur) {
 		r.Refreshed++
 	}
-	if !exists && sm.up != nil && layoutOf(mk.val.Fields) == kvcm.LayoutAmbiguous {
+	if !exists && sm.up != nil && kvcm.LayoutOfFields(mk.val.Fields) == kvcm.LayoutAmbiguous {
 		// Upstream's GC took the block's last L# location and then the key: the legacy
 		// locations went with it (today's KVCM does not see them).
 		sm.upstreamDropped++
@@ -470,7 +470,7 @@ func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, sl
 	case want != nil && !exists && !mayVanish:
 		r.problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
 	case want != nil && exists && !want.equal(cur):
-		r.problem("%s (%s layout): %s", k, layoutOf(mk.val.Fields), diff(*want, cur))
+		r.problem("%s (%s layout): %s", k, kvcm.LayoutOfFields(mk.val.Fields), diff(*want, cur))
 	}
 	if !exists {
 		want = nil
@@ -505,7 +505,7 @@ func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, sl
 // block only upstream's GC removes anything, L# fields alone, and then the key when none is
 // left.
 func (sm *soakModel) expected(val Value, gone []Loc) (*Value, bool, error) {
-	if layoutOf(val.Fields) != kvcm.LayoutAmbiguous || len(gone) == 0 {
+	if kvcm.LayoutOfFields(val.Fields) != kvcm.LayoutAmbiguous || len(gone) == 0 {
 		want, emptied, err := expected(val, gone, sm.empty)
 		return want, emptied && sm.up != nil, err
 	}
@@ -1003,7 +1003,7 @@ func stageGraces(args []string) (graces, error) {
 // layout. false: never (not WRITING, an age unknown or in the future, a block of both layouts
 // kvcm-gc does not judge).
 func (sm *soakModel) orphanAt(mk *mkey, l *mloc, now time.Time) (time.Time, bool) {
-	layout := layoutOf(mk.val.Fields)
+	layout := kvcm.LayoutOfFields(mk.val.Fields)
 	name := subjects.LayoutLocation
 	switch {
 	case l.status != kvcm.StatusWriting:

@@ -192,7 +192,7 @@ func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient, more ...re
 		case want != nil && !exists:
 			r.problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
 		case want != nil && !want.equal(got):
-			r.problem("%s (%s layout): %s", k, layoutOf(b.Fields), diff(*want, got))
+			r.problem("%s (%s layout): %s", k, kvcm.LayoutOfFields(b.Fields), diff(*want, got))
 		}
 		if exists && got.Type == "hash" {
 			orig := b
@@ -273,7 +273,7 @@ func expected(b Value, gone []Loc, mode string) (*Value, bool, error) {
 	}
 	gone = there
 	want := Value{Type: b.Type, Fields: maps.Clone(b.Fields)}
-	switch layout := layoutOf(b.Fields); layout {
+	switch layout := kvcm.LayoutOfFields(b.Fields); layout {
 	case kvcm.LayoutLegacy:
 		uri := []byte(b.Fields[kvcm.FieldURI])
 		removed := false
@@ -336,19 +336,6 @@ func expected(b Value, gone []Loc, mode string) (*Value, bool, error) {
 	default:
 		return nil, false, fmt.Errorf("garbage %s in a key of the %s layout, which nothing may collect", gone[0].ID, layout)
 	}
-}
-
-// layoutOf is the layout of a key by its field names (kvcm.LayoutOf).
-func layoutOf(fields map[string]string) kvcm.Layout {
-	_, hasURI := fields[kvcm.FieldURI]
-	n, interim := 0, false
-	for f := range fields {
-		if _, ok := kvcm.LocationID(f); ok {
-			n++
-		}
-		interim = interim || strings.HasPrefix(f, kvcm.InterimLocationPrefix)
-	}
-	return kvcm.LayoutOf(hasURI, n, interim)
 }
 
 // locationIn decodes location id of a key's fields: from its own field when field names one

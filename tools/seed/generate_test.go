@@ -58,7 +58,7 @@ func TestGenerateLocationLayout(t *testing.T) {
 			require.Contains(t, m.BadKeys, k)
 			continue
 		}
-		layout := layoutOf(f)
+		layout := kvcm.LayoutOfFields(f)
 		require.Equal(t, ambiguous[k], layout == kvcm.LayoutAmbiguous, k)
 		if inst != InstanceCached {
 			byLayout[layout.String()]++

@@ -64,7 +64,7 @@ func collect(t *testing.T, s seeded, mode string) {
 	for k, locs := range byKey {
 		fields, err := s.rdb.HGetAll(ctx, k).Result()
 		require.NoError(t, err)
-		switch layoutOf(fields) {
+		switch kvcm.LayoutOfFields(fields) {
 		case kvcm.LayoutLegacy:
 			uri := []byte(fields[kvcm.FieldURI])
 			empty := false
@@ -107,7 +107,7 @@ func collect(t *testing.T, s seeded, mode string) {
 			})
 			require.NoError(t, err)
 		default:
-			t.Fatalf("garbage in key %s of layout %s", k, layoutOf(fields))
+			t.Fatalf("garbage in key %s of layout %s", k, kvcm.LayoutOfFields(fields))
 		}
 		for _, l := range locs {
 			if !l.KeepsFiles() {
@@ -214,7 +214,7 @@ func TestVerifyCatchesDamage(t *testing.T) {
 		return n
 	}
 	emptied := func(k string, f map[string]string) bool {
-		return layoutOf(f) == kvcm.LayoutLocation && garbageByKey[k] == locFields(f)
+		return kvcm.LayoutOfFields(f) == kvcm.LayoutLocation && garbageByKey[k] == locFields(f)
 	}
 	var liveLoc, garbageLoc Loc
 	for _, l := range loc.m.Locations {
@@ -235,7 +235,7 @@ func TestVerifyCatchesDamage(t *testing.T) {
 	})
 	tierKey := find(loc, "with a tier mark", func(k string, f map[string]string) bool { _, ok := f[FieldTierTarget]; return ok })
 	ambKey := find(loc, "holding both layouts", func(k string, f map[string]string) bool {
-		return layoutOf(f) == kvcm.LayoutAmbiguous && f[kvcm.FieldURI] != "{}"
+		return kvcm.LayoutOfFields(f) == kvcm.LayoutAmbiguous && f[kvcm.FieldURI] != "{}"
 	})
 	tombKey := find(loc, "with a tombstone", func(k string, f map[string]string) bool { return hasTombstone(f) })
 	legacyEmpty := find(leg, "legacy, that loses every location", func(k string, f map[string]string) bool {

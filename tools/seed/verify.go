@@ -281,7 +281,7 @@ func (r *Report) guarded(l Loc, before, after Snapshot) {
 // checkKey compares one key with what it must be now.
 func (r *Report) checkKey(k string, fields map[string]string, after Snapshot, garbage []Loc, mode string) {
 	r.KeysChecked++
-	layout := layoutOf(fields)
+	layout := kvcm.LayoutOfFields(fields)
 	got, exists := after[k]
 	want, emptied, err := expected(fields, layout, garbage, mode)
 	if err != nil {
@@ -333,19 +333,6 @@ func (r *Report) checkKey(k string, fields map[string]string, after Snapshot, ga
 	if exists {
 		r.StrandedDeleting += strandedDeleting(k, fields, got, r)
 	}
-}
-
-// layoutOf is the layout of a key by its field names (kvcm.LayoutOf).
-func layoutOf(fields map[string]string) kvcm.Layout {
-	_, hasURI := fields[kvcm.FieldURI]
-	n, interim := 0, false
-	for f := range fields {
-		if _, ok := kvcm.LocationID(f); ok {
-			n++
-		}
-		interim = interim || strings.HasPrefix(f, kvcm.InterimLocationPrefix)
-	}
-	return kvcm.LayoutOf(hasURI, n, interim)
 }
 
 // expected returns the fields a key must have after its garbage locations are removed under
