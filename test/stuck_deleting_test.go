@@ -27,13 +27,6 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/tools/seed"
 )
 
-// stuckGrace is the tests' deleting_grace: above the seed group's delay_before_delete_ms
-// (1s) + 1h, and stuckAge past it.
-const (
-	stuckGrace = 2 * time.Hour
-	stuckAge   = 3 * time.Hour
-)
-
 // stuckBlock is one block of a DELETING location on KVCM's per-block file name.
 type stuckBlock struct {
 	key  int64
@@ -52,7 +45,7 @@ func stuckEnv(t *testing.T, layout kvcm.Layout, lru map[string]time.Time, ids ..
 	_, err := seed.Generate(ctx, rdb, seed.Spec{Cluster: cluster, Layout: layout, Instances: []string{"inst1"}, Blocks: 0, Root: e.root, MetaURI: e.redis.URI()})
 	require.NoError(t, err)
 	o := e.options(prometheus.NewRegistry())
-	o.Prober.CollectDeleting, o.Prober.DeletingGrace = true, stuckGrace
+	o.Prober.CollectDeleting, o.Prober.DeletingGrace = true, seed.StuckGrace
 	require.NoError(t, subjects.Ensure(ctx, e.js, e.names, o.JetStream))
 	nfs := filepath.Join(e.root, "nfs") + "/"
 	out := map[string]stuckBlock{}
@@ -106,7 +99,7 @@ func requireStuckKept(t *testing.T, e *env, layout kvcm.Layout, b stuckBlock) {
 // per-block file; a younger one is kept.
 func TestStuckDeletingLegacy(t *testing.T) {
 	now := time.Now()
-	lru := map[string]time.Time{"stuck000": now.Add(-stuckAge), "young000": now.Add(-30 * time.Minute)}
+	lru := map[string]time.Time{"stuck000": now.Add(-seed.StuckAge), "young000": now.Add(-30 * time.Minute)}
 	e, o, b := stuckEnv(t, kvcm.LayoutLegacy, lru, "stuck000", "young000")
 	e.run(o, app.All)
 	e.waitRoundDone(1, time.Minute)
@@ -127,7 +120,7 @@ func TestStuckDeletingLocation(t *testing.T) {
 	e, o, b := stuckEnv(t, layout, nil, "firstr01", "samer001", "recent01")
 	ctx := context.Background()
 	now := time.Now()
-	e.observeDeleting(t, "inst1", b["samer001"].key, "samer001", []byte(b["samer001"].json), now.Add(-stuckAge), 1)
+	e.observeDeleting(t, "inst1", b["samer001"].key, "samer001", []byte(b["samer001"].json), now.Add(-seed.StuckAge), 1)
 	before, err := seed.Take(ctx, e.redis.Client(), "*")
 	require.NoError(t, err)
 
@@ -148,7 +141,7 @@ func TestStuckDeletingLocation(t *testing.T) {
 	}
 
 	// As if round 1 had been three hours ago for firstr01.
-	e.backdateFirstSight(t, "inst1", b["firstr01"].key, "firstr01", now.Add(-stuckAge))
+	e.backdateFirstSight(t, "inst1", b["firstr01"].key, "firstr01", now.Add(-seed.StuckAge))
 	e.skipRoundPause(t)
 	o.Reg = prometheus.NewRegistry()
 	e.run(o, app.All)
@@ -163,7 +156,7 @@ func TestStuckDeletingLocation(t *testing.T) {
 // and writes nothing, anywhere: Redis and the files stay as they were (invariant 8).
 func TestStuckDeletingDryRun(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
-		old := time.Now().Add(-stuckAge)
+		old := time.Now().Add(-seed.StuckAge)
 		e, o, b := stuckEnv(t, layout, map[string]time.Time{"stuck001": old, "stuck002": old}, "stuck001", "stuck002")
 		ctx := context.Background()
 		if layout == kvcm.LayoutLocation {
@@ -210,7 +203,7 @@ func (s *executorStore) ReadBlocks(ctx context.Context, inst string, keys []int6
 // the block stays as KVCM left it and the per-block data is not unlinked.
 func TestStuckDeletingChangedMeanwhile(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout kvcm.Layout) {
-		old := time.Now().Add(-stuckAge)
+		old := time.Now().Add(-seed.StuckAge)
 		e, _, b := stuckEnv(t, layout, map[string]time.Time{"flipped0": old, "finished": old}, "flipped0", "finished")
 		ctx := context.Background()
 		rdb := e.redis.Client()

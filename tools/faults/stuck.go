@@ -22,13 +22,6 @@ import (
 // only kvcm-gc's own first sight tells the age, by a first-sight record in the OBSERVED
 // bucket from before round 1.
 
-// stuckGrace is the scenario's deleting_grace; stuckAge is how long its stuck DELETING have
-// been DELETING.
-const (
-	stuckGrace = 2 * time.Hour
-	stuckAge   = 3 * time.Hour
-)
-
 // stuckSetup turns collect_deleting on, seeds blocks of stuck DELETING locations — data on
 // per-block file names (unlinked), on other names, shared files and mooncake (data left), one
 // whose per-block file another location of the block names (data left, invariant 11), one
@@ -37,7 +30,7 @@ const (
 // with their data left (their names are not per block); location layout, every other one
 // (the others have no first sight yet, so they stay).
 func stuckSetup(ctx context.Context, e *env) error {
-	e.extra = append(e.extra, "--collect_deleting=true", "--deleting_grace", stuckGrace.String())
+	e.extra = append(e.extra, "--collect_deleting=true", "--deleting_grace", seed.StuckGrace.String())
 	now := time.Now()
 	inst := e.manifest.Instances[0]
 	nfsRoot := filepath.Join(e.dir, "data", "nfs") + "/"
@@ -57,7 +50,7 @@ func stuckSetup(ctx context.Context, e *env) error {
 		files    []string
 		shared   bool
 		dataLeft bool
-		// observed: a first sight stuckAge ago is recorded (location layout).
+		// observed: a first sight seed.StuckAge ago is recorded (location layout).
 		observed bool
 	}
 	type block struct {
@@ -138,10 +131,10 @@ func stuckSetup(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	first := now.Add(-stuckAge).UnixMicro()
+	first := now.Add(-seed.StuckAge).UnixMicro()
 	for i, b := range blocks {
 		k := kvcm.BlockKey(inst, keys[i])
-		lru := now.Add(-stuckAge)
+		lru := now.Add(-seed.StuckAge)
 		if b.young {
 			lru = now.Add(-30 * time.Minute)
 		}

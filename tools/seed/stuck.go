@@ -29,6 +29,15 @@ const (
 	DataLeftReferenced  = "referenced"         // another location of the block names the same file
 )
 
+// StuckGrace is a deleting_grace for a test or scenario that seeds stuck DELETING itself:
+// above the seed's instance group's delay_before_delete_ms (1s) + 1h, below which the prober
+// keeps every DELETING of the group (rule 3). StuckAge is how long such a stuck DELETING has
+// been DELETING: past the grace.
+const (
+	StuckGrace = 2 * time.Hour
+	StuckAge   = 3 * time.Hour
+)
+
 // stuckAgeOver is how much longer than the grace the stuck DELETING have been DELETING.
 const stuckAgeOver = 12 * time.Hour
 
