@@ -1,5 +1,6 @@
-// Package procstat reads what Linux reports about a child process in /proc: its peak resident
-// set size. The benchmark harness and the fault suite use it for the stage processes they start.
+// Package procstat reads what Linux reports about a child process in /proc: its resident set
+// size, peak and current. The benchmark harness and the fault suite use it for the stage
+// processes they start.
 //
 // getrusage's ru_maxrss cannot be used for a Go child: Go starts children with vfork, and Linux
 // carries the parent's high-water mark into a vforked child's ru_maxrss at exec, so every child
@@ -17,18 +18,24 @@ import (
 
 // PeakRSS returns the VmHWM of process pid, in bytes; false when it cannot be read (the
 // process is gone, or not on Linux).
-func PeakRSS(pid int) (int64, bool) {
+func PeakRSS(pid int) (int64, bool) { return readStatus(pid, "VmHWM:") }
+
+// RSS returns the VmRSS of process pid, in bytes; false when it cannot be read.
+func RSS(pid int) (int64, bool) { return readStatus(pid, "VmRSS:") }
+
+// readStatus returns line field of /proc/<pid>/status, in bytes.
+func readStatus(pid int, field string) (int64, bool) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, false
 	}
-	return parseHWM(string(data))
+	return parseStatus(string(data), field)
 }
 
-// parseHWM returns the VmHWM line of a /proc/<pid>/status text, in bytes.
-func parseHWM(status string) (int64, bool) {
+// parseStatus returns line field ("VmHWM:") of a /proc/<pid>/status text, in bytes.
+func parseStatus(status, field string) (int64, bool) {
 	for line := range strings.SplitSeq(status, "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			return kb * 1024, err == nil
 		}

@@ -9,13 +9,21 @@ import (
 )
 
 func TestParseHWM(t *testing.T) {
-	v, ok := parseHWM("Name:\tx\nVmPeak:\t  900 kB\nVmHWM:\t   1234 kB\nVmRSS:\t 1000 kB\n")
+	v, ok := parseStatus("Name:\tx\nVmPeak:\t  900 kB\nVmHWM:\t   1234 kB\nVmRSS:\t 1000 kB\n", "VmHWM:")
 	require.True(t, ok)
 	require.Equal(t, int64(1234*1024), v)
 	for _, bad := range []string{"", "VmRSS: 5 kB\n", "VmHWM: lots kB\n"} {
-		_, ok := parseHWM(bad)
+		_, ok := parseStatus(bad, "VmHWM:")
 		require.False(t, ok, bad)
 	}
+}
+
+func TestParseRSS(t *testing.T) {
+	v, ok := parseStatus("Name:\tx\nVmHWM:\t  900 kB\nVmRSS:\t   1234 kB\n", "VmRSS:")
+	require.True(t, ok)
+	require.Equal(t, int64(1234<<10), v)
+	_, ok = parseStatus("VmHWM: 5 kB\n", "VmRSS:")
+	require.False(t, ok)
 }
 
 func TestPeakOfThisProcess(t *testing.T) {

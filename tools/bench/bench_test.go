@@ -272,12 +272,6 @@ func TestMeanRSS(t *testing.T) {
 	require.InDelta(t, float64(20<<20)+float64(80<<20)*0.05/2, float64(meanRSS(s, at(0), at(2000))), 1)
 	require.Zero(t, meanRSS(s, at(3000), at(2000)))
 	require.Zero(t, meanRSS(nil, at(0), at(1)))
-
-	v, ok := parseRSS("Name:\tx\nVmHWM:\t  900 kB\nVmRSS:\t   1234 kB\n")
-	require.True(t, ok)
-	require.Equal(t, int64(1234<<10), v)
-	_, ok = parseRSS("VmHWM: 5 kB\n")
-	require.False(t, ok)
 }
 
 // TestDeleterMemoryRows: the deleter's 10% band is judged on the time-weighted mean of its

@@ -83,7 +83,7 @@ func (p *proc) sample() {
 	defer t.Stop()
 	for {
 		p.peak.Sample(pid)
-		if v, ok := readRSS(pid); ok {
+		if v, ok := procstat.RSS(pid); ok {
 			p.rss = append(p.rss, RSSSample{At: time.Now(), RSS: v})
 		}
 		select {

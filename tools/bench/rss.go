@@ -1,12 +1,6 @@
 package bench
 
-import (
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"time"
-)
+import "time"
 
 // RSSSample is a process's resident set size (VmRSS) at one moment.
 type RSSSample struct {
@@ -16,27 +10,6 @@ type RSSSample struct {
 
 // rssEvery is how often the harness reads a stage process's resident set.
 const rssEvery = 50 * time.Millisecond
-
-// readRSS returns the VmRSS of process pid, in bytes; false when it cannot be read (the
-// process is gone).
-func readRSS(pid int) (int64, bool) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, false
-	}
-	return parseRSS(string(data))
-}
-
-// parseRSS returns the VmRSS line of a /proc/<pid>/status text, in bytes.
-func parseRSS(status string) (int64, bool) {
-	for line := range strings.SplitSeq(status, "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err == nil
-		}
-	}
-	return 0, false
-}
 
 // meanRSS is the time-weighted mean of the resident set over [from, to]: each sample holds
 // until the next one (the last until to), and the time before the first sample is left out.
