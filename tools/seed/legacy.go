@@ -39,10 +39,7 @@ func (g *gen) legacyInstance(ctx context.Context, inst string) error {
 				g.m.Ambiguous = append(g.m.Ambiguous, k)
 			}
 		}
-		if err := g.record(g.m.Layouts, class, locs); err != nil {
-			return err
-		}
-		if err := g.block(ctx, inst, key, fields); err != nil {
+		if err := g.put(ctx, g.m.Layouts, class, inst, key, fields, locs); err != nil {
 			return err
 		}
 	}

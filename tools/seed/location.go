@@ -125,10 +125,7 @@ func (g *gen) locationInstance(ctx context.Context, inst string) error {
 		key := g.blockKey(used)
 		form := g.randomFormOr(forced, i)
 		fields, locs, class := g.locationBlock(inst, key, form, chain.next(g.rng, key))
-		if err := g.record(g.m.Layouts, class, locs); err != nil {
-			return err
-		}
-		if err := g.block(ctx, inst, key, fields); err != nil {
+		if err := g.put(ctx, g.m.Layouts, class, inst, key, fields, locs); err != nil {
 			return err
 		}
 	}
@@ -164,6 +161,14 @@ func (c *requestChain) next(rng *rand.Rand, key int64) string {
 	c.prev = strconv.FormatInt(key, 10)
 	c.left--
 	return prev
+}
+
+// put records block key's locations under class in counts, then writes the block.
+func (g *gen) put(ctx context.Context, counts map[string]LayoutCount, class, inst string, key int64, fields []any, locs []Loc) error {
+	if err := g.record(counts, class, locs); err != nil {
+		return err
+	}
+	return g.block(ctx, inst, key, fields)
 }
 
 // block queues one block key of inst, written as KVCM writes it, and counts it in the
@@ -306,10 +311,7 @@ func (g *gen) cachedInstance(ctx context.Context) error {
 		for j := range locs {
 			locs[j].Kind, locs[j].Garbage = KindCachedStore, false
 		}
-		if err := g.record(g.m.Skipped, GroupCached, locs); err != nil {
-			return err
-		}
-		if err := g.block(ctx, InstanceCached, key, fields); err != nil {
+		if err := g.put(ctx, g.m.Skipped, GroupCached, InstanceCached, key, fields, locs); err != nil {
 			return err
 		}
 	}

@@ -133,10 +133,7 @@ func (g *gen) stuckSetup(ctx context.Context) error {
 					}
 					fields = []any{kvcm.FieldURI, string(appendLegacyMap(nil, ids, jsons)), kvcm.FieldLRUTime, us(lru)}
 				}
-				if err := g.record(g.m.Layouts, class, locs); err != nil {
-					return err
-				}
-				if err := g.block(ctx, inst, key, fields); err != nil {
+				if err := g.put(ctx, g.m.Layouts, class, inst, key, fields, locs); err != nil {
 					return err
 				}
 				g.extraBlocks++
