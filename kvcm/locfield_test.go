@@ -1,7 +1,6 @@
 package kvcm
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,7 +17,7 @@ func TestLocationIDForms(t *testing.T) {
 		require.True(t, ok, id)
 		require.Equal(t, id, got, "the id is everything after the first L#")
 		// Its value decodes under that id, naming it as KVCM writes it (JSON-escaped).
-		loc, err := DecodeLocation(id, []byte(`{"id":`+quoteJSON(id)+`,"status":3,"type":7,"location_specs":[]}`))
+		loc, err := DecodeLocation(id, []byte(`{"id":`+string(appendKVCMString(nil, id))+`,"status":3,"type":7,"location_specs":[]}`))
 		require.NoError(t, err)
 		require.NoError(t, loc.Err, id)
 		require.Equal(t, id, loc.ID)
@@ -53,27 +52,4 @@ func TestLayoutOfFields(t *testing.T) {
 	} {
 		require.Equal(t, c.want, LayoutOfFields(c.fields), "%v", c.fields)
 	}
-}
-
-// quoteJSON writes s as rapidjson does (only '"', '\' and control bytes escaped).
-func quoteJSON(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c == '\t':
-			b.WriteString(`\t`)
-		case c < 0x20:
-			b.WriteString(`\u00`)
-			b.WriteByte(upperHex[c>>4])
-			b.WriteByte(upperHex[c&0xF])
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
