@@ -73,7 +73,7 @@ func (h *Harness) cpuNow(ctx context.Context, pids ...int) cpuSample {
 		}
 	}
 	if h.nats != nil {
-		s.nats = procCPU(h.nats.cmd.Process.Pid)
+		s.nats = procCPU(h.nats.c.Pid())
 	}
 	for _, pid := range pids {
 		s.proc += procCPU(pid)

@@ -111,7 +111,7 @@ func (h *Harness) place(_ context.Context, pin string) error {
 	for _, p := range []struct {
 		pid  int
 		cpus string
-	}{{h.redisPid, redisSet}, {os.Getpid(), redisSet}, {h.nats.cmd.Process.Pid, gcSet}} {
+	}{{h.redisPid, redisSet}, {os.Getpid(), redisSet}, {h.nats.c.Pid(), gcSet}} {
 		errs = append(errs, setAffinity(p.pid, p.cpus))
 	}
 	h.placed = pin != PinShared

@@ -9,16 +9,14 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/procstat"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // proc is a child process of the harness: a stage or the NATS server.
 type proc struct {
 	name    string
-	cmd     *exec.Cmd
-	log     *os.File
+	c       *servers.Child
 	started time.Time
-	exited  chan struct{}
-	waitErr error
 	stopped bool
 	peak    procstat.Peak
 	// rss are the process's VmRSS readings, every rssEvery; written by sample only, read once
@@ -47,28 +45,16 @@ func startProc(name, logPath, bin string, args ...string) (*proc, error) {
 
 // startProcOut is startProc with stdout going to out instead (when not nil).
 func startProcOut(name, logPath string, out *os.File, bin string, args ...string) (*proc, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open log of %s: %w", name, err)
-	}
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
 	if out != nil {
 		cmd.Stdout = out
 	}
-	// Its own process group: a Ctrl-C of the harness reaches the harness, which stops its
-	// children in order, rather than every child at once.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
+	c, err := servers.StartChild(name, logPath, cmd)
+	if err != nil {
+		return nil, err
 	}
-	p := &proc{name: name, cmd: cmd, log: logf, started: time.Now(), exited: make(chan struct{}), sampled: make(chan struct{})}
+	p := &proc{name: name, c: c, started: time.Now(), sampled: make(chan struct{})}
 	go p.sample()
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.exited)
-	}()
 	return p, nil
 }
 
@@ -78,7 +64,7 @@ func startProcOut(name, logPath string, out *os.File, bin string, args ...string
 // time-weighted mean is made of.
 func (p *proc) sample() {
 	defer close(p.sampled)
-	pid := p.cmd.Process.Pid
+	pid := p.c.Pid()
 	t := time.NewTicker(rssEvery)
 	defer t.Stop()
 	for {
@@ -87,7 +73,7 @@ func (p *proc) sample() {
 			p.rss = append(p.rss, RSSSample{At: time.Now(), RSS: v})
 		}
 		select {
-		case <-p.exited:
+		case <-p.c.Exited():
 			return
 		case <-t.C:
 		}
@@ -95,23 +81,16 @@ func (p *proc) sample() {
 }
 
 // Exited reports whether the process has ended by itself.
-func (p *proc) Exited() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
+func (p *proc) Exited() bool { return !p.c.Running() }
 
 // Terminate sends SIGTERM once, without waiting: Stop then waits for the exit.
 func (p *proc) Terminate() {
 	if !p.stopped {
 		// The last reading before the signal: after it the process may be gone at once.
-		p.peak.Sample(p.cmd.Process.Pid)
+		p.peak.Sample(p.c.Pid())
 		p.stopped = true
 		if !p.Exited() {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			_ = p.c.Cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
 }
@@ -123,20 +102,19 @@ func (p *proc) Stop(grace time.Duration) (Usage, error) {
 	p.Terminate()
 	var errs []error
 	select {
-	case <-p.exited:
+	case <-p.c.Exited():
 	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+		_ = p.c.Cmd.Process.Kill()
+		<-p.c.Exited()
 		errs = append(errs, fmt.Errorf("stop %s: no exit within %s, killed", p.name, grace))
 	}
 	<-p.sampled
-	_ = p.log.Close()
 	u := Usage{Wall: time.Since(p.started), PeakRSS: p.peak.Load(), RSS: p.rss}
-	if st := p.cmd.ProcessState; st != nil {
+	if st := p.c.Cmd.ProcessState; st != nil {
 		u.CPU = st.UserTime() + st.SystemTime()
 	}
-	if p.waitErr != nil && len(errs) == 0 {
-		errs = append(errs, fmt.Errorf("%s exited: %w (see %s)", p.name, p.waitErr, p.log.Name()))
+	if err := p.c.Err(); err != nil && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("%s exited: %w (see %s)", p.name, err, p.c.LogPath))
 	}
 	return u, errors.Join(errs...)
 }

@@ -293,7 +293,7 @@ func (r *run) until(ctx context.Context, timeout time.Duration, what string, con
 func (r *run) pids() []int {
 	var out []int
 	for _, p := range r.procs {
-		out = append(out, p.cmd.Process.Pid)
+		out = append(out, p.c.Pid())
 	}
 	return out
 }

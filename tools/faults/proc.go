@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/internal/procstat"
+	"github.com/kvcm-gc/kvcm-gc/tools/servers"
 )
 
 // rssSamplePeriod is how often a child's VmHWM is read.
@@ -26,12 +27,8 @@ const stopTimeout = 20 * time.Second
 // appended to a log file, its peak resident set size sampled while it runs.
 type Proc struct {
 	Name string
-	cmd  *exec.Cmd
-	log  *os.File
-	path string
+	c    *servers.Child
 
-	exited  chan struct{}
-	waitErr error
 	peak    procstat.Peak
 	sampled chan struct{}
 
@@ -42,84 +39,64 @@ type Proc struct {
 // StartProc starts bin with args and env (added to the driver's environment), appending its
 // output to logPath.
 func StartProc(name, logPath, bin string, args, env []string) (*Proc, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open log of %s: %w", name, err)
-	}
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
-	// Its own process group: an interrupt of the driver reaches the driver, which stops its
-	// children itself.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
+	c, err := servers.StartChild(name, logPath, cmd)
+	if err != nil {
+		return nil, err
 	}
-	p := &Proc{Name: name, cmd: cmd, log: logf, path: logPath, exited: make(chan struct{}), sampled: make(chan struct{})}
+	p := &Proc{Name: name, c: c, sampled: make(chan struct{})}
 	go p.sample()
-	go func() {
-		p.waitErr = cmd.Wait()
-		_ = logf.Close()
-		close(p.exited)
-	}()
 	return p, nil
 }
 
 // Pid is the process id.
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+func (p *Proc) Pid() int { return p.c.Pid() }
 
 func (p *Proc) sample() {
 	defer close(p.sampled)
-	p.peak.Watch(p.cmd.Process.Pid, rssSamplePeriod, p.exited)
+	p.peak.Watch(p.c.Pid(), rssSamplePeriod, p.c.Exited())
 }
 
 // PeakRSS is the largest resident set size seen, in bytes.
 func (p *Proc) PeakRSS() int64 { return p.peak.Load() }
 
 // Running reports whether the process has not exited.
-func (p *Proc) Running() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (p *Proc) Running() bool { return p.c.Running() }
 
 // Kill ends the process with SIGKILL (a crash: no shutdown code runs) and waits for it.
 func (p *Proc) Kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
+	_ = p.c.Cmd.Process.Signal(syscall.SIGKILL)
+	<-p.c.Exited()
 	<-p.sampled
 }
 
 // Stop asks the process to stop (SIGTERM) and waits; it kills it after stopTimeout. It
 // returns the exit error of a process that did not exit cleanly.
 func (p *Proc) Stop() error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.c.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.exited:
+	case <-p.c.Exited():
 	case <-time.After(stopTimeout):
 		p.Kill()
 		return fmt.Errorf("%s did not stop within %s", p.Name, stopTimeout)
 	}
 	<-p.sampled
 	var ee *exec.ExitError
-	if errors.As(p.waitErr, &ee) && !ee.Exited() {
+	if errors.As(p.c.Err(), &ee) && !ee.Exited() {
 		return nil // ended by a signal after all (a kill raced the stop)
 	}
-	if p.waitErr != nil {
-		return fmt.Errorf("%s: %w", p.Name, p.waitErr)
+	if err := p.c.Err(); err != nil {
+		return fmt.Errorf("%s: %w", p.Name, err)
 	}
 	return nil
 }
 
 // Exited returns a channel closed when the process has exited.
-func (p *Proc) Exited() <-chan struct{} { return p.exited }
+func (p *Proc) Exited() <-chan struct{} { return p.c.Exited() }
 
 // LogPath is the file the process writes its output to.
-func (p *Proc) LogPath() string { return p.path }
+func (p *Proc) LogPath() string { return p.c.LogPath }
 
 // HTTPAddr returns the address of the process's HTTP endpoint, read from its log ("" until
 // it has logged it). The processes log JSON lines.
@@ -129,7 +106,7 @@ func (p *Proc) HTTPAddr() string {
 	if p.httpAddr != "" {
 		return p.httpAddr
 	}
-	data, err := os.ReadFile(p.path)
+	data, err := os.ReadFile(p.c.LogPath)
 	if err != nil {
 		return ""
 	}
@@ -148,7 +125,7 @@ func (p *Proc) HTTPAddr() string {
 }
 
 // LogTail returns the last n lines of the process's output.
-func (p *Proc) LogTail(n int) string { return tail(p.path, n) }
+func (p *Proc) LogTail(n int) string { return tail(p.c.LogPath, n) }
 
 func tail(path string, n int) string {
 	data, err := os.ReadFile(path)
