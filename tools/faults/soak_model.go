@@ -275,15 +275,7 @@ type checkReport struct {
 	// Again: keys read again because KVCM wrote them while they were read; Held: keys read
 	// while holding the model at last (KVCM wrote them at every try).
 	Again, Held int
-	Problems    []string
-	Mismatch    int
-}
-
-func (r *checkReport) problem(format string, a ...any) {
-	r.Mismatch++
-	if len(r.Problems) < 20 {
-		r.Problems = append(r.Problems, fmt.Sprintf(format, a...))
-	}
+	seed.Mismatches
 }
 
 // locRef names one location of one key.
@@ -403,7 +395,7 @@ func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, sl
 	mk := sm.keys[k]
 	if mk == nil {
 		if exists {
-			r.problem("%s: key appeared, nobody wrote it", k)
+			r.Problem("%s: key appeared, nobody wrote it", k)
 		}
 		return nil
 	}
@@ -433,7 +425,7 @@ func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, sl
 		if !present {
 			switch l.fate {
 			case Keep:
-				r.problem("%s/%s (%s, %s): live location gone", k, id, l.kind, l.status)
+				r.Problem("%s/%s (%s, %s): live location gone", k, id, l.kind, l.status)
 			case Either:
 				sm.upstreamChanged[k] = true
 				sm.noteGone(k, id, l, after)
@@ -447,7 +439,7 @@ func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, sl
 		case Go:
 			if l.due > 0 && l.due+1+slack(l.due) <= after {
 				r.Due++
-				r.problem("%s/%s (%s): garbage since round %d still there after round %d", k, id, l.kind, l.due, after)
+				r.Problem("%s/%s (%s): garbage since round %d still there after round %d", k, id, l.kind, l.due, after)
 			} else {
 				r.Garbage++
 			}
@@ -455,7 +447,7 @@ func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, sl
 	}
 	want, mayVanish, err := sm.expected(mk.val, gone)
 	if err != nil {
-		r.problem("%s: %v", k, err)
+		r.Problem("%s: %v", k, err)
 		return nil
 	}
 	if want != nil && exists && want.Type == "hash" {
@@ -466,11 +458,11 @@ func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, sl
 	}
 	switch {
 	case want == nil && exists:
-		r.problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, sm.empty, fieldNames(cur.Fields))
+		r.Problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, sm.empty, fieldNames(cur.Fields))
 	case want != nil && !exists && !mayVanish:
-		r.problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
+		r.Problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
 	case want != nil && exists && !want.equal(cur):
-		r.problem("%s (%s layout): %s", k, kvcm.LayoutOfFields(mk.val.Fields), diff(*want, cur))
+		r.Problem("%s (%s layout): %s", k, kvcm.LayoutOfFields(mk.val.Fields), diff(*want, cur))
 	}
 	if !exists {
 		want = nil
@@ -577,10 +569,10 @@ func (sm *soakModel) allowMarks(k string, mk *mkey, want *Value, cur Value, afte
 			sm.marks[ref] = after
 		} else if first < after {
 			r.Stranded++
-			r.problem("%s: a collector's DELETING mark seen after round %d still there after round %d (stranded)", ref, first, after)
+			r.Problem("%s: a collector's DELETING mark seen after round %d still there after round %d (stranded)", ref, first, after)
 		}
 		if l.fate == Keep {
-			r.problem("%s (%s): live location marked DELETING by a collector", ref, l.kind)
+			r.Problem("%s (%s): live location marked DELETING by a collector", ref, l.kind)
 			continue
 		}
 		if err := setLocation(want, l.field, id, now.Raw); err != nil {
@@ -635,7 +627,7 @@ func (sm *soakModel) checkFiles(k string, mk *mkey, gone []Loc, r *checkReport) 
 				if !errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("check file %s: %w", f, err)
 				}
-				r.problem("%s/%s (%s): live file %s gone", k, l.id, l.kind, f)
+				r.Problem("%s/%s (%s): live file %s gone", k, l.id, l.kind, f)
 			}
 		}
 	}
@@ -646,7 +638,7 @@ func (sm *soakModel) checkFiles(k string, mk *mkey, gone []Loc, r *checkReport) 
 		}
 		for _, f := range l.files {
 			if _, err := os.Lstat(f); err == nil {
-				r.problem("%s/%s (%s): collected by kvcm-gc, but its file %s is still there", k, l.id, l.kind, f)
+				r.Problem("%s/%s (%s): collected by kvcm-gc, but its file %s is still there", k, l.id, l.kind, f)
 			}
 		}
 	}

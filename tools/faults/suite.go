@@ -327,7 +327,7 @@ func converge(ctx context.Context, e *env, x Expect, r0 uint64) (int, Report, er
 		if rep.OK() {
 			return int(k), rep, nil
 		}
-		e.logf("after round %d: %d mismatches, e.g. %s", n, rep.Mismatches, first(rep.Problems))
+		e.logf("after round %d: %d mismatches, e.g. %s", n, rep.Mismatch, first(rep.Problems))
 	}
 	return maxRounds, rep, fmt.Errorf("%w: not as expected %d rounds after the fault: %s", errViolation, maxRounds,
 		strings.Join(rep.Problems, "; "))

@@ -128,21 +128,13 @@ type Report struct {
 	// Emptied counts the keys that lost their last location: with empty_block: keep each is
 	// still there in KVCM's "exists, no location" form (a problem says otherwise), with
 	// delete each is gone.
-	Emptied  int
-	Problems []string // the first mismatches
-	// Mismatches counts every mismatch.
-	Mismatches int
+	Emptied int
+	// Mismatches: every mismatch counted, the first ones described.
+	seed.Mismatches
 }
 
 // OK reports whether the state is exactly the expected one.
-func (r Report) OK() bool { return r.Mismatches == 0 }
-
-func (r *Report) problem(format string, a ...any) {
-	r.Mismatches++
-	if len(r.Problems) < 20 {
-		r.Problems = append(r.Problems, fmt.Sprintf(format, a...))
-	}
-}
+func (r Report) OK() bool { return r.Mismatch == 0 }
 
 // Check compares Redis (every metadata store given) and the files now with the expectation.
 func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient, more ...redis.UniversalClient) (Report, error) {
@@ -186,13 +178,13 @@ func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient, more ...re
 		}
 		switch {
 		case want == nil && exists:
-			r.problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, mode, fieldNames(got.Fields))
+			r.Problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, mode, fieldNames(got.Fields))
 		case want != nil && !exists && emptied:
-			r.problem("%s: deleted, but empty_block: %s keeps a key that lost its last location (as %s)", k, mode, fieldNames(want.Fields))
+			r.Problem("%s: deleted, but empty_block: %s keeps a key that lost its last location (as %s)", k, mode, fieldNames(want.Fields))
 		case want != nil && !exists:
-			r.problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
+			r.Problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
 		case want != nil && !want.equal(got):
-			r.problem("%s (%s layout): %s", k, kvcm.LayoutOfFields(b.Fields), diff(*want, got))
+			r.Problem("%s (%s layout): %s", k, kvcm.LayoutOfFields(b.Fields), diff(*want, got))
 		}
 		if exists && got.Type == "hash" {
 			orig := b
@@ -204,11 +196,11 @@ func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient, more ...re
 	}
 	for k := range after {
 		if _, ok := x.Before[k]; !ok {
-			r.problem("%s: key appeared", k)
+			r.Problem("%s: key appeared", k)
 		}
 	}
 	if r.Stranded > 0 {
-		r.problem("%d locations left DELETING", r.Stranded)
+		r.Problem("%d locations left DELETING", r.Stranded)
 	}
 	for _, l := range x.Locs {
 		gone := !present(after, l)
@@ -237,15 +229,15 @@ func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient, more ...re
 			}
 			switch {
 			case gone && !l.keepsFiles() && exists:
-				r.problem("%s/%s: collected, but its file %s is still there", l.Key, l.ID, f)
+				r.Problem("%s/%s: collected, but its file %s is still there", l.Key, l.ID, f)
 			case (!gone || l.keepsFiles()) && !exists:
-				r.problem("%s/%s: live, shared or left data file %s is gone", l.Key, l.ID, f)
+				r.Problem("%s/%s: live, shared or left data file %s is gone", l.Key, l.ID, f)
 			}
 		}
 	}
 	for _, f := range x.Present {
 		if _, err := os.Lstat(f); err != nil {
-			r.problem("file %s must exist: %v", f, err)
+			r.Problem("file %s must exist: %v", f, err)
 		}
 	}
 	return r, nil

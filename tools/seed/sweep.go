@@ -239,7 +239,7 @@ type SweepReport struct {
 	// Quarantined counts the files left in the quarantine (none may be).
 	Quarantined int `json:"quarantined"`
 
-	problems
+	Mismatches
 }
 
 // OK reports whether exactly the orphans are gone and every other file is byte-identical.
@@ -264,7 +264,7 @@ func VerifySweep(m *Manifest) (SweepReport, error) {
 			r.Orphans++
 			r.OrphanBytes += f.Size
 			if present {
-				r.problem("orphan %s (%s) still there", f.Path, f.Reason)
+				r.Problem("orphan %s (%s) still there", f.Path, f.Reason)
 			} else {
 				r.OrphansGone++
 			}
@@ -273,9 +273,9 @@ func VerifySweep(m *Manifest) (SweepReport, error) {
 			r.KeptByReason[f.Reason]++
 			switch {
 			case !present:
-				r.problem("%s (%s) is gone", f.Path, f.Reason)
+				r.Problem("%s (%s) is gone", f.Path, f.Reason)
 			case !bytes.Equal(data, sweepContent(f.Path, f.Size)):
-				r.problem("%s (%s) changed", f.Path, f.Reason)
+				r.Problem("%s (%s) changed", f.Path, f.Reason)
 			default:
 				r.KeptIntact++
 			}
@@ -301,11 +301,11 @@ func VerifySweep(m *Manifest) (SweepReport, error) {
 			data, err := os.ReadFile(f)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
-				r.problem("live file %s is gone", f)
+				r.Problem("live file %s is gone", f)
 			case err != nil:
 				return r, fmt.Errorf("verify sweep: read %s: %w", f, err)
 			case string(data) != "kv":
-				r.problem("live file %s changed", f)
+				r.Problem("live file %s changed", f)
 			default:
 				r.OtherIntact++
 			}
@@ -321,7 +321,7 @@ func VerifySweep(m *Manifest) (SweepReport, error) {
 		}
 		if !d.IsDir() {
 			r.Quarantined++
-			r.problem("left in quarantine: %s", p)
+			r.Problem("left in quarantine: %s", p)
 		}
 		return nil
 	})

@@ -116,21 +116,21 @@ type Report struct {
 	StuckByType    map[string]int `json:"stuck_gone_by_storage_type,omitempty"`
 	StuckLeftBy    map[string]int `json:"stuck_data_left_by_reason,omitempty"`
 
-	problems
+	Mismatches
 }
 
 // OK reports whether every garbage location is gone and everything else is byte-identical.
 func (r Report) OK() bool { return r.Mismatch == 0 }
 
-// problems are the mismatches a verification found, as its report gives them.
-type problems struct {
+// Mismatches are the mismatches a verification found, as its report gives them.
+type Mismatches struct {
 	// Problems lists every mismatch (capped).
 	Problems []string `json:"problems,omitempty"`
 	Mismatch int      `json:"mismatch"`
 }
 
-// problem counts a mismatch, and describes it while fewer than 20 are.
-func (p *problems) problem(format string, a ...any) {
+// Problem counts a mismatch, and describes it while fewer than 20 are.
+func (p *Mismatches) Problem(format string, a ...any) {
 	p.Mismatch++
 	if len(p.Problems) < 20 {
 		p.Problems = append(p.Problems, fmt.Sprintf(format, a...))
@@ -175,7 +175,7 @@ func VerifyWith(ctx context.Context, rdb redis.UniversalClient, before Snapshot,
 	}
 	for k := range after {
 		if _, ok := before[k]; !ok {
-			r.problem("%s: key appeared", k)
+			r.Problem("%s: key appeared", k)
 		}
 	}
 	for _, l := range m.Locations {
@@ -207,7 +207,7 @@ func VerifyWith(ctx context.Context, rdb redis.UniversalClient, before Snapshot,
 			switch {
 			case l.Garbage && !l.KeepsFiles():
 				if present {
-					r.problem("%s/%d/%s: garbage file %s still present", l.Instance, l.Key, l.Location, f)
+					r.Problem("%s/%d/%s: garbage file %s still present", l.Instance, l.Key, l.Location, f)
 				} else {
 					r.GarbageFilesGone++
 					if l.Kind == KindStuckDeleting {
@@ -228,7 +228,7 @@ func VerifyWith(ctx context.Context, rdb redis.UniversalClient, before Snapshot,
 						r.StuckFilesLeft++
 					}
 				} else {
-					r.problem("%s/%d/%s: live or shared file %s is gone", l.Instance, l.Key, l.Location, f)
+					r.Problem("%s/%d/%s: live or shared file %s is gone", l.Instance, l.Key, l.Location, f)
 				}
 			}
 		}
@@ -275,7 +275,7 @@ func (r *Report) guarded(l Loc, before, after Snapshot) {
 		r.GuardedIntact++
 		return
 	}
-	r.problem("%s/%d/%s: %s kept by a migration guard is not byte-identical", l.Instance, l.Key, l.Location, l.Kind)
+	r.Problem("%s/%d/%s: %s kept by a migration guard is not byte-identical", l.Instance, l.Key, l.Location, l.Kind)
 }
 
 // checkKey compares one key with what it must be now.
@@ -285,7 +285,7 @@ func (r *Report) checkKey(k string, fields map[string]string, after Snapshot, ga
 	got, exists := after[k]
 	want, emptied, err := expected(fields, layout, garbage, mode)
 	if err != nil {
-		r.problem("%s: %v", k, err)
+		r.Problem("%s: %v", k, err)
 		return
 	}
 	// Fields that must keep their bytes in a key that must stay (a key deleted under
@@ -320,13 +320,13 @@ func (r *Report) checkKey(k string, fields map[string]string, after Snapshot, ga
 	}
 	switch {
 	case want == nil && exists:
-		r.problem("%s: every location was garbage and empty_block is %s, but the key is still there: %s", k, mode, fieldNames(got))
+		r.Problem("%s: every location was garbage and empty_block is %s, but the key is still there: %s", k, mode, fieldNames(got))
 	case want != nil && !exists && emptied:
-		r.problem("%s: deleted, but empty_block: %s keeps a key that lost its last location (%s)", k, mode, fieldNames(want))
+		r.Problem("%s: deleted, but empty_block: %s keeps a key that lost its last location (%s)", k, mode, fieldNames(want))
 	case want != nil && !exists:
-		r.problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want))
+		r.Problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want))
 	case want != nil && !maps.Equal(want, got):
-		r.problem("%s (%s layout): %s", k, layout, diff(want, got, garbage))
+		r.Problem("%s (%s layout): %s", k, layout, diff(want, got, garbage))
 	default:
 		r.KeysIntact++
 	}
@@ -426,7 +426,7 @@ func strandedDeleting(k string, before, got map[string]string, r *Report) int {
 				if l.Status == kvcm.StatusDeleting && orig != nil {
 					if o, ok := orig.Find(l.ID); ok && o.Status != kvcm.StatusDeleting {
 						n++
-						r.problem("%s: location %s left DELETING", k, l.ID)
+						r.Problem("%s: location %s left DELETING", k, l.ID)
 					}
 				}
 			}
@@ -444,7 +444,7 @@ func strandedDeleting(k string, before, got map[string]string, r *Report) int {
 		o, err := kvcm.DecodeLocation(id, []byte(before[f]))
 		if err == nil && o.Status != kvcm.StatusDeleting {
 			n++
-			r.problem("%s: field %s left DELETING", k, f)
+			r.Problem("%s: field %s left DELETING", k, f)
 		}
 	}
 	return n
