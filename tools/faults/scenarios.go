@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -263,6 +264,18 @@ func scannerFailover(ctx context.Context, e *env) (string, *Expect, error) {
 	}); err != nil {
 		return "", nil, err
 	}
+	// The watch may lag the bucket: the takeover can be in the bucket and not yet delivered.
+	if err := e.waitFor(ctx, "the checkpoint watch to deliver every store's last write", func() bool {
+		for store, seen := range writes.revisions() {
+			_, rev, err := pipeline.ReadStoreCheckpoint(ctx, state, store)
+			if err != nil || rev > seen {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return "", nil, err
+	}
 	// The dead holder's last write of each store it walked, and the first write after it.
 	var notes []string
 	all := writes.all()
@@ -306,8 +319,17 @@ func scannerFailover(ctx context.Context, e *env) (string, *Expect, error) {
 
 // checkpointWrites are the checkpoints written, in order, as a watch saw them.
 type checkpointWrites struct {
-	mu sync.Mutex
-	cs []pipeline.Checkpoint
+	mu   sync.Mutex
+	cs   []pipeline.Checkpoint
+	revs map[string]uint64 // by store, the revision of its last write delivered
+}
+
+// revisions is, for each store written since the watch began, the revision of its last write
+// the watch delivered.
+func (w *checkpointWrites) revisions() map[string]uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.revs)
 }
 
 func (w *checkpointWrites) all() []pipeline.Checkpoint {
@@ -324,7 +346,7 @@ func watchCheckpoints(ctx context.Context, state jetstream.KeyValue) (*checkpoin
 		cancel()
 		return nil, nil, fmt.Errorf("watch checkpoints: %w", err)
 	}
-	out := &checkpointWrites{}
+	out := &checkpointWrites{revs: map[string]uint64{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -343,6 +365,7 @@ func watchCheckpoints(ctx context.Context, state jetstream.KeyValue) (*checkpoin
 				if json.Unmarshal(en.Value(), &c) == nil {
 					out.mu.Lock()
 					out.cs = append(out.cs, c)
+					out.revs[c.Store] = en.Revision()
 					out.mu.Unlock()
 				}
 			}
