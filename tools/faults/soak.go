@@ -560,7 +560,8 @@ func (s *soak) round(ctx context.Context, r uint64) error {
 		return err
 	}
 	row := SoakRow{Round: r}
-	if err := e.waitFor(ctx, fmt.Sprintf("the end of round %d", r), func() bool { return s.rounds.ended(r) }); err != nil {
+	// Recorded, not only over: the figures the row reads are taken when the round is seen over.
+	if err := e.waitFor(ctx, fmt.Sprintf("the end of round %d", r), func() bool { return s.rounds.recorded(r) }); err != nil {
 		return err
 	}
 	row.Duration = s.rounds.duration(r)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvcm-gc/kvcm-gc/kvcm"
+	"github.com/kvcm-gc/kvcm-gc/pipeline"
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
@@ -31,6 +32,8 @@ type roundWatch struct {
 	ends   map[uint64]time.Time
 	nkeys  map[uint64]uint64
 	durs   map[uint64]time.Duration
+	// told is the last round whose end onEnd has been told of and has returned from.
+	told uint64
 }
 
 func newRoundWatch(e *env, sm *soakModel) *roundWatch {
@@ -59,7 +62,13 @@ func (w *roundWatch) poll(ctx context.Context) {
 		return
 	}
 	w.sm.assignDue(undue, ck.Round)
-	now := time.Now()
+	w.record(ck, time.Now())
+}
+
+// record notes what checkpoint ck, read at now, tells. The rounds it shows over are over at
+// once for ended and lastEnded, and recorded only once onEnd has returned,
+// so that a round's row, which waits for that, reads what onEnd took at the round's end.
+func (w *roundWatch) record(ck pipeline.Checkpoint, now time.Time) {
 	w.mu.Lock()
 	if _, ok := w.starts[ck.Round]; !ok && (ck.InRound || ck.LastRoundKeys > 0) {
 		w.starts[ck.Round] = now
@@ -83,9 +92,22 @@ func (w *roundWatch) poll(ctx context.Context) {
 		}
 	}
 	w.mu.Unlock()
-	if from > 0 && w.onEnd != nil {
+	if from == 0 {
+		return
+	}
+	if w.onEnd != nil {
 		w.onEnd(from, last, now)
 	}
+	w.mu.Lock()
+	w.told = max(w.told, last)
+	w.mu.Unlock()
+}
+
+// recorded reports whether round r's end has been told to onEnd, which has returned.
+func (w *roundWatch) recorded(r uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return r <= w.told
 }
 
 // seen reports whether round r (or a later one) has started.
