@@ -361,6 +361,7 @@ func TestPaceCurve(t *testing.T) {
 	require.InDelta(t, 3.0, c[0].Ratio(), 1e-9)
 	require.InDelta(t, 10_000.0/5, c[0].KeysPerSec, 1e-9)
 	require.Zero(t, c[0].Share)
+	require.False(t, c[0].ShareSeen)
 	// Point 0's second window has no counters: the first alone, 0.40 − 0.30.
 	require.InDelta(t, 0.10, c[0].CPUShare, 1e-9)
 	// Point 1: 2 × 500 among 200: 500 µs; 30,000 keys in 4 s; the pacer's share of its two
@@ -368,6 +369,15 @@ func TestPaceCurve(t *testing.T) {
 	require.Equal(t, 500*us, c[1].P99)
 	require.InDelta(t, 7500, c[1].KeysPerSec, 1e-9)
 	require.InDelta(t, 0.09, c[1].Share, 1e-9)
+	require.True(t, c[1].ShareSeen)
+	require.Equal(t, "0.090", c[1].pacerShare())
+	// A duty point none of whose samples had a share reports none, not a share of 0.
+	unseen := res.Windows[3]
+	unseen.Pace = []PaceSample{{At: t0}}
+	res.Windows[3], res.Windows[7].Pace = unseen, nil
+	c = paceCurve(res)
+	require.False(t, c[1].ShareSeen)
+	require.Equal(t, "none reported", c[1].pacerShare())
 	require.InDelta(t, 0.10, c[1].CPUShare, 1e-9)
 	require.Empty(t, paceCurve(&PaceResults{Points: res.Points}))
 }

@@ -770,8 +770,19 @@ type PaceCurvePoint struct {
 	// CPUShare is the walk's share of Redis's main-thread CPU: each window's share (INFO
 	// cpu) less the off window's just before it, averaged over the point's windows.
 	CPUShare float64
-	// Share is a duty-paced walk's mean share by the pacer's own measure, over its samples.
-	Share float64
+	// Share is a duty-paced walk's mean share by the pacer's own measure, over its samples;
+	// ShareSeen whether any sample had one (the pacer reports its share once a window of its
+	// own closes, longer than a short curve window).
+	Share     float64
+	ShareSeen bool
+}
+
+// pacerShare is the point's share by the pacer's own measure, as a report cell.
+func (c PaceCurvePoint) pacerShare() string {
+	if !c.ShareSeen {
+		return "none reported"
+	}
+	return fmt.Sprintf("%.3f", c.Share)
 }
 
 // Ratio is the point's pooled p99 over the off windows'.
@@ -821,7 +832,7 @@ func paceCurve(r *PaceResults) []PaceCurvePoint {
 		c.P99, c.N = pooledP99(ls, func(Latency) bool { return true })
 		c.KeysPerSec = Rate{Ops: int(keys), Dur: dur}.PerSec()
 		if paced > 0 {
-			c.Share = share / float64(paced)
+			c.Share, c.ShareSeen = share/float64(paced), true
 		}
 		out = append(out, c)
 	}

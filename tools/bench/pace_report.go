@@ -34,7 +34,7 @@ func paceSummaryRows(row func(measurement, gc, base, ratio, target, met string),
 			continue
 		}
 		row(fmt.Sprintf("%s, read load running, pinned: the walk's share of Redis's main-thread CPU (INFO cpu, less the off window's before each window)", c.Point),
-			fmt.Sprintf("%.3f (pacer's own measure %.3f) at %s keys/s", c.CPUShare, c.Share, num(c.KeysPerSec)),
+			fmt.Sprintf("%.3f (pacer's own measure: %s) at %s keys/s", c.CPUShare, c.pacerShare(), num(c.KeysPerSec)),
 			fmt.Sprintf("duty %g", c.Point.Duty), fmt.Sprintf("%+.1f points", 100*(c.CPUShare-c.Point.Duty)),
 			fmt.Sprintf("within ±%.0f points", 100*TargetDutyShare), yes(math.Abs(c.CPUShare-c.Point.Duty) <= TargetDutyShare))
 		row(fmt.Sprintf("serving p99, %s, pinned", c.Point),
@@ -153,7 +153,7 @@ func paceReport(w func(string, ...any), c Config, lr *LayoutResults) {
 	for _, cp := range curve {
 		pacer, burst := "–", cp.Point.Batch
 		if cp.Point.Paced() {
-			pacer, burst = fmt.Sprintf("%.3f", cp.Share), scanner.DefaultBurstKeys
+			pacer, burst = cp.pacerShare(), scanner.DefaultBurstKeys
 		}
 		stall := "–"
 		if perKey > 0 {
