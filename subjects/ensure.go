@@ -727,28 +727,45 @@ func kept(kind, name string, left []FieldDiff) error {
 }
 
 func (e ensurer) updateStream(ctx context.Context, want jetstream.StreamConfig) ([]FieldDiff, error) {
-	st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.Stream(ctx, want.Name) })
+	return e.updateStreamConfig(ctx, "stream", want.Name, want.Name,
+		func(have jetstream.StreamConfig) []FieldDiff { return streamDiff(have, want) },
+		func(cfg *jetstream.StreamConfig) {
+			cfg.Subjects, cfg.Discard = want.Subjects, want.Discard
+			cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = want.MaxAge, want.MaxBytes, want.MaxMsgs
+			cfg.Duplicates, cfg.Replicas = want.Duplicates, want.Replicas
+			cfg.AllowDirect, cfg.Description = want.AllowDirect, want.Description
+		})
+}
+
+// updateStreamConfig is the update of a stream, or of the stream under a bucket: kind and
+// name say which object, stream is its stream. It reads the stream's configuration, compares
+// it with diff, and when it differs only in fields the server updates in place, sends it back
+// with set's changes and compares what the server kept.
+func (e ensurer) updateStreamConfig(
+	ctx context.Context,
+	kind, name, stream string,
+	diff func(have jetstream.StreamConfig) []FieldDiff,
+	set func(cfg *jetstream.StreamConfig),
+) ([]FieldDiff, error) {
+	st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.Stream(ctx, stream) })
 	if err != nil {
-		return nil, fmt.Errorf("update stream %q: read info: %w", want.Name, err)
+		return nil, fmt.Errorf("update %s %q: read info: %w", kind, name, err)
 	}
 	have := st.CachedInfo().Config
-	diff := streamDiff(have, want)
-	if len(diff) == 0 {
+	d := diff(have)
+	if len(d) == 0 {
 		return nil, nil
 	}
-	if err := checkUpdatable("stream", want.Name, diff); err != nil {
+	if err := checkUpdatable(kind, name, d); err != nil {
 		return nil, err
 	}
 	cfg := have
-	cfg.Subjects, cfg.Discard = want.Subjects, want.Discard
-	cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = want.MaxAge, want.MaxBytes, want.MaxMsgs
-	cfg.Duplicates, cfg.Replicas = want.Duplicates, want.Replicas
-	cfg.AllowDirect, cfg.Description = want.AllowDirect, want.Description
+	set(&cfg)
 	got, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.UpdateStream(ctx, cfg) })
 	if err != nil {
-		return nil, refused("stream", want.Name, "update", err, texts(diff))
+		return nil, refused(kind, name, "update", err, texts(d))
 	}
-	return diff, kept("stream", want.Name, streamDiff(got.CachedInfo().Config, want))
+	return d, kept(kind, name, diff(got.CachedInfo().Config))
 }
 
 func (e ensurer) updateConsumer(
@@ -788,34 +805,18 @@ func (e ensurer) updateConsumer(
 }
 
 func (e ensurer) updateBucket(ctx context.Context, want jetstream.KeyValueConfig) ([]FieldDiff, error) {
-	st, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) {
-		return e.js.Stream(ctx, KVStream(want.Bucket))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("update bucket %q: read info: %w", want.Bucket, err)
-	}
-	have := st.CachedInfo().Config
-	diff := bucketDiff(have, want)
-	if len(diff) == 0 {
-		return nil, nil
-	}
-	if err := checkUpdatable("bucket", want.Bucket, diff); err != nil {
-		return nil, err
-	}
-	// The bucket's stream, as the client maps a bucket's config onto it (History to
-	// MaxMsgsPerSubject, TTL to MaxAge, a duplicate window of 2 minutes or the TTL if
-	// shorter: the server refuses a window longer than MaxAge).
-	cfg := have
-	cfg.Subjects = []string{KVSubjectPrefix(want.Bucket) + ">"}
-	cfg.MaxMsgsPerSubject = max(int64(want.History), 1)
-	cfg.MaxAge, cfg.Replicas, cfg.Description, cfg.AllowDirect = want.TTL, want.Replicas, want.Description, true
-	cfg.Duplicates = 2 * time.Minute
-	if want.TTL > 0 && want.TTL < cfg.Duplicates {
-		cfg.Duplicates = want.TTL
-	}
-	got, err := call(ctx, e, func(ctx context.Context) (jetstream.Stream, error) { return e.js.UpdateStream(ctx, cfg) })
-	if err != nil {
-		return nil, refused("bucket", want.Bucket, "update", err, texts(diff))
-	}
-	return diff, kept("bucket", want.Bucket, bucketDiff(got.CachedInfo().Config, want))
+	return e.updateStreamConfig(ctx, "bucket", want.Bucket, KVStream(want.Bucket),
+		func(have jetstream.StreamConfig) []FieldDiff { return bucketDiff(have, want) },
+		// The bucket's stream, as the client maps a bucket's config onto it (History to
+		// MaxMsgsPerSubject, TTL to MaxAge, a duplicate window of 2 minutes or the TTL if
+		// shorter: the server refuses a window longer than MaxAge).
+		func(cfg *jetstream.StreamConfig) {
+			cfg.Subjects = []string{KVSubjectPrefix(want.Bucket) + ">"}
+			cfg.MaxMsgsPerSubject = max(int64(want.History), 1)
+			cfg.MaxAge, cfg.Replicas, cfg.Description, cfg.AllowDirect = want.TTL, want.Replicas, want.Description, true
+			cfg.Duplicates = 2 * time.Minute
+			if want.TTL > 0 && want.TTL < cfg.Duplicates {
+				cfg.Duplicates = want.TTL
+			}
+		})
 }
