@@ -411,18 +411,14 @@ func (r *replayer) message(ctx context.Context, m jetstream.Msg, md *jetstream.M
 	if r.q.Stage == pipeline.StageProber {
 		b, err := subjects.DecodeBatch(m.Data())
 		if err != nil {
-			rm.Poison = err.Error()
-			r.sum.Poison++
-			return rm
+			return r.poison(rm, err)
 		}
 		rm.Round = b.Round
 		r.batch(ctx, rm, src, b)
 	} else {
 		req, err := subjects.DecodeDeleteRequest(m.Data())
 		if err != nil {
-			rm.Poison = err.Error()
-			r.sum.Poison++
-			return rm
+			return r.poison(rm, err)
 		}
 		rm.Round = req.Round
 		r.request(ctx, rm, src, req)
@@ -438,6 +434,13 @@ func (r *replayer) message(ctx context.Context, m jetstream.Msg, md *jetstream.M
 			r.sum.Differ++
 		}
 	}
+	return rm
+}
+
+// poison records that a message does not decode, as the stage would term it.
+func (r *replayer) poison(rm *ReplayMessage, err error) *ReplayMessage {
+	rm.Poison = err.Error()
+	r.sum.Poison++
 	return rm
 }
 
