@@ -478,16 +478,7 @@ func (u *UpstreamGC) persistLoop(ctx context.Context) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(u.cfg.PersistInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-pctx.Done():
-				return
-			case <-t.C:
-				u.persist(pctx)
-			}
-		}
+		tick(pctx, u.cfg.PersistInterval, func() { u.persist(pctx) })
 	}()
 	return func() {
 		cancel()
