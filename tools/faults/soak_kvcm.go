@@ -469,7 +469,7 @@ func (w *kvcmWorkload) learn(key string, mk *mkey, cur Value, exists bool) {
 				w.problem("%s/%s (%s): live location marked DELETING by a collector (KVCM's read)", key, id, l.kind)
 			}
 		default:
-			w.problem("%s/%s (%s): location changed by someone else: %s, KVCM wrote %s", key, id, l.kind, clip(string(now.Raw)), clip(string(l.raw)))
+			w.problem("%s/%s (%s): location changed by someone else: %s, KVCM wrote %s", key, id, l.kind, seed.Clip(string(now.Raw)), seed.Clip(string(l.raw)))
 		}
 	}
 	if !exists {
@@ -492,7 +492,7 @@ func (w *kvcmWorkload) learn(key string, mk *mkey, cur Value, exists bool) {
 			continue // kvcm-gc kept the key that lost its last location (empty_block: keep)
 		}
 		if !ok || want != v {
-			w.problem("%s: field %s is %s, KVCM wrote %s", key, f, clip(v), clip(want))
+			w.problem("%s: field %s is %s, KVCM wrote %s", key, f, seed.Clip(v), seed.Clip(want))
 		}
 	}
 }

@@ -458,9 +458,9 @@ func (sm *soakModel) compareKey(k string, got map[string]Value, after uint64, sl
 	}
 	switch {
 	case want == nil && exists:
-		r.Problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, sm.empty, fieldNames(cur.Fields))
+		r.Problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, sm.empty, seed.FieldNames(cur.Fields))
 	case want != nil && !exists && !mayVanish:
-		r.Problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
+		r.Problem("%s: deleted, but it had live fields (%s)", k, seed.FieldNames(want.Fields))
 	case want != nil && exists && !want.equal(cur):
 		r.Problem("%s (%s layout): %s", k, kvcm.LayoutOfFields(mk.val.Fields), diff(*want, cur))
 	}

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -178,11 +177,11 @@ func (x Expect) Check(ctx context.Context, rdb redis.UniversalClient, more ...re
 		}
 		switch {
 		case want == nil && exists:
-			r.Problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, mode, fieldNames(got.Fields))
+			r.Problem("%s: every location went and empty_block is %s, but the key is still there: %s", k, mode, seed.FieldNames(got.Fields))
 		case want != nil && !exists && emptied:
-			r.Problem("%s: deleted, but empty_block: %s keeps a key that lost its last location (as %s)", k, mode, fieldNames(want.Fields))
+			r.Problem("%s: deleted, but empty_block: %s keeps a key that lost its last location (as %s)", k, mode, seed.FieldNames(want.Fields))
 		case want != nil && !exists:
-			r.Problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want.Fields))
+			r.Problem("%s: deleted, but it had live fields (%s)", k, seed.FieldNames(want.Fields))
 		case want != nil && !want.equal(got):
 			r.Problem("%s (%s layout): %s", k, kvcm.LayoutOfFields(b.Fields), diff(*want, got))
 		}
@@ -412,10 +411,6 @@ func wasDeleting(fields map[string]string, field, id string) bool {
 	return ok && l.Status == kvcm.StatusDeleting
 }
 
-func fieldNames(fields map[string]string) string {
-	return strings.Join(slices.Sorted(maps.Keys(fields)), " ")
-}
-
 // diff describes the first few fields in which got differs from want.
 func diff(want, got Value) string {
 	if want.Type != got.Type {
@@ -424,32 +419,7 @@ func diff(want, got Value) string {
 	if want.Type != "hash" {
 		return "value changed"
 	}
-	var parts []string
-	for _, f := range slices.Sorted(maps.Keys(want.Fields)) {
-		g, ok := got.Fields[f]
-		switch {
-		case !ok:
-			parts = append(parts, fmt.Sprintf("field %s gone (was %s)", f, clip(want.Fields[f])))
-		case g != want.Fields[f]:
-			parts = append(parts, fmt.Sprintf("field %s: want %s, got %s", f, clip(want.Fields[f]), clip(g)))
-		}
-	}
-	for _, f := range slices.Sorted(maps.Keys(got.Fields)) {
-		if _, ok := want.Fields[f]; !ok {
-			parts = append(parts, fmt.Sprintf("unexpected field %s = %s", f, clip(got.Fields[f])))
-		}
-	}
-	if len(parts) > 3 {
-		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
-	}
-	return strings.Join(parts, "; ")
-}
-
-func clip(s string) string {
-	if len(s) > 200 {
-		return fmt.Sprintf("%q…", s[:200])
-	}
-	return fmt.Sprintf("%q", s)
+	return seed.DiffFields(want.Fields, got.Fields, nil)
 }
 
 // FromManifest turns a seed manifest into location expectations (either layout).

@@ -320,11 +320,11 @@ func (r *Report) checkKey(k string, fields map[string]string, after Snapshot, ga
 	}
 	switch {
 	case want == nil && exists:
-		r.Problem("%s: every location was garbage and empty_block is %s, but the key is still there: %s", k, mode, fieldNames(got))
+		r.Problem("%s: every location was garbage and empty_block is %s, but the key is still there: %s", k, mode, FieldNames(got))
 	case want != nil && !exists && emptied:
-		r.Problem("%s: deleted, but empty_block: %s keeps a key that lost its last location (%s)", k, mode, fieldNames(want))
+		r.Problem("%s: deleted, but empty_block: %s keeps a key that lost its last location (%s)", k, mode, FieldNames(want))
 	case want != nil && !exists:
-		r.Problem("%s: deleted, but it had live fields (%s)", k, fieldNames(want))
+		r.Problem("%s: deleted, but it had live fields (%s)", k, FieldNames(want))
 	case want != nil && !maps.Equal(want, got):
 		r.Problem("%s (%s layout): %s", k, layout, diff(want, got, garbage))
 	default:
@@ -470,7 +470,8 @@ func sameTombstones(before, got map[string]string) bool {
 	return true
 }
 
-func fieldNames(fields map[string]string) string {
+// FieldNames lists a hash's fields, sorted, for the description of a mismatch.
+func FieldNames(fields map[string]string) string {
 	return strings.Join(slices.Sorted(maps.Keys(fields)), " ")
 }
 
@@ -482,23 +483,29 @@ func diff(want, got map[string]string, garbage []Loc) string {
 			isGarbage[l.FieldName()] = true
 		}
 	}
+	return DiffFields(want, got, isGarbage)
+}
+
+// DiffFields describes the first few fields in which the hash got differs from want. A field
+// of got that want lacks is a garbage field left where garbage names it, else unexpected.
+func DiffFields(want, got map[string]string, garbage map[string]bool) string {
 	var parts []string
 	for _, f := range slices.Sorted(maps.Keys(want)) {
 		g, ok := got[f]
 		switch {
 		case !ok:
-			parts = append(parts, fmt.Sprintf("field %s gone (was %s)", f, clip(want[f])))
+			parts = append(parts, fmt.Sprintf("field %s gone (was %s)", f, Clip(want[f])))
 		case g != want[f]:
-			parts = append(parts, fmt.Sprintf("field %s changed: want %s, got %s", f, clip(want[f]), clip(g)))
+			parts = append(parts, fmt.Sprintf("field %s changed: want %s, got %s", f, Clip(want[f]), Clip(g)))
 		}
 	}
 	for _, f := range slices.Sorted(maps.Keys(got)) {
 		if _, ok := want[f]; !ok {
 			what := "unexpected field"
-			if isGarbage[f] {
+			if garbage[f] {
 				what = "garbage field left"
 			}
-			parts = append(parts, fmt.Sprintf("%s %s = %s", what, f, clip(got[f])))
+			parts = append(parts, fmt.Sprintf("%s %s = %s", what, f, Clip(got[f])))
 		}
 	}
 	if len(parts) > 3 {
@@ -507,7 +514,8 @@ func diff(want, got map[string]string, garbage []Loc) string {
 	return strings.Join(parts, "; ")
 }
 
-func clip(s string) string {
+// Clip quotes a value for the description of a mismatch, cut to its first 160 bytes.
+func Clip(s string) string {
 	if len(s) > 160 {
 		return fmt.Sprintf("%q…", s[:160])
 	}
