@@ -313,7 +313,7 @@ func (c *Cluster) Check() error {
 func (c *Cluster) Logs(max int64) string {
 	var b strings.Builder
 	for _, p := range c.procs {
-		fmt.Fprintf(&b, "--- %s (%s)\n%s\n", p.name, p.log, p.tail(max))
+		fmt.Fprintf(&b, "--- %s (%s)\n%s\n", p.Name, p.LogPath, p.tail(max))
 	}
 	return b.String()
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // setDeathSignal has the kernel kill the child when the process that started it exits,
-// timed-out and panicking tests included.
+// timed-out and panicking tests included (in cmd.SysProcAttr, which startProc sets).
 func setDeathSignal(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }

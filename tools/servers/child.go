@@ -19,8 +19,9 @@ type Child struct {
 }
 
 // StartChild starts cmd, its stderr, and its stdout unless cmd sets one, appended to logPath.
-// The child gets a process group of its own: an interrupt of the harness reaches the harness
-// alone, which then stops its children itself, in order, rather than every child at once.
+// The child gets a process group of its own unless cmd sets a SysProcAttr: an interrupt of
+// the harness reaches the harness alone, which then stops its children itself, in order,
+// rather than every child at once.
 func StartChild(name, logPath string, cmd *exec.Cmd) (*Child, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -30,7 +31,9 @@ func StartChild(name, logPath string, cmd *exec.Cmd) (*Child, error) {
 		cmd.Stdout = logf
 	}
 	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

@@ -46,3 +46,21 @@ func TestStartChild(t *testing.T) {
 	_, err = StartChild("bad", logPath, exec.Command(filepath.Join(t.TempDir(), "no-such-binary")))
 	require.ErrorContains(t, err, "start bad")
 }
+
+// TestStartChildKeepsSysProcAttr: a cmd that sets a SysProcAttr keeps it, and the child stays
+// in the harness's process group.
+func TestStartChildKeepsSysProcAttr(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	attr := &syscall.SysProcAttr{}
+	cmd.SysProcAttr = attr
+	c, err := StartChild("sleep", filepath.Join(t.TempDir(), "child.log"), cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = c.Cmd.Process.Kill()
+		<-c.Exited()
+	})
+	require.Same(t, attr, c.Cmd.SysProcAttr)
+	pgid, err := syscall.Getpgid(c.Pid())
+	require.NoError(t, err)
+	require.Equal(t, syscall.Getpgrp(), pgid, "the harness's process group")
+}
