@@ -15,11 +15,6 @@ import (
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
 
-// MsgMaxDeliveries is the result (kvcm_gc_messages_total) of a message the server gave up on:
-// its last allowed delivery was never answered, so no consumer loop saw it end. Counted by the
-// stage's max-deliveries listener, once per message across the stage's replicas.
-const MsgMaxDeliveries = "max_deliveries"
-
 // AdvisoryReason is the Reason of a deadletter event recorded from the server's advisory.
 const AdvisoryReason = "max deliveries reached without a verdict (server advisory): the last delivery timed out"
 

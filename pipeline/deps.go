@@ -12,14 +12,6 @@ import (
 // for nil on every call, and the refusal of those a stage cannot run without. The stages of
 // package sweep use the exported ones too.
 
-// orUnregistered returns m, or metrics registered nowhere: they count, nobody scrapes them.
-func orUnregistered(m *Metrics) *Metrics {
-	if m == nil {
-		return NewMetrics(nil)
-	}
-	return m
-}
-
 // OrDiscard returns l, or a logger that writes nothing.
 func OrDiscard(l *slog.Logger) *slog.Logger {
 	if l == nil {

@@ -20,6 +20,10 @@ const (
 	MsgAck  = "ack"
 	MsgNak  = "nak"
 	MsgTerm = "term"
+	// MsgMaxDeliveries is the result of a message the server gave up on: its last allowed
+	// delivery was never answered, so no consumer loop saw it end. Counted by the stage's
+	// max-deliveries listener (deadletter.go), once per message across the stage's replicas.
+	MsgMaxDeliveries = "max_deliveries"
 )
 
 // Closed label sets. Every value is pre-initialised so a dashboard sees zeros, not gaps.
@@ -98,6 +102,14 @@ func (m *Metrics) StageOps(stage string, ops []string) *prometheus.CounterVec {
 		v.WithLabelValues(op)
 	}
 	return v
+}
+
+// orUnregistered returns m, or metrics registered nowhere: they count, nobody scrapes them.
+func orUnregistered(m *Metrics) *Metrics {
+	if m == nil {
+		return NewMetrics(nil)
+	}
+	return m
 }
 
 // opError counts a failed operation.
