@@ -15,6 +15,9 @@ import (
 // exceed every client's write session lifetime with a margin.
 const MinOrphanWritingGrace = time.Hour
 
+// MinDeletingGrace is the smallest deleting_grace accepted.
+const MinDeletingGrace = time.Hour
+
 // Config steers the prober (DESIGN §5). Its yaml and help tags are the configuration keys the
 // prober owns (config assembles them); a field tagged "-" is wiring, set by whoever builds
 // the prober.

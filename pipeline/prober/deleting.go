@@ -22,9 +22,6 @@ import (
 // DELETING location is collected once it has been DELETING, with the same bytes, for at least
 // deleting_grace, and its data only where its name cannot have been reused.
 
-// MinDeletingGrace is the smallest deleting_grace accepted.
-const MinDeletingGrace = time.Hour
-
 // deletingLeaseMargin is what a group's delay_before_delete_ms (KVCM's read lease for clients
 // that hold the URI of a location it is deleting) plus this may not exceed deleting_grace.
 const deletingLeaseMargin = time.Hour
