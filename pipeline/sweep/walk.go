@@ -125,6 +125,12 @@ type pageRead struct {
 	unreadable []walkFailure // directories that could not be read, skipped
 }
 
+// candidate is one file to publish, with the batch it goes in.
+type candidate struct {
+	instance, group, store string
+	file                   subjects.SweepFile
+}
+
 // walkFailure is an entry of a page that could not be read.
 type walkFailure struct {
 	path string

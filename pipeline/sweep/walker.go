@@ -453,12 +453,6 @@ func (d *walkDriver) readPage(tw *storage.TreeWalk, r *pageRead, classify func(s
 	}
 }
 
-// candidate is one file to publish, with the batch it goes in.
-type candidate struct {
-	instance, group, store string
-	file                   subjects.SweepFile
-}
-
 // classifyWalked decides whether a walked file is a candidate: a regular file, KVCM's
 // per-block name of a registered instance and spec (ResolveName), older than grace by its
 // mtime, and whose data path maps back to the very file walked. Else reason says why it stays.
