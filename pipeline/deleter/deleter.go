@@ -191,6 +191,23 @@ func (d *Deleter) storageSet(infos map[string]subjects.StorageInfo) (*storage.St
 	return s, nil
 }
 
+// paced returns store (named name) paced by its gate, created on first use; store itself
+// when delete_duty is 0.
+func (d *Deleter) paced(name string, store meta.Store) (meta.Store, *duty.Gate) {
+	if d.cfg.Duty <= 0 {
+		return store, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g, ok := d.gates[name]
+	if !ok {
+		g = duty.NewGate(duty.New(duty.Config{Duty: d.cfg.Duty}), nil)
+		d.gates[name] = g
+		d.metrics.PaceDuty.WithLabelValues(name).Set(d.cfg.Duty)
+	}
+	return pacedStore{Store: store, gate: g}, g
+}
+
 // track maintains the in-flight gauges of this process.
 func (d *Deleter) track(seq uint64, start bool) {
 	d.mu.Lock()

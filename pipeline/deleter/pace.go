@@ -67,23 +67,6 @@ func (s pacedStore) CADMany(ctx context.Context, instanceID string, writes []met
 	return s.Store.CADMany(ctx, instanceID, writes)
 }
 
-// paced returns store (named name) paced by its gate, created on first use; store itself
-// when delete_duty is 0.
-func (d *Deleter) paced(name string, store meta.Store) (meta.Store, *duty.Gate) {
-	if d.cfg.Duty <= 0 {
-		return store, nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	g, ok := d.gates[name]
-	if !ok {
-		g = duty.NewGate(duty.New(duty.Config{Duty: d.cfg.Duty}), nil)
-		d.gates[name] = g
-		d.metrics.PaceDuty.WithLabelValues(name).Set(d.cfg.Duty)
-	}
-	return pacedStore{Store: store, gate: g}, g
-}
-
 // recordPace sets the pace gauges of a store's gate.
 func (m *Metrics) recordPace(name string, g *duty.Gate) {
 	pc := g.Pace()
