@@ -82,6 +82,18 @@ type Metrics struct {
 // (NewMetrics).
 var scannerOps = []string{"lease", "checkpoint", "pause", "registry", "backlog", "store", "scan", "publish"}
 
+var unregRefusals = []string{
+	pipeline.UnregNeverRegistered,
+	pipeline.UnregWithinGrace,
+	pipeline.UnregNotCounted,
+	pipeline.UnregRegistryUnread,
+	pipeline.UnregRegistryPartial,
+	pipeline.UnregRegistered,
+	pipeline.UnregGroupAbsent,
+	pipeline.UnregStoreEmpty,
+	pipeline.UnregCap,
+}
+
 // NewMetrics registers the scanner's metrics on reg; its failed operations are counted
 // on rt's kvcm_gc_operation_errors_total (nil rt: on a set registered nowhere).
 func NewMetrics(reg prometheus.Registerer, rt *pipeline.Metrics) *Metrics {

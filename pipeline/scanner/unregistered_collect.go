@@ -37,18 +37,6 @@ import (
 // A target the deleter finds changed (a KVCM writing there again, a migration guard) is a
 // no-op, as for any target.
 
-var unregRefusals = []string{
-	pipeline.UnregNeverRegistered,
-	pipeline.UnregWithinGrace,
-	pipeline.UnregNotCounted,
-	pipeline.UnregRegistryUnread,
-	pipeline.UnregRegistryPartial,
-	pipeline.UnregRegistered,
-	pipeline.UnregGroupAbsent,
-	pipeline.UnregStoreEmpty,
-	pipeline.UnregCap,
-}
-
 // unregDecision is the verdict on one unregistered instance of a page: collect, or why not.
 func unregDecision(id, store string, ck pipeline.Checkpoint, v pipeline.RegView, cfg Config, now time.Time) string {
 	if why := pipeline.UnregVerdict(id, store, ck, v, cfg.UnregisteredGrace, now); why != "" {
