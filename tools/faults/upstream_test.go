@@ -162,7 +162,11 @@ func TestUpstreamGC(t *testing.T) {
 				_, ok := after[kvcm.BlockKey("inst0", 1)]
 				require.False(t, ok, "a key left without a location is DEL'd")
 				require.Equal(t, 1, st.KeysRecycled)
-				require.Equal(t, 2, st.Candidates[upstreamOrphanWriting], "two rounds, one orphan each (the corrupt key's is never judged)")
+				// The two old orphans (the corrupt key's is never judged) are judged in the first
+				// round, and again in the second only while the first round's request for them is
+				// still in flight: a round does not wait for the requests it submitted.
+				n := st.Candidates[upstreamOrphanWriting]
+				require.True(t, n >= 2 && n <= 4, "orphans judged %d times: 2 in the first round, at most 2 more", n)
 			} else {
 				require.True(t, u.Touched()[kvcm.BlockKey("inst0", 2)], "its __lru_time__ rewritten")
 				require.NotEqual(t, before[kvcm.BlockKey("inst0", 2)].Fields[kvcm.FieldLRUTime], after[kvcm.BlockKey("inst0", 2)].Fields[kvcm.FieldLRUTime])
