@@ -248,14 +248,17 @@ func TestScannerIdleDoesNotSpin(t *testing.T) {
 	stop := e.run(o, stages)
 	e.waitRoundDone(1, time.Minute)
 	tiny := measure("scan_interval 1ns")
-	stop()
+	stop() // the scanner releases its lease as it stops
 
 	// The same stages again: the checkpoint holds the round pause of an hour, so the walk is
-	// idle once it has read it.
+	// idle once it has taken its store's lease and read the checkpoint, its first tick.
 	o = e.options(prometheus.NewRegistry())
 	o.Scanner.ScanInterval = pipeline.IdleWait
+	lease, _ := e.buckets(t, o)
+	require.Empty(t, holders(t, lease), "the lease released")
 	e.run(o, stages)
-	time.Sleep(time.Second) // the stages' start: the streams, the consumers, the checkpoint
+	require.Eventually(t, func() bool { return len(holders(t, lease)) == 1 }, time.Minute, 20*time.Millisecond,
+		"the scanner holds its store again")
 	base := measure("scan_interval IdleWait")
 	require.Less(t, tiny, 2*base+window/20, "the idle scanner spins: %s against %s", tiny, base)
 }
