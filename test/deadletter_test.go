@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,15 +121,17 @@ func TestDeadLetterDeadSweeper(t *testing.T) {
 	}
 	require.Positive(t, orphans, "the batch holds orphans a sweeper would quarantine")
 
+	// A sweeper holds the batch once its handler keeps it in flight: the server's delivery
+	// alone is not enough, since a delivery the dying connection never received is handed
+	// back uncounted, and the next sweeper would then judge the batch a second time.
+	progress, err := e.nc.SubscribeSync(fmt.Sprintf("$JS.ACK.%s.%s.>", e.names.SweepStream(), e.names.SweeperConsumer()))
+	require.NoError(t, err)
 	e.redis.Freeze()
 	t.Cleanup(e.redis.Thaw)
 	// Two sweepers take the batch in turn and die holding it.
 	for delivery := uint64(1); delivery <= 2; delivery++ {
 		nc, stop := e.runOwnConn(o, app.Stages{Sweeper: true})
-		require.Eventually(t, func() bool {
-			info, err := consumerInfo(ctx, e, e.names.SweepStream(), e.names.SweeperConsumer())
-			return err == nil && info.NumAckPending > 0 && info.Delivered.Stream >= 1 && info.NumRedelivered >= int(delivery-1)
-		}, 30*time.Second, 10*time.Millisecond, "delivery %d taken", delivery)
+		waitInProgress(t, progress, delivery, first.Sequence)
 		nc.Close() // the process dies: no more InProgress, never an ack
 		stop()
 	}
@@ -147,6 +150,21 @@ func TestDeadLetterDeadSweeper(t *testing.T) {
 	// Its files were neither quarantined nor unlinked (the replacement swept the other batches).
 	for path := range files {
 		require.FileExists(t, path, "a file of the dead-lettered batch")
+	}
+}
+
+// waitInProgress waits until a handler reports its delivery of the stream's seq in progress,
+// read from the acknowledgements sub sees ($JS.ACK.<stream>.<consumer>.<delivered>.<seq>...).
+func waitInProgress(t *testing.T, sub *nats.Subscription, delivered, seq uint64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m, err := sub.NextMsg(time.Until(deadline))
+		require.NoError(t, err, "delivery %d of sequence %d never in progress", delivered, seq)
+		tok := strings.Split(m.Subject, ".")
+		if string(m.Data) == "+WPI" && len(tok) >= 7 && tok[4] == fmt.Sprint(delivered) && tok[5] == fmt.Sprint(seq) {
+			return
+		}
 	}
 }
 
