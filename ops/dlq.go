@@ -7,7 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -89,7 +88,7 @@ func DLQList(ctx context.Context, js jetstream.JetStream, names subjects.Names, 
 // WriteDeadLetters prints dead letters as a table.
 func WriteDeadLetters(w io.Writer, dls []DeadLetter) error {
 	ew := &errWriter{w: w}
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw := newTable(ew)
 	fmt.Fprintln(tw, "EVENT\tTIME\tKIND\tSTAGE\tINSTANCE\tSTREAM\tSEQ\tMSG ID\tREASON")
 	for _, d := range dls {
 		seq := "-"

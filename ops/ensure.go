@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -62,7 +61,7 @@ func Ensure(
 // can update it.
 func (r EnsureResult) WriteTable(w io.Writer) error {
 	ew := &errWriter{w: w}
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw := newTable(ew)
 	fmt.Fprintln(tw, "KIND\tNAME\tSTATE")
 	created := 0
 	for _, o := range r.Objects {
@@ -74,7 +73,7 @@ func (r EnsureResult) WriteTable(w io.Writer) error {
 	_ = tw.Flush()
 	if r.Updated > 0 {
 		fmt.Fprintln(ew, "\nUPDATED FIELDS")
-		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		tw = newTable(ew)
 		fmt.Fprintln(tw, "OBJECT\tFIELD\tWAS\tNOW")
 		for _, o := range r.Objects {
 			if o.State != subjects.StateUpdated {
@@ -92,7 +91,7 @@ func (r EnsureResult) WriteTable(w io.Writer) error {
 		return ew.err
 	}
 	fmt.Fprintln(ew, "\nDIFFERING FIELDS (left as they are)")
-	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw = newTable(ew)
 	fmt.Fprintln(tw, "OBJECT\tFIELD\tHAVE\tWANT\tUPDATABLE")
 	fixed := 0
 	for _, o := range r.Objects {

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -204,7 +203,7 @@ func writeCountersTable(w io.Writer, cs []InstanceCounters) {
 		fmt.Fprintln(w, "no audited round yet")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "INSTANCE\tSTORE\tCOUNTER\tPERSISTED\tRECOUNT\tDRIFT\tKVCM-GC\tOTHER CAUSES\tGROUP QUOTA\tAUDITED")
 	for _, c := range cs {
 		quota := "-"

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -167,7 +166,7 @@ func writeReplayFiles(w io.Writer, files []FileReplay) {
 	if len(files) == 0 {
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "  FILE\tKEY\tTHEN\tFATE\tNOW\tWHY NOW")
 	for _, f := range files {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", f.Path, strconv.FormatInt(f.Key, 10), cell(f.Then.String(), 40),

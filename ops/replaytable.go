@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -22,7 +21,7 @@ func WriteReplayMessage(w io.Writer, m ReplayMessage) error {
 		fmt.Fprintf(ew, "  poison (terminated by the stage, see dlq): %s\n", m.Poison)
 	}
 	if len(m.Locations) > 0 {
-		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		tw := newTable(ew)
 		rerun := m.Locations[0].Rerun != nil
 		if rerun {
 			fmt.Fprintln(tw, "  KEY\tLOCATION\tSTATUS\tTHEN\tRERUN\tNOW\tWHY NOW")
@@ -76,7 +75,7 @@ func (s ReplaySummary) WriteTable(w io.Writer) error {
 	ew := &errWriter{w: w}
 	fmt.Fprintf(ew, "replayed %d messages, %d locations (%d poison); decision now differs from then for %d\n",
 		s.Messages, s.Locations, s.Poison, s.Differ)
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw := newTable(ew)
 	for _, side := range []struct {
 		name string
 		m    map[string]int

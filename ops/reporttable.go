@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/kvcm-gc/kvcm-gc/subjects"
 )
@@ -22,7 +21,7 @@ func (r DeleteReport) WriteTable(w io.Writer) error {
 		return ew.err
 	}
 	fmt.Fprintln(ew, "\nROUNDS")
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw := newTable(ew)
 	fmt.Fprintln(tw, "STORE\tROUND\tWALK")
 	for _, rd := range r.Rounds {
 		walk := "ended"
@@ -62,7 +61,7 @@ func (r DeleteReport) WriteTable(w io.Writer) error {
 			title = "WOULD FREE (dry run: would_delete)"
 		}
 		fmt.Fprintf(ew, "\n%s\n", title)
-		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		tw = newTable(ew)
 		fmt.Fprintln(tw, "INSTANCE\tSTORAGE\tREASON\tLOCATIONS\tFILES\tBYTES\tSIZE")
 		for _, row := range rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", row.Instance, row.Storage, row.Reason,
@@ -70,7 +69,7 @@ func (r DeleteReport) WriteTable(w io.Writer) error {
 		}
 		_ = tw.Flush()
 		fmt.Fprintln(ew, "\nBY STORAGE AND REASON")
-		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		tw = newTable(ew)
 		fmt.Fprintln(tw, "STORAGE\tREASON\tLOCATIONS\tFILES\tBYTES\tSIZE")
 		var all ReportRow
 		for _, row := range totals {

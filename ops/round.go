@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -145,7 +144,7 @@ func RoundStart(
 // WriteTable prints, per store, whether its next round starts now.
 func (r RoundStartResult) WriteTable(w io.Writer) error {
 	ew := &errWriter{w: w}
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw := newTable(ew)
 	fmt.Fprintln(tw, "STORE\tROUND\tNEXT ROUND")
 	starts := 0
 	for _, s := range r.Stores {

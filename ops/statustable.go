@@ -21,7 +21,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	r.DryRun.write(ew, now)
 
 	fmt.Fprintln(ew, "\nSTREAMS")
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw := newTable(ew)
 	fmt.Fprintln(tw, "NAME\tMESSAGES\tBYTES\tFIRST SEQ\tFIRST\tLAST SEQ\tLAST\tCONSUMERS")
 	for _, s := range r.Streams {
 		if s.Error != "" {
@@ -41,7 +41,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	_ = tw.Flush()
 
 	fmt.Fprintln(ew, "\nSTAGES")
-	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw = newTable(ew)
 	fmt.Fprintln(tw, "STAGE\tCONSUMER\tPENDING\tACK PENDING\tREDELIVERED\tWAITING\tACK FLOOR\tPAUSED\tAGE")
 	fmt.Fprintf(tw, "scanner\t-\t-\t-\t-\t-\t-\t%s\t-\n", pausedCell(r.Scanner.Paused, r.Scanner.PausedUntil, now))
 	for _, c := range r.Consumers {
@@ -56,7 +56,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	_ = tw.Flush()
 
 	fmt.Fprintln(ew, "\nSCANNER")
-	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw = newTable(ew)
 	sc := r.Scanner
 	if held, holders := leaseHolders(sc.Stores); len(sc.Stores) > 1 && held > 0 {
 		fmt.Fprintf(tw, "leases\t%d of %d stores held by %d %s (STORES below)\n", held,
@@ -120,7 +120,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 
 	if len(sc.Stores) > 0 {
 		fmt.Fprintln(ew, "\nSTORES")
-		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		tw = newTable(ew)
 		fmt.Fprintln(tw, "STORE\tHOLDER\tROUND\tPOSITION\tKEYS\tKEYS/S\tPACE\tEST. END\tSTATE\tLAYOUTS")
 		for _, st := range sc.Stores {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", cell(st.Store, 40), holderCell(st), st.Round,
@@ -138,7 +138,7 @@ func (r StatusReport) WriteTable(w io.Writer) error {
 	}
 
 	fmt.Fprintln(ew, "\nLAST EVENTS")
-	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	tw = newTable(ew)
 	fmt.Fprintln(tw, "KIND\tSEQ\tTIME\tSTAGE\tINSTANCE\tKEY\tLOCATION\tREASON\tOUTCOME\tSOURCE")
 	for _, e := range r.LastEvents {
 		ev := e.Event
@@ -323,6 +323,10 @@ func pauseEnd(until, now time.Time) string {
 
 func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
+// newTable is the tabwriter every table of the operator's commands is written with: columns
+// two spaces apart, left-aligned.
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
 // errWriter remembers the first write error, so a table is written without checking each line.
 type errWriter struct {
 	w   io.Writer
@@ -369,7 +373,7 @@ func writeUnregistered(w io.Writer, stores []StoreStatus, now time.Time) {
 		return
 	}
 	fmt.Fprintln(w, "\nUNREGISTERED INSTANCES (keys of instances the registry does not list; counted, not collected)")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "STORE\tINSTANCE\tKEYS\tLOCATIONS\tBYTES\tFIRST SEEN")
 	for _, st := range stores {
 		for _, u := range st.Unregistered {

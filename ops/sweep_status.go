@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kvcm-gc/kvcm-gc/pipeline"
@@ -142,7 +141,7 @@ func (s *SweepStatus) writeSweep(w io.Writer, now time.Time) {
 		return
 	}
 	fmt.Fprintln(w, "\nSWEEP")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w)
 	if c := s.Consumer; c != nil && c.Error != "" {
 		fmt.Fprintf(tw, "sweeper\t%s/%s: unreadable: %s\n", c.Stream, c.Name, c.Error)
 	} else if c != nil {
