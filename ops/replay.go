@@ -387,12 +387,20 @@ type replayer struct {
 	sum   *ReplaySummary
 }
 
-func (r *replayer) message(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata) *ReplayMessage {
-	rm := &ReplayMessage{Stream: md.Stream, Seq: md.Sequence.Stream, Subject: m.Subject(), Time: md.Timestamp.UTC(),
+// replayMessage is the replay's record of m before its body is read: where it stands, its
+// id and the instance its subject names.
+func replayMessage(names subjects.Names, m jetstream.Msg, md *jetstream.MsgMetadata) ReplayMessage {
+	rm := ReplayMessage{Stream: md.Stream, Seq: md.Sequence.Stream, Subject: m.Subject(), Time: md.Timestamp.UTC(),
 		MsgID: m.Headers().Get(jetstream.MsgIDHeader), Locations: []LocationReplay{}}
-	if inst, err := r.names.InstanceOf(m.Subject()); err == nil {
+	if inst, err := names.InstanceOf(m.Subject()); err == nil {
 		rm.Instance = inst
 	}
+	return rm
+}
+
+func (r *replayer) message(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata) *ReplayMessage {
+	rec := replayMessage(r.names, m, md)
+	rm := &rec
 	if r.q.Dump {
 		if b, err := subjects.DecodeBatch(m.Data()); err == nil && subjects.IsBinaryBatch(m.Data()) {
 			rm.Raw = json.RawMessage(subjects.BatchJSON(b)) // a binary batch, shown as its JSON form

@@ -97,11 +97,7 @@ func replaySweep(ctx context.Context, js jetstream.JetStream, names subjects.Nam
 			if q.SeqTo > 0 && md.Sequence.Stream > q.SeqTo || !q.TimeTo.IsZero() && md.Timestamp.After(q.TimeTo) {
 				return errStop
 			}
-			rm := ReplayMessage{Stream: md.Stream, Seq: md.Sequence.Stream, Subject: m.Subject(), Time: md.Timestamp.UTC(),
-				MsgID: m.Headers().Get(jetstream.MsgIDHeader), Locations: []LocationReplay{}}
-			if inst, err := names.InstanceOf(m.Subject()); err == nil {
-				rm.Instance = inst
-			}
+			rm := replayMessage(names, m, md)
 			b, err := subjects.DecodeSweepBatch(m.Data())
 			if err != nil {
 				rm.Poison = err.Error()
