@@ -65,9 +65,9 @@ func (w *roundWatch) poll(ctx context.Context) {
 	w.record(ck, time.Now())
 }
 
-// record notes what checkpoint ck, read at now, tells. The rounds it shows over are over at
-// once for ended and lastEnded, and recorded only once onEnd has returned,
-// so that a round's row, which waits for that, reads what onEnd took at the round's end.
+// record notes what checkpoint ck, read at now, tells. A round it shows over is over at once
+// for ended and lastEnded, and recorded only once onEnd has returned, so that the round's row,
+// which waits for recorded, reads what onEnd took at the round's end.
 func (w *roundWatch) record(ck pipeline.Checkpoint, now time.Time) {
 	w.mu.Lock()
 	if _, ok := w.starts[ck.Round]; !ok && (ck.InRound || ck.LastRoundKeys > 0) {
