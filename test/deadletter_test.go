@@ -172,18 +172,37 @@ func waitInProgress(t *testing.T, sub *nats.Subscription, delivered, seq uint64)
 // from the server's advisory, and returns it.
 func waitAdvisoryDeadLetter(t *testing.T, e *env, stage string) subjects.Event {
 	t.Helper()
-	var found *subjects.Event
-	require.Eventually(t, func() bool {
-		for _, ev := range opsEvents(t, e, subjects.EventDeadLetter) {
+	var seen []subjects.Event
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		seen = opsEvents(t, e, subjects.EventDeadLetter)
+		for _, ev := range seen {
 			if ev.Reason == pipeline.AdvisoryReason && ev.Stage == stage {
-				found = &ev
-				return true
+				require.NotNil(t, ev.Source)
+				return ev
 			}
 		}
-		return false
-	}, time.Minute, 20*time.Millisecond, "the server's advisory became a deadletter event of the %s", stage)
-	require.NotNil(t, found.Source)
-	return *found
+	}
+	// What the consumer says tells a message never given up from an advisory missed.
+	state := "no consumer"
+	if stream, consumer, ok := pipeline.StageConsumer(e.names, stage); ok {
+		if info, err := consumerInfo(context.Background(), e, stream, consumer); err == nil {
+			state = fmt.Sprintf("delivered %+v, ack floor %+v, ack pending %d, redelivered %d, pending %d",
+				info.Delivered, info.AckFloor, info.NumAckPending, info.NumRedelivered, info.NumPending)
+		} else {
+			state = err.Error()
+		}
+	}
+	var events []string
+	for _, ev := range seen {
+		src := "no source"
+		if ev.Source != nil {
+			src = fmt.Sprintf("%s/%d", ev.Source.Stream, ev.Source.Seq)
+		}
+		events = append(events, fmt.Sprintf("%s %s (%s): %s", ev.Stage, src, ev.Detail, ev.Reason))
+	}
+	t.Fatalf("the server's advisory never became a deadletter event of the %s within a minute; "+
+		"deadletter events: %q; the consumer: %s", stage, events, state)
+	return subjects.Event{}
 }
 
 // requireDLQEntry: `dlq list` shows one entry for the message, however many events it has.
