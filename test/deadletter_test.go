@@ -154,7 +154,8 @@ func TestDeadLetterDeadSweeper(t *testing.T) {
 }
 
 // waitInProgress waits until a handler reports its delivery of the stream's seq in progress,
-// read from the acknowledgements sub sees ($JS.ACK.<stream>.<consumer>.<delivered>.<seq>...).
+// in the acknowledgements sub receives: $JS.ACK.<stream>.<consumer>.<delivered>.<seq>.<consumer
+// seq>.<time>.<pending>, the form of a server without a JetStream domain.
 func waitInProgress(t *testing.T, sub *nats.Subscription, delivered, seq uint64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -162,7 +163,7 @@ func waitInProgress(t *testing.T, sub *nats.Subscription, delivered, seq uint64)
 		m, err := sub.NextMsg(time.Until(deadline))
 		require.NoError(t, err, "delivery %d of sequence %d never in progress", delivered, seq)
 		tok := strings.Split(m.Subject, ".")
-		if string(m.Data) == "+WPI" && len(tok) >= 7 && tok[4] == fmt.Sprint(delivered) && tok[5] == fmt.Sprint(seq) {
+		if string(m.Data) == "+WPI" && len(tok) == 9 && tok[4] == fmt.Sprint(delivered) && tok[5] == fmt.Sprint(seq) {
 			return
 		}
 	}
