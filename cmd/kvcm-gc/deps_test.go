@@ -8,12 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// module is this module's path, the prefix of its packages in go list's output.
+const module = "github.com/kvcm-gc/kvcm-gc"
+
 // TestBinariesLinkNoTesting: the production binaries (every command under cmd/) link neither
 // the standard testing package nor the harness beyond what the seed and demo commands run
 // (the seeder, the demo and the server starters of tools/servers). A test helper imported by
 // product code would put testing's flags and its init into every process an SRE runs.
 func TestBinariesLinkNoTesting(t *testing.T) {
-	const module = "github.com/kvcm-gc/kvcm-gc"
 	out, err := exec.Command("go", "list", "-deps", module+"/cmd/...").Output()
 	require.NoError(t, err, "go list -deps")
 	deps := strings.Fields(string(out))

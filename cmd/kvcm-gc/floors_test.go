@@ -69,7 +69,6 @@ func isHarness(p string) bool {
 // TestImportFloors: no import of the product runs up the floors of CONTRIBUTING.md's map, and
 // the product imports no harness but the seeder and the demo.
 func TestImportFloors(t *testing.T) {
-	const module = "github.com/kvcm-gc/kvcm-gc"
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").Output()
 	require.NoError(t, err, "go list")
 	var bad []string
