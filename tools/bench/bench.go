@@ -165,6 +165,9 @@ type Config struct {
 	// DeleterDutyReps times, alternated.
 	DeleterDuties   []float64
 	DeleterDutyReps int
+	// IdleWindow is how long PhaseE2E measures the stages idle once the round is over and
+	// both consumers are drained (0: not measured).
+	IdleWindow time.Duration
 	// Keep leaves the working directory (logs, data) in place.
 	Keep   bool
 	Logger *slog.Logger

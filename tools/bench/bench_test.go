@@ -255,6 +255,48 @@ func TestReportBothLayouts(t *testing.T) {
 	require.Equal(t, 1, strings.Count(rep, "vs the same loop reading whole blocks"), "legacy only")
 }
 
+// TestReportIdle: the idle window's CPU is given per second of the window, each stage in
+// order, and the summary's row is met only when every stage is within TargetIdleCPU.
+func TestReportIdle(t *testing.T) {
+	idle := func(prober time.Duration) *IdleRun {
+		// A window of 20 s: 20 ms of CPU is 1 ms/s.
+		return &IdleRun{Window: 20 * time.Second,
+			Stages: map[string]time.Duration{"deleter": 10 * time.Millisecond, "scanner": 20 * time.Millisecond, "prober": prober},
+			NATS:   100 * time.Millisecond, Redis: 60 * time.Millisecond, RedisMain: 40 * time.Millisecond}
+	}
+	report := func(r *IdleRun) string {
+		res := &Results{Config: Config{Unpaced: UnpacedProfile()}, Machine: Machine{Cores: 2, CPUs: []int{0, 1}}}
+		res.Layouts = []*LayoutResults{{Layout: kvcm.LayoutLocation,
+			E2E: &E2EResult{Dur: time.Second, Runs: []StageRun{{Stage: "deleter"}}, Idle: r}}}
+		return Report(res)
+	}
+
+	rep := report(idle(31 * time.Millisecond))
+	stages := "scanner 1.00 ms/s, prober 1.55 ms/s, deleter 0.50 ms/s"
+	require.Contains(t, rep, "| location | stages idle between rounds, 20s | "+stages+" | NATS 5.00 ms/s, Redis 3.00 ms/s |  | ≤ 10.00 ms/s per stage | yes |")
+	require.Contains(t, rep, "over 20s: "+stages+"; NATS 5.00 ms/s, Redis 3.00 ms/s (its main thread 2.00 ms/s)")
+
+	// One stage over the bound: 220 ms in 20 s is 11 ms/s.
+	require.Contains(t, report(idle(220*time.Millisecond)), "| ≤ 10.00 ms/s per stage | **no** |")
+	// No window measured: no row.
+	require.NotContains(t, report(nil), "idle between rounds")
+}
+
+// TestSchedTimes: a process's time on a core, from schedstat, grows by about the CPU it
+// spends, in nanoseconds where the clock ticks of /proc/<pid>/stat count 10 ms.
+func TestSchedTimes(t *testing.T) {
+	pid := os.Getpid()
+	run0, _ := schedTimes(pid)
+	require.Positive(t, run0)
+	deadline, x := time.Now().Add(50*time.Millisecond), 0
+	for time.Now().Before(deadline) { // spin: 50 ms on a core, unless preempted
+		x++
+	}
+	run1, _ := schedTimes(pid)
+	require.Greater(t, run1-run0, time.Millisecond, "%d spins", x)
+	require.NotZero(t, (run1-run0)%clockTick, "nanoseconds, not ticks")
+}
+
 // TestMeanRSS: each reading holds until the next, the last until the end of the interval;
 // the time before the first reading and outside the interval does not count.
 func TestMeanRSS(t *testing.T) {

@@ -136,23 +136,31 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(ut+st) * clockTick
 }
 
-// runDelay is the time a process's threads have spent runnable but waiting for a core
-// (the second field of each /proc/<pid>/task/<tid>/schedstat, in nanoseconds).
+// runDelay is the time a process's threads have spent runnable but waiting for a core.
 func runDelay(pid int) time.Duration {
+	_, wait := schedTimes(pid)
+	return wait
+}
+
+// schedTimes are the time a process's threads have spent on a core and the time they spent
+// runnable but waiting for one: the first two fields of each /proc/<pid>/task/<tid>/schedstat,
+// in nanoseconds (procCPU counts clock ticks of 10 ms). A thread that has exited is no longer
+// counted.
+func schedTimes(pid int) (run, wait time.Duration) {
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	var d time.Duration
 	for _, t := range tasks {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
 		if err != nil {
 			continue
 		}
 		if f := strings.Fields(string(data)); len(f) >= 2 {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			d += time.Duration(n)
+			r, _ := strconv.ParseInt(f[0], 10, 64)
+			w, _ := strconv.ParseInt(f[1], 10, 64)
+			run, wait = run+time.Duration(r), wait+time.Duration(w)
 		}
 	}
-	return d
+	return run, wait
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -26,6 +27,10 @@ const (
 	// TargetStreamBytes bounds what a round stores in JetStream per scanned block (BATCHES,
 	// DELETES and EVENTS together), 2 locations per block.
 	TargetStreamBytes = 250
+	// TargetIdleCPU bounds each stage process's CPU per second of wall time between rounds,
+	// both consumers drained: 1% of a core, a tenth of the least CPU the chart requests for a
+	// stage (100m).
+	TargetIdleCPU = 10 * time.Millisecond
 )
 
 // Targets of the duty pace, pinned placement, each layout.
@@ -257,6 +262,15 @@ func summaryRows(w func(string, ...any), c Config, lr *LayoutResults) {
 		}
 		row(fmt.Sprintf("end to end, %s blocks", num(float64(lr.Main.Counts.Blocks))), fmt.Sprintf("%.1f s", e.Dur.Seconds()), base, ratio, target, met)
 	}
+	if e := lr.E2E; e != nil && e.Idle != nil {
+		worst := time.Duration(0)
+		for _, d := range e.Idle.Stages {
+			worst = max(worst, e.Idle.PerSecond(d))
+		}
+		row(fmt.Sprintf("stages idle between rounds, %s", e.Idle.Window.Round(100*time.Millisecond)), idleStages(e.Idle),
+			fmt.Sprintf("NATS %s, Redis %s", cpuPerSecond(e.Idle, e.Idle.NATS), cpuPerSecond(e.Idle, e.Idle.Redis)), "",
+			fmt.Sprintf("≤ %s per stage", cpuRate(TargetIdleCPU)), yes(len(e.Idle.Stages) > 0 && worst <= TargetIdleCPU))
+	}
 	if a, s := lr.Alone, lr.AloneSmall; a != nil && s != nil {
 		for _, pair := range [][2]StageRun{{s.Scanner, a.Scanner}, {s.Prober, a.Prober}, {s.Deleter, a.Deleter}} {
 			small, big := pair[0].Usage.PeakRSS, pair[1].Usage.PeakRSS
@@ -392,6 +406,9 @@ func layoutReport(w func(string, ...any), c Config, m Machine, lr *LayoutResults
 			w("| %s | %s | %s |\n", s.Stage, s.Usage.CPU.Round(time.Millisecond), mb(s.Usage.PeakRSS))
 		}
 		w("\n%s\n\n", verification(e.Verification, e.Runs[len(e.Runs)-1].Metrics))
+		if e.Idle != nil {
+			idleReport(w, e.Idle)
+		}
 	}
 
 	if len(lr.Serving) > 0 {
@@ -773,4 +790,38 @@ func num(v float64) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// idleReport says what the stages cost between rounds.
+func idleReport(w func(string, ...any), r *IdleRun) {
+	w("**Idle.** Then, the stages still running with nothing to do (the next round is round_pause away, both consumers drained), "+
+		"over %s: %s; NATS %s, Redis %s (its main thread %s). CPU time per second of the window: each thread's time on a core "+
+		"(/proc schedstat, in nanoseconds) for the stages and NATS, Redis's own count (INFO cpu) for Redis.\n\n",
+		r.Window.Round(100*time.Millisecond), idleStages(r), cpuPerSecond(r, r.NATS), cpuPerSecond(r, r.Redis),
+		cpuPerSecond(r, r.RedisMain))
+}
+
+// idleStages is each stage's CPU per second of the idle window, in stage order.
+func idleStages(r *IdleRun) string {
+	order := []string{stage.Scanner, stage.Prober, stage.Deleter}
+	for _, name := range slices.Sorted(maps.Keys(r.Stages)) {
+		if !slices.Contains(order, name) {
+			order = append(order, name)
+		}
+	}
+	var parts []string
+	for _, name := range order {
+		if d, ok := r.Stages[name]; ok {
+			parts = append(parts, name+" "+cpuPerSecond(r, d))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// cpuPerSecond is d over the idle window, as CPU time per second.
+func cpuPerSecond(r *IdleRun, d time.Duration) string { return cpuRate(r.PerSecond(d)) }
+
+// cpuRate writes CPU time per second of wall time.
+func cpuRate(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms/s", float64(d)/float64(time.Millisecond))
 }

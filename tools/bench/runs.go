@@ -110,6 +110,75 @@ type E2EResult struct {
 	Runs         []StageRun // usage of each stage process
 	Verification Verification
 	Deleted      int
+	// Idle is what the stages cost afterwards, still running, with nothing to do.
+	Idle *IdleRun
+}
+
+// IdleRun is what the stage processes cost over a window in which they have nothing to do:
+// the round is over (the next one is round_pause away) and both consumers are drained. It is
+// what a deployment costs between its rounds.
+type IdleRun struct {
+	Window time.Duration
+	// Stages is each stage process's time on a core over the window, and NATS the server's
+	// (schedTimes: nanoseconds, not clock ticks); Redis and RedisMain are Redis's own count
+	// (INFO cpu, microseconds), all its threads and the main thread's.
+	Stages                 map[string]time.Duration
+	NATS, Redis, RedisMain time.Duration
+}
+
+// PerSecond is d as CPU time per second of the window.
+func (r IdleRun) PerSecond(d time.Duration) time.Duration {
+	if r.Window <= 0 {
+		return 0
+	}
+	return time.Duration(float64(d) / r.Window.Seconds())
+}
+
+// idle measures the run's stage processes over window while the store's checkpoint shows the
+// round over: a round that starts or a process that exits within it fails the measurement.
+func (r *run) idle(ctx context.Context, window time.Duration) (*IdleRun, error) {
+	before, err := r.checkpoint(ctx)
+	if err != nil || !roundDone(before) {
+		return nil, fmt.Errorf("idle window: the round is not over (%v)", err)
+	}
+	pids := map[string]int{}
+	for name, p := range r.procs {
+		pids[name] = p.c.Pid()
+	}
+	if r.h.nats != nil {
+		pids["nats"] = r.h.nats.c.Pid()
+	}
+	read := func() map[string]time.Duration {
+		m := map[string]time.Duration{}
+		for name, pid := range pids {
+			m[name], _ = schedTimes(pid)
+		}
+		return m
+	}
+	start, redis, t0 := read(), r.h.cpuNow(ctx), time.Now()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(window): // the measured window: the stages have nothing to do in it
+	}
+	end, redisEnd := read(), r.h.cpuNow(ctx)
+	res := &IdleRun{Window: time.Since(t0), Stages: map[string]time.Duration{},
+		Redis: redisEnd.redis - redis.redis, RedisMain: redisEnd.redisMain - redis.redisMain}
+	for name := range pids {
+		if name == "nats" {
+			res.NATS = end[name] - start[name]
+			continue
+		}
+		res.Stages[name] = end[name] - start[name]
+	}
+	if err := r.checkAlive(); err != nil {
+		return nil, fmt.Errorf("idle window: %w", err)
+	}
+	after, err := r.checkpoint(ctx)
+	if err != nil || !roundDone(after) || after.Round != before.Round {
+		return nil, fmt.Errorf("idle window: a round ran in it (round %d, then %d; %v)", before.Round, after.Round, err)
+	}
+	return res, nil
 }
 
 // run is one configured use of the stage processes: its own subject prefix, hence its own
@@ -446,6 +515,11 @@ func (h *Harness) runE2E(ctx context.Context, phase string, k *Keyspace, p stage
 	res.CPU = h.cpuSince(ctx, cpu, r.pids()...)
 	if err != nil {
 		return res, err
+	}
+	if w := h.cfg.IdleWindow; w > 0 {
+		if res.Idle, err = r.idle(ctx, w); err != nil {
+			return res, err
+		}
 	}
 	for _, st := range []string{stage.Scanner, stage.Prober, stage.Deleter} {
 		sr, err := r.stop(st)

@@ -90,6 +90,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	fs.IntVar(&cfg.DeleterDutyReps, "deleter-duty-reps", 1, "repetitions of the deleter-duty phase's runs, alternated")
 	fs.DurationVar(&cfg.DutyWindow, "duty-window", 5*time.Second, "length of each window of the raw duty walk")
 	fs.IntVar(&cfg.DutyReps, "duty-reps", 1, "repetitions of the raw duty walk's windows")
+	fs.DurationVar(&cfg.IdleWindow, "idle-window", 10*time.Second, "after the end-to-end run, how long to measure the stages idle between rounds (0: not measured)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (data, logs)")
 	_ = fs.Parse(args)
 
