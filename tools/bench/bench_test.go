@@ -382,7 +382,7 @@ func TestPaceCurve(t *testing.T) {
 			{Point: 0, Rep: 1, Lat: lat(300 * us), Keys: 6000, Dur: 3 * time.Second, Work: work(0.40)},
 			{Point: -1, Rep: 1, Lat: lat(400 * us), Work: work(0.20)},
 			{Point: 1, Rep: 1, Lat: lat(500 * us), Keys: 30_000, Dur: 3 * time.Second, Work: work(0.31),
-				Pace: []PaceSample{{At: t0, Share: 0.08, Reason: "duty"}, {At: t0, Reason: ""}}},
+				Pace: []PaceSample{{At: t0, Share: 0.08, Reason: "duty"}, {At: t0, Reason: ""}, {At: t0, Reason: "duty"}}},
 			{Point: -1, Rep: 2, Lat: lat(100 * us), Work: work(0.25)},
 			{Point: 0, Rep: 2, Lat: lat(600 * us), Keys: 4000, Dur: 2 * time.Second},
 			{Point: -1, Rep: 2, Lat: lat(100 * us), Work: work(0.20)},
@@ -407,7 +407,8 @@ func TestPaceCurve(t *testing.T) {
 	// Point 0's second window has no counters: the first alone, 0.40 − 0.30.
 	require.InDelta(t, 0.10, c[0].CPUShare, 1e-9)
 	// Point 1: 2 × 500 among 200: 500 µs; 30,000 keys in 4 s; the pacer's share of its two
-	// samples; its CPU share (0.31 − 0.20 + 0.29 − 0.20) / 2.
+	// samples that have one (a sample with a reason and a share of 0 was taken before the
+	// pacer's first window was over); its CPU share (0.31 − 0.20 + 0.29 − 0.20) / 2.
 	require.Equal(t, 500*us, c[1].P99)
 	require.InDelta(t, 7500, c[1].KeysPerSec, 1e-9)
 	require.InDelta(t, 0.09, c[1].Share, 1e-9)
@@ -415,7 +416,7 @@ func TestPaceCurve(t *testing.T) {
 	require.Equal(t, "0.090", c[1].pacerShare())
 	// A duty point none of whose samples had a share reports none, not a share of 0.
 	unseen := res.Windows[3]
-	unseen.Pace = []PaceSample{{At: t0}}
+	unseen.Pace = []PaceSample{{At: t0}, {At: t0, Reason: "duty"}}
 	res.Windows[3], res.Windows[7].Pace = unseen, nil
 	c = paceCurve(res)
 	require.False(t, c[1].ShareSeen)

@@ -772,7 +772,7 @@ type PaceCurvePoint struct {
 	CPUShare float64
 	// Share is a duty-paced walk's mean share by the pacer's own measure, over its samples;
 	// ShareSeen whether any sample had one (the pacer reports its share once a window of its
-	// own closes, longer than a short curve window).
+	// own closes, longer than a short curve window; until then it reads 0).
 	Share     float64
 	ShareSeen bool
 }
@@ -818,7 +818,9 @@ func paceCurve(r *PaceResults) []PaceCurvePoint {
 				cpu, metered = cpu+w.Work.Share()-r.Windows[j-1].Work.Share(), metered+1
 			}
 			for _, s := range w.Pace {
-				if s.Reason != "" {
+				// The pacer's share is 0 until its first window is over, and a walk that
+				// reads takes some of Redis's time: 0 is no measure yet, not a share.
+				if s.Reason != "" && s.Share > 0 {
 					share, paced = share+s.Share, paced+1
 				}
 			}
