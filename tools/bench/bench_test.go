@@ -256,12 +256,12 @@ func TestReportBothLayouts(t *testing.T) {
 }
 
 // TestReportIdle: the idle window's CPU is given per second of the window, each stage in
-// order, and the summary's row is met only when every stage is within TargetIdleCPU.
+// the order it was started, and the summary's row is met only when every stage is within TargetIdleCPU.
 func TestReportIdle(t *testing.T) {
 	idle := func(prober time.Duration) *IdleRun {
 		// A window of 20 s: 20 ms of CPU is 1 ms/s.
 		return &IdleRun{Window: 20 * time.Second,
-			Stages: map[string]time.Duration{"deleter": 10 * time.Millisecond, "scanner": 20 * time.Millisecond, "prober": prober},
+			Stages: []IdleStage{{"scanner", 20 * time.Millisecond}, {"prober", prober}, {"deleter", 10 * time.Millisecond}},
 			NATS:   100 * time.Millisecond, Redis: 60 * time.Millisecond, RedisMain: 40 * time.Millisecond}
 	}
 	report := func(r *IdleRun) string {

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -264,8 +263,8 @@ func summaryRows(w func(string, ...any), c Config, lr *LayoutResults) {
 	}
 	if e := lr.E2E; e != nil && e.Idle != nil {
 		worst := time.Duration(0)
-		for _, d := range e.Idle.Stages {
-			worst = max(worst, e.Idle.PerSecond(d))
+		for _, st := range e.Idle.Stages {
+			worst = max(worst, e.Idle.PerSecond(st.CPU))
 		}
 		row(fmt.Sprintf("stages idle between rounds, %s", e.Idle.Window.Round(100*time.Millisecond)), idleStages(e.Idle),
 			fmt.Sprintf("NATS %s, Redis %s", cpuPerSecond(e.Idle, e.Idle.NATS), cpuPerSecond(e.Idle, e.Idle.Redis)), "",
@@ -801,19 +800,11 @@ func idleReport(w func(string, ...any), r *IdleRun) {
 		cpuPerSecond(r, r.RedisMain))
 }
 
-// idleStages is each stage's CPU per second of the idle window, in stage order.
+// idleStages is each stage's CPU per second of the idle window.
 func idleStages(r *IdleRun) string {
-	order := []string{stage.Scanner, stage.Prober, stage.Deleter}
-	for _, name := range slices.Sorted(maps.Keys(r.Stages)) {
-		if !slices.Contains(order, name) {
-			order = append(order, name)
-		}
-	}
-	var parts []string
-	for _, name := range order {
-		if d, ok := r.Stages[name]; ok {
-			parts = append(parts, name+" "+cpuPerSecond(r, d))
-		}
+	parts := make([]string, len(r.Stages))
+	for i, st := range r.Stages {
+		parts[i] = st.Stage + " " + cpuPerSecond(r, st.CPU)
 	}
 	return strings.Join(parts, ", ")
 }

@@ -119,11 +119,18 @@ type E2EResult struct {
 // what a deployment costs between its rounds.
 type IdleRun struct {
 	Window time.Duration
-	// Stages is each stage process's time on a core over the window, and NATS the server's
-	// (schedTimes: nanoseconds, not clock ticks); Redis and RedisMain are Redis's own count
-	// (INFO cpu, microseconds), all its threads and the main thread's.
-	Stages                 map[string]time.Duration
+	// Stages are the stage processes' times on a core over the window, in the order they
+	// were started, and NATS the server's (schedTimes: nanoseconds, not clock ticks); Redis
+	// and RedisMain are Redis's own count (INFO cpu, microseconds), all its threads and the
+	// main thread's.
+	Stages                 []IdleStage
 	NATS, Redis, RedisMain time.Duration
+}
+
+// IdleStage is one stage process's time on a core over an idle window.
+type IdleStage struct {
+	Stage string
+	CPU   time.Duration
 }
 
 // PerSecond is d as CPU time per second of the window.
@@ -134,49 +141,60 @@ func (r IdleRun) PerSecond(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / r.Window.Seconds())
 }
 
-// idle measures the run's stage processes over window while the store's checkpoint shows the
-// round over: a round that starts or a process that exits within it fails the measurement.
-func (r *run) idle(ctx context.Context, window time.Duration) (*IdleRun, error) {
+// onCore is a process's threads' time on a core so far (0 for pid 0: no process).
+func onCore(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	run, _ := schedTimes(pid)
+	return run
+}
+
+// idle measures the run's stage processes, stages in order, over window while the store's
+// checkpoint shows the round over: a round that starts or a process that exits within it
+// fails the measurement.
+func (r *run) idle(ctx context.Context, window time.Duration, stages []string) (*IdleRun, error) {
 	before, err := r.checkpoint(ctx)
-	if err != nil || !roundDone(before) {
-		return nil, fmt.Errorf("idle window: the round is not over (%v)", err)
+	if err != nil {
+		return nil, fmt.Errorf("idle window: %w", err)
 	}
-	pids := map[string]int{}
-	for name, p := range r.procs {
-		pids[name] = p.c.Pid()
+	if !roundDone(before) {
+		return nil, fmt.Errorf("idle window: round %d is not over", before.Round)
 	}
+	natsPid := 0
 	if r.h.nats != nil {
-		pids["nats"] = r.h.nats.c.Pid()
+		natsPid = r.h.nats.c.Pid()
 	}
-	read := func() map[string]time.Duration {
-		m := map[string]time.Duration{}
-		for name, pid := range pids {
-			m[name], _ = schedTimes(pid)
+	res := &IdleRun{}
+	for _, st := range stages {
+		p := r.procs[st]
+		if p == nil {
+			return nil, fmt.Errorf("idle window: stage %s not running", st)
 		}
-		return m
+		res.Stages = append(res.Stages, IdleStage{Stage: st, CPU: onCore(p.c.Pid())})
 	}
-	start, redis, t0 := read(), r.h.cpuNow(ctx), time.Now()
+	nats, redis, t0 := onCore(natsPid), r.h.cpuNow(ctx), time.Now()
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(window): // the measured window: the stages have nothing to do in it
 	}
-	end, redisEnd := read(), r.h.cpuNow(ctx)
-	res := &IdleRun{Window: time.Since(t0), Stages: map[string]time.Duration{},
-		Redis: redisEnd.redis - redis.redis, RedisMain: redisEnd.redisMain - redis.redisMain}
-	for name := range pids {
-		if name == "nats" {
-			res.NATS = end[name] - start[name]
-			continue
-		}
-		res.Stages[name] = end[name] - start[name]
+	for i, s := range res.Stages {
+		res.Stages[i].CPU = onCore(r.procs[s.Stage].c.Pid()) - s.CPU
 	}
+	end := r.h.cpuNow(ctx)
+	res.Window, res.NATS = time.Since(t0), onCore(natsPid)-nats
+	res.Redis, res.RedisMain = end.redis-redis.redis, end.redisMain-redis.redisMain
 	if err := r.checkAlive(); err != nil {
 		return nil, fmt.Errorf("idle window: %w", err)
 	}
 	after, err := r.checkpoint(ctx)
-	if err != nil || !roundDone(after) || after.Round != before.Round {
-		return nil, fmt.Errorf("idle window: a round ran in it (round %d, then %d; %v)", before.Round, after.Round, err)
+	if err != nil {
+		return nil, fmt.Errorf("idle window: %w", err)
+	}
+	if !roundDone(after) || after.Round != before.Round {
+		return nil, fmt.Errorf("idle window: a round ran in it (round %d, then round %d, in round: %v)",
+			before.Round, after.Round, after.InRound)
 	}
 	return res, nil
 }
@@ -492,7 +510,8 @@ func (h *Harness) runE2E(ctx context.Context, phase string, k *Keyspace, p stage
 	h.log.Info("end to end", "phase", phase, "blocks", k.Counts.Blocks)
 	started := time.Now()
 	cpu := h.cpuNow(ctx)
-	for _, st := range []string{stage.Scanner, stage.Prober, stage.Deleter} {
+	stages := []string{stage.Scanner, stage.Prober, stage.Deleter}
+	for _, st := range stages {
 		if err := r.start(st); err != nil {
 			return res, err
 		}
@@ -517,11 +536,11 @@ func (h *Harness) runE2E(ctx context.Context, phase string, k *Keyspace, p stage
 		return res, err
 	}
 	if w := h.cfg.IdleWindow; w > 0 {
-		if res.Idle, err = r.idle(ctx, w); err != nil {
+		if res.Idle, err = r.idle(ctx, w, stages); err != nil {
 			return res, err
 		}
 	}
-	for _, st := range []string{stage.Scanner, stage.Prober, stage.Deleter} {
+	for _, st := range stages {
 		sr, err := r.stop(st)
 		if err != nil {
 			return res, err
