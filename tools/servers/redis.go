@@ -217,9 +217,11 @@ func (r *Redis) startLocked() error {
 
 // ping asks the server on our port for INFO server and checks that it is our process: the
 // port was free when chosen, but another server may have taken it since, and our own process
-// then exits while the other one answers. An error reply (NOAUTH) proves only that a server
-// is serving. (A raw connection rather than a go-redis client: the client's own dial retries
-// would slow the wait down and log every refused attempt.)
+// then exits while the other one answers. It then asks for INFO persistence: a server still
+// loading its dataset answers every write with LOADING, so it is not ready yet. An error
+// reply (NOAUTH) proves only that a server is serving. (A raw connection rather than a
+// go-redis client: the client's own dial retries would slow the wait down and log every
+// refused attempt.)
 func (r *Redis) ping(pid int) error {
 	d := &net.Dialer{Timeout: time.Second}
 	var conn net.Conn
@@ -236,37 +238,54 @@ func (r *Redis) ping(pid int) error {
 	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
 		return err
 	}
-	if _, err := conn.Write([]byte("INFO server\r\n")); err != nil {
-		return err
-	}
 	br := bufio.NewReader(conn)
-	line, err := br.ReadString('\n')
-	if err != nil {
+	body, err := info(conn, br, "server")
+	if err != nil || body == "" {
 		return err
 	}
-	switch {
-	case strings.HasPrefix(line, "-"):
-		return nil
-	case !strings.HasPrefix(line, "$"):
-		return fmt.Errorf("unexpected reply to INFO: %q", line)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
-	if err != nil || n < 0 {
-		return fmt.Errorf("unexpected reply to INFO: %q", line)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(br, body); err != nil {
-		return err
-	}
-	want := "process_id:" + strconv.Itoa(pid) + "\r\n"
-	if !strings.Contains(string(body), want) {
+	if !strings.Contains(body, "process_id:"+strconv.Itoa(pid)+"\r\n") {
 		return errRedisForeignServer
+	}
+	if body, err = info(conn, br, "persistence"); err != nil {
+		return err
+	}
+	if strings.Contains(body, "loading:1\r\n") {
+		return errRedisLoading
 	}
 	return nil
 }
 
+// info sends INFO section on conn and returns the reply's text ("" for an error reply).
+func info(conn net.Conn, br *bufio.Reader, section string) (string, error) {
+	if _, err := conn.Write([]byte("INFO " + section + "\r\n")); err != nil {
+		return "", err
+	}
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return "", nil
+	case !strings.HasPrefix(line, "$"):
+		return "", fmt.Errorf("unexpected reply to INFO %s: %q", section, line)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil || n < 0 {
+		return "", fmt.Errorf("unexpected reply to INFO %s: %q", section, line)
+	}
+	body := make([]byte, n+2) // and its CRLF
+	if _, err := io.ReadFull(br, body); err != nil {
+		return "", err
+	}
+	return string(body[:n]), nil
+}
+
 // errRedisForeignServer: the port answers, but not with the process just started.
 var errRedisForeignServer = errors.New("another server answers on the port")
+
+// errRedisLoading: our process answers, but is still loading its dataset from disk.
+var errRedisLoading = errors.New("still loading its dataset")
 
 // logTail returns the last lines of the server log, for startup errors.
 func (r *Redis) logTail() string {
