@@ -398,8 +398,8 @@ func (s *soak) notes() []string {
 			out = append(out, fmt.Sprintf("KVCM's workload took %d steps; its writes waited %s in all for the model (the checks hold it for %d keys at a time)",
 				steps, time.Duration(s.work.waited.Load()).Round(time.Millisecond), compareRun))
 		}
-		if n := s.work.errs.Load(); n > 0 {
-			out = append(out, fmt.Sprintf("%d of KVCM's writes failed (Redis errors outside a Redis fault)", n))
+		if n := s.work.failures.total(); n > 0 {
+			out = append(out, fmt.Sprintf("%d of KVCM's writes failed with Redis errors: %s", n, &s.work.failures))
 		}
 		if n := s.work.lostRaces.Load(); n > 0 {
 			out = append(out, fmt.Sprintf("%d locations stay DELETING for good in upgraded blocks: a collector marked them just before KVCM upgraded the block", n))

@@ -1,6 +1,9 @@
 package faults
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +53,28 @@ func TestRoundRecordedAfterOnEnd(t *testing.T) {
 	w.record(pipeline.Checkpoint{Round: 4, LastRoundKeys: 12}, now)
 	require.Equal(t, [][2]uint64{{1, 1}, {2, 3}, {4, 4}}, told)
 	require.True(t, w.recorded(4))
+}
+
+// TestWriteFailures: the workload's failed writes are told apart by error and dated from the
+// end of the Redis fault before them, so the soak's note says whether a restart explains them.
+func TestWriteFailures(t *testing.T) {
+	var f writeFailures
+	t0 := time.Unix(1000, 0)
+	f.add(errors.New("i/o timeout"), t0)
+	f.faultEnded(t0.Add(time.Second))
+	f.add(errors.New("EOF"), t0.Add(1100*time.Millisecond))
+	f.add(errors.New("EOF"), t0.Add(1500*time.Millisecond))
+	f.add(errors.New("i/o timeout"), t0.Add(4*time.Second))
+	require.EqualValues(t, 4, f.total())
+	require.Equal(t, `2 × "i/o timeout" (1 before any Redis fault, 1 from 3s to 3s after a Redis fault ended); `+
+		`2 × "EOF" (2 from 100ms to 500ms after a Redis fault ended)`, f.String())
+
+	// Past failureKinds distinct errors, the others are counted together.
+	var g writeFailures
+	for i := range failureKinds + 3 {
+		g.add(fmt.Errorf("error %d", i), t0)
+	}
+	require.EqualValues(t, failureKinds+3, g.total())
+	require.Contains(t, g.String(), `3 × "other" (3 before any Redis fault)`)
+	require.Equal(t, failureKinds+1, strings.Count(g.String(), "×"))
 }
