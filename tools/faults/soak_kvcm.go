@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -1081,83 +1080,3 @@ func (w *kvcmWorkload) read(ctx context.Context) bool {
 
 // idChars are the characters of KVCM's location ids (GenerateRandomString).
 const idChars = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-// writeFailures counts the workload's writes that Redis failed, by error, each dated from the
-// end of the Redis fault before it: what a restarted Redis does in its first moments shows
-// there, apart from what it does at any time.
-type writeFailures struct {
-	mu      sync.Mutex
-	lastEnd time.Time // the end of the last Redis fault (zero: none yet)
-	n       int64
-	kinds   []failureKind // in order of first sight, at most failureKinds
-}
-
-// failureKind is one error's failures: before counts those that came before any Redis fault
-// had ended, minAfter and maxAfter bound how long after one the others came.
-type failureKind struct {
-	text               string
-	n, before          int64
-	minAfter, maxAfter time.Duration
-}
-
-// failureKinds bounds the errors kept apart; the failures of any other go under "other".
-const failureKinds = 8
-
-func (f *writeFailures) faultEnded(at time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lastEnd = at
-}
-
-func (f *writeFailures) add(err error, at time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.n++
-	text := err.Error()
-	i := slices.IndexFunc(f.kinds, func(k failureKind) bool { return k.text == text })
-	if i < 0 && len(f.kinds) >= failureKinds {
-		text = "other"
-		i = slices.IndexFunc(f.kinds, func(k failureKind) bool { return k.text == text })
-	}
-	if i < 0 {
-		f.kinds = append(f.kinds, failureKind{text: text})
-		i = len(f.kinds) - 1
-	}
-	k := &f.kinds[i]
-	k.n++
-	if f.lastEnd.IsZero() {
-		k.before++
-		return
-	}
-	after := at.Sub(f.lastEnd)
-	if k.n-k.before == 1 || after < k.minAfter {
-		k.minAfter = after
-	}
-	k.maxAfter = max(k.maxAfter, after)
-}
-
-// total is the number of failed writes.
-func (f *writeFailures) total() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n
-}
-
-// String says, for each error, how many writes failed with it and when.
-func (f *writeFailures) String() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	parts := make([]string, 0, len(f.kinds))
-	for _, k := range f.kinds {
-		var when []string
-		if k.before > 0 {
-			when = append(when, fmt.Sprintf("%d before any Redis fault", k.before))
-		}
-		if after := k.n - k.before; after > 0 {
-			when = append(when, fmt.Sprintf("%d from %s to %s after a Redis fault ended", after,
-				k.minAfter.Round(time.Millisecond), k.maxAfter.Round(time.Millisecond)))
-		}
-		parts = append(parts, fmt.Sprintf("%d × %q (%s)", k.n, k.text, strings.Join(when, ", ")))
-	}
-	return strings.Join(parts, "; ")
-}
