@@ -180,7 +180,8 @@ func (r *Redis) args() []string {
 	return append(args, r.cfg.args...)
 }
 
-// startLocked starts the process and waits until it answers PING. r.mu is held.
+// startLocked starts the process and waits until it answers as our process and has loaded
+// its dataset (ping). r.mu is held.
 func (r *Redis) startLocked() error {
 	cmd := exec.Command(r.bin, r.args()...)
 	cmd.Dir = r.dir

@@ -2,7 +2,6 @@ package servers
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +33,7 @@ func TestRedisRestartWaitsForLoad(t *testing.T) {
 		require.NoError(t, c.Set(ctx, "after-restart", "1", 0).Err(), "the first write after Restart")
 		persistence, err := c.Info(ctx, "persistence").Result()
 		require.NoError(t, err)
-		require.True(t, strings.Contains(persistence, "loading:0\r\n"), "still loading after Restart")
+		require.Contains(t, persistence, "loading:0\r\n", "still loading after Restart")
 		keys, err := c.DBSize(ctx).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, n+1, keys, "the dataset is back whole")
